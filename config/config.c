@@ -1,0 +1,1119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.c -- load wsyncd's INI file into struct wsync_config (config.h).
+ *
+ * config_keys[] is the whole schema: one row per key with its parser, its
+ * printer (for --dump-config) and its bounds, in the manner of systemd's
+ * gperf tables.  The inih callback only finds the row and calls it; the
+ * rules that involve several keys run once the whole file has been read.
+ *
+ * What inih (Debian 12's libinih 55) does with the text, and what we set:
+ *  - Whitespace around keys and values is stripped; keys are
+ *    case-sensitive, enum-like values (role, log_level) are not.
+ *  - A line whose first non-blank character is ';' or '#' is a comment.
+ *  - After a value, only a ';' preceded by whitespace starts a comment
+ *    ("threads = 4 ; why").  inih keeps a '#' there as part of the value,
+ *    so we refuse any value containing whitespace + '#': silently loading
+ *    "/srv/ckpt # old" as a path is worse than an error.
+ *  - "key: value" works as well as "key = value" (a configparser habit).
+ *  - A UTF-8 byte order mark at the start of the file is skipped.
+ *  - Multi-line values (indented continuation lines) are switched off: a
+ *    stray indented line is a syntax error rather than a second value.
+ *  - Debian builds inih with a 200-byte stack buffer and silently splits
+ *    longer lines into several.  Its runtime globals let us move to a heap
+ *    buffer growing to WSYNC_CONFIG_MAX_LINE; longer lines are reported.
+ * Those globals are process-wide, so loading is not thread-safe: wsyncd
+ * loads its configuration on the main thread only.  They exist only in
+ * Debian's build of inih (upstream has compile-time macros instead).
+ *
+ * Debian's handler has no line number (INI_HANDLER_LINENO is 0) and
+ * ini_parse_file() returns only the first bad line.  So inih reads through
+ * ini_parse_stream() with config_reader(), an fgets() over our own FILE
+ * that counts physical lines and keeps a copy of the current one.  That
+ * gives every issue its line, and lets finish_line() report every syntax
+ * error and every unknown section (inih tells the handler neither), not
+ * just the first.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "units.h"
+#include "url.h"
+
+#define THREADS_MAX 1024
+#define ANCHOR_EVERY_MAX 100000
+#define POLL_MIN_MS 100
+#define POLL_MAX_MS (24 * 3600 * 1000)
+#define REGION_MAX 64
+#define FORMAT_MAX 64		/* a formatted number or duration */
+#define SUGGEST_NAME_MAX 64	/* longer names get no "did you mean" */
+
+/* Parsers and printers share one signature; not all use every argument. */
+#define UNUSED __attribute__((unused))
+
+#define URL_FORMS "file:///path, s3://bucket[/prefix] or hf://buckets/NAMESPACE/BUCKET[/prefix]"
+
+enum {
+	KEY_OPTIONAL = 1 << 0,	/* string; an empty value means "not set" */
+};
+
+struct config_key;
+
+/* Parse value into field (which points into struct wsync_config).  Returns
+ * 0, -EINVAL with the reason in why, or -ENOMEM. */
+typedef int (*config_parse_fn)(const struct config_key *k, const char *value,
+			       void *field, struct wsync_error *why);
+
+/* The value as it is written in the file, or NULL when unset.  buf (of
+ * FORMAT_MAX bytes) holds the text when it is not a stored string. */
+typedef const char *(*config_format_fn)(const struct config_key *k,
+					const void *field, char *buf, size_t len);
+
+struct config_key {
+	const char *section;
+	const char *key;
+	config_parse_fn parse;
+	config_format_fn format;
+	size_t offset;		/* of the field in struct wsync_config */
+	uint64_t min, max;	/* numbers: inclusive bounds */
+	unsigned flags;		/* KEY_* */
+};
+
+/* ---- value parsers and printers ---------------------------------------- */
+
+/* An absolute path with repeated and trailing '/' collapsed.  "." and ".."
+ * segments are refused so that comparing two paths means something (and
+ * nobody points watch_dir at "/srv/x/../y" by accident). */
+static int normalise_abs_path(const char *value, char **ret, struct wsync_error *why)
+{
+	size_t n = strlen(value);
+	char *p, *o;
+
+	if (value[0] != '/')
+		return wsync_error_set(why, -EINVAL,
+				       "expected an absolute path (starting with '/'), not \"%.64s\"",
+				       value);
+	if (n >= PATH_MAX)
+		return wsync_error_set(why, -EINVAL, "path is %zu bytes long (at most %d)",
+				       n, PATH_MAX - 1);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)value[i] < 0x20 || value[i] == 0x7f)
+			return wsync_error_set(why, -EINVAL,
+					       "path contains control character 0x%02x",
+					       (unsigned char)value[i]);
+	p = strdup(value);
+	if (!p)
+		return -ENOMEM;
+	o = p;
+	for (const char *s = value; *s; s++) {
+		if (*s == '/' && o > p && o[-1] == '/')
+			continue;
+		*o++ = *s;
+	}
+	if (o > p + 1 && o[-1] == '/')
+		o--;
+	*o = '\0';
+	/* Segment check on the collapsed form: "/a/./b", "/a/..", "/.." */
+	for (const char *seg = p + 1; *seg;) {
+		size_t len = strcspn(seg, "/");
+
+		if ((len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.')) {
+			free(p);
+			return wsync_error_set(why, -EINVAL,
+					       "path \"%.64s\" must not contain \".\" or \"..\" segments",
+					       value);
+		}
+		seg += len;
+		if (*seg == '/')
+			seg++;
+	}
+	*ret = p;
+	return 0;
+}
+
+static int parse_path(UNUSED const struct config_key *k, const char *value, void *field,
+		      struct wsync_error *why)
+{
+	char **dst = field, *p;
+	int r;
+
+	r = normalise_abs_path(value, &p, why);
+	if (r < 0)
+		return r;
+	free(*dst);
+	*dst = p;
+	return 0;
+}
+
+static const char *format_string(UNUSED const struct config_key *k, const void *field,
+				 UNUSED char *buf, UNUSED size_t len)
+{
+	return *(char *const *)field;
+}
+
+static int parse_uint32(const struct config_key *k, const char *value, void *field,
+			struct wsync_error *why)
+{
+	uint64_t v;
+	int r;
+
+	r = wsync_parse_uint(value, &v);
+	if (r == -EINVAL)
+		return wsync_error_set(why, -EINVAL,
+				       "expected a whole number from %" PRIu64 " to %" PRIu64
+				       ", not \"%.64s\"", k->min, k->max, value);
+	if (r < 0 || v < k->min || v > k->max)
+		return wsync_error_set(why, -EINVAL,
+				       "%.64s is out of range (%" PRIu64 "..%" PRIu64 ")",
+				       value, k->min, k->max);
+	*(uint32_t *)field = (uint32_t)v;
+	return 0;
+}
+
+static const char *format_uint32(UNUSED const struct config_key *k, const void *field,
+				 char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRIu32, *(const uint32_t *)field);
+	return buf;
+}
+
+/* The largest unit that divides ms exactly, so that the text parses back
+ * to the same number (2000 -> "2s", 1500 -> "1500ms"). */
+static const char *format_ms(char *buf, size_t len, uint64_t ms)
+{
+	static const struct {
+		uint64_t factor;
+		const char *suffix;
+	} units[] = {
+		{ 86400000, "d" }, { 3600000, "h" }, { 60000, "min" }, { 1000, "s" },
+	};
+
+	for (size_t i = 0; ms && i < sizeof(units) / sizeof(units[0]); i++) {
+		if (ms % units[i].factor == 0) {
+			snprintf(buf, len, "%" PRIu64 "%s", ms / units[i].factor,
+				 units[i].suffix);
+			return buf;
+		}
+	}
+	snprintf(buf, len, "%" PRIu64 "ms", ms);
+	return buf;
+}
+
+static int parse_duration(const struct config_key *k, const char *value, void *field,
+			  struct wsync_error *why)
+{
+	char lo[FORMAT_MAX], hi[FORMAT_MAX];
+	uint64_t v;
+	int r;
+
+	r = wsync_parse_duration_ms(value, &v);
+	if (r == -EINVAL)
+		return wsync_error_set(why, -EINVAL,
+				       "expected a duration like 500ms, 2s, 5min, 1h or 1d, not \"%.64s\"",
+				       value);
+	if (r < 0 || v < k->min || v > k->max)
+		return wsync_error_set(why, -EINVAL, "%.64s is out of range (%s..%s)", value,
+				       format_ms(lo, sizeof(lo), k->min),
+				       format_ms(hi, sizeof(hi), k->max));
+	*(uint64_t *)field = v;
+	return 0;
+}
+
+static const char *format_duration(UNUSED const struct config_key *k, const void *field,
+				   char *buf, size_t len)
+{
+	return format_ms(buf, len, *(const uint64_t *)field);
+}
+
+static int parse_role(UNUSED const struct config_key *k, const char *value, void *field,
+		      struct wsync_error *why)
+{
+	enum wsync_role *role = field;
+
+	if (strcasecmp(value, "publisher") == 0)
+		*role = WSYNC_ROLE_PUBLISHER;
+	else if (strcasecmp(value, "subscriber") == 0)
+		*role = WSYNC_ROLE_SUBSCRIBER;
+	else
+		return wsync_error_set(why, -EINVAL,
+				       "expected publisher or subscriber, not \"%.64s\"", value);
+	return 0;
+}
+
+static const char *format_role(UNUSED const struct config_key *k, const void *field,
+			       UNUSED char *buf, UNUSED size_t len)
+{
+	enum wsync_role role = *(const enum wsync_role *)field;
+
+	return role == WSYNC_ROLE_UNSET ? NULL : wsync_role_name(role);
+}
+
+/* syslog's names, indexed by priority; "error" is accepted as an alias. */
+static const char *const log_level_names[] = {
+	[LOG_EMERG] = "emerg",	   [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",
+	[LOG_ERR] = "err",	   [LOG_WARNING] = "warning",
+	[LOG_NOTICE] = "notice",   [LOG_INFO] = "info",	  [LOG_DEBUG] = "debug",
+};
+
+static int parse_log_level(UNUSED const struct config_key *k, const char *value, void *field,
+			   struct wsync_error *why)
+{
+	int *level = field;
+
+	if (strcasecmp(value, "error") == 0) {
+		*level = LOG_ERR;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(log_level_names) / sizeof(log_level_names[0]); i++) {
+		if (strcasecmp(value, log_level_names[i]) == 0) {
+			*level = (int)i;
+			return 0;
+		}
+	}
+	return wsync_error_set(why, -EINVAL,
+			       "expected one of emerg, alert, crit, err, warning, notice, "
+			       "info, debug, not \"%.64s\"", value);
+}
+
+static const char *format_log_level(UNUSED const struct config_key *k, const void *field,
+				    UNUSED char *buf, UNUSED size_t len)
+{
+	int level = *(const int *)field;
+
+	if (level < 0 || (size_t)level >= sizeof(log_level_names) / sizeof(log_level_names[0]))
+		return NULL;
+	return log_level_names[level];
+}
+
+/* Kept as written; users of the setting parse it again with
+ * wsync_url_parse(), which cannot fail on a string that passed here. */
+static int parse_store_url(UNUSED const struct config_key *k, const char *value, void *field,
+			   struct wsync_error *why)
+{
+	struct wsync_url url;
+	char **dst = field, *s;
+	int r;
+
+	r = wsync_url_parse(value, &url, why);
+	if (r < 0)
+		return r;
+	wsync_url_free(&url);
+	s = strdup(value);
+	if (!s)
+		return -ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+static bool is_host_char(char c)
+{
+	return isalnum((unsigned char)c) || c == '.' || c == '-';
+}
+
+/* http(s)://host[:port][/] -- an S3-compatible server.  The bucket and
+ * prefix come from url, so a path here would be ambiguous; credentials
+ * in it would end up in logs and in `--dump-config`. */
+static int parse_endpoint(UNUSED const struct config_key *k, const char *value, void *field,
+			  struct wsync_error *why)
+{
+	static const char expected[] = "expected http://HOST[:PORT] or https://HOST[:PORT]";
+	const char *p, *end, *port = NULL;
+	char **dst = field, *s;
+
+	if (strncasecmp(value, "https://", 8) == 0)
+		p = value + 8;
+	else if (strncasecmp(value, "http://", 7) == 0)
+		p = value + 7;
+	else
+		return wsync_error_set(why, -EINVAL, "%s, not \"%.64s\"", expected, value);
+	end = strchrnul(p, '/');
+	if (*end && end[1])
+		return wsync_error_set(why, -EINVAL,
+				       "must not have a path (%s; the bucket and prefix belong in url)",
+				       expected);
+	if (memchr(p, '@', (size_t)(end - p)))
+		return wsync_error_set(why, -EINVAL,
+				       "credentials must not appear in the endpoint "
+				       "(use [store] credentials)");
+	if (*p == '[') {	/* IPv6 literal */
+		const char *q = p + 1;
+
+		while (q < end && (isxdigit((unsigned char)*q) || *q == ':' || *q == '.'))
+			q++;
+		if (q == p + 1 || q >= end || *q != ']')
+			return wsync_error_set(why, -EINVAL, "bad IPv6 address (%s)", expected);
+		q++;
+		if (q < end && *q != ':')
+			return wsync_error_set(why, -EINVAL, "bad host (%s)", expected);
+		if (q < end)
+			port = q + 1;
+	} else {
+		const char *q = p;
+
+		while (q < end && is_host_char(*q))
+			q++;
+		if (q == p || (q < end && *q != ':'))
+			return wsync_error_set(why, -EINVAL, "bad host \"%.*s\" (%s)",
+					       (int)(end - p > 64 ? 64 : end - p), p, expected);
+		if (q < end)
+			port = q + 1;
+	}
+	if (port) {
+		unsigned long v = 0;
+		const char *q = port;
+
+		for (; q < end && *q >= '0' && *q <= '9' && v <= 65535; q++)
+			v = v * 10 + (unsigned long)(*q - '0');
+		if (q == port || q != end || v == 0 || v > 65535)
+			return wsync_error_set(why, -EINVAL,
+					       "bad port \"%.*s\" (expected 1..65535)",
+					       (int)(end - port > 16 ? 16 : end - port), port);
+	}
+	s = strndup(value, (size_t)(end - value));	/* drop a trailing '/' */
+	if (!s)
+		return -ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+/* AWS-style region names: us-east-1, eu-central-1, auto (R2), ... */
+static int parse_region(const struct config_key *k, const char *value, void *field,
+			struct wsync_error *why)
+{
+	size_t n = strlen(value);
+	char **dst = field, *s;
+
+	if (n == 0 || n > k->max || strspn(value, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
+		return wsync_error_set(why, -EINVAL,
+				       "expected a region name like us-east-1 (1 to %" PRIu64
+				       " characters of a-z, 0-9 and '-'), not \"%.64s\"",
+				       k->max, value);
+	s = strdup(value);
+	if (!s)
+		return -ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+/* ---- the schema --------------------------------------------------------- */
+
+/* Rows of one section stay together: dump and the section list rely on it.
+ * The parser must match the field's type (char *, uint32_t, uint64_t, int,
+ * enum wsync_role); the defaults live in wsync_config_init(). */
+#define KEY(sec, name, parser, formatter, field, ...)                          \
+	{ .section = (sec), .key = (name), .parse = (parser),                  \
+	  .format = (formatter),                                               \
+	  .offset = offsetof(struct wsync_config, field), __VA_ARGS__ }
+
+static const struct config_key config_keys[] = {
+	KEY("daemon", "role", parse_role, format_role, role),
+	KEY("daemon", "state_dir", parse_path, format_string, state_dir),
+	KEY("daemon", "runtime_dir", parse_path, format_string, runtime_dir),
+	KEY("daemon", "threads", parse_uint32, format_uint32, threads,
+	    .min = 1, .max = THREADS_MAX),
+	KEY("daemon", "log_level", parse_log_level, format_log_level, log_level),
+	KEY("store", "url", parse_store_url, format_string, store_url),
+	KEY("store", "endpoint", parse_endpoint, format_string, endpoint,
+	    .flags = KEY_OPTIONAL),
+	KEY("store", "region", parse_region, format_string, region, .max = REGION_MAX),
+	KEY("store", "credentials", parse_path, format_string, credentials,
+	    .flags = KEY_OPTIONAL),
+	KEY("publisher", "watch_dir", parse_path, format_string, watch_dir),
+	KEY("publisher", "anchor_every", parse_uint32, format_uint32, anchor_every,
+	    .min = 1, .max = ANCHOR_EVERY_MAX),
+	KEY("subscriber", "target_dir", parse_path, format_string, target_dir),
+	KEY("subscriber", "poll_interval", parse_duration, format_duration,
+	    poll_interval_ms, .min = POLL_MIN_MS, .max = POLL_MAX_MS),
+};
+
+#define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+
+static const struct config_key *find_key(const char *section, const char *key)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (strcmp(config_keys[i].section, section) == 0 &&
+		    strcmp(config_keys[i].key, key) == 0)
+			return &config_keys[i];
+	return NULL;
+}
+
+static bool section_known(const char *section, size_t n)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (strlen(config_keys[i].section) == n &&
+		    strncmp(config_keys[i].section, section, n) == 0)
+			return true;
+	return false;
+}
+
+/* Levenshtein distance, case-insensitive (so "Role" suggests "role");
+ * UINT_MAX for names too long to bother with. */
+static unsigned edit_distance(const char *a, size_t la, const char *b)
+{
+	unsigned row[SUGGEST_NAME_MAX + 1];
+	size_t lb = strlen(b);
+
+	if (la > SUGGEST_NAME_MAX || lb > SUGGEST_NAME_MAX)
+		return UINT_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++) {
+		unsigned diag = row[0];
+
+		row[0] = (unsigned)i;
+		for (size_t j = 1; j <= lb; j++) {
+			unsigned up = row[j];
+			unsigned cost = tolower((unsigned char)a[i - 1]) !=
+					tolower((unsigned char)b[j - 1]);
+			unsigned best = diag + cost;
+
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* Close enough to be a typo: one edit for short names, two for longer. */
+static bool is_typo_of(const char *name, size_t n, const char *candidate)
+{
+	return edit_distance(name, n, candidate) <= (strlen(candidate) > 5 ? 2u : 1u);
+}
+
+/* "a, b, c or d" of the keys of section (or of the sections when section
+ * is NULL, as "[a], [b] ..."), malloc'd; NULL on ENOMEM. */
+static char *name_list(const char *section)
+{
+	const char *names[N_KEYS];
+	size_t n = 0, len = 1;
+	char *s, *o;
+
+	for (size_t i = 0; i < N_KEYS; i++) {
+		if (section && strcmp(config_keys[i].section, section) == 0)
+			names[n++] = config_keys[i].key;
+		else if (!section && (i == 0 || strcmp(config_keys[i].section,
+						       config_keys[i - 1].section) != 0))
+			names[n++] = config_keys[i].section;
+	}
+	for (size_t i = 0; i < n; i++)
+		len += strlen(names[i]) + 6;
+	s = o = malloc(len);
+	if (!s)
+		return NULL;
+	*o = '\0';
+	for (size_t i = 0; i < n; i++)
+		o += sprintf(o, "%s%s%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ",
+			     section ? "" : "[", names[i], section ? "" : "]");
+	return s;
+}
+
+/* ---- the parse ---------------------------------------------------------- */
+
+struct parse_state {
+	struct wsync_config *cfg;
+	struct wsync_config_errors *errs;
+	const char *path;
+	FILE *f;
+	size_t first_issue;	/* errs->n when this load started */
+	unsigned seen[N_KEYS];	/* line where each key was given, 0 if not */
+
+	/* config_reader()'s view of the file */
+	unsigned lineno;	/* current physical line, 1-based */
+	char *line;		/* copy of it, for finish_line() */
+	size_t len, cap;
+	bool line_open;		/* line holds a line not yet finished */
+	bool at_line_start;	/* the next read starts a new line */
+	bool line_too_long;	/* reported; inih only has its beginning */
+	bool line_has_key;	/* inih called the handler for it */
+	int read_errno;
+	bool oom;
+};
+
+static void add_issue(struct parse_state *st, unsigned line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void add_issue(struct parse_state *st, unsigned line, const char *fmt, ...)
+{
+	struct wsync_config_errors *errs = st->errs;
+	char *msg, *text;
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (r < 0) {
+		st->oom = true;
+		return;
+	}
+	if (line)
+		r = asprintf(&text, "%s:%u: %s", st->path, line, msg);
+	else
+		r = asprintf(&text, "%s: %s", st->path, msg);
+	free(msg);
+	if (r < 0) {
+		st->oom = true;
+		return;
+	}
+	if (errs->n == errs->cap) {
+		size_t cap = errs->cap ? errs->cap * 2 : 8;
+		struct wsync_config_issue *items = realloc(errs->items, cap * sizeof(*items));
+
+		if (!items) {
+			free(text);
+			st->oom = true;
+			return;
+		}
+		errs->items = items;
+		errs->cap = cap;
+	}
+	errs->items[errs->n].line = line;
+	errs->items[errs->n].text = text;
+	errs->n++;
+}
+
+static bool has_issue_on_line(const struct parse_state *st, unsigned line)
+{
+	for (size_t i = st->first_issue; i < st->errs->n; i++)
+		if (st->errs->items[i].line == line)
+			return true;
+	return false;
+}
+
+static size_t n_issues(const struct parse_state *st)
+{
+	return st->errs->n - st->first_issue;
+}
+
+static void unknown_key(struct parse_state *st, const char *section, const char *name)
+{
+	const char *other = NULL, *typo = NULL;
+	char *list;
+
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct config_key *k = &config_keys[i];
+
+		if (strcmp(k->section, section) != 0) {
+			if (strcmp(k->key, name) == 0)
+				other = k->section;
+		} else if (!typo && is_typo_of(name, strlen(name), k->key)) {
+			typo = k->key;
+		}
+	}
+	if (other) {
+		add_issue(st, st->lineno, "[%s] %s: unknown key in [%s]; %s belongs in [%s]",
+			  section, name, section, name, other);
+	} else if (typo) {
+		add_issue(st, st->lineno, "[%s] %s: unknown key (did you mean %s?)",
+			  section, name, typo);
+	} else {
+		list = name_list(section);
+		if (!list) {
+			st->oom = true;
+			return;
+		}
+		add_issue(st, st->lineno, "[%s] %s: unknown key (valid keys in [%s]: %s)",
+			  section, name, section, list);
+		free(list);
+	}
+}
+
+/* inih only reports a key outside any section as section "". */
+static void key_outside_section(struct parse_state *st, const char *name)
+{
+	const char *home = NULL;
+	char *list;
+
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (strcmp(config_keys[i].key, name) == 0)
+			home = config_keys[i].section;
+	if (home) {
+		add_issue(st, st->lineno, "%s: key outside of any section (it belongs in [%s])",
+			  name, home);
+		return;
+	}
+	list = name_list(NULL);
+	if (!list) {
+		st->oom = true;
+		return;
+	}
+	add_issue(st, st->lineno, "%s: key outside of any section (sections are %s)",
+		  name, list);
+	free(list);
+}
+
+/* inih's handler: returns nonzero when the line was fine (inih's own
+ * bookkeeping; every problem is recorded in st->errs either way). */
+static int config_handler(void *user, const char *section, const char *name,
+			  const char *value)
+{
+	struct parse_state *st = user;
+	const struct config_key *k;
+	struct wsync_error why = { 0 };
+	void *field;
+	size_t idx;
+	int r;
+
+	st->line_has_key = true;
+	if (st->line_too_long)
+		return 1;	/* reported already; inih saw a truncated value */
+	if (!*name) {
+		add_issue(st, st->lineno, "missing key name before '='");
+		return 0;
+	}
+	if (!*section) {
+		key_outside_section(st, name);
+		return 0;
+	}
+	if (!section_known(section, strlen(section)))
+		return 1;	/* finish_line() reported the section header */
+	k = find_key(section, name);
+	if (!k) {
+		unknown_key(st, section, name);
+		return 0;
+	}
+	idx = (size_t)(k - config_keys);
+	if (st->seen[idx]) {
+		add_issue(st, st->lineno, "[%s] %s: given twice (first on line %u); "
+			  "each key may appear once", section, name, st->seen[idx]);
+		return 0;
+	}
+	st->seen[idx] = st->lineno;
+	for (const char *h = strchr(value, '#'); h; h = strchr(h + 1, '#')) {
+		if (h > value && isspace((unsigned char)h[-1])) {
+			add_issue(st, st->lineno, "[%s] %s: value contains \" #\": '#' starts a "
+				  "comment only at the beginning of a line (after a value, use \" ;\")",
+				  section, name);
+			return 0;
+		}
+	}
+	field = (char *)st->cfg + k->offset;
+	if (!*value && (k->flags & KEY_OPTIONAL)) {
+		char **s = field;
+
+		free(*s);
+		*s = NULL;
+		return 1;
+	}
+	r = k->parse(k, value, field, &why);
+	if (r == -ENOMEM) {
+		st->oom = true;
+		return 0;
+	}
+	if (r < 0) {
+		add_issue(st, st->lineno, "[%s] %s: %s%s", section, name,
+			  *value ? "" : "empty value; ", wsync_error_str(&why));
+		return 0;
+	}
+	return 1;
+}
+
+/* Called once per physical line after inih is done with it: report what
+ * inih rejected or never showed the handler (section headers, syntax
+ * errors).  Mirrors inih's own classification of a line. */
+static void finish_line(struct parse_state *st)
+{
+	char *p = st->line, *end;
+
+	st->line_open = false;
+	if (st->line_too_long || st->line_has_key || !p)
+		return;
+	if (st->lineno == 1 && st->len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
+		p += 3;	/* the byte order mark inih skips */
+	while (*p && isspace((unsigned char)*p))
+		p++;
+	end = p + strlen(p);
+	while (end > p && isspace((unsigned char)end[-1]))
+		end--;
+	if (p == end || *p == ';' || *p == '#')
+		return;
+	if (*p == '[') {
+		/* inih: the name ends at ']' or at an inline comment (" ;") */
+		char *q = p + 1;
+		bool was_space = false;
+
+		while (q < end && *q != ']' && !(was_space && *q == ';')) {
+			was_space = isspace((unsigned char)*q);
+			q++;
+		}
+		if (q < end && *q == ']') {
+			size_t n = (size_t)(q - p - 1);
+			const char *typo = NULL;
+			char *list;
+
+			if (section_known(p + 1, n))
+				return;
+			for (size_t i = 0; i < N_KEYS && !typo; i++)
+				if (is_typo_of(p + 1, n, config_keys[i].section))
+					typo = config_keys[i].section;
+			if (typo) {
+				add_issue(st, st->lineno,
+					  "[%.*s]: unknown section (did you mean [%s]?)",
+					  (int)(n > 64 ? 64 : n), p + 1, typo);
+				return;
+			}
+			list = name_list(NULL);
+			if (!list) {
+				st->oom = true;
+				return;
+			}
+			add_issue(st, st->lineno, "[%.*s]: unknown section (valid sections: %s)",
+				  (int)(n > 64 ? 64 : n), p + 1, list);
+			free(list);
+			return;
+		}
+		add_issue(st, st->lineno, "syntax error: section header without ']'");
+		return;
+	}
+	add_issue(st, st->lineno, "syntax error: expected \"key = value\", "
+		  "\"[section]\" or a comment");
+}
+
+static void append_line(struct parse_state *st, const char *s, size_t n)
+{
+	if (st->len + n + 1 > st->cap) {
+		size_t cap = st->cap ? st->cap : 256;
+		char *line;
+
+		while (cap < st->len + n + 1)
+			cap *= 2;
+		line = realloc(st->line, cap);
+		if (!line) {
+			st->oom = true;
+			return;
+		}
+		st->line = line;
+		st->cap = cap;
+	}
+	memcpy(st->line + st->len, s, n + 1);
+	st->len += n;
+}
+
+/* inih's ini_reader: fgets() on st->f, keeping count of physical lines.
+ * inih calls it again for the same line while its buffer grows; a line
+ * that would not fit in ini_max_line is reported and its tail dropped, so
+ * inih's line count stays equal to ours. */
+static char *config_reader(char *str, int num, void *stream)
+{
+	struct parse_state *st = stream;
+	size_t n;
+	int c;
+
+	/* inih's buffer is full: it asks for 0 bytes, as fgets would answer */
+	if (num <= 1) {
+		if (num < 1)
+			return NULL;
+		str[0] = '\0';
+		return str;
+	}
+	if (st->line_open && !st->at_line_start && st->line_too_long) {
+		while ((c = getc(st->f)) != EOF && c != '\n')
+			;
+		st->at_line_start = true;
+	}
+	if (!fgets(str, num, st->f)) {
+		if (ferror(st->f))
+			st->read_errno = errno ? errno : EIO;
+		return NULL;
+	}
+	if (st->at_line_start) {
+		if (st->line_open)
+			finish_line(st);
+		st->lineno++;
+		st->line_open = true;
+		st->line_has_key = false;
+		st->line_too_long = false;
+		st->len = 0;
+	}
+	n = strlen(str);
+	append_line(st, str, n);
+	if (n > 0 && str[n - 1] == '\n') {
+		st->at_line_start = true;
+		return str;
+	}
+	c = getc(st->f);
+	if (c == EOF) {		/* last line, no newline */
+		if (ferror(st->f))
+			st->read_errno = errno ? errno : EIO;
+		st->at_line_start = true;
+		return str;
+	}
+	(void)ungetc(c, st->f);
+	st->at_line_start = false;
+	if (st->len >= (size_t)ini_max_line - 1) {
+		st->line_too_long = true;
+		add_issue(st, st->lineno, "line too long (more than %d characters)",
+			  ini_max_line - 2);
+	}
+	return str;
+}
+
+/* Debian's inih keeps its options in globals: set every one we depend on,
+ * whatever another caller in the process may have left there. */
+static void configure_inih(void)
+{
+	static char start_comments[] = ";#";
+	static char inline_comments[] = ";";
+
+	ini_use_stack = false;
+	ini_allow_realloc = true;
+	ini_initial_alloc = 256;
+	ini_max_line = WSYNC_CONFIG_MAX_LINE;
+	ini_allow_multiline = false;
+	ini_allow_bom = true;
+	ini_allow_inline_comments = true;
+	ini_inline_comment_prefixes = inline_comments;
+	ini_start_comment_prefixes = start_comments;
+	ini_allow_no_value = false;
+	ini_stop_on_first_error = false;
+}
+
+static unsigned seen_line(const struct parse_state *st, const char *section, const char *key)
+{
+	const struct config_key *k = find_key(section, key);
+
+	return k ? st->seen[k - config_keys] : 0;
+}
+
+/* Is a the same directory as b, or inside it?  Both are normalised. */
+static bool path_within(const char *a, const char *b)
+{
+	size_t n = strlen(b);
+
+	return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/' || n == 1);
+}
+
+/* Rules across keys, once the whole file is read.  A key that was given
+ * but failed to parse is not reported again as missing. */
+static void validate(struct parse_state *st)
+{
+	const struct wsync_config *cfg = st->cfg;
+	struct wsync_error why = { 0 };
+	struct wsync_url url;
+	int r;
+
+	if (cfg->role == WSYNC_ROLE_UNSET && !seen_line(st, "daemon", "role"))
+		add_issue(st, 0, "[daemon] role: missing (set it to publisher or subscriber)");
+	if (!cfg->store_url && !seen_line(st, "store", "url"))
+		add_issue(st, 0, "[store] url: missing (expected " URL_FORMS ")");
+	if (cfg->role == WSYNC_ROLE_PUBLISHER && !cfg->watch_dir &&
+	    !seen_line(st, "publisher", "watch_dir"))
+		add_issue(st, 0, "[publisher] watch_dir: missing (required when role = publisher)");
+	if (cfg->role == WSYNC_ROLE_SUBSCRIBER && !cfg->target_dir &&
+	    !seen_line(st, "subscriber", "target_dir"))
+		add_issue(st, 0, "[subscriber] target_dir: missing (required when role = subscriber)");
+	if (cfg->watch_dir && cfg->target_dir && strcmp(cfg->watch_dir, cfg->target_dir) == 0)
+		add_issue(st, seen_line(st, "subscriber", "target_dir"),
+			  "[subscriber] target_dir: same directory as [publisher] watch_dir");
+
+	if (!cfg->store_url)
+		return;
+	r = wsync_url_parse(cfg->store_url, &url, &why);
+	if (r == -ENOMEM)
+		st->oom = true;
+	if (r < 0)
+		return;
+	if (url.scheme == WSYNC_URL_FILE) {
+		const char *dir = cfg->role == WSYNC_ROLE_PUBLISHER ? cfg->watch_dir :
+				  cfg->role == WSYNC_ROLE_SUBSCRIBER ? cfg->target_dir : NULL;
+
+		if (cfg->endpoint)
+			add_issue(st, seen_line(st, "store", "endpoint"),
+				  "[store] endpoint: not used with a file:// url; remove it "
+				  "(only s3:// and hf:// stores have an endpoint)");
+		/* The publisher would see its own uploads as new files, the
+		 * subscriber would apply deltas over the bucket. */
+		if (dir && (path_within(url.path, dir) || path_within(dir, url.path)))
+			add_issue(st, seen_line(st, "store", "url"),
+				  "[store] url: bucket directory %s overlaps [%s] %s %s",
+				  url.path, cfg->role == WSYNC_ROLE_PUBLISHER ? "publisher" : "subscriber",
+				  cfg->role == WSYNC_ROLE_PUBLISHER ? "watch_dir" : "target_dir", dir);
+	}
+	wsync_url_free(&url);
+}
+
+int wsync_config_load(struct wsync_config *cfg, const char *path,
+		      struct wsync_config_errors *errs)
+{
+	struct wsync_config_errors local = { 0 };
+	struct parse_state st = {
+		.cfg = cfg,
+		.errs = errs ? errs : &local,
+		.path = path,
+		.at_line_start = true,
+	};
+	int r, ret;
+
+	st.first_issue = st.errs->n;
+	free(cfg->path);
+	cfg->path = strdup(path);
+	if (!cfg->path) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	st.f = fopen(path, "re");
+	if (!st.f) {
+		ret = -errno;
+		add_issue(&st, 0, "cannot open: %s", strerror(-ret));
+		goto out;
+	}
+	configure_inih();
+	r = ini_parse_stream(config_reader, &st, config_handler, &st);
+	if (st.line_open)
+		finish_line(&st);
+	(void)fclose(st.f);
+	if (r == -2)
+		st.oom = true;
+	else if (r > 0 && !has_issue_on_line(&st, (unsigned)r))
+		add_issue(&st, (unsigned)r, "syntax error");
+	if (st.read_errno) {
+		/* e.g. EISDIR: fopen() opens a directory, reading fails */
+		add_issue(&st, 0, "cannot read: %s", strerror(st.read_errno));
+		ret = -st.read_errno;
+		goto out;
+	}
+	validate(&st);
+	ret = n_issues(&st) ? -EINVAL : 0;
+out:
+	if (st.oom)
+		ret = -ENOMEM;
+	free(st.line);
+	wsync_config_errors_free(&local);
+	return ret;
+}
+
+/* ---- defaults, lifetime, introspection ---------------------------------- */
+
+/* systemd passes StateDirectory=/RuntimeDirectory= as a colon-separated
+ * list; the first entry is ours.  Anything unusable falls back to def. */
+static int default_dir(const char *env, const char *def, char **ret)
+{
+	const char *v = getenv(env);
+	int r;
+
+	if (v && *v) {
+		char *first = strndup(v, strcspn(v, ":"));
+
+		if (!first)
+			return -ENOMEM;
+		r = normalise_abs_path(first, ret, NULL);
+		free(first);
+		if (r != -EINVAL)
+			return r;
+	}
+	*ret = strdup(def);
+	return *ret ? 0 : -ENOMEM;
+}
+
+int wsync_config_init(struct wsync_config *cfg)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->role = WSYNC_ROLE_UNSET;
+	cfg->threads = ncpu < 1 ? 1 : ncpu > THREADS_MAX ? THREADS_MAX : (uint32_t)ncpu;
+	cfg->log_level = LOG_INFO;
+	cfg->anchor_every = 20;
+	cfg->poll_interval_ms = 2000;
+	if (default_dir("STATE_DIRECTORY", "/var/lib/wsync", &cfg->state_dir) < 0 ||
+	    default_dir("RUNTIME_DIRECTORY", "/run/wsync", &cfg->runtime_dir) < 0 ||
+	    !(cfg->region = strdup("us-east-1"))) {
+		wsync_config_free(cfg);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void wsync_config_free(struct wsync_config *cfg)
+{
+	if (!cfg)
+		return;
+	free(cfg->path);
+	free(cfg->state_dir);
+	free(cfg->runtime_dir);
+	free(cfg->store_url);
+	free(cfg->endpoint);
+	free(cfg->region);
+	free(cfg->credentials);
+	free(cfg->watch_dir);
+	free(cfg->target_dir);
+	/* zeroed, so a second free (or a free after a failed init) is harmless */
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+void wsync_config_errors_free(struct wsync_config_errors *errs)
+{
+	if (!errs)
+		return;
+	for (size_t i = 0; i < errs->n; i++)
+		free(errs->items[i].text);
+	free(errs->items);
+	memset(errs, 0, sizeof(*errs));
+}
+
+const char *wsync_role_name(enum wsync_role role)
+{
+	switch (role) {
+	case WSYNC_ROLE_PUBLISHER:
+		return "publisher";
+	case WSYNC_ROLE_SUBSCRIBER:
+		return "subscriber";
+	case WSYNC_ROLE_UNSET:
+		break;
+	}
+	return "unset";
+}
+
+void wsync_config_foreach_key(void (*cb)(const char *section, const char *key,
+					 void *userdata),
+			      void *userdata)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		cb(config_keys[i].section, config_keys[i].key, userdata);
+}
+
+/* Unset keys are written as comments, so the output loads back to the
+ * same values (a missing required key is then reported as missing). */
+void wsync_config_dump(const struct wsync_config *cfg, FILE *f)
+{
+	const char *section = NULL;
+
+	if (cfg->path && !strpbrk(cfg->path, "\r\n"))
+		fprintf(f, "; wsyncd effective configuration, loaded from %s\n", cfg->path);
+	else
+		fprintf(f, "; wsyncd effective configuration\n");
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct config_key *k = &config_keys[i];
+		char buf[FORMAT_MAX];
+		const char *v;
+
+		if (!section || strcmp(section, k->section) != 0) {
+			fprintf(f, "\n[%s]\n", k->section);
+			section = k->section;
+		}
+		v = k->format(k, (const char *)cfg + k->offset, buf, sizeof(buf));
+		if (v)
+			fprintf(f, "%s = %s\n", k->key, v);
+		else
+			fprintf(f, "; %s = (not set)\n", k->key);
+	}
+}

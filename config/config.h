@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.h -- the wsyncd configuration: one flat struct holding every
+ * setting, filled from an INI file (inih) by a table of
+ * {section, key, parser, offset} rows.  Defaults live in one place
+ * (wsync_config_init); validation runs after parsing.
+ *
+ * Errors are collected, not fatal at the first one: a file with three bad
+ * keys reports all three, each as "FILE:LINE: [section] key: reason", so
+ * `wsyncd --check-config` works like `nginx -t`.  Unknown sections and keys
+ * are errors.  Lines may be as long as WSYNC_CONFIG_MAX_LINE - 2 (Debian's inih
+ * cuts at 200 by default; we lift that through its runtime globals).
+ */
+#ifndef WSYNC_CONFIG_H
+#define WSYNC_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define WSYNC_CONFIG_MAX_LINE 65536
+#define WSYNC_EX_CONFIG 78 /* sysexits.h EX_CONFIG */
+
+enum wsync_role {
+	WSYNC_ROLE_UNSET = 0,
+	WSYNC_ROLE_PUBLISHER,
+	WSYNC_ROLE_SUBSCRIBER,
+};
+
+struct wsync_config {
+	char *path;		/* the file this was loaded from */
+
+	/* [daemon] */
+	enum wsync_role role;	/* role = publisher|subscriber (required) */
+	char *state_dir;	/* default $STATE_DIRECTORY or /var/lib/wsync */
+	char *runtime_dir;	/* default $RUNTIME_DIRECTORY or /run/wsync */
+	uint32_t threads;	/* default: number of online cores; 1..1024 */
+	int log_level;		/* syslog priority; default LOG_INFO */
+
+	/* [store] */
+	char *store_url;	/* url = file:///.. | s3://.. | hf://buckets/.. (required) */
+	char *endpoint;		/* endpoint = https://host[:port] (optional) */
+	char *region;		/* default "us-east-1" */
+	char *credentials;	/* path of a credentials file (optional) */
+
+	/* [publisher] */
+	char *watch_dir;	/* required for role=publisher */
+	uint32_t anchor_every;	/* default 20; 1..100000 */
+
+	/* [subscriber] */
+	char *target_dir;	/* required for role=subscriber */
+	uint64_t poll_interval_ms; /* default 2s; 100ms..1d */
+};
+
+/* One collected problem in a config file. */
+struct wsync_config_issue {
+	unsigned line;		/* 0 when not tied to one line (e.g. missing key) */
+	char *text;		/* "FILE:LINE: [section] key: reason" */
+};
+
+struct wsync_config_errors {
+	struct wsync_config_issue *items;
+	size_t n, cap;
+};
+
+/* Fill cfg with defaults (reads STATE_DIRECTORY / RUNTIME_DIRECTORY and
+ * the core count).  Returns 0 or -ENOMEM. */
+int wsync_config_init(struct wsync_config *cfg);
+
+/*
+ * Load path into cfg (which must have been initialised), then validate.
+ * Every problem is appended to errs.  Returns 0 when the file is valid,
+ * -EINVAL when errs holds at least one problem, or a negative errno when
+ * the file cannot be read (also described in errs).
+ */
+int wsync_config_load(struct wsync_config *cfg, const char *path,
+		      struct wsync_config_errors *errs);
+
+/* Free everything cfg owns (the struct itself is the caller's). */
+void wsync_config_free(struct wsync_config *cfg);
+void wsync_config_errors_free(struct wsync_config_errors *errs);
+
+/* "publisher" / "subscriber" / "unset". */
+const char *wsync_role_name(enum wsync_role role);
+
+/*
+ * Walk every key the loader accepts: cb(section, key, userdata) once per
+ * key, in table order.  Used by tests (every key documented) and by
+ * `wsyncd --dump-config`.
+ */
+void wsync_config_foreach_key(void (*cb)(const char *section, const char *key,
+					 void *userdata),
+			      void *userdata);
+
+/* Write the effective configuration as INI to f (for --dump-config). */
+void wsync_config_dump(const struct wsync_config *cfg, FILE *f);
+
+#endif

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tool.h -- the subcommands of the `wsync` command-line tool, each in its
+ * own tool_<name>.c (as curl's src/tool_*.c), dispatched by wsync.c.
+ *
+ * A subcommand gets argv starting at its own name and returns the process
+ * exit code (WSYNC_EXIT_*).
+ */
+#ifndef WSYNC_TOOL_H
+#define WSYNC_TOOL_H
+
+enum {
+	WSYNC_EXIT_OK = 0,
+	WSYNC_EXIT_FAILURE = 1,	/* with a one-line reason on stderr */
+	WSYNC_EXIT_USAGE = 2,
+	WSYNC_EXIT_DATAERR = 65, /* sysexits.h EX_DATAERR: bad or mismatched input */
+};
+
+int tool_inspect(int argc, char **argv);
+
+#endif

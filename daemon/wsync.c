@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * wsync -- the command-line tool: a thin front on libwsync.  This file only
+ * dispatches to the subcommands in tool_*.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "tool.h"
+#include "wsync-build.h"
+
+static const struct subcommand {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} subcommands[] = {
+	{ "inspect", tool_inspect,
+	  "PATH [--json]  list the tensors of a safetensors file or checkpoint directory" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: wsync COMMAND [ARGS...]\n\n"
+		   "Keeps LLM weights in sync across nodes by shipping only what "
+		   "changed.\n\nCommands:\n");
+	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+		fprintf(f, "  %s %s\n", subcommands[i].name, subcommands[i].summary);
+	fprintf(f, "\nOptions:\n  -h, --help     this text\n"
+		   "  -V, --version  print the version\n\n"
+		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 bad input.\n");
+}
+
+int main(int argc, char **argv)
+{
+	wsync_log_set_ident("wsync");
+	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
+
+	if (argc < 2) {
+		usage(stderr);
+		return WSYNC_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return WSYNC_EXIT_OK;
+	}
+	if (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0) {
+		printf("wsync %s\n", WSYNC_VERSION);
+		return WSYNC_EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+		if (strcmp(argv[1], subcommands[i].name) == 0)
+			return subcommands[i].run(argc - 1, argv + 1);
+
+	fprintf(stderr, "wsync: unknown command \"%s\" (see wsync --help)\n", argv[1]);
+	return WSYNC_EXIT_USAGE;
+}

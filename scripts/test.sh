@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# test.sh -- the one command that checks everything: installs what is
+# missing, builds with -Werror, runs every test, runs the unit tests again
+# under ASan+UBSan (leaks included), runs each fuzz target for a fixed time,
+# and ends with one line "N passed, N failed".
+#
+#   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the header parser's
+#                           target gets this; the others a third of it)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+fuzz_seconds=${WSYNC_FUZZ_SECONDS:-30}
+passed=0
+failed=0
+skipped=0
+
+say() { printf '== %s\n' "$*"; }
+
+fail_stage() { # a stage that could not even run counts as one failure
+	echo "FAILED: $1" >&2
+	failed=$((failed + 1))
+}
+
+# setup BUILD_DIR [meson options...]: configure (or reconfigure) and build.
+setup_build() {
+	local dir=$1
+	shift
+	if [ -d "$dir/meson-private" ]; then
+		meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1
+	else
+		meson setup "$dir" "$@" >"$dir.setup.log" 2>&1
+	fi || { cat "$dir.setup.log"; return 1; }
+	ninja -C "$dir" >"$dir/build.log" 2>&1 || { tail -60 "$dir/build.log"; return 1; }
+}
+
+# count BUILD_DIR: add the cases of the last meson test run there.
+count() {
+	local p f s
+	read -r p f s < <(/usr/bin/python3 scripts/count-results.py "$1/meson-logs/testlog.json")
+	passed=$((passed + p))
+	failed=$((failed + f))
+	skipped=$((skipped + s))
+}
+
+say "installing what is missing"
+if ! scripts/setup.sh; then
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+say "build (gcc, -Werror)"
+if setup_build build -Dwerror=true -Dbuildtype=debugoptimized; then
+	say "tests"
+	meson test -C build --print-errorlogs --no-rebuild --timeout-multiplier 2 \
+		>build/test.log 2>&1
+	tail -12 build/test.log
+	count build
+else
+	fail_stage "gcc build"
+fi
+
+say "unit tests under ASan+UBSan"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+if setup_build build-asan -Dwerror=true -Dbuildtype=debug \
+	-Db_sanitize=address,undefined -Db_lundef=false; then
+	meson test -C build-asan --suite unit --print-errorlogs --no-rebuild \
+		--timeout-multiplier 3 >build-asan/test.log 2>&1
+	tail -8 build-asan/test.log
+	count build-asan
+else
+	fail_stage "ASan build"
+fi
+
+say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header parser)"
+if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
+	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
+	for target in safetensors-header safetensors-index; do
+		secs=$fuzz_seconds
+		[ "$target" = safetensors-header ] || secs=$(((fuzz_seconds + 2) / 3))
+		work=build-fuzz/corpus-$target
+		mkdir -p "$work" build-fuzz/artifacts
+		if build-fuzz/tests/fuzz/fuzz-$target -max_total_time="$secs" \
+			-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+			-artifact_prefix=build-fuzz/artifacts/$target- \
+			"$work" "tests/fuzz/corpus/$target" >build-fuzz/$target.log 2>&1; then
+			echo "ok - fuzz $target: $(grep -E 'stat::number_of_executed_units' \
+				build-fuzz/$target.log | awk '{print $2}') runs, no crash"
+			passed=$((passed + 1))
+		else
+			tail -40 build-fuzz/$target.log
+			fail_stage "fuzz $target (see build-fuzz/artifacts/)"
+		fi
+	done
+else
+	fail_stage "fuzz build"
+fi
+
+line="$passed passed, $failed failed"
+[ "$skipped" -gt 0 ] && line="$line, $skipped skipped"
+echo "$line"
+[ "$failed" -eq 0 ]
