@@ -19,7 +19,7 @@ for path in sys.argv[1:]:
             if not line.strip():
                 continue
             t = json.loads(line)
-            out = t.get('stdo') or ''
+            out = t.get('stdout') or t.get('stdo') or ''
             p = fl = s = 0
             for l in out.splitlines():
                 m = TAP.match(l)
