@@ -166,6 +166,21 @@ static int has_field(const char *dgram, const char *field)
 	return 0;
 }
 
+/* Close the socket and remove DIR/systemd/journal/socket and its dirs. */
+static void journal_dir_remove(int fd, const char *dir)
+{
+	static const char *const parts[] = { "/systemd/journal/socket",
+					     "/systemd/journal", "/systemd", "" };
+	char path[512];
+
+	close(fd);
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", dir, parts[i]);
+		if (unlink(path) < 0)
+			(void)rmdir(path);
+	}
+}
+
 static void journal_native_fields(void)
 {
 	char dir[] = "/tmp/wsync-journal-XXXXXX", sub[256], buf[8192];
@@ -208,12 +223,7 @@ static void journal_native_fields(void)
 	}
 	CHECK(waitpid(pid, &status, 0) == pid);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
-		close(fd);
-		unlink(sa.sun_path);
-		rmdir(sub);
-		snprintf(sub, sizeof(sub), "%s/systemd", dir);
-		rmdir(sub);
-		rmdir(dir);
+		journal_dir_remove(fd, dir);
 		SKIP("no private mount namespace here (unshare/mount refused)");
 	}
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -232,12 +242,7 @@ static void journal_native_fields(void)
 	CHECK(strstr(buf, "CODE_FILE=") != NULL);
 	if (tap_case_failed)
 		printf("# datagram:\n# %s\n", buf);
-	close(fd);
-	unlink(sa.sun_path);
-	rmdir(sub);
-	snprintf(sub, sizeof(sub), "%s/systemd", dir);
-	rmdir(sub);
-	rmdir(dir);
+	journal_dir_remove(fd, dir);
 }
 
 static void auto_target(void)
