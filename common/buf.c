@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "buf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int wsync_buf_reserve(struct wsync_buf *b, size_t extra)
+{
+	size_t need, cap;
+	uint8_t *p;
+
+	if (extra > SIZE_MAX - b->len)
+		return -ENOMEM;
+	need = b->len + extra;
+	if (need <= b->cap)
+		return 0;
+	cap = b->cap ? b->cap : 256;
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+	p = realloc(b->data, cap);
+	if (!p)
+		return -ENOMEM;
+	b->data = p;
+	b->cap = cap;
+	return 0;
+}
+
+int wsync_buf_append(struct wsync_buf *b, const void *p, size_t n)
+{
+	int r = wsync_buf_reserve(b, n);
+
+	if (r < 0)
+		return r;
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+int wsync_buf_put_u8(struct wsync_buf *b, uint8_t v)
+{
+	return wsync_buf_append(b, &v, 1);
+}
+
+int wsync_buf_put_u16(struct wsync_buf *b, uint16_t v)
+{
+	uint8_t p[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
+
+	return wsync_buf_append(b, p, 2);
+}
+
+int wsync_buf_put_u32(struct wsync_buf *b, uint32_t v)
+{
+	uint8_t p[4];
+
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return wsync_buf_append(b, p, 4);
+}
+
+int wsync_buf_put_u64(struct wsync_buf *b, uint64_t v)
+{
+	uint8_t p[8];
+
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return wsync_buf_append(b, p, 8);
+}
+
+void wsync_buf_reset(struct wsync_buf *b)
+{
+	b->len = 0;
+}
+
+void wsync_buf_free(struct wsync_buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+}

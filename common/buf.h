@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * buf.h -- a growable byte buffer for building records in memory.
+ * Sizes are 64-bit; growth doubles; a failed allocation leaves the buffer
+ * as it was and returns -ENOMEM.
+ */
+#ifndef WSYNC_BUF_H
+#define WSYNC_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct wsync_buf {
+	uint8_t *data;
+	size_t len, cap;
+};
+
+int wsync_buf_reserve(struct wsync_buf *b, size_t extra);
+int wsync_buf_append(struct wsync_buf *b, const void *p, size_t n);
+int wsync_buf_put_u8(struct wsync_buf *b, uint8_t v);
+int wsync_buf_put_u16(struct wsync_buf *b, uint16_t v);	/* little-endian */
+int wsync_buf_put_u32(struct wsync_buf *b, uint32_t v);
+int wsync_buf_put_u64(struct wsync_buf *b, uint64_t v);
+void wsync_buf_reset(struct wsync_buf *b);	/* len = 0, keeps the memory */
+void wsync_buf_free(struct wsync_buf *b);	/* frees and zeroes */
+
+/* Little-endian loads from unaligned memory. */
+static inline uint16_t wsync_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static inline uint32_t wsync_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t wsync_le64(const uint8_t *p)
+{
+	return (uint64_t)wsync_le32(p) | (uint64_t)wsync_le32(p + 4) << 32;
+}
+
+#endif

@@ -1,0 +1,739 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * codec_float.c -- see codec_float.h and FORMAT.md §4.
+ *
+ * The inner loops are written once for both element widths and
+ * specialised by the compiler (always_inline with a constant width).
+ * Per element they do one table lookup for the class and one counter
+ * increment; only changed elements (about 1% in RL fine-tuning) take the
+ * slower path that emits symbols.
+ */
+#include "codec_float.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zstd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "wsync's codecs read tensor data as little-endian, as safetensors stores it"
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define NCLS WSYNC_FLOAT_CLASSES
+
+struct family_info {
+	unsigned width;		/* bytes per element */
+	unsigned exp_shift, exp_mask;
+};
+
+static const struct family_info families[WSYNC_FAMILY_COUNT] = {
+	[WSYNC_FAMILY_BF16] = { 2, 7, 0xff },
+	[WSYNC_FAMILY_F16] = { 2, 10, 0x1f },
+	[WSYNC_FAMILY_F32] = { 4, 23, 0xff },
+};
+
+unsigned wsync_float_elem_size(enum wsync_float_family f)
+{
+	return (unsigned)f < WSYNC_FAMILY_COUNT ? families[f].width : 0;
+}
+
+static ALWAYS_INLINE uint32_t load(const uint8_t *p, unsigned width)
+{
+	if (width == 2) {
+		uint16_t v;
+
+		memcpy(&v, p, 2);
+		return v;
+	} else {
+		uint32_t v;
+
+		memcpy(&v, p, 4);
+		return v;
+	}
+}
+
+static ALWAYS_INLINE void store(uint8_t *p, uint32_t v, unsigned width)
+{
+	if (width == 2) {
+		uint16_t s = (uint16_t)v;
+
+		memcpy(p, &s, 2);
+	} else {
+		memcpy(p, &v, 4);
+	}
+}
+
+/* Keys order the values: adjacent keys are one ULP apart (FORMAT.md §4). */
+static ALWAYS_INLINE int64_t to_key(uint32_t x, unsigned width)
+{
+	uint32_t sign = width == 2 ? 0x8000u : 0x80000000u;
+
+	return (x & sign) ? -1 - (int64_t)(x & (sign - 1)) : (int64_t)x;
+}
+
+static ALWAYS_INLINE bool from_key(int64_t k, unsigned width, uint32_t *x)
+{
+	uint32_t sign = width == 2 ? 0x8000u : 0x80000000u;
+	int64_t max = (int64_t)(sign - 1);
+
+	if (k >= 0) {
+		if (k > max)
+			return false;
+		*x = (uint32_t)k;
+		return true;
+	}
+	if (-1 - k > max)
+		return false;
+	*x = sign | (uint32_t)(-1 - k);
+	return true;
+}
+
+/* Class table for a piece: exponent -> class (FORMAT.md §4). */
+static void class_table(enum wsync_float_family f, uint8_t lo, uint8_t tab[256])
+{
+	for (unsigned e = 0; e <= families[f].exp_mask; e++) {
+		int c = (int)e - (int)lo;
+
+		tab[e] = (uint8_t)(c < 0 ? 0 : c >= NCLS ? NCLS - 1 : c);
+	}
+}
+
+uint8_t wsync_float_choose_lo(enum wsync_float_family f, const uint8_t *base,
+			      uint64_t nelem)
+{
+	const struct family_info *fi = &families[f];
+	uint32_t hist[256] = { 0 };
+	uint64_t step, n = 0, half, acc = 0;
+	unsigned median = 0;
+
+	if (nelem == 0)
+		return 0;
+	/* The class window is centred below the median exponent: small
+	 * weights change most often, so the finer classes go there. */
+	step = nelem > 4096 ? nelem / 4096 : 1;
+	for (uint64_t i = 0; i < nelem; i += step, n++)
+		hist[(load(base + i * fi->width, fi->width) >> fi->exp_shift) &
+		     fi->exp_mask]++;
+	half = (n + 1) / 2;
+	for (unsigned e = 0; e <= fi->exp_mask; e++) {
+		acc += hist[e];
+		if (acc >= half) {
+			median = e;
+			break;
+		}
+	}
+	return (uint8_t)(median > 10 ? median - 10 : 0);
+}
+
+void wsync_float_enc_init(struct wsync_float_enc *e)
+{
+	memset(e, 0, sizeof(*e));
+}
+
+void wsync_float_enc_free(struct wsync_float_enc *e)
+{
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			struct wsync_float_lane *l = &e->lane[f][c];
+
+			wsync_buf_free(&l->gap_syms);
+			wsync_buf_free(&l->step_syms);
+			wsync_buf_free(&l->gap_bits.out);
+			wsync_buf_free(&l->step_bits.out);
+		}
+}
+
+void wsync_float_enc_mark(const struct wsync_float_enc *e, struct wsync_float_mark *m)
+{
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			const struct wsync_float_lane *l = &e->lane[f][c];
+
+			m->lane[f][c].gs = l->gap_syms.len;
+			m->lane[f][c].ss = l->step_syms.len;
+			m->lane[f][c].gb = l->gap_bits.out.len;
+			m->lane[f][c].sb = l->step_bits.out.len;
+			m->lane[f][c].gacc = l->gap_bits.acc;
+			m->lane[f][c].sacc = l->step_bits.acc;
+			m->lane[f][c].gn = l->gap_bits.n;
+			m->lane[f][c].sn = l->step_bits.n;
+			m->lane[f][c].count = l->count;
+			m->lane[f][c].next_free = l->next_free;
+			m->lane[f][c].changed = l->changed;
+		}
+}
+
+void wsync_float_enc_rollback(struct wsync_float_enc *e, const struct wsync_float_mark *m)
+{
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			struct wsync_float_lane *l = &e->lane[f][c];
+
+			l->gap_syms.len = m->lane[f][c].gs;
+			l->step_syms.len = m->lane[f][c].ss;
+			l->gap_bits.out.len = m->lane[f][c].gb;
+			l->step_bits.out.len = m->lane[f][c].sb;
+			l->gap_bits.acc = m->lane[f][c].gacc;
+			l->step_bits.acc = m->lane[f][c].sacc;
+			l->gap_bits.n = m->lane[f][c].gn;
+			l->step_bits.n = m->lane[f][c].sn;
+			l->count = m->lane[f][c].count;
+			l->next_free = m->lane[f][c].next_free;
+			l->changed = m->lane[f][c].changed;
+		}
+}
+
+/* The slow path: one changed element at member position pos of lane l. */
+static int emit_change(struct wsync_float_lane *l, uint64_t pos, int64_t d)
+{
+	uint32_t extra, mag;
+	unsigned nbits, sym;
+	int r;
+
+	if (pos - l->next_free > UINT32_MAX)
+		return -E2BIG;
+	sym = wsync_bucket_encode((uint32_t)(pos - l->next_free), &extra, &nbits);
+	r = wsync_buf_put_u8(&l->gap_syms, (uint8_t)sym);
+	if (r == 0 && nbits)
+		r = wsync_bits_put(&l->gap_bits, extra, nbits);
+	if (r < 0)
+		return r;
+	mag = (uint32_t)((d < 0 ? -d : d) - 1);
+	sym = wsync_bucket_encode(mag, &extra, &nbits);
+	r = wsync_buf_put_u8(&l->step_syms, (uint8_t)(2 * sym + (d < 0)));
+	if (r == 0 && nbits)
+		r = wsync_bits_put(&l->step_bits, extra, nbits);
+	if (r < 0)
+		return r;
+	l->next_free = pos + 1;
+	l->changed++;
+	return 0;
+}
+
+/*
+ * Per-block class counting.  Counting every element into its class is the
+ * cost of this codec (about 99% of elements are unchanged and only need
+ * counting), and a plain `count[c]++` serialises on memory when classes
+ * repeat.  So each block of BLOCK elements is counted in registers: every
+ * element adds 1 << (8 * class) to a 128-bit word holding 16 byte-wide
+ * counters, and the block total is then folded into 16-bit lanes (classes
+ * in even and odd lanes of two words), which are flushed to the 64-bit
+ * counts every FLUSH_BLOCKS blocks, before they can overflow.
+ */
+typedef unsigned __int128 u128;
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+
+#define BLOCK 32
+#define FLUSH_BLOCKS 1024	/* 1024 * 32 < 65536 */
+#define BYTES_LO ((((u128)0x00ff00ff00ff00ffULL) << 64) | 0x00ff00ff00ff00ffULL)
+
+union lanes16 {
+	u128 v;
+	uint16_t h[8];
+};
+
+union bytes16 {
+	u128 v;
+	uint8_t b[16];
+	v16u8 vec;
+};
+
+struct class_counts {
+	uint64_t base[NCLS];	/* flushed counts */
+	union lanes16 even, odd; /* class 2m (even) / 2m+1 (odd) in 16-bit lane m */
+	unsigned blocks;	/* since the last flush */
+};
+
+static void counts_init(struct class_counts *cc, const uint64_t *start)
+{
+	for (unsigned c = 0; c < NCLS; c++)
+		cc->base[c] = start[c];
+	cc->even.v = cc->odd.v = 0;
+	cc->blocks = 0;
+}
+
+static inline uint64_t counts_get(const struct class_counts *cc, unsigned c)
+{
+	return cc->base[c] + ((c & 1) ? cc->odd.h[c >> 1] : cc->even.h[c >> 1]);
+}
+
+static void counts_flush(struct class_counts *cc)
+{
+	for (unsigned c = 0; c < NCLS; c++)
+		cc->base[c] = counts_get(cc, c);
+	cc->even.v = cc->odd.v = 0;
+	cc->blocks = 0;
+}
+
+static inline void counts_add_block(struct class_counts *cc, u128 bytes)
+{
+	cc->even.v += bytes & BYTES_LO;
+	cc->odd.v += (bytes >> 8) & BYTES_LO;
+	if (++cc->blocks == FLUSH_BLOCKS)
+		counts_flush(cc);
+}
+
+/* Rank, within its class, of element j of a block: how many elements
+ * before it in the block share its class. */
+static ALWAYS_INLINE unsigned rank_in_block(const uint8_t *bp, unsigned j,
+					    unsigned c, const uint8_t *tab,
+					    unsigned width, unsigned shift,
+					    unsigned mask)
+{
+	unsigned r = 0;
+
+	for (unsigned i = 0; i < j; i++)
+		r += tab[(load(bp + i * width, width) >> shift) & mask] == c;
+	return r;
+}
+
+/* inc[e] = 1 << (8 * class(e)) for the piece's class table. */
+static void class_incs(const uint8_t tab[256], unsigned mask, u128 inc[256])
+{
+	for (unsigned e = 0; e <= mask; e++)
+		inc[e] = (u128)1 << (8 * tab[e]);
+}
+
+/* Byte counters of one block of k elements (k <= 255). */
+static ALWAYS_INLINE u128 block_counts(const uint8_t *base, unsigned k,
+				       const u128 *inc, unsigned width,
+				       unsigned shift, unsigned mask)
+{
+	u128 a = 0, b = 0;
+	unsigned j = 0;
+
+	/* Two accumulators: the add-with-carry chains run side by side. */
+	for (; j + 2 <= k; j += 2) {
+		a += inc[(load(base + j * width, width) >> shift) & mask];
+		b += inc[(load(base + (j + 1) * width, width) >> shift) & mask];
+	}
+	if (j < k)
+		a += inc[(load(base + j * width, width) >> shift) & mask];
+	return a + b;
+}
+
+static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
+					size_t bytes)
+{
+	uint64_t x = 0;
+
+	for (size_t k = 0; k + 8 <= bytes; k += 8) {
+		uint64_t u, v;
+
+		memcpy(&u, a + k, 8);
+		memcpy(&v, b + k, 8);
+		x |= u ^ v;
+	}
+	return x != 0;
+}
+
+static ALWAYS_INLINE int enc_loop(struct wsync_float_lane *lanes,
+				  const uint8_t *tab, const uint8_t *base,
+				  const uint8_t *target, uint64_t n,
+				  unsigned width, unsigned shift, unsigned mask,
+				  uint64_t *changed)
+{
+	struct class_counts cc;
+	uint64_t start[NCLS], ch = 0;
+	u128 inc[256];
+	int r;
+
+	for (unsigned c = 0; c < NCLS; c++)
+		start[c] = lanes[c].count;
+	counts_init(&cc, start);
+	class_incs(tab, mask, inc);
+	for (uint64_t i = 0; i < n; i += BLOCK) {
+		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
+		const uint8_t *bp = base + i * width, *tp = target + i * width;
+		u128 bytes = block_counts(bp, k, inc, width, shift, mask);
+
+		if (k == BLOCK && !block_differs(bp, tp, (size_t)BLOCK * width)) {
+			counts_add_block(&cc, bytes);
+			continue;
+		}
+		/* Slow path: rank each changed element within its class. */
+		for (unsigned j = 0; j < k; j++) {
+			uint32_t o = load(bp + j * width, width);
+			uint32_t t = load(tp + j * width, width);
+			unsigned c;
+
+			if (o == t)
+				continue;
+			c = tab[(o >> shift) & mask];
+			r = emit_change(&lanes[c],
+					counts_get(&cc, c) +
+						rank_in_block(bp, j, c, tab, width, shift, mask),
+					to_key(t, width) - to_key(o, width));
+			if (r < 0)
+				return r;
+			ch++;
+		}
+		counts_add_block(&cc, bytes);
+	}
+	counts_flush(&cc);
+	for (unsigned c = 0; c < NCLS; c++)
+		lanes[c].count = cc.base[c];
+	*changed = ch;
+	return 0;
+}
+
+int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
+			  uint8_t lo, const uint8_t *base, const uint8_t *target,
+			  uint64_t nelem, uint64_t *changed)
+{
+	uint8_t tab[256];
+
+	*changed = 0;
+	if (f <= WSYNC_FAMILY_NONE || f >= WSYNC_FAMILY_COUNT)
+		return -EINVAL;
+	class_table(f, lo, tab);
+	if (families[f].width == 2)
+		return enc_loop(e->lane[f], tab, base, target, nelem, 2,
+				families[f].exp_shift, families[f].exp_mask, changed);
+	return enc_loop(e->lane[f], tab, base, target, nelem, 4,
+			families[f].exp_shift, families[f].exp_mask, changed);
+}
+
+/* Append one stream: table entry + data (symbols, zstd'ed when smaller). */
+static int put_stream(struct wsync_buf *table, struct wsync_buf *data,
+		      uint8_t kind, uint8_t family, uint8_t cls,
+		      const struct wsync_buf *syms, struct wsync_bitwriter *bits,
+		      int level)
+{
+	size_t bound = ZSTD_compressBound(syms->len), z;
+	uint8_t coding = 0;
+	size_t syms_len = syms->len;
+	int r;
+
+	r = wsync_bits_flush(bits);
+	if (r < 0)
+		return r;
+	r = wsync_buf_reserve(data, bound + bits->out.len);
+	if (r < 0)
+		return r;
+	z = ZSTD_compress(data->data + data->len, bound, syms->data, syms->len, level);
+	if (!ZSTD_isError(z) && z < syms->len) {
+		coding = 1;
+		syms_len = z;
+	} else if (syms->len) {
+		memcpy(data->data + data->len, syms->data, syms->len);
+	}
+	data->len += syms_len;
+	if (wsync_buf_append(data, bits->out.data, bits->out.len) < 0 ||
+	    wsync_buf_put_u8(table, kind) < 0 || wsync_buf_put_u8(table, family) < 0 ||
+	    wsync_buf_put_u8(table, cls) < 0 || wsync_buf_put_u8(table, coding) < 0 ||
+	    wsync_buf_put_u32(table, 0) < 0 || wsync_buf_put_u64(table, syms->len) < 0 ||
+	    wsync_buf_put_u64(table, syms_len) < 0 ||
+	    wsync_buf_put_u64(table, bits->out.len) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+int wsync_float_enc_finish(struct wsync_float_enc *e, int zstd_level,
+			   struct wsync_buf *table, struct wsync_buf *data,
+			   uint32_t *n_streams)
+{
+	int r;
+
+	for (unsigned f = 1; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			struct wsync_float_lane *l = &e->lane[f][c];
+
+			if (l->changed == 0)
+				continue;
+			r = put_stream(table, data, 1, (uint8_t)f, (uint8_t)c,
+				       &l->gap_syms, &l->gap_bits, zstd_level);
+			if (r < 0)
+				return r;
+			r = put_stream(table, data, 2, (uint8_t)f, (uint8_t)c,
+				       &l->step_syms, &l->step_bits, zstd_level);
+			if (r < 0)
+				return r;
+			*n_streams += 2;
+		}
+	return 0;
+}
+
+int wsync_bits_flush(struct wsync_bitwriter *w)
+{
+	while (w->n > 0) {
+		int r = wsync_buf_put_u8(&w->out, (uint8_t)w->acc);
+
+		if (r < 0)
+			return r;
+		w->acc >>= 8;
+		w->n = w->n >= 8 ? w->n - 8 : 0;
+	}
+	w->acc = 0;
+	return 0;
+}
+
+/* ---- decoder ---- */
+
+static int unpack_syms(const struct wsync_stream *s, const uint8_t **syms,
+		       uint8_t **owned, struct wsync_error *err)
+{
+	unsigned long long size;
+	size_t z;
+
+	*owned = NULL;
+	if (s->coding == 0) {
+		if (s->syms_len != s->nsyms)
+			return wsync_error_set(err, -EINVAL, "stream symbol count mismatch");
+		*syms = s->syms;
+		return 0;
+	}
+	size = ZSTD_getFrameContentSize(s->syms, s->syms_len);
+	if (size != s->nsyms)
+		return wsync_error_set(err, -EINVAL,
+				       "stream frame does not declare its %llu symbols",
+				       (unsigned long long)s->nsyms);
+	*owned = malloc(s->nsyms ? s->nsyms : 1);
+	if (!*owned)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	z = ZSTD_decompress(*owned, s->nsyms, s->syms, s->syms_len);
+	if (ZSTD_isError(z) || z != s->nsyms) {
+		free(*owned);
+		*owned = NULL;
+		return wsync_error_set(err, -EINVAL, "corrupt symbol stream: %s",
+				       ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
+	}
+	*syms = *owned;
+	return 0;
+}
+
+/* Read the next gap of lane l and set l->next; UINT64_MAX when done. */
+static bool lane_advance(struct wsync_float_dec_lane *l, uint64_t from)
+{
+	uint32_t g;
+
+	if (l->i >= l->nsyms) {
+		l->next = UINT64_MAX;
+		return true;
+	}
+	if (!wsync_bucket_decode(l->gap_syms[l->i], &l->gap_bits, &g))
+		return false;
+	l->next = from + g;
+	return true;
+}
+
+int wsync_float_dec_init(struct wsync_float_dec *d, const struct wsync_stream *streams,
+			 size_t n, const uint64_t members[WSYNC_FAMILY_COUNT],
+			 struct wsync_error *err)
+{
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++)
+			d->lane[f][c].next = UINT64_MAX;
+	for (size_t i = 0; i < n; i++) {
+		const struct wsync_stream *s = &streams[i];
+		struct wsync_float_dec_lane *l;
+
+		if (s->family == 0 || s->family >= WSYNC_FAMILY_COUNT || s->cls >= NCLS ||
+		    (s->kind != 1 && s->kind != 2))
+			return wsync_error_set(err, -EINVAL, "bad stream descriptor");
+		if (s->nsyms > members[s->family])
+			return wsync_error_set(err, -EINVAL,
+					       "stream codes %llu changes among %llu elements",
+					       (unsigned long long)s->nsyms,
+					       (unsigned long long)members[s->family]);
+		l = &d->lane[s->family][s->cls];
+		if (l->present && l->nsyms != s->nsyms)
+			return wsync_error_set(err, -EINVAL,
+					       "GAP and STEP streams differ in length");
+		l->present = true;
+		l->nsyms = s->nsyms;
+		if (s->kind == 1) {
+			if (l->owned_gap || l->gap_syms)
+				return wsync_error_set(err, -EINVAL, "duplicate GAP stream");
+			r = unpack_syms(s, &l->gap_syms, &l->owned_gap, err);
+			wsync_bits_init(&l->gap_bits, s->bits, s->bits_len);
+		} else {
+			if (l->owned_step || l->step_syms)
+				return wsync_error_set(err, -EINVAL, "duplicate STEP stream");
+			r = unpack_syms(s, &l->step_syms, &l->owned_step, err);
+			wsync_bits_init(&l->step_bits, s->bits, s->bits_len);
+		}
+		if (r < 0)
+			return r;
+	}
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			struct wsync_float_dec_lane *l = &d->lane[f][c];
+
+			if (!l->present)
+				continue;
+			if (!l->gap_syms || !l->step_syms)
+				return wsync_error_set(err, -EINVAL,
+						       "a GAP stream without its STEP stream");
+			if (!lane_advance(l, 0))
+				return wsync_error_set(err, -EINVAL, "corrupt gap stream");
+		}
+	return 0;
+}
+
+/* Apply the next step of lane l to base element o. */
+static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
+				    unsigned width, uint32_t *t)
+{
+	uint8_t sym = l->step_syms[l->i];
+	uint32_t mag;
+	int64_t d;
+
+	if (!wsync_bucket_decode(sym >> 1, &l->step_bits, &mag))
+		return false;
+	d = (int64_t)mag + 1;
+	if (sym & 1)
+		d = -d;
+	if (!from_key(to_key(o, width) + d, width, t))
+		return false;
+	l->i++;
+	return lane_advance(l, l->count + 1);
+}
+
+/* min(next - count, 255) for class c: a lower bound on how many more
+ * members the class has before its next change. */
+static inline uint8_t distance(const struct wsync_float_dec_lane *l,
+			       const struct class_counts *cc, unsigned c)
+{
+	uint64_t cnt = counts_get(cc, c);
+
+	if (l->next < cnt)	/* cannot happen with the checks in take_step */
+		return 0;
+	return l->next - cnt > 255 ? 255 : (uint8_t)(l->next - cnt);
+}
+
+/* Classes (bit mask) whose count in this block exceeds their distance. */
+static inline unsigned block_hits(const union bytes16 *counts,
+				  const union bytes16 *dist)
+{
+	union bytes16 gt;
+	unsigned m = 0;
+
+	gt.vec = (v16u8)(counts->vec > dist->vec);
+	if (gt.v == 0)
+		return 0;
+	for (unsigned c = 0; c < NCLS; c++)
+		m |= (unsigned)(gt.b[c] & 1) << c;
+	return m;
+}
+
+static ALWAYS_INLINE int dec_loop(struct wsync_float_dec_lane *lanes,
+				  const uint8_t *tab, const uint8_t *base,
+				  uint8_t *out, uint64_t n, unsigned width,
+				  unsigned shift, unsigned mask,
+				  struct wsync_error *err)
+{
+	struct class_counts cc;
+	uint64_t start[NCLS];
+	union bytes16 dist, bytes;
+	u128 inc[256];
+
+	for (unsigned c = 0; c < NCLS; c++)
+		start[c] = lanes[c].count;
+	counts_init(&cc, start);
+	class_incs(tab, mask, inc);
+	for (unsigned c = 0; c < NCLS; c++)
+		dist.b[c] = distance(&lanes[c], &cc, c);
+	for (uint64_t i = 0; i < n; i += BLOCK) {
+		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
+		const uint8_t *bp = base + i * width;
+		uint8_t *op = out + i * width;
+		unsigned hits;
+
+		bytes.v = block_counts(bp, k, inc, width, shift, mask);
+		memcpy(op, bp, (size_t)k * width);
+		hits = block_hits(&bytes, &dist);
+		/* A hit may only mean a clamped distance ran low: refresh. */
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+
+			dist.b[c] = distance(&lanes[c], &cc, c);
+			if (bytes.b[c] <= dist.b[c])
+				hits &= ~(1u << c);
+		}
+		/* Patch the changes of each class that has one here. */
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m), seen = 0;
+			uint64_t first = counts_get(&cc, c);
+
+			for (unsigned j = 0; j < k && seen < bytes.b[c]; j++) {
+				uint32_t o = load(bp + j * width, width), t;
+
+				if (tab[(o >> shift) & mask] != c)
+					continue;
+				if (first + seen == lanes[c].next) {
+					lanes[c].count = first + seen;
+					if (!take_step(&lanes[c], o, width, &t))
+						return wsync_error_set(err, -EINVAL,
+								       "corrupt step stream "
+								       "(element %llu)",
+								       (unsigned long long)(i + j));
+					store(op + j * width, t, width);
+				}
+				seen++;
+			}
+		}
+		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */
+		counts_add_block(&cc, bytes.v);
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+
+			dist.b[c] = distance(&lanes[c], &cc, c);
+		}
+	}
+	counts_flush(&cc);
+	for (unsigned c = 0; c < NCLS; c++)
+		lanes[c].count = cc.base[c];
+	return 0;
+}
+
+int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
+			  uint8_t lo, const uint8_t *base, uint8_t *out,
+			  uint64_t nelem, struct wsync_error *err)
+{
+	uint8_t tab[256];
+
+	if (f <= WSYNC_FAMILY_NONE || f >= WSYNC_FAMILY_COUNT)
+		return wsync_error_set(err, -EINVAL, "bad float family %d", (int)f);
+	class_table(f, lo, tab);
+	if (families[f].width == 2)
+		return dec_loop(d->lane[f], tab, base, out, nelem, 2,
+				families[f].exp_shift, families[f].exp_mask, err);
+	return dec_loop(d->lane[f], tab, base, out, nelem, 4, families[f].exp_shift,
+			families[f].exp_mask, err);
+}
+
+int wsync_float_dec_finish(struct wsync_float_dec *d, struct wsync_error *err)
+{
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			const struct wsync_float_dec_lane *l = &d->lane[f][c];
+
+			if (!l->present)
+				continue;
+			if (l->i != l->nsyms || l->next != UINT64_MAX ||
+			    !wsync_bits_done(&l->gap_bits) ||
+			    !wsync_bits_done(&l->step_bits))
+				return wsync_error_set(err, -EINVAL,
+						       "float streams not used up exactly "
+						       "(family %u class %u: %llu of %llu changes)",
+						       f, c, (unsigned long long)l->i,
+						       (unsigned long long)l->nsyms);
+		}
+	return 0;
+}
+
+void wsync_float_dec_free(struct wsync_float_dec *d)
+{
+	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
+		for (unsigned c = 0; c < NCLS; c++) {
+			free(d->lane[f][c].owned_gap);
+			free(d->lane[f][c].owned_step);
+			d->lane[f][c].owned_gap = d->lane[f][c].owned_step = NULL;
+		}
+}

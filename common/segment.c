@@ -1,0 +1,590 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * segment.c -- SEGMENT payloads (FORMAT.md §3): the piece and stream
+ * tables, the per-piece methods, and the choice between them.
+ */
+#include "segment.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zstd.h>
+
+#include "codec_float.h"
+
+#define PIECE_ENTRY 32
+#define STREAM_ENTRY 32
+#define SEGMENT_FIXED 24
+#define STREAMS_MAX (2 * 3 * WSYNC_FLOAT_CLASSES)
+
+/* Above this share of changed elements a FLOAT piece is also tried as XOR
+ * and as a FLOAT piece of its own, and the smaller wins: where nearly
+ * everything changes, positions carry no information and a byte coder is
+ * as good. */
+#define DENSE_PERMILLE 50
+
+static const char *const method_names[] = { "COPY", "LITERAL", "ZSTD", "XOR", "FLOAT" };
+static const char *const family_names[] = { "-", "BF16", "F16", "F32" };
+
+const char *wsync_piece_method_name(enum wsync_piece_method m)
+{
+	return (unsigned)m < 5 ? method_names[m] : "?";
+}
+
+const char *wsync_float_family_name(enum wsync_float_family f)
+{
+	return (unsigned)f < WSYNC_FAMILY_COUNT ? family_names[f] : "?";
+}
+
+/* ---- encoder ---- */
+
+struct piece_out {
+	enum wsync_piece_method method;
+	enum wsync_float_family family;
+	uint8_t lo;
+	uint64_t len, base_offset;
+	size_t payload_off, payload_len;	/* in the payloads buffer */
+};
+
+/* zstd of src appended to out; returns the frame size, or 0 when the frame
+ * would not be smaller than src (then nothing is appended). */
+static int zstd_append(ZSTD_CCtx *cctx, int level, const void *src, size_t n,
+		       struct wsync_buf *out, size_t *frame)
+{
+	size_t bound = ZSTD_compressBound(n), z;
+	int r = wsync_buf_reserve(out, bound);
+
+	*frame = 0;
+	if (r < 0)
+		return r;
+	z = ZSTD_compressCCtx(cctx, out->data + out->len, bound, src, n, level);
+	if (ZSTD_isError(z))
+		return -ENOMEM;
+	if (z < n) {
+		out->len += z;
+		*frame = z;
+	}
+	return 0;
+}
+
+/* XOR of target and base, zstd'ed, appended to out (*frame 0 if useless). */
+static int xor_append(ZSTD_CCtx *cctx, int level, const uint8_t *target,
+		      const uint8_t *base, size_t n, struct wsync_buf *out,
+		      size_t *frame, bool *same)
+{
+	uint8_t *x = malloc(n ? n : 1);
+	uint8_t any = 0;
+	int r;
+
+	if (!x)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		x[i] = target[i] ^ base[i];
+		any |= x[i];
+	}
+	*same = any == 0;
+	*frame = 0;
+	r = *same ? 0 : zstd_append(cctx, level, x, n, out, frame);
+	free(x);
+	return r;
+}
+
+/* Size of piece p coded as a FLOAT piece on its own. */
+static int float_alone_size(const struct wsync_piece_in *p, uint8_t lo, int level,
+			    size_t *size)
+{
+	struct wsync_float_enc *e = malloc(sizeof(*e));
+	struct wsync_buf table = { 0 }, data = { 0 };
+	uint32_t n = 0;
+	uint64_t changed;
+	int r;
+
+	if (!e)
+		return -ENOMEM;
+	wsync_float_enc_init(e);
+	r = wsync_float_enc_piece(e, p->family, lo, p->base, p->target,
+				  p->len / wsync_float_elem_size(p->family), &changed);
+	if (r == 0)
+		r = wsync_float_enc_finish(e, level, &table, &data, &n);
+	*size = table.len + data.len;
+	wsync_buf_free(&table);
+	wsync_buf_free(&data);
+	wsync_float_enc_free(e);
+	free(e);
+	return r;
+}
+
+struct encoder {
+	ZSTD_CCtx *cctx;
+	int level;
+	struct wsync_float_enc *fenc;
+	struct wsync_float_mark *mark;
+	struct wsync_buf payloads;
+	struct wsync_segment_stats st;
+};
+
+/* Choose and produce the coding of one FLOAT piece. */
+static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
+			struct piece_out *po)
+{
+	unsigned w = wsync_float_elem_size(p->family);
+	uint64_t nelem = p->len / w, changed;
+	uint8_t lo = wsync_float_choose_lo(p->family, p->base, nelem);
+	size_t before = enc->payloads.len, xor_frame, alone;
+	bool same;
+	int r;
+
+	wsync_float_enc_mark(enc->fenc, enc->mark);
+	r = wsync_float_enc_piece(enc->fenc, p->family, lo, p->base, p->target,
+				  nelem, &changed);
+	if (r < 0)
+		return r;
+	enc->st.elements += nelem;
+	enc->st.changed += changed;
+	if (changed == 0) {
+		wsync_float_enc_rollback(enc->fenc, enc->mark);
+		po->method = WSYNC_PIECE_COPY;
+		return 0;
+	}
+	po->method = WSYNC_PIECE_FLOAT;
+	po->family = p->family;
+	po->lo = lo;
+	if (changed * 1000 < nelem * DENSE_PERMILLE)
+		return 0;
+
+	/* Dense: keep FLOAT only if it beats XOR and raw bytes. */
+	r = xor_append(enc->cctx, enc->level, p->target, p->base, (size_t)p->len,
+		       &enc->payloads, &xor_frame, &same);
+	if (r < 0)
+		return r;
+	r = float_alone_size(p, lo, enc->level, &alone);
+	if (r < 0)
+		return r;
+	if (xor_frame && xor_frame <= alone) {
+		wsync_float_enc_rollback(enc->fenc, enc->mark);
+		po->method = WSYNC_PIECE_XOR;
+		po->family = WSYNC_FAMILY_NONE;
+		po->lo = 0;
+		po->payload_off = before;
+		po->payload_len = xor_frame;
+		return 0;
+	}
+	enc->payloads.len = before;	/* drop the XOR trial */
+	if (alone >= p->len) {
+		wsync_float_enc_rollback(enc->fenc, enc->mark);
+		r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+		po->method = WSYNC_PIECE_LITERAL;
+		po->family = WSYNC_FAMILY_NONE;
+		po->lo = 0;
+		po->base_offset = 0;
+		po->payload_off = before;
+		po->payload_len = (size_t)p->len;
+		return r;
+	}
+	return 0;
+}
+
+static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
+			struct piece_out *po, struct wsync_error *err)
+{
+	size_t before = enc->payloads.len, frame;
+	bool same;
+	int r = 0;
+
+	po->method = p->method;
+	po->family = WSYNC_FAMILY_NONE;
+	po->lo = 0;
+	po->len = p->len;
+	po->base_offset = p->base_offset;
+	po->payload_off = before;
+	po->payload_len = 0;
+
+	if (p->method != WSYNC_PIECE_LITERAL && p->method != WSYNC_PIECE_ZSTD && !p->base)
+		return wsync_error_set(err, -EINVAL, "%s piece without a base",
+				       wsync_piece_method_name(p->method));
+	switch (p->method) {
+	case WSYNC_PIECE_COPY:
+		break;
+	case WSYNC_PIECE_LITERAL:
+		r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+		po->payload_len = (size_t)p->len;
+		break;
+	case WSYNC_PIECE_ZSTD:
+		r = zstd_append(enc->cctx, enc->level, p->target, (size_t)p->len,
+				&enc->payloads, &frame);
+		if (r == 0 && frame) {
+			po->payload_len = frame;
+		} else if (r == 0) {
+			po->method = WSYNC_PIECE_LITERAL;
+			r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+			po->payload_len = (size_t)p->len;
+		}
+		break;
+	case WSYNC_PIECE_XOR:
+		r = xor_append(enc->cctx, enc->level, p->target, p->base,
+			       (size_t)p->len, &enc->payloads, &frame, &same);
+		if (r < 0)
+			break;
+		if (same) {
+			po->method = WSYNC_PIECE_COPY;
+		} else if (frame) {
+			po->payload_len = frame;
+		} else {
+			po->method = WSYNC_PIECE_LITERAL;
+			r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+			po->payload_len = (size_t)p->len;
+		}
+		break;
+	case WSYNC_PIECE_FLOAT: {
+		unsigned w = wsync_float_elem_size(p->family);
+
+		if (w == 0 || p->len % w)
+			return wsync_error_set(err, -EINVAL,
+					       "FLOAT piece of %llu bytes is not whole %s elements",
+					       (unsigned long long)p->len,
+					       wsync_float_family_name(p->family));
+		r = encode_float(enc, p, po);
+		break;
+	}
+	default:
+		return wsync_error_set(err, -EINVAL, "unknown piece method %d", (int)p->method);
+	}
+	if (r < 0)
+		return wsync_error_set(err, r, "encoding a %s piece: %s",
+				       wsync_piece_method_name(p->method), strerror(-r));
+	enc->st.method_bytes[po->method] += p->len;
+	return 0;
+}
+
+int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
+			 uint64_t target_offset,
+			 const struct wsync_segment_opts *opts,
+			 struct wsync_buf *out, struct wsync_segment_stats *stats,
+			 struct wsync_error *err)
+{
+	struct encoder enc = { .level = opts && opts->zstd_level ? opts->zstd_level : 1 };
+	struct wsync_buf table = { 0 }, data = { 0 };
+	struct piece_out *po = NULL;
+	uint64_t total = 0;
+	uint32_t n_streams = 0;
+	size_t start = out->len;
+	int r;
+
+	if (n == 0 || n > WSYNC_SEGMENT_PIECES_MAX)
+		return wsync_error_set(err, -EINVAL, "a segment needs 1..%u pieces",
+				       WSYNC_SEGMENT_PIECES_MAX);
+	for (size_t i = 0; i < n; i++)
+		total += pieces[i].len;
+	if (total == 0 || total > WSYNC_SEGMENT_TARGET_MAX)
+		return wsync_error_set(err, -EINVAL, "segment of %llu bytes (1..%llu)",
+				       (unsigned long long)total, WSYNC_SEGMENT_TARGET_MAX);
+
+	enc.cctx = ZSTD_createCCtx();
+	enc.fenc = malloc(sizeof(*enc.fenc));
+	enc.mark = malloc(sizeof(*enc.mark));
+	po = calloc(n, sizeof(*po));
+	if (!enc.cctx || !enc.fenc || !enc.mark || !po) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	wsync_float_enc_init(enc.fenc);
+	for (size_t i = 0; i < n; i++) {
+		r = encode_piece(&enc, &pieces[i], &po[i], err);
+		if (r < 0)
+			goto out;
+	}
+	r = wsync_float_enc_finish(enc.fenc, enc.level, &table, &data, &n_streams);
+	if (r < 0) {
+		wsync_error_set(err, r, "out of memory");
+		goto out;
+	}
+
+	r = -ENOMEM;
+	if (wsync_buf_put_u64(out, target_offset) < 0 || wsync_buf_put_u64(out, total) < 0 ||
+	    wsync_buf_put_u32(out, (uint32_t)n) < 0 || wsync_buf_put_u32(out, n_streams) < 0)
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t head[8] = { (uint8_t)po[i].method, (uint8_t)po[i].family, po[i].lo };
+
+		if (wsync_buf_append(out, head, sizeof(head)) < 0 ||
+		    wsync_buf_put_u64(out, po[i].len) < 0 ||
+		    wsync_buf_put_u64(out, po[i].method == WSYNC_PIECE_LITERAL ||
+						   po[i].method == WSYNC_PIECE_ZSTD
+					   ? 0 : po[i].base_offset) < 0 ||
+		    wsync_buf_put_u64(out, po[i].payload_len) < 0)
+			goto nomem;
+	}
+	if (wsync_buf_append(out, table.data, table.len) < 0)
+		goto nomem;
+	for (size_t i = 0; i < n; i++)
+		if (wsync_buf_append(out, enc.payloads.data + po[i].payload_off,
+				     po[i].payload_len) < 0)
+			goto nomem;
+	if (wsync_buf_append(out, data.data, data.len) < 0)
+		goto nomem;
+	enc.st.bytes_in = total;
+	enc.st.bytes_out = out->len - start;
+	if (stats) {
+		stats->elements += enc.st.elements;
+		stats->changed += enc.st.changed;
+		stats->bytes_in += enc.st.bytes_in;
+		stats->bytes_out += enc.st.bytes_out;
+		for (int m = 0; m < 5; m++)
+			stats->method_bytes[m] += enc.st.method_bytes[m];
+	}
+	r = 0;
+	goto out;
+nomem:
+	out->len = start;
+	wsync_error_set(err, r, "out of memory");
+out:
+	if (enc.fenc)
+		wsync_float_enc_free(enc.fenc);
+	free(enc.fenc);
+	free(enc.mark);
+	free(po);
+	ZSTD_freeCCtx(enc.cctx);
+	wsync_buf_free(&enc.payloads);
+	wsync_buf_free(&table);
+	wsync_buf_free(&data);
+	return r;
+}
+
+/* ---- parser ---- */
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+int wsync_segment_parse(const uint8_t *payload, size_t len,
+			struct wsync_segment **ret, struct wsync_error *err)
+{
+	struct wsync_segment *s;
+	const uint8_t *p, *data;
+	uint64_t sum = 0, remaining;
+	uint32_t np, ns;
+	bool seen[3][WSYNC_FAMILY_COUNT][WSYNC_FLOAT_CLASSES] = { { { false } } };
+	int r;
+
+	*ret = NULL;
+	if (len < SEGMENT_FIXED)
+		return wsync_error_set(err, -EINVAL, "segment shorter than its header");
+	np = wsync_le32(payload + 16);
+	ns = wsync_le32(payload + 20);
+	if (np == 0 || np > WSYNC_SEGMENT_PIECES_MAX || ns > STREAMS_MAX)
+		return wsync_error_set(err, -EINVAL, "segment has %u pieces and %u streams",
+				       np, ns);
+	if ((uint64_t)np * PIECE_ENTRY + (uint64_t)ns * STREAM_ENTRY > len - SEGMENT_FIXED)
+		return wsync_error_set(err, -EINVAL, "segment tables run past its end");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	s->pieces = calloc(np, sizeof(*s->pieces));
+	s->streams = calloc(ns ? ns : 1, sizeof(*s->streams));
+	if (!s->pieces || !s->streams) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	s->target_offset = wsync_le64(payload);
+	s->target_len = wsync_le64(payload + 8);
+	s->n_pieces = np;
+	s->n_streams = ns;
+	if (s->target_len == 0 || s->target_len > WSYNC_SEGMENT_TARGET_MAX ||
+	    s->target_offset > UINT64_MAX - s->target_len) {
+		r = wsync_error_set(err, -EINVAL, "segment target length %llu out of range",
+				    (unsigned long long)s->target_len);
+		goto fail;
+	}
+
+	p = payload + SEGMENT_FIXED;
+	data = p + (size_t)np * PIECE_ENTRY + (size_t)ns * STREAM_ENTRY;
+	remaining = (uint64_t)(payload + len - data);
+	for (uint32_t i = 0; i < np; i++, p += PIECE_ENTRY) {
+		struct wsync_piece *pc = &s->pieces[i];
+
+		pc->method = p[0];
+		pc->family = p[1];
+		pc->lo = p[2];
+		pc->len = wsync_le64(p + 8);
+		pc->base_offset = wsync_le64(p + 16);
+		pc->payload_len = wsync_le64(p + 24);
+		if (pc->method > WSYNC_PIECE_FLOAT || !all_zero(p + 3, 5) ||
+		    (pc->method == WSYNC_PIECE_FLOAT
+			     ? (pc->family == 0 || pc->family >= WSYNC_FAMILY_COUNT ||
+				pc->len % wsync_float_elem_size(pc->family) ||
+				pc->payload_len != 0)
+			     : (pc->family != 0 || pc->lo != 0)) ||
+		    (pc->method == WSYNC_PIECE_COPY && pc->payload_len != 0) ||
+		    (pc->method == WSYNC_PIECE_LITERAL && pc->payload_len != pc->len) ||
+		    ((pc->method == WSYNC_PIECE_LITERAL || pc->method == WSYNC_PIECE_ZSTD) &&
+		     pc->base_offset != 0) ||
+		    pc->len == 0 || pc->len > s->target_len - sum) {
+			r = wsync_error_set(err, -EINVAL, "segment piece %u is malformed", i);
+			goto fail;
+		}
+		if (pc->payload_len > remaining) {
+			r = wsync_error_set(err, -EINVAL, "segment piece %u runs past the end", i);
+			goto fail;
+		}
+		pc->target_offset = s->target_offset + sum;
+		pc->payload = data;
+		data += pc->payload_len;
+		remaining -= pc->payload_len;
+		sum += pc->len;
+	}
+	if (sum != s->target_len) {
+		r = wsync_error_set(err, -EINVAL, "segment pieces cover %llu of %llu bytes",
+				    (unsigned long long)sum, (unsigned long long)s->target_len);
+		goto fail;
+	}
+	for (uint32_t i = 0; i < ns; i++, p += STREAM_ENTRY) {
+		struct wsync_stream *st = &s->streams[i];
+
+		st->kind = p[0];
+		st->family = p[1];
+		st->cls = p[2];
+		st->coding = p[3];
+		st->nsyms = wsync_le64(p + 8);
+		st->syms_len = wsync_le64(p + 16);
+		st->bits_len = wsync_le64(p + 24);
+		if (st->kind < 1 || st->kind > 2 || st->family < 1 ||
+		    st->family >= WSYNC_FAMILY_COUNT || st->cls >= WSYNC_FLOAT_CLASSES ||
+		    st->coding > 1 || !all_zero(p + 4, 4) ||
+		    seen[st->kind][st->family][st->cls]) {
+			r = wsync_error_set(err, -EINVAL, "segment stream %u is malformed", i);
+			goto fail;
+		}
+		seen[st->kind][st->family][st->cls] = true;
+		if (st->syms_len > remaining || st->bits_len > remaining - st->syms_len) {
+			r = wsync_error_set(err, -EINVAL, "segment stream %u runs past the end", i);
+			goto fail;
+		}
+		st->syms = data;
+		st->bits = data + st->syms_len;
+		data += st->syms_len + st->bits_len;
+		remaining -= st->syms_len + st->bits_len;
+	}
+	if (remaining != 0) {
+		r = wsync_error_set(err, -EINVAL, "segment has %llu stray bytes",
+				    (unsigned long long)remaining);
+		goto fail;
+	}
+	*ret = s;
+	return 0;
+fail:
+	wsync_segment_free(s);
+	return r;
+}
+
+void wsync_segment_free(struct wsync_segment *s)
+{
+	if (!s)
+		return;
+	free(s->pieces);
+	free(s->streams);
+	free(s);
+}
+
+/* ---- decoder ---- */
+
+static int zstd_exact(const struct wsync_piece *pc, uint8_t *out,
+		      struct wsync_error *err)
+{
+	unsigned long long size = ZSTD_getFrameContentSize(pc->payload, pc->payload_len);
+	size_t z;
+
+	if (size != pc->len)
+		return wsync_error_set(err, -EINVAL,
+				       "zstd frame does not declare the piece's %llu bytes",
+				       (unsigned long long)pc->len);
+	z = ZSTD_decompress(out, (size_t)pc->len, pc->payload, (size_t)pc->payload_len);
+	if (ZSTD_isError(z) || z != pc->len)
+		return wsync_error_set(err, -EINVAL, "corrupt zstd frame: %s",
+				       ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
+	return 0;
+}
+
+int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
+			 uint64_t base_size, uint8_t *out, struct wsync_error *err)
+{
+	uint64_t members[WSYNC_FAMILY_COUNT] = { 0 };
+	struct wsync_float_dec *fdec = NULL;
+	int r = 0;
+
+	for (size_t i = 0; i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+
+		if (pc->method == WSYNC_PIECE_FLOAT)
+			members[pc->family] += pc->len / wsync_float_elem_size(pc->family);
+		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
+		    pc->method == WSYNC_PIECE_FLOAT) {
+			if (!base || pc->base_offset > base_size ||
+			    pc->len > base_size - pc->base_offset)
+				return wsync_error_set(err, -EINVAL,
+						       "piece reads base bytes [%llu, +%llu) "
+						       "outside the base (%llu bytes)",
+						       (unsigned long long)pc->base_offset,
+						       (unsigned long long)pc->len,
+						       (unsigned long long)base_size);
+		}
+	}
+	if (s->n_streams) {
+		fdec = malloc(sizeof(*fdec));
+		if (!fdec)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		r = wsync_float_dec_init(fdec, s->streams, s->n_streams, members, err);
+		if (r < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+		uint8_t *o = out + (pc->target_offset - s->target_offset);
+
+		switch (pc->method) {
+		case WSYNC_PIECE_COPY:
+			memcpy(o, base + pc->base_offset, (size_t)pc->len);
+			break;
+		case WSYNC_PIECE_LITERAL:
+			memcpy(o, pc->payload, (size_t)pc->len);
+			break;
+		case WSYNC_PIECE_ZSTD:
+			r = zstd_exact(pc, o, err);
+			break;
+		case WSYNC_PIECE_XOR:
+			r = zstd_exact(pc, o, err);
+			if (r == 0) {
+				const uint8_t *b = base + pc->base_offset;
+
+				for (uint64_t k = 0; k < pc->len; k++)
+					o[k] ^= b[k];
+			}
+			break;
+		case WSYNC_PIECE_FLOAT:
+			if (!fdec) {
+				/* No streams: nothing changed (encoders send COPY). */
+				memcpy(o, base + pc->base_offset, (size_t)pc->len);
+				break;
+			}
+			r = wsync_float_dec_piece(fdec, pc->family, pc->lo,
+						  base + pc->base_offset, o,
+						  pc->len / wsync_float_elem_size(pc->family),
+						  err);
+			break;
+		}
+		if (r < 0)
+			goto out;
+	}
+	if (fdec)
+		r = wsync_float_dec_finish(fdec, err);
+out:
+	if (fdec) {
+		wsync_float_dec_free(fdec);
+		free(fdec);
+	}
+	return r;
+}

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * segment.h -- encode and decode one SEGMENT of a delta (common/FORMAT.md
+ * §3-4): a consecutive range of a target file, up to 64 MiB, cut into
+ * pieces (COPY, LITERAL, ZSTD, XOR, FLOAT) that are decoded on their own.
+ * A segment is the unit of parallel work: any thread may encode or decode
+ * any segment; the functions here share no state.
+ */
+#ifndef WSYNC_SEGMENT_H
+#define WSYNC_SEGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "error.h"
+
+#define WSYNC_SEGMENT_TARGET_MAX (64ULL << 20)	/* decoder limit */
+#define WSYNC_SEGMENT_TARGET_DEFAULT (32ULL << 20) /* what encoders cut */
+#define WSYNC_SEGMENT_PIECES_MAX (1u << 20)
+#define WSYNC_FLOAT_CLASSES 16
+
+enum wsync_piece_method {
+	WSYNC_PIECE_COPY = 0,
+	WSYNC_PIECE_LITERAL = 1,
+	WSYNC_PIECE_ZSTD = 2,
+	WSYNC_PIECE_XOR = 3,
+	WSYNC_PIECE_FLOAT = 4,
+};
+
+enum wsync_float_family {
+	WSYNC_FAMILY_NONE = 0,
+	WSYNC_FAMILY_BF16 = 1,
+	WSYNC_FAMILY_F16 = 2,
+	WSYNC_FAMILY_F32 = 3,
+};
+#define WSYNC_FAMILY_COUNT 4
+
+/*
+ * What the encoder is asked to code.  The encoder picks the cheapest
+ * method it may use for each piece: a piece asked as FLOAT may come out as
+ * COPY (nothing changed), FLOAT, XOR or ZSTD (dense changes) or LITERAL
+ * (incompressible); XOR may come out as COPY, XOR or LITERAL; ZSTD as
+ * ZSTD or LITERAL.  COPY and LITERAL are taken as asked.
+ */
+struct wsync_piece_in {
+	enum wsync_piece_method method;
+	enum wsync_float_family family;	/* FLOAT only */
+	const uint8_t *target;		/* len bytes of new content */
+	const uint8_t *base;		/* len bytes of old content (COPY, XOR, FLOAT) */
+	uint64_t base_offset;		/* where base lies in the base file */
+	uint64_t len;			/* FLOAT: a multiple of the element size */
+};
+
+/* What encoding found, summed over a segment (for summaries and inspect). */
+struct wsync_segment_stats {
+	uint64_t elements;		/* FLOAT elements examined */
+	uint64_t changed;		/* of which changed */
+	uint64_t bytes_in;		/* target bytes covered */
+	uint64_t bytes_out;		/* payload bytes written */
+	uint64_t method_bytes[5];	/* target bytes per method chosen */
+};
+
+struct wsync_segment_opts {
+	int zstd_level;			/* for ZSTD/XOR pieces and symbol streams; default 1 */
+};
+
+/*
+ * Encode pieces (which tile [target_offset, target_offset + sum of lengths),
+ * sum at most WSYNC_SEGMENT_TARGET_MAX) as one SEGMENT payload appended to
+ * out.  stats (may be NULL) is added to, not reset.  Returns 0, -EINVAL for
+ * pieces that break the rules above, -ENOMEM.
+ */
+int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
+			 uint64_t target_offset,
+			 const struct wsync_segment_opts *opts,
+			 struct wsync_buf *out, struct wsync_segment_stats *stats,
+			 struct wsync_error *err);
+
+/* A parsed segment (points into the payload it was parsed from). */
+struct wsync_piece {
+	enum wsync_piece_method method;
+	enum wsync_float_family family;
+	uint8_t lo;
+	uint64_t len, base_offset;
+	uint64_t target_offset;		/* absolute, in the target file */
+	const uint8_t *payload;
+	uint64_t payload_len;
+};
+
+struct wsync_stream {
+	uint8_t kind, family, cls, coding;
+	uint64_t nsyms;
+	const uint8_t *syms;
+	uint64_t syms_len;
+	const uint8_t *bits;
+	uint64_t bits_len;
+};
+
+struct wsync_segment {
+	uint64_t target_offset, target_len;
+	size_t n_pieces;
+	struct wsync_piece *pieces;
+	size_t n_streams;
+	struct wsync_stream *streams;
+};
+
+/*
+ * Parse and check the structure of a SEGMENT payload (lengths, counts,
+ * methods, tiling, table limits).  The segment points into payload, which
+ * must outlive it.  Returns 0, -EINVAL (malformed, reason in err), -ENOMEM.
+ */
+int wsync_segment_parse(const uint8_t *payload, size_t len,
+			struct wsync_segment **ret, struct wsync_error *err);
+
+void wsync_segment_free(struct wsync_segment *s);
+
+/*
+ * Decode s into out (s->target_len bytes), reading the base through
+ * base/base_size (the whole base file; NULL/0 when there is none, and then
+ * any piece that needs a base is an error).  Returns 0, -EINVAL for corrupt
+ * data or a base range outside the base (reason in err), -ENOMEM.
+ */
+int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
+			 uint64_t base_size, uint8_t *out, struct wsync_error *err);
+
+/* "COPY", "LITERAL", ... */
+const char *wsync_piece_method_name(enum wsync_piece_method m);
+const char *wsync_float_family_name(enum wsync_float_family f);
+
+#endif
