@@ -314,6 +314,66 @@ static ALWAYS_INLINE u128 block_counts(const uint8_t *base, unsigned k,
 	return a + b;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+
+/*
+ * The same byte counters for a full block, with AVX2: the classes of the
+ * 32 elements are computed side by side into one vector of bytes (their
+ * order scrambled by the packs, which counting does not mind), and each
+ * class count is the population count of one byte-compare mask.
+ */
+static inline __attribute__((target("avx2,popcnt"), always_inline)) u128
+block_counts_avx2(const uint8_t *bp, unsigned width, unsigned shift,
+		  unsigned mask, unsigned lo)
+{
+	const __m128i sh = _mm_cvtsi32_si128((int)shift);
+	__m256i cls;
+	uint64_t lo64 = 0, hi64 = 0;
+
+	if (width == 2) {
+		const __m256i m = _mm256_set1_epi16((short)mask);
+		const __m256i l = _mm256_set1_epi16((short)lo);
+		const __m256i top = _mm256_set1_epi16(NCLS - 1);
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)bp);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)(bp + 32));
+
+		x0 = _mm256_and_si256(_mm256_srl_epi16(x0, sh), m);
+		x1 = _mm256_and_si256(_mm256_srl_epi16(x1, sh), m);
+		x0 = _mm256_min_epu16(_mm256_subs_epu16(x0, l), top);
+		x1 = _mm256_min_epu16(_mm256_subs_epu16(x1, l), top);
+		cls = _mm256_packus_epi16(x0, x1);
+	} else {
+		const __m256i m = _mm256_set1_epi32((int)mask);
+		const __m256i l = _mm256_set1_epi32((int)lo);
+		const __m256i top = _mm256_set1_epi32(NCLS - 1);
+		const __m256i zero = _mm256_setzero_si256();
+		__m256i x[4];
+
+		for (int q = 0; q < 4; q++) {
+			x[q] = _mm256_loadu_si256((const __m256i *)(bp + 32 * q));
+			x[q] = _mm256_and_si256(_mm256_srl_epi32(x[q], sh), m);
+			x[q] = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(x[q], l),
+								 zero), top);
+		}
+		cls = _mm256_packus_epi16(_mm256_packus_epi32(x[0], x[1]),
+					  _mm256_packus_epi32(x[2], x[3]));
+	}
+	for (unsigned c = 0; c < NCLS; c++) {
+		uint32_t bits = (uint32_t)_mm256_movemask_epi8(
+			_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
+		uint64_t n = (uint64_t)__builtin_popcount(bits);
+
+		if (c < 8)
+			lo64 |= n << (8 * c);
+		else
+			hi64 |= n << (8 * (c - 8));
+	}
+	return ((u128)hi64 << 64) | lo64;
+}
+#endif
+
 static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
 					size_t bytes)
 {
@@ -327,73 +387,6 @@ static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
 		x |= u ^ v;
 	}
 	return x != 0;
-}
-
-static ALWAYS_INLINE int enc_loop(struct wsync_float_lane *lanes,
-				  const uint8_t *tab, const uint8_t *base,
-				  const uint8_t *target, uint64_t n,
-				  unsigned width, unsigned shift, unsigned mask,
-				  uint64_t *changed)
-{
-	struct class_counts cc;
-	uint64_t start[NCLS], ch = 0;
-	u128 inc[256];
-	int r;
-
-	for (unsigned c = 0; c < NCLS; c++)
-		start[c] = lanes[c].count;
-	counts_init(&cc, start);
-	class_incs(tab, mask, inc);
-	for (uint64_t i = 0; i < n; i += BLOCK) {
-		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
-		const uint8_t *bp = base + i * width, *tp = target + i * width;
-		u128 bytes = block_counts(bp, k, inc, width, shift, mask);
-
-		if (k == BLOCK && !block_differs(bp, tp, (size_t)BLOCK * width)) {
-			counts_add_block(&cc, bytes);
-			continue;
-		}
-		/* Slow path: rank each changed element within its class. */
-		for (unsigned j = 0; j < k; j++) {
-			uint32_t o = load(bp + j * width, width);
-			uint32_t t = load(tp + j * width, width);
-			unsigned c;
-
-			if (o == t)
-				continue;
-			c = tab[(o >> shift) & mask];
-			r = emit_change(&lanes[c],
-					counts_get(&cc, c) +
-						rank_in_block(bp, j, c, tab, width, shift, mask),
-					to_key(t, width) - to_key(o, width));
-			if (r < 0)
-				return r;
-			ch++;
-		}
-		counts_add_block(&cc, bytes);
-	}
-	counts_flush(&cc);
-	for (unsigned c = 0; c < NCLS; c++)
-		lanes[c].count = cc.base[c];
-	*changed = ch;
-	return 0;
-}
-
-int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
-			  uint8_t lo, const uint8_t *base, const uint8_t *target,
-			  uint64_t nelem, uint64_t *changed)
-{
-	uint8_t tab[256];
-
-	*changed = 0;
-	if (f <= WSYNC_FAMILY_NONE || f >= WSYNC_FAMILY_COUNT)
-		return -EINVAL;
-	class_table(f, lo, tab);
-	if (families[f].width == 2)
-		return enc_loop(e->lane[f], tab, base, target, nelem, 2,
-				families[f].exp_shift, families[f].exp_mask, changed);
-	return enc_loop(e->lane[f], tab, base, target, nelem, 4,
-			families[f].exp_shift, families[f].exp_mask, changed);
 }
 
 /* Append one stream: table entry + data (symbols, zstd'ed when smaller). */
@@ -622,74 +615,67 @@ static inline unsigned block_hits(const union bytes16 *counts,
 	return m;
 }
 
-static ALWAYS_INLINE int dec_loop(struct wsync_float_dec_lane *lanes,
-				  const uint8_t *tab, const uint8_t *base,
-				  uint8_t *out, uint64_t n, unsigned width,
-				  unsigned shift, unsigned mask,
-				  struct wsync_error *err)
+/* ---- the loops, instantiated per instruction set ---- */
+
+#define LOOP_NAME(x) x##_plain
+#define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
+	block_counts(bp, k, inc, width, shift, mask)
+#include "codec_float_loops.h"
+#undef LOOP_NAME
+#undef LOOP_BLOCK_COUNTS
+
+#ifdef HAVE_AVX2_PATH
+#define LOOP_NAME(x) x##_avx2
+#define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
+	((k) == BLOCK ? block_counts_avx2(bp, width, shift, mask, lo)          \
+		      : block_counts(bp, k, inc, width, shift, mask))
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,popcnt"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,popcnt")
+#endif
+#include "codec_float_loops.h"
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef LOOP_NAME
+#undef LOOP_BLOCK_COUNTS
+
+static bool use_avx2(void)
 {
-	struct class_counts cc;
-	uint64_t start[NCLS];
-	union bytes16 dist, bytes;
-	u128 inc[256];
+	static int cached = -1;	/* a benign race: every thread computes the same */
 
-	for (unsigned c = 0; c < NCLS; c++)
-		start[c] = lanes[c].count;
-	counts_init(&cc, start);
-	class_incs(tab, mask, inc);
-	for (unsigned c = 0; c < NCLS; c++)
-		dist.b[c] = distance(&lanes[c], &cc, c);
-	for (uint64_t i = 0; i < n; i += BLOCK) {
-		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
-		const uint8_t *bp = base + i * width;
-		uint8_t *op = out + i * width;
-		unsigned hits;
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+	return cached;
+}
+#else
+static bool use_avx2(void)
+{
+	return false;
+}
+#endif
 
-		bytes.v = block_counts(bp, k, inc, width, shift, mask);
-		memcpy(op, bp, (size_t)k * width);
-		hits = block_hits(&bytes, &dist);
-		/* A hit may only mean a clamped distance ran low: refresh. */
-		for (unsigned m = hits; m; m &= m - 1) {
-			unsigned c = (unsigned)__builtin_ctz(m);
+int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
+			  uint8_t lo, const uint8_t *base, const uint8_t *target,
+			  uint64_t nelem, uint64_t *changed)
+{
+	uint8_t tab[256];
 
-			dist.b[c] = distance(&lanes[c], &cc, c);
-			if (bytes.b[c] <= dist.b[c])
-				hits &= ~(1u << c);
-		}
-		/* Patch the changes of each class that has one here. */
-		for (unsigned m = hits; m; m &= m - 1) {
-			unsigned c = (unsigned)__builtin_ctz(m), seen = 0;
-			uint64_t first = counts_get(&cc, c);
-
-			for (unsigned j = 0; j < k && seen < bytes.b[c]; j++) {
-				uint32_t o = load(bp + j * width, width), t;
-
-				if (tab[(o >> shift) & mask] != c)
-					continue;
-				if (first + seen == lanes[c].next) {
-					lanes[c].count = first + seen;
-					if (!take_step(&lanes[c], o, width, &t))
-						return wsync_error_set(err, -EINVAL,
-								       "corrupt step stream "
-								       "(element %llu)",
-								       (unsigned long long)(i + j));
-					store(op + j * width, t, width);
-				}
-				seen++;
-			}
-		}
-		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */
-		counts_add_block(&cc, bytes.v);
-		for (unsigned m = hits; m; m &= m - 1) {
-			unsigned c = (unsigned)__builtin_ctz(m);
-
-			dist.b[c] = distance(&lanes[c], &cc, c);
-		}
-	}
-	counts_flush(&cc);
-	for (unsigned c = 0; c < NCLS; c++)
-		lanes[c].count = cc.base[c];
-	return 0;
+	*changed = 0;
+	if (f <= WSYNC_FAMILY_NONE || f >= WSYNC_FAMILY_COUNT)
+		return -EINVAL;
+	class_table(f, lo, tab);
+#ifdef HAVE_AVX2_PATH
+	if (use_avx2())
+		return enc_piece_avx2(e->lane[f], tab, lo, base, target, nelem,
+				      &families[f], changed);
+#endif
+	return enc_piece_plain(e->lane[f], tab, lo, base, target, nelem, &families[f],
+			       changed);
 }
 
 int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
@@ -701,11 +687,12 @@ int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
 	if (f <= WSYNC_FAMILY_NONE || f >= WSYNC_FAMILY_COUNT)
 		return wsync_error_set(err, -EINVAL, "bad float family %d", (int)f);
 	class_table(f, lo, tab);
-	if (families[f].width == 2)
-		return dec_loop(d->lane[f], tab, base, out, nelem, 2,
-				families[f].exp_shift, families[f].exp_mask, err);
-	return dec_loop(d->lane[f], tab, base, out, nelem, 4, families[f].exp_shift,
-			families[f].exp_mask, err);
+#ifdef HAVE_AVX2_PATH
+	if (use_avx2())
+		return dec_piece_avx2(d->lane[f], tab, lo, base, out, nelem,
+				      &families[f], err);
+#endif
+	return dec_piece_plain(d->lane[f], tab, lo, base, out, nelem, &families[f], err);
 }
 
 int wsync_float_dec_finish(struct wsync_float_dec *d, struct wsync_error *err)

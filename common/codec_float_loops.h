@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * codec_float_loops.h -- the inner loops of codec_float.c, included there
+ * once per instruction set (plain, and AVX2 where the compiler and the
+ * machine have it), with LOOP_NAME(x) naming this instantiation's
+ * functions and LOOP_BLOCK_COUNTS counting one block's classes.  Not a
+ * public header: it only makes sense inside codec_float.c.
+ */
+
+static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
+				  const uint8_t *tab, unsigned lo, const uint8_t *base,
+				  const uint8_t *target, uint64_t n,
+				  unsigned width, unsigned shift, unsigned mask,
+				  uint64_t *changed)
+{
+	struct class_counts cc;
+	uint64_t start[NCLS], ch = 0;
+	u128 inc[256];
+	int r;
+
+	for (unsigned c = 0; c < NCLS; c++)
+		start[c] = lanes[c].count;
+	counts_init(&cc, start);
+	class_incs(tab, mask, inc);
+	for (uint64_t i = 0; i < n; i += BLOCK) {
+		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
+		const uint8_t *bp = base + i * width, *tp = target + i * width;
+		u128 bytes = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
+
+		if (k == BLOCK && !block_differs(bp, tp, (size_t)BLOCK * width)) {
+			counts_add_block(&cc, bytes);
+			continue;
+		}
+		/* Slow path: rank each changed element within its class. */
+		for (unsigned j = 0; j < k; j++) {
+			uint32_t o = load(bp + j * width, width);
+			uint32_t t = load(tp + j * width, width);
+			unsigned c;
+
+			if (o == t)
+				continue;
+			c = tab[(o >> shift) & mask];
+			r = emit_change(&lanes[c],
+					counts_get(&cc, c) +
+						rank_in_block(bp, j, c, tab, width, shift, mask),
+					to_key(t, width) - to_key(o, width));
+			if (r < 0)
+				return r;
+			ch++;
+		}
+		counts_add_block(&cc, bytes);
+	}
+	counts_flush(&cc);
+	for (unsigned c = 0; c < NCLS; c++)
+		lanes[c].count = cc.base[c];
+	*changed = ch;
+	return 0;
+}
+
+static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
+				  const uint8_t *tab, unsigned lo, const uint8_t *base,
+				  uint8_t *out, uint64_t n, unsigned width,
+				  unsigned shift, unsigned mask,
+				  struct wsync_error *err)
+{
+	struct class_counts cc;
+	uint64_t start[NCLS];
+	union bytes16 dist, bytes;
+	u128 inc[256];
+
+	for (unsigned c = 0; c < NCLS; c++)
+		start[c] = lanes[c].count;
+	counts_init(&cc, start);
+	class_incs(tab, mask, inc);
+	for (unsigned c = 0; c < NCLS; c++)
+		dist.b[c] = distance(&lanes[c], &cc, c);
+	for (uint64_t i = 0; i < n; i += BLOCK) {
+		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
+		const uint8_t *bp = base + i * width;
+		uint8_t *op = out + i * width;
+		unsigned hits;
+
+		bytes.v = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
+		memcpy(op, bp, (size_t)k * width);
+		hits = block_hits(&bytes, &dist);
+		/* A hit may only mean a clamped distance ran low: refresh. */
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+
+			dist.b[c] = distance(&lanes[c], &cc, c);
+			if (bytes.b[c] <= dist.b[c])
+				hits &= ~(1u << c);
+		}
+		/* Patch the changes of each class that has one here. */
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m), seen = 0;
+			uint64_t first = counts_get(&cc, c);
+
+			for (unsigned j = 0; j < k && seen < bytes.b[c]; j++) {
+				uint32_t o = load(bp + j * width, width), t;
+
+				if (tab[(o >> shift) & mask] != c)
+					continue;
+				if (first + seen == lanes[c].next) {
+					lanes[c].count = first + seen;
+					if (!take_step(&lanes[c], o, width, &t))
+						return wsync_error_set(err, -EINVAL,
+								       "corrupt step stream "
+								       "(element %llu)",
+								       (unsigned long long)(i + j));
+					store(op + j * width, t, width);
+				}
+				seen++;
+			}
+		}
+		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */
+		counts_add_block(&cc, bytes.v);
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+
+			dist.b[c] = distance(&lanes[c], &cc, c);
+		}
+	}
+	counts_flush(&cc);
+	for (unsigned c = 0; c < NCLS; c++)
+		lanes[c].count = cc.base[c];
+	return 0;
+}
+
+
+/* Entry points of this instantiation, one per element width. */
+static int LOOP_NAME(enc_piece)(struct wsync_float_lane *lanes, const uint8_t *tab,
+				unsigned lo, const uint8_t *base, const uint8_t *target,
+				uint64_t n, const struct family_info *fi,
+				uint64_t *changed)
+{
+	if (fi->width == 2)
+		return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 2,
+					   fi->exp_shift, fi->exp_mask, changed);
+	return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 4, fi->exp_shift,
+				   fi->exp_mask, changed);
+}
+
+static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
+				unsigned lo, const uint8_t *base, uint8_t *out,
+				uint64_t n, const struct family_info *fi,
+				struct wsync_error *err)
+{
+	if (fi->width == 2)
+		return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 2,
+					   fi->exp_shift, fi->exp_mask, err);
+	return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 4, fi->exp_shift,
+				   fi->exp_mask, err);
+}
