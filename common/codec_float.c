@@ -275,20 +275,6 @@ static inline void counts_add_block(struct class_counts *cc, u128 bytes)
 		counts_flush(cc);
 }
 
-/* Rank, within its class, of element j of a block: how many elements
- * before it in the block share its class. */
-static ALWAYS_INLINE unsigned rank_in_block(const uint8_t *bp, unsigned j,
-					    unsigned c, const uint8_t *tab,
-					    unsigned width, unsigned shift,
-					    unsigned mask)
-{
-	unsigned r = 0;
-
-	for (unsigned i = 0; i < j; i++)
-		r += tab[(load(bp + i * width, width) >> shift) & mask] == c;
-	return r;
-}
-
 /* inc[e] = 1 << (8 * class(e)) for the piece's class table. */
 static void class_incs(const uint8_t tab[256], unsigned mask, u128 inc[256])
 {
@@ -312,6 +298,37 @@ static ALWAYS_INLINE u128 block_counts(const uint8_t *base, unsigned k,
 	if (j < k)
 		a += inc[(load(base + j * width, width) >> shift) & mask];
 	return a + b;
+}
+
+/* masks[c] gets bit j set when element j of the block has class c. */
+static ALWAYS_INLINE void class_masks(const uint8_t *bp, unsigned k,
+				      const uint8_t *tab, unsigned width,
+				      unsigned shift, unsigned mask,
+				      uint32_t masks[NCLS])
+{
+	memset(masks, 0, NCLS * sizeof(masks[0]));
+	for (unsigned j = 0; j < k; j++)
+		masks[tab[(load(bp + j * width, width) >> shift) & mask]] |= 1u << j;
+}
+
+/* Bit j set when element j differs between the two blocks. */
+static ALWAYS_INLINE uint32_t changed_mask(const uint8_t *bp, const uint8_t *tp,
+					   unsigned k, unsigned width)
+{
+	uint32_t m = 0;
+
+	for (unsigned j = 0; j < k; j++)
+		m |= (uint32_t)(load(bp + j * width, width) != load(tp + j * width, width))
+		     << j;
+	return m;
+}
+
+/* Position of the d-th (from 0) set bit of m; m has more than d bits. */
+static inline unsigned select_bit(uint32_t m, unsigned d)
+{
+	while (d--)
+		m &= m - 1;
+	return (unsigned)__builtin_ctz(m);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -371,6 +388,86 @@ block_counts_avx2(const uint8_t *bp, unsigned width, unsigned shift,
 			hi64 |= n << (8 * (c - 8));
 	}
 	return ((u128)hi64 << 64) | lo64;
+}
+
+/* The classes of a full block as 32 bytes in element order. */
+static inline __attribute__((target("avx2"), always_inline)) __m256i
+classes_avx2(const uint8_t *bp, unsigned width, unsigned shift, unsigned mask,
+	     unsigned lo)
+{
+	const __m128i sh = _mm_cvtsi32_si128((int)shift);
+
+	if (width == 2) {
+		const __m256i m = _mm256_set1_epi16((short)mask);
+		const __m256i l = _mm256_set1_epi16((short)lo);
+		const __m256i top = _mm256_set1_epi16(NCLS - 1);
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)bp);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)(bp + 32));
+
+		x0 = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(
+					      _mm256_srl_epi16(x0, sh), m), l), top);
+		x1 = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(
+					      _mm256_srl_epi16(x1, sh), m), l), top);
+		/* packus interleaves the 128-bit halves: put them back */
+		return _mm256_permute4x64_epi64(_mm256_packus_epi16(x0, x1), 0xd8);
+	} else {
+		const __m256i m = _mm256_set1_epi32((int)mask);
+		const __m256i l = _mm256_set1_epi32((int)lo);
+		const __m256i top = _mm256_set1_epi32(NCLS - 1);
+		const __m256i zero = _mm256_setzero_si256();
+		const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+		__m256i x[4];
+
+		for (int q = 0; q < 4; q++) {
+			x[q] = _mm256_loadu_si256((const __m256i *)(bp + 32 * q));
+			x[q] = _mm256_and_si256(_mm256_srl_epi32(x[q], sh), m);
+			x[q] = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(x[q], l),
+								 zero), top);
+		}
+		return _mm256_permutevar8x32_epi32(
+			_mm256_packus_epi16(_mm256_packus_epi32(x[0], x[1]),
+					    _mm256_packus_epi32(x[2], x[3])),
+			order);
+	}
+}
+
+static inline __attribute__((target("avx2"), always_inline)) void
+class_masks_avx2(const uint8_t *bp, unsigned width, unsigned shift,
+		 unsigned mask, unsigned lo, uint32_t masks[NCLS])
+{
+	__m256i cls = classes_avx2(bp, width, shift, mask, lo);
+
+	for (unsigned c = 0; c < NCLS; c++)
+		masks[c] = (uint32_t)_mm256_movemask_epi8(
+			_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
+}
+
+static inline __attribute__((target("avx2"), always_inline)) uint32_t
+changed_mask_avx2(const uint8_t *bp, const uint8_t *tp, unsigned width)
+{
+	__m256i e;
+
+	if (width == 2) {
+		__m256i a0 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)bp),
+						_mm256_loadu_si256((const __m256i *)tp));
+		__m256i a1 = _mm256_cmpeq_epi16(
+			_mm256_loadu_si256((const __m256i *)(bp + 32)),
+			_mm256_loadu_si256((const __m256i *)(tp + 32)));
+
+		e = _mm256_permute4x64_epi64(_mm256_packs_epi16(a0, a1), 0xd8);
+	} else {
+		__m256i a[4];
+
+		for (int q = 0; q < 4; q++)
+			a[q] = _mm256_cmpeq_epi32(
+				_mm256_loadu_si256((const __m256i *)(bp + 32 * q)),
+				_mm256_loadu_si256((const __m256i *)(tp + 32 * q)));
+		e = _mm256_permutevar8x32_epi32(
+			_mm256_packs_epi16(_mm256_packs_epi32(a[0], a[1]),
+					   _mm256_packs_epi32(a[2], a[3])),
+			_mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	}
+	return ~(uint32_t)_mm256_movemask_epi8(e);
 }
 #endif
 
@@ -620,15 +717,30 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_NAME(x) x##_plain
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	block_counts(bp, k, inc, width, shift, mask)
+#define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
+	class_masks(bp, k, tab, width, shift, mask, masks)
+#define LOOP_CHANGED_MASK(bp, tp, k, width) changed_mask(bp, tp, k, width)
 #include "codec_float_loops.h"
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
+#undef LOOP_CLASS_MASKS
+#undef LOOP_CHANGED_MASK
 
 #ifdef HAVE_AVX2_PATH
 #define LOOP_NAME(x) x##_avx2
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	((k) == BLOCK ? block_counts_avx2(bp, width, shift, mask, lo)          \
 		      : block_counts(bp, k, inc, width, shift, mask))
+#define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
+	do {                                                                  \
+		if ((k) == BLOCK)                                             \
+			class_masks_avx2(bp, width, shift, mask, lo, masks);  \
+		else                                                          \
+			class_masks(bp, k, tab, width, shift, mask, masks);   \
+	} while (0)
+#define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
+	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
+		      : changed_mask(bp, tp, k, width))
 #ifdef __clang__
 #pragma clang attribute push(__attribute__((target("avx2,popcnt"))), apply_to = function)
 #else
@@ -643,6 +755,8 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #endif
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
+#undef LOOP_CLASS_MASKS
+#undef LOOP_CHANGED_MASK
 
 static bool use_avx2(void)
 {

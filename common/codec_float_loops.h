@@ -32,17 +32,18 @@ static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 			continue;
 		}
 		/* Slow path: rank each changed element within its class. */
-		for (unsigned j = 0; j < k; j++) {
+		uint32_t cm[NCLS], chg = LOOP_CHANGED_MASK(bp, tp, k, width);
+
+		LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
+		for (; chg; chg &= chg - 1) {
+			unsigned j = (unsigned)__builtin_ctz(chg);
 			uint32_t o = load(bp + j * width, width);
 			uint32_t t = load(tp + j * width, width);
-			unsigned c;
+			unsigned c = tab[(o >> shift) & mask];
 
-			if (o == t)
-				continue;
-			c = tab[(o >> shift) & mask];
 			r = emit_change(&lanes[c],
 					counts_get(&cc, c) +
-						rank_in_block(bp, j, c, tab, width, shift, mask),
+						(unsigned)__builtin_popcount(cm[c] & ((1u << j) - 1)),
 					to_key(t, width) - to_key(o, width));
 			if (r < 0)
 				return r;
@@ -92,17 +93,21 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 				hits &= ~(1u << c);
 		}
 		/* Patch the changes of each class that has one here. */
-		for (unsigned m = hits; m; m &= m - 1) {
-			unsigned c = (unsigned)__builtin_ctz(m), seen = 0;
-			uint64_t first = counts_get(&cc, c);
+		if (hits) {
+			uint32_t cm[NCLS];
 
-			for (unsigned j = 0; j < k && seen < bytes.b[c]; j++) {
-				uint32_t o = load(bp + j * width, width), t;
+			LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
+			for (unsigned m = hits; m; m &= m - 1) {
+				unsigned c = (unsigned)__builtin_ctz(m);
+				uint64_t first = counts_get(&cc, c);
+				unsigned members = (unsigned)__builtin_popcount(cm[c]);
 
-				if (tab[(o >> shift) & mask] != c)
-					continue;
-				if (first + seen == lanes[c].next) {
-					lanes[c].count = first + seen;
+				while (lanes[c].next - first < members) {
+					unsigned j = select_bit(cm[c],
+								(unsigned)(lanes[c].next - first));
+					uint32_t o = load(bp + j * width, width), t;
+
+					lanes[c].count = lanes[c].next;
 					if (!take_step(&lanes[c], o, width, &t))
 						return wsync_error_set(err, -EINVAL,
 								       "corrupt step stream "
@@ -110,7 +115,6 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 								       (unsigned long long)(i + j));
 					store(op + j * width, t, width);
 				}
-				seen++;
 			}
 		}
 		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */

@@ -318,7 +318,8 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 	if (wsync_buf_append(out, table.data, table.len) < 0)
 		goto nomem;
 	for (size_t i = 0; i < n; i++)
-		if (wsync_buf_append(out, enc.payloads.data + po[i].payload_off,
+		if (po[i].payload_len &&
+		    wsync_buf_append(out, enc.payloads.data + po[i].payload_off,
 				     po[i].payload_len) < 0)
 			goto nomem;
 	if (wsync_buf_append(out, data.data, data.len) < 0)
