@@ -16,6 +16,8 @@
 
 #include <zstd.h>
 
+#include "rans.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "wsync's codecs read tensor data as little-endian, as safetensors stores it"
 #endif
@@ -486,31 +488,41 @@ static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
 	return x != 0;
 }
 
-/* Append one stream: table entry + data (symbols, zstd'ed when smaller). */
+/* Append one stream: table entry + data.  The symbols go in whichever
+ * coding is smallest: rANS (usually), zstd, or raw. */
 static int put_stream(struct wsync_buf *table, struct wsync_buf *data,
 		      uint8_t kind, uint8_t family, uint8_t cls,
 		      const struct wsync_buf *syms, struct wsync_bitwriter *bits,
 		      int level)
 {
-	size_t bound = ZSTD_compressBound(syms->len), z;
-	uint8_t coding = 0;
+	size_t bound = ZSTD_compressBound(syms->len), z, start = data->len;
 	size_t syms_len = syms->len;
+	uint8_t coding = 0;
 	int r;
 
 	r = wsync_bits_flush(bits);
 	if (r < 0)
 		return r;
-	r = wsync_buf_reserve(data, bound + bits->out.len);
+	r = wsync_rans_encode(syms->data, syms->len, data);
 	if (r < 0)
 		return r;
-	z = ZSTD_compress(data->data + data->len, bound, syms->data, syms->len, level);
-	if (!ZSTD_isError(z) && z < syms->len) {
-		coding = 1;
-		syms_len = z;
-	} else if (syms->len) {
-		memcpy(data->data + data->len, syms->data, syms->len);
+	if (data->len - start < syms->len) {
+		coding = 2;
+		syms_len = data->len - start;
+	} else {
+		data->len = start;
+		r = wsync_buf_reserve(data, bound);
+		if (r < 0)
+			return r;
+		z = ZSTD_compress(data->data + start, bound, syms->data, syms->len, level);
+		if (!ZSTD_isError(z) && z < syms->len) {
+			coding = 1;
+			syms_len = z;
+			data->len += z;
+		} else if (wsync_buf_append(data, syms->data, syms->len) < 0) {
+			return -ENOMEM;
+		}
 	}
-	data->len += syms_len;
 	if (wsync_buf_append(data, bits->out.data, bits->out.len) < 0 ||
 	    wsync_buf_put_u8(table, kind) < 0 || wsync_buf_put_u8(table, family) < 0 ||
 	    wsync_buf_put_u8(table, cls) < 0 || wsync_buf_put_u8(table, coding) < 0 ||
@@ -567,6 +579,7 @@ static int unpack_syms(const struct wsync_stream *s, const uint8_t **syms,
 {
 	unsigned long long size;
 	size_t z;
+	int r;
 
 	*owned = NULL;
 	if (s->coding == 0) {
@@ -575,20 +588,29 @@ static int unpack_syms(const struct wsync_stream *s, const uint8_t **syms,
 		*syms = s->syms;
 		return 0;
 	}
-	size = ZSTD_getFrameContentSize(s->syms, s->syms_len);
-	if (size != s->nsyms)
-		return wsync_error_set(err, -EINVAL,
-				       "stream frame does not declare its %llu symbols",
-				       (unsigned long long)s->nsyms);
+	if (s->coding == 1) {
+		size = ZSTD_getFrameContentSize(s->syms, s->syms_len);
+		if (size != s->nsyms)
+			return wsync_error_set(err, -EINVAL,
+					       "stream frame does not declare its %llu symbols",
+					       (unsigned long long)s->nsyms);
+	}
 	*owned = malloc(s->nsyms ? s->nsyms : 1);
 	if (!*owned)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	z = ZSTD_decompress(*owned, s->nsyms, s->syms, s->syms_len);
-	if (ZSTD_isError(z) || z != s->nsyms) {
+	if (s->coding == 2) {
+		r = wsync_rans_decode(s->syms, s->syms_len, *owned, s->nsyms, err);
+	} else {
+		z = ZSTD_decompress(*owned, s->nsyms, s->syms, s->syms_len);
+		r = ZSTD_isError(z) || z != s->nsyms
+			    ? wsync_error_set(err, -EINVAL, "corrupt symbol stream: %s",
+					      ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short")
+			    : 0;
+	}
+	if (r < 0) {
 		free(*owned);
 		*owned = NULL;
-		return wsync_error_set(err, -EINVAL, "corrupt symbol stream: %s",
-				       ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
+		return r;
 	}
 	*syms = *owned;
 	return 0;

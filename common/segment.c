@@ -455,7 +455,7 @@ int wsync_segment_parse(const uint8_t *payload, size_t len,
 		st->bits_len = wsync_le64(p + 24);
 		if (st->kind < 1 || st->kind > 2 || st->family < 1 ||
 		    st->family >= WSYNC_FAMILY_COUNT || st->cls >= WSYNC_FLOAT_CLASSES ||
-		    st->coding > 1 || !all_zero(p + 4, 4) ||
+		    st->coding > 2 || !all_zero(p + 4, 4) ||
 		    seen[st->kind][st->family][st->cls]) {
 			r = wsync_error_set(err, -EINVAL, "segment stream %u is malformed", i);
 			goto fail;

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rans.c -- static rANS with 32-bit state and byte renormalisation, as
+ * described in Duda's ANS papers and Giesen's "rANS notes"; written from
+ * the algorithm.  See rans.h for the why and FORMAT.md §4 for the bytes.
+ */
+#include "rans.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCALE_BITS 12
+#define M (1u << SCALE_BITS)
+#define RANS_L (1u << 23)	/* lower bound of the normalised state */
+
+/* Quantise counts to frequencies summing to M, every used symbol >= 1. */
+static void normalise(const uint64_t count[256], uint64_t n, uint32_t freq[256])
+{
+	uint32_t total = 0;
+	unsigned best = 0;
+
+	for (unsigned s = 0; s < 256; s++) {
+		freq[s] = 0;
+		if (!count[s])
+			continue;
+		freq[s] = (uint32_t)((count[s] * M) / n);
+		if (freq[s] == 0)
+			freq[s] = 1;
+		total += freq[s];
+		if (count[s] > count[best])
+			best = s;
+	}
+	/* Settle the rounding on the most frequent symbol, where a few
+	 * counts cost the least; if it would drop below 1, take from the
+	 * others in turn. */
+	while (total != M) {
+		if (total < M) {
+			freq[best] += M - total;
+			total = M;
+		} else {
+			uint32_t excess = total - M;
+
+			if (freq[best] > excess) {
+				freq[best] -= excess;
+				total = M;
+			} else {
+				for (unsigned s = 0; s < 256 && total > M; s++)
+					if (freq[s] > 1) {
+						freq[s]--;
+						total--;
+					}
+			}
+		}
+	}
+}
+
+/* Table: u16 number of symbols S (max used + 1), then for each symbol its
+ * frequency as a 1- or 2-byte varint; a zero is followed by one byte
+ * counting further zeros (0..255). */
+static int put_table(const uint32_t freq[256], struct wsync_buf *out)
+{
+	unsigned nsym = 0;
+	int r;
+
+	for (unsigned s = 0; s < 256; s++)
+		if (freq[s])
+			nsym = s + 1;
+	r = wsync_buf_put_u16(out, (uint16_t)nsym);
+	for (unsigned s = 0; r == 0 && s < nsym; s++) {
+		uint32_t f = freq[s];
+
+		if (f == 0) {
+			unsigned run = 0;
+
+			while (s + 1 + run < nsym && freq[s + 1 + run] == 0 && run < 255)
+				run++;
+			r = wsync_buf_put_u8(out, 0);
+			if (r == 0)
+				r = wsync_buf_put_u8(out, (uint8_t)run);
+			s += run;
+		} else if (f < 128) {
+			r = wsync_buf_put_u8(out, (uint8_t)f);
+		} else {
+			r = wsync_buf_put_u8(out, (uint8_t)(0x80 | (f >> 8)));
+			if (r == 0)
+				r = wsync_buf_put_u8(out, (uint8_t)(f & 0xff));
+		}
+	}
+	return r;
+}
+
+int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
+{
+	uint64_t count[256] = { 0 };
+	uint32_t freq[256], start[256], x = RANS_L, cum = 0;
+	uint8_t *rev, *p;
+	int r;
+
+	for (size_t i = 0; i < n; i++)
+		count[syms[i]]++;
+	if (n)
+		normalise(count, n, freq);
+	else
+		memset(freq, 0, sizeof(freq));
+	for (unsigned s = 0; s < 256; s++) {
+		start[s] = cum;
+		cum += freq[s];
+	}
+	r = put_table(freq, out);
+	if (r < 0)
+		return r;
+
+	/* rANS codes backwards: emit into a buffer from its end.  A symbol
+	 * costs at most SCALE_BITS bits, so 2 bytes each plus the state is
+	 * always enough. */
+	rev = malloc(2 * n + 8);
+	if (!rev)
+		return -ENOMEM;
+	p = rev + 2 * n + 8;
+	for (size_t i = n; i-- > 0;) {
+		uint32_t f = freq[syms[i]];
+		uint32_t x_max = ((RANS_L >> SCALE_BITS) << 8) * f;
+
+		while (x >= x_max) {
+			*--p = (uint8_t)x;
+			x >>= 8;
+		}
+		x = ((x / f) << SCALE_BITS) + (x % f) + start[syms[i]];
+	}
+	p -= 4;
+	p[0] = (uint8_t)x;
+	p[1] = (uint8_t)(x >> 8);
+	p[2] = (uint8_t)(x >> 16);
+	p[3] = (uint8_t)(x >> 24);
+	r = wsync_buf_append(out, p, (size_t)(rev + 2 * n + 8 - p));
+	free(rev);
+	return r;
+}
+
+int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
+		      struct wsync_error *err)
+{
+	uint32_t freq[256] = { 0 }, start[256], total = 0, x;
+	uint8_t *slot2sym;
+	const uint8_t *p = in, *end = in + len;
+	unsigned nsym;
+
+	if (len < 2)
+		return wsync_error_set(err, -EINVAL, "rANS stream too short");
+	nsym = wsync_le16(p);
+	p += 2;
+	if (nsym > 256)
+		return wsync_error_set(err, -EINVAL, "rANS table of %u symbols", nsym);
+	for (unsigned s = 0; s < nsym; s++) {
+		if (p == end)
+			return wsync_error_set(err, -EINVAL, "rANS table truncated");
+		if (*p == 0) {
+			if (end - p < 2)
+				return wsync_error_set(err, -EINVAL, "rANS table truncated");
+			s += p[1];	/* the run stays zero */
+			p += 2;
+		} else if (*p < 0x80) {
+			freq[s] = *p++;
+			total += freq[s];
+		} else {
+			if (end - p < 2)
+				return wsync_error_set(err, -EINVAL, "rANS table truncated");
+			freq[s] = (uint32_t)(p[0] & 0x7f) << 8 | p[1];
+			p += 2;
+			total += freq[s];
+		}
+	}
+	if (n == 0) {
+		if (total != 0 || end - p != 4 || wsync_le32(p) != RANS_L)
+			return wsync_error_set(err, -EINVAL, "corrupt empty rANS stream");
+		return 0;
+	}
+	if (total != M)
+		return wsync_error_set(err, -EINVAL, "rANS frequencies sum to %u, not %u",
+				       total, M);
+	if (end - p < 4)
+		return wsync_error_set(err, -EINVAL, "rANS stream truncated");
+	slot2sym = malloc(M);
+	if (!slot2sym)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	for (unsigned s = 0, cum = 0; s < 256; s++) {
+		start[s] = cum;
+		memset(slot2sym + cum, (int)s, freq[s]);
+		cum += freq[s];
+	}
+	x = wsync_le32(p);
+	p += 4;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t slot = x & (M - 1);
+		uint8_t s = slot2sym[slot];
+
+		syms[i] = s;
+		x = freq[s] * (x >> SCALE_BITS) + slot - start[s];
+		while (x < RANS_L) {
+			if (p == end) {
+				free(slot2sym);
+				return wsync_error_set(err, -EINVAL, "rANS stream truncated");
+			}
+			x = (x << 8) | *p++;
+		}
+	}
+	free(slot2sym);
+	if (p != end || x != RANS_L)
+		return wsync_error_set(err, -EINVAL, "rANS stream does not end cleanly");
+	return 0;
+}
