@@ -38,11 +38,6 @@ int wsync_buf_append(struct wsync_buf *b, const void *p, size_t n)
 	return 0;
 }
 
-int wsync_buf_put_u8(struct wsync_buf *b, uint8_t v)
-{
-	return wsync_buf_append(b, &v, 1);
-}
-
 int wsync_buf_put_u16(struct wsync_buf *b, uint16_t v)
 {
 	uint8_t p[2] = { (uint8_t)v, (uint8_t)(v >> 8) };

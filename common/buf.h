@@ -17,12 +17,24 @@ struct wsync_buf {
 
 int wsync_buf_reserve(struct wsync_buf *b, size_t extra);
 int wsync_buf_append(struct wsync_buf *b, const void *p, size_t n);
-int wsync_buf_put_u8(struct wsync_buf *b, uint8_t v);
 int wsync_buf_put_u16(struct wsync_buf *b, uint16_t v);	/* little-endian */
 int wsync_buf_put_u32(struct wsync_buf *b, uint32_t v);
 int wsync_buf_put_u64(struct wsync_buf *b, uint64_t v);
 void wsync_buf_reset(struct wsync_buf *b);	/* len = 0, keeps the memory */
 void wsync_buf_free(struct wsync_buf *b);	/* frees and zeroes */
+
+/* One byte, inline: the codecs append symbols one at a time. */
+static inline int wsync_buf_put_u8(struct wsync_buf *b, uint8_t v)
+{
+	if (b->len == b->cap) {
+		int r = wsync_buf_reserve(b, 1);
+
+		if (r < 0)
+			return r;
+	}
+	b->data[b->len++] = v;
+	return 0;
+}
 
 /* Little-endian loads from unaligned memory. */
 static inline uint16_t wsync_le16(const uint8_t *p)

@@ -325,14 +325,6 @@ static ALWAYS_INLINE uint32_t changed_mask(const uint8_t *bp, const uint8_t *tp,
 	return m;
 }
 
-/* Position of the d-th (from 0) set bit of m; m has more than d bits. */
-static inline unsigned select_bit(uint32_t m, unsigned d)
-{
-	while (d--)
-		m &= m - 1;
-	return (unsigned)__builtin_ctz(m);
-}
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1

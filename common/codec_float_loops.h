@@ -99,15 +99,17 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 			LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
 			for (unsigned m = hits; m; m &= m - 1) {
 				unsigned c = (unsigned)__builtin_ctz(m);
-				uint64_t first = counts_get(&cc, c);
-				unsigned members = (unsigned)__builtin_popcount(cm[c]);
+				uint64_t pos = counts_get(&cc, c);
 
-				while (lanes[c].next - first < members) {
-					unsigned j = select_bit(cm[c],
-								(unsigned)(lanes[c].next - first));
-					uint32_t o = load(bp + j * width, width), t;
+				/* walk this class's members in the block */
+				for (uint32_t mm = cm[c]; mm; mm &= mm - 1, pos++) {
+					unsigned j = (unsigned)__builtin_ctz(mm);
+					uint32_t o, t;
 
-					lanes[c].count = lanes[c].next;
+					if (pos != lanes[c].next)
+						continue;
+					o = load(bp + j * width, width);
+					lanes[c].count = pos;
 					if (!take_step(&lanes[c], o, width, &t))
 						return wsync_error_set(err, -EINVAL,
 								       "corrupt step stream "

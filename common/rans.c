@@ -92,8 +92,9 @@ static int put_table(const uint32_t freq[256], struct wsync_buf *out)
 
 int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
 {
-	uint64_t count[256] = { 0 };
+	uint64_t count[256] = { 0 }, rcp[256];
 	uint32_t freq[256], start[256], x = RANS_L, cum = 0;
+	unsigned rshift[256];
 	uint8_t *rev, *p;
 	int r;
 
@@ -106,6 +107,13 @@ int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
 	for (unsigned s = 0; s < 256; s++) {
 		start[s] = cum;
 		cum += freq[s];
+		/* x / f by multiplication: with l = ceil(log2 f) and the
+		 * multiplier rounded up, (x * m) >> (31 + l) is exact for every
+		 * x < 2^31 (Granlund and Montgomery), and x stays below 2^31. */
+		rshift[s] = 0;
+		while (freq[s] > (1u << rshift[s]))
+			rshift[s]++;
+		rcp[s] = freq[s] ? ((1ULL << (31 + rshift[s])) + freq[s] - 1) / freq[s] : 0;
 	}
 	r = put_table(freq, out);
 	if (r < 0)
@@ -126,7 +134,9 @@ int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
 			*--p = (uint8_t)x;
 			x >>= 8;
 		}
-		x = ((x / f) << SCALE_BITS) + (x % f) + start[syms[i]];
+		uint32_t q = (uint32_t)(((uint64_t)x * rcp[syms[i]]) >> (31 + rshift[syms[i]]));
+
+		x = (q << SCALE_BITS) + (x - q * f) + start[syms[i]];
 	}
 	p -= 4;
 	p[0] = (uint8_t)x;

@@ -6,6 +6,7 @@
 #include "segment.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,29 +91,37 @@ static int xor_append(ZSTD_CCtx *cctx, int level, const uint8_t *target,
 	return r;
 }
 
-/* Size of piece p coded as a FLOAT piece on its own. */
-static int float_alone_size(const struct wsync_piece_in *p, uint8_t lo, int level,
-			    size_t *size)
+/*
+ * What the symbols and extra bits a piece added to the shared lanes will
+ * cost once coded: their order-0 entropy (rANS comes within a fraction of
+ * a percent of it) plus the extra bits.  Cheap next to coding them again.
+ */
+static double float_cost_estimate(const struct wsync_float_enc *e,
+				  const struct wsync_float_mark *m,
+				  enum wsync_float_family f)
 {
-	struct wsync_float_enc *e = malloc(sizeof(*e));
-	struct wsync_buf table = { 0 }, data = { 0 };
-	uint32_t n = 0;
-	uint64_t changed;
-	int r;
+	double bits = 0;
 
-	if (!e)
-		return -ENOMEM;
-	wsync_float_enc_init(e);
-	r = wsync_float_enc_piece(e, p->family, lo, p->base, p->target,
-				  p->len / wsync_float_elem_size(p->family), &changed);
-	if (r == 0)
-		r = wsync_float_enc_finish(e, level, &table, &data, &n);
-	*size = table.len + data.len;
-	wsync_buf_free(&table);
-	wsync_buf_free(&data);
-	wsync_float_enc_free(e);
-	free(e);
-	return r;
+	for (unsigned c = 0; c < WSYNC_FLOAT_CLASSES; c++) {
+		const struct wsync_float_lane *l = &e->lane[f][c];
+		const struct wsync_buf *bufs[2] = { &l->gap_syms, &l->step_syms };
+		const size_t from[2] = { m->lane[f][c].gs, m->lane[f][c].ss };
+
+		for (int k = 0; k < 2; k++) {
+			uint64_t hist[256] = { 0 }, n = bufs[k]->len - from[k];
+
+			for (size_t i = from[k]; i < bufs[k]->len; i++)
+				hist[bufs[k]->data[i]]++;
+			for (int s = 0; s < 256; s++)
+				if (hist[s])
+					bits -= (double)hist[s] * log2((double)hist[s] / (double)n);
+		}
+		bits += 8.0 * (double)(l->gap_bits.out.len - m->lane[f][c].gb) +
+			(double)l->gap_bits.n - (double)m->lane[f][c].gn;
+		bits += 8.0 * (double)(l->step_bits.out.len - m->lane[f][c].sb) +
+			(double)l->step_bits.n - (double)m->lane[f][c].sn;
+	}
+	return bits / 8;
 }
 
 struct encoder {
@@ -131,7 +140,8 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	unsigned w = wsync_float_elem_size(p->family);
 	uint64_t nelem = p->len / w, changed;
 	uint8_t lo = wsync_float_choose_lo(p->family, p->base, nelem);
-	size_t before = enc->payloads.len, xor_frame, alone;
+	size_t before = enc->payloads.len, xor_frame;
+	double alone;
 	bool same;
 	int r;
 
@@ -153,25 +163,26 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	if (changed * 1000 < nelem * DENSE_PERMILLE)
 		return 0;
 
-	/* Dense: keep FLOAT only if it beats XOR and raw bytes. */
-	r = xor_append(enc->cctx, enc->level, p->target, p->base, (size_t)p->len,
-		       &enc->payloads, &xor_frame, &same);
-	if (r < 0)
-		return r;
-	r = float_alone_size(p, lo, enc->level, &alone);
-	if (r < 0)
-		return r;
-	if (xor_frame && xor_frame <= alone) {
-		wsync_float_enc_rollback(enc->fenc, enc->mark);
-		po->method = WSYNC_PIECE_XOR;
-		po->family = WSYNC_FAMILY_NONE;
-		po->lo = 0;
-		po->payload_off = before;
-		po->payload_len = xor_frame;
-		return 0;
+	/* Dense: keep FLOAT only if it beats raw bytes and, where it is not
+	 * clearly ahead, XOR + zstd. */
+	alone = float_cost_estimate(enc->fenc, enc->mark, p->family);
+	if (alone * 4 > (double)p->len) {
+		r = xor_append(enc->cctx, enc->level, p->target, p->base, (size_t)p->len,
+			       &enc->payloads, &xor_frame, &same);
+		if (r < 0)
+			return r;
+		if (xor_frame && (double)xor_frame <= alone) {
+			wsync_float_enc_rollback(enc->fenc, enc->mark);
+			po->method = WSYNC_PIECE_XOR;
+			po->family = WSYNC_FAMILY_NONE;
+			po->lo = 0;
+			po->payload_off = before;
+			po->payload_len = xor_frame;
+			return 0;
+		}
+		enc->payloads.len = before;	/* drop the XOR trial */
 	}
-	enc->payloads.len = before;	/* drop the XOR trial */
-	if (alone >= p->len) {
+	if (alone >= (double)p->len) {
 		wsync_float_enc_rollback(enc->fenc, enc->mark);
 		r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
 		po->method = WSYNC_PIECE_LITERAL;
