@@ -17,5 +17,14 @@ enum {
 };
 
 int tool_inspect(int argc, char **argv);
+int tool_diff(int argc, char **argv);
+int tool_apply(int argc, char **argv);
+
+/* Worker threads when --threads is not given: one per online CPU, as the
+ * daemon's [daemon] threads default. */
+unsigned tool_default_threads(void);
+
+/* --threads N: 1..1024; 0 or -EINVAL. */
+int tool_parse_threads(const char *s, unsigned *ret);
 
 #endif

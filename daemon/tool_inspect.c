@@ -1,28 +1,37 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wsync inspect PATH [--json] -- list the tensors of a safetensors file or
- * of a checkpoint directory (name, dtype, shape, bytes), per file.
+ * of a checkpoint directory (name, dtype, shape, bytes), per file; or, for
+ * a delta (recognised by its magic), its files, segments and pieces with
+ * the method each piece was coded with, the density of changes and the
+ * bytes each costs.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "checkpoint.h"
+#include "delta.h"
 #include "safetensors.h"
+#include "segment.h"
 #include "tool.h"
 #include "units.h"
 
 static void inspect_usage(FILE *f)
 {
 	fprintf(f, "Usage: wsync inspect PATH [--json]\n\n"
-		   "PATH is a .safetensors file or a checkpoint directory (with or\n"
-		   "without model.safetensors.index.json).\n\n"
+		   "PATH is a .safetensors file, a checkpoint directory (with or\n"
+		   "without model.safetensors.index.json), or a delta written by\n"
+		   "wsync diff (its files, segments and pieces are listed).\n\n"
 		   "  --json     machine-readable output\n"
 		   "  -h, --help this text\n");
 }
@@ -88,6 +97,227 @@ static int exit_code_for(int r)
 					     : WSYNC_EXIT_FAILURE;
 }
 
+
+/* ---- deltas ---- */
+
+static const char *kind_name(enum wsync_delta_kind k)
+{
+	return k == WSYNC_DELTA_KIND_SAFETENSORS ? "safetensors" : "bytes";
+}
+
+static unsigned family_bytes(enum wsync_float_family f)
+{
+	return f == WSYNC_FAMILY_F32 ? 4 : 2;
+}
+
+/* What a parsed segment says about itself: changed elements are the GAP
+ * symbols (one per change), elements those of its FLOAT pieces. */
+static void segment_counts(const struct wsync_segment *s, uint64_t *changed,
+			   uint64_t *elements)
+{
+	*changed = *elements = 0;
+	for (size_t i = 0; i < s->n_streams; i++)
+		if (s->streams[i].kind == 1)
+			*changed += s->streams[i].nsyms;
+	for (size_t i = 0; i < s->n_pieces; i++)
+		if (s->pieces[i].method == WSYNC_PIECE_FLOAT)
+			*elements += s->pieces[i].len / family_bytes(s->pieces[i].family);
+}
+
+static json_t *hash_json(const struct wsync_hash128 *h)
+{
+	char hex[WSYNC_HASH_HEX_LEN + 1];
+
+	return json_string(wsync_hash_hex(h, hex, sizeof(hex)));
+}
+
+/* One file of a delta: a line (or object) for it, then per segment and
+ * per piece. */
+static int inspect_delta_file(const struct wsync_delta_reader *d,
+			      const struct wsync_delta_entry *e, bool json,
+			      json_t *files, struct wsync_buf *payload,
+			      struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &e->file;
+	json_t *o = NULL, *segs = NULL;
+	char h1[32], h2[32];
+	int r = 0;
+
+	if (json) {
+		o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}",
+			"path", f->path, "op", wsync_delta_op_name(f->op),
+			"kind", kind_name(f->kind), "mode", (json_int_t)f->mode,
+			"target_size", (json_int_t)f->target_size,
+			"changed", (json_int_t)f->changed,
+			"elements", (json_int_t)f->elements);
+		json_object_set_new(o, "density", f->elements
+			? json_real((double)f->changed / (double)f->elements) : json_null());
+		json_object_set_new(o, "target_xxh128", hash_json(&f->target_hash));
+		if (f->flags & WSYNC_DELTA_FILE_HAS_BASE) {
+			json_object_set_new(o, "base_size", json_integer((json_int_t)f->base_size));
+			json_object_set_new(o, "base_xxh128", hash_json(&f->base_hash));
+		}
+		json_object_set_new(o, "delta_bytes", json_integer((json_int_t)e->delta_bytes));
+		segs = json_array();
+		json_object_set_new(o, "segments", segs);
+		json_array_append_new(files, o);
+	} else {
+		printf("%s  %s", f->path, wsync_delta_op_name(f->op));
+		if (f->op == WSYNC_DELTA_WRITE) {
+			printf("  %s  %s -> %s in %" PRIu64 " segments%s", kind_name(f->kind),
+			       wsync_format_bytes(h1, sizeof(h1), f->target_size),
+			       wsync_format_bytes(h2, sizeof(h2), e->delta_bytes),
+			       f->n_segments,
+			       f->flags & WSYNC_DELTA_FILE_HAS_BASE ? "" : " (new file)");
+			if (f->elements)
+				printf(", %" PRIu64 " of %" PRIu64 " elements changed "
+				       "(density %.4f%%)", f->changed, f->elements,
+				       100.0 * (double)f->changed / (double)f->elements);
+		} else if (f->op == WSYNC_DELTA_KEEP) {
+			printf("  %s", wsync_format_bytes(h1, sizeof(h1), f->target_size));
+		}
+		putchar('\n');
+	}
+	for (uint64_t i = 0; i < f->n_segments && r == 0; i++) {
+		const struct wsync_delta_segment *sg = &e->segments[i];
+		struct wsync_segment *s = NULL;
+		uint64_t changed, elements;
+		json_t *so = NULL, *pieces = NULL;
+
+		r = wsync_delta_reader_segment(d, sg, payload, err);
+		if (r == 0)
+			r = wsync_segment_parse(payload->data, payload->len, &s, err);
+		if (r < 0) {
+			wsync_error_prefix(err, "%s: segment %" PRIu64, f->path, i);
+			break;
+		}
+		segment_counts(s, &changed, &elements);
+		if (json) {
+			so = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+				"offset", (json_int_t)s->target_offset,
+				"length", (json_int_t)s->target_len,
+				"payload_bytes", (json_int_t)sg->payload_len,
+				"streams", (json_int_t)s->n_streams,
+				"changed", (json_int_t)changed,
+				"elements", (json_int_t)elements);
+			json_object_set_new(so, "density", elements
+				? json_real((double)changed / (double)elements) : json_null());
+			pieces = json_array();
+			json_object_set_new(so, "pieces", pieces);
+			json_array_append_new(segs, so);
+		} else {
+			printf("  segment %" PRIu64 " [%" PRIu64 ", +%" PRIu64 "): %zu pieces, "
+			       "%zu streams, %" PRIu64 " bytes", i, s->target_offset,
+			       s->target_len, s->n_pieces, s->n_streams, sg->payload_len);
+			if (elements)
+				printf(", %" PRIu64 " of %" PRIu64 " elements changed "
+				       "(density %.4f%%)", changed, elements,
+				       100.0 * (double)changed / (double)elements);
+			putchar('\n');
+		}
+		for (size_t k = 0; k < s->n_pieces; k++) {
+			const struct wsync_piece *pc = &s->pieces[k];
+
+			if (json) {
+				json_t *po = json_pack("{s:I, s:I, s:s, s:I}",
+					"offset", (json_int_t)pc->target_offset,
+					"length", (json_int_t)pc->len,
+					"method", wsync_piece_method_name(pc->method),
+					"payload_bytes", (json_int_t)pc->payload_len);
+
+				if (pc->method == WSYNC_PIECE_FLOAT)
+					json_object_set_new(po, "family", json_string(
+						wsync_float_family_name(pc->family)));
+				if (pc->method == WSYNC_PIECE_COPY ||
+				    pc->method == WSYNC_PIECE_XOR ||
+				    pc->method == WSYNC_PIECE_FLOAT)
+					json_object_set_new(po, "base_offset",
+						json_integer((json_int_t)pc->base_offset));
+				json_array_append_new(pieces, po);
+			} else {
+				printf("    [%" PRIu64 ", +%" PRIu64 ")  %-7s %-4s  %" PRIu64
+				       " bytes\n", pc->target_offset, pc->len,
+				       wsync_piece_method_name(pc->method),
+				       pc->method == WSYNC_PIECE_FLOAT
+					       ? wsync_float_family_name(pc->family) : "",
+				       pc->payload_len);
+			}
+		}
+		wsync_segment_free(s);
+	}
+	return r;
+}
+
+static int inspect_delta(const char *path, bool json)
+{
+	struct wsync_delta_reader *d = NULL;
+	struct wsync_error err = { 0 };
+	struct wsync_buf payload = { 0 };
+	json_t *root = NULL, *files = NULL;
+	char h1[32], h2[32];
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		fprintf(stderr, "wsync inspect: %s: %s\n", path, strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
+	r = wsync_delta_reader_open_fd(fd, &d, &err);
+	if (r < 0) {
+		fprintf(stderr, "wsync inspect: %s: %s\n", path, wsync_error_str(&err));
+		(void)close(fd);
+		return exit_code_for(r);
+	}
+	if (json) {
+		root = json_pack("{s:s, s:s, s:i, s:I, s:I}", "path", path,
+				 "format", "wsync-delta", "version", WSYNC_DELTA_VERSION,
+				 "bytes", (json_int_t)d->size,
+				 "write_bytes", (json_int_t)d->write_bytes);
+		files = json_array();
+		json_object_set_new(root, "files", files);
+	} else {
+		printf("%s: wsync delta version %d, %s, %zu files, writes %s\n", path,
+		       WSYNC_DELTA_VERSION, wsync_format_bytes(h1, sizeof(h1), d->size),
+		       d->n_files, wsync_format_bytes(h2, sizeof(h2), d->write_bytes));
+	}
+	for (size_t i = 0; i < d->n_files && r == 0; i++)
+		r = inspect_delta_file(d, &d->files[i], json, files, &payload, &err);
+	if (r == 0 && json) {
+		r = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
+		if (r < 0)
+			r = wsync_error_set(&err, -EIO, "writing the output");
+	}
+	json_decref(root);
+	wsync_buf_free(&payload);
+	wsync_delta_reader_free(d);
+	(void)close(fd);
+	if (r < 0) {
+		fprintf(stderr, "wsync inspect: %s: %s\n", path, wsync_error_str(&err));
+		return exit_code_for(r);
+	}
+	if (fflush(stdout) != 0) {
+		fprintf(stderr, "wsync inspect: writing the output: %s\n", strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
+	return WSYNC_EXIT_OK;
+}
+
+/* Does path start with a delta's magic? */
+static bool is_delta(const char *path)
+{
+	uint8_t magic[8];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	bool yes;
+
+	if (fd < 0)
+		return false;
+	yes = pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
+	      wsync_delta_is_delta(magic, sizeof(magic));
+	(void)close(fd);
+	return yes;
+}
+
 int tool_inspect(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -126,6 +356,8 @@ int tool_inspect(int argc, char **argv)
 		fprintf(stderr, "wsync inspect: %s: %s\n", path, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
+	if (S_ISREG(st.st_mode) && is_delta(path))
+		return inspect_delta(path, json);
 	if (S_ISDIR(st.st_mode))
 		r = wsync_checkpoint_open(path, &ckpt, &err);
 	else

@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wsync -- the command-line tool: a thin front on libwsync.  This file only
- * dispatches to the subcommands in tool_*.c.
+ * dispatches to the subcommands in tool_*.c and holds the two option
+ * helpers they share (tool.h).
  */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "tool.h"
+#include "units.h"
 #include "wsync-build.h"
 
 static const struct subcommand {
@@ -16,8 +21,33 @@ static const struct subcommand {
 	const char *summary;
 } subcommands[] = {
 	{ "inspect", tool_inspect,
-	  "PATH [--json]  list the tensors of a safetensors file or checkpoint directory" },
+	  "PATH [--json]\n"
+	  "      list the tensors of a safetensors file or checkpoint directory,\n"
+	  "      or the files, segments and pieces of a delta" },
+	{ "diff", tool_diff,
+	  "OLD NEW -o DELTA [--threads N] [--level N] [--json]\n"
+	  "      write the delta that turns OLD into NEW (two files or two directories)" },
+	{ "apply", tool_apply,
+	  "TARGET DELTA [-o OUTDIR] [--threads N] [--json]\n"
+	  "      apply a delta to TARGET, all or nothing" },
 };
+
+unsigned tool_default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 64 ? 64 : (unsigned)n;
+}
+
+int tool_parse_threads(const char *s, unsigned *ret)
+{
+	uint64_t v;
+
+	if (wsync_parse_uint(s, &v) < 0 || v < 1 || v > 1024)
+		return -EINVAL;
+	*ret = (unsigned)v;
+	return 0;
+}
 
 static void usage(FILE *f)
 {

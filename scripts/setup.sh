@@ -15,6 +15,10 @@ packages=(
 	clang libclang-rt-14-dev
 	# the checkpoint generator (run with /usr/bin/python3)
 	python3 python3-numpy
+	# /usr/bin/time: peak RSS of diff/apply in test-codec-roundtrip
+	time
+	# benchmarks (scripts/bench-codec.sh): the CLI peers; /usr/bin/time is above
+	zstd xdelta3
 )
 
 missing=()

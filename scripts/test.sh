@@ -6,7 +6,8 @@
 # and ends with one line "N passed, N failed".
 #
 #   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the header parser's
-#                           target gets this; the others a third of it)
+#                           and the delta reader's targets get this; the
+#                           others a third of it)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -73,12 +74,15 @@ else
 	fail_stage "ASan build"
 fi
 
-say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header parser)"
+say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header parser and the delta reader)"
 if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
 	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
-	for target in safetensors-header safetensors-index; do
+	for target in safetensors-header safetensors-index delta; do
 		secs=$fuzz_seconds
-		[ "$target" = safetensors-header ] || secs=$(((fuzz_seconds + 2) / 3))
+		case $target in
+		safetensors-header | delta) ;;
+		*) secs=$(((fuzz_seconds + 2) / 3)) ;;
+		esac
 		work=build-fuzz/corpus-$target
 		mkdir -p "$work" build-fuzz/artifacts
 		if build-fuzz/tests/fuzz/fuzz-$target -max_total_time="$secs" \

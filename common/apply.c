@@ -1,0 +1,990 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * apply.c -- apply a delta to a file or directory, all or nothing (see
+ * apply.h for the sequence and its reasons).
+ */
+#include "apply.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "hash.h"
+#include "segment.h"
+
+/* Holes: decoded pages that are all zero are not written (the temp file
+ * was extended with ftruncate, so they read as zeros already). */
+#define HOLE_BLOCK 4096u
+/* Temp names keep at most this much of the destination's name, so that
+ * ".<name>.wsync-XXXXXX" stays within NAME_MAX (255). */
+#define TEMP_NAME_KEEP 200
+#define COPY_CHUNK (4u << 20)
+#define MAX_THREADS 64
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One file of the delta and where it goes. */
+struct item {
+	const struct wsync_delta_entry *e;
+	const char *base_rel;		/* relative to base_root */
+	const char *dest_rel;		/* relative to dest_root */
+	bool dest_is_base;		/* the result replaces the base itself */
+	char *tmp;			/* temp file name in dest's directory */
+};
+
+struct applier {
+	const struct wsync_delta_reader *d;
+	const char *target;		/* for messages */
+	unsigned threads;
+	int base_root, dest_root;	/* directory fds */
+	bool same_root;			/* dest_root is base_root */
+	struct item *items;
+	size_t n;
+	char **made_dirs;		/* created under dest_root, in order */
+	size_t n_made, cap_made;
+	struct wsync_apply_stats *st;
+};
+
+/* ---- safe paths ---- */
+
+/*
+ * Open the directory holding rel (relative to root), one component at a
+ * time with O_NOFOLLOW, so a symbolic link anywhere on the way is refused
+ * instead of followed out of the tree.  With a non-NULL a, missing
+ * directories are created (and remembered, to remove them on failure).
+ * *name points at rel's last component.  Returns the directory fd, or a
+ * negative errno (-ENOENT for a missing directory when not creating,
+ * -EINVAL for a symlink or non-directory on the way).
+ */
+static int open_parent(int root, const char *rel, struct applier *a,
+		       const char **name, struct wsync_error *err)
+{
+	const char *p = rel, *slash;
+	int fd = dup(root);
+
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s", strerror(errno));
+	while ((slash = strchr(p, '/'))) {
+		char comp[256];
+		size_t len = (size_t)(slash - p);
+		int sub;
+
+		if (len >= sizeof(comp)) {
+			(void)close(fd);
+			return wsync_error_set(err, -ENAMETOOLONG, "%s: %s", rel,
+					       strerror(ENAMETOOLONG));
+		}
+		memcpy(comp, p, len);
+		comp[len] = '\0';
+		sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0 && errno == ENOENT && a) {
+			char *made = strndup(rel, (size_t)(slash - rel));
+
+			if (!made || mkdirat(fd, comp, 0755) < 0) {
+				int e = made ? errno : ENOMEM;
+
+				free(made);
+				(void)close(fd);
+				return wsync_error_set(err, -e, "%.*s: %s",
+						       (int)(slash - rel), rel,
+						       strerror(e));
+			}
+			if (a->n_made == a->cap_made) {
+				size_t cap = a->cap_made ? 2 * a->cap_made : 16;
+				char **m = realloc(a->made_dirs, cap * sizeof(*m));
+
+				if (!m) {
+					(void)unlinkat(fd, comp, AT_REMOVEDIR);
+					free(made);
+					(void)close(fd);
+					return wsync_error_set(err, -ENOMEM, "out of memory");
+				}
+				a->made_dirs = m;
+				a->cap_made = cap;
+			}
+			a->made_dirs[a->n_made++] = made;
+			sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		if (sub < 0) {
+			int e = errno;
+
+			(void)close(fd);
+			if (e == ELOOP || e == ENOTDIR)
+				return wsync_error_set(err, -EINVAL,
+					"%.*s: a symbolic link or not a directory "
+					"(refused: paths stay inside the target)",
+					(int)(slash - rel), rel);
+			return wsync_error_set(err, -e, "%.*s: %s",
+					       (int)(slash - rel), rel, strerror(e));
+		}
+		(void)close(fd);
+		fd = sub;
+		p = slash + 1;
+	}
+	*name = p;
+	return fd;
+}
+
+/* Open rel for reading, refusing symlinks on the way and at the end. */
+static int open_file(int root, const char *rel, struct wsync_error *err)
+{
+	const char *name;
+	int dfd = open_parent(root, rel, NULL, &name, err), fd, e;
+	struct stat st;
+
+	if (dfd < 0)
+		return dfd;
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	e = errno;
+	(void)close(dfd);
+	if (fd < 0) {
+		if (e == ELOOP)
+			return wsync_error_set(err, -EINVAL,
+				"%s: a symbolic link (refused: paths stay inside "
+				"the target)", rel);
+		return wsync_error_set(err, -e, "%s: %s", rel, strerror(e));
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		(void)close(fd);
+		return wsync_error_set(err, -EINVAL, "%s: not a regular file", rel);
+	}
+	return fd;
+}
+
+/* ---- 1. checking the bases ---- */
+
+static int cmp_entry_path(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct wsync_delta_entry *)elem)->file.path);
+}
+
+/*
+ * A path that is also a directory of another ("a" and "a/b") cannot be
+ * applied: one of the renames would fail half way through the commit.
+ * The format does not forbid it, so look before writing anything.
+ */
+static int check_nesting(const struct wsync_delta_reader *d, struct wsync_error *err)
+{
+	char *buf = malloc(WSYNC_DELTA_PATH_MAX + 1);
+
+	if (!buf)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < d->n_files; i++) {
+		const char *p = d->files[i].file.path;
+
+		for (const char *s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
+			memcpy(buf, p, (size_t)(s - p));
+			buf[s - p] = '\0';
+			if (bsearch(buf, d->files, d->n_files, sizeof(*d->files),
+				    cmp_entry_path)) {
+				int r = wsync_error_set(err, -EINVAL,
+					"the delta names %s both as a file and as a "
+					"directory (of %s)", buf, p);
+
+				free(buf);
+				return r;
+			}
+		}
+	}
+	free(buf);
+	return 0;
+}
+
+static int check_base(struct applier *a, const struct item *it,
+		      struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &it->e->file;
+	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
+	struct wsync_hash128 h;
+	uint64_t size;
+	int fd, r;
+
+	if (!(f->flags & WSYNC_DELTA_FILE_HAS_BASE)) {
+		/* A new file: the base must not have it. */
+		const char *name;
+		struct stat st;
+		int dfd = open_parent(a->base_root, it->base_rel, NULL, &name, err);
+
+		if (dfd == -ENOENT)
+			return 0;
+		if (dfd < 0)
+			return dfd;
+		r = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+		(void)close(dfd);
+		if (r == -ENOENT)
+			return 0;
+		if (r < 0)
+			return wsync_error_set(err, r, "%s: %s", it->base_rel, strerror(-r));
+		return wsync_error_set(err, -EINVAL,
+			"%s: base does not match the delta (the delta creates "
+			"this file, but it exists)", f->path);
+	}
+	fd = open_file(a->base_root, it->base_rel, err);
+	if (fd == -ENOENT)
+		return wsync_error_set(err, -EINVAL,
+			"%s: base does not match the delta (expected size %" PRIu64
+			" xxh128 %s, the file is missing)", f->path, f->base_size,
+			wsync_hash_hex(&f->base_hash, want, sizeof(want)));
+	if (fd < 0)
+		return fd;
+	r = wsync_hash_fd(fd, it->base_rel, &h, &size, err);
+	(void)close(fd);
+	if (r < 0)
+		return r;
+	if (size != f->base_size || !wsync_hash_equal(&h, &f->base_hash))
+		return wsync_error_set(err, -EINVAL,
+			"%s: base does not match the delta (expected size %" PRIu64
+			" xxh128 %s, found size %" PRIu64 " xxh128 %s)", f->path,
+			f->base_size, wsync_hash_hex(&f->base_hash, want, sizeof(want)),
+			size, wsync_hash_hex(&h, got, sizeof(got)));
+	return 0;
+}
+
+/* ---- 2. building the temps ---- */
+
+static int make_temp(struct applier *a, struct item *it, int *ret_fd,
+		     struct wsync_error *err)
+{
+	static const char chars[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	const char *name;
+	int dfd = open_parent(a->dest_root, it->dest_rel, a, &name, err);
+	size_t nlen;
+
+	if (dfd < 0)
+		return dfd;
+	nlen = strlen(name);
+	it->tmp = malloc(1 + TEMP_NAME_KEEP + sizeof(".wsync-XXXXXX"));
+	if (!it->tmp) {
+		(void)close(dfd);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	for (int tries = 0; tries < 100; tries++) {
+		uint8_t rnd[6];
+		char suffix[7];
+		int fd;
+
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+			for (size_t i = 0; i < sizeof(rnd); i++) /* never in practice */
+				rnd[i] = (uint8_t)(rand() ^ tries);
+		for (size_t i = 0; i < 6; i++)
+			suffix[i] = chars[rnd[i] % (sizeof(chars) - 1)];
+		suffix[6] = '\0';
+		sprintf(it->tmp, ".%.*s.wsync-%s",
+			(int)(nlen > TEMP_NAME_KEEP ? TEMP_NAME_KEEP : nlen), name, suffix);
+		fd = openat(dfd, it->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+			    O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			(void)close(dfd);
+			*ret_fd = fd;
+			return 0;
+		}
+		if (errno != EEXIST) {
+			int e = errno;
+
+			(void)close(dfd);
+			free(it->tmp);
+			it->tmp = NULL;
+			return wsync_error_set(err, -e, "%s: creating a temp file: %s",
+					       it->dest_rel, strerror(e));
+		}
+	}
+	(void)close(dfd);
+	free(it->tmp);
+	it->tmp = NULL;
+	return wsync_error_set(err, -EEXIST, "%s: no free temp file name", it->dest_rel);
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+
+		memcpy(&v, p + i, 8);
+		if (v)
+			return false;
+	}
+	for (; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
+		      const char *what, struct wsync_error *err)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return wsync_error_set(err, -errno, "%s: writing: %s", what,
+					       strerror(errno));
+		}
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Write buf at off, skipping the file-aligned blocks that are all zero. */
+static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
+			const char *what, struct wsync_error *err)
+{
+	uint64_t pos = 0;
+	int r;
+
+	while (pos < len) {
+		uint64_t run, end = pos + (HOLE_BLOCK - (off + pos) % HOLE_BLOCK);
+
+		if (end > len)
+			end = len;
+		if (all_zero(buf + pos, (size_t)(end - pos))) {
+			pos = end;
+			continue;
+		}
+		run = pos;
+		pos = end;
+		while (pos < len) {
+			end = pos + HOLE_BLOCK > len ? len : pos + HOLE_BLOCK;
+			if (all_zero(buf + pos, (size_t)(end - pos)))
+				break;
+			pos = end;
+		}
+		r = pwrite_all(fd, buf + run, (size_t)(pos - run), off + run, what, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Decoding one file's segments, shared by its workers. */
+struct decoder {
+	const struct wsync_delta_reader *d;
+	const struct wsync_delta_entry *e;
+	const uint8_t *base;
+	uint64_t base_size;
+	int fd;				/* the temp file */
+	pthread_mutex_t mu;
+	uint64_t next;			/* next segment to take */
+	int r;				/* first failure */
+	struct wsync_error err;
+};
+
+static void release(const uint8_t *map, uint64_t size, uint64_t off, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
+
+	if (!map || len == 0 || off >= size)
+		return;
+	end = len > size - off ? size : off + len;
+	start = off & ~(page - 1);
+	/* A shared read-only file mapping: dropping pages loses nothing. */
+	(void)madvise((void *)(map + start), (size_t)(end - start), MADV_DONTNEED);
+}
+
+static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
+		      struct wsync_buf *payload, struct wsync_buf *out,
+		      struct wsync_error *err)
+{
+	const char *path = dc->e->file.path;
+	struct wsync_segment *s = NULL;
+	int r;
+
+	r = wsync_delta_reader_segment(dc->d, sg, payload, err);
+	if (r < 0)
+		goto fail;
+	r = wsync_segment_parse(payload->data, payload->len, &s, err);
+	if (r < 0)
+		goto fail;
+	if (s->target_offset != sg->target_offset || s->target_len != sg->target_len) {
+		r = wsync_error_set(err, -EINVAL, "segment header changed under us");
+		goto fail;
+	}
+	wsync_buf_reset(out);
+	if (wsync_buf_reserve(out, (size_t)s->target_len) < 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	r = wsync_segment_decode(s, dc->base, dc->base_size, out->data, err);
+	if (r < 0)
+		goto fail;
+	for (size_t i = 0; i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+
+		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
+		    pc->method == WSYNC_PIECE_FLOAT)
+			release(dc->base, dc->base_size, pc->base_offset, pc->len);
+	}
+	r = write_sparse(dc->fd, out->data, s->target_len, s->target_offset, path, err);
+	wsync_segment_free(s);
+	return r;
+fail:
+	wsync_segment_free(s);
+	wsync_error_prefix(err, "%s: segment at %" PRIu64, path, sg->target_offset);
+	return r;
+}
+
+static void *decode_worker(void *arg)
+{
+	struct decoder *dc = arg;
+	struct wsync_buf payload = { 0 }, out = { 0 };
+	struct wsync_error err = { 0 };
+
+	for (;;) {
+		uint64_t i;
+		int r;
+
+		pthread_mutex_lock(&dc->mu);
+		if (dc->r < 0 || dc->next >= dc->e->file.n_segments) {
+			pthread_mutex_unlock(&dc->mu);
+			break;
+		}
+		i = dc->next++;
+		pthread_mutex_unlock(&dc->mu);
+		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &err);
+		if (r < 0) {
+			pthread_mutex_lock(&dc->mu);
+			if (dc->r == 0) {
+				dc->r = r;
+				dc->err = err;
+			}
+			pthread_mutex_unlock(&dc->mu);
+			break;
+		}
+	}
+	wsync_buf_free(&payload);
+	wsync_buf_free(&out);
+	return NULL;
+}
+
+/* Decode every segment of it's file into fd. */
+static int decode_file(struct applier *a, const struct item *it, int fd,
+		       struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &it->e->file;
+	struct decoder dc = { .d = a->d, .e = it->e, .fd = fd };
+	void *map = NULL;
+	int bfd = -1, r = 0;
+	unsigned threads = a->threads;
+	pthread_t tids[MAX_THREADS];
+	unsigned started = 0;
+
+	if (f->n_segments == 0)
+		return 0;
+	if (f->flags & WSYNC_DELTA_FILE_HAS_BASE) {
+		struct stat st;
+
+		bfd = open_file(a->base_root, it->base_rel, err);
+		if (bfd < 0)
+			return bfd;
+		if (fstat(bfd, &st) < 0 || (uint64_t)st.st_size != f->base_size) {
+			(void)close(bfd);
+			return wsync_error_set(err, -EINVAL,
+					       "%s: base changed while applying", f->path);
+		}
+		if (f->base_size) {
+			map = mmap(NULL, (size_t)f->base_size, PROT_READ, MAP_SHARED, bfd, 0);
+			if (map == MAP_FAILED) {
+				r = -errno;
+				(void)close(bfd);
+				return wsync_error_set(err, r, "%s: mmap: %s", f->path,
+						       strerror(-r));
+			}
+		}
+		dc.base = map;
+		dc.base_size = f->base_size;
+	}
+	if (pthread_mutex_init(&dc.mu, NULL) != 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (threads > f->n_segments)
+		threads = (unsigned)f->n_segments;
+	if (threads > MAX_THREADS)
+		threads = MAX_THREADS;
+	if (threads <= 1) {
+		decode_worker(&dc);
+	} else {
+		for (; started < threads; started++) {
+			int e = pthread_create(&tids[started], NULL, decode_worker, &dc);
+
+			if (e) {
+				pthread_mutex_lock(&dc.mu);
+				if (dc.r == 0) {
+					dc.r = -e;
+					wsync_error_set(&dc.err, -e, "starting a thread: %s",
+							strerror(e));
+				}
+				pthread_mutex_unlock(&dc.mu);
+				break;
+			}
+		}
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(tids[i], NULL);
+	}
+	pthread_mutex_destroy(&dc.mu);
+	if (dc.r < 0) {
+		*err = dc.err;
+		r = dc.r;
+	}
+out:
+	if (map)
+		(void)munmap(map, (size_t)f->base_size);
+	if (bfd >= 0)
+		(void)close(bfd);
+	return r;
+}
+
+/* Copy a kept base into the temp (for an out_dir). */
+static int copy_base(struct applier *a, const struct item *it, int fd,
+		     struct wsync_error *err)
+{
+	uint64_t size = it->e->file.base_size, off = 0;
+	uint8_t *buf = NULL;
+	int bfd = open_file(a->base_root, it->base_rel, err), r = 0;
+
+	if (bfd < 0)
+		return bfd;
+	while (off < size) {
+		loff_t in = (loff_t)off, outo = (loff_t)off;
+		ssize_t n = copy_file_range(bfd, &in, fd, &outo,
+					    size - off > COPY_CHUNK ? COPY_CHUNK
+								    : (size_t)(size - off), 0);
+
+		if (n > 0) {
+			off += (uint64_t)n;
+			continue;
+		}
+		if (n == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno != EXDEV && errno != EINVAL && errno != ENOSYS &&
+		    errno != EOPNOTSUPP) {
+			r = wsync_error_set(err, -errno, "%s: copying: %s",
+					    it->dest_rel, strerror(errno));
+			goto out;
+		}
+		break; /* not supported here: plain reads and writes */
+	}
+	if (off < size && !(buf = malloc(COPY_CHUNK))) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	while (off < size) {
+		ssize_t n = pread(bfd, buf, size - off > COPY_CHUNK ? COPY_CHUNK
+								    : (size_t)(size - off),
+				  (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = wsync_error_set(err, n < 0 ? -errno : -EINVAL, "%s: reading: %s",
+					    it->base_rel, n < 0 ? strerror(errno)
+								: "base shrank");
+			goto out;
+		}
+		r = pwrite_all(fd, buf, (size_t)n, off, it->dest_rel, err);
+		if (r < 0)
+			goto out;
+		off += (uint64_t)n;
+	}
+out:
+	free(buf);
+	(void)close(bfd);
+	return r;
+}
+
+/* Build, verify, chmod and fsync one temp file. */
+static int build(struct applier *a, struct item *it, struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &it->e->file;
+	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
+	struct wsync_hash128 h;
+	uint64_t size;
+	int fd = -1, r;
+
+	r = make_temp(a, it, &fd, err);
+	if (r < 0)
+		return r;
+	if (ftruncate(fd, (off_t)f->target_size) < 0) {
+		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+		goto out;
+	}
+	r = f->op == WSYNC_DELTA_KEEP ? copy_base(a, it, fd, err)
+				      : decode_file(a, it, fd, err);
+	if (r < 0)
+		goto out;
+	r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
+	if (r < 0)
+		goto out;
+	if (size != f->target_size || !wsync_hash_equal(&h, &f->target_hash)) {
+		r = wsync_error_set(err, -EINVAL,
+			"%s: the rebuilt file does not match the delta's target "
+			"(expected size %" PRIu64 " xxh128 %s, got size %" PRIu64
+			" xxh128 %s)", f->path, f->target_size,
+			wsync_hash_hex(&f->target_hash, want, sizeof(want)), size,
+			wsync_hash_hex(&h, got, sizeof(got)));
+		goto out;
+	}
+	/* Mode and fsync now rather than in the commit loop: the temp is
+	 * private until renamed, and syncing each as it is done overlaps the
+	 * writeback of one file with the decoding of the next. */
+	if (fchmod(fd, f->mode) < 0 || fsync(fd) < 0) {
+		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+		goto out;
+	}
+	a->st->bytes_written += f->target_size;
+out:
+	if (close(fd) < 0 && r == 0)
+		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	return r;
+}
+
+/* ---- 3. commit, and cleaning up ---- */
+
+/* Remove every temp file and created directory (after a failure). */
+static void cleanup(struct applier *a)
+{
+	struct wsync_error ignored;
+
+	for (size_t i = 0; i < a->n; i++) {
+		struct item *it = &a->items[i];
+		const char *name;
+		int dfd;
+
+		if (!it->tmp)
+			continue;
+		dfd = open_parent(a->dest_root, it->dest_rel, NULL, &name, &ignored);
+		if (dfd >= 0) {
+			(void)unlinkat(dfd, it->tmp, 0);
+			(void)close(dfd);
+		}
+		free(it->tmp);
+		it->tmp = NULL;
+	}
+	/* Deepest first; a directory someone else filled meanwhile stays. */
+	for (size_t i = a->n_made; i-- > 0;)
+		(void)unlinkat(a->dest_root, a->made_dirs[i], AT_REMOVEDIR);
+}
+
+/* fsync the directory of rel (and so the entries renamed into it). */
+static int sync_dir_of(struct applier *a, const char *rel, struct wsync_error *err)
+{
+	const char *name;
+	int dfd = open_parent(a->dest_root, rel, NULL, &name, err), r = 0;
+
+	if (dfd == -ENOENT) {
+		/* Pruned after its last file was deleted: prune_dirs synced
+		 * the directory that lost it. */
+		wsync_error_clear(err);
+		return 0;
+	}
+	if (dfd < 0)
+		return dfd;
+	if (fsync(dfd) < 0)
+		r = wsync_error_set(err, -errno, "%s: syncing its directory: %s", rel,
+				    strerror(errno));
+	(void)close(dfd);
+	return r;
+}
+
+static bool same_dir(const char *a, const char *b)
+{
+	const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+	size_t la = sa ? (size_t)(sa - a) : 0, lb = sb ? (size_t)(sb - b) : 0;
+
+	return la == lb && memcmp(a, b, la) == 0;
+}
+
+/*
+ * After deleting rel, remove the directories it leaves empty, deepest
+ * first (rmdir fails on anything not empty, so nothing else can go), and
+ * sync the parent of the highest one removed.  A delta carries files, not
+ * directories: a directory is there because files are.
+ */
+static int prune_dirs(struct applier *a, const char *rel, struct wsync_error *err)
+{
+	char *p = strdup(rel), *slash, *top = NULL;
+	int r = 0;
+
+	if (!p)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	while ((slash = strrchr(p, '/'))) {
+		const char *name;
+		int dfd;
+
+		*slash = '\0';
+		dfd = open_parent(a->dest_root, p, NULL, &name, err);
+		if (dfd < 0)
+			break;
+		r = unlinkat(dfd, name, AT_REMOVEDIR);
+		(void)close(dfd);
+		if (r < 0) {
+			r = 0;
+			break;
+		}
+		top = p;
+	}
+	if (top)
+		r = sync_dir_of(a, top, err);
+	free(p);
+	return r;
+}
+
+static int commit(struct applier *a, struct wsync_error *err)
+{
+	const char *last_dir = NULL;
+	size_t renamed = 0;
+	int r = 0;
+
+	for (size_t i = 0; i < a->n && r == 0; i++) {
+		struct item *it = &a->items[i];
+		const char *name;
+		int dfd;
+
+		if (!it->tmp && it->e->file.op != WSYNC_DELTA_DELETE)
+			continue;
+		dfd = open_parent(a->dest_root, it->dest_rel, NULL, &name, err);
+		if (dfd == -ENOENT && !it->tmp)
+			continue; /* deleting from an out_dir that never had it */
+		if (dfd < 0) {
+			r = dfd;
+			break;
+		}
+		if (it->tmp) {
+			if (renameat(dfd, it->tmp, dfd, name) < 0)
+				r = wsync_error_set(err, -errno, "%s: renaming into place: %s",
+						    it->dest_rel, strerror(errno));
+			else {
+				free(it->tmp);
+				it->tmp = NULL;
+				renamed++;
+			}
+		} else if (unlinkat(dfd, name, 0) < 0) {
+			if (errno != ENOENT || it->dest_is_base)
+				r = wsync_error_set(err, -errno, "%s: removing: %s",
+						    it->dest_rel, strerror(errno));
+		} else {
+			r = prune_dirs(a, it->dest_rel, err);
+		}
+		(void)close(dfd);
+		/* Paths are sorted, so a directory's entries mostly come
+		 * together: sync each run of them once. */
+		if (r == 0 && last_dir && !same_dir(last_dir, it->dest_rel))
+			r = sync_dir_of(a, last_dir, err);
+		last_dir = it->dest_rel;
+	}
+	if (r == 0 && last_dir)
+		r = sync_dir_of(a, last_dir, err);
+	/* New directories' own entries live in their parents. */
+	for (size_t i = 0; r == 0 && i < a->n_made; i++)
+		r = sync_dir_of(a, a->made_dirs[i], err);
+	if (r < 0 && renamed)
+		wsync_error_prefix(err, "partly applied (%zu files replaced)", renamed);
+	return r;
+}
+
+/* ---- setting up ---- */
+
+static int open_dir(const char *path, struct wsync_error *err)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	return fd;
+}
+
+/* dirname/basename of path into *dir and *base (malloc'ed). */
+static int split_path(const char *path, char **dir, char **base,
+		      struct wsync_error *err)
+{
+	char *c1 = strdup(path), *c2 = strdup(path);
+
+	*dir = *base = NULL;
+	if (c1 && c2) {
+		*dir = strdup(dirname(c1));
+		*base = strdup(basename(c2));
+	}
+	free(c1);
+	free(c2);
+	if (!*dir || !*base) {
+		free(*dir);
+		free(*base);
+		*dir = *base = NULL;
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static bool same_inode(int a, int b)
+{
+	struct stat sa, sb;
+
+	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+	       sa.st_ino == sb.st_ino;
+}
+
+int wsync_apply(const struct wsync_delta_reader *d, const char *target,
+		const struct wsync_apply_opts *opts, struct wsync_apply_stats *stats,
+		struct wsync_error *err)
+{
+	struct wsync_apply_stats local;
+	struct applier a = { .d = d, .target = target, .base_root = -1,
+			     .dest_root = -1 };
+	const char *out = opts ? opts->out_dir : NULL;
+	char *tdir = NULL, *tname = NULL, *odir = NULL, *oname = NULL;
+	bool single, made_out = false, committed = false;
+	double t0 = now_seconds();
+	struct stat st;
+	int r = 0;
+
+	a.st = stats ? stats : &local;
+	memset(a.st, 0, sizeof(*a.st));
+	a.threads = opts && opts->threads ? opts->threads : 1;
+	if (lstat(target, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
+	if (S_ISLNK(st.st_mode) && stat(target, &st) == 0 && S_ISREG(st.st_mode))
+		return wsync_error_set(err, -EINVAL,
+			"%s: a symbolic link to a file (give the file itself: "
+			"the result replaces the link otherwise)", target);
+	if (stat(target, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
+	single = !S_ISDIR(st.st_mode);
+	if (single && !S_ISREG(st.st_mode))
+		return wsync_error_set(err, -EINVAL, "%s: not a file or directory", target);
+	if (single && (d->n_files != 1 ||
+		       !(d->files[0].file.flags & WSYNC_DELTA_FILE_HAS_BASE) ||
+		       d->files[0].file.op == WSYNC_DELTA_DELETE))
+		return wsync_error_set(err, -EINVAL,
+			"%s is a file, but the delta is not for one existing file "
+			"(%zu files): give a directory", target, d->n_files);
+
+	a.items = calloc(d->n_files ? d->n_files : 1, sizeof(*a.items));
+	if (!a.items)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	a.n = d->n_files;
+	if (single) {
+		r = split_path(target, &tdir, &tname, err);
+		if (r == 0)
+			r = a.base_root = open_dir(tdir, err);
+	} else {
+		r = a.base_root = open_dir(target, err);
+	}
+	if (r < 0)
+		goto out;
+	r = 0;
+	for (size_t i = 0; i < a.n; i++) {
+		a.items[i].e = &d->files[i];
+		a.items[i].base_rel = single ? tname : d->files[i].file.path;
+	}
+
+	/* 1. Every base, before anything is written. */
+	if (!single)
+		r = check_nesting(d, err);
+	for (size_t i = 0; i < a.n && r == 0; i++)
+		r = check_base(&a, &a.items[i], err);
+	if (r < 0)
+		goto out;
+
+	/* Where the results go. */
+	if (!out) {
+		r = a.dest_root = dup(a.base_root);
+		if (r < 0)
+			r = wsync_error_set(err, -errno, "%s", strerror(errno));
+		for (size_t i = 0; i < a.n; i++)
+			a.items[i].dest_rel = a.items[i].base_rel;
+	} else if (single && !(stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
+		r = split_path(out, &odir, &oname, err);
+		if (r == 0)
+			r = a.dest_root = open_dir(odir, err);
+		a.items[0].dest_rel = oname;
+	} else {
+		if (!single && mkdir(out, 0755) == 0)
+			made_out = true;
+		else if (!single && errno != EEXIST)
+			r = wsync_error_set(err, -errno, "%s: %s", out, strerror(errno));
+		if (r == 0)
+			r = a.dest_root = open_dir(out, err);
+		for (size_t i = 0; i < a.n; i++)
+			a.items[i].dest_rel = d->files[i].file.path;
+	}
+	if (r < 0)
+		goto out;
+	r = 0;
+	a.same_root = same_inode(a.base_root, a.dest_root);
+	for (size_t i = 0; i < a.n; i++)
+		a.items[i].dest_is_base = a.same_root &&
+			strcmp(a.items[i].dest_rel, a.items[i].base_rel) == 0;
+
+	/* 2. Build and verify every temp. */
+	for (size_t i = 0; i < a.n && r == 0; i++) {
+		struct item *it = &a.items[i];
+		const struct wsync_delta_file *f = &it->e->file;
+
+		a.st->files++;
+		if (f->op != WSYNC_DELTA_DELETE)
+			a.st->target_bytes += f->target_size;
+		if (f->op == WSYNC_DELTA_KEEP)
+			a.st->kept++;
+		if (f->op == WSYNC_DELTA_WRITE)
+			a.st->written++;
+		if (f->op == WSYNC_DELTA_DELETE)
+			a.st->deleted++;
+		if (f->op == WSYNC_DELTA_WRITE ||
+		    (f->op == WSYNC_DELTA_KEEP && !it->dest_is_base))
+			r = build(&a, it, err);
+	}
+	if (r < 0)
+		goto out;
+
+	/* 3. Swap them in. */
+	r = commit(&a, err);
+	committed = true;
+out:
+	if (r < 0) {
+		cleanup(&a);
+		if (made_out && !committed)
+			(void)rmdir(out);
+	}
+	for (size_t i = 0; i < a.n; i++)
+		free(a.items[i].tmp);
+	for (size_t i = 0; i < a.n_made; i++)
+		free(a.made_dirs[i]);
+	free(a.made_dirs);
+	free(a.items);
+	free(tdir);
+	free(tname);
+	free(odir);
+	free(oname);
+	if (a.base_root >= 0)
+		(void)close(a.base_root);
+	if (a.dest_root >= 0)
+		(void)close(a.dest_root);
+	a.st->seconds = now_seconds() - t0;
+	return r;
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * apply.h -- apply a checked delta (delta.h) to a TARGET, all or nothing.
+ *
+ * TARGET is a directory (the delta's paths are relative to it) or, for a
+ * one-file delta, the file itself (whatever the name in the delta).
+ *
+ * The sequence, and why:
+ *  1. Every base the delta names (KEEP, WRITE with a base, DELETE) is
+ *     checked -- size and XXH3-128 -- and every new file must be absent,
+ *     before anything is written.  A mismatch is -EINVAL naming the file
+ *     ("base does not match the delta (expected size .. xxh128 .., found
+ *     ..)"): applying to the wrong version must leave it as it was.
+ *  2. Each WRITE file is built in a temp file beside its destination
+ *     (".<name>.wsync-XXXXXX", same directory so the rename is atomic),
+ *     its segments decoded on worker threads and written at their offsets
+ *     (all-zero pages are left as holes), then hashed and compared with the
+ *     target hash; then its mode is set and it is fsync'ed.
+ *  3. Only when every temp is built and verified are they renamed over
+ *     their destinations, DELETE files unlinked, and the directories
+ *     fsync'ed.  Files the delta keeps are not touched.
+ * Any failure before step 3 removes every temp file and every directory
+ * this call created: the target is left byte for byte as it was.  A failure
+ * during step 3 (a rename refused by the file system) can leave some files
+ * replaced and others not; the error says so.
+ *
+ * Inside TARGET (and out_dir) every path is opened relative to the
+ * directory with O_NOFOLLOW on each component: a symbolic link on the way
+ * is refused, so nothing is read or written outside.
+ *
+ * Memory is bounded whatever the sizes: per worker one segment's payload
+ * and decoded bytes (at most 64 MiB) plus the base pages it reads, which
+ * are dropped again once decoded.
+ */
+#ifndef WSYNC_APPLY_H
+#define WSYNC_APPLY_H
+
+#include <stdint.h>
+
+#include "delta.h"
+#include "error.h"
+
+struct wsync_apply_opts {
+	unsigned threads;	/* decoder threads; 0 means 1 */
+	/*
+	 * Write the result here instead of over TARGET, which is then only
+	 * read.  For a directory TARGET: a directory (created if missing),
+	 * which receives every file of the delta's target (kept files are
+	 * copied).  For a file TARGET: an existing directory (the file goes
+	 * in it under the delta's name) or the output file's path.
+	 */
+	const char *out_dir;
+};
+
+struct wsync_apply_stats {
+	uint64_t files;		/* FILE records */
+	uint64_t kept, written, deleted;
+	uint64_t bytes_written;	/* bytes of the files built (copies included) */
+	uint64_t target_bytes;	/* bytes of every file of the target */
+	double seconds;		/* wall time of the whole apply */
+};
+
+/*
+ * Apply d to target.  stats may be NULL.  Returns 0, or a negative errno
+ * with a one-line reason in err: -EINVAL when the delta does not fit the
+ * target or is corrupt (wrong or missing base, a result that fails its
+ * hash, a segment that does not decode, a symlink on a path, a one-file
+ * TARGET for a delta of several files); other codes for I/O failures
+ * (-ENOSPC, -EACCES, ...) and -ENOMEM.
+ */
+int wsync_apply(const struct wsync_delta_reader *d, const char *target,
+		const struct wsync_apply_opts *opts, struct wsync_apply_stats *stats,
+		struct wsync_error *err);
+
+#endif

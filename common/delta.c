@@ -1,0 +1,967 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * delta.c -- the delta container (common/FORMAT.md §1, §2, §5, §6).
+ */
+#include "delta.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+/* Writer buffer: records smaller than this are gathered, bigger ones go
+ * straight to the file after what is buffered. */
+#define WRITE_BUFFER (1u << 20)
+/* Reader window for verifying big payloads' checksums. */
+#define READ_WINDOW (4u << 20)
+
+/* ---- little-endian stores ---- */
+
+static void st16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void st32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void st64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static bool hash_is_zero(const struct wsync_hash128 *h)
+{
+	for (int i = 0; i < 16; i++)
+		if (h->b[i])
+			return false;
+	return true;
+}
+
+/* ---- paths ---- */
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes) and its code
+ * point, or 0 if it is not valid (overlong, surrogate, > U+10FFFF, cut). */
+static size_t utf8_next(const uint8_t *p, size_t n, uint32_t *cp)
+{
+	uint32_t c = p[0], min;
+	size_t len;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	if ((c & 0xE0) == 0xC0) {
+		len = 2, c &= 0x1F, min = 0x80;
+	} else if ((c & 0xF0) == 0xE0) {
+		len = 3, c &= 0x0F, min = 0x800;
+	} else if ((c & 0xF8) == 0xF0) {
+		len = 4, c &= 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3F);
+	}
+	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err)
+{
+	const uint8_t *p = (const uint8_t *)path;
+	size_t comp = 0; /* start of the current component */
+
+	if (len == 0)
+		return wsync_error_set(err, -EINVAL, "empty path");
+	if (len > WSYNC_DELTA_PATH_MAX)
+		return wsync_error_set(err, -EINVAL,
+				       "path of %zu bytes (at most %d)", len,
+				       WSYNC_DELTA_PATH_MAX);
+	for (size_t i = 0; i <= len;) {
+		uint32_t cp;
+		size_t n;
+
+		if (i == len || p[i] == '/') {
+			size_t clen = i - comp;
+
+			if (clen == 0)
+				return wsync_error_set(err, -EINVAL,
+					i == 0 ? "path \"%.64s\" is absolute"
+					       : "path \"%.64s\" has an empty component",
+					path);
+			if ((clen == 1 && p[comp] == '.') ||
+			    (clen == 2 && p[comp] == '.' && p[comp + 1] == '.'))
+				return wsync_error_set(err, -EINVAL,
+					"path \"%.64s\" has a \".\" or \"..\" component",
+					path);
+			comp = ++i;
+			continue;
+		}
+		n = utf8_next(p + i, len - i, &cp);
+		if (n == 0)
+			return wsync_error_set(err, -EINVAL,
+					       "path is not valid UTF-8 (byte %zu)", i);
+		if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0))
+			return wsync_error_set(err, -EINVAL,
+				"path has a NUL or control character (byte %zu)", i);
+		if (cp == '\\')
+			return wsync_error_set(err, -EINVAL,
+					       "path \"%.64s\" has a backslash", path);
+		i += n;
+	}
+	return 0;
+}
+
+const char *wsync_delta_op_name(enum wsync_delta_op op)
+{
+	switch (op) {
+	case WSYNC_DELTA_KEEP:
+		return "KEEP";
+	case WSYNC_DELTA_WRITE:
+		return "WRITE";
+	case WSYNC_DELTA_DELETE:
+		return "DELETE";
+	}
+	return "?";
+}
+
+/* ---- FILE records ---- */
+
+/* The rules of §2 that do not depend on the path or the records around. */
+static int file_check(const struct wsync_delta_file *f, struct wsync_error *err)
+{
+	bool has_base = f->flags & WSYNC_DELTA_FILE_HAS_BASE;
+
+	if ((unsigned)f->op > WSYNC_DELTA_DELETE)
+		return wsync_error_set(err, -EINVAL, "unknown op %u", (unsigned)f->op);
+	if ((unsigned)f->kind > WSYNC_DELTA_KIND_SAFETENSORS)
+		return wsync_error_set(err, -EINVAL, "unknown kind %u",
+				       (unsigned)f->kind);
+	if (f->flags & ~WSYNC_DELTA_FILE_HAS_BASE)
+		return wsync_error_set(err, -EINVAL, "unknown flags 0x%x",
+				       (unsigned)f->flags);
+	if (f->mode & ~07777u)
+		return wsync_error_set(err, -EINVAL, "mode 0%o has bits beyond 07777",
+				       (unsigned)f->mode);
+	if (!has_base && (f->base_size || !hash_is_zero(&f->base_hash)))
+		return wsync_error_set(err, -EINVAL,
+				       "base size or hash set without HAS_BASE");
+	switch (f->op) {
+	case WSYNC_DELTA_KEEP:
+		if (!has_base || f->n_segments ||
+		    f->base_size != f->target_size ||
+		    !wsync_hash_equal(&f->base_hash, &f->target_hash))
+			return wsync_error_set(err, -EINVAL,
+				"KEEP needs a base equal to the target and no segments");
+		break;
+	case WSYNC_DELTA_DELETE:
+		if (!has_base || f->n_segments)
+			return wsync_error_set(err, -EINVAL,
+					       "DELETE needs a base and no segments");
+		break;
+	case WSYNC_DELTA_WRITE:
+		/* Each segment covers at least one byte. */
+		if ((f->target_size == 0) != (f->n_segments == 0) ||
+		    f->n_segments > f->target_size)
+			return wsync_error_set(err, -EINVAL,
+				"%" PRIu64 " segments cannot tile %" PRIu64 " bytes",
+				f->n_segments, f->target_size);
+		break;
+	}
+	return 0;
+}
+
+int wsync_delta_file_encode(const struct wsync_delta_file *f,
+			    struct wsync_buf *out, struct wsync_error *err)
+{
+	size_t plen = f->path ? strlen(f->path) : 0;
+	uint8_t *p;
+	int r;
+
+	r = wsync_delta_path_check(f->path ? f->path : "", plen, err);
+	if (r < 0)
+		return r;
+	r = file_check(f, err);
+	if (r < 0) {
+		wsync_error_prefix(err, "%s", f->path);
+		return r;
+	}
+	r = wsync_buf_reserve(out, WSYNC_DELTA_FILE_FIXED_LEN + plen);
+	if (r < 0)
+		return wsync_error_set(err, r, "out of memory");
+	p = out->data + out->len;
+	st16(p, (uint16_t)plen);
+	memcpy(p + 2, f->path, plen);
+	p += 2 + plen;
+	p[0] = (uint8_t)f->op;
+	p[1] = (uint8_t)f->kind;
+	st16(p + 2, f->flags);
+	st32(p + 4, f->mode);
+	st64(p + 8, f->base_size);
+	memcpy(p + 16, f->base_hash.b, 16);
+	st64(p + 32, f->target_size);
+	memcpy(p + 40, f->target_hash.b, 16);
+	st64(p + 56, f->n_segments);
+	st64(p + 64, f->changed);
+	st64(p + 72, f->elements);
+	out->len += WSYNC_DELTA_FILE_FIXED_LEN + plen;
+	return 0;
+}
+
+int wsync_delta_file_decode(const uint8_t *p, size_t len,
+			    struct wsync_delta_file *f, struct wsync_error *err)
+{
+	size_t plen;
+	int r;
+
+	memset(f, 0, sizeof(*f));
+	if (len < 2)
+		return wsync_error_set(err, -EINVAL, "FILE record of %zu bytes", len);
+	plen = wsync_le16(p);
+	if (len != WSYNC_DELTA_FILE_FIXED_LEN + plen)
+		return wsync_error_set(err, -EINVAL,
+			"FILE record of %zu bytes for a path of %zu (expected %zu)",
+			len, plen, (size_t)WSYNC_DELTA_FILE_FIXED_LEN + plen);
+	r = wsync_delta_path_check((const char *)p + 2, plen, err);
+	if (r < 0)
+		return r;
+	p += 2 + plen;
+	f->op = (enum wsync_delta_op)p[0];
+	f->kind = (enum wsync_delta_kind)p[1];
+	f->flags = wsync_le16(p + 2);
+	f->mode = wsync_le32(p + 4);
+	f->base_size = wsync_le64(p + 8);
+	memcpy(f->base_hash.b, p + 16, 16);
+	f->target_size = wsync_le64(p + 32);
+	memcpy(f->target_hash.b, p + 40, 16);
+	f->n_segments = wsync_le64(p + 56);
+	f->changed = wsync_le64(p + 64);
+	f->elements = wsync_le64(p + 72);
+	r = file_check(f, err);
+	if (r < 0) {
+		wsync_error_prefix(err, "%.*s", (int)plen, (const char *)p - plen);
+		return r;
+	}
+	f->path = strndup((const char *)p - plen, plen);
+	if (!f->path)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	return 0;
+}
+
+void wsync_delta_file_clear(struct wsync_delta_file *f)
+{
+	if (!f)
+		return;
+	free(f->path);
+	f->path = NULL;
+}
+
+/* ---- writer ---- */
+
+struct wsync_delta_writer {
+	int fd;
+	uint64_t flushed;		/* bytes already in the file */
+	struct wsync_buf buf;		/* bytes after them */
+	struct wsync_buf scratch;	/* FILE payloads */
+	bool failed;			/* a write failed: refuse the rest */
+	bool finished;
+	/* the current file, for the order checks and the counts patch */
+	bool in_file;
+	struct wsync_delta_file cur;	/* cur.path owned */
+	uint64_t cur_offset;		/* of its record header */
+	uint64_t segs_seen, next_offset;
+	uint64_t n_files, write_bytes;
+};
+
+static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
+		      struct wsync_error *err)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return wsync_error_set(err, -errno, "writing the delta: %s",
+					       strerror(errno));
+		}
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)
+{
+	int r;
+
+	if (w->buf.len == 0)
+		return 0;
+	r = pwrite_all(w->fd, w->buf.data, w->buf.len, w->flushed, err);
+	if (r < 0) {
+		w->failed = true;
+		return r;
+	}
+	w->flushed += w->buf.len;
+	wsync_buf_reset(&w->buf);
+	return 0;
+}
+
+static void record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN],
+			  uint32_t type, const uint8_t *payload, size_t len)
+{
+	st32(h, type);
+	st32(h + 4, 0);
+	st64(h + 8, len);
+	st64(h + 16, XXH3_64bits(payload, len));
+}
+
+/* Append one record (header and payload) to the delta. */
+static int writer_emit(struct wsync_delta_writer *w, uint32_t type,
+		       const uint8_t *payload, size_t len, struct wsync_error *err)
+{
+	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
+	int r;
+
+	if (w->failed)
+		return wsync_error_set(err, -EIO, "writing the delta: an earlier write failed");
+	if ((uint64_t)len > WSYNC_DELTA_PAYLOAD_MAX)
+		return wsync_error_set(err, -EINVAL, "record payload of %zu bytes "
+				       "over the 1 GiB limit", len);
+	record_header(h, type, payload, len);
+	if (w->buf.len + sizeof(h) + len > WRITE_BUFFER) {
+		r = writer_flush(w, err);
+		if (r < 0)
+			return r;
+	}
+	if (wsync_buf_append(&w->buf, h, sizeof(h)) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (sizeof(h) + len <= WRITE_BUFFER) {
+		if (wsync_buf_append(&w->buf, payload, len) < 0)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		return 0;
+	}
+	r = writer_flush(w, err);
+	if (r < 0)
+		return r;
+	r = pwrite_all(w->fd, payload, len, w->flushed, err);
+	if (r < 0) {
+		w->failed = true;
+		return r;
+	}
+	w->flushed += len;
+	return 0;
+}
+
+int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
+			   struct wsync_error *err)
+{
+	struct wsync_delta_writer *w = calloc(1, sizeof(*w));
+	uint8_t pre[WSYNC_DELTA_PREAMBLE_LEN];
+
+	*ret = NULL;
+	if (!w || wsync_buf_reserve(&w->buf, WRITE_BUFFER) < 0) {
+		free(w);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	w->fd = fd;
+	memcpy(pre, WSYNC_DELTA_MAGIC, 8);
+	st32(pre + 8, WSYNC_DELTA_VERSION);
+	st32(pre + 12, 0);
+	(void)wsync_buf_append(&w->buf, pre, sizeof(pre)); /* reserved above */
+	*ret = w;
+	return 0;
+}
+
+void wsync_delta_writer_free(struct wsync_delta_writer *w)
+{
+	if (!w)
+		return;
+	wsync_buf_free(&w->buf);
+	wsync_buf_free(&w->scratch);
+	free(w->cur.path);
+	free(w);
+}
+
+/* The current file must have had all its segments. */
+static int writer_close_file(struct wsync_delta_writer *w, struct wsync_error *err)
+{
+	if (!w->in_file)
+		return 0;
+	if (w->segs_seen != w->cur.n_segments)
+		return wsync_error_set(err, -EINVAL,
+			"%s: %" PRIu64 " segments written, %" PRIu64 " announced",
+			w->cur.path, w->segs_seen, w->cur.n_segments);
+	w->in_file = false;
+	return 0;
+}
+
+int wsync_delta_writer_file(struct wsync_delta_writer *w,
+			    const struct wsync_delta_file *f,
+			    struct wsync_error *err)
+{
+	char *path;
+	int r;
+
+	if (w->finished)
+		return wsync_error_set(err, -EINVAL, "delta already finished");
+	r = writer_close_file(w, err);
+	if (r < 0)
+		return r;
+	if (w->n_files >= WSYNC_DELTA_FILES_MAX)
+		return wsync_error_set(err, -EINVAL, "more than %d files in one delta",
+				       WSYNC_DELTA_FILES_MAX);
+	if (w->cur.path && f->path && strcmp(w->cur.path, f->path) >= 0)
+		return wsync_error_set(err, -EINVAL,
+			"%s: paths must be unique and in byte order (after %s)",
+			f->path, w->cur.path);
+	wsync_buf_reset(&w->scratch);
+	r = wsync_delta_file_encode(f, &w->scratch, err);
+	if (r < 0)
+		return r;
+	path = strdup(f->path);
+	if (!path)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	w->cur_offset = wsync_delta_writer_size(w);
+	r = writer_emit(w, WSYNC_DELTA_REC_FILE, w->scratch.data, w->scratch.len, err);
+	if (r < 0) {
+		free(path);
+		return r;
+	}
+	free(w->cur.path);
+	w->cur = *f;
+	w->cur.path = path;
+	w->in_file = true;
+	w->segs_seen = 0;
+	w->next_offset = 0;
+	w->n_files++;
+	if (f->op == WSYNC_DELTA_WRITE)
+		w->write_bytes += f->target_size;
+	return 0;
+}
+
+int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
+				   uint64_t changed, uint64_t elements,
+				   struct wsync_error *err)
+{
+	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
+	int r;
+
+	if (!w->cur.path)
+		return wsync_error_set(err, -EINVAL, "no FILE record to update");
+	w->cur.changed = changed;
+	w->cur.elements = elements;
+	wsync_buf_reset(&w->scratch);
+	r = wsync_delta_file_encode(&w->cur, &w->scratch, err);
+	if (r < 0)
+		return r;
+	record_header(h, WSYNC_DELTA_REC_FILE, w->scratch.data, w->scratch.len);
+	if (w->cur_offset >= w->flushed) {
+		/* Still buffered: patch it there. */
+		uint8_t *p = w->buf.data + (w->cur_offset - w->flushed);
+
+		memcpy(p, h, sizeof(h));
+		memcpy(p + sizeof(h), w->scratch.data, w->scratch.len);
+		return 0;
+	}
+	/* Partly or wholly in the file: flush, then overwrite in place. */
+	r = writer_flush(w, err);
+	if (r < 0)
+		return r;
+	r = pwrite_all(w->fd, h, sizeof(h), w->cur_offset, err);
+	if (r >= 0)
+		r = pwrite_all(w->fd, w->scratch.data, w->scratch.len,
+			       w->cur_offset + sizeof(h), err);
+	if (r < 0)
+		w->failed = true;
+	return r;
+}
+
+int wsync_delta_writer_segment(struct wsync_delta_writer *w,
+			       const uint8_t *payload, size_t len,
+			       struct wsync_error *err)
+{
+	uint64_t off, tlen;
+	int r;
+
+	if (!w->in_file || w->segs_seen >= w->cur.n_segments)
+		return wsync_error_set(err, -EINVAL, "%s: SEGMENT beyond the %" PRIu64
+				       " announced", w->cur.path ? w->cur.path : "(none)",
+				       w->cur.n_segments);
+	if (len < 24)
+		return wsync_error_set(err, -EINVAL, "%s: SEGMENT of %zu bytes",
+				       w->cur.path, len);
+	off = wsync_le64(payload);
+	tlen = wsync_le64(payload + 8);
+	if (off != w->next_offset || tlen == 0 ||
+	    tlen > WSYNC_DELTA_SEGMENT_TARGET_MAX || tlen > w->cur.target_size - off ||
+	    (w->segs_seen + 1 == w->cur.n_segments && off + tlen != w->cur.target_size))
+		return wsync_error_set(err, -EINVAL,
+			"%s: segment [%" PRIu64 ", +%" PRIu64 ") does not continue "
+			"the tiling at %" PRIu64 " of %" PRIu64, w->cur.path, off,
+			tlen, w->next_offset, w->cur.target_size);
+	r = writer_emit(w, WSYNC_DELTA_REC_SEGMENT, payload, len, err);
+	if (r < 0)
+		return r;
+	w->segs_seen++;
+	w->next_offset = off + tlen;
+	return 0;
+}
+
+int wsync_delta_writer_finish(struct wsync_delta_writer *w,
+			      struct wsync_error *err)
+{
+	uint8_t end[WSYNC_DELTA_END_LEN];
+	int r;
+
+	if (w->finished)
+		return wsync_error_set(err, -EINVAL, "delta already finished");
+	r = writer_close_file(w, err);
+	if (r < 0)
+		return r;
+	st64(end, w->n_files);
+	st64(end + 8, w->write_bytes);
+	r = writer_emit(w, WSYNC_DELTA_REC_END, end, sizeof(end), err);
+	if (r < 0)
+		return r;
+	r = writer_flush(w, err);
+	if (r < 0)
+		return r;
+	w->finished = true;
+	return 0;
+}
+
+uint64_t wsync_delta_writer_size(const struct wsync_delta_writer *w)
+{
+	return w->flushed + w->buf.len;
+}
+
+/* ---- reader ---- */
+
+/* Bytes [off, off+len) of the delta: a pointer into memory, or read into
+ * scratch.  The caller has checked the range against r->size. */
+static int src_get(const struct wsync_delta_reader *r, uint64_t off, size_t len,
+		   struct wsync_buf *scratch, const uint8_t **ret,
+		   struct wsync_error *err)
+{
+	size_t got = 0;
+
+	if (r->mem) {
+		*ret = r->mem + off;
+		return 0;
+	}
+	wsync_buf_reset(scratch);
+	if (wsync_buf_reserve(scratch, len) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory (%zu bytes)", len);
+	while (got < len) {
+		ssize_t n = pread(r->fd, scratch->data + got, len - got,
+				  (off_t)(off + got));
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return wsync_error_set(err, -errno, "reading the delta: %s",
+					       strerror(errno));
+		}
+		if (n == 0)
+			return wsync_error_set(err, -EINVAL,
+				"truncated: the delta ends at %" PRIu64
+				" (it shrank while being read)", off + got);
+		got += (size_t)n;
+	}
+	scratch->len = len;
+	*ret = scratch->data;
+	return 0;
+}
+
+/* XXH3-64 of [off, off+len), reading through a bounded window. */
+static int src_hash64(const struct wsync_delta_reader *r, uint64_t off,
+		      uint64_t len, struct wsync_buf *scratch, uint64_t *ret,
+		      struct wsync_error *err)
+{
+	XXH3_state_t *st;
+	const uint8_t *p;
+	int rc = 0;
+
+	if (r->mem) {
+		*ret = XXH3_64bits(r->mem + off, (size_t)len);
+		return 0;
+	}
+	st = XXH3_createState();
+	if (!st)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	(void)XXH3_64bits_reset(st);
+	while (len) {
+		size_t n = len > READ_WINDOW ? READ_WINDOW : (size_t)len;
+
+		rc = src_get(r, off, n, scratch, &p, err);
+		if (rc < 0)
+			break;
+		(void)XXH3_64bits_update(st, p, n);
+		off += n;
+		len -= n;
+	}
+	if (rc == 0)
+		*ret = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return rc;
+}
+
+struct walk {
+	struct wsync_delta_reader *r;
+	struct wsync_buf scratch;
+	uint64_t pos;
+	size_t cap_files;
+	size_t cap_segs;		/* of the current file's array */
+	struct wsync_delta_entry *cur;	/* expecting its segments */
+	uint64_t segs_seen, next_offset;
+	uint64_t write_bytes;
+};
+
+static int walk_segment(struct walk *w, uint64_t hdr_off, uint64_t len,
+			uint64_t sum, struct wsync_error *err)
+{
+	struct wsync_delta_entry *e = w->cur;
+	struct wsync_delta_segment *s;
+	const uint8_t *p;
+	uint64_t off, tlen;
+	int r;
+
+	if (!e || w->segs_seen >= e->file.n_segments)
+		return wsync_error_set(err, -EINVAL,
+			"record at offset %" PRIu64 ": SEGMENT without a FILE "
+			"record expecting it", hdr_off);
+	if (len < 24)
+		return wsync_error_set(err, -EINVAL,
+			"record at offset %" PRIu64 ": SEGMENT of %" PRIu64 " bytes",
+			hdr_off, len);
+	r = src_get(w->r, hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN, 16,
+		    &w->scratch, &p, err);
+	if (r < 0)
+		return r;
+	off = wsync_le64(p);
+	tlen = wsync_le64(p + 8);
+	if (off != w->next_offset || tlen == 0 ||
+	    tlen > WSYNC_DELTA_SEGMENT_TARGET_MAX ||
+	    tlen > e->file.target_size - off ||
+	    (w->segs_seen + 1 == e->file.n_segments && off + tlen != e->file.target_size))
+		return wsync_error_set(err, -EINVAL,
+			"%s: segment %" PRIu64 " covers [%" PRIu64 ", +%" PRIu64
+			") but must continue at %" PRIu64 " of %" PRIu64
+			" bytes (at most 64 MiB, tiling the file)", e->file.path,
+			w->segs_seen, off, tlen, w->next_offset, e->file.target_size);
+	if (w->segs_seen == w->cap_segs) {
+		size_t cap = w->cap_segs ? 2 * w->cap_segs : 16;
+
+		s = realloc(e->segments, cap * sizeof(*s));
+		if (!s)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		e->segments = s;
+		w->cap_segs = cap;
+	}
+	s = &e->segments[w->segs_seen];
+	s->payload_offset = hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN;
+	s->payload_len = len;
+	s->checksum = sum;
+	s->target_offset = off;
+	s->target_len = tlen;
+	w->segs_seen++;
+	w->next_offset = off + tlen;
+	e->delta_bytes += WSYNC_DELTA_RECORD_HEADER_LEN + len;
+	return 0;
+}
+
+static int walk_file(struct walk *w, uint64_t hdr_off, const uint8_t *p,
+		     uint64_t len, struct wsync_error *err)
+{
+	struct wsync_delta_reader *r = w->r;
+	struct wsync_delta_entry *e;
+	int rc;
+
+	if (r->n_files >= WSYNC_DELTA_FILES_MAX)
+		return wsync_error_set(err, -EINVAL, "more than %d files",
+				       WSYNC_DELTA_FILES_MAX);
+	if (r->n_files == w->cap_files) {
+		size_t cap = w->cap_files ? 2 * w->cap_files : 16;
+
+		e = realloc(r->files, cap * sizeof(*e));
+		if (!e)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		r->files = e;
+		w->cap_files = cap;
+	}
+	e = &r->files[r->n_files];
+	memset(e, 0, sizeof(*e));
+	rc = wsync_delta_file_decode(p, (size_t)len, &e->file, err);
+	if (rc < 0) {
+		wsync_error_prefix(err, "FILE record at offset %" PRIu64, hdr_off);
+		return rc;
+	}
+	r->n_files++; /* owned by the reader from here on */
+	if (r->n_files > 1 && strcmp(r->files[r->n_files - 2].file.path,
+				     e->file.path) >= 0)
+		return wsync_error_set(err, -EINVAL,
+			"%s: paths are not unique and in byte order (after %s)",
+			e->file.path, r->files[r->n_files - 2].file.path);
+	e->record_offset = hdr_off;
+	e->delta_bytes = WSYNC_DELTA_RECORD_HEADER_LEN + len;
+	if (e->file.op == WSYNC_DELTA_WRITE) {
+		if (e->file.target_size > UINT64_MAX - w->write_bytes)
+			return wsync_error_set(err, -EINVAL,
+					       "target sizes add up past 2^64");
+		w->write_bytes += e->file.target_size;
+	}
+	w->cur = e;
+	w->cap_segs = 0;
+	w->segs_seen = 0;
+	w->next_offset = 0;
+	return 0;
+}
+
+/* The current file must have received all its segments. */
+static int walk_close_file(struct walk *w, struct wsync_error *err)
+{
+	if (w->cur && w->segs_seen != w->cur->file.n_segments)
+		return wsync_error_set(err, -EINVAL,
+			"%s: %" PRIu64 " segments announced, %" PRIu64 " found",
+			w->cur->file.path, w->cur->file.n_segments, w->segs_seen);
+	w->cur = NULL;
+	return 0;
+}
+
+static int walk_end(struct walk *w, uint64_t hdr_off, const uint8_t *p,
+		    uint64_t len, struct wsync_error *err)
+{
+	struct wsync_delta_reader *r = w->r;
+	uint64_t n, bytes;
+	int rc = walk_close_file(w, err);
+
+	if (rc < 0)
+		return rc;
+	if (len != WSYNC_DELTA_END_LEN)
+		return wsync_error_set(err, -EINVAL, "END record of %" PRIu64 " bytes",
+				       len);
+	n = wsync_le64(p);
+	bytes = wsync_le64(p + 8);
+	if (n != r->n_files || bytes != w->write_bytes)
+		return wsync_error_set(err, -EINVAL,
+			"END record says %" PRIu64 " files and %" PRIu64
+			" bytes written, the delta has %zu and %" PRIu64, n, bytes,
+			r->n_files, w->write_bytes);
+	if (hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN + len != r->size)
+		return wsync_error_set(err, -EINVAL,
+			"%" PRIu64 " bytes after the END record",
+			r->size - (hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN + len));
+	r->write_bytes = bytes;
+	return 0;
+}
+
+static int walk_all(struct walk *w, struct wsync_error *err)
+{
+	struct wsync_delta_reader *r = w->r;
+	const uint8_t *p;
+	uint32_t version, flags;
+	int rc;
+
+	if (r->size < WSYNC_DELTA_PREAMBLE_LEN)
+		return wsync_error_set(err, -EINVAL,
+			"not a wsync delta (%" PRIu64 " bytes)", r->size);
+	rc = src_get(r, 0, WSYNC_DELTA_PREAMBLE_LEN, &w->scratch, &p, err);
+	if (rc < 0)
+		return rc;
+	if (memcmp(p, WSYNC_DELTA_MAGIC, 8) != 0)
+		return wsync_error_set(err, -EINVAL, "not a wsync delta (bad magic)");
+	version = wsync_le32(p + 8);
+	flags = wsync_le32(p + 12);
+	if (version != WSYNC_DELTA_VERSION)
+		return wsync_error_set(err, -EINVAL, "unsupported delta version %" PRIu32,
+				       version);
+	if (flags)
+		return wsync_error_set(err, -EINVAL,
+				       "unsupported delta flags 0x%" PRIx32, flags);
+	w->pos = WSYNC_DELTA_PREAMBLE_LEN;
+	for (;;) {
+		uint64_t hdr_off = w->pos, len, sum, got = 0;
+		uint32_t type;
+
+		if (hdr_off == r->size)
+			return wsync_error_set(err, -EINVAL, "truncated: no END record");
+		if (r->size - hdr_off < WSYNC_DELTA_RECORD_HEADER_LEN)
+			return wsync_error_set(err, -EINVAL,
+				"truncated: a record header is cut at offset %" PRIu64,
+				hdr_off);
+		rc = src_get(r, hdr_off, WSYNC_DELTA_RECORD_HEADER_LEN, &w->scratch,
+			     &p, err);
+		if (rc < 0)
+			return rc;
+		type = wsync_le32(p);
+		len = wsync_le64(p + 8);
+		sum = wsync_le64(p + 16);
+		if (type < WSYNC_DELTA_REC_FILE || type > WSYNC_DELTA_REC_END)
+			return wsync_error_set(err, -EINVAL,
+				"record at offset %" PRIu64 ": unknown type %" PRIu32,
+				hdr_off, type);
+		if (wsync_le32(p + 4))
+			return wsync_error_set(err, -EINVAL,
+				"record at offset %" PRIu64 ": reserved field not zero",
+				hdr_off);
+		if (len > WSYNC_DELTA_PAYLOAD_MAX)
+			return wsync_error_set(err, -EINVAL,
+				"record at offset %" PRIu64 ": payload of %" PRIu64
+				" bytes over the 1 GiB limit", hdr_off, len);
+		if (len > r->size - hdr_off - WSYNC_DELTA_RECORD_HEADER_LEN)
+			return wsync_error_set(err, -EINVAL,
+				"truncated: the record at offset %" PRIu64
+				" runs past the end of the delta", hdr_off);
+		rc = src_hash64(r, hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN, len,
+				&w->scratch, &got, err);
+		if (rc < 0)
+			return rc;
+		if (got != sum)
+			return wsync_error_set(err, -EINVAL,
+				"record at offset %" PRIu64 ": checksum mismatch "
+				"(the delta is damaged)", hdr_off);
+		w->pos = hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN + len;
+		if (type == WSYNC_DELTA_REC_SEGMENT) {
+			rc = walk_segment(w, hdr_off, len, sum, err);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		/* FILE and END payloads are small (checked before reading). */
+		if (type == WSYNC_DELTA_REC_FILE &&
+		    len > WSYNC_DELTA_FILE_FIXED_LEN + WSYNC_DELTA_PATH_MAX)
+			return wsync_error_set(err, -EINVAL,
+				"FILE record at offset %" PRIu64 " of %" PRIu64 " bytes",
+				hdr_off, len);
+		if (type == WSYNC_DELTA_REC_END && len != WSYNC_DELTA_END_LEN)
+			return wsync_error_set(err, -EINVAL,
+				"END record of %" PRIu64 " bytes", len);
+		rc = src_get(r, hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN, (size_t)len,
+			     &w->scratch, &p, err);
+		if (rc < 0)
+			return rc;
+		if (type == WSYNC_DELTA_REC_END)
+			return walk_end(w, hdr_off, p, len, err);
+		rc = walk_close_file(w, err);
+		if (rc < 0)
+			return rc;
+		rc = walk_file(w, hdr_off, p, len, err);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+static int reader_open(struct wsync_delta_reader *r, struct wsync_delta_reader **ret,
+		       struct wsync_error *err)
+{
+	struct walk w = { .r = r };
+	int rc = walk_all(&w, err);
+
+	wsync_buf_free(&w.scratch);
+	if (rc < 0) {
+		wsync_delta_reader_free(r);
+		return rc;
+	}
+	*ret = r;
+	return 0;
+}
+
+int wsync_delta_reader_open_fd(int fd, struct wsync_delta_reader **ret,
+			       struct wsync_error *err)
+{
+	struct wsync_delta_reader *r;
+	struct stat st;
+
+	*ret = NULL;
+	if (fstat(fd, &st) < 0)
+		return wsync_error_set(err, -errno, "delta: %s", strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return wsync_error_set(err, -EINVAL, "delta: not a regular file");
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r->fd = fd;
+	r->size = (uint64_t)st.st_size;
+	return reader_open(r, ret, err);
+}
+
+int wsync_delta_reader_open_mem(const void *data, size_t len,
+				struct wsync_delta_reader **ret,
+				struct wsync_error *err)
+{
+	/* A valid non-NULL pointer even for an empty input. */
+	static const uint8_t empty[1];
+	struct wsync_delta_reader *r;
+
+	*ret = NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r->fd = -1;
+	r->mem = data ? data : empty;
+	r->size = data ? len : 0;
+	return reader_open(r, ret, err);
+}
+
+void wsync_delta_reader_free(struct wsync_delta_reader *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->n_files; i++) {
+		wsync_delta_file_clear(&r->files[i].file);
+		free(r->files[i].segments);
+	}
+	free(r->files);
+	free(r);
+}
+
+int wsync_delta_reader_segment(const struct wsync_delta_reader *r,
+			       const struct wsync_delta_segment *s,
+			       struct wsync_buf *out, struct wsync_error *err)
+{
+	const uint8_t *p;
+	int rc;
+
+	if (s->payload_offset > r->size || s->payload_len > r->size - s->payload_offset)
+		return wsync_error_set(err, -EINVAL, "segment outside the delta");
+	if (r->mem) {
+		/* The caller wants an owned copy, as with a file. */
+		wsync_buf_reset(out);
+		if (wsync_buf_append(out, r->mem + s->payload_offset,
+				     (size_t)s->payload_len) < 0)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+	} else {
+		rc = src_get(r, s->payload_offset, (size_t)s->payload_len, out, &p, err);
+		if (rc < 0)
+			return rc;
+	}
+	if (XXH3_64bits(out->data, out->len) != s->checksum)
+		return wsync_error_set(err, -EINVAL,
+			"segment at offset %" PRIu64 ": checksum mismatch "
+			"(the delta changed or is damaged)",
+			s->payload_offset - WSYNC_DELTA_RECORD_HEADER_LEN);
+	return 0;
+}
+
+bool wsync_delta_is_delta(const uint8_t *p, size_t len)
+{
+	return len >= 8 && memcmp(p, WSYNC_DELTA_MAGIC, 8) == 0;
+}

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * delta.h -- the delta container of common/FORMAT.md: the preamble, the
+ * checksummed record framing, FILE and END records, a writer that streams
+ * records to a file and a reader that walks and checks a whole delta.
+ * SEGMENT payloads are opaque here: segment.h encodes and decodes them.
+ *
+ * The reader trusts nothing (FORMAT.md §6): every record's checksum, every
+ * length, every count and limit, the order of records (each FILE followed
+ * by exactly its SEGMENT records, segments tiling the file in order, paths
+ * unique and in byte order, END last and agreeing with what came before)
+ * is checked before the caller sees an index of the delta.  It reads with
+ * pread through a bounded window, so checking a delta of any size costs a
+ * few MiB of memory.
+ *
+ * Errors follow error.h.  Every problem with the delta's bytes (damage,
+ * truncation, unknown version, broken rules) is -EINVAL with a message
+ * saying what and where; other codes are I/O or memory failures.
+ */
+#ifndef WSYNC_DELTA_H
+#define WSYNC_DELTA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "error.h"
+#include "hash.h"
+
+#define WSYNC_DELTA_MAGIC "WSYNCDLT"		/* 8 bytes, no NUL */
+#define WSYNC_DELTA_VERSION 1
+#define WSYNC_DELTA_PREAMBLE_LEN 16
+#define WSYNC_DELTA_RECORD_HEADER_LEN 24
+#define WSYNC_DELTA_PAYLOAD_MAX (1ULL << 30)	/* §6 */
+#define WSYNC_DELTA_PATH_MAX 4096		/* bytes, §2 and §6 */
+#define WSYNC_DELTA_FILES_MAX 1000000		/* §6 */
+#define WSYNC_DELTA_SEGMENT_TARGET_MAX (64ULL << 20) /* §3 */
+/* FILE payload without the path. */
+#define WSYNC_DELTA_FILE_FIXED_LEN 82
+#define WSYNC_DELTA_END_LEN 16
+
+enum wsync_delta_record_type {
+	WSYNC_DELTA_REC_FILE = 1,
+	WSYNC_DELTA_REC_SEGMENT = 2,
+	WSYNC_DELTA_REC_END = 3,
+};
+
+enum wsync_delta_op {
+	WSYNC_DELTA_KEEP = 0,	/* target = base, nothing to write */
+	WSYNC_DELTA_WRITE = 1,	/* rebuilt from the segments that follow */
+	WSYNC_DELTA_DELETE = 2,	/* in the base only: removed */
+};
+
+enum wsync_delta_kind {
+	WSYNC_DELTA_KIND_BYTES = 0,
+	WSYNC_DELTA_KIND_SAFETENSORS = 1, /* informational */
+};
+
+#define WSYNC_DELTA_FILE_HAS_BASE 0x1u
+
+/* The fields of a FILE record (FORMAT.md §2). */
+struct wsync_delta_file {
+	char *path;		/* NUL-terminated; see wsync_delta_file_decode */
+	enum wsync_delta_op op;
+	enum wsync_delta_kind kind;
+	uint16_t flags;		/* WSYNC_DELTA_FILE_HAS_BASE */
+	uint32_t mode;		/* permission bits, & 07777 */
+	uint64_t base_size;
+	struct wsync_hash128 base_hash;	/* zero without HAS_BASE */
+	uint64_t target_size;
+	struct wsync_hash128 target_hash;
+	uint64_t n_segments;	/* SEGMENT records that follow */
+	uint64_t changed;	/* informational: changed elements */
+	uint64_t elements;	/* informational: elements coded */
+};
+
+/*
+ * Check a path against FORMAT.md §2: 1..4096 bytes of valid UTF-8, relative,
+ * '/'-separated, no empty, "." or ".." component, no '\\', no NUL, no C0 or
+ * C1 control character nor DEL.  Returns 0 or -EINVAL with the reason.
+ */
+int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err);
+
+/* "KEEP", "WRITE", "DELETE" ("?" for anything else). */
+const char *wsync_delta_op_name(enum wsync_delta_op op);
+
+/*
+ * Append the FILE payload for f to out.  Checks what a decoder would
+ * (path, op, flags, mode, KEEP/DELETE without segments): -EINVAL for a
+ * record the format does not allow, -ENOMEM.
+ */
+int wsync_delta_file_encode(const struct wsync_delta_file *f,
+			    struct wsync_buf *out, struct wsync_error *err);
+
+/*
+ * Decode and check a FILE payload into f, whose path is malloc'ed (free it
+ * with wsync_delta_file_clear).  Returns 0, -EINVAL (malformed, reason in
+ * err; f->path is then NULL), -ENOMEM.
+ */
+int wsync_delta_file_decode(const uint8_t *p, size_t len,
+			    struct wsync_delta_file *f, struct wsync_error *err);
+
+void wsync_delta_file_clear(struct wsync_delta_file *f);
+
+/* ---- writing ---- */
+
+/*
+ * A writer streams records to fd with pwrite, starting at offset 0 (so the
+ * fd must be a regular file; its position is not used), through a 1 MiB
+ * buffer; payloads larger than that go straight to the file.  It enforces
+ * the order a reader will check -- paths unique and ascending, each FILE
+ * followed by exactly n_segments SEGMENT records tiling [0, target size)
+ * -- so an encoder bug gives an error here rather than a delta nobody can
+ * apply.  The writer does not own fd.
+ */
+struct wsync_delta_writer;
+
+/* Write the preamble.  Returns 0, -ENOMEM, or a write error. */
+int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
+			   struct wsync_error *err);
+
+/* Free (NULL is fine) without finishing: the file is left incomplete. */
+void wsync_delta_writer_free(struct wsync_delta_writer *w);
+
+/* Begin a file.  -EINVAL if f breaks the format or the order. */
+int wsync_delta_writer_file(struct wsync_delta_writer *w,
+			    const struct wsync_delta_file *f,
+			    struct wsync_error *err);
+
+/*
+ * Rewrite the informational counts of the last FILE record (same length,
+ * new checksum), for encoders that learn them only once the segments are
+ * coded.  Only the counts change; the record stays where it was.
+ */
+int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
+				   uint64_t changed, uint64_t elements,
+				   struct wsync_error *err);
+
+/* One SEGMENT payload (from wsync_segment_encode) of the current file. */
+int wsync_delta_writer_segment(struct wsync_delta_writer *w,
+			       const uint8_t *payload, size_t len,
+			       struct wsync_error *err);
+
+/* Write the END record and flush.  The fd is not synced or closed. */
+int wsync_delta_writer_finish(struct wsync_delta_writer *w,
+			      struct wsync_error *err);
+
+/* Bytes of delta produced so far (buffered ones included). */
+uint64_t wsync_delta_writer_size(const struct wsync_delta_writer *w);
+
+/* ---- reading ---- */
+
+/* Where one SEGMENT record lies, as the reader found it. */
+struct wsync_delta_segment {
+	uint64_t payload_offset;	/* in the delta */
+	uint64_t payload_len;
+	uint64_t checksum;		/* XXH3-64 from the record header */
+	uint64_t target_offset, target_len; /* first fields of the payload */
+};
+
+struct wsync_delta_entry {
+	struct wsync_delta_file file;
+	uint64_t record_offset;		/* of the FILE record header */
+	uint64_t delta_bytes;		/* FILE + SEGMENT records, headers included */
+	struct wsync_delta_segment *segments; /* file.n_segments */
+};
+
+/*
+ * A checked delta: its index (every FILE record with where its segments
+ * are) and the source to read segment payloads from.
+ */
+struct wsync_delta_reader {
+	uint64_t size;			/* bytes of delta */
+	size_t n_files;
+	struct wsync_delta_entry *files; /* in delta (= path) order */
+	uint64_t write_bytes;		/* END: target bytes of WRITE files */
+	/* private */
+	int fd;
+	const uint8_t *mem;
+};
+
+/*
+ * Read and check the whole delta in fd (pread; not owned, must stay open
+ * until wsync_delta_reader_free) or in len bytes of memory (not copied,
+ * must outlive the reader).  Every segment payload is read once to verify
+ * its checksum; nothing is decoded.  Returns 0 with *ret set, -EINVAL for
+ * a bad delta (reason in err: "unsupported delta version 2", "truncated:
+ * no END record", ...), -ENOMEM, or a read error.
+ */
+int wsync_delta_reader_open_fd(int fd, struct wsync_delta_reader **ret,
+			       struct wsync_error *err);
+int wsync_delta_reader_open_mem(const void *data, size_t len,
+				struct wsync_delta_reader **ret,
+				struct wsync_error *err);
+
+void wsync_delta_reader_free(struct wsync_delta_reader *r);
+
+/*
+ * Read one segment's payload into out (reset first) and verify its
+ * checksum again (the file may have changed since it was opened).  Safe to
+ * call from several threads at once with different buffers.  Returns 0,
+ * -EINVAL (checksum mismatch, short file), -ENOMEM, or a read error.
+ */
+int wsync_delta_reader_segment(const struct wsync_delta_reader *r,
+			       const struct wsync_delta_segment *s,
+			       struct wsync_buf *out, struct wsync_error *err);
+
+/* True when the first bytes of a file (at least 8) are a delta's magic. */
+bool wsync_delta_is_delta(const uint8_t *p, size_t len);
+
+#endif

@@ -1,0 +1,871 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * diff.c -- plan and code a delta from OLD to NEW (see diff.h): walking the
+ * trees, choosing per file KEEP/WRITE/DELETE, cutting each WRITE file into
+ * pieces and segments, and coding the segments on worker threads while the
+ * calling thread writes them out in order.
+ */
+#include "diff.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "delta.h"
+#include "hash.h"
+#include "safetensors.h"
+#include "segment.h"
+
+/* More pieces than this in one segment (thousands of tiny tensors) start a
+ * new one: keeps the piece table of a segment to a couple of MiB, far
+ * inside the format's 2^20. */
+#define PIECES_PER_SEGMENT (1u << 16)
+/* Output buffers that grew past this are freed once written rather than
+ * kept for the next segment, so one incompressible stretch does not pin
+ * memory for the rest of the run. */
+#define KEEP_BUFFER (8u << 20)
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- listing the trees ---- */
+
+struct file_list {
+	char **paths;		/* relative, sorted */
+	size_t n, cap;
+};
+
+static void list_free(struct file_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->paths[i]);
+	free(l->paths);
+	memset(l, 0, sizeof(*l));
+}
+
+static int list_add(struct file_list *l, char *path)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		char **p = realloc(l->paths, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		l->paths = p;
+		l->cap = cap;
+	}
+	l->paths[l->n++] = path;
+	return 0;
+}
+
+static int cmp_paths(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Add the regular files under dirfd (whose path relative to the root is
+ * prefix, "" for the root itself) to l; root names the tree in messages. */
+static int walk_dir(int dirfd, const char *root, const char *prefix,
+		    struct file_list *l, struct wsync_error *err)
+{
+	struct file_list names = { 0 };
+	DIR *d;
+	struct dirent *de;
+	int fd, r = 0;
+
+	fd = dup(dirfd);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s/%s: %s", root, prefix,
+				       strerror(errno));
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		(void)close(fd);
+		return wsync_error_set(err, r, "%s/%s: %s", root, prefix, strerror(-r));
+	}
+	/* Read the names first so no DIR stays open during the recursion. */
+	errno = 0;
+	while ((de = readdir(d))) {
+		char *name;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		name = strdup(de->d_name);
+		if (!name || list_add(&names, name) < 0) {
+			free(name);
+			r = wsync_error_set(err, -ENOMEM, "out of memory");
+			break;
+		}
+		errno = 0;
+	}
+	if (r == 0 && errno)
+		r = wsync_error_set(err, -errno, "%s/%s: %s", root, prefix,
+				    strerror(errno));
+	(void)closedir(d);
+
+	for (size_t i = 0; r == 0 && i < names.n; i++) {
+		const char *name = names.paths[i];
+		size_t plen = strlen(prefix), nlen = strlen(name);
+		char *rel = malloc(plen + 1 + nlen + 1);
+		struct stat st;
+
+		if (!rel) {
+			r = wsync_error_set(err, -ENOMEM, "out of memory");
+			break;
+		}
+		if (plen)
+			sprintf(rel, "%s/%s", prefix, name);
+		else
+			memcpy(rel, name, nlen + 1);
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = wsync_error_set(err, -errno, "%s/%s: %s", root, rel,
+					    strerror(errno));
+		} else if (S_ISDIR(st.st_mode)) {
+			int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY |
+					 O_NOFOLLOW | O_CLOEXEC);
+
+			if (sub < 0) {
+				r = wsync_error_set(err, -errno, "%s/%s: %s", root,
+						    rel, strerror(errno));
+			} else {
+				r = walk_dir(sub, root, rel, l, err);
+				(void)close(sub);
+			}
+		} else if (S_ISLNK(st.st_mode)) {
+			r = wsync_error_set(err, -EINVAL,
+				"%s/%s: is a symbolic link (a delta carries regular "
+				"files only)", root, rel);
+		} else if (!S_ISREG(st.st_mode)) {
+			r = wsync_error_set(err, -EINVAL,
+				"%s/%s: not a regular file (a delta carries regular "
+				"files only)", root, rel);
+		} else if (wsync_delta_path_check(rel, strlen(rel), err) < 0) {
+			wsync_error_prefix(err, "%s/%s", root, rel);
+			r = -EINVAL;
+		} else if (list_add(l, rel) < 0) {
+			r = wsync_error_set(err, -ENOMEM, "out of memory");
+		} else {
+			rel = NULL; /* owned by l */
+		}
+		free(rel);
+	}
+	list_free(&names);
+	return r;
+}
+
+/* ---- one side of a file ---- */
+
+struct src {
+	char *path;		/* for messages and wsync_st_open */
+	int fd;
+	uint64_t size;
+	uint32_t mode;
+	struct wsync_hash128 hash;
+	const uint8_t *map;	/* NULL until mapped, or when empty */
+	bool own_map;		/* mapped here (else st's map) */
+	struct wsync_st_file *st;
+};
+
+static void src_close(struct src *s)
+{
+	if (s->own_map && s->map)
+		(void)munmap((void *)s->map, (size_t)s->size);
+	wsync_st_close(s->st);
+	if (s->fd >= 0)
+		(void)close(s->fd);
+	free(s->path);
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+}
+
+/* Open root/rel (refusing a symlink swapped in since the walk) and hash it. */
+static int src_open(struct src *s, int rootfd, const char *root, const char *rel,
+		    bool single, struct wsync_error *err)
+{
+	struct stat st;
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	if (single)
+		s->path = strdup(root);
+	else if (asprintf(&s->path, "%s/%s", root, rel) < 0)
+		s->path = NULL;
+	if (!s->path)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	s->fd = single ? open(root, O_RDONLY | O_CLOEXEC | O_NOCTTY)
+		       : openat(rootfd, rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (s->fd < 0)
+		return wsync_error_set(err, errno == ELOOP ? -EINVAL : -errno,
+				       "%s: %s", s->path,
+				       errno == ELOOP ? "is a symbolic link"
+						      : strerror(errno));
+	if (fstat(s->fd, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", s->path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return wsync_error_set(err, -EINVAL, "%s: not a regular file", s->path);
+	s->mode = (uint32_t)st.st_mode & 07777u;
+	r = wsync_hash_fd(s->fd, s->path, &s->hash, &s->size, err);
+	if (r < 0)
+		return r;
+	if ((uint64_t)st.st_size != s->size)
+		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
+				       s->path);
+	return 0;
+}
+
+/* Map s for coding, through its safetensors reader when it has one. */
+static int src_map(struct src *s, struct wsync_error *err)
+{
+	struct stat st;
+	void *m;
+
+	if (fstat(s->fd, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", s->path, strerror(errno));
+	if ((uint64_t)st.st_size != s->size ||
+	    (s->st && s->st->size != s->size))
+		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
+				       s->path);
+	if (s->st) {
+		s->map = s->st->map;
+		return 0;
+	}
+	if (s->size == 0)
+		return 0;
+	m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
+	if (m == MAP_FAILED)
+		return wsync_error_set(err, -errno, "%s: mmap: %s", s->path,
+				       strerror(errno));
+	s->map = m;
+	s->own_map = true;
+	return 0;
+}
+
+/* Drop [off, off+len) of a map from this process.  The pages stay in the
+ * page cache, and a thread still reading a page at the edge just faults it
+ * back in: dropping a shared read-only file mapping never loses data. */
+static void src_release(const struct src *s, uint64_t off, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
+
+	if (!s || !s->map || len == 0 || off >= s->size)
+		return;
+	end = off + len > s->size ? s->size : off + len;
+	start = off & ~(page - 1);
+	(void)madvise((void *)(s->map + start), (size_t)(end - start), MADV_DONTNEED);
+}
+
+/* ---- planning ---- */
+
+struct plan_piece {
+	enum wsync_piece_method method;
+	enum wsync_float_family family;
+	uint64_t toff, len, boff;
+};
+
+struct plan_seg {
+	size_t first, n;	/* pieces */
+	uint64_t toff, len;
+};
+
+struct plan {
+	struct plan_piece *pieces;
+	size_t n_pieces, cap_pieces;
+	struct plan_seg *segs;
+	size_t n_segs, cap_segs;
+	uint64_t limit;		/* target bytes per segment */
+	uint64_t seg_len;	/* of the open segment */
+	bool open;		/* a segment is being filled */
+};
+
+static void plan_free(struct plan *p)
+{
+	free(p->pieces);
+	free(p->segs);
+	memset(p, 0, sizeof(*p));
+}
+
+static void plan_reset(struct plan *p)
+{
+	p->n_pieces = p->n_segs = 0;
+	p->seg_len = 0;
+	p->open = false;
+}
+
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+	void *a;
+	size_t c;
+
+	if (n < *cap)
+		return 0;
+	c = *cap ? 2 * *cap : 64;
+	a = realloc(*arr, c * size);
+	if (!a)
+		return -ENOMEM;
+	*arr = a;
+	*cap = c;
+	return 0;
+}
+
+static unsigned family_size(enum wsync_float_family f)
+{
+	return f == WSYNC_FAMILY_F32 ? 4 : f == WSYNC_FAMILY_NONE ? 1 : 2;
+}
+
+/*
+ * Append [toff, toff+len) coded as method to the plan, cutting it where a
+ * segment fills up: segments take pieces until limit bytes (a FLOAT piece
+ * is cut on an element boundary, so a segment may end a few bytes short).
+ */
+static int plan_add(struct plan *p, enum wsync_piece_method method,
+		    enum wsync_float_family family, uint64_t toff, uint64_t len,
+		    uint64_t boff)
+{
+	unsigned esize = family_size(method == WSYNC_PIECE_FLOAT ? family
+								 : WSYNC_FAMILY_NONE);
+
+	while (len) {
+		uint64_t room = p->limit - p->seg_len, take = len < room ? len : room;
+		struct plan_seg *s;
+
+		if (take < len)
+			take -= take % esize;
+		if (take == 0) {	/* less than an element left: next segment */
+			p->open = false;
+			p->seg_len = 0;
+			continue;
+		}
+		if (!p->open) {
+			if (grow((void **)&p->segs, &p->cap_segs, p->n_segs,
+				 sizeof(*p->segs)) < 0)
+				return -ENOMEM;
+			p->segs[p->n_segs++] = (struct plan_seg){ .first = p->n_pieces,
+								  .toff = toff };
+			p->open = true;
+			p->seg_len = 0;
+		}
+		if (grow((void **)&p->pieces, &p->cap_pieces, p->n_pieces,
+			 sizeof(*p->pieces)) < 0)
+			return -ENOMEM;
+		p->pieces[p->n_pieces++] = (struct plan_piece){
+			.method = method, .family = family, .toff = toff,
+			.len = take, .boff = boff };
+		s = &p->segs[p->n_segs - 1];
+		s->n++;
+		s->len += take;
+		p->seg_len += take;
+		if (p->seg_len == p->limit || s->n == PIECES_PER_SEGMENT) {
+			p->open = false;
+			p->seg_len = 0;
+		}
+		toff += take;
+		boff += method == WSYNC_PIECE_ZSTD ? 0 : take;
+		len -= take;
+	}
+	return 0;
+}
+
+static enum wsync_float_family dtype_family(enum wsync_dtype t)
+{
+	switch (t) {
+	case WSYNC_DTYPE_BF16:
+		return WSYNC_FAMILY_BF16;
+	case WSYNC_DTYPE_F16:
+		return WSYNC_FAMILY_F16;
+	case WSYNC_DTYPE_F32:
+		return WSYNC_FAMILY_F32;
+	default:
+		return WSYNC_FAMILY_NONE;
+	}
+}
+
+/* Tensor-aware plan: both sides are valid safetensors files. */
+static int plan_tensors(struct plan *p, const struct wsync_st_header *oh,
+			const struct wsync_st_header *nh)
+{
+	int r;
+
+	/* Headers of equal length mostly agree (same names, shapes and
+	 * offsets): XOR leaves little.  Otherwise offsets shifted. */
+	r = nh->data_offset == oh->data_offset
+		    ? plan_add(p, WSYNC_PIECE_XOR, WSYNC_FAMILY_NONE, 0,
+			       nh->data_offset, 0)
+		    : plan_add(p, WSYNC_PIECE_ZSTD, WSYNC_FAMILY_NONE, 0,
+			       nh->data_offset, 0);
+	for (size_t i = 0; r == 0 && i < nh->n_tensors; i++) {
+		const struct wsync_st_tensor *t = &nh->tensors[i];
+		const struct wsync_st_tensor *b = wsync_st_find(oh, t->name);
+		enum wsync_float_family fam = dtype_family(t->dtype);
+
+		if (t->size == 0)
+			continue;
+		if (!b || b->dtype != t->dtype || b->nelem != t->nelem ||
+		    b->size != t->size)
+			r = plan_add(p, WSYNC_PIECE_ZSTD, WSYNC_FAMILY_NONE,
+				     t->offset, t->size, 0);
+		else if (fam != WSYNC_FAMILY_NONE)
+			r = plan_add(p, WSYNC_PIECE_FLOAT, fam, t->offset, t->size,
+				     b->offset);
+		else
+			r = plan_add(p, WSYNC_PIECE_XOR, WSYNC_FAMILY_NONE,
+				     t->offset, t->size, b->offset);
+	}
+	return r;
+}
+
+/* ---- coding segments ---- */
+
+struct job {
+	const struct plan_seg *seg;
+	struct wsync_buf out;
+	struct wsync_segment_stats st;
+	struct wsync_error err;
+	int r;
+	bool done;
+};
+
+/* Coding one file: the plan, both sides, and the ring of jobs shared with
+ * the workers.  Jobs are filled, taken and written in segment order. */
+struct coder {
+	const struct plan *plan;
+	const struct src *target, *base;	/* base NULL for a new file */
+	struct wsync_segment_opts sopts;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *ring;
+	size_t ring_len;
+	size_t filled, taken;			/* jobs handed out, picked up */
+	bool stop;
+};
+
+static void code_segment(const struct coder *c, struct job *j)
+{
+	const struct plan_seg *s = j->seg;
+	struct wsync_piece_in *in = calloc(s->n, sizeof(*in));
+
+	memset(&j->st, 0, sizeof(j->st));
+	wsync_buf_reset(&j->out);
+	wsync_error_clear(&j->err);
+	if (!in) {
+		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < s->n; i++) {
+		const struct plan_piece *pp = &c->plan->pieces[s->first + i];
+		bool based = pp->method != WSYNC_PIECE_ZSTD;
+
+		in[i] = (struct wsync_piece_in){
+			.method = pp->method,
+			.family = pp->family,
+			.target = c->target->map + pp->toff,
+			.base = based ? c->base->map + pp->boff : NULL,
+			.base_offset = based ? pp->boff : 0,
+			.len = pp->len,
+		};
+	}
+	j->r = wsync_segment_encode(in, s->n, s->toff, &c->sopts, &j->out, &j->st,
+				    &j->err);
+	if (j->r < 0)
+		wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
+				   c->target->path, s->toff);
+	/* What this segment touched is not needed again. */
+	src_release(c->target, s->toff, s->len);
+	for (size_t i = 0; i < s->n; i++)
+		if (in[i].base)
+			src_release(c->base, in[i].base_offset, in[i].len);
+	free(in);
+}
+
+static void *coder_worker(void *arg)
+{
+	struct coder *c = arg;
+
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		struct job *j;
+
+		while (!c->stop && c->taken == c->filled &&
+		       c->filled < c->plan->n_segs)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (c->stop || c->taken >= c->plan->n_segs)
+			break;
+		j = &c->ring[c->taken++ % c->ring_len];
+		pthread_mutex_unlock(&c->mu);
+		code_segment(c, j);
+		pthread_mutex_lock(&c->mu);
+		j->done = true;
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/* Hand a coded job to the writer and add its figures. */
+static int write_job(struct wsync_delta_writer *w, struct job *j,
+		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
+		     struct wsync_error *err)
+{
+	int r;
+
+	if (j->r < 0) {
+		*err = j->err;
+		return j->r;
+	}
+	r = wsync_delta_writer_segment(w, j->out.data, j->out.len, err);
+	if (r < 0)
+		return r;
+	file_st->elements += j->st.elements;
+	file_st->changed += j->st.changed;
+	for (int m = 0; m < 5; m++)
+		st->method_bytes[m] += j->st.method_bytes[m];
+	if (j->out.cap > KEEP_BUFFER)
+		wsync_buf_free(&j->out);
+	return 0;
+}
+
+/* Code every segment of the plan and write them in order, on threads
+ * workers (none below two segments: the calling thread does it). */
+static int code_file(struct coder *c, unsigned threads, struct wsync_delta_writer *w,
+		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
+		     struct job *ring, struct wsync_error *err)
+{
+	size_t n = c->plan->n_segs, written = 0;
+	pthread_t tids[64];
+	unsigned started = 0;
+	int r = 0;
+
+	if (threads > n)
+		threads = (unsigned)n;
+	if (threads > 64)
+		threads = 64;
+	if (threads <= 1) {
+		for (size_t i = 0; i < n && r == 0; i++) {
+			ring[0].seg = &c->plan->segs[i];
+			code_segment(c, &ring[0]);
+			r = write_job(w, &ring[0], st, file_st, err);
+		}
+		return r;
+	}
+
+	c->ring = ring;
+	/* No more jobs than workers: a worker that finishes early waits for
+	 * the writer rather than holding one more segment in memory. */
+	c->ring_len = threads;
+	c->filled = c->taken = 0;
+	c->stop = false;
+	for (; started < threads; started++) {
+		int e = pthread_create(&tids[started], NULL, coder_worker, c);
+
+		if (e) {
+			r = wsync_error_set(err, -e, "starting a thread: %s", strerror(e));
+			break;
+		}
+	}
+	pthread_mutex_lock(&c->mu);
+	while (r == 0 && written < n) {
+		struct job *j;
+
+		while (c->filled < n && c->filled - written < c->ring_len) {
+			j = &c->ring[c->filled % c->ring_len];
+			j->seg = &c->plan->segs[c->filled];
+			j->done = false;
+			c->filled++;
+		}
+		pthread_cond_broadcast(&c->cv);
+		j = &c->ring[written % c->ring_len];
+		while (!j->done)
+			pthread_cond_wait(&c->cv, &c->mu);
+		pthread_mutex_unlock(&c->mu);
+		r = write_job(w, j, st, file_st, err);
+		written++;
+		pthread_mutex_lock(&c->mu);
+	}
+	c->stop = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	return r;
+}
+
+/* ---- the whole diff ---- */
+
+struct differ {
+	const struct wsync_diff_opts *opts;
+	struct wsync_diff_stats *st;
+	struct wsync_delta_writer *w;
+	struct plan plan;
+	struct job *ring;		/* threads jobs, reused file to file */
+	unsigned threads;
+	bool single;			/* two files, not two directories */
+	int old_fd, new_fd;		/* the roots (-1 when single) */
+	const char *old_root, *new_root;
+};
+
+static int diff_changed(struct differ *d, struct src *o,
+			struct src *n, struct wsync_delta_file *f,
+			struct wsync_error *err)
+{
+	struct wsync_segment_stats file_st = { 0 };
+	struct wsync_error ignored;
+	struct coder c = { 0 };
+	int r;
+
+	plan_reset(&d->plan);
+	/* Tensor-aware only when both sides parse; anything else is bytes. */
+	if (o && n->size && o->size &&
+	    wsync_st_open(n->path, &n->st, &ignored) == 0 &&
+	    wsync_st_open(o->path, &o->st, &ignored) == 0) {
+		f->kind = WSYNC_DELTA_KIND_SAFETENSORS;
+	} else {
+		wsync_st_close(n->st);
+		n->st = NULL;
+	}
+	r = src_map(n, err);
+	if (r == 0 && o)
+		r = src_map(o, err);
+	if (r < 0)
+		return r;
+	if (f->kind == WSYNC_DELTA_KIND_SAFETENSORS)
+		r = plan_tensors(&d->plan, o->st->hdr, n->st->hdr);
+	else if (o && o->size == n->size)
+		r = plan_add(&d->plan, WSYNC_PIECE_XOR, WSYNC_FAMILY_NONE, 0,
+			     n->size, 0);
+	else
+		r = plan_add(&d->plan, WSYNC_PIECE_ZSTD, WSYNC_FAMILY_NONE, 0,
+			     n->size, 0);
+	if (r < 0)
+		return wsync_error_set(err, r, "out of memory");
+
+	f->n_segments = d->plan.n_segs;
+	r = wsync_delta_writer_file(d->w, f, err);
+	if (r < 0)
+		return r;
+	c.plan = &d->plan;
+	c.target = n;
+	c.base = o;
+	c.sopts.zstd_level = d->opts && d->opts->zstd_level ? d->opts->zstd_level : 1;
+	if (pthread_mutex_init(&c.mu, NULL) != 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (pthread_cond_init(&c.cv, NULL) != 0) {
+		pthread_mutex_destroy(&c.mu);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	r = code_file(&c, d->threads, d->w, d->st, &file_st, d->ring, err);
+	pthread_cond_destroy(&c.cv);
+	pthread_mutex_destroy(&c.mu);
+	if (r < 0)
+		return r;
+	d->st->elements += file_st.elements;
+	d->st->changed += file_st.changed;
+	d->st->coded_bytes += n->size;
+	if (file_st.elements)
+		r = wsync_delta_writer_file_counts(d->w, file_st.changed,
+						   file_st.elements, err);
+	return r;
+}
+
+/* One path: in OLD, NEW or both. */
+static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new,
+		     struct wsync_error *err)
+{
+	struct src o = { .fd = -1 }, n = { .fd = -1 };
+	struct wsync_delta_file f = { .path = (char *)rel };
+	int r = 0;
+
+	if (in_old)
+		r = src_open(&o, d->old_fd, d->old_root, rel, d->single, err);
+	if (r == 0 && in_new)
+		r = src_open(&n, d->new_fd, d->new_root, rel, d->single, err);
+	if (r < 0)
+		goto out;
+	if (in_old) {
+		f.flags = WSYNC_DELTA_FILE_HAS_BASE;
+		f.base_size = o.size;
+		f.base_hash = o.hash;
+	}
+	if (!in_new) {
+		f.op = WSYNC_DELTA_DELETE;
+		d->st->deleted++;
+		r = wsync_delta_writer_file(d->w, &f, err);
+		goto out;
+	}
+	f.mode = n.mode;
+	f.target_size = n.size;
+	f.target_hash = n.hash;
+	d->st->target_bytes += n.size;
+	if (in_old && o.size == n.size && o.mode == n.mode &&
+	    wsync_hash_equal(&o.hash, &n.hash)) {
+		f.op = WSYNC_DELTA_KEEP;
+		d->st->kept++;
+		r = wsync_delta_writer_file(d->w, &f, err);
+		goto out;
+	}
+	/* A mode-only change is a WRITE too: its pieces come out as COPY, and
+	 * the applier's atomic replace sets the mode. */
+	f.op = WSYNC_DELTA_WRITE;
+	d->st->written++;
+	r = diff_changed(d, in_old ? &o : NULL, &n, &f, err);
+out:
+	src_close(&o);
+	src_close(&n);
+	return r;
+}
+
+/* The name a one-file delta gives its file: NEW's last component. */
+static int single_name(const char *path, char **ret, struct wsync_error *err)
+{
+	size_t len = strlen(path);
+	const char *slash;
+
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	slash = memrchr(path, '/', len);
+	if (slash) {
+		len -= (size_t)(slash + 1 - path);
+		path = slash + 1;
+	}
+	*ret = strndup(path, len);
+	if (!*ret)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (wsync_delta_path_check(*ret, len, err) < 0) {
+		wsync_error_prefix(err, "%s", *ret);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int diff_trees(struct differ *d, struct wsync_error *err)
+{
+	struct file_list ol = { 0 }, nl = { 0 };
+	size_t i = 0, j = 0;
+	int r;
+
+	r = walk_dir(d->old_fd, d->old_root, "", &ol, err);
+	if (r == 0)
+		r = walk_dir(d->new_fd, d->new_root, "", &nl, err);
+	if (r < 0)
+		goto out;
+	qsort(ol.paths, ol.n, sizeof(*ol.paths), cmp_paths);
+	qsort(nl.paths, nl.n, sizeof(*nl.paths), cmp_paths);
+	if (ol.n + nl.n > WSYNC_DELTA_FILES_MAX) {
+		/* The merged count may be lower; the writer has the final say. */
+		size_t both = 0;
+
+		for (size_t a = 0, b = 0; a < ol.n && b < nl.n;) {
+			int c = strcmp(ol.paths[a], nl.paths[b]);
+
+			both += c == 0;
+			a += c <= 0;
+			b += c >= 0;
+		}
+		if (ol.n + nl.n - both > WSYNC_DELTA_FILES_MAX) {
+			r = wsync_error_set(err, -EINVAL,
+				"%zu files: a delta holds at most %d",
+				ol.n + nl.n - both, WSYNC_DELTA_FILES_MAX);
+			goto out;
+		}
+	}
+	while (r == 0 && (i < ol.n || j < nl.n)) {
+		int c = i == ol.n ? 1 : j == nl.n ? -1 : strcmp(ol.paths[i], nl.paths[j]);
+
+		r = diff_path(d, c <= 0 ? ol.paths[i] : nl.paths[j], c <= 0, c >= 0, err);
+		i += c <= 0;
+		j += c >= 0;
+	}
+out:
+	list_free(&ol);
+	list_free(&nl);
+	return r;
+}
+
+int wsync_diff(const char *old_path, const char *new_path, int out_fd,
+	       const struct wsync_diff_opts *opts, struct wsync_diff_stats *stats,
+	       struct wsync_error *err)
+{
+	struct wsync_diff_stats local;
+	struct differ d = { .opts = opts, .old_fd = -1, .new_fd = -1,
+			    .old_root = old_path, .new_root = new_path };
+	struct stat ost, nst;
+	double t0 = now_seconds();
+	char *name = NULL;
+	int r;
+
+	d.st = stats ? stats : &local;
+	memset(d.st, 0, sizeof(*d.st));
+	d.threads = opts && opts->threads ? opts->threads : 1;
+	d.plan.limit = opts && opts->segment_target ? opts->segment_target
+						    : WSYNC_SEGMENT_TARGET_DEFAULT;
+	if (d.plan.limit < 4 || d.plan.limit > WSYNC_SEGMENT_TARGET_MAX)
+		return wsync_error_set(err, -EINVAL, "segment size %" PRIu64
+				       " outside 4 B .. 64 MiB", d.plan.limit);
+	if (stat(old_path, &ost) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", old_path, strerror(errno));
+	if (stat(new_path, &nst) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", new_path, strerror(errno));
+	if (S_ISDIR(ost.st_mode) != S_ISDIR(nst.st_mode))
+		return wsync_error_set(err, -EINVAL,
+			"%s is a %s but %s is not: compare two files or two directories",
+			S_ISDIR(ost.st_mode) ? old_path : new_path, "directory",
+			S_ISDIR(ost.st_mode) ? new_path : old_path);
+	d.single = !S_ISDIR(nst.st_mode);
+
+	d.ring = calloc(d.threads > 64 ? 64 : d.threads, sizeof(*d.ring));
+	if (!d.ring)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r = wsync_delta_writer_new(out_fd, &d.w, err);
+	if (r < 0)
+		goto out;
+	if (d.single) {
+		r = single_name(new_path, &name, err);
+		if (r == 0)
+			r = diff_path(&d, name, true, true, err);
+	} else {
+		d.old_fd = open(old_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		d.new_fd = d.old_fd < 0 ? -1
+			   : open(new_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (d.old_fd < 0 || d.new_fd < 0)
+			r = wsync_error_set(err, -errno, "%s: %s",
+					    d.old_fd < 0 ? old_path : new_path,
+					    strerror(errno));
+		else
+			r = diff_trees(&d, err);
+	}
+	if (r == 0)
+		r = wsync_delta_writer_finish(d.w, err);
+	if (r == 0) {
+		d.st->files = d.st->kept + d.st->written + d.st->deleted;
+		d.st->delta_bytes = wsync_delta_writer_size(d.w);
+	}
+out:
+	d.st->seconds = now_seconds() - t0;
+	for (unsigned i = 0; d.ring && i < (d.threads > 64 ? 64 : d.threads); i++)
+		wsync_buf_free(&d.ring[i].out);
+	free(d.ring);
+	free(name);
+	plan_free(&d.plan);
+	wsync_delta_writer_free(d.w);
+	if (d.old_fd >= 0)
+		(void)close(d.old_fd);
+	if (d.new_fd >= 0)
+		(void)close(d.new_fd);
+	return r;
+}

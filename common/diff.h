@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * diff.h -- build a delta (common/FORMAT.md) that turns OLD into NEW.
+ *
+ * OLD and NEW are two regular files or two directories.  Directories are
+ * walked recursively; their regular files are named by their path relative
+ * to the directory, in byte order.  A symbolic link or any other kind of
+ * file inside them is refused (a delta carries file contents only, and
+ * following links could leave the tree).  Empty directories carry nothing.
+ * Two files give a one-file delta named after NEW's last component.
+ *
+ * Per path:
+ *  - same size, content (XXH3-128) and mode    -> KEEP (costs its FILE record)
+ *  - only in OLD                               -> DELETE
+ *  - only in NEW                               -> WRITE, ZSTD pieces, no base
+ *  - both, and both parse as safetensors       -> WRITE, tensor by tensor:
+ *      the header bytes as one piece (XOR against the old header when the
+ *      lengths are equal, else ZSTD), then each tensor in file order as FLOAT
+ *      (BF16, F16, F32) or XOR (other dtypes) against the old tensor of the
+ *      same name, dtype and element count, ZSTD when there is none
+ *  - both, otherwise                           -> WRITE, XOR pieces when the
+ *      sizes are equal, ZSTD pieces when not
+ * Pieces are cut and grouped into segments of at most segment_target bytes
+ * of target (FLOAT pieces on element boundaries), and segments are coded by
+ * wsync_segment_encode, which may pick a cheaper method per piece.
+ *
+ * Memory stays bounded whatever the sizes: files are mapped read-only, a
+ * segment's pages are dropped (madvise MADV_DONTNEED) as soon as it is
+ * coded, and at most `threads` segments are in flight (being coded or
+ * coded and waiting to be written in order).  Each costs its mapped target
+ * and base (2 x segment_target) plus the encoder's scratch and output:
+ * measured at 2 threads, ~140 MiB peak RSS for real checkpoints of any
+ * size, ~260 MiB for incompressible data (where the encoder stages a
+ * LITERAL copy of every piece and then its output).
+ *
+ * Files are read while they may be changing (a trainer still writing): a
+ * file whose size changes between hashing and coding is an error (-EBUSY);
+ * a same-size change in between gives a delta whose target hash the
+ * applier will refuse, never a wrong result.
+ */
+#ifndef WSYNC_DIFF_H
+#define WSYNC_DIFF_H
+
+#include <stdint.h>
+
+#include "error.h"
+
+struct wsync_diff_opts {
+	unsigned threads;		/* encoder threads; 0 means 1 */
+	int zstd_level;			/* 0 means the segment coder's default */
+	uint64_t segment_target;	/* 0 means WSYNC_SEGMENT_TARGET_DEFAULT */
+};
+
+struct wsync_diff_stats {
+	uint64_t files;			/* FILE records */
+	uint64_t kept, written, deleted;
+	uint64_t target_bytes;		/* size of NEW: every file, kept or not */
+	uint64_t coded_bytes;		/* of which coded in segments */
+	uint64_t delta_bytes;		/* size of the delta */
+	uint64_t elements, changed;	/* float elements coded, of which changed */
+	uint64_t method_bytes[5];	/* target bytes per piece method chosen */
+	double seconds;			/* wall time of the whole diff */
+};
+
+/*
+ * Write the delta from old_path to new_path to out_fd (a regular file,
+ * written from offset 0 with pwrite; not synced or closed).  stats may be
+ * NULL.  Returns 0, or a negative errno with the reason in err: -EINVAL for
+ * input a delta cannot carry (a symlink or special file, a file against a
+ * directory, a name that is not a valid delta path), -EBUSY for a file that
+ * changed size while being read, other codes for I/O and memory failures.
+ * On failure out_fd holds an incomplete delta the caller should discard.
+ */
+int wsync_diff(const char *old_path, const char *new_path, int out_fd,
+	       const struct wsync_diff_opts *opts, struct wsync_diff_stats *stats,
+	       struct wsync_error *err);
+
+#endif

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * wsync diff OLD NEW -o DELTA [--threads N] [--level N] [--json] -- write
+ * the delta that turns OLD into NEW and print what it cost.
+ *
+ * The delta is written to a temp file beside DELTA and renamed over it
+ * only when complete, so DELTA is never seen half written and a failed
+ * run leaves an existing DELTA as it was.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "diff.h"
+#include "tool.h"
+#include "units.h"
+
+static void diff_usage(FILE *f)
+{
+	fprintf(f, "Usage: wsync diff OLD NEW -o DELTA [--threads N] [--level N] [--json]\n\n"
+		   "Write the delta that turns OLD into NEW: two files, or two directories\n"
+		   "(walked recursively; regular files only, symlinks are refused).\n\n"
+		   "  -o, --output DELTA  the delta file to write (replaced atomically)\n"
+		   "  --threads N         encoder threads (default: one per CPU)\n"
+		   "  --level N           zstd level for byte pieces and symbol streams\n"
+		   "                      (1..19, default 1)\n"
+		   "  --json              print the summary as a JSON object\n"
+		   "  -h, --help          this text\n");
+}
+
+static void print_summary(const struct wsync_diff_stats *st, bool json)
+{
+	double density = st->elements ? (double)st->changed / (double)st->elements : 0;
+	double mbps = st->seconds > 0 ? (double)st->target_bytes / 1e6 / st->seconds : 0;
+	char delta[32], bpc[32];
+
+	if (json) {
+		json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
+			"files", (json_int_t)st->files,
+			"kept", (json_int_t)st->kept,
+			"written", (json_int_t)st->written,
+			"deleted", (json_int_t)st->deleted,
+			"target_bytes", (json_int_t)st->target_bytes,
+			"delta_bytes", (json_int_t)st->delta_bytes,
+			"elements", (json_int_t)st->elements,
+			"changed", (json_int_t)st->changed,
+			"density", density);
+
+		json_object_set_new(o, "bytes_per_changed",
+				    st->changed ? json_real((double)st->delta_bytes /
+							    (double)st->changed)
+						: json_null());
+		json_object_set_new(o, "seconds", json_real(st->seconds));
+		json_object_set_new(o, "mb_per_s", json_real(mbps));
+		(void)json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_COMPACT);
+		putchar('\n');
+		json_decref(o);
+		return;
+	}
+	if (st->changed)
+		snprintf(bpc, sizeof(bpc), "%.2f", (double)st->delta_bytes /
+						   (double)st->changed);
+	else
+		snprintf(bpc, sizeof(bpc), "-");
+	printf("changed %" PRIu64 " of %" PRIu64 " elements (density %.4f%%), "
+	       "delta %" PRIu64 " bytes (%s, %s bytes per changed element), "
+	       "%.1f MB in %.2f s (%.1f MB/s); %" PRIu64 " files: %" PRIu64
+	       " kept, %" PRIu64 " written, %" PRIu64 " deleted\n",
+	       st->changed, st->elements, 100 * density, st->delta_bytes,
+	       wsync_format_bytes(delta, sizeof(delta), st->delta_bytes), bpc,
+	       (double)st->target_bytes / 1e6, st->seconds, mbps, st->files,
+	       st->kept, st->written, st->deleted);
+}
+
+int tool_diff(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "output", required_argument, NULL, 'o' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "level", required_argument, NULL, 'l' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct wsync_diff_opts dopts = { .threads = tool_default_threads() };
+	struct wsync_diff_stats st;
+	struct wsync_error err = { 0 };
+	const char *out = NULL;
+	char *tmp = NULL, *slash;
+	bool json = false;
+	uint64_t level;
+	mode_t mask;
+	int c, fd, r;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			out = optarg;
+			break;
+		case 't':
+			if (tool_parse_threads(optarg, &dopts.threads) < 0) {
+				fprintf(stderr, "wsync diff: --threads: expected 1..1024, "
+					"not \"%s\"\n", optarg);
+				return WSYNC_EXIT_USAGE;
+			}
+			break;
+		case 'l':
+			if (wsync_parse_uint(optarg, &level) < 0 || level < 1 || level > 19) {
+				fprintf(stderr, "wsync diff: --level: expected 1..19, "
+					"not \"%s\"\n", optarg);
+				return WSYNC_EXIT_USAGE;
+			}
+			dopts.zstd_level = (int)level;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			diff_usage(stdout);
+			return WSYNC_EXIT_OK;
+		default:
+			diff_usage(stderr);
+			return WSYNC_EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 2 || !out || !out[0]) {
+		diff_usage(stderr);
+		return WSYNC_EXIT_USAGE;
+	}
+
+	/* ".<name>.wsync-XXXXXX" beside the output, as the applier names its
+	 * temps, so a crash leaves recognisable litter. */
+	slash = strrchr(out, '/');
+	if (asprintf(&tmp, "%.*s.%s.wsync-XXXXXX", slash ? (int)(slash - out + 1) : 0,
+		     out, slash ? slash + 1 : out) < 0) {
+		fprintf(stderr, "wsync diff: out of memory\n");
+		return WSYNC_EXIT_FAILURE;
+	}
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "wsync diff: %s: %s\n", out, strerror(errno));
+		free(tmp);
+		return WSYNC_EXIT_FAILURE;
+	}
+	r = wsync_diff(argv[optind], argv[optind + 1], fd, &dopts, &st, &err);
+	/* mkostemp made it 0600; give it the mode a plain create would. */
+	mask = umask(0);
+	(void)umask(mask);
+	if (r == 0 && (fchmod(fd, 0666 & ~mask) < 0 || fsync(fd) < 0))
+		r = wsync_error_set(&err, -errno, "%s: %s", out, strerror(errno));
+	if (close(fd) < 0 && r == 0)
+		r = wsync_error_set(&err, -errno, "%s: %s", out, strerror(errno));
+	if (r == 0 && rename(tmp, out) < 0)
+		r = wsync_error_set(&err, -errno, "%s: %s", out, strerror(errno));
+	if (r < 0) {
+		(void)unlink(tmp);
+		free(tmp);
+		fprintf(stderr, "wsync diff: %s\n", wsync_error_str(&err));
+		return r == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
+	}
+	free(tmp);
+	print_summary(&st, json);
+	if (fflush(stdout) != 0) {
+		fprintf(stderr, "wsync diff: writing the output: %s\n", strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
+	return WSYNC_EXIT_OK;
+}

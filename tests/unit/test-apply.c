@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test-apply: applying is all or nothing where the command line cannot
+ * easily reach -- a delta whose segments decode but whose result fails the
+ * target hash, one whose segment reads outside its base, a later file
+ * failing after earlier ones were built, new directories, a file that is
+ * also a directory of another -- each leaves the target directory exactly
+ * as it was: no file replaced, no temp file, no directory created.  And a
+ * good delta built the same way applies.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "apply.h"
+#include "buf.h"
+#include "delta.h"
+#include "hash.h"
+#include "segment.h"
+#include "tap.h"
+
+static char root[64];
+
+static void write_file(const char *dir, const char *name, const char *content)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (f) {
+		fputs(content, f);
+		fclose(f);
+	}
+}
+
+/* "name=content;" for every entry under dir, sorted, recursively. */
+static void listing(const char *dir, const char *prefix, char *out, size_t len)
+{
+	struct dirent **names;
+	int n = scandir(dir, &names, NULL, alphasort);
+
+	for (int i = 0; i < n; i++) {
+		const char *nm = names[i]->d_name;
+		char path[512], rel[512], buf[256] = "";
+		struct stat st;
+
+		if (strcmp(nm, ".") && strcmp(nm, "..")) {
+			snprintf(path, sizeof(path), "%s/%s", dir, nm);
+			snprintf(rel, sizeof(rel), "%s%s", prefix, nm);
+			if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+				size_t l = strlen(out);
+
+				snprintf(out + l, len - l, "%s/;", rel);
+				strcat(rel, "/");
+				listing(path, rel, out, len);
+			} else {
+				FILE *f = fopen(path, "r");
+				size_t l = strlen(out), got = 0;
+
+				if (f) {
+					got = fread(buf, 1, sizeof(buf) - 1, f);
+					fclose(f);
+				}
+				buf[got] = '\0';
+				snprintf(out + l, len - l, "%s=%s;", rel, buf);
+			}
+		}
+		free(names[i]);
+	}
+	free(names);
+}
+
+static void make_root(void)
+{
+	snprintf(root, sizeof(root), "/tmp/test-apply.XXXXXX");
+	if (!mkdtemp(root))
+		root[0] = '\0';
+	write_file(root, "a.txt", "alpha");
+	write_file(root, "b.txt", "bravo");
+}
+
+static void remove_tree(const char *dir)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", dir);
+}
+
+/* One WRITE file: the new content as one LITERAL segment. */
+struct fdesc {
+	const char *path;
+	const char *base;	/* NULL: a new file */
+	const char *target;
+	bool forge_hash;	/* lie about the target hash */
+	bool bad_base_offset;	/* a COPY piece outside the base */
+};
+
+static int build_delta(const struct fdesc *files, size_t n, int fd)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_error err = { 0 };
+	struct wsync_buf seg = { 0 };
+	int r = wsync_delta_writer_new(fd, &w, &err);
+
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		const struct fdesc *d = &files[i];
+		size_t tl = strlen(d->target);
+		struct wsync_delta_file f = { .path = (char *)d->path,
+					      .op = WSYNC_DELTA_WRITE, .mode = 0640,
+					      .target_size = tl, .n_segments = 1 };
+		struct wsync_piece_in in = { .method = WSYNC_PIECE_LITERAL,
+					     .target = (const uint8_t *)d->target,
+					     .len = tl };
+
+		if (d->base) {
+			f.flags = WSYNC_DELTA_FILE_HAS_BASE;
+			f.base_size = strlen(d->base);
+			wsync_hash_mem(d->base, f.base_size, &f.base_hash);
+		}
+		wsync_hash_mem(d->target, tl, &f.target_hash);
+		if (d->forge_hash)
+			f.target_hash.b[0] ^= 1;
+		if (d->bad_base_offset) {
+			in.method = WSYNC_PIECE_COPY;
+			in.base = (const uint8_t *)d->target;
+			in.base_offset = 1000;
+		}
+		wsync_buf_reset(&seg);
+		r = wsync_segment_encode(&in, 1, 0, NULL, &seg, NULL, &err);
+		if (r == 0)
+			r = wsync_delta_writer_file(w, &f, &err);
+		if (r == 0)
+			r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+	}
+	if (r == 0)
+		r = wsync_delta_writer_finish(w, &err);
+	if (r < 0)
+		printf("# build_delta: %s\n", wsync_error_str(&err));
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+	return r;
+}
+
+/* Apply files to the sample root; returns the result, message in err. */
+static int apply(const struct fdesc *files, size_t n, const char *out_dir,
+		 struct wsync_error *err)
+{
+	struct wsync_delta_reader *d = NULL;
+	struct wsync_apply_opts opts = { .threads = 2, .out_dir = out_dir };
+	int fd = memfd_create("delta", MFD_CLOEXEC), r;
+
+	wsync_error_clear(err);
+	r = build_delta(files, n, fd);
+	if (r == 0)
+		r = wsync_delta_reader_open_fd(fd, &d, err);
+	if (r == 0)
+		r = wsync_apply(d, root, &opts, NULL, err);
+	wsync_delta_reader_free(d);
+	close(fd);
+	return r;
+}
+
+/* Apply and expect -EINVAL with needle and the root exactly as before. */
+static void expect_untouched(const struct fdesc *files, size_t n, const char *needle)
+{
+	char before[4096] = "", after[4096] = "";
+	struct wsync_error err;
+
+	make_root();
+	listing(root, "", before, sizeof(before));
+	CHECK(apply(files, n, NULL, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, needle);
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, before);
+	remove_tree(root);
+}
+
+static void test_good_delta_applies(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA!" },
+		{ .path = "new/deep/c.txt", .base = NULL, .target = "charlie" },
+	};
+	char after[4096] = "";
+	struct wsync_error err;
+	struct stat st;
+	char path[128];
+
+	make_root();
+	CHECK(apply(files, 2, NULL, &err) == 0);
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, "a.txt=ALPHA!;b.txt=bravo;new/;new/deep/;new/deep/c.txt=charlie;");
+	snprintf(path, sizeof(path), "%s/a.txt", root);
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0640);
+	remove_tree(root);
+}
+
+static void test_forged_target_hash(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA!", .forge_hash = true },
+	};
+
+	expect_untouched(files, 1, "does not match the delta's target");
+}
+
+/* The first file is built and verified, the second fails: the first must
+ * not have been renamed in, and the new directories must be gone. */
+static void test_later_file_fails(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA!" },
+		{ .path = "b.txt", .base = "bravo", .target = "BRAVO!", .forge_hash = true },
+		{ .path = "c/d/e.txt", .base = NULL, .target = "echo" },
+	};
+	static const struct fdesc files2[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA!" },
+		{ .path = "c/d/e.txt", .base = NULL, .target = "echo", .forge_hash = true },
+	};
+
+	expect_untouched(files, 3, "b.txt: the rebuilt file does not match");
+	expect_untouched(files2, 2, "c/d/e.txt: the rebuilt file does not match");
+}
+
+static void test_segment_outside_base(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA!", .bad_base_offset = true },
+	};
+
+	expect_untouched(files, 1, "outside the base");
+}
+
+static void test_wrong_base(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA!" },
+		{ .path = "b.txt", .base = "BRAVO", .target = "bravo!" },
+	};
+	static const struct fdesc exists[] = {
+		{ .path = "b.txt", .base = NULL, .target = "new" },
+	};
+	static const struct fdesc missing[] = {
+		{ .path = "zulu.txt", .base = "zulu", .target = "ZULU" },
+	};
+
+	expect_untouched(files, 2, "b.txt: base does not match the delta (expected size 5");
+	expect_untouched(exists, 1, "b.txt: base does not match the delta (the delta creates");
+	expect_untouched(missing, 1, "zulu.txt: base does not match the delta (expected size 4");
+}
+
+static void test_file_and_directory_of_same_name(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "x", .base = NULL, .target = "file" },
+		{ .path = "x/y", .base = NULL, .target = "under it" },
+	};
+
+	expect_untouched(files, 2, "both as a file and as a directory");
+}
+
+/* -o into a directory that does not exist yet: created on success,
+ * removed again on failure; the target is never touched. */
+static void test_out_dir(void)
+{
+	static const struct fdesc good[] = { { .path = "a.txt", .base = "alpha", .target = "ALPHA!" } };
+	static const struct fdesc bad[] = { { .path = "a.txt", .base = "alpha", .target = "ALPHA!", .forge_hash = true } };
+	char before[4096] = "", after[4096] = "", out[128], got[4096] = "";
+	struct wsync_error err;
+	struct stat st;
+
+	make_root();
+	listing(root, "", before, sizeof(before));
+	snprintf(out, sizeof(out), "%s.out", root);
+	CHECK(apply(bad, 1, out, &err) == -EINVAL);
+	CHECK(stat(out, &st) < 0 && errno == ENOENT);
+	CHECK(apply(good, 1, out, &err) == 0);
+	listing(out, "", got, sizeof(got));
+	CHECK_STR(got, "a.txt=ALPHA!;");
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, before);
+	remove_tree(out);
+	remove_tree(root);
+}
+
+int main(void)
+{
+	TEST(test_good_delta_applies);
+	TEST(test_forged_target_hash);
+	TEST(test_later_file_fails);
+	TEST(test_segment_outside_base);
+	TEST(test_wrong_base);
+	TEST(test_file_and_directory_of_same_name);
+	TEST(test_out_dir);
+	return tap_done();
+}

@@ -1,0 +1,734 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test-delta: the delta container of common/FORMAT.md round-trips through
+ * the writer and the reader (file and memory), and the reader refuses
+ * every damaged or rule-breaking delta: any single flipped byte, any
+ * truncation, an unknown version, bad paths ("../x", "/abs", NUL, control
+ * characters, invalid UTF-8, over 4096 bytes), records out of order and
+ * every limit of §6.  Also: XXH3-128 of files equals that of memory across
+ * the 4 MiB read window.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "buf.h"
+#include "delta.h"
+#include "hash.h"
+#include "tap.h"
+
+/* ---- helpers ---- */
+
+static int memfd(void)
+{
+	return memfd_create("test-delta", MFD_CLOEXEC);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A fake SEGMENT payload: the container only looks at its first 16 bytes
+ * (target offset and length); the rest is opaque to it. */
+static void fake_segment(struct wsync_buf *b, uint64_t off, uint64_t len,
+			 size_t extra)
+{
+	wsync_buf_reset(b);
+	(void)wsync_buf_put_u64(b, off);
+	(void)wsync_buf_put_u64(b, len);
+	(void)wsync_buf_put_u32(b, 1);
+	(void)wsync_buf_put_u32(b, 0);
+	for (size_t i = 0; i < extra; i++)
+		(void)wsync_buf_put_u8(b, (uint8_t)(i * 31 + off));
+}
+
+static struct wsync_delta_file file(const char *path, enum wsync_delta_op op,
+				    uint64_t base_size, uint64_t target_size,
+				    uint64_t segs)
+{
+	struct wsync_delta_file f = { .path = (char *)path, .op = op, .mode = 0644 };
+
+	if (op != WSYNC_DELTA_WRITE || base_size) {
+		f.flags = WSYNC_DELTA_FILE_HAS_BASE;
+		f.base_size = base_size;
+		wsync_hash_mem(path, strlen(path), &f.base_hash);
+	}
+	if (op != WSYNC_DELTA_DELETE) {
+		f.target_size = target_size;
+		if (op == WSYNC_DELTA_KEEP)
+			f.target_hash = f.base_hash;
+		else
+			wsync_hash_mem(&target_size, sizeof(target_size), &f.target_hash);
+	}
+	f.n_segments = segs;
+	return f;
+}
+
+/* The delta every round-trip test starts from, in a memfd; returns its
+ * size and leaves the bytes in *img. */
+static size_t sample_delta(uint8_t **img)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_buf seg = { 0 };
+	struct wsync_error err = { 0 };
+	struct wsync_delta_file f;
+	int fd = memfd(), r;
+	off_t size;
+
+	r = wsync_delta_writer_new(fd, &w, &err);
+	f = file("config.json", WSYNC_DELTA_KEEP, 671, 671, 0);
+	r |= wsync_delta_writer_file(w, &f, &err);
+	f = file("model-00001-of-00002.safetensors", WSYNC_DELTA_WRITE, 1000, 100, 2);
+	f.kind = WSYNC_DELTA_KIND_SAFETENSORS;
+	r |= wsync_delta_writer_file(w, &f, &err);
+	fake_segment(&seg, 0, 60, 40);
+	r |= wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+	fake_segment(&seg, 60, 40, 10);
+	r |= wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+	r |= wsync_delta_writer_file_counts(w, 7, 50, &err);
+	f = file("new/empty", WSYNC_DELTA_WRITE, 0, 0, 0);
+	r |= wsync_delta_writer_file(w, &f, &err);
+	f = file("old.bin", WSYNC_DELTA_DELETE, 5, 0, 0);
+	r |= wsync_delta_writer_file(w, &f, &err);
+	r |= wsync_delta_writer_finish(w, &err);
+	if (r)
+		printf("# sample_delta: %s\n", wsync_error_str(&err));
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+	size = lseek(fd, 0, SEEK_END);
+	*img = malloc((size_t)size);
+	if (pread(fd, *img, (size_t)size, 0) != size)
+		size = 0;
+	close(fd);
+	return (size_t)size;
+}
+
+/* Open len bytes with the memory reader; returns the result, message in err. */
+static int open_mem(const uint8_t *p, size_t len, struct wsync_error *err)
+{
+	struct wsync_delta_reader *r = NULL;
+	int rc;
+
+	wsync_error_clear(err);
+	rc = wsync_delta_reader_open_mem(p, len, &r, err);
+	if ((rc < 0) != (r == NULL))
+		rc = -999; /* a failure must not hand out a reader, nor success omit it */
+	wsync_delta_reader_free(r);
+	return rc;
+}
+
+static void expect_refused(const uint8_t *p, size_t len, const char *needle)
+{
+	struct wsync_error err;
+	int rc = open_mem(p, len, &err);
+
+	CHECK(rc == -EINVAL);
+	CHECK_CONTAINS(err.msg, needle);
+}
+
+/* Raw records, to build deltas the writer would refuse to write. */
+static void raw_preamble(struct wsync_buf *b, uint32_t version)
+{
+	wsync_buf_reset(b);
+	(void)wsync_buf_append(b, WSYNC_DELTA_MAGIC, 8);
+	(void)wsync_buf_put_u32(b, version);
+	(void)wsync_buf_put_u32(b, 0);
+}
+
+static void raw_record(struct wsync_buf *b, uint32_t type, const void *p, size_t len)
+{
+	(void)wsync_buf_put_u32(b, type);
+	(void)wsync_buf_put_u32(b, 0);
+	(void)wsync_buf_put_u64(b, len);
+	(void)wsync_buf_put_u64(b, XXH3_64bits(p, len));
+	(void)wsync_buf_append(b, p, len);
+}
+
+static void raw_file(struct wsync_buf *b, const struct wsync_delta_file *f)
+{
+	struct wsync_buf p = { 0 };
+	struct wsync_error err;
+
+	if (wsync_delta_file_encode(f, &p, &err) < 0)
+		printf("# raw_file: %s\n", err.msg);
+	raw_record(b, WSYNC_DELTA_REC_FILE, p.data, p.len);
+	wsync_buf_free(&p);
+}
+
+static void raw_end(struct wsync_buf *b, uint64_t files, uint64_t bytes)
+{
+	uint8_t e[16];
+
+	put64(e, files);
+	put64(e + 8, bytes);
+	raw_record(b, WSYNC_DELTA_REC_END, e, sizeof(e));
+}
+
+/* ---- paths ---- */
+
+static void test_paths_accepted(void)
+{
+	struct wsync_error err;
+	char *longest = malloc(WSYNC_DELTA_PATH_MAX);
+	static const char *ok[] = {
+		"a", "model.safetensors", "dir/sub/x.bin", ".hidden", "a..b",
+		"...", "mod\xc3\xa8le/\xe2\x82\xac/\xf0\x9f\x98\x80", "a b",
+	};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		int r = wsync_delta_path_check(ok[i], strlen(ok[i]), &err);
+
+		if (r)
+			printf("# refused %s: %s\n", ok[i], err.msg);
+		CHECK(r == 0);
+	}
+	memset(longest, 'x', WSYNC_DELTA_PATH_MAX);
+	for (int i = 100; i < WSYNC_DELTA_PATH_MAX; i += 100)
+		longest[i] = '/';
+	CHECK(wsync_delta_path_check(longest, WSYNC_DELTA_PATH_MAX, &err) == 0);
+	free(longest);
+}
+
+static void refuse_path(const char *p, size_t len, const char *needle)
+{
+	struct wsync_error err = { 0 };
+
+	CHECK(wsync_delta_path_check(p, len, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, needle);
+}
+
+static void test_paths_refused(void)
+{
+	char *over = malloc(WSYNC_DELTA_PATH_MAX + 1);
+
+	refuse_path("", 0, "empty");
+	refuse_path("/abs", 4, "absolute");
+	refuse_path("../x", 4, "\"..\"");
+	refuse_path("a/../b", 6, "\"..\"");
+	refuse_path("a/./b", 5, "\".\"");
+	refuse_path(".", 1, "\".\"");
+	refuse_path("a//b", 4, "empty component");
+	refuse_path("a/", 2, "empty component");
+	refuse_path("a\\b", 3, "backslash");
+	refuse_path("a\0b", 3, "NUL or control");
+	refuse_path("a\nb", 3, "NUL or control");
+	refuse_path("a\x7f", 2, "NUL or control");
+	refuse_path("a\xc2\x85", 3, "NUL or control");	/* C1 NEL */
+	refuse_path("a\xff", 2, "UTF-8");
+	refuse_path("\xc0\xaf", 2, "UTF-8");		/* overlong '/' */
+	refuse_path("\xed\xa0\x80", 3, "UTF-8");	/* surrogate */
+	refuse_path("\xe2\x82", 2, "UTF-8");		/* cut */
+	memset(over, 'x', WSYNC_DELTA_PATH_MAX + 1);
+	refuse_path(over, WSYNC_DELTA_PATH_MAX + 1, "4096");
+	free(over);
+}
+
+/* ---- FILE records ---- */
+
+static void test_file_record_round_trip(void)
+{
+	struct wsync_delta_file f = file("a/b.safetensors", WSYNC_DELTA_WRITE, 5ULL << 32,
+					 (5ULL << 32) + 3, 161), g;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err;
+
+	f.kind = WSYNC_DELTA_KIND_SAFETENSORS;
+	f.mode = 04755;
+	f.changed = 123456789012ULL;
+	f.elements = 987654321098ULL;
+	CHECK(wsync_delta_file_encode(&f, &b, &err) == 0);
+	CHECK_EQ_U64(b.len, WSYNC_DELTA_FILE_FIXED_LEN + strlen(f.path));
+	CHECK(wsync_delta_file_decode(b.data, b.len, &g, &err) == 0);
+	CHECK_STR(g.path, f.path);
+	CHECK(g.op == f.op && g.kind == f.kind && g.flags == f.flags && g.mode == f.mode);
+	CHECK_EQ_U64(g.base_size, f.base_size);
+	CHECK_EQ_U64(g.target_size, f.target_size);
+	CHECK(wsync_hash_equal(&g.base_hash, &f.base_hash));
+	CHECK(wsync_hash_equal(&g.target_hash, &f.target_hash));
+	CHECK_EQ_U64(g.n_segments, 161);
+	CHECK_EQ_U64(g.changed, f.changed);
+	CHECK_EQ_U64(g.elements, f.elements);
+	wsync_delta_file_clear(&g);
+	/* One byte short or long is refused. */
+	CHECK(wsync_delta_file_decode(b.data, b.len - 1, &g, &err) == -EINVAL);
+	CHECK(g.path == NULL);
+	wsync_buf_free(&b);
+}
+
+static void refuse_file(struct wsync_delta_file f, const char *needle)
+{
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+
+	CHECK(wsync_delta_file_encode(&f, &b, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, needle);
+	wsync_buf_free(&b);
+}
+
+static void test_file_record_rules(void)
+{
+	struct wsync_delta_file f;
+
+	f = file("k", WSYNC_DELTA_KEEP, 10, 10, 1);
+	refuse_file(f, "KEEP");
+	f = file("k", WSYNC_DELTA_KEEP, 10, 10, 0);
+	f.target_size = 11;
+	refuse_file(f, "KEEP");
+	f = file("d", WSYNC_DELTA_DELETE, 10, 0, 2);
+	refuse_file(f, "DELETE");
+	f = file("w", WSYNC_DELTA_WRITE, 10, 10, 11);
+	refuse_file(f, "cannot tile");
+	f = file("w", WSYNC_DELTA_WRITE, 10, 10, 0);
+	refuse_file(f, "cannot tile");
+	f = file("w", WSYNC_DELTA_WRITE, 10, 10, 1);
+	f.mode = 010644;
+	refuse_file(f, "mode");
+	f.mode = 0644;
+	f.flags |= 2;
+	refuse_file(f, "flags");
+	f = file("w", WSYNC_DELTA_WRITE, 0, 10, 1);
+	f.base_size = 3;
+	refuse_file(f, "without HAS_BASE");
+	f = file("w", WSYNC_DELTA_WRITE, 10, 10, 1);
+	f.op = (enum wsync_delta_op)3;
+	refuse_file(f, "op");
+	f = file("../w", WSYNC_DELTA_WRITE, 10, 10, 1);
+	refuse_file(f, "\"..\"");
+}
+
+/* ---- writer and reader ---- */
+
+static void check_sample(const struct wsync_delta_reader *r)
+{
+	const struct wsync_delta_entry *e;
+	struct wsync_buf seg = { 0 }, want = { 0 };
+	struct wsync_error err;
+
+	CHECK_EQ_U64(r->n_files, 4);
+	if (r->n_files != 4)
+		return;
+	CHECK_STR(r->files[0].file.path, "config.json");
+	CHECK(r->files[0].file.op == WSYNC_DELTA_KEEP);
+	CHECK_STR(r->files[3].file.path, "old.bin");
+	CHECK(r->files[3].file.op == WSYNC_DELTA_DELETE);
+	CHECK_STR(r->files[2].file.path, "new/empty");
+	CHECK(!(r->files[2].file.flags & WSYNC_DELTA_FILE_HAS_BASE));
+	e = &r->files[1];
+	CHECK(e->file.kind == WSYNC_DELTA_KIND_SAFETENSORS);
+	CHECK_EQ_U64(e->file.changed, 7);	/* patched after the segments */
+	CHECK_EQ_U64(e->file.elements, 50);
+	CHECK_EQ_U64(e->file.n_segments, 2);
+	CHECK_EQ_U64(e->segments[0].target_offset, 0);
+	CHECK_EQ_U64(e->segments[0].target_len, 60);
+	CHECK_EQ_U64(e->segments[1].target_offset, 60);
+	CHECK_EQ_U64(e->segments[1].target_len, 40);
+	CHECK_EQ_U64(r->write_bytes, 100);
+	CHECK(wsync_delta_reader_segment(r, &e->segments[1], &seg, &err) == 0);
+	fake_segment(&want, 60, 40, 10);
+	CHECK(seg.len == want.len && memcmp(seg.data, want.data, seg.len) == 0);
+	CHECK_EQ_U64(e->delta_bytes, 24 + 82 + strlen(e->file.path) + 24 + 64 + 24 + 34);
+	wsync_buf_free(&seg);
+	wsync_buf_free(&want);
+}
+
+static void test_round_trip_fd_and_mem(void)
+{
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_error err = { 0 };
+	uint8_t *img;
+	size_t len = sample_delta(&img);
+	int fd = memfd();
+
+	CHECK(len > 100);
+	CHECK(memcmp(img, "WSYNCDLT\x01\0\0\0\0\0\0\0", 16) == 0);
+	CHECK(pwrite(fd, img, len, 0) == (ssize_t)len);
+	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
+	if (r) {
+		CHECK_EQ_U64(r->size, len);
+		check_sample(r);
+	}
+	wsync_delta_reader_free(r);
+	r = NULL;
+	CHECK(wsync_delta_reader_open_mem(img, len, &r, &err) == 0);
+	if (r)
+		check_sample(r);
+	wsync_delta_reader_free(r);
+	close(fd);
+	free(img);
+}
+
+/* A big payload goes around the writer's buffer and through the reader's
+ * window; the counts patch then lands in the file, not the buffer. */
+static void test_big_segment(void)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_buf seg = { 0 }, back = { 0 };
+	struct wsync_error err = { 0 };
+	struct wsync_delta_file f = file("big", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 1);
+	int fd = memfd();
+
+	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
+	fake_segment(&seg, 0, 64ULL << 20, 9u << 20);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(wsync_delta_writer_file_counts(w, 1, 2, &err) == 0);
+	CHECK(wsync_delta_writer_finish(w, &err) == 0);
+	wsync_delta_writer_free(w);
+	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
+	if (r) {
+		CHECK_EQ_U64(r->files[0].file.changed, 1);
+		CHECK_EQ_U64(r->files[0].file.elements, 2);
+		CHECK(wsync_delta_reader_segment(r, &r->files[0].segments[0], &back, &err) == 0);
+		CHECK(back.len == seg.len && memcmp(back.data, seg.data, seg.len) == 0);
+	}
+	wsync_delta_reader_free(r);
+	/* The file changing under the reader is caught on the second read. */
+	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
+	CHECK(pwrite(fd, "x", 1, 5u << 20) == 1);
+	if (r) {
+		CHECK(wsync_delta_reader_segment(r, &r->files[0].segments[0], &back,
+						 &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "checksum");
+	}
+	wsync_delta_reader_free(r);
+	wsync_buf_free(&seg);
+	wsync_buf_free(&back);
+	close(fd);
+}
+
+static void test_writer_refuses_disorder(void)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_buf seg = { 0 };
+	struct wsync_error err = { 0 };
+	struct wsync_delta_file f;
+	int fd = memfd();
+
+	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+	f = file("b", WSYNC_DELTA_WRITE, 0, 100, 2);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
+	fake_segment(&seg, 0, 50, 8);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	fake_segment(&seg, 60, 40, 8);		/* a gap */
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == -EINVAL);
+	fake_segment(&seg, 50, 40, 8);		/* last one short of the end */
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == -EINVAL);
+	f = file("c", WSYNC_DELTA_KEEP, 1, 1, 0);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == -EINVAL); /* 1 segment missing */
+	CHECK_CONTAINS(err.msg, "announced");
+	fake_segment(&seg, 50, 50, 8);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == -EINVAL);
+	f = file("a", WSYNC_DELTA_KEEP, 1, 1, 0);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == -EINVAL);	/* order */
+	CHECK_CONTAINS(err.msg, "byte order");
+	f = file("b", WSYNC_DELTA_KEEP, 1, 1, 0);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == -EINVAL);	/* duplicate */
+	CHECK(wsync_delta_writer_finish(w, &err) == 0);
+	CHECK(wsync_delta_writer_finish(w, &err) == -EINVAL);
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+	close(fd);
+}
+
+/* ---- corruption ---- */
+
+/* Every single flipped byte anywhere is refused: the preamble's fields,
+ * each record header's fields and the checksummed payloads leave no byte
+ * unguarded. */
+static void test_every_flipped_byte_refused(void)
+{
+	struct wsync_error err;
+	uint8_t *img;
+	size_t len = sample_delta(&img);
+	size_t accepted = 0, checksum_msgs = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit += 7) {
+			img[i] ^= (uint8_t)(1u << bit);
+			if (open_mem(img, len, &err) != -EINVAL) {
+				accepted++;
+				printf("# flipping bit %d of byte %zu was accepted\n", bit, i);
+			}
+			checksum_msgs += strstr(err.msg, "checksum mismatch") != NULL;
+			img[i] ^= (uint8_t)(1u << bit);
+		}
+	}
+	CHECK_EQ_U64(accepted, 0);
+	CHECK(checksum_msgs > len); /* most flips hit payloads or checksums */
+	CHECK(open_mem(img, len, &err) == 0);
+	free(img);
+}
+
+static void test_every_truncation_refused(void)
+{
+	struct wsync_error err;
+	uint8_t *img;
+	size_t len = sample_delta(&img), accepted = 0;
+
+	for (size_t n = 0; n < len; n++)
+		if (open_mem(img, n, &err) != -EINVAL)
+			accepted++;
+	CHECK_EQ_U64(accepted, 0);
+	/* Cut exactly before END: the message says what is missing. */
+	expect_refused(img, len - 24 - 16, "truncated: no END record");
+	expect_refused(img, len - 1, "truncated");
+	expect_refused(img, 7, "not a wsync delta");
+	free(img);
+}
+
+static void test_trailing_bytes_refused(void)
+{
+	uint8_t *img;
+	size_t len = sample_delta(&img);
+	uint8_t *more = calloc(1, len + 3);
+
+	memcpy(more, img, len);
+	expect_refused(more, len + 3, "after the END record");
+	free(more);
+	free(img);
+}
+
+static void test_version_and_flags(void)
+{
+	uint8_t *img;
+	size_t len = sample_delta(&img);
+
+	img[8] = 2;
+	expect_refused(img, len, "unsupported delta version 2");
+	img[8] = 0;
+	img[11] = 1;
+	expect_refused(img, len, "unsupported delta version 16777216");
+	img[8] = 1;
+	img[11] = 0;
+	img[12] = 4;
+	expect_refused(img, len, "flags");
+	img[12] = 0;
+	img[0] = 'X';
+	expect_refused(img, len, "bad magic");
+	free(img);
+}
+
+/* A FILE record with the given path bytes (bypassing the encoder). */
+static void raw_file_path(struct wsync_buf *b, const char *path, size_t plen)
+{
+	uint8_t fixed[WSYNC_DELTA_FILE_FIXED_LEN - 2] = { 0 };
+	struct wsync_buf p = { 0 };
+
+	(void)wsync_buf_put_u16(&p, (uint16_t)plen);
+	(void)wsync_buf_append(&p, path, plen);
+	fixed[0] = WSYNC_DELTA_WRITE;	/* new empty file: everything else 0 */
+	(void)wsync_buf_append(&p, fixed, sizeof(fixed));
+	raw_record(b, WSYNC_DELTA_REC_FILE, p.data, p.len);
+	wsync_buf_free(&p);
+}
+
+static void expect_bad_path(const char *path, size_t plen, const char *needle)
+{
+	struct wsync_buf b = { 0 };
+
+	raw_preamble(&b, 1);
+	raw_file_path(&b, path, plen);
+	raw_end(&b, 1, 0);
+	expect_refused(b.data, b.len, needle);
+	wsync_buf_free(&b);
+}
+
+static void test_bad_paths_in_delta(void)
+{
+	char *over = malloc(WSYNC_DELTA_PATH_MAX + 1);
+	struct wsync_buf b = { 0 };
+	struct wsync_error err;
+
+	expect_bad_path("../x", 4, "\"..\"");
+	expect_bad_path("/abs", 4, "absolute");
+	expect_bad_path("a\0b", 3, "NUL");
+	expect_bad_path("a\\b", 3, "backslash");
+	memset(over, 'x', WSYNC_DELTA_PATH_MAX + 1);
+	expect_bad_path(over, WSYNC_DELTA_PATH_MAX + 1, "FILE record");
+	/* The longest path is fine. */
+	raw_preamble(&b, 1);
+	raw_file_path(&b, over, WSYNC_DELTA_PATH_MAX);
+	raw_end(&b, 1, 0);
+	CHECK(open_mem(b.data, b.len, &err) == 0);
+	free(over);
+	wsync_buf_free(&b);
+}
+
+static void test_order_rules(void)
+{
+	struct wsync_buf b = { 0 }, seg = { 0 };
+	struct wsync_delta_file f;
+
+	/* Paths out of order, and twice the same path. */
+	raw_preamble(&b, 1);
+	raw_file_path(&b, "b", 1);
+	raw_file_path(&b, "a", 1);
+	raw_end(&b, 2, 0);
+	expect_refused(b.data, b.len, "byte order");
+	raw_preamble(&b, 1);
+	raw_file_path(&b, "a", 1);
+	raw_file_path(&b, "a", 1);
+	raw_end(&b, 2, 0);
+	expect_refused(b.data, b.len, "unique");
+
+	/* A SEGMENT with no FILE expecting it. */
+	raw_preamble(&b, 1);
+	fake_segment(&seg, 0, 10, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	raw_end(&b, 0, 0);
+	expect_refused(b.data, b.len, "SEGMENT without a FILE");
+
+	/* Fewer segments than announced. */
+	f = file("w", WSYNC_DELTA_WRITE, 0, 100, 2);
+	raw_preamble(&b, 1);
+	raw_file(&b, &f);
+	fake_segment(&seg, 0, 50, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	raw_end(&b, 1, 100);
+	expect_refused(b.data, b.len, "2 segments announced, 1 found");
+
+	/* Segments that overlap, leave a gap, or stop short. */
+	raw_preamble(&b, 1);
+	raw_file(&b, &f);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	fake_segment(&seg, 40, 60, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	raw_end(&b, 1, 100);
+	expect_refused(b.data, b.len, "must continue at 50");
+	raw_preamble(&b, 1);
+	raw_file(&b, &f);
+	fake_segment(&seg, 0, 50, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	fake_segment(&seg, 50, 40, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	raw_end(&b, 1, 100);
+	expect_refused(b.data, b.len, "tiling");
+
+	/* END that disagrees. */
+	raw_preamble(&b, 1);
+	raw_file_path(&b, "a", 1);
+	raw_end(&b, 2, 0);
+	expect_refused(b.data, b.len, "END record says 2 files");
+
+	/* Unknown record type, reserved field. */
+	raw_preamble(&b, 1);
+	raw_record(&b, 4, "x", 1);
+	expect_refused(b.data, b.len, "unknown type 4");
+	raw_preamble(&b, 1);
+	raw_end(&b, 0, 0);
+	b.data[16 + 4] = 1;
+	expect_refused(b.data, b.len, "reserved");
+	wsync_buf_free(&b);
+	wsync_buf_free(&seg);
+}
+
+static void test_limits(void)
+{
+	struct wsync_buf b = { 0 }, seg = { 0 };
+	struct wsync_delta_file f;
+	struct wsync_error err;
+	uint8_t hdr[24] = { 2 };
+
+	/* A payload over 1 GiB is refused from its header alone. */
+	raw_preamble(&b, 1);
+	put64(hdr + 8, (1ULL << 30) + 1);
+	(void)wsync_buf_append(&b, hdr, sizeof(hdr));
+	expect_refused(b.data, b.len, "1 GiB");
+	/* Exactly 1 GiB is allowed by the limit (then it is simply missing). */
+	put64(b.data + 16 + 8, 1ULL << 30);
+	expect_refused(b.data, b.len, "runs past the end");
+
+	/* A segment over 64 MiB of target. */
+	f = file("w", WSYNC_DELTA_WRITE, 0, 1ULL << 32, 1);
+	raw_preamble(&b, 1);
+	raw_file(&b, &f);
+	fake_segment(&seg, 0, (64ULL << 20) + 1, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	raw_end(&b, 1, 1ULL << 32);
+	expect_refused(b.data, b.len, "64 MiB");
+
+	/* One file more than 1,000,000. */
+	raw_preamble(&b, 1);
+	for (unsigned i = 0; i <= WSYNC_DELTA_FILES_MAX; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "%07u", i);
+		raw_file_path(&b, name, 7);
+	}
+	raw_end(&b, WSYNC_DELTA_FILES_MAX + 1, 0);
+	wsync_error_clear(&err);
+	CHECK(open_mem(b.data, b.len, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "more than 1000000 files");
+	wsync_buf_free(&b);
+	wsync_buf_free(&seg);
+}
+
+/* ---- hashing ---- */
+
+static void test_hash_file_equals_memory(void)
+{
+	static const size_t sizes[] = { 0, 1, 4095, WSYNC_HASH_WINDOW,
+					WSYNC_HASH_WINDOW + 3, 3 * WSYNC_HASH_WINDOW - 1 };
+	struct wsync_error err;
+	uint8_t *buf = malloc(3 * WSYNC_HASH_WINDOW);
+
+	for (size_t i = 0; i < 3 * WSYNC_HASH_WINDOW; i++)
+		buf[i] = (uint8_t)(i * 2654435761u >> 13);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct wsync_hash128 hf, hm;
+		uint64_t size = 99;
+		int fd = memfd();
+
+		CHECK(write(fd, buf, sizes[k]) == (ssize_t)sizes[k]);
+		CHECK(wsync_hash_fd(fd, "memfd", &hf, &size, &err) == 0);
+		wsync_hash_mem(buf, sizes[k], &hm);
+		CHECK(wsync_hash_equal(&hf, &hm));
+		CHECK_EQ_U64(size, sizes[k]);
+		close(fd);
+	}
+	free(buf);
+}
+
+static void test_hash_hex(void)
+{
+	struct wsync_hash128 h;
+	char hex[WSYNC_HASH_HEX_LEN + 1];
+	XXH128_hash_t x = XXH3_128bits("abc", 3);
+	char want[40];
+
+	wsync_hash_mem("abc", 3, &h);
+	/* Canonical order: the high 64 bits first, as xxh128sum prints. */
+	snprintf(want, sizeof(want), "%016llx%016llx", (unsigned long long)x.high64,
+		 (unsigned long long)x.low64);
+	CHECK_STR(wsync_hash_hex(&h, hex, sizeof(hex)), want);
+	CHECK(wsync_hash_hex(&h, hex, 10)[0] == '\0');
+}
+
+int main(void)
+{
+	TEST(test_paths_accepted);
+	TEST(test_paths_refused);
+	TEST(test_file_record_round_trip);
+	TEST(test_file_record_rules);
+	TEST(test_round_trip_fd_and_mem);
+	TEST(test_big_segment);
+	TEST(test_writer_refuses_disorder);
+	TEST(test_every_flipped_byte_refused);
+	TEST(test_every_truncation_refused);
+	TEST(test_trailing_bytes_refused);
+	TEST(test_version_and_flags);
+	TEST(test_bad_paths_in_delta);
+	TEST(test_order_rules);
+	TEST(test_limits);
+	TEST(test_hash_file_equals_memory);
+	TEST(test_hash_hex);
+	return tap_done();
+}
