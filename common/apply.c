@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "hash.h"
+#include "mapfile.h"
 #include "segment.h"
 
 /* Holes: decoded pages that are all zero are not written (the temp file
@@ -265,7 +266,7 @@ static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 {
 	static const char chars[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-	const char *name;
+	const char *name = NULL;
 	int dfd = open_parent(a->dest_root, it->dest_rel, a, &name, err);
 	size_t nlen;
 
@@ -393,18 +394,6 @@ struct decoder {
 	struct wsync_error err;
 };
 
-static void release(const uint8_t *map, uint64_t size, uint64_t off, uint64_t len)
-{
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
-
-	if (!map || len == 0 || off >= size)
-		return;
-	end = len > size - off ? size : off + len;
-	start = off & ~(page - 1);
-	/* A shared read-only file mapping: dropping pages loses nothing. */
-	(void)madvise((void *)(map + start), (size_t)(end - start), MADV_DONTNEED);
-}
-
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
 		      struct wsync_error *err)
@@ -428,6 +417,13 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
+	for (size_t i = 0; i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+
+		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
+		    pc->method == WSYNC_PIECE_FLOAT)
+			wsync_map_populate(dc->base, dc->base_size, pc->base_offset, pc->len);
+	}
 	r = wsync_segment_decode(s, dc->base, dc->base_size, out->data, err);
 	if (r < 0)
 		goto fail;
@@ -436,7 +432,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 
 		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
 		    pc->method == WSYNC_PIECE_FLOAT)
-			release(dc->base, dc->base_size, pc->base_offset, pc->len);
+			wsync_map_release(dc->base, dc->base_size, pc->base_offset, pc->len);
 	}
 	r = write_sparse(dc->fd, out->data, s->target_len, s->target_offset, path, err);
 	wsync_segment_free(s);

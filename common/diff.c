@@ -24,6 +24,7 @@
 #include "buf.h"
 #include "delta.h"
 #include "hash.h"
+#include "mapfile.h"
 #include "safetensors.h"
 #include "segment.h"
 
@@ -257,18 +258,17 @@ static int src_map(struct src *s, struct wsync_error *err)
 	return 0;
 }
 
-/* Drop [off, off+len) of a map from this process.  The pages stay in the
- * page cache, and a thread still reading a page at the edge just faults it
- * back in: dropping a shared read-only file mapping never loses data. */
+/* Populate / drop [off, off+len) of a source's map (mapfile.h). */
+static void src_populate(const struct src *s, uint64_t off, uint64_t len)
+{
+	if (s)
+		wsync_map_populate(s->map, s->size, off, len);
+}
+
 static void src_release(const struct src *s, uint64_t off, uint64_t len)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
-
-	if (!s || !s->map || len == 0 || off >= s->size)
-		return;
-	end = off + len > s->size ? s->size : off + len;
-	start = off & ~(page - 1);
-	(void)madvise((void *)(s->map + start), (size_t)(end - start), MADV_DONTNEED);
+	if (s)
+		wsync_map_release(s->map, s->size, off, len);
 }
 
 /* ---- planning ---- */
@@ -481,6 +481,11 @@ static void code_segment(const struct coder *c, struct job *j)
 			.len = pp->len,
 		};
 	}
+	/* Map the pages in bulk: far cheaper than faulting them one by one. */
+	src_populate(c->target, s->toff, s->len);
+	for (size_t i = 0; i < s->n; i++)
+		if (in[i].base)
+			src_populate(c->base, in[i].base_offset, in[i].len);
 	j->r = wsync_segment_encode(in, s->n, s->toff, &c->sopts, &j->out, &j->st,
 				    &j->err);
 	if (j->r < 0)

@@ -5,6 +5,8 @@
  */
 #include "safetensors.h"
 
+#include "mapfile.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -575,15 +577,7 @@ void wsync_st_close(struct wsync_st_file *f)
 int wsync_st_release(const struct wsync_st_file *f, uint64_t offset,
 		     uint64_t len)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
-
-	if (!f->map || offset >= f->size || len == 0)
-		return 0;
-	end = offset + len > f->size ? f->size : offset + len;
-	start = offset & ~(page - 1);
-	if (madvise((void *)(f->map + start), (size_t)(end - start),
-		    MADV_DONTNEED) < 0)
-		return -errno;
+	wsync_map_release(f->map, f->size, offset, len);
 	return 0;
 }
 

@@ -40,12 +40,24 @@ const char *wsync_float_family_name(enum wsync_float_family f)
 
 /* ---- encoder ---- */
 
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
 struct piece_out {
 	enum wsync_piece_method method;
 	enum wsync_float_family family;
 	uint8_t lo;
 	uint64_t len, base_offset;
-	size_t payload_off, payload_len;	/* in the payloads buffer */
+	size_t payload_off, payload_len;	/* in the output buffer */
 };
 
 /* zstd of src appended to out; returns the frame size, or 0 when the frame
@@ -69,24 +81,72 @@ static int zstd_append(ZSTD_CCtx *cctx, int level, const void *src, size_t n,
 	return 0;
 }
 
-/* XOR of target and base, zstd'ed, appended to out (*frame 0 if useless). */
+#define XOR_CHUNK (1u << 20)
+
+/*
+ * XOR of target and base, zstd'ed, appended to out (*frame 0 if useless).
+ * The XOR is made a chunk at a time and streamed into the frame, so the
+ * scratch memory is one chunk whatever the piece size; the frame still
+ * declares its content size.  Gives up as soon as the frame would not be
+ * smaller than the piece.
+ */
 static int xor_append(ZSTD_CCtx *cctx, int level, const uint8_t *target,
 		      const uint8_t *base, size_t n, struct wsync_buf *out,
 		      size_t *frame, bool *same)
 {
-	uint8_t *x = malloc(n ? n : 1);
+	uint8_t *x = malloc(XOR_CHUNK);
+	size_t start = out->len, chunk_out = ZSTD_CStreamOutSize();
 	uint8_t any = 0;
-	int r;
+	int r = 0;
 
+	*frame = 0;
+	*same = false;
 	if (!x)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		x[i] = target[i] ^ base[i];
-		any |= x[i];
+	/* One cheap pass first: identical bytes need no frame at all. */
+	for (size_t i = 0; i < n && !any; i++)
+		any |= target[i] ^ base[i];
+	if (!any) {
+		*same = true;
+		goto out;
 	}
-	*same = any == 0;
-	*frame = 0;
-	r = *same ? 0 : zstd_append(cctx, level, x, n, out, frame);
+	if (ZSTD_isError(ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters)) ||
+	    ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level)) ||
+	    ZSTD_isError(ZSTD_CCtx_setPledgedSrcSize(cctx, n))) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t off = 0; off < n;) {
+		size_t len = n - off < XOR_CHUNK ? n - off : XOR_CHUNK, ret;
+		bool last = off + len == n;
+		ZSTD_inBuffer in = { x, len, 0 };
+
+		for (size_t i = 0; i < len; i++)
+			x[i] = target[off + i] ^ base[off + i];
+		do {
+			ZSTD_outBuffer o;
+
+			r = wsync_buf_reserve(out, chunk_out);
+			if (r < 0)
+				goto out;
+			o = (ZSTD_outBuffer){ out->data + out->len, chunk_out, 0 };
+			ret = ZSTD_compressStream2(cctx, &o, &in,
+						   last ? ZSTD_e_end : ZSTD_e_continue);
+			if (ZSTD_isError(ret)) {
+				r = -ENOMEM;
+				goto out;
+			}
+			out->len += o.pos;
+			if (out->len - start >= n)
+				goto useless;
+		} while (last ? ret != 0 : in.pos < in.size);
+		off += len;
+	}
+	*frame = out->len - start;
+	goto out;
+useless:
+	out->len = start;
+out:
 	free(x);
 	return r;
 }
@@ -129,7 +189,7 @@ struct encoder {
 	int level;
 	struct wsync_float_enc *fenc;
 	struct wsync_float_mark *mark;
-	struct wsync_buf payloads;
+	struct wsync_buf *payloads;	/* the output: payloads go straight in */
 	struct wsync_segment_stats st;
 };
 
@@ -140,7 +200,7 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	unsigned w = wsync_float_elem_size(p->family);
 	uint64_t nelem = p->len / w, changed;
 	uint8_t lo = wsync_float_choose_lo(p->family, p->base, nelem);
-	size_t before = enc->payloads.len, xor_frame;
+	size_t before = enc->payloads->len, xor_frame;
 	double alone;
 	bool same;
 	int r;
@@ -168,7 +228,7 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	alone = float_cost_estimate(enc->fenc, enc->mark, p->family);
 	if (alone * 4 > (double)p->len) {
 		r = xor_append(enc->cctx, enc->level, p->target, p->base, (size_t)p->len,
-			       &enc->payloads, &xor_frame, &same);
+			       enc->payloads, &xor_frame, &same);
 		if (r < 0)
 			return r;
 		if (xor_frame && (double)xor_frame <= alone) {
@@ -180,11 +240,11 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 			po->payload_len = xor_frame;
 			return 0;
 		}
-		enc->payloads.len = before;	/* drop the XOR trial */
+		enc->payloads->len = before;	/* drop the XOR trial */
 	}
 	if (alone >= (double)p->len) {
 		wsync_float_enc_rollback(enc->fenc, enc->mark);
-		r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+		r = wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
 		po->method = WSYNC_PIECE_LITERAL;
 		po->family = WSYNC_FAMILY_NONE;
 		po->lo = 0;
@@ -199,7 +259,7 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
 			struct piece_out *po, struct wsync_error *err)
 {
-	size_t before = enc->payloads.len, frame;
+	size_t before = enc->payloads->len, frame;
 	bool same;
 	int r = 0;
 
@@ -218,23 +278,23 @@ static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
 	case WSYNC_PIECE_COPY:
 		break;
 	case WSYNC_PIECE_LITERAL:
-		r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+		r = wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
 		po->payload_len = (size_t)p->len;
 		break;
 	case WSYNC_PIECE_ZSTD:
 		r = zstd_append(enc->cctx, enc->level, p->target, (size_t)p->len,
-				&enc->payloads, &frame);
+				enc->payloads, &frame);
 		if (r == 0 && frame) {
 			po->payload_len = frame;
 		} else if (r == 0) {
 			po->method = WSYNC_PIECE_LITERAL;
-			r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+			r = wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
 			po->payload_len = (size_t)p->len;
 		}
 		break;
 	case WSYNC_PIECE_XOR:
 		r = xor_append(enc->cctx, enc->level, p->target, p->base,
-			       (size_t)p->len, &enc->payloads, &frame, &same);
+			       (size_t)p->len, enc->payloads, &frame, &same);
 		if (r < 0)
 			break;
 		if (same) {
@@ -243,7 +303,7 @@ static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
 			po->payload_len = frame;
 		} else {
 			po->method = WSYNC_PIECE_LITERAL;
-			r = wsync_buf_append(&enc->payloads, p->target, (size_t)p->len);
+			r = wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
 			po->payload_len = (size_t)p->len;
 		}
 		break;
@@ -275,11 +335,11 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 			 struct wsync_error *err)
 {
 	struct encoder enc = { .level = opts && opts->zstd_level ? opts->zstd_level : 1 };
-	struct wsync_buf table = { 0 }, data = { 0 };
+	struct wsync_buf table = { 0 };
 	struct piece_out *po = NULL;
 	uint64_t total = 0;
 	uint32_t n_streams = 0;
-	size_t start = out->len;
+	size_t start = out->len, head_room;
 	int r;
 
 	if (n == 0 || n > WSYNC_SEGMENT_PIECES_MAX)
@@ -299,42 +359,54 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
+	/*
+	 * Payloads are written straight into out, after room for the tables
+	 * (the stream table at its largest); once the streams are known the
+	 * tables are filled in and the data moved down over the unused room.
+	 * No second copy of the payloads is ever held.
+	 */
+	head_room = SEGMENT_FIXED + n * PIECE_ENTRY + STREAMS_MAX * STREAM_ENTRY;
+	if (wsync_buf_reserve(out, head_room) < 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	out->len += head_room;
+	enc.payloads = out;
 	wsync_float_enc_init(enc.fenc);
 	for (size_t i = 0; i < n; i++) {
 		r = encode_piece(&enc, &pieces[i], &po[i], err);
 		if (r < 0)
-			goto out;
+			goto fail;
 	}
-	r = wsync_float_enc_finish(enc.fenc, enc.level, &table, &data, &n_streams);
+	r = wsync_float_enc_finish(enc.fenc, enc.level, &table, out, &n_streams);
 	if (r < 0) {
 		wsync_error_set(err, r, "out of memory");
-		goto out;
+		goto fail;
 	}
+	{
+		uint8_t *h = out->data + start, *e;
+		size_t tables = SEGMENT_FIXED + n * PIECE_ENTRY + table.len;
 
-	r = -ENOMEM;
-	if (wsync_buf_put_u64(out, target_offset) < 0 || wsync_buf_put_u64(out, total) < 0 ||
-	    wsync_buf_put_u32(out, (uint32_t)n) < 0 || wsync_buf_put_u32(out, n_streams) < 0)
-		goto nomem;
-	for (size_t i = 0; i < n; i++) {
-		uint8_t head[8] = { (uint8_t)po[i].method, (uint8_t)po[i].family, po[i].lo };
-
-		if (wsync_buf_append(out, head, sizeof(head)) < 0 ||
-		    wsync_buf_put_u64(out, po[i].len) < 0 ||
-		    wsync_buf_put_u64(out, po[i].method == WSYNC_PIECE_LITERAL ||
-						   po[i].method == WSYNC_PIECE_ZSTD
-					   ? 0 : po[i].base_offset) < 0 ||
-		    wsync_buf_put_u64(out, po[i].payload_len) < 0)
-			goto nomem;
+		put64(h, target_offset);
+		put64(h + 8, total);
+		put32(h + 16, (uint32_t)n);
+		put32(h + 20, n_streams);
+		e = h + SEGMENT_FIXED;
+		for (size_t i = 0; i < n; i++, e += PIECE_ENTRY) {
+			memset(e, 0, 8);
+			e[0] = (uint8_t)po[i].method;
+			e[1] = (uint8_t)po[i].family;
+			e[2] = po[i].lo;
+			put64(e + 8, po[i].len);
+			put64(e + 16, po[i].method == WSYNC_PIECE_LITERAL ||
+					      po[i].method == WSYNC_PIECE_ZSTD
+				      ? 0 : po[i].base_offset);
+			put64(e + 24, po[i].payload_len);
+		}
+		memcpy(e, table.data, table.len);
+		memmove(h + tables, h + head_room, out->len - start - head_room);
+		out->len -= head_room - tables;
 	}
-	if (wsync_buf_append(out, table.data, table.len) < 0)
-		goto nomem;
-	for (size_t i = 0; i < n; i++)
-		if (po[i].payload_len &&
-		    wsync_buf_append(out, enc.payloads.data + po[i].payload_off,
-				     po[i].payload_len) < 0)
-			goto nomem;
-	if (wsync_buf_append(out, data.data, data.len) < 0)
-		goto nomem;
 	enc.st.bytes_in = total;
 	enc.st.bytes_out = out->len - start;
 	if (stats) {
@@ -347,9 +419,8 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 	}
 	r = 0;
 	goto out;
-nomem:
+fail:
 	out->len = start;
-	wsync_error_set(err, r, "out of memory");
 out:
 	if (enc.fenc)
 		wsync_float_enc_free(enc.fenc);
@@ -357,9 +428,7 @@ out:
 	free(enc.mark);
 	free(po);
 	ZSTD_freeCCtx(enc.cctx);
-	wsync_buf_free(&enc.payloads);
 	wsync_buf_free(&table);
-	wsync_buf_free(&data);
 	return r;
 }
 
