@@ -113,11 +113,14 @@ uint8_t wsync_float_choose_lo(enum wsync_float_family f, const uint8_t *base,
 	if (nelem == 0)
 		return 0;
 	/* The class window is centred below the median exponent: small
-	 * weights change most often, so the finer classes go there. */
-	step = nelem > 4096 ? nelem / 4096 : 1;
-	for (uint64_t i = 0; i < nelem; i += step, n++)
-		hist[(load(base + i * fi->width, fi->width) >> fi->exp_shift) &
-		     fi->exp_mask]++;
+	 * weights change most often, so the finer classes go there.  The
+	 * sample is 32 runs of 128 neighbours, not 4096 scattered elements:
+	 * each scattered read would be a page and a TLB miss of its own. */
+	step = nelem > 4096 ? nelem / 32 : nelem;
+	for (uint64_t r0 = 0; r0 < nelem; r0 += step)
+		for (uint64_t i = r0; i < nelem && i < r0 + (nelem > 4096 ? 128 : nelem); i++, n++)
+			hist[(load(base + i * fi->width, fi->width) >> fi->exp_shift) &
+			     fi->exp_mask]++;
 	half = (n + 1) / 2;
 	for (unsigned e = 0; e <= fi->exp_mask; e++) {
 		acc += hist[e];
