@@ -24,7 +24,6 @@
 #include "buf.h"
 #include "delta.h"
 #include "hash.h"
-#include "mapfile.h"
 #include "safetensors.h"
 #include "segment.h"
 
@@ -178,15 +177,11 @@ struct src {
 	uint64_t size;
 	uint32_t mode;
 	struct wsync_hash128 hash;
-	const uint8_t *map;	/* NULL until mapped, or when empty */
-	bool own_map;		/* mapped here (else st's map) */
 	struct wsync_st_file *st;
 };
 
 static void src_close(struct src *s)
 {
-	if (s->own_map && s->map)
-		(void)munmap((void *)s->map, (size_t)s->size);
 	wsync_st_close(s->st);
 	if (s->fd >= 0)
 		(void)close(s->fd);
@@ -231,11 +226,10 @@ static int src_open(struct src *s, int rootfd, const char *root, const char *rel
 	return 0;
 }
 
-/* Map s for coding, through its safetensors reader when it has one. */
-static int src_map(struct src *s, struct wsync_error *err)
+/* Before coding s: it must still have the size it was hashed with. */
+static int src_check(const struct src *s, struct wsync_error *err)
 {
 	struct stat st;
-	void *m;
 
 	if (fstat(s->fd, &st) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", s->path, strerror(errno));
@@ -243,32 +237,7 @@ static int src_map(struct src *s, struct wsync_error *err)
 	    (s->st && s->st->size != s->size))
 		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
 				       s->path);
-	if (s->st) {
-		s->map = s->st->map;
-		return 0;
-	}
-	if (s->size == 0)
-		return 0;
-	m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
-	if (m == MAP_FAILED)
-		return wsync_error_set(err, -errno, "%s: mmap: %s", s->path,
-				       strerror(errno));
-	s->map = m;
-	s->own_map = true;
 	return 0;
-}
-
-/* Populate / drop [off, off+len) of a source's map (mapfile.h). */
-static void src_populate(const struct src *s, uint64_t off, uint64_t len)
-{
-	if (s)
-		wsync_map_populate(s->map, s->size, off, len);
-}
-
-static void src_release(const struct src *s, uint64_t off, uint64_t len)
-{
-	if (s)
-		wsync_map_release(s->map, s->size, off, len);
 }
 
 /* ---- planning ---- */
@@ -454,56 +423,108 @@ struct coder {
 	size_t ring_len;
 	size_t filled, taken;			/* jobs handed out, picked up */
 	bool stop;
+	struct wsync_buf *scratch;		/* two per worker, kept across files */
+	unsigned workers;			/* started so far: a worker's slot */
 };
 
-static void code_segment(const struct coder *c, struct job *j)
+/* Read len bytes at off into p (the file may not shrink under us). */
+static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
+		   struct wsync_error *err)
+{
+	while (len > 0) {
+		ssize_t n = pread(s->fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len,
+				  (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wsync_error_set(err, n < 0 ? -errno : -EBUSY, "%s: %s", s->path,
+					       n < 0 ? strerror(errno)
+						     : "changed size while being read");
+		p += n;
+		len -= (uint64_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Grow a scratch buffer to n bytes, on huge pages where the kernel gives
+ * them (THP "madvise" mode): one fault per 2 MiB instead of per 4 KiB. */
+static int scratch_reserve(struct wsync_buf *b, size_t n)
+{
+	void *p;
+
+	if (b->cap >= n)
+		return 0;
+	free(b->data);
+	b->data = NULL;
+	b->cap = b->len = 0;
+	if (posix_memalign(&p, 2u << 20, n))
+		return -ENOMEM;
+	(void)madvise(p, n, MADV_HUGEPAGE);
+	b->data = p;
+	b->cap = n;
+	return 0;
+}
+
+/*
+ * Code one segment.  Its bytes are read with pread into the worker's own
+ * buffers rather than through file mappings: on the virtual machines this
+ * runs on, walking mapped page-cache pages costs a TLB miss per 4 KiB and
+ * runs at under 2 GB/s, while pread into a reused huge-page buffer runs at
+ * 4-5 GB/s and leaves the coder on memory that is cheap to walk.  Memory
+ * stays bounded: two buffers of at most one segment per worker.
+ */
+static void code_segment(const struct coder *c, struct job *j, struct wsync_buf *tb,
+			 struct wsync_buf *bb)
 {
 	const struct plan_seg *s = j->seg;
 	struct wsync_piece_in *in = calloc(s->n, sizeof(*in));
+	uint64_t bpos = 0;
 
 	memset(&j->st, 0, sizeof(j->st));
 	wsync_buf_reset(&j->out);
 	wsync_error_clear(&j->err);
-	if (!in) {
+	if (!in || scratch_reserve(tb, (size_t)s->len) < 0 ||
+	    scratch_reserve(bb, (size_t)s->len) < 0) {
 		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		free(in);
 		return;
 	}
-	for (size_t i = 0; i < s->n; i++) {
+	j->r = read_at(c->target, tb->data, s->len, s->toff, &j->err);
+	for (size_t i = 0; i < s->n && j->r == 0; i++) {
 		const struct plan_piece *pp = &c->plan->pieces[s->first + i];
 		bool based = pp->method != WSYNC_PIECE_ZSTD;
 
 		in[i] = (struct wsync_piece_in){
 			.method = pp->method,
 			.family = pp->family,
-			.target = c->target->map + pp->toff,
-			.base = based ? c->base->map + pp->boff : NULL,
+			.target = tb->data + (pp->toff - s->toff),
+			.base = based ? bb->data + bpos : NULL,
 			.base_offset = based ? pp->boff : 0,
 			.len = pp->len,
 		};
+		if (based) {
+			j->r = read_at(c->base, bb->data + bpos, pp->len, pp->boff, &j->err);
+			bpos += pp->len;
+		}
 	}
-	/* Map the pages in bulk: far cheaper than faulting them one by one. */
-	src_populate(c->target, s->toff, s->len);
-	for (size_t i = 0; i < s->n; i++)
-		if (in[i].base)
-			src_populate(c->base, in[i].base_offset, in[i].len);
-	j->r = wsync_segment_encode(in, s->n, s->toff, &c->sopts, &j->out, &j->st,
-				    &j->err);
+	if (j->r == 0)
+		j->r = wsync_segment_encode(in, s->n, s->toff, &c->sopts, &j->out,
+					    &j->st, &j->err);
 	if (j->r < 0)
 		wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
 				   c->target->path, s->toff);
-	/* What this segment touched is not needed again. */
-	src_release(c->target, s->toff, s->len);
-	for (size_t i = 0; i < s->n; i++)
-		if (in[i].base)
-			src_release(c->base, in[i].base_offset, in[i].len);
 	free(in);
 }
 
 static void *coder_worker(void *arg)
 {
 	struct coder *c = arg;
+	struct wsync_buf *scratch;
 
 	pthread_mutex_lock(&c->mu);
+	scratch = &c->scratch[2 * c->workers++];
 	for (;;) {
 		struct job *j;
 
@@ -514,7 +535,7 @@ static void *coder_worker(void *arg)
 			break;
 		j = &c->ring[c->taken++ % c->ring_len];
 		pthread_mutex_unlock(&c->mu);
-		code_segment(c, j);
+		code_segment(c, j, &scratch[0], &scratch[1]);
 		pthread_mutex_lock(&c->mu);
 		j->done = true;
 		pthread_cond_broadcast(&c->cv);
@@ -564,7 +585,7 @@ static int code_file(struct coder *c, unsigned threads, struct wsync_delta_write
 	if (threads <= 1) {
 		for (size_t i = 0; i < n && r == 0; i++) {
 			ring[0].seg = &c->plan->segs[i];
-			code_segment(c, &ring[0]);
+			code_segment(c, &ring[0], &c->scratch[0], &c->scratch[1]);
 			r = write_job(w, &ring[0], st, file_st, err);
 		}
 		return r;
@@ -575,6 +596,7 @@ static int code_file(struct coder *c, unsigned threads, struct wsync_delta_write
 	 * the writer rather than holding one more segment in memory. */
 	c->ring_len = threads;
 	c->filled = c->taken = 0;
+	c->workers = 0;
 	c->stop = false;
 	for (; started < threads; started++) {
 		int e = pthread_create(&tids[started], NULL, coder_worker, c);
@@ -619,6 +641,7 @@ struct differ {
 	struct wsync_delta_writer *w;
 	struct plan plan;
 	struct job *ring;		/* threads jobs, reused file to file */
+	struct wsync_buf *scratch;	/* 2 x threads segment buffers, likewise */
 	unsigned threads;
 	bool single;			/* two files, not two directories */
 	int old_fd, new_fd;		/* the roots (-1 when single) */
@@ -631,7 +654,7 @@ static int diff_changed(struct differ *d, struct src *o,
 {
 	struct wsync_segment_stats file_st = { 0 };
 	struct wsync_error ignored;
-	struct coder c = { 0 };
+	struct coder c = { .scratch = d->scratch };
 	int r;
 
 	plan_reset(&d->plan);
@@ -644,9 +667,9 @@ static int diff_changed(struct differ *d, struct src *o,
 		wsync_st_close(n->st);
 		n->st = NULL;
 	}
-	r = src_map(n, err);
+	r = src_check(n, err);
 	if (r == 0 && o)
-		r = src_map(o, err);
+		r = src_check(o, err);
 	if (r < 0)
 		return r;
 	if (f->kind == WSYNC_DELTA_KIND_SAFETENSORS)
@@ -834,7 +857,8 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	d.single = !S_ISDIR(nst.st_mode);
 
 	d.ring = calloc(d.threads > 64 ? 64 : d.threads, sizeof(*d.ring));
-	if (!d.ring)
+	d.scratch = calloc(2 * (d.threads > 64 ? 64 : d.threads), sizeof(*d.scratch));
+	if (!d.ring || !d.scratch)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	r = wsync_delta_writer_new(out_fd, &d.w, err);
 	if (r < 0)
@@ -864,6 +888,9 @@ out:
 	d.st->seconds = now_seconds() - t0;
 	for (unsigned i = 0; d.ring && i < (d.threads > 64 ? 64 : d.threads); i++)
 		wsync_buf_free(&d.ring[i].out);
+	for (unsigned i = 0; d.scratch && i < 2 * (d.threads > 64 ? 64 : d.threads); i++)
+		wsync_buf_free(&d.scratch[i]);
+	free(d.scratch);
 	free(d.ring);
 	free(name);
 	plan_free(&d.plan);
