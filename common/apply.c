@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -22,7 +21,6 @@
 
 #include "buf.h"
 #include "hash.h"
-#include "mapfile.h"
 #include "segment.h"
 
 /* Holes: decoded pages that are all zero are not written (the temp file
@@ -385,7 +383,7 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 struct decoder {
 	const struct wsync_delta_reader *d;
 	const struct wsync_delta_entry *e;
-	const uint8_t *base;
+	int base_fd;			/* -1 for a new file */
 	uint64_t base_size;
 	int fd;				/* the temp file */
 	pthread_mutex_t mu;
@@ -394,12 +392,34 @@ struct decoder {
 	struct wsync_error err;
 };
 
+/* Read exactly len bytes at off (the base must not shrink under us). */
+static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
+		     const char *what, struct wsync_error *err)
+{
+	while (len > 0) {
+		ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len,
+				  (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wsync_error_set(err, n < 0 ? -errno : -EINVAL,
+					       "%s: reading the base: %s", what,
+					       n < 0 ? strerror(errno) : "it shrank");
+		p += n;
+		len -= (uint64_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
-		      struct wsync_error *err)
+		      struct wsync_buf *bb, struct wsync_error *err)
 {
 	const char *path = dc->e->file.path;
 	struct wsync_segment *s = NULL;
+	uint64_t bpos;
 	int r;
 
 	r = wsync_delta_reader_segment(dc->d, sg, payload, err);
@@ -412,28 +432,45 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		r = wsync_error_set(err, -EINVAL, "segment header changed under us");
 		goto fail;
 	}
-	wsync_buf_reset(out);
-	if (wsync_buf_reserve(out, (size_t)s->target_len) < 0) {
+	if (wsync_buf_scratch(out, (size_t)s->target_len) < 0 ||
+	    wsync_buf_scratch(bb, (size_t)s->target_len) < 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
+	/*
+	 * The base bytes the pieces read are gathered with pread into this
+	 * worker's buffer, and the pieces pointed at it: on the virtual
+	 * machines this runs on, walking mapped page-cache pages is far slower
+	 * than copying them (see diff.c).  Ranges are checked against the real
+	 * base first, so a hostile delta cannot read past it.
+	 */
+	bpos = 0;
 	for (size_t i = 0; i < s->n_pieces; i++) {
-		const struct wsync_piece *pc = &s->pieces[i];
+		struct wsync_piece *pc = &s->pieces[i];
 
-		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
-		    pc->method == WSYNC_PIECE_FLOAT)
-			wsync_map_populate(dc->base, dc->base_size, pc->base_offset, pc->len);
+		if (pc->method != WSYNC_PIECE_COPY && pc->method != WSYNC_PIECE_XOR &&
+		    pc->method != WSYNC_PIECE_FLOAT)
+			continue;
+		if (dc->base_fd < 0 || pc->base_offset > dc->base_size ||
+		    pc->len > dc->base_size - pc->base_offset) {
+			r = wsync_error_set(err, -EINVAL,
+					    "piece reads base bytes [%llu, +%llu) outside "
+					    "the base (%llu bytes)",
+					    (unsigned long long)pc->base_offset,
+					    (unsigned long long)pc->len,
+					    (unsigned long long)dc->base_size);
+			goto fail;
+		}
+		r = pread_all(dc->base_fd, bb->data + bpos, pc->len, pc->base_offset, path,
+			      err);
+		if (r < 0)
+			goto fail;
+		pc->base_offset = bpos;
+		bpos += pc->len;
 	}
-	r = wsync_segment_decode(s, dc->base, dc->base_size, out->data, err);
+	r = wsync_segment_decode(s, bpos ? bb->data : NULL, bpos, out->data, err);
 	if (r < 0)
 		goto fail;
-	for (size_t i = 0; i < s->n_pieces; i++) {
-		const struct wsync_piece *pc = &s->pieces[i];
-
-		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
-		    pc->method == WSYNC_PIECE_FLOAT)
-			wsync_map_release(dc->base, dc->base_size, pc->base_offset, pc->len);
-	}
 	r = write_sparse(dc->fd, out->data, s->target_len, s->target_offset, path, err);
 	wsync_segment_free(s);
 	return r;
@@ -446,7 +483,7 @@ fail:
 static void *decode_worker(void *arg)
 {
 	struct decoder *dc = arg;
-	struct wsync_buf payload = { 0 }, out = { 0 };
+	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 };
 	struct wsync_error err = { 0 };
 
 	for (;;) {
@@ -460,7 +497,7 @@ static void *decode_worker(void *arg)
 		}
 		i = dc->next++;
 		pthread_mutex_unlock(&dc->mu);
-		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &err);
+		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &bb, &err);
 		if (r < 0) {
 			pthread_mutex_lock(&dc->mu);
 			if (dc->r == 0) {
@@ -473,6 +510,7 @@ static void *decode_worker(void *arg)
 	}
 	wsync_buf_free(&payload);
 	wsync_buf_free(&out);
+	wsync_buf_free(&bb);
 	return NULL;
 }
 
@@ -481,8 +519,7 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		       struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
-	struct decoder dc = { .d = a->d, .e = it->e, .fd = fd };
-	void *map = NULL;
+	struct decoder dc = { .d = a->d, .e = it->e, .fd = fd, .base_fd = -1 };
 	int bfd = -1, r = 0;
 	unsigned threads = a->threads;
 	pthread_t tids[MAX_THREADS];
@@ -501,16 +538,7 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 			return wsync_error_set(err, -EINVAL,
 					       "%s: base changed while applying", f->path);
 		}
-		if (f->base_size) {
-			map = mmap(NULL, (size_t)f->base_size, PROT_READ, MAP_SHARED, bfd, 0);
-			if (map == MAP_FAILED) {
-				r = -errno;
-				(void)close(bfd);
-				return wsync_error_set(err, r, "%s: mmap: %s", f->path,
-						       strerror(-r));
-			}
-		}
-		dc.base = map;
+		dc.base_fd = bfd;
 		dc.base_size = f->base_size;
 	}
 	if (pthread_mutex_init(&dc.mu, NULL) != 0) {
@@ -547,8 +575,6 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		r = dc.r;
 	}
 out:
-	if (map)
-		(void)munmap(map, (size_t)f->base_size);
 	if (bfd >= 0)
 		(void)close(bfd);
 	return r;

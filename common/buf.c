@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 int wsync_buf_reserve(struct wsync_buf *b, size_t extra)
 {
@@ -61,6 +62,24 @@ int wsync_buf_put_u64(struct wsync_buf *b, uint64_t v)
 	for (int i = 0; i < 8; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
 	return wsync_buf_append(b, p, 8);
+}
+
+int wsync_buf_scratch(struct wsync_buf *b, size_t n)
+{
+	void *p;
+
+	b->len = 0;
+	if (b->cap >= n)
+		return 0;
+	free(b->data);
+	b->data = NULL;
+	b->cap = 0;
+	if (posix_memalign(&p, 2u << 20, n ? n : 1))
+		return -ENOMEM;
+	(void)madvise(p, n ? n : 1, MADV_HUGEPAGE);	/* a hint */
+	b->data = p;
+	b->cap = n;
+	return 0;
 }
 
 void wsync_buf_reset(struct wsync_buf *b)

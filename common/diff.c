@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -448,25 +447,6 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 	return 0;
 }
 
-/* Grow a scratch buffer to n bytes, on huge pages where the kernel gives
- * them (THP "madvise" mode): one fault per 2 MiB instead of per 4 KiB. */
-static int scratch_reserve(struct wsync_buf *b, size_t n)
-{
-	void *p;
-
-	if (b->cap >= n)
-		return 0;
-	free(b->data);
-	b->data = NULL;
-	b->cap = b->len = 0;
-	if (posix_memalign(&p, 2u << 20, n))
-		return -ENOMEM;
-	(void)madvise(p, n, MADV_HUGEPAGE);
-	b->data = p;
-	b->cap = n;
-	return 0;
-}
-
 /*
  * Code one segment.  Its bytes are read with pread into the worker's own
  * buffers rather than through file mappings: on the virtual machines this
@@ -485,8 +465,8 @@ static void code_segment(const struct coder *c, struct job *j, struct wsync_buf 
 	memset(&j->st, 0, sizeof(j->st));
 	wsync_buf_reset(&j->out);
 	wsync_error_clear(&j->err);
-	if (!in || scratch_reserve(tb, (size_t)s->len) < 0 ||
-	    scratch_reserve(bb, (size_t)s->len) < 0) {
+	if (!in || wsync_buf_scratch(tb, (size_t)s->len) < 0 ||
+	    wsync_buf_scratch(bb, (size_t)s->len) < 0) {
 		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
 		free(in);
 		return;
