@@ -5,8 +5,6 @@
  */
 #include "safetensors.h"
 
-#include "mapfile.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -577,7 +575,15 @@ void wsync_st_close(struct wsync_st_file *f)
 int wsync_st_release(const struct wsync_st_file *f, uint64_t offset,
 		     uint64_t len)
 {
-	wsync_map_release(f->map, f->size, offset, len);
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
+
+	if (!f->map || offset >= f->size || len == 0)
+		return 0;
+	end = len > f->size - offset ? f->size : offset + len;
+	start = offset & ~(page - 1);
+	/* A shared read-only mapping: dropping pages loses nothing. */
+	if (madvise((void *)(f->map + start), (size_t)(end - start), MADV_DONTNEED) < 0)
+		return -errno;
 	return 0;
 }
 
