@@ -332,61 +332,6 @@ static ALWAYS_INLINE uint32_t changed_mask(const uint8_t *bp, const uint8_t *tp,
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
 
-/*
- * The same byte counters for a full block, with AVX2: the classes of the
- * 32 elements are computed side by side into one vector of bytes (their
- * order scrambled by the packs, which counting does not mind), and each
- * class count is the population count of one byte-compare mask.
- */
-static inline __attribute__((target("avx2,popcnt"), always_inline)) u128
-block_counts_avx2(const uint8_t *bp, unsigned width, unsigned shift,
-		  unsigned mask, unsigned lo)
-{
-	const __m128i sh = _mm_cvtsi32_si128((int)shift);
-	__m256i cls;
-	uint64_t lo64 = 0, hi64 = 0;
-
-	if (width == 2) {
-		const __m256i m = _mm256_set1_epi16((short)mask);
-		const __m256i l = _mm256_set1_epi16((short)lo);
-		const __m256i top = _mm256_set1_epi16(NCLS - 1);
-		__m256i x0 = _mm256_loadu_si256((const __m256i *)bp);
-		__m256i x1 = _mm256_loadu_si256((const __m256i *)(bp + 32));
-
-		x0 = _mm256_and_si256(_mm256_srl_epi16(x0, sh), m);
-		x1 = _mm256_and_si256(_mm256_srl_epi16(x1, sh), m);
-		x0 = _mm256_min_epu16(_mm256_subs_epu16(x0, l), top);
-		x1 = _mm256_min_epu16(_mm256_subs_epu16(x1, l), top);
-		cls = _mm256_packus_epi16(x0, x1);
-	} else {
-		const __m256i m = _mm256_set1_epi32((int)mask);
-		const __m256i l = _mm256_set1_epi32((int)lo);
-		const __m256i top = _mm256_set1_epi32(NCLS - 1);
-		const __m256i zero = _mm256_setzero_si256();
-		__m256i x[4];
-
-		for (int q = 0; q < 4; q++) {
-			x[q] = _mm256_loadu_si256((const __m256i *)(bp + 32 * q));
-			x[q] = _mm256_and_si256(_mm256_srl_epi32(x[q], sh), m);
-			x[q] = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(x[q], l),
-								 zero), top);
-		}
-		cls = _mm256_packus_epi16(_mm256_packus_epi32(x[0], x[1]),
-					  _mm256_packus_epi32(x[2], x[3]));
-	}
-	for (unsigned c = 0; c < NCLS; c++) {
-		uint32_t bits = (uint32_t)_mm256_movemask_epi8(
-			_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
-		uint64_t n = (uint64_t)__builtin_popcount(bits);
-
-		if (c < 8)
-			lo64 |= n << (8 * c);
-		else
-			hi64 |= n << (8 * (c - 8));
-	}
-	return ((u128)hi64 << 64) | lo64;
-}
-
 /* The classes of a full block as 32 bytes in element order. */
 static inline __attribute__((target("avx2"), always_inline)) __m256i
 classes_avx2(const uint8_t *bp, unsigned width, unsigned shift, unsigned mask,
@@ -426,6 +371,31 @@ classes_avx2(const uint8_t *bp, unsigned width, unsigned shift, unsigned mask,
 					    _mm256_packus_epi32(x[2], x[3])),
 			order);
 	}
+}
+
+/*
+ * The same byte counters for a full block, with AVX2: the classes of the
+ * 32 elements are computed side by side into one vector of bytes, and
+ * each class count is the population count of one byte-compare mask.
+ */
+static inline __attribute__((target("avx2,popcnt"), always_inline)) u128
+block_counts_avx2(const uint8_t *bp, unsigned width, unsigned shift,
+		  unsigned mask, unsigned lo)
+{
+	__m256i cls = classes_avx2(bp, width, shift, mask, lo);
+	uint64_t lo64 = 0, hi64 = 0;
+
+	for (unsigned c = 0; c < NCLS; c++) {
+		uint32_t bits = (uint32_t)_mm256_movemask_epi8(
+			_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
+		uint64_t n = (uint64_t)__builtin_popcount(bits);
+
+		if (c < 8)
+			lo64 |= n << (8 * c);
+		else
+			hi64 |= n << (8 * (c - 8));
+	}
+	return ((u128)hi64 << 64) | lo64;
 }
 
 static inline __attribute__((target("avx2"), always_inline)) void
