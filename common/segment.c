@@ -403,7 +403,8 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 				      ? 0 : po[i].base_offset);
 			put64(e + 24, po[i].payload_len);
 		}
-		memcpy(e, table.data, table.len);
+		if (table.len)
+			memcpy(e, table.data, table.len);
 		memmove(h + tables, h + head_room, out->len - start - head_room);
 		out->len -= head_room - tables;
 	}
