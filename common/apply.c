@@ -21,6 +21,7 @@
 
 #include "buf.h"
 #include "hash.h"
+#include "io.h"
 #include "segment.h"
 
 /* Holes: decoded pages that are all zero are not written (the temp file
@@ -396,20 +397,12 @@ struct decoder {
 static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
 		     const char *what, struct wsync_error *err)
 {
-	while (len > 0) {
-		ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len,
-				  (off_t)off);
+	int r = wsync_pread_all(fd, p, len, off);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return wsync_error_set(err, n < 0 ? -errno : -EINVAL,
-					       "%s: reading the base: %s", what,
-					       n < 0 ? strerror(errno) : "it shrank");
-		p += n;
-		len -= (uint64_t)n;
-		off += (uint64_t)n;
-	}
+	if (r < 0)
+		return wsync_error_set(err, r == -ENODATA ? -EINVAL : r,
+				       "%s: reading the base: %s", what,
+				       r == -ENODATA ? "it shrank" : strerror(-r));
 	return 0;
 }
 

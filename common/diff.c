@@ -23,6 +23,7 @@
 #include "buf.h"
 #include "delta.h"
 #include "hash.h"
+#include "io.h"
 #include "safetensors.h"
 #include "segment.h"
 
@@ -430,20 +431,13 @@ struct coder {
 static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 		   struct wsync_error *err)
 {
-	while (len > 0) {
-		ssize_t n = pread(s->fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len,
-				  (off_t)off);
+	int r = wsync_pread_all(s->fd, p, len, off);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return wsync_error_set(err, n < 0 ? -errno : -EBUSY, "%s: %s", s->path,
-					       n < 0 ? strerror(errno)
-						     : "changed size while being read");
-		p += n;
-		len -= (uint64_t)n;
-		off += (uint64_t)n;
-	}
+	if (r == -ENODATA)
+		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
+				       s->path);
+	if (r < 0)
+		return wsync_error_set(err, r, "%s: %s", s->path, strerror(-r));
 	return 0;
 }
 

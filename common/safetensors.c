@@ -5,6 +5,8 @@
  */
 #include "safetensors.h"
 
+#include "io.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -451,24 +453,12 @@ const char *wsync_st_meta_get(const struct wsync_st_header *h, const char *key)
 	return m ? m->value : NULL;
 }
 
+/* A file that shrank under us reads as an I/O error here. */
 static int pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
-	uint8_t *p = buf;
+	int r = wsync_pread_all(fd, buf, len, off);
 
-	while (len > 0) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO; /* the file shrank under us */
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return r == -ENODATA ? -EIO : r;
 }
 
 /* Read and parse the header of an open file of the given size. */

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * io.h -- small I/O helpers shared by the readers and the codecs.
+ */
+#ifndef WSYNC_IO_H
+#define WSYNC_IO_H
+
+#include <stdint.h>
+
+/*
+ * Read exactly len bytes at offset off of fd into buf, retrying short reads
+ * and EINTR.  Returns 0, -ENODATA when the file ends first (it shrank under
+ * us: callers say so in their own words), or another negative errno.
+ */
+int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
+
+#endif
