@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store.h -- one interface to the bucket, whatever it is: a directory
+ * (file://), an S3-compatible object store (s3://) or a Hugging Face
+ * Storage Bucket through its S3 gateway (hf://buckets/...).
+ *
+ * Every operation is asynchronous on the caller's libuv loop: it returns at
+ * once (0, or a negative errno when the request could not even be queued)
+ * and later calls its callback exactly once, on the loop thread, with a
+ * struct wsync_store_result.  The loop never blocks: the file backend runs
+ * its system calls on the libuv thread pool, the S3 backend drives curl's
+ * multi-socket API from uv_poll and uv_timer handles.  At most
+ * max_concurrency requests are in flight; the others wait in a queue.
+ *
+ * Keys are relative to the URL's prefix ("v/000012.delta"), checked with
+ * wsync_url_check_key(): the store never sees "..", "//" or NUL; with the
+ * prefix and a '/' in front a key must stay within S3's 1024 bytes.
+ * An invalid key makes the call return -EINVAL (no callback).
+ *
+ * For the `wsync` tool and the tests, a store made without a loop runs a
+ * private one: queue requests, then wsync_store_wait().
+ */
+#ifndef WSYNC_STORE_H
+#define WSYNC_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "error.h"
+
+/* [store] settings.  Zero/NULL fields take the documented defaults. */
+struct wsync_store_options {
+	const char *url;		/* required: file:///.., s3://.., hf://buckets/.. */
+	const char *endpoint;		/* s3: https://host[:port]; default AWS for the region */
+	const char *region;		/* default "us-east-1" */
+	int path_style;			/* -1 auto (on unless endpoint is AWS), 0 off, 1 on.
+					 * The one field whose zero is not its default:
+					 * set -1 for auto. */
+	const char *credentials;	/* a credentials file; else env, else $CREDENTIALS_DIRECTORY */
+	const char *ca_file;		/* extra CA bundle; TLS verification is always on */
+	unsigned max_concurrency;	/* requests in flight; default 16 */
+	uint64_t part_size;		/* multipart above this; default 64 MiB (5 MiB..5 GiB) */
+	unsigned retry_attempts;	/* attempts per request including the first; default 6 */
+	uint64_t retry_max_ms;		/* give up after this much time retrying; default 120 s */
+	uint64_t retry_base_ms;		/* first backoff ceiling; default 200 ms */
+	uint64_t timeout_ms;		/* no byte moved for this long = timeout; default 30 s */
+	uint64_t connect_timeout_ms;	/* default 10 s */
+};
+
+/* What a request returns.  Valid only during the callback. */
+struct wsync_store_result {
+	int err;			/* 0; -ENOENT no such object; -ENXIO no such bucket
+					 * (file: the directory is missing); -EACCES bad
+					 * credentials or denied; -EIO data did not verify;
+					 * -ECANCELED the store was freed; other negative errno */
+	bool not_modified;		/* conditional get: the ETag still matches */
+	uint64_t size;			/* object size (head, get, put); for a range get
+					 * still the whole object's size */
+	const char *etag;		/* with quotes as the server sent it; "" if none */
+	int64_t mtime;			/* seconds since the epoch; 0 if unknown */
+	void *data;			/* get to buffer: the bytes (the callee frees them
+					 * after the callback unless data_take is set) */
+	size_t data_len;
+	bool data_take;			/* set by the callback to keep data (then free() it) */
+	const struct wsync_store_entry *entries; /* list: every key under the prefix */
+	size_t n_entries;
+	unsigned attempts;		/* how many tries the request took */
+	struct wsync_error error;	/* one line saying what went wrong when err != 0 */
+};
+
+struct wsync_store_entry {
+	char *key;			/* relative to the store's prefix */
+	uint64_t size;
+	char *etag;
+	int64_t mtime;
+};
+
+/* A get's options.  All optional (a NULL pointer means all defaults); start
+ * from WSYNC_STORE_GET_OPTIONS_INIT, since expect_size's zero is not
+ * "unknown".  A range is S3's: offset at or past the end of the object is
+ * -EINVAL (HTTP 416), a length reaching past the end returns what there is. */
+struct wsync_store_get_options {
+	uint64_t offset;		/* byte range start */
+	uint64_t length;		/* 0: to the end */
+	const char *if_none_match;	/* ETag from an earlier get: "not modified" if unchanged */
+	int64_t expect_size;		/* -1: unknown; else bytes returned (the range's,
+					 * for a range get) differing from it is -EIO */
+	const uint8_t *expect_xxh3;	/* 16 bytes (XXH3-128, big-endian) of the bytes
+					 * returned, or NULL; a mismatch is -EIO */
+	size_t max_size;		/* get to buffer: refuse (-EFBIG) bodies larger
+					 * than this; 0: default 64 MiB */
+};
+
+#define WSYNC_STORE_GET_OPTIONS_INIT { .expect_size = -1 }
+
+struct wsync_store;
+typedef void (*wsync_store_cb)(struct wsync_store_result *res, void *userdata);
+
+/* Create a store on loop (NULL: a private one, see wsync_store_wait()).
+ * Reads credentials now (file, $CREDENTIALS_DIRECTORY, environment).  Returns 0 or a negative errno with err set. */
+int wsync_store_new(uv_loop_t *loop, const struct wsync_store_options *opt,
+		    struct wsync_store **ret, struct wsync_error *err);
+
+/*
+ * Cancel what is in flight, then free.  NULL is accepted.  Every request
+ * still live ends with -ECANCELED: those not started at once, those a
+ * worker thread or a transfer is in the middle of as soon as it stops
+ * (its callback is the sign that the store no longer touches the
+ * request's buffer or files).
+ *  - With a private loop, this runs the loop until every callback has run
+ *    and every handle has closed, then closes it: everything has happened
+ *    when it returns.  (Called from a callback inside wsync_store_wait(),
+ *    the rest happens before wsync_store_wait() returns.)
+ *  - On the caller's loop, callbacks may still come while that loop runs;
+ *    the store's memory goes with the last of them.  Run the loop until it
+ *    has nothing left before uv_loop_close().
+ * Submitting to a store being freed fails with -ECANCELED.
+ */
+void wsync_store_free(struct wsync_store *store);
+
+/* A short description for logs: "s3://bucket/prefix at https://host" (no secrets). */
+const char *wsync_store_describe(const struct wsync_store *store);
+
+/* put: the object appears whole or not at all. */
+int wsync_store_put_file(struct wsync_store *store, const char *key,
+			 const char *path, wsync_store_cb cb, void *userdata);
+/* data must stay valid until the callback. */
+int wsync_store_put_buf(struct wsync_store *store, const char *key,
+			const void *data, size_t len, wsync_store_cb cb, void *userdata);
+
+/* get into path (written beside it as a temp file, renamed when verified). */
+int wsync_store_get_file(struct wsync_store *store, const char *key, const char *path,
+			 const struct wsync_store_get_options *opt,
+			 wsync_store_cb cb, void *userdata);
+int wsync_store_get_buf(struct wsync_store *store, const char *key,
+			const struct wsync_store_get_options *opt,
+			wsync_store_cb cb, void *userdata);
+
+int wsync_store_head(struct wsync_store *store, const char *key,
+		     wsync_store_cb cb, void *userdata);
+
+/* Every key under prefix (relative to the store's own prefix; "" for all),
+ * all pages fetched, sorted by key (bytewise, as S3).  The prefix is a
+ * string prefix as in S3: "v/" lists a "directory", "v/00" every key
+ * starting so.  It is checked as a key, except that "" and a trailing '/'
+ * are allowed. */
+int wsync_store_list(struct wsync_store *store, const char *prefix,
+		     wsync_store_cb cb, void *userdata);
+
+/* Deleting a key that does not exist succeeds (as S3). */
+int wsync_store_delete(struct wsync_store *store, const char *key,
+		       wsync_store_cb cb, void *userdata);
+
+/*
+ * Blocking use (the `wsync` tool, tests): create the store with loop NULL
+ * and it runs a private loop; queue requests as above, then
+ * wsync_store_wait() runs that loop until every callback has run.
+ * Returns 0, or -EINVAL when the store runs on a caller's loop.
+ */
+int wsync_store_wait(struct wsync_store *store);
+
+#endif

@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test-http.c -- common/http.h against a scripted HTTP server on
+ * 127.0.0.1 that runs on the same libuv loop: transient answers (503 with
+ * Retry-After, 500, a connection reset) are retried and the final answer
+ * delivered; 404 is not retried; attempts are bounded; a redirect is
+ * followed without the Authorization header; at most max_active transfers
+ * are open at once; an oversized body is refused; a stalled server times
+ * out; freeing the engine cancels what is in flight and leaves a loop that
+ * closes cleanly.  Plus the backoff and Retry-After arithmetic.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "tap.h"
+
+/* --- the scripted server ------------------------------------------------------ */
+
+enum act { RESPOND, RESET, STALL };
+
+struct step {
+	enum act act;
+	const char *response;		/* RESPOND: the whole answer, headers and body */
+};
+
+#define MAX_LOG 32
+
+struct server {
+	uv_tcp_t tcp;
+	int port;
+	const struct step *script;
+	size_t n_script, next;
+	unsigned open, max_open;
+	struct {
+		char line[256];
+		bool auth;
+		uint64_t body_len;
+	} log[MAX_LOG];
+	size_t n_log;
+};
+
+struct conn {
+	uv_tcp_t tcp;
+	struct server *srv;
+	char buf[65536];
+	size_t len;
+	size_t header_end;		/* 0 until the headers are in */
+	uint64_t body_want;
+	uint64_t body_seen;		/* body bytes already recycled */
+	bool answered;
+	uv_write_t wr;
+};
+
+static void conn_closed(uv_handle_t *h)
+{
+	struct conn *c = h->data;
+
+	c->srv->open--;
+	free(c);
+}
+
+static void conn_close(struct conn *c)
+{
+	if (!uv_is_closing((uv_handle_t *)&c->tcp))
+		uv_close((uv_handle_t *)&c->tcp, conn_closed);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+	struct conn *c = h->data;
+
+	(void)hint;
+	if (c->len == sizeof(c->buf) && c->header_end) {
+		/* Body bytes are only counted: keep the headers, reuse the rest. */
+		c->body_seen += c->len - c->header_end;
+		c->len = c->header_end;
+	}
+	*b = uv_buf_init(c->buf + c->len, (unsigned)(sizeof(c->buf) - c->len));
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+	(void)status;
+	conn_close(w->data);
+}
+
+static void answer(struct conn *c)
+{
+	struct server *s = c->srv;
+	const struct step *st = s->next < s->n_script ? &s->script[s->next] : NULL;
+
+	c->answered = true;
+	s->next++;
+	if (!st || st->act == RESET) {
+		uv_tcp_close_reset(&c->tcp, conn_closed);
+		return;
+	}
+	if (st->act == STALL)
+		return;			/* say nothing, keep the connection */
+	uv_buf_t b = uv_buf_init((char *)st->response, (unsigned)strlen(st->response));
+
+	c->wr.data = c;
+	if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0)
+		conn_close(c);
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
+{
+	struct conn *c = st->data;
+	struct server *s = c->srv;
+
+	(void)b;
+	if (n < 0) {
+		conn_close(c);
+		return;
+	}
+	c->len += (size_t)n;
+	if (!c->header_end) {
+		char *end = memmem(c->buf, c->len, "\r\n\r\n", 4);
+
+		if (!end)
+			return;
+		c->header_end = (size_t)(end - c->buf) + 4;
+		*end = '\0';
+		if (s->n_log < MAX_LOG) {
+			char *eol = strstr(c->buf, "\r\n");
+			size_t l = eol ? (size_t)(eol - c->buf) : strlen(c->buf);
+
+			snprintf(s->log[s->n_log].line, sizeof(s->log[0].line), "%.*s", (int)l,
+				 c->buf);
+			s->log[s->n_log].auth = strcasestr(c->buf, "\r\nAuthorization:") != NULL;
+			char *cl = strcasestr(c->buf, "\r\nContent-Length:");
+
+			c->body_want = cl ? strtoull(cl + 17, NULL, 10) : 0;
+			s->n_log++;
+		}
+	}
+	uint64_t have = c->body_seen + (c->len - c->header_end);
+
+	if (s->n_log)
+		s->log[s->n_log - 1].body_len = have;
+	if (!c->answered && have >= c->body_want)
+		answer(c);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+	struct server *s = l->data;
+	struct conn *c;
+
+	if (status < 0 || !(c = calloc(1, sizeof(*c))))
+		return;
+	c->srv = s;
+	uv_tcp_init(l->loop, &c->tcp);
+	c->tcp.data = c;
+	if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0) {
+		uv_close((uv_handle_t *)&c->tcp, NULL);
+		free(c);
+		return;
+	}
+	s->open++;
+	if (s->open > s->max_open)
+		s->max_open = s->open;
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+static void server_start(uv_loop_t *loop, struct server *s, const struct step *script,
+			 size_t n)
+{
+	struct sockaddr_in addr;
+	struct sockaddr_storage name;
+	int len = sizeof(name);
+
+	memset(s, 0, sizeof(*s));
+	s->script = script;
+	s->n_script = n;
+	uv_ip4_addr("127.0.0.1", 0, &addr);
+	uv_tcp_init(loop, &s->tcp);
+	s->tcp.data = s;
+	uv_tcp_bind(&s->tcp, (const struct sockaddr *)&addr, 0);
+	uv_listen((uv_stream_t *)&s->tcp, 64, on_connection);
+	uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&name, &len);
+	s->port = ntohs(((struct sockaddr_in *)&name)->sin_port);
+}
+
+/* Close every handle still open: stalled connections and the listener. */
+static void close_walk(uv_handle_t *h, void *arg)
+{
+	struct server *srv = arg;
+
+	if (uv_is_closing(h))
+		return;
+	if (h == (uv_handle_t *)&srv->tcp)
+		uv_close(h, NULL);
+	else if (h->type == UV_TCP)
+		uv_close(h, conn_closed);
+	else
+		uv_close(h, NULL);
+}
+
+/* --- requests ------------------------------------------------------------------- */
+
+struct t_req {
+	struct wsync_http_req h;
+	char url[128];
+	bool send_auth;
+	int done;
+};
+
+static int t_prepare(struct wsync_http_req *h, const char *redirect_url)
+{
+	struct t_req *t = h->data;
+
+	if (t->send_auth && !redirect_url)
+		h->headers = curl_slist_append(NULL, "Authorization: secret");
+	return 0;
+}
+
+static void t_done(struct wsync_http_req *h)
+{
+	struct t_req *t = h->data;
+
+	t->done++;
+}
+
+static void t_init(struct t_req *t, struct server *s, const char *method, const char *path)
+{
+	memset(t, 0, sizeof(*t));
+	snprintf(t->url, sizeof(t->url), "http://127.0.0.1:%d%s", s->port, path);
+	t->h.method = method;
+	t->h.url = t->url;
+	t->h.sink = WSYNC_HTTP_SINK_BUF;
+	t->h.sink_max = 1 << 20;
+	t->h.prepare = t_prepare;
+	t->h.done = t_done;
+	t->h.data = t;
+}
+
+static const struct wsync_http_options fast = {
+	.max_active = 4,
+	.attempts = 4,
+	.retry_base_ms = 5,
+	.retry_cap_ms = 50,
+	.retry_total_ms = 10000,
+	.timeout_ms = 1000,
+	.connect_timeout_ms = 2000,
+};
+
+/* Run until every request is done (bounded), then tear everything down. */
+struct rig {
+	uv_loop_t loop;
+	struct server srv;
+	struct wsync_http *http;
+};
+
+static void rig_start(struct rig *r, const struct step *script, size_t n,
+		      const struct wsync_http_options *opt)
+{
+	uv_loop_init(&r->loop);
+	server_start(&r->loop, &r->srv, script, n);
+	CHECK(wsync_http_new(&r->loop, opt, &r->http) == 0);
+}
+
+static void rig_wait(struct rig *r, struct t_req **reqs, size_t n)
+{
+	for (int spins = 0; spins < 100000; spins++) {
+		size_t done = 0;
+
+		for (size_t i = 0; i < n; i++)
+			done += reqs[i]->done;
+		if (done == n)
+			break;
+		uv_run(&r->loop, UV_RUN_ONCE);
+	}
+}
+
+static void rig_stop(struct rig *r, struct t_req **reqs, size_t n)
+{
+	wsync_http_free(r->http);
+	for (size_t i = 0; i < n; i++)
+		wsync_http_req_release(&reqs[i]->h);
+	uv_walk(&r->loop, close_walk, &r->srv);
+	uv_run(&r->loop, UV_RUN_DEFAULT);
+	CHECK(uv_loop_close(&r->loop) == 0);
+}
+
+#define OK_BODY(b) "HTTP/1.1 200 OK\r\nContent-Length: " #b "\r\nConnection: close\r\n\r\n"
+
+static void test_retries_transient(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, "HTTP/1.1 503 Slow Down\r\nRetry-After: 0\r\nContent-Length: 0\r\n"
+			   "Connection: close\r\n\r\n" },
+		{ RESET, NULL },
+		{ RESPOND, "HTTP/1.1 500 Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e1\"\r\n"
+			   "Connection: close\r\n\r\nhello" },
+	};
+	struct rig r;
+	struct t_req t, *reqs[] = { &t };
+
+	rig_start(&r, script, 4, &fast);
+	t_init(&t, &r.srv, "GET", "/obj");
+	wsync_http_submit(r.http, &t.h);
+	CHECK(t.done == 0);	/* never from inside submit */
+	rig_wait(&r, reqs, 1);
+	CHECK(t.done == 1);
+	CHECK(t.h.err == 0);
+	CHECK_EQ_U64(t.h.status, 200);
+	CHECK_EQ_U64(t.h.attempts, 4);
+	CHECK_EQ_U64(t.h.resp.len, 5);
+	CHECK(t.h.resp.len == 5 && memcmp(t.h.resp.data, "hello", 5) == 0);
+	CHECK_STR(t.h.etag, "\"e1\"");
+	CHECK_EQ_U64(r.srv.n_log, 4);
+	rig_stop(&r, reqs, 1);
+}
+
+static void test_no_retry_on_404_and_bounded(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n"
+			   "\r\nnot found" },
+		{ RESPOND, "HTTP/1.1 503 A\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 503 B\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 503 C\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 503 D\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, OK_BODY(0) },
+	};
+	struct wsync_http_options o = fast;
+	struct rig r;
+	struct t_req a, b, *reqs[] = { &a, &b };
+
+	o.max_active = 1;		/* a strictly before b */
+	o.attempts = 3;
+	rig_start(&r, script, 6, &o);
+	t_init(&a, &r.srv, "GET", "/missing");
+	t_init(&b, &r.srv, "GET", "/busy");
+	wsync_http_submit(r.http, &a.h);
+	wsync_http_submit(r.http, &b.h);
+	rig_wait(&r, reqs, 2);
+	CHECK_EQ_U64(a.h.status, 404);
+	CHECK_EQ_U64(a.h.attempts, 1);
+	CHECK(a.h.resp.len == 9 && memcmp(a.h.resp.data, "not found", 9) == 0);
+	CHECK_EQ_U64(b.h.status, 503);	/* gave up after 3 attempts */
+	CHECK_EQ_U64(b.h.attempts, 3);
+	CHECK_EQ_U64(r.srv.n_log, 4);
+	rig_stop(&r, reqs, 2);
+}
+
+static void test_redirect_drops_auth(void)
+{
+	static char redirect[256];
+	static struct step script[] = {
+		{ RESPOND, redirect },
+		{ RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\ncdn" },
+	};
+	struct rig r;
+	struct t_req t, *reqs[] = { &t };
+
+	rig_start(&r, script, 2, &fast);
+	snprintf(redirect, sizeof(redirect),
+		 "HTTP/1.1 302 Found\r\nLocation: http://localhost:%d/edge/x?sig=1\r\n"
+		 "Content-Length: 0\r\nConnection: close\r\n\r\n", r.srv.port);
+	t_init(&t, &r.srv, "GET", "/bucket/x");
+	t.send_auth = true;
+	wsync_http_submit(r.http, &t.h);
+	rig_wait(&r, reqs, 1);
+	CHECK_EQ_U64(t.h.status, 200);
+	CHECK_EQ_U64(t.h.redirects, 1);
+	CHECK_EQ_U64(t.h.attempts, 1);
+	CHECK(t.h.resp.len == 3 && memcmp(t.h.resp.data, "cdn", 3) == 0);
+	CHECK_EQ_U64(r.srv.n_log, 2);
+	CHECK(r.srv.log[0].auth);
+	CHECK(!r.srv.log[1].auth);
+	CHECK_STR(r.srv.log[1].line, "GET /edge/x?sig=1 HTTP/1.1");
+	rig_stop(&r, reqs, 1);
+}
+
+static void test_concurrency_bound(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, OK_BODY(0) }, { RESPOND, OK_BODY(0) }, { RESPOND, OK_BODY(0) },
+		{ RESPOND, OK_BODY(0) }, { RESPOND, OK_BODY(0) }, { RESPOND, OK_BODY(0) },
+		{ RESPOND, OK_BODY(0) }, { RESPOND, OK_BODY(0) },
+	};
+	struct wsync_http_options o = fast;
+	struct rig r;
+	struct t_req t[8], *reqs[8];
+
+	o.max_active = 2;
+	rig_start(&r, script, 8, &o);
+	for (int i = 0; i < 8; i++) {
+		reqs[i] = &t[i];
+		t_init(&t[i], &r.srv, "GET", "/x");
+		wsync_http_submit(r.http, &t[i].h);
+	}
+	rig_wait(&r, reqs, 8);
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ_U64(t[i].h.status, 200);
+	CHECK(r.srv.max_open <= 2);
+	CHECK(r.srv.max_open >= 1);
+	rig_stop(&r, reqs, 8);
+}
+
+static void test_put_from_fd_retried_whole(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 200 OK\r\nETag: \"p\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+	};
+	char path[] = "/tmp/wsync-test-http-XXXXXX";
+	int fd = mkstemp(path);
+	static char data[300000];
+	struct rig r;
+	struct t_req t, *reqs[] = { &t };
+
+	CHECK(fd >= 0);
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (char)(i * 7);
+	CHECK(write(fd, data, sizeof(data)) == (ssize_t)sizeof(data));
+	rig_start(&r, script, 2, &fast);
+	t_init(&t, &r.srv, "PUT", "/bucket/part");
+	t.h.body = WSYNC_HTTP_BODY_FD;
+	t.h.body_fd = fd;
+	t.h.body_offset = 1000;
+	t.h.body_len = sizeof(data) - 1000;
+	wsync_http_submit(r.http, &t.h);
+	rig_wait(&r, reqs, 1);
+	CHECK_EQ_U64(t.h.status, 200);
+	CHECK_EQ_U64(t.h.attempts, 2);
+	CHECK_EQ_U64(r.srv.n_log, 2);
+	CHECK_EQ_U64(r.srv.log[0].body_len, sizeof(data) - 1000);
+	CHECK_EQ_U64(r.srv.log[1].body_len, sizeof(data) - 1000);
+	CHECK_STR(t.h.etag, "\"p\"");
+	rig_stop(&r, reqs, 1);
+	close(fd);
+	unlink(path);
+}
+
+static void test_sink_limit(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n"
+			   "01234567890123456789" },
+	};
+	struct rig r;
+	struct t_req t, *reqs[] = { &t };
+
+	rig_start(&r, script, 1, &fast);
+	t_init(&t, &r.srv, "GET", "/big");
+	t.h.sink_max = 10;
+	wsync_http_submit(r.http, &t.h);
+	rig_wait(&r, reqs, 1);
+	CHECK(t.h.err == -EFBIG);
+	CHECK_EQ_U64(t.h.attempts, 1);
+	rig_stop(&r, reqs, 1);
+}
+
+static void test_stall_times_out(void)
+{
+	static const struct step script[] = { { STALL, NULL } };
+	struct wsync_http_options o = fast;
+	struct rig r;
+	struct t_req t, *reqs[] = { &t };
+
+	o.attempts = 1;
+	rig_start(&r, script, 1, &o);
+	t_init(&t, &r.srv, "GET", "/slow");
+	wsync_http_submit(r.http, &t.h);
+	rig_wait(&r, reqs, 1);
+	CHECK(t.h.err == -ETIMEDOUT);
+	rig_stop(&r, reqs, 1);
+}
+
+static void test_free_cancels(void)
+{
+	static const struct step script[] = { { STALL, NULL }, { STALL, NULL } };
+	struct rig r;
+	struct t_req a, b, *reqs[] = { &a, &b };
+	struct wsync_http_options o = fast;
+
+	o.max_active = 1;		/* b stays queued */
+	rig_start(&r, script, 2, &o);
+	t_init(&a, &r.srv, "GET", "/a");
+	t_init(&b, &r.srv, "GET", "/b");
+	wsync_http_submit(r.http, &a.h);
+	wsync_http_submit(r.http, &b.h);
+	for (int i = 0; i < 200 && r.srv.n_log == 0; i++)
+		uv_run(&r.loop, UV_RUN_ONCE);
+	CHECK_EQ_U64(r.srv.n_log, 1);
+	rig_stop(&r, reqs, 2);		/* frees the engine */
+	CHECK(a.done == 1 && a.h.err == -ECANCELED);
+	CHECK(b.done == 1 && b.h.err == -ECANCELED);
+}
+
+static void test_backoff_math(void)
+{
+	/* full jitter: rnd % (ceiling + 1), ceiling doubling from base to cap */
+	CHECK_EQ_U64(wsync_http_backoff_ms(2, 100, 10000, -1, 1000), 1000 % 101);
+	CHECK_EQ_U64(wsync_http_backoff_ms(3, 100, 10000, -1, 1000), 1000 % 201);
+	CHECK_EQ_U64(wsync_http_backoff_ms(5, 100, 10000, -1, 99999), 99999 % 801);
+	CHECK_EQ_U64(wsync_http_backoff_ms(30, 100, 10000, -1, 123456789), 123456789 % 10001);
+	CHECK(wsync_http_backoff_ms(40, 100, 10000, -1, UINT64_MAX) <= 10000);
+	/* Retry-After is a floor */
+	CHECK_EQ_U64(wsync_http_backoff_ms(2, 100, 10000, 3000, 5), 3000);
+	CHECK_EQ_U64(wsync_http_backoff_ms(2, 100, 10000, 0, 5), 5);
+	CHECK(wsync_http_parse_retry_after("120", 0) == 120);
+	CHECK(wsync_http_parse_retry_after(" 7 ", 0) == 7);
+	CHECK(wsync_http_parse_retry_after("soon", 0) == -1);
+	CHECK(wsync_http_parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1445412470) == 10);
+	CHECK(wsync_http_parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1445412490) == 0);
+	CHECK(wsync_http_transient(0, 503) && wsync_http_transient(0, 429) &&
+	      wsync_http_transient(0, 408) && wsync_http_transient(-ECONNRESET, 0) &&
+	      wsync_http_transient(-ETIMEDOUT, 0));
+	CHECK(!wsync_http_transient(0, 404) && !wsync_http_transient(0, 403) &&
+	      !wsync_http_transient(0, 400) && !wsync_http_transient(0, 200) &&
+	      !wsync_http_transient(-EKEYREJECTED, 0));
+}
+
+int main(void)
+{
+	TEST(test_backoff_math);
+	TEST(test_retries_transient);
+	TEST(test_no_retry_on_404_and_bounded);
+	TEST(test_redirect_drops_auth);
+	TEST(test_concurrency_bound);
+	TEST(test_put_from_fd_retried_whole);
+	TEST(test_sink_limit);
+	TEST(test_stall_times_out);
+	TEST(test_free_cancels);
+	return tap_done();
+}
