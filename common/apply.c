@@ -388,7 +388,10 @@ struct decoder {
 	uint64_t base_size;
 	int fd;				/* the temp file */
 	pthread_mutex_t mu;
+	pthread_cond_t turn;		/* hashed moved on, or r was set */
 	uint64_t next;			/* next segment to take */
+	uint64_t hashed;		/* segments hashed so far, in order */
+	struct wsync_hasher *hasher;	/* of the rebuilt file */
 	int r;				/* first failure */
 	struct wsync_error err;
 };
@@ -403,6 +406,33 @@ static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
 		return wsync_error_set(err, r == -ENODATA ? -EINVAL : r,
 				       "%s: reading the base: %s", what,
 				       r == -ENODATA ? "it shrank" : strerror(-r));
+	return 0;
+}
+
+/*
+ * Add segment i's decoded bytes to the file's hash, after those of every
+ * segment before it: segments tile the file in order (FORMAT.md §3), so
+ * this is the hash of the rebuilt file without reading it back.  A worker
+ * that finished early waits for its turn, holding its buffer; workers take
+ * segments in order, so the one it waits for is being decoded.  Returns 0,
+ * or -ECANCELED when another worker failed meanwhile.
+ */
+static int hash_in_turn(struct decoder *dc, uint64_t i, const uint8_t *p,
+			uint64_t len)
+{
+	pthread_mutex_lock(&dc->mu);
+	while (dc->hashed != i && dc->r == 0)
+		pthread_cond_wait(&dc->turn, &dc->mu);
+	if (dc->r < 0) {
+		pthread_mutex_unlock(&dc->mu);
+		return -ECANCELED;
+	}
+	pthread_mutex_unlock(&dc->mu);
+	wsync_hasher_update(dc->hasher, p, (size_t)len);
+	pthread_mutex_lock(&dc->mu);
+	dc->hashed++;
+	pthread_cond_broadcast(&dc->turn);
+	pthread_mutex_unlock(&dc->mu);
 	return 0;
 }
 
@@ -465,6 +495,9 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	if (r < 0)
 		goto fail;
 	r = write_sparse(dc->fd, out->data, s->target_len, s->target_offset, path, err);
+	if (r == 0)
+		r = hash_in_turn(dc, (uint64_t)(sg - dc->e->segments), out->data,
+				 s->target_len);
 	wsync_segment_free(s);
 	return r;
 fail:
@@ -497,6 +530,7 @@ static void *decode_worker(void *arg)
 				dc->r = r;
 				dc->err = err;
 			}
+			pthread_cond_broadcast(&dc->turn);
 			pthread_mutex_unlock(&dc->mu);
 			break;
 		}
@@ -507,9 +541,10 @@ static void *decode_worker(void *arg)
 	return NULL;
 }
 
-/* Decode every segment of it's file into fd. */
+/* Decode every segment of it's file into fd, and hash what was decoded
+ * into *hash. */
 static int decode_file(struct applier *a, const struct item *it, int fd,
-		       struct wsync_error *err)
+		       struct wsync_hash128 *hash, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 	struct decoder dc = { .d = a->d, .e = it->e, .fd = fd, .base_fd = -1 };
@@ -518,23 +553,32 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 	pthread_t tids[MAX_THREADS];
 	unsigned started = 0;
 
+	if (wsync_hasher_new(&dc.hasher) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
 	if (f->n_segments == 0)
-		return 0;
+		goto out;
 	if (f->flags & WSYNC_DELTA_FILE_HAS_BASE) {
 		struct stat st;
 
 		bfd = open_file(a->base_root, it->base_rel, err);
-		if (bfd < 0)
-			return bfd;
+		if (bfd < 0) {
+			r = bfd;
+			goto out;
+		}
 		if (fstat(bfd, &st) < 0 || (uint64_t)st.st_size != f->base_size) {
-			(void)close(bfd);
-			return wsync_error_set(err, -EINVAL,
-					       "%s: base changed while applying", f->path);
+			r = wsync_error_set(err, -EINVAL,
+					    "%s: base changed while applying", f->path);
+			goto out;
 		}
 		dc.base_fd = bfd;
 		dc.base_size = f->base_size;
 	}
 	if (pthread_mutex_init(&dc.mu, NULL) != 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (pthread_cond_init(&dc.turn, NULL) != 0) {
+		pthread_mutex_destroy(&dc.mu);
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -562,12 +606,16 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		for (unsigned i = 0; i < started; i++)
 			pthread_join(tids[i], NULL);
 	}
+	pthread_cond_destroy(&dc.turn);
 	pthread_mutex_destroy(&dc.mu);
 	if (dc.r < 0) {
 		*err = dc.err;
 		r = dc.r;
 	}
 out:
+	if (r == 0)
+		wsync_hasher_digest(dc.hasher, hash);
+	wsync_hasher_free(dc.hasher);
 	if (bfd >= 0)
 		(void)close(bfd);
 	return r;
@@ -649,11 +697,17 @@ static int build(struct applier *a, struct item *it, struct wsync_error *err)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 		goto out;
 	}
-	r = f->op == WSYNC_DELTA_KEEP ? copy_base(a, it, fd, err)
-				      : decode_file(a, it, fd, err);
-	if (r < 0)
-		goto out;
-	r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
+	/* A rebuilt file is hashed from the decoder's buffers as it is
+	 * written (the writes' own errors are checked); a copied one is read
+	 * back. */
+	if (f->op == WSYNC_DELTA_KEEP) {
+		r = copy_base(a, it, fd, err);
+		if (r == 0)
+			r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
+	} else {
+		r = decode_file(a, it, fd, &h, err);
+		size = f->target_size;
+	}
 	if (r < 0)
 		goto out;
 	if (size != f->target_size || !wsync_hash_equal(&h, &f->target_hash)) {

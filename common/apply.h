@@ -14,8 +14,9 @@
  *  2. Each WRITE file is built in a temp file beside its destination
  *     (".<name>.wsync-XXXXXX", same directory so the rename is atomic),
  *     its segments decoded on worker threads and written at their offsets
- *     (all-zero pages are left as holes), then hashed and compared with the
- *     target hash; then its mode is set and it is fsync'ed.
+ *     (all-zero pages are left as holes); what was decoded is hashed in
+ *     file order from the decoders' buffers (not read back) and compared
+ *     with the target hash; then its mode is set and it is fsync'ed.
  *  3. Only when every temp is built and verified are they renamed over
  *     their destinations, DELETE files unlinked, and the directories
  *     fsync'ed.  Files the delta keeps are not touched.

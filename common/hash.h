@@ -34,6 +34,20 @@ struct wsync_hash128 {
 void wsync_hash_mem(const void *p, size_t len, struct wsync_hash128 *ret);
 
 /*
+ * A streaming XXH3-128, for callers that hold the bytes in order anyway
+ * (apply hashes what it rebuilt from its own buffers, not by reading the
+ * file back).  new returns 0 or -ENOMEM; update takes any lengths; digest
+ * may be taken at any point and the hasher updated further; free accepts
+ * NULL.  Not thread-safe: one hasher, one thread at a time.
+ */
+struct wsync_hasher;
+
+int wsync_hasher_new(struct wsync_hasher **ret);
+void wsync_hasher_update(struct wsync_hasher *h, const void *p, size_t len);
+void wsync_hasher_digest(const struct wsync_hasher *h, struct wsync_hash128 *ret);
+void wsync_hasher_free(struct wsync_hasher *h);
+
+/*
  * Hash everything fd holds from offset 0 to end of file, reading with
  * pread (the fd's position is untouched, so other threads may pread the
  * same fd).  *size_ret (may be NULL) gets the number of bytes hashed.
