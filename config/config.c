@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "store.h"
 #include "units.h"
 #include "url.h"
 
@@ -57,6 +58,16 @@
 #define POLL_MIN_MS 100
 #define POLL_MAX_MS (24 * 3600 * 1000)
 #define REGION_MAX 64
+#define MAX_CONCURRENCY_MAX 1024
+#define MiB (1024ULL * 1024)
+#define GiB (1024ULL * MiB)
+#define PART_SIZE_MIN (5 * MiB)	/* S3's limits on a multipart part */
+#define PART_SIZE_MAX (5 * GiB)
+#define RETRY_ATTEMPTS_MAX 100
+#define STORE_TIME_MIN_MS 100
+#define RETRY_TIME_MAX_MS (24 * 3600 * 1000)
+#define TIMEOUT_MAX_MS (3600 * 1000)
+#define CONNECT_TIMEOUT_MAX_MS (300 * 1000)
 #define FORMAT_MAX 64		/* a formatted number or duration */
 #define SUGGEST_NAME_MAX 64	/* longer names get no "did you mean" */
 
@@ -235,6 +246,75 @@ static const char *format_duration(UNUSED const struct config_key *k, const void
 				   char *buf, size_t len)
 {
 	return format_ms(buf, len, *(const uint64_t *)field);
+}
+
+/* The largest binary unit that divides n exactly ("64MiB", "5GiB",
+ * "5000000"), so the text parses back to the same number. */
+static const char *format_bytes_exact(char *buf, size_t len, uint64_t n)
+{
+	static const char *const units[] = { "TiB", "GiB", "MiB", "KiB" };
+
+	for (size_t i = 0; n && i < sizeof(units) / sizeof(units[0]); i++) {
+		uint64_t f = 1ULL << (10 * (4 - i));
+
+		if (n % f == 0) {
+			snprintf(buf, len, "%" PRIu64 "%s", n / f, units[i]);
+			return buf;
+		}
+	}
+	snprintf(buf, len, "%" PRIu64, n);
+	return buf;
+}
+
+static int parse_size(const struct config_key *k, const char *value, void *field,
+		      struct wsync_error *why)
+{
+	char lo[FORMAT_MAX], hi[FORMAT_MAX];
+	uint64_t v;
+	int r;
+
+	r = wsync_parse_size(value, &v);
+	if (r == -EINVAL)
+		return wsync_error_set(why, -EINVAL,
+				       "expected a size like 64MiB, 1GiB or 500MB, not \"%.64s\"",
+				       value);
+	if (r < 0 || v < k->min || v > k->max)
+		return wsync_error_set(why, -EINVAL, "%.64s is out of range (%s..%s)", value,
+				       format_bytes_exact(lo, sizeof(lo), k->min),
+				       format_bytes_exact(hi, sizeof(hi), k->max));
+	*(uint64_t *)field = v;
+	return 0;
+}
+
+static const char *format_size(UNUSED const struct config_key *k, const void *field,
+			       char *buf, size_t len)
+{
+	return format_bytes_exact(buf, len, *(const uint64_t *)field);
+}
+
+/* auto, or a boolean: -1, 1, 0. */
+static int parse_path_style(UNUSED const struct config_key *k, const char *value, void *field,
+			    struct wsync_error *why)
+{
+	bool b;
+
+	if (strcasecmp(value, "auto") == 0) {
+		*(int *)field = -1;
+		return 0;
+	}
+	if (wsync_parse_bool(value, &b) < 0)
+		return wsync_error_set(why, -EINVAL,
+				       "expected auto, true or false, not \"%.64s\"", value);
+	*(int *)field = b;
+	return 0;
+}
+
+static const char *format_path_style(UNUSED const struct config_key *k, const void *field,
+				     UNUSED char *buf, UNUSED size_t len)
+{
+	int v = *(const int *)field;
+
+	return v < 0 ? "auto" : v ? "true" : "false";
 }
 
 static int parse_role(UNUSED const struct config_key *k, const char *value, void *field,
@@ -433,6 +513,20 @@ static const struct config_key config_keys[] = {
 	KEY("store", "region", parse_region, format_string, region, .max = REGION_MAX),
 	KEY("store", "credentials", parse_path, format_string, credentials,
 	    .flags = KEY_OPTIONAL),
+	KEY("store", "path_style", parse_path_style, format_path_style, path_style),
+	KEY("store", "ca_file", parse_path, format_string, ca_file, .flags = KEY_OPTIONAL),
+	KEY("store", "max_concurrency", parse_uint32, format_uint32, max_concurrency,
+	    .min = 1, .max = MAX_CONCURRENCY_MAX),
+	KEY("store", "part_size", parse_size, format_size, part_size,
+	    .min = PART_SIZE_MIN, .max = PART_SIZE_MAX),
+	KEY("store", "retry_attempts", parse_uint32, format_uint32, retry_attempts,
+	    .min = 1, .max = RETRY_ATTEMPTS_MAX),
+	KEY("store", "retry_max_time", parse_duration, format_duration, retry_max_time_ms,
+	    .min = STORE_TIME_MIN_MS, .max = RETRY_TIME_MAX_MS),
+	KEY("store", "timeout", parse_duration, format_duration, timeout_ms,
+	    .min = STORE_TIME_MIN_MS, .max = TIMEOUT_MAX_MS),
+	KEY("store", "connect_timeout", parse_duration, format_duration, connect_timeout_ms,
+	    .min = STORE_TIME_MIN_MS, .max = CONNECT_TIMEOUT_MAX_MS),
 	KEY("publisher", "watch_dir", parse_path, format_string, watch_dir),
 	KEY("publisher", "anchor_every", parse_uint32, format_uint32, anchor_every,
 	    .min = 1, .max = ANCHOR_EVERY_MAX),
@@ -940,6 +1034,14 @@ static void validate(struct parse_state *st)
 			add_issue(st, seen_line(st, "store", "endpoint"),
 				  "[store] endpoint: not used with a file:// url; remove it "
 				  "(only s3:// and hf:// stores have an endpoint)");
+		if (cfg->path_style >= 0)
+			add_issue(st, seen_line(st, "store", "path_style"),
+				  "[store] path_style: not used with a file:// url; remove it "
+				  "(it chooses how s3:// requests address the bucket)");
+		if (cfg->ca_file)
+			add_issue(st, seen_line(st, "store", "ca_file"),
+				  "[store] ca_file: not used with a file:// url; remove it "
+				  "(only s3:// and hf:// stores speak TLS)");
 		/* The publisher would see its own uploads as new files, the
 		 * subscriber would apply deltas over the bucket. */
 		if (dir && (path_within(url.path, dir) || path_within(dir, url.path)))
@@ -948,6 +1050,11 @@ static void validate(struct parse_state *st)
 				  url.path, cfg->role == WSYNC_ROLE_PUBLISHER ? "publisher" : "subscriber",
 				  cfg->role == WSYNC_ROLE_PUBLISHER ? "watch_dir" : "target_dir", dir);
 	}
+	/* The Hub's S3 gateway knows no virtual-hosted buckets. */
+	if (url.scheme == WSYNC_URL_HF && cfg->path_style == 0)
+		add_issue(st, seen_line(st, "store", "path_style"),
+			  "[store] path_style: hf:// buckets are reached path-style only; "
+			  "remove it or set it to auto or true");
 	wsync_url_free(&url);
 }
 
@@ -1034,6 +1141,14 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->log_level = LOG_INFO;
 	cfg->anchor_every = 20;
 	cfg->poll_interval_ms = 2000;
+	/* [store]: the same defaults as store.h's wsync_store_options */
+	cfg->path_style = -1;
+	cfg->max_concurrency = 16;
+	cfg->part_size = 64 * MiB;
+	cfg->retry_attempts = 6;
+	cfg->retry_max_time_ms = 120000;
+	cfg->timeout_ms = 30000;
+	cfg->connect_timeout_ms = 10000;
 	if (default_dir("STATE_DIRECTORY", "/var/lib/wsync", &cfg->state_dir) < 0 ||
 	    default_dir("RUNTIME_DIRECTORY", "/run/wsync", &cfg->runtime_dir) < 0 ||
 	    !(cfg->region = strdup("us-east-1"))) {
@@ -1054,6 +1169,7 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->endpoint);
 	free(cfg->region);
 	free(cfg->credentials);
+	free(cfg->ca_file);
 	free(cfg->watch_dir);
 	free(cfg->target_dir);
 	/* zeroed, so a second free (or a free after a failed init) is harmless */
@@ -1116,4 +1232,24 @@ void wsync_config_dump(const struct wsync_config *cfg, FILE *f)
 		else
 			fprintf(f, "; %s = (not set)\n", k->key);
 	}
+}
+
+int wsync_config_store_options(const struct wsync_config *cfg,
+			       struct wsync_store_options *opt)
+{
+	*opt = (struct wsync_store_options){
+		.url = cfg->store_url,
+		.endpoint = cfg->endpoint,
+		.region = cfg->region,
+		.path_style = cfg->path_style,
+		.credentials = cfg->credentials,
+		.ca_file = cfg->ca_file,
+		.max_concurrency = cfg->max_concurrency,
+		.part_size = cfg->part_size,
+		.retry_attempts = cfg->retry_attempts,
+		.retry_max_ms = cfg->retry_max_time_ms,
+		.timeout_ms = cfg->timeout_ms,
+		.connect_timeout_ms = cfg->connect_timeout_ms,
+	};
+	return 0;
 }

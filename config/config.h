@@ -43,6 +43,14 @@ struct wsync_config {
 	char *endpoint;		/* endpoint = https://host[:port] (optional) */
 	char *region;		/* default "us-east-1" */
 	char *credentials;	/* path of a credentials file (optional) */
+	char *ca_file;		/* extra CA bundle (optional); TLS is always verified */
+	int path_style;		/* -1 auto, 0 false, 1 true; default auto */
+	uint32_t max_concurrency; /* requests in flight; default 16; 1..1024 */
+	uint64_t part_size;	/* multipart part size; default 64MiB; 5MiB..5GiB */
+	uint32_t retry_attempts; /* tries per request; default 6; 1..100 */
+	uint64_t retry_max_time_ms; /* give up retrying after; default 2min */
+	uint64_t timeout_ms;	/* no progress for this long = timeout; default 30s */
+	uint64_t connect_timeout_ms; /* default 10s */
 
 	/* [publisher] */
 	char *watch_dir;	/* required for role=publisher */
@@ -95,5 +103,15 @@ void wsync_config_foreach_key(void (*cb)(const char *section, const char *key,
 
 /* Write the effective configuration as INI to f (for --dump-config). */
 void wsync_config_dump(const struct wsync_config *cfg, FILE *f);
+
+struct wsync_store_options;
+
+/*
+ * The [store] settings as options for wsync_store_new() (store.h).  opt
+ * is overwritten; its strings point into cfg, which must outlive their
+ * use (wsync_store_new() copies them).  Returns 0.
+ */
+int wsync_config_store_options(const struct wsync_config *cfg,
+			       struct wsync_store_options *opt);
 
 #endif

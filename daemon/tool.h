@@ -19,6 +19,7 @@ enum {
 int tool_inspect(int argc, char **argv);
 int tool_diff(int argc, char **argv);
 int tool_apply(int argc, char **argv);
+int tool_store(int argc, char **argv);
 
 /* Worker threads when --threads is not given: one per online CPU, as the
  * daemon's [daemon] threads default. */

@@ -30,6 +30,9 @@ static const struct subcommand {
 	{ "apply", tool_apply,
 	  "TARGET DELTA [-o OUTDIR] [--threads N] [--json]\n"
 	  "      apply a delta to TARGET, all or nothing" },
+	{ "store", tool_store,
+	  "put FILE URL | get URL FILE | ls URL | rm URL | head URL [--config F]\n"
+	  "      copy to and from a bucket (file://, s3://, hf://), list, delete" },
 };
 
 unsigned tool_default_threads(void)
@@ -58,7 +61,8 @@ static void usage(FILE *f)
 		fprintf(f, "  %s %s\n", subcommands[i].name, subcommands[i].summary);
 	fprintf(f, "\nOptions:\n  -h, --help     this text\n"
 		   "  -V, --version  print the version\n\n"
-		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 bad input.\n");
+		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 bad input (or data that\n"
+		   "did not verify), 78 bad configuration file.\n");
 }
 
 int main(int argc, char **argv)

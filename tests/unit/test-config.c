@@ -187,7 +187,12 @@ static bool config_equal(const struct wsync_config *a, const struct wsync_config
 	bool same = a->role == b->role && SAME_STR(state_dir) && SAME_STR(runtime_dir) &&
 		    a->threads == b->threads && a->log_level == b->log_level &&
 		    SAME_STR(store_url) && SAME_STR(endpoint) && SAME_STR(region) &&
-		    SAME_STR(credentials) && SAME_STR(watch_dir) &&
+		    SAME_STR(credentials) && SAME_STR(ca_file) &&
+		    a->path_style == b->path_style && a->max_concurrency == b->max_concurrency &&
+		    a->part_size == b->part_size && a->retry_attempts == b->retry_attempts &&
+		    a->retry_max_time_ms == b->retry_max_time_ms &&
+		    a->timeout_ms == b->timeout_ms &&
+		    a->connect_timeout_ms == b->connect_timeout_ms && SAME_STR(watch_dir) &&
 		    a->anchor_every == b->anchor_every && SAME_STR(target_dir) &&
 		    a->poll_interval_ms == b->poll_interval_ms;
 #undef SAME_STR
@@ -254,6 +259,14 @@ static void test_defaults_applied(void)
 	CHECK(l.cfg.endpoint == NULL);
 	CHECK_STR(l.cfg.region, "us-east-1");
 	CHECK(l.cfg.credentials == NULL);
+	CHECK(l.cfg.ca_file == NULL);
+	CHECK(l.cfg.path_style == -1);
+	CHECK_EQ_U64(l.cfg.max_concurrency, 16);
+	CHECK_EQ_U64(l.cfg.part_size, 64ULL << 20);
+	CHECK_EQ_U64(l.cfg.retry_attempts, 6);
+	CHECK_EQ_U64(l.cfg.retry_max_time_ms, 120000);
+	CHECK_EQ_U64(l.cfg.timeout_ms, 30000);
+	CHECK_EQ_U64(l.cfg.connect_timeout_ms, 10000);
 	CHECK_STR(l.cfg.watch_dir, "/tmp/wsync-test-watch");
 	CHECK_EQ_U64(l.cfg.anchor_every, 20);
 	CHECK(l.cfg.target_dir == NULL);
@@ -279,6 +292,14 @@ static void test_every_key_parsed(void)
 		  "endpoint = https://minio.example.com:9000/\n"
 		  "region = eu-central-1\n"
 		  "credentials = /etc/wsync/credentials\n"
+		  "path_style = TRUE\n"
+		  "ca_file = /etc/ssl//private-ca.pem\n"
+		  "max_concurrency = 64\n"
+		  "part_size = 8 MiB\n"
+		  "retry_attempts = 3\n"
+		  "retry_max_time = 5min\n"
+		  "timeout = 1500ms\n"
+		  "connect_timeout = 2\n"
 		  "[publisher]\n"
 		  "watch_dir = /srv/ckpt\n"
 		  "anchor_every = 100000\n"
@@ -295,6 +316,14 @@ static void test_every_key_parsed(void)
 	CHECK_STR(l.cfg.endpoint, "https://minio.example.com:9000");
 	CHECK_STR(l.cfg.region, "eu-central-1");
 	CHECK_STR(l.cfg.credentials, "/etc/wsync/credentials");
+	CHECK(l.cfg.path_style == 1);
+	CHECK_STR(l.cfg.ca_file, "/etc/ssl/private-ca.pem");
+	CHECK_EQ_U64(l.cfg.max_concurrency, 64);
+	CHECK_EQ_U64(l.cfg.part_size, 8ULL << 20);
+	CHECK_EQ_U64(l.cfg.retry_attempts, 3);
+	CHECK_EQ_U64(l.cfg.retry_max_time_ms, 300000);
+	CHECK_EQ_U64(l.cfg.timeout_ms, 1500);
+	CHECK_EQ_U64(l.cfg.connect_timeout_ms, 2000);
 	CHECK_STR(l.cfg.watch_dir, "/srv/ckpt");
 	CHECK_EQ_U64(l.cfg.anchor_every, 100000);
 	CHECK_STR(l.cfg.target_dir, "/srv/model");
@@ -379,6 +408,26 @@ static void test_bad_values(void)
 	expect_bad("store", "region",
 		   "a-very-long-region-name-that-goes-on-and-on-and-on-for-more-than-64-chars",
 		   "1 to 64 characters");
+	expect_bad("store", "max_concurrency", "0", "0 is out of range (1..1024)");
+	expect_bad("store", "max_concurrency", "1025", "1025 is out of range (1..1024)");
+	expect_bad("store", "max_concurrency", "many", "expected a whole number from 1 to 1024");
+	expect_bad("store", "part_size", "4MiB", "4MiB is out of range (5MiB..5GiB)");
+	expect_bad("store", "part_size", "5GiB1", "expected a size like 64MiB");
+	expect_bad("store", "part_size", "6GiB", "6GiB is out of range (5MiB..5GiB)");
+	expect_bad("store", "part_size", "5242879", "out of range (5MiB..5GiB)");
+	expect_bad("store", "part_size", "-64MiB", "expected a size");
+	expect_bad("store", "part_size", "", "empty value; expected a size");
+	expect_bad("store", "path_style", "virtual", "expected auto, true or false, not \"virtual\"");
+	expect_bad("store", "path_style", "", "empty value; expected auto, true or false");
+	expect_bad("store", "ca_file", "ca.pem", "expected an absolute path");
+	expect_bad("store", "retry_attempts", "0", "0 is out of range (1..100)");
+	expect_bad("store", "retry_attempts", "101", "101 is out of range (1..100)");
+	expect_bad("store", "retry_max_time", "50ms", "50ms is out of range (100ms..1d)");
+	expect_bad("store", "retry_max_time", "forever", "expected a duration");
+	expect_bad("store", "timeout", "2h", "2h is out of range (100ms..1h)");
+	expect_bad("store", "timeout", "0", "0 is out of range (100ms..1h)");
+	expect_bad("store", "connect_timeout", "6min", "6min is out of range (100ms..5min)");
+	expect_bad("store", "connect_timeout", "10sec", "expected a duration");
 	expect_bad("publisher", "watch_dir", "", "empty value; expected an absolute path");
 	expect_bad("publisher", "anchor_every", "0", "0 is out of range (1..100000)");
 	expect_bad("publisher", "anchor_every", "20x", "expected a whole number from 1 to 100000");
@@ -438,6 +487,63 @@ static void test_good_values(void)
 	expect_ok(&l, "store", "credentials", "/etc/wsync/creds");
 	CHECK_STR(l.cfg.credentials, "/etc/wsync/creds");
 	loaded_free(&l);
+	expect_ok(&l, "store", "max_concurrency", "1");
+	CHECK_EQ_U64(l.cfg.max_concurrency, 1);
+	loaded_free(&l);
+	expect_ok(&l, "store", "max_concurrency", "1024");
+	CHECK_EQ_U64(l.cfg.max_concurrency, 1024);
+	loaded_free(&l);
+	expect_ok(&l, "store", "part_size", "5MiB");
+	CHECK_EQ_U64(l.cfg.part_size, 5ULL << 20);
+	loaded_free(&l);
+	expect_ok(&l, "store", "part_size", "5 GiB");
+	CHECK_EQ_U64(l.cfg.part_size, 5ULL << 30);
+	loaded_free(&l);
+	expect_ok(&l, "store", "part_size", "100MB");
+	CHECK_EQ_U64(l.cfg.part_size, 100000000);
+	loaded_free(&l);
+	expect_ok(&l, "store", "retry_attempts", "1");
+	CHECK_EQ_U64(l.cfg.retry_attempts, 1);
+	loaded_free(&l);
+	expect_ok(&l, "store", "retry_attempts", "100");
+	CHECK_EQ_U64(l.cfg.retry_attempts, 100);
+	loaded_free(&l);
+	expect_ok(&l, "store", "retry_max_time", "1d");
+	CHECK_EQ_U64(l.cfg.retry_max_time_ms, 86400000);
+	loaded_free(&l);
+	expect_ok(&l, "store", "timeout", "100ms");
+	CHECK_EQ_U64(l.cfg.timeout_ms, 100);
+	loaded_free(&l);
+	expect_ok(&l, "store", "connect_timeout", "5min");
+	CHECK_EQ_U64(l.cfg.connect_timeout_ms, 300000);
+	loaded_free(&l);
+	/* auto is allowed with every URL, file:// included */
+	expect_ok(&l, "store", "path_style", "Auto");
+	CHECK(l.cfg.path_style == -1);
+	loaded_free(&l);
+	{
+		static const struct {
+			const char *value;
+			int stored;
+		} styles[] = {
+			{ "true", 1 }, { "yes", 1 }, { "on", 1 }, { "1", 1 },
+			{ "false", 0 }, { "no", 0 }, { "OFF", 0 }, { "0", 0 }, { "auto", -1 },
+		};
+
+		for (size_t i = 0; i < sizeof(styles) / sizeof(styles[0]); i++) {
+			char text[512];
+
+			snprintf(text, sizeof(text),
+				 "[daemon]\nrole = publisher\n[publisher]\nwatch_dir = /srv/w\n"
+				 "[store]\nurl = s3://my-bucket/p\npath_style = %s\n"
+				 "ca_file = /etc/ssl/ca.pem\n", styles[i].value);
+			load_text(&l, text);
+			CHECK(loaded_clean(&l));
+			CHECK(l.cfg.path_style == styles[i].stored);
+			CHECK_STR(l.cfg.ca_file, "/etc/ssl/ca.pem");
+			loaded_free(&l);
+		}
+	}
 }
 
 /* Optional keys: an empty value means "not set". */
@@ -454,9 +560,10 @@ static void test_optional_empty(void)
 
 	load_text(&l,
 		  "[daemon]\nrole = publisher\n[publisher]\nwatch_dir = /srv/w\n"
-		  "[store]\nurl = s3://my-bucket\nendpoint =\n");
+		  "[store]\nurl = s3://my-bucket\nendpoint =\nca_file =\n");
 	CHECK(loaded_clean(&l));
 	CHECK(l.cfg.endpoint == NULL);
+	CHECK(l.cfg.ca_file == NULL);
 	loaded_free(&l);
 }
 
@@ -632,6 +739,27 @@ static void test_cross_key_rules(void)
 		  "url = file://localhost/srv\n[subscriber]\ntarget_dir = /srv/model\n");
 	CHECK(l.errs.n == 1);
 	CHECK(has_issue(&l, 4, "overlaps [subscriber] target_dir /srv/model"));
+	loaded_free(&l);
+
+	/* S3-only settings with a file:// bucket, each on its own line */
+	load_text(&l, BASE_PUBLISHER "[store]\npath_style = false\nca_file = /etc/ca.pem\n"
+		  "max_concurrency = 4\n");
+	CHECK(l.r == -EINVAL);
+	CHECK(l.errs.n == 2);
+	CHECK(has_issue(&l, 8, "[store] path_style: not used with a file:// url"));
+	CHECK(has_issue(&l, 9, "[store] ca_file: not used with a file:// url"));
+	loaded_free(&l);
+
+	/* the Hub's gateway is path-style only */
+	load_text(&l, "[daemon]\nrole = publisher\n[publisher]\nwatch_dir = /srv/w\n"
+		  "[store]\nurl = hf://buckets/org/b\npath_style = no\n");
+	CHECK(l.r == -EINVAL);
+	CHECK(l.errs.n == 1);
+	CHECK(has_issue(&l, 7, "[store] path_style: hf:// buckets are reached path-style only"));
+	loaded_free(&l);
+	load_text(&l, "[daemon]\nrole = publisher\n[publisher]\nwatch_dir = /srv/w\n"
+		  "[store]\nurl = hf://buckets/org/b\npath_style = yes\n");
+	CHECK(loaded_clean(&l));
 	loaded_free(&l);
 
 	/* /srv/ckpt2 is not inside /srv/ckpt */
@@ -872,6 +1000,9 @@ static void test_dump_round_trip(void)
 		  "[store]\nurl = hf://buckets/org/bucket/run/1\n"
 		  "endpoint = http://[::1]:8080\nregion = auto\n"
 		  "credentials = /etc/wsync/creds\n"
+		  "path_style = true\nca_file = /etc/ca.pem\nmax_concurrency = 3\n"
+		  "part_size = 6000000\nretry_attempts = 9\nretry_max_time = 90s\n"
+		  "timeout = 2500ms\nconnect_timeout = 1min\n"
 		  "[publisher]\nwatch_dir = /srv/w\nanchor_every = 7\n"
 		  "[subscriber]\ntarget_dir = /srv/t\npoll_interval = 90000ms\n");
 	CHECK(loaded_clean(&l));
@@ -913,6 +1044,9 @@ static void test_dump_text(void)
 		       "; endpoint = (not set)\nregion = us-east-1\n; credentials = (not set)\n");
 	CHECK_CONTAINS(buf, "\n[subscriber]\n; target_dir = (not set)\npoll_interval = 90s\n");
 	CHECK_CONTAINS(buf, "log_level = info\n");
+	CHECK_CONTAINS(buf, "\npath_style = auto\n; ca_file = (not set)\nmax_concurrency = 16\n"
+		       "part_size = 64MiB\nretry_attempts = 6\nretry_max_time = 2min\n"
+		       "timeout = 30s\nconnect_timeout = 10s\n");
 	free(buf);
 	loaded_free(&l);
 
@@ -988,7 +1122,11 @@ static void test_foreach_key(void)
 		{ "daemon", "runtime_dir", 0 },	 { "daemon", "threads", 0 },
 		{ "daemon", "log_level", 0 },	 { "store", "url", 0 },
 		{ "store", "endpoint", 0 },	 { "store", "region", 0 },
-		{ "store", "credentials", 0 },	 { "publisher", "watch_dir", 0 },
+		{ "store", "credentials", 0 },	 { "store", "path_style", 0 },
+		{ "store", "ca_file", 0 },	 { "store", "max_concurrency", 0 },
+		{ "store", "part_size", 0 },	 { "store", "retry_attempts", 0 },
+		{ "store", "retry_max_time", 0 }, { "store", "timeout", 0 },
+		{ "store", "connect_timeout", 0 }, { "publisher", "watch_dir", 0 },
 		{ "publisher", "anchor_every", 0 }, { "subscriber", "target_dir", 0 },
 		{ "subscriber", "poll_interval", 0 }, { NULL, NULL, 0 },
 	};

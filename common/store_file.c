@@ -1,0 +1,1046 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store_file.c -- the file:// backend: a directory as the bucket.
+ *
+ * Keys map to paths below the bucket directory, '/' to subdirectories
+ * made on demand (0755).  Objects are written as S3 makes them appear:
+ * whole or not at all.  A put writes ".wsync-tmp.XXXXXX" in the object's
+ * own directory, fsyncs it, renames it over the key and fsyncs the
+ * directory, so a reader (another node on NFS included) sees the old
+ * object or the new one, never a part; listings skip the temp names, and
+ * keys may not use them.
+ *
+ * Every system call runs on the libuv thread pool (uv_queue_work), never
+ * on the loop thread, at most max_concurrency jobs at a time (the pool is
+ * shared with every uv_fs_* call of the process: a burst of uploads must
+ * not starve the rest).  A job reads its request and fills req->res in the
+ * worker; the request cannot go away meanwhile, since only the job's
+ * completion on the loop thread ends it.
+ *
+ * Symlinks: the bucket directory itself is opened by its configured path
+ * (a symlink there is the operator's choice), but below it nothing is
+ * followed.  Each path is walked one component at a time with openat(...,
+ * O_DIRECTORY | O_NOFOLLOW) from the bucket's descriptor and the object
+ * opened with O_NOFOLLOW, so a symlink planted in the bucket cannot send a
+ * write (or a read) anywhere else; renames replace a planted link rather
+ * than writing through it.
+ *
+ * ETags are '"INODE-SIZE-MTIME_NS"' in hex: stable while the file is
+ * unchanged, and different after any put, since a put is a rename of a
+ * new inode.
+ */
+#include "store_backend.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hash.h"
+#include "io.h"
+
+#define TMP_PREFIX ".wsync-tmp."
+#define TMP_NAME_MAX 32
+#define TMP_TRIES 100
+#define ETAG_MAX 64
+#define KEY_MAX 1024
+#define COPY_CHUNK (64u << 20)	/* between two looks at the cancel flag */
+#define RW_BUFFER (1u << 20)	/* read/write fallback of copy_file_range */
+
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct file_backend;
+
+/* Where a job is; each state has its list in struct file_backend. */
+enum job_state {
+	JOB_PENDING,	/* waiting for one of the max_concurrency slots */
+	JOB_IN_POOL,	/* handed to uv_queue_work: queued or running */
+};
+
+struct file_job {
+	uv_work_t work;
+	struct file_backend *fb;
+	struct wsync_store_req *req;
+	enum job_state state;
+	atomic_bool cancelled;		/* set on the loop thread, read by the worker */
+	char etag[ETAG_MAX];		/* req->res.etag points here */
+	struct file_job *prev, *next;
+};
+
+struct file_backend {
+	struct wsync_store *store;	/* NULL once the store let go of us */
+	uv_loop_t *loop;
+	char *root;			/* the bucket directory */
+	unsigned max_running;
+	unsigned running;		/* jobs in the pool */
+	unsigned refs;			/* the store's, plus one per job in the pool */
+	struct file_job *pending, *pending_tail; /* FIFO */
+	struct file_job *in_pool;
+};
+
+/* ---- small helpers (worker threads) ------------------------------------- */
+
+static bool is_cancelled(const struct file_job *job)
+{
+	return atomic_load_explicit(&job->cancelled, memory_order_relaxed);
+}
+
+static void make_etag(const struct stat *st, char *buf, size_t len)
+{
+	uint64_t ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+
+	snprintf(buf, len, "\"%" PRIx64 "-%" PRIx64 "-%" PRIx64 "\"", (uint64_t)st->st_ino,
+		 (uint64_t)st->st_size, ns);
+}
+
+static void fill_stat(struct wsync_store_req *req, struct file_job *job, const struct stat *st)
+{
+	make_etag(st, job->etag, sizeof(job->etag));
+	req->res.etag = job->etag;
+	req->res.size = (uint64_t)st->st_size;
+	req->res.mtime = (int64_t)st->st_mtim.tv_sec;
+}
+
+/* Does some '/'-separated component of s start with the temp prefix? */
+static bool has_tmp_component(const char *s)
+{
+	for (const char *c = s; c; c = strchr(c, '/')) {
+		if (*c == '/')
+			c++;
+		if (strncmp(c, TMP_PREFIX, sizeof(TMP_PREFIX) - 1) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Six random characters of [A-Za-z0-9], as mkstemp's XXXXXX. */
+static void random_suffix(char *out, size_t n)
+{
+	static const char set[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	static atomic_uint counter;
+	uint8_t rnd[16];
+
+	if (n > sizeof(rnd))
+		n = sizeof(rnd);
+	if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) {
+		/* no entropy yet (early boot): uniqueness is all O_EXCL needs */
+		struct timespec ts;
+		uint64_t x;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
+		    (uint64_t)atomic_fetch_add(&counter, 1) << 32 ^ (uint64_t)getpid();
+		for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ULL + 1)
+			rnd[i] = (uint8_t)(x >> 56);
+	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = set[rnd[i] % (sizeof(set) - 1)];
+	out[n] = '\0';
+}
+
+/* mkstemp() relative to dirfd: ".wsync-tmp.XXXXXX", created O_EXCL (which
+ * also refuses a planted symlink of that name), mode 0644 less the umask as
+ * the objects are.  name (TMP_NAME_MAX bytes) gets the name. */
+static int tmp_create(int dirfd, char *name)
+{
+	for (int i = 0; i < TMP_TRIES; i++) {
+		int fd;
+
+		memcpy(name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1);
+		random_suffix(name + sizeof(TMP_PREFIX) - 1, 6);
+		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+/* fsync, where the filesystem has one: some FUSE filesystems answer
+ * EINVAL or ENOSYS (for directories especially), which must not fail an
+ * object that is otherwise in place. */
+static int sync_fd(int fd)
+{
+	if (fsync(fd) == 0 || errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)
+		return 0;
+	return -errno;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len, const struct file_job *job)
+{
+	while (len > 0) {
+		ssize_t n;
+
+		if (is_cancelled(job))
+			return -ECANCELED;
+		n = write(fd, p, len > COPY_CHUNK ? COPY_CHUNK : len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Copy len bytes of in from offset off to out's current position:
+ * copy_file_range() (in the kernel, a reflink where the filesystem can),
+ * else read/write through a buffer.  Returns 0, -ENODATA when in ends
+ * first, -ECANCELED, or another negative errno.
+ */
+static int copy_fd(int in, uint64_t off, int out, uint64_t len, const struct file_job *job)
+{
+	bool use_cfr = true;
+	uint8_t *buf = NULL;
+	int r = 0;
+
+	while (len > 0) {
+		size_t chunk = len > COPY_CHUNK ? COPY_CHUNK : (size_t)len;
+		ssize_t n;
+
+		if (is_cancelled(job)) {
+			r = -ECANCELED;
+			break;
+		}
+		if (use_cfr) {
+			loff_t o = (loff_t)off;
+
+			n = copy_file_range(in, &o, out, NULL, chunk, 0);
+			if (n > 0) {
+				off += (uint64_t)n;
+				len -= (uint64_t)n;
+				continue;
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			/* 0 is EOF, or a filesystem that cannot (procfs-like):
+			 * the read path tells which.  The errors are those of
+			 * "not here" (across filesystems, unsupported). */
+			if (n == 0 || errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+			    errno == EOPNOTSUPP || errno == EBADF || errno == EPERM) {
+				use_cfr = false;
+				continue;
+			}
+			r = -errno;
+			break;
+		}
+		if (!buf && !(buf = malloc(RW_BUFFER))) {
+			r = -ENOMEM;
+			break;
+		}
+		n = pread(in, buf, chunk > RW_BUFFER ? RW_BUFFER : chunk, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		if (n == 0) {
+			r = -ENODATA;
+			break;
+		}
+		r = write_all(out, buf, (size_t)n, job);
+		if (r < 0)
+			break;
+		off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	free(buf);
+	return r;
+}
+
+/*
+ * Open the directory holding key's last component, walking down from the
+ * bucket one component at a time, following no symlink; with create,
+ * missing directories are made (and their parent fsynced, so the object's
+ * path survives a crash as the object does).  *leaf points into key.
+ * Errors: -ENOENT (a directory is missing or a file is in the way, without
+ * create: no such object), others with the message set in req.
+ */
+static int open_parent(struct wsync_store_req *req, int bucket, const char *key, bool create,
+		       int *dirfd_ret, const char **leaf)
+{
+	char comp[KEY_MAX + 1];
+	const char *c = key, *slash;
+	int cur, r;
+
+	cur = fcntl(bucket, F_DUPFD_CLOEXEC, 0);
+	if (cur < 0)
+		return wsync_store_req_fail(req, -errno, "%s: %s", key, strerror(errno));
+	while ((slash = strchr(c, '/'))) {
+		size_t n = (size_t)(slash - c);
+		int next;
+
+		memcpy(comp, c, n);
+		comp[n] = '\0';
+		next = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0 && errno == ENOENT && create) {
+			if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) {
+				r = -errno;
+				(void)close(cur);
+				return wsync_store_req_fail(req, r, "%s: cannot create directory "
+							    "%.*s: %s", key, (int)(slash - key),
+							    key, strerror(-r));
+			}
+			(void)sync_fd(cur);	/* best effort: the put goes on */
+			next = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		r = next < 0 ? -errno : 0;
+		if (r == -ENOTDIR || r == -ELOOP) {
+			/* O_DIRECTORY | O_NOFOLLOW on a symlink is ENOTDIR */
+			struct stat st;
+
+			if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISLNK(st.st_mode))
+				r = -ELOOP;
+		}
+		(void)close(cur);
+		if ((r == -ENOENT || r == -ENOTDIR) && !create)
+			return -ENOENT;
+		if (r == -ELOOP)
+			return wsync_store_req_fail(req, -ELOOP, "%s: %.*s is a symbolic link, "
+						    "which the file store does not follow", key,
+						    (int)(slash - key), key);
+		if (r == -ENOTDIR)
+			return wsync_store_req_fail(req, -ENOTDIR, "%s: %.*s is a file, not a "
+						    "directory", key, (int)(slash - key), key);
+		if (r < 0)
+			return wsync_store_req_fail(req, r, "%s: %.*s: %s", key,
+						    (int)(slash - key), key, strerror(-r));
+		cur = next;
+		c = slash + 1;
+	}
+	*dirfd_ret = cur;
+	*leaf = c;
+	return 0;
+}
+
+static int no_such_object(struct wsync_store_req *req)
+{
+	return wsync_store_req_fail(req, -ENOENT, "%s: no such object", req->key);
+}
+
+/* Open the object key read-only: a regular file, no symlink on the way. */
+static int open_object(struct wsync_store_req *req, int bucket, int *fd_ret, struct stat *st)
+{
+	const char *leaf;
+	int dirfd, fd, r;
+
+	r = open_parent(req, bucket, req->key, false, &dirfd, &leaf);
+	if (r == -ENOENT)
+		return no_such_object(req);
+	if (r < 0)
+		return r;
+	/* O_NONBLOCK: a FIFO planted in the bucket must not hang the worker */
+	fd = openat(dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	r = fd < 0 ? -errno : 0;
+	(void)close(dirfd);
+	if (r == -ENOENT || r == -ENOTDIR)
+		return no_such_object(req);
+	if (r == -ELOOP)
+		return wsync_store_req_fail(req, -ELOOP, "%s: is a symbolic link, which the "
+					    "file store does not follow", req->key);
+	if (r < 0)
+		return wsync_store_req_fail(req, r, "%s: %s", req->key, strerror(-r));
+	if (fstat(fd, st) < 0) {
+		r = -errno;
+		(void)close(fd);
+		return wsync_store_req_fail(req, r, "%s: %s", req->key, strerror(-r));
+	}
+	if (!S_ISREG(st->st_mode)) {
+		(void)close(fd);
+		return no_such_object(req);	/* a "directory" is no object, as in S3 */
+	}
+	*fd_ret = fd;
+	return 0;
+}
+
+/* ---- the operations (worker threads) ------------------------------------ */
+
+static int op_put(struct file_job *job, int bucket)
+{
+	struct wsync_store_req *req = job->req;
+	char tmp[TMP_NAME_MAX];
+	const char *leaf;
+	int dirfd = -1, src = -1, fd = -1, r;
+	bool tmp_made = false;
+	uint64_t size;
+	struct stat st;
+
+	if (req->path) {
+		src = open(req->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (src < 0)
+			return wsync_store_req_fail(req, -errno, "%s: %s", req->path,
+						    strerror(errno));
+		if (fstat(src, &st) < 0) {
+			r = wsync_store_req_fail(req, -errno, "%s: %s", req->path,
+						 strerror(errno));
+			goto out;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			r = wsync_store_req_fail(req, -EINVAL, "%s: not a regular file",
+						 req->path);
+			goto out;
+		}
+		size = (uint64_t)st.st_size;
+	} else {
+		size = req->buf_len;
+	}
+	r = open_parent(req, bucket, req->key, true, &dirfd, &leaf);
+	if (r < 0)
+		goto out;
+	fd = tmp_create(dirfd, tmp);
+	if (fd < 0) {
+		r = wsync_store_req_fail(req, fd, "%s: cannot create a temporary file: %s",
+					 req->key, strerror(-fd));
+		goto out;
+	}
+	tmp_made = true;
+	r = src >= 0 ? copy_fd(src, 0, fd, size, job) : write_all(fd, req->buf, size, job);
+	if (r == -ENODATA)
+		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->path);
+	else if (r < 0 && r != -ECANCELED)
+		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
+	if (r < 0)
+		goto out;
+	r = sync_fd(fd);
+	if (r == 0 && fstat(fd, &st) < 0)
+		r = -errno;
+	if (r < 0) {
+		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
+		goto out;
+	}
+	if (is_cancelled(job)) {
+		r = -ECANCELED;
+		goto out;
+	}
+	if (renameat(dirfd, tmp, dirfd, leaf) < 0) {
+		r = errno == EISDIR ? wsync_store_req_fail(req, -EISDIR, "%s: a directory has "
+							   "this name", req->key)
+				    : wsync_store_req_fail(req, -errno, "%s: rename: %s",
+							   req->key, strerror(errno));
+		goto out;
+	}
+	tmp_made = false;
+	r = sync_fd(dirfd);
+	if (r < 0) {
+		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->key,
+					 strerror(-r));
+		goto out;
+	}
+	fill_stat(req, job, &st);
+out:
+	if (tmp_made)
+		(void)unlinkat(dirfd, tmp, 0);
+	if (fd >= 0)
+		(void)close(fd);
+	if (dirfd >= 0)
+		(void)close(dirfd);
+	if (src >= 0)
+		(void)close(src);
+	return r;
+}
+
+/* The bytes a get returns: [*off, *off + *n), S3's range rules. */
+static int get_range(struct wsync_store_req *req, uint64_t size, uint64_t *off, uint64_t *n)
+{
+	const struct wsync_store_get_options *g = &req->get;
+
+	*off = g->offset;
+	if (g->offset == 0 && g->length == 0) {
+		*n = size;
+		return 0;
+	}
+	if (g->offset >= size)
+		return wsync_store_req_fail(req, -EINVAL, "%s: range starts at byte %" PRIu64
+					    ", past the end of the object (%" PRIu64 " bytes)",
+					    req->key, g->offset, size);
+	*n = size - g->offset;
+	if (g->length && g->length < *n)
+		*n = g->length;
+	return 0;
+}
+
+static int check_hash(struct wsync_store_req *req, const struct wsync_hash128 *h)
+{
+	char got[WSYNC_HASH_HEX_LEN + 1], want[WSYNC_HASH_HEX_LEN + 1];
+	struct wsync_hash128 w;
+
+	memcpy(w.b, req->get.expect_xxh3, sizeof(w.b));
+	if (wsync_hash_equal(h, &w))
+		return 0;
+	return wsync_store_req_fail(req, -EIO, "%s: content hash %s, expected %s", req->key,
+				    wsync_hash_hex(h, got, sizeof(got)),
+				    wsync_hash_hex(&w, want, sizeof(want)));
+}
+
+static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
+{
+	struct wsync_store_req *req = job->req;
+	struct wsync_hash128 h;
+	void *data;
+	int r;
+
+	if (n > req->get.max_size)
+		return wsync_store_req_fail(req, -EFBIG, "%s: %" PRIu64 " bytes, more than "
+					    "the %zu a get into memory accepts", req->key, n,
+					    req->get.max_size);
+	data = malloc(n ? (size_t)n : 1);
+	if (!data)
+		return wsync_store_req_fail(req, -ENOMEM, "%s: out of memory for %" PRIu64
+					    " bytes", req->key, n);
+	r = wsync_pread_all(fd, data, n, off);
+	if (r < 0) {
+		free(data);
+		if (r == -ENODATA)
+			return wsync_store_req_fail(req, -EIO, "%s: shrank while it was read",
+						    req->key);
+		return wsync_store_req_fail(req, r, "%s: read: %s", req->key, strerror(-r));
+	}
+	if (req->get.expect_xxh3) {
+		wsync_hash_mem(data, (size_t)n, &h);
+		r = check_hash(req, &h);
+		if (r < 0) {
+			free(data);
+			return r;
+		}
+	}
+	req->res.data = data;
+	req->res.data_len = (size_t)n;
+	return 0;
+}
+
+/* The directory of path, opened, and its last component. */
+static int open_dest_dir(struct wsync_store_req *req, const char **leaf)
+{
+	const char *path = req->path, *slash = strrchr(path, '/');
+	char *dir;
+	int fd;
+
+	if (slash && !slash[1])
+		return wsync_store_req_fail(req, -EISDIR, "%s: names a directory", path);
+	*leaf = slash ? slash + 1 : path;
+	dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	if (!dir)
+		return wsync_store_req_fail(req, -ENOMEM, "out of memory");
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		fd = wsync_store_req_fail(req, -errno, "%s: %s", dir, strerror(errno));
+	free(dir);
+	return fd;
+}
+
+static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
+{
+	struct wsync_store_req *req = job->req;
+	struct wsync_error err = { 0 };
+	char tmp[TMP_NAME_MAX];
+	struct wsync_hash128 h;
+	const char *leaf = NULL;
+	int dirfd, out, r;
+	bool tmp_made = true;
+
+	dirfd = open_dest_dir(req, &leaf);
+	if (dirfd < 0)
+		return dirfd;
+	out = tmp_create(dirfd, tmp);
+	if (out < 0) {
+		(void)close(dirfd);
+		return wsync_store_req_fail(req, out, "%s: cannot create a temporary file "
+					    "beside it: %s", req->path, strerror(-out));
+	}
+	r = copy_fd(fd, off, out, n, job);
+	if (r == -ENODATA)
+		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->key);
+	else if (r < 0 && r != -ECANCELED)
+		r = wsync_store_req_fail(req, r, "%s: writing %s: %s", req->key, req->path,
+					 strerror(-r));
+	if (r < 0)
+		goto out;
+	r = sync_fd(out);
+	if (r < 0) {
+		r = wsync_store_req_fail(req, r, "%s: %s", req->path, strerror(-r));
+		goto out;
+	}
+	/* Hash what will be renamed in, not what was meant to be written. */
+	if (req->get.expect_xxh3) {
+		r = wsync_hash_fd(out, req->path, &h, NULL, &err);
+		if (r < 0) {
+			r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
+			goto out;
+		}
+		r = check_hash(req, &h);
+		if (r < 0)
+			goto out;
+	}
+	if (is_cancelled(job)) {
+		r = -ECANCELED;
+		goto out;
+	}
+	if (renameat(dirfd, tmp, dirfd, leaf) < 0) {
+		r = wsync_store_req_fail(req, -errno, "%s: rename: %s", req->path,
+					 strerror(errno));
+		goto out;
+	}
+	tmp_made = false;
+	r = sync_fd(dirfd);
+	if (r < 0)
+		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->path,
+					 strerror(-r));
+out:
+	if (tmp_made)
+		(void)unlinkat(dirfd, tmp, 0);
+	(void)close(out);
+	(void)close(dirfd);
+	return r;
+}
+
+static int op_get(struct file_job *job, int bucket)
+{
+	struct wsync_store_req *req = job->req;
+	uint64_t off = 0, n = 0;
+	struct stat st;
+	int fd, r;
+
+	r = open_object(req, bucket, &fd, &st);
+	if (r < 0)
+		return r;
+	fill_stat(req, job, &st);
+	if (req->get.if_none_match && strcmp(req->get.if_none_match, job->etag) == 0) {
+		req->res.not_modified = true;
+		goto out;
+	}
+	r = get_range(req, (uint64_t)st.st_size, &off, &n);
+	if (r < 0)
+		goto out;
+	if (req->get.expect_size >= 0 && n != (uint64_t)req->get.expect_size) {
+		r = wsync_store_req_fail(req, -EIO, "%s: %" PRIu64 " bytes, expected %" PRId64,
+					 req->key, n, req->get.expect_size);
+		goto out;
+	}
+	r = req->path ? get_to_file(job, fd, off, n) : get_to_buffer(job, fd, off, n);
+out:
+	(void)close(fd);
+	return r;
+}
+
+static int op_head(struct file_job *job, int bucket)
+{
+	struct stat st;
+	int fd, r;
+
+	r = open_object(job->req, bucket, &fd, &st);
+	if (r < 0)
+		return r;
+	fill_stat(job->req, job, &st);
+	(void)close(fd);
+	return 0;
+}
+
+/* Deleting what is not there succeeds, as in S3; a directory is not an
+ * object.  Emptied directories stay: removing them would race with a put
+ * that has just made one and is about to write into it. */
+static int op_delete(struct file_job *job, int bucket)
+{
+	struct wsync_store_req *req = job->req;
+	const char *leaf;
+	int dirfd, r;
+
+	r = open_parent(req, bucket, req->key, false, &dirfd, &leaf);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	r = unlinkat(dirfd, leaf, 0) < 0 ? -errno : 0;
+	if (r == 0)
+		r = sync_fd(dirfd);
+	(void)close(dirfd);
+	if (r == -ENOENT || r == -EISDIR || r == -ENOTDIR)
+		return 0;
+	if (r < 0)
+		return wsync_store_req_fail(req, r, "%s: %s", req->key, strerror(-r));
+	return 0;
+}
+
+struct list_walk {
+	struct file_job *job;
+	const char *prefix;
+	size_t plen;
+	char key[KEY_MAX + 2];		/* the path walked so far */
+	struct wsync_store_entry *v;
+	size_t n, cap;
+};
+
+static int list_add(struct list_walk *w, const char *key, const struct stat *st)
+{
+	struct wsync_store_entry *e;
+	char etag[ETAG_MAX];
+
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 64;
+
+		e = realloc(w->v, cap * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		w->v = e;
+		w->cap = cap;
+	}
+	make_etag(st, etag, sizeof(etag));
+	e = &w->v[w->n];
+	e->key = strdup(key);
+	e->etag = strdup(etag);
+	if (!e->key || !e->etag) {
+		free(e->key);
+		free(e->etag);
+		return -ENOMEM;
+	}
+	e->size = (uint64_t)st->st_size;
+	e->mtime = (int64_t)st->st_mtim.tv_sec;
+	w->n++;
+	return 0;
+}
+
+/*
+ * Walk the directory fd (taken over) whose keys start with w->key[0..len).
+ * Only what can match the prefix is visited: a name is compared with the
+ * prefix as far as both go, a directory entered only if "name/" can still
+ * lead to it.  Symlinks, other special files, temp files and names that are
+ * no valid key are skipped.
+ */
+static int list_dir(struct list_walk *w, int fd, size_t len)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *de;
+	int r = 0;
+
+	if (!d) {
+		r = -errno;
+		(void)close(fd);
+		return r;
+	}
+	for (;;) {
+		size_t nlen, klen;
+		struct stat st;
+
+		if (is_cancelled(w->job)) {
+			r = -ECANCELED;
+			break;
+		}
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			r = errno ? -errno : 0;
+			break;
+		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    strncmp(de->d_name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1) == 0)
+			continue;
+		nlen = strlen(de->d_name);
+		klen = len + nlen;
+		if (klen > KEY_MAX)
+			continue;
+		memcpy(w->key + len, de->d_name, nlen + 1);
+		if (memcmp(w->key, w->prefix, klen < w->plen ? klen : w->plen) != 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;	/* deleted meanwhile */
+			r = -errno;
+			break;
+		}
+		if (S_ISREG(st.st_mode)) {
+			if (klen < w->plen || wsync_url_check_key(w->key, NULL) < 0)
+				continue;
+			r = list_add(w, w->key, &st);
+			if (r < 0)
+				break;
+		} else if (S_ISDIR(st.st_mode)) {
+			int sub;
+
+			if (klen < w->plen && w->prefix[klen] != '/')
+				continue;
+			sub = openat(dirfd(d), de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0) {
+				if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)
+					continue;	/* replaced meanwhile */
+				r = -errno;
+				break;
+			}
+			w->key[klen] = '/';
+			w->key[klen + 1] = '\0';
+			r = list_dir(w, sub, klen + 1);
+			if (r < 0)
+				break;
+		}
+	}
+	(void)closedir(d);
+	return r;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct wsync_store_entry *)a)->key,
+		      ((const struct wsync_store_entry *)b)->key);
+}
+
+static int op_list(struct file_job *job, int bucket)
+{
+	struct wsync_store_req *req = job->req;
+	struct list_walk w = { .job = job, .prefix = req->key, .plen = strlen(req->key) };
+	int fd, r;
+
+	fd = fcntl(bucket, F_DUPFD_CLOEXEC, 0);
+	r = fd < 0 ? -errno : list_dir(&w, fd, 0);
+	if (r < 0) {
+		for (size_t i = 0; i < w.n; i++) {
+			free(w.v[i].key);
+			free(w.v[i].etag);
+		}
+		free(w.v);
+		if (r == -ECANCELED)
+			return r;
+		return wsync_store_req_fail(req, r, "listing \"%s\": %s", req->key,
+					    strerror(-r));
+	}
+	if (w.n)
+		qsort(w.v, w.n, sizeof(*w.v), entry_cmp);
+	req->res.entries = w.v;
+	req->res.n_entries = w.n;
+	return 0;
+}
+
+static int (*const ops[])(struct file_job *job, int bucket) = {
+	[WSYNC_STORE_PUT] = op_put,
+	[WSYNC_STORE_GET] = op_get,
+	[WSYNC_STORE_HEAD] = op_head,
+	[WSYNC_STORE_LIST] = op_list,
+	[WSYNC_STORE_DELETE] = op_delete,
+};
+
+/* uv_queue_work's work_cb: on a pool thread. */
+static void job_work(uv_work_t *work)
+{
+	struct file_job *job = container_of(work, struct file_job, work);
+	struct wsync_store_req *req = job->req;
+	int bucket, r;
+
+	if (is_cancelled(job))
+		return;
+	req->res.attempts = 1;
+	bucket = open(job->fb->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (bucket < 0) {
+		if (errno == ENOENT)
+			(void)wsync_store_req_fail(req, -ENXIO, "bucket directory %s does not "
+						   "exist", job->fb->root);
+		else
+			(void)wsync_store_req_fail(req, -errno, "bucket directory %s: %s",
+						   job->fb->root, strerror(errno));
+		return;
+	}
+	r = ops[req->op](job, bucket);
+	(void)close(bucket);
+	/* every failure is meant to come with its message; never let one
+	 * pass as success */
+	if (r < 0 && r != -ECANCELED && req->res.err == 0)
+		(void)wsync_store_req_fail(req, r, "%s: %s", req->key, strerror(-r));
+}
+
+/* ---- the loop side ------------------------------------------------------- */
+
+static void list_remove(struct file_job **head, struct file_job **tail, struct file_job *job)
+{
+	if (job->prev)
+		job->prev->next = job->next;
+	else
+		*head = job->next;
+	if (job->next)
+		job->next->prev = job->prev;
+	else if (tail)
+		*tail = job->prev;
+	job->prev = job->next = NULL;
+}
+
+static void fb_unref(struct file_backend *fb)
+{
+	if (--fb->refs)
+		return;
+	free(fb->root);
+	free(fb);
+}
+
+/* Whatever a cancelled request had gathered goes before its callback. */
+static void finish_cancelled(struct wsync_store_req *req)
+{
+	struct wsync_store_entry *e = (struct wsync_store_entry *)req->res.entries;
+
+	free(req->res.data);
+	req->res.data = NULL;
+	req->res.data_len = 0;
+	for (size_t i = 0; i < req->res.n_entries; i++) {
+		free(e[i].key);
+		free(e[i].etag);
+	}
+	free(e);
+	req->res.entries = NULL;
+	req->res.n_entries = 0;
+	req->res.not_modified = false;
+	wsync_store_req_fail(req, -ECANCELED, "%s: cancelled (the store was freed)", req->key);
+	wsync_store_req_done(req);
+}
+
+static void job_after(uv_work_t *work, int status);
+
+static int job_start(struct file_job *job)
+{
+	struct file_backend *fb = job->fb;
+	int r;
+
+	r = uv_queue_work(fb->loop, &job->work, job_work, job_after);
+	if (r < 0)
+		return r;
+	job->state = JOB_IN_POOL;
+	job->prev = NULL;
+	job->next = fb->in_pool;
+	if (fb->in_pool)
+		fb->in_pool->prev = job;
+	fb->in_pool = job;
+	fb->running++;
+	fb->refs++;
+	return 0;
+}
+
+/* Start pending jobs while there are free slots. */
+static void pump(struct file_backend *fb)
+{
+	while (fb->store && fb->pending && fb->running < fb->max_running) {
+		struct file_job *job = fb->pending;
+		struct wsync_store_req *req = job->req;
+		int r;
+
+		list_remove(&fb->pending, &fb->pending_tail, job);
+		r = job_start(job);
+		if (r < 0) {
+			free(job);
+			req->backend_data = NULL;
+			wsync_store_req_fail(req, r, "%s: cannot queue the work: %s", req->key,
+					     uv_strerror(r));
+			wsync_store_req_done(req);
+		}
+	}
+}
+
+static void job_after(uv_work_t *work, int status)
+{
+	struct file_job *job = container_of(work, struct file_job, work);
+	struct file_backend *fb = job->fb;
+	struct wsync_store_req *req = job->req;
+
+	list_remove(&fb->in_pool, NULL, job);
+	fb->running--;
+	req->backend_data = NULL;
+	if (status == UV_ECANCELED || is_cancelled(job))
+		finish_cancelled(req);
+	else
+		wsync_store_req_done(req);	/* res.etag points into job: free it after */
+	free(job);
+	pump(fb);
+	fb_unref(fb);
+}
+
+static int file_init(struct wsync_store *store, struct wsync_error *err)
+{
+	struct file_backend *fb = calloc(1, sizeof(*fb));
+
+	if (!fb || !(fb->root = strdup(store->url.path))) {
+		free(fb);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	fb->store = store;
+	fb->loop = store->loop;
+	fb->max_running = store->opt.max_concurrency;
+	fb->refs = 1;
+	store->backend_data = fb;
+	return 0;
+}
+
+static int file_submit(struct wsync_store_req *req)
+{
+	struct file_backend *fb = req->store->backend_data;
+	struct file_job *job;
+	int r;
+
+	/* the temp names are ours: such an object would be invisible */
+	if (has_tmp_component(req->key))
+		return -EINVAL;
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		return -ENOMEM;
+	job->fb = fb;
+	job->req = req;
+	atomic_init(&job->cancelled, false);
+	req->backend_data = job;
+	if (fb->running < fb->max_running && !fb->pending) {
+		r = job_start(job);
+		if (r < 0) {
+			req->backend_data = NULL;
+			free(job);
+		}
+		return r;
+	}
+	job->state = JOB_PENDING;
+	job->prev = fb->pending_tail;
+	if (fb->pending_tail)
+		fb->pending_tail->next = job;
+	else
+		fb->pending = job;
+	fb->pending_tail = job;
+	return 0;
+}
+
+/* Pending jobs end now; jobs in the pool are cancelled there if they have
+ * not started, and told to stop if they have: both end in job_after(). */
+static void file_free(struct wsync_store *store)
+{
+	struct file_backend *fb = store->backend_data;
+
+	if (!fb)
+		return;
+	fb->store = NULL;
+	while (fb->pending) {
+		struct file_job *job = fb->pending;
+		struct wsync_store_req *req = job->req;
+
+		list_remove(&fb->pending, &fb->pending_tail, job);
+		free(job);
+		req->backend_data = NULL;
+		finish_cancelled(req);
+	}
+	for (struct file_job *job = fb->in_pool; job; job = job->next) {
+		atomic_store(&job->cancelled, true);
+		(void)uv_cancel((uv_req_t *)&job->work);
+	}
+	store->backend_data = NULL;
+	fb_unref(fb);
+}
+
+const struct wsync_store_backend wsync_store_backend_file = {
+	.name = "file",
+	.init = file_init,
+	.submit = file_submit,
+	.free = file_free,
+};
