@@ -23,6 +23,12 @@
 #define HAVE_XXH_AVX2 1
 #include <immintrin.h>
 #endif
+/* The streaming update must work on the state in place: its on-stack copy
+ * of the accumulators is aligned for SSE2 (16 bytes) only, and the AVX2
+ * loop loads them 32 bytes at a time (a crash where the stack falls
+ * wrong, always under ASan on libuv's pool threads).  The state itself is
+ * 64-byte aligned (posix_memalign). */
+#define XXH3_STREAM_USE_STACK 0
 #include <xxhash.h>
 
 struct wsync_hasher {
