@@ -436,6 +436,75 @@ changed_mask_avx2(const uint8_t *bp, const uint8_t *tp, unsigned width)
 	}
 	return ~(uint32_t)_mm256_movemask_epi8(e);
 }
+
+/*
+ * Where the machine has GFNI and AVX-512 (BW, VL, BITALG, VBMI), the 16
+ * compares per block give way to a bit transpose: each element's class
+ * becomes a one-hot bit (classes 0-7 in one vector, 8-15 in another), and
+ * one GF(2) affine product per vector turns every 8 elements x 8 classes
+ * bit matrix around, so that byte c of each 8-element group is the mask
+ * of the group's members of class c.  Counts are then byte popcounts
+ * summed over the four groups, and the 32-bit class masks one byte
+ * permutation away.
+ */
+#define GFNI_TARGET "avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi"
+#define HAVE_GFNI_PATH 1
+
+static inline __attribute__((target(GFNI_TARGET), always_inline)) void
+class_planes_gfni(const uint8_t *bp, unsigned width, unsigned shift,
+		  unsigned mask, unsigned lo, __m256i *plo, __m256i *phi)
+{
+	/* reverse each 8-byte group: the affine product reads its matrix
+	 * rows last byte first */
+	const __m256i rev = _mm256_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12,
+					     11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15,
+					     14, 13, 12, 11, 10, 9, 8);
+	const __m256i olo = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0,
+					     0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
+					     0, 0, 0, 0, 0, 0, 0, 0);
+	const __m256i ohi = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16,
+					     32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2,
+					     4, 8, 16, 32, 64, -128);
+	const __m256i unit = _mm256_set1_epi64x(0x8040201008040201LL);
+	__m256i cls = _mm256_shuffle_epi8(classes_avx2(bp, width, shift, mask, lo), rev);
+
+	*plo = _mm256_gf2p8affine_epi64_epi8(unit, _mm256_shuffle_epi8(olo, cls), 0);
+	*phi = _mm256_gf2p8affine_epi64_epi8(unit, _mm256_shuffle_epi8(ohi, cls), 0);
+}
+
+static inline __attribute__((target(GFNI_TARGET), always_inline)) u128
+block_counts_gfni(const uint8_t *bp, unsigned width, unsigned shift,
+		  unsigned mask, unsigned lo)
+{
+	__m256i plo, phi, sum;
+	__m128i s;
+	u128 ret;
+
+	class_planes_gfni(bp, width, shift, mask, lo, &plo, &phi);
+	plo = _mm256_popcnt_epi8(plo);
+	phi = _mm256_popcnt_epi8(phi);
+	/* per lane [lo groups 0+1 | hi groups 0+1], then the two lanes */
+	sum = _mm256_add_epi8(_mm256_unpacklo_epi64(plo, phi),
+			      _mm256_unpackhi_epi64(plo, phi));
+	s = _mm_add_epi8(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+	memcpy(&ret, &s, sizeof(ret));
+	return ret;
+}
+
+static inline __attribute__((target(GFNI_TARGET), always_inline)) void
+class_masks_gfni(const uint8_t *bp, unsigned width, unsigned shift,
+		 unsigned mask, unsigned lo, uint32_t masks[NCLS])
+{
+	/* mask c = byte c of groups 0..3, little-endian */
+	const __m256i gather = _mm256_setr_epi8(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18,
+						26, 3, 11, 19, 27, 4, 12, 20, 28, 5, 13,
+						21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
+	__m256i plo, phi;
+
+	class_planes_gfni(bp, width, shift, mask, lo, &plo, &phi);
+	_mm256_storeu_si256((__m256i *)masks, _mm256_permutexvar_epi8(gather, plo));
+	_mm256_storeu_si256((__m256i *)(masks + 8), _mm256_permutexvar_epi8(gather, phi));
+}
 #endif
 
 static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
@@ -745,18 +814,68 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #undef LOOP_CLASS_MASKS
 #undef LOOP_CHANGED_MASK
 
-static bool use_avx2(void)
+#define LOOP_NAME(x) x##_gfni
+#define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
+	((k) == BLOCK ? block_counts_gfni(bp, width, shift, mask, lo)          \
+		      : block_counts(bp, k, inc, width, shift, mask))
+#define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
+	do {                                                                  \
+		if ((k) == BLOCK)                                             \
+			class_masks_gfni(bp, width, shift, mask, lo, masks);  \
+		else                                                          \
+			class_masks(bp, k, tab, width, shift, mask, masks);   \
+	} while (0)
+#define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
+	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
+		      : changed_mask(bp, tp, k, width))
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt"))), apply_to = function)
+#else
+#pragma GCC push_options
+/* GFNI_TARGET, spelled out: the pragma takes string literals only */
+#pragma GCC target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt")
+#endif
+#include "codec_float_loops.h"
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef LOOP_NAME
+#undef LOOP_BLOCK_COUNTS
+#undef LOOP_CLASS_MASKS
+#undef LOOP_CHANGED_MASK
+
+/* Which loops this machine runs: 0 plain, 1 AVX2, 2 GFNI + AVX-512.
+ * WSYNC_CODEC_ISA=plain|avx2 caps it (for tests of the other loops). */
+static int isa_level(void)
 {
 	static int cached = -1;	/* a benign race: every thread computes the same */
 
-	if (cached < 0)
-		cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+	if (cached < 0) {
+		const char *cap = getenv("WSYNC_CODEC_ISA");
+		int level = 0;
+
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"))
+			level = 1;
+		if (level == 1 && __builtin_cpu_supports("gfni") &&
+		    __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+		    __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("avx512bitalg") &&
+		    __builtin_cpu_supports("avx512vbmi"))
+			level = 2;
+		if (cap && strcmp(cap, "plain") == 0)
+			level = 0;
+		else if (cap && strcmp(cap, "avx2") == 0 && level > 1)
+			level = 1;
+		cached = level;
+	}
 	return cached;
 }
 #else
-static bool use_avx2(void)
+static int isa_level(void)
 {
-	return false;
+	return 0;
 }
 #endif
 
@@ -771,7 +890,10 @@ int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
 		return -EINVAL;
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
-	if (use_avx2())
+	if (isa_level() == 2)
+		return enc_piece_gfni(e->lane[f], tab, lo, base, target, nelem,
+				      &families[f], changed);
+	if (isa_level() == 1)
 		return enc_piece_avx2(e->lane[f], tab, lo, base, target, nelem,
 				      &families[f], changed);
 #endif
@@ -789,7 +911,10 @@ int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
 		return wsync_error_set(err, -EINVAL, "bad float family %d", (int)f);
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
-	if (use_avx2())
+	if (isa_level() == 2)
+		return dec_piece_gfni(d->lane[f], tab, lo, base, out, nelem,
+				      &families[f], err);
+	if (isa_level() == 1)
 		return dec_piece_avx2(d->lane[f], tab, lo, base, out, nelem,
 				      &families[f], err);
 #endif

@@ -190,12 +190,11 @@ static void src_close(struct src *s)
 	s->fd = -1;
 }
 
-/* Open root/rel (refusing a symlink swapped in since the walk) and hash it. */
+/* Open root/rel (refusing a symlink swapped in since the walk). */
 static int src_open(struct src *s, int rootfd, const char *root, const char *rel,
 		    bool single, struct wsync_error *err)
 {
 	struct stat st;
-	int r;
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
@@ -217,13 +216,61 @@ static int src_open(struct src *s, int rootfd, const char *root, const char *rel
 	if (!S_ISREG(st.st_mode))
 		return wsync_error_set(err, -EINVAL, "%s: not a regular file", s->path);
 	s->mode = (uint32_t)st.st_mode & 07777u;
-	r = wsync_hash_fd(s->fd, s->path, &s->hash, &s->size, err);
+	s->size = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* Hash s (opened by src_open): its size must not change meanwhile. */
+static int src_hash(struct src *s, struct wsync_error *err)
+{
+	uint64_t opened = s->size;
+	int r = wsync_hash_fd(s->fd, s->path, &s->hash, &s->size, err);
+
 	if (r < 0)
 		return r;
-	if ((uint64_t)st.st_size != s->size)
+	if (s->size != opened)
 		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
 				       s->path);
 	return 0;
+}
+
+struct hash_job {
+	struct src *s;
+	struct wsync_error err;
+	int r;
+};
+
+static void *hash_thread(void *arg)
+{
+	struct hash_job *j = arg;
+
+	j->r = src_hash(j->s, &j->err);
+	return NULL;
+}
+
+/*
+ * Hash both sides of a path, side by side on two threads when the diff may
+ * use two: the two reads are independent, and hashing is a fixed part of
+ * every diff.
+ */
+static int src_hash_pair(struct src *o, struct src *n, bool parallel,
+			 struct wsync_error *err)
+{
+	struct hash_job j = { .s = o };
+	pthread_t tid;
+	int r, e;
+
+	if (!parallel || (e = pthread_create(&tid, NULL, hash_thread, &j)) != 0) {
+		r = src_hash(o, err);
+		return r < 0 ? r : src_hash(n, err);
+	}
+	r = src_hash(n, err);
+	pthread_join(tid, NULL);
+	if (r == 0 && j.r < 0) {
+		*err = j.err;
+		r = j.r;
+	}
+	return r;
 }
 
 /* Before coding s: it must still have the size it was hashed with. */
@@ -697,6 +744,11 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 		r = src_open(&o, d->old_fd, d->old_root, rel, d->single, err);
 	if (r == 0 && in_new)
 		r = src_open(&n, d->new_fd, d->new_root, rel, d->single, err);
+	if (r == 0 && in_old && in_new)
+		r = src_hash_pair(&o, &n, d->threads > 1 && o.size + n.size >= (64u << 20),
+				  err);
+	else if (r == 0)
+		r = src_hash(in_old ? &o : &n, err);
 	if (r < 0)
 		goto out;
 	if (in_old) {
