@@ -31,6 +31,9 @@
  * ".<name>.wsync-XXXXXX" stays within NAME_MAX (255). */
 #define TEMP_NAME_KEEP 200
 #define COPY_CHUNK (4u << 20)
+/* Decoding streams through buffers of this size (two per worker): small
+ * enough to stay in a core's L2 cache. */
+#define DECODE_CHUNK (256u << 10)
 #define MAX_THREADS 64
 
 static double now_seconds(void)
@@ -258,6 +261,77 @@ static int check_base(struct applier *a, const struct item *it,
 	return 0;
 }
 
+/* Checking the bases on several threads: the shards of a checkpoint are
+ * hashed side by side.  The error reported is that of the first failing
+ * file in delta order, as a one-thread check would report it. */
+struct base_check {
+	struct applier *a;
+	pthread_mutex_t mu;
+	size_t next;			/* next item to take */
+	size_t failed;			/* first failing item, a->n if none */
+	int r;
+	struct wsync_error err;
+};
+
+static void *check_worker(void *arg)
+{
+	struct base_check *bc = arg;
+	struct wsync_error err = { 0 };
+
+	for (;;) {
+		size_t i;
+		int r;
+
+		pthread_mutex_lock(&bc->mu);
+		i = bc->next++;
+		if (i >= bc->failed || i >= bc->a->n) {
+			pthread_mutex_unlock(&bc->mu);
+			break;
+		}
+		pthread_mutex_unlock(&bc->mu);
+		r = check_base(bc->a, &bc->a->items[i], &err);
+		if (r < 0) {
+			pthread_mutex_lock(&bc->mu);
+			if (i < bc->failed) {
+				bc->failed = i;
+				bc->r = r;
+				bc->err = err;
+			}
+			pthread_mutex_unlock(&bc->mu);
+		}
+	}
+	return NULL;
+}
+
+static int check_bases(struct applier *a, struct wsync_error *err)
+{
+	struct base_check bc = { .a = a, .failed = a->n };
+	unsigned threads = a->threads > MAX_THREADS ? MAX_THREADS : a->threads;
+	pthread_t tids[MAX_THREADS];
+	unsigned started = 0;
+
+	if (threads > a->n)
+		threads = (unsigned)a->n;
+	if (threads <= 1 || pthread_mutex_init(&bc.mu, NULL) != 0) {
+		int r = 0;
+
+		for (size_t i = 0; i < a->n && r == 0; i++)
+			r = check_base(a, &a->items[i], err);
+		return r;
+	}
+	/* The calling thread is one of the workers. */
+	while (started + 1 < threads &&
+	       pthread_create(&tids[started], NULL, check_worker, &bc) == 0)
+		started++;
+	check_worker(&bc);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	pthread_mutex_destroy(&bc.mu);
+	if (bc.r < 0)
+		*err = bc.err;
+	return bc.r;
+}
+
 /* ---- 2. building the temps ---- */
 
 static int make_temp(struct applier *a, struct item *it, int *ret_fd,
@@ -409,40 +483,75 @@ static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
 	return 0;
 }
 
-/*
- * Add segment i's decoded bytes to the file's hash, after those of every
- * segment before it: segments tile the file in order (FORMAT.md §3), so
- * this is the hash of the rebuilt file without reading it back.  A worker
- * that finished early waits for its turn, holding its buffer; workers take
- * segments in order, so the one it waits for is being decoded.  Returns 0,
- * or -ECANCELED when another worker failed meanwhile.
- */
-static int hash_in_turn(struct decoder *dc, uint64_t i, const uint8_t *p,
-			uint64_t len)
+/* Wait until segment i is the next to hash (every one before it hashed).
+ * Returns 0, or -ECANCELED when another worker failed meanwhile. */
+static int wait_turn(struct decoder *dc, uint64_t i)
 {
+	int r = 0;
+
 	pthread_mutex_lock(&dc->mu);
 	while (dc->hashed != i && dc->r == 0)
 		pthread_cond_wait(&dc->turn, &dc->mu);
-	if (dc->r < 0) {
-		pthread_mutex_unlock(&dc->mu);
-		return -ECANCELED;
-	}
+	if (dc->r < 0)
+		r = -ECANCELED;
 	pthread_mutex_unlock(&dc->mu);
-	wsync_hasher_update(dc->hasher, p, (size_t)len);
+	return r;
+}
+
+static bool is_turn(struct decoder *dc, uint64_t i)
+{
+	bool yes;
+
+	pthread_mutex_lock(&dc->mu);
+	yes = dc->hashed == i;
+	pthread_mutex_unlock(&dc->mu);
+	return yes;
+}
+
+static void pass_turn(struct decoder *dc)
+{
 	pthread_mutex_lock(&dc->mu);
 	dc->hashed++;
 	pthread_cond_broadcast(&dc->turn);
 	pthread_mutex_unlock(&dc->mu);
-	return 0;
 }
 
+/* Write one decoded range at off, and hash it when the segment is being
+ * hashed as it goes. */
+static int emit(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off,
+		bool hash, struct wsync_error *err)
+{
+	int r = write_sparse(dc->fd, p, len, off, dc->e->file.path, err);
+
+	if (r == 0 && hash)
+		wsync_hasher_update(dc->hasher, p, (size_t)len);
+	return r;
+}
+
+/*
+ * Decode one segment into the temp file.  COPY, LITERAL and FLOAT pieces
+ * stream through two DECODE_CHUNK buffers that stay in the cache (base
+ * bytes read with pread, decoded, written and hashed), so the segment is
+ * never held whole: on the machines measured, memory traffic is what
+ * decoding costs beyond the float coder.  ZSTD and XOR pieces, whose
+ * frames decode in one go, use buffers of the piece's size.
+ *
+ * The file's hash is taken in file order.  A worker whose segment is the
+ * next to hash when it starts hashes as it writes; one that started ahead
+ * of the others waits for its turn afterwards and reads its range back
+ * from the temp file (one pass over pages just written, in the cache).
+ */
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
-		      struct wsync_buf *bb, struct wsync_error *err)
+		      struct wsync_buf *bb, struct wsync_buf *chunks,
+		      struct wsync_error *err)
 {
 	const char *path = dc->e->file.path;
+	uint64_t index = (uint64_t)(sg - dc->e->segments);
+	struct wsync_segment_decoder *sd = NULL;
 	struct wsync_segment *s = NULL;
-	uint64_t bpos;
+	uint8_t *cb, *co;
+	bool inline_hash;
 	int r;
 
 	r = wsync_delta_reader_segment(dc->d, sg, payload, err);
@@ -455,27 +564,25 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		r = wsync_error_set(err, -EINVAL, "segment header changed under us");
 		goto fail;
 	}
-	if (wsync_buf_scratch(out, (size_t)s->target_len) < 0 ||
-	    wsync_buf_scratch(bb, (size_t)s->target_len) < 0) {
+	if (wsync_buf_scratch(chunks, 2 * (size_t)DECODE_CHUNK) < 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	/*
-	 * The base bytes the pieces read are gathered with pread into this
-	 * worker's buffer, and the pieces pointed at it: on the virtual
-	 * machines this runs on, walking mapped page-cache pages is far slower
-	 * than copying them (see diff.c).  Ranges are checked against the real
-	 * base first, so a hostile delta cannot read past it.
-	 */
-	bpos = 0;
+	cb = chunks->data;
+	co = chunks->data + DECODE_CHUNK;
+	r = wsync_segment_decoder_new(s, &sd, err);
+	if (r < 0)
+		goto fail;
+	inline_hash = is_turn(dc, index);
 	for (size_t i = 0; i < s->n_pieces; i++) {
-		struct wsync_piece *pc = &s->pieces[i];
+		const struct wsync_piece *pc = &s->pieces[i];
+		bool based = pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
+			     pc->method == WSYNC_PIECE_FLOAT;
 
-		if (pc->method != WSYNC_PIECE_COPY && pc->method != WSYNC_PIECE_XOR &&
-		    pc->method != WSYNC_PIECE_FLOAT)
-			continue;
-		if (dc->base_fd < 0 || pc->base_offset > dc->base_size ||
-		    pc->len > dc->base_size - pc->base_offset) {
+		/* Ranges are checked against the real base first, so a hostile
+		 * delta cannot read past it. */
+		if (based && (dc->base_fd < 0 || pc->base_offset > dc->base_size ||
+			      pc->len > dc->base_size - pc->base_offset)) {
 			r = wsync_error_set(err, -EINVAL,
 					    "piece reads base bytes [%llu, +%llu) outside "
 					    "the base (%llu bytes)",
@@ -484,23 +591,73 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 					    (unsigned long long)dc->base_size);
 			goto fail;
 		}
-		r = pread_all(dc->base_fd, bb->data + bpos, pc->len, pc->base_offset, path,
-			      err);
-		if (r < 0)
-			goto fail;
-		pc->base_offset = bpos;
-		bpos += pc->len;
+		if (pc->method == WSYNC_PIECE_ZSTD || pc->method == WSYNC_PIECE_XOR) {
+			if (wsync_buf_scratch(out, (size_t)pc->len) < 0 ||
+			    (based && wsync_buf_scratch(bb, (size_t)pc->len) < 0)) {
+				r = wsync_error_set(err, -ENOMEM, "out of memory");
+				goto fail;
+			}
+			if (based)
+				r = pread_all(dc->base_fd, bb->data, pc->len, pc->base_offset,
+					      path, err);
+			if (r == 0)
+				r = wsync_segment_decode_piece(sd, i, pc->len,
+							       based ? bb->data : NULL,
+							       out->data, err);
+			if (r == 0)
+				r = emit(dc, out->data, pc->len, pc->target_offset,
+					 inline_hash, err);
+			if (r < 0)
+				goto fail;
+			continue;
+		}
+		/* DECODE_CHUNK is a whole number of elements of every family. */
+		for (uint64_t done = 0; done < pc->len; done += DECODE_CHUNK) {
+			uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
+								    : DECODE_CHUNK;
+
+			if (based)
+				r = pread_all(dc->base_fd, cb, n, pc->base_offset + done,
+					      path, err);
+			if (r == 0)
+				r = wsync_segment_decode_piece(sd, i, n, based ? cb : NULL,
+							       co, err);
+			if (r == 0)
+				r = emit(dc, co, n, pc->target_offset + done, inline_hash,
+					 err);
+			if (r < 0)
+				goto fail;
+		}
 	}
-	r = wsync_segment_decode(s, bpos ? bb->data : NULL, bpos, out->data, err);
+	r = wsync_segment_decoder_finish(sd, err);
 	if (r < 0)
 		goto fail;
-	r = write_sparse(dc->fd, out->data, s->target_len, s->target_offset, path, err);
-	if (r == 0)
-		r = hash_in_turn(dc, (uint64_t)(sg - dc->e->segments), out->data,
-				 s->target_len);
+	wsync_segment_decoder_free(sd);
+	sd = NULL;
+	if (!inline_hash) {
+		r = wait_turn(dc, index);
+		for (uint64_t done = 0; r == 0 && done < s->target_len; done += DECODE_CHUNK) {
+			uint64_t n = s->target_len - done < DECODE_CHUNK
+					     ? s->target_len - done : DECODE_CHUNK;
+
+			r = wsync_pread_all(dc->fd, cb, n, s->target_offset + done);
+			if (r < 0)
+				r = wsync_error_set(err, r == -ENODATA ? -EIO : r,
+						    "%s: reading back: %s", dc->e->file.path,
+						    strerror(r == -ENODATA ? EIO : -r));
+			else
+				wsync_hasher_update(dc->hasher, cb, (size_t)n);
+		}
+		if (r < 0) {
+			wsync_segment_free(s);
+			return r;
+		}
+	}
+	pass_turn(dc);
 	wsync_segment_free(s);
-	return r;
+	return 0;
 fail:
+	wsync_segment_decoder_free(sd);
 	wsync_segment_free(s);
 	wsync_error_prefix(err, "%s: segment at %" PRIu64, path, sg->target_offset);
 	return r;
@@ -509,7 +666,7 @@ fail:
 static void *decode_worker(void *arg)
 {
 	struct decoder *dc = arg;
-	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 };
+	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 }, chunks = { 0 };
 	struct wsync_error err = { 0 };
 
 	for (;;) {
@@ -523,7 +680,8 @@ static void *decode_worker(void *arg)
 		}
 		i = dc->next++;
 		pthread_mutex_unlock(&dc->mu);
-		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &bb, &err);
+		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &bb, &chunks,
+			       &err);
 		if (r < 0) {
 			pthread_mutex_lock(&dc->mu);
 			if (dc->r == 0) {
@@ -538,6 +696,7 @@ static void *decode_worker(void *arg)
 	wsync_buf_free(&payload);
 	wsync_buf_free(&out);
 	wsync_buf_free(&bb);
+	wsync_buf_free(&chunks);
 	return NULL;
 }
 
@@ -975,8 +1134,8 @@ int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 	/* 1. Every base, before anything is written. */
 	if (!single)
 		r = check_nesting(d, err);
-	for (size_t i = 0; i < a.n && r == 0; i++)
-		r = check_base(&a, &a.items[i], err);
+	if (r == 0)
+		r = check_bases(&a, err);
 	if (r < 0)
 		goto out;
 

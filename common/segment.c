@@ -591,82 +591,160 @@ static int zstd_exact(const struct wsync_piece *pc, uint8_t *out,
 	return 0;
 }
 
-int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
-			 uint64_t base_size, uint8_t *out, struct wsync_error *err)
+struct wsync_segment_decoder {
+	const struct wsync_segment *s;
+	struct wsync_float_dec *fdec;	/* NULL when the segment has no streams */
+	size_t piece;			/* the piece being decoded */
+	uint64_t done;			/* bytes of it decoded so far */
+};
+
+int wsync_segment_decoder_new(const struct wsync_segment *s,
+			      struct wsync_segment_decoder **ret,
+			      struct wsync_error *err)
 {
 	uint64_t members[WSYNC_FAMILY_COUNT] = { 0 };
-	struct wsync_float_dec *fdec = NULL;
-	int r = 0;
+	struct wsync_segment_decoder *d;
+	int r;
 
+	*ret = NULL;
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
 
 		if (pc->method == WSYNC_PIECE_FLOAT)
 			members[pc->family] += pc->len / wsync_float_elem_size(pc->family);
-		if (pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
-		    pc->method == WSYNC_PIECE_FLOAT) {
-			if (!base || pc->base_offset > base_size ||
-			    pc->len > base_size - pc->base_offset)
-				return wsync_error_set(err, -EINVAL,
-						       "piece reads base bytes [%llu, +%llu) "
-						       "outside the base (%llu bytes)",
-						       (unsigned long long)pc->base_offset,
-						       (unsigned long long)pc->len,
-						       (unsigned long long)base_size);
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	d->s = s;
+	if (s->n_streams) {
+		d->fdec = malloc(sizeof(*d->fdec));
+		if (!d->fdec) {
+			free(d);
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		}
+		r = wsync_float_dec_init(d->fdec, s->streams, s->n_streams, members, err);
+		if (r < 0) {
+			wsync_segment_decoder_free(d);
+			return r;
 		}
 	}
-	if (s->n_streams) {
-		fdec = malloc(sizeof(*fdec));
-		if (!fdec)
-			return wsync_error_set(err, -ENOMEM, "out of memory");
-		r = wsync_float_dec_init(fdec, s->streams, s->n_streams, members, err);
-		if (r < 0)
-			goto out;
+	*ret = d;
+	return 0;
+}
+
+void wsync_segment_decoder_free(struct wsync_segment_decoder *d)
+{
+	if (!d)
+		return;
+	if (d->fdec) {
+		wsync_float_dec_free(d->fdec);
+		free(d->fdec);
 	}
+	free(d);
+}
+
+static bool needs_base(enum wsync_piece_method m)
+{
+	return m == WSYNC_PIECE_COPY || m == WSYNC_PIECE_XOR || m == WSYNC_PIECE_FLOAT;
+}
+
+int wsync_segment_decode_piece(struct wsync_segment_decoder *d, size_t i,
+			       uint64_t len, const uint8_t *base, uint8_t *out,
+			       struct wsync_error *err)
+{
+	const struct wsync_piece *pc;
+	int r = 0;
+
+	if (i != d->piece || i >= d->s->n_pieces)
+		return wsync_error_set(err, -EINVAL, "segment pieces decoded out of order");
+	pc = &d->s->pieces[i];
+	if (len == 0 || len > pc->len - d->done ||
+	    (pc->method == WSYNC_PIECE_FLOAT &&
+	     len % wsync_float_elem_size(pc->family)) ||
+	    ((pc->method == WSYNC_PIECE_ZSTD || pc->method == WSYNC_PIECE_XOR) &&
+	     len != pc->len))
+		return wsync_error_set(err, -EINVAL, "piece %zu decoded in a bad range", i);
+	if (needs_base(pc->method) && !base)
+		return wsync_error_set(err, -EINVAL, "%s piece without a base",
+				       wsync_piece_method_name(pc->method));
+	switch (pc->method) {
+	case WSYNC_PIECE_COPY:
+		memcpy(out, base, (size_t)len);
+		break;
+	case WSYNC_PIECE_LITERAL:
+		memcpy(out, pc->payload + d->done, (size_t)len);
+		break;
+	case WSYNC_PIECE_ZSTD:
+		r = zstd_exact(pc, out, err);
+		break;
+	case WSYNC_PIECE_XOR:
+		r = zstd_exact(pc, out, err);
+		if (r == 0)
+			for (uint64_t k = 0; k < len; k++)
+				out[k] ^= base[k];
+		break;
+	case WSYNC_PIECE_FLOAT:
+		if (!d->fdec) {
+			/* No streams: nothing changed (encoders send COPY). */
+			memcpy(out, base, (size_t)len);
+			break;
+		}
+		r = wsync_float_dec_piece(d->fdec, pc->family, pc->lo, base, out,
+					  len / wsync_float_elem_size(pc->family), err);
+		break;
+	}
+	if (r < 0)
+		return r;
+	d->done += len;
+	if (d->done == pc->len) {
+		d->piece++;
+		d->done = 0;
+	}
+	return 0;
+}
+
+int wsync_segment_decoder_finish(struct wsync_segment_decoder *d,
+				 struct wsync_error *err)
+{
+	if (d->piece != d->s->n_pieces)
+		return wsync_error_set(err, -EINVAL, "segment not decoded to its end");
+	return d->fdec ? wsync_float_dec_finish(d->fdec, err) : 0;
+}
+
+int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
+			 uint64_t base_size, uint8_t *out, struct wsync_error *err)
+{
+	struct wsync_segment_decoder *d;
+	int r;
+
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
-		uint8_t *o = out + (pc->target_offset - s->target_offset);
 
-		switch (pc->method) {
-		case WSYNC_PIECE_COPY:
-			memcpy(o, base + pc->base_offset, (size_t)pc->len);
-			break;
-		case WSYNC_PIECE_LITERAL:
-			memcpy(o, pc->payload, (size_t)pc->len);
-			break;
-		case WSYNC_PIECE_ZSTD:
-			r = zstd_exact(pc, o, err);
-			break;
-		case WSYNC_PIECE_XOR:
-			r = zstd_exact(pc, o, err);
-			if (r == 0) {
-				const uint8_t *b = base + pc->base_offset;
+		if (needs_base(pc->method) &&
+		    (!base || pc->base_offset > base_size ||
+		     pc->len > base_size - pc->base_offset))
+			return wsync_error_set(err, -EINVAL,
+					       "piece reads base bytes [%llu, +%llu) "
+					       "outside the base (%llu bytes)",
+					       (unsigned long long)pc->base_offset,
+					       (unsigned long long)pc->len,
+					       (unsigned long long)base_size);
+	}
+	r = wsync_segment_decoder_new(s, &d, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < s->n_pieces && r == 0; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
 
-				for (uint64_t k = 0; k < pc->len; k++)
-					o[k] ^= b[k];
-			}
-			break;
-		case WSYNC_PIECE_FLOAT:
-			if (!fdec) {
-				/* No streams: nothing changed (encoders send COPY). */
-				memcpy(o, base + pc->base_offset, (size_t)pc->len);
-				break;
-			}
-			r = wsync_float_dec_piece(fdec, pc->family, pc->lo,
-						  base + pc->base_offset, o,
-						  pc->len / wsync_float_elem_size(pc->family),
-						  err);
-			break;
-		}
-		if (r < 0)
-			goto out;
+		r = wsync_segment_decode_piece(d, i, pc->len,
+					       needs_base(pc->method) ? base + pc->base_offset
+								      : NULL,
+					       out + (pc->target_offset - s->target_offset),
+					       err);
 	}
-	if (fdec)
-		r = wsync_float_dec_finish(fdec, err);
-out:
-	if (fdec) {
-		wsync_float_dec_free(fdec);
-		free(fdec);
-	}
+	if (r == 0)
+		r = wsync_segment_decoder_finish(d, err);
+	wsync_segment_decoder_free(d);
 	return r;
 }

@@ -124,6 +124,30 @@ void wsync_segment_free(struct wsync_segment *s);
 int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
 			 uint64_t base_size, uint8_t *out, struct wsync_error *err);
 
+/*
+ * The same, a piece or part of a piece at a time, for callers that stream
+ * a segment through small buffers: pieces in order, each one in
+ * consecutive ranges; a FLOAT range a whole number of elements (its
+ * coder carries on where the last range stopped), COPY and LITERAL any
+ * length, ZSTD and XOR whole.  base holds the range's base bytes (COPY,
+ * XOR, FLOAT; the caller checks the piece's base range against the base
+ * file) and is NULL otherwise.  new sets up the symbol streams (-EINVAL
+ * when they are corrupt, -ENOMEM); decode_piece returns 0 or -EINVAL;
+ * finish checks that every piece was decoded and every stream used up
+ * exactly; free accepts NULL.
+ */
+struct wsync_segment_decoder;
+
+int wsync_segment_decoder_new(const struct wsync_segment *s,
+			      struct wsync_segment_decoder **ret,
+			      struct wsync_error *err);
+int wsync_segment_decode_piece(struct wsync_segment_decoder *d, size_t i,
+			       uint64_t len, const uint8_t *base, uint8_t *out,
+			       struct wsync_error *err);
+int wsync_segment_decoder_finish(struct wsync_segment_decoder *d,
+				 struct wsync_error *err);
+void wsync_segment_decoder_free(struct wsync_segment_decoder *d);
+
 /* "COPY", "LITERAL", ... */
 const char *wsync_piece_method_name(enum wsync_piece_method m);
 const char *wsync_float_family_name(enum wsync_float_family f);
