@@ -112,6 +112,7 @@ struct s3_op {
 	char **etags;			/* per part */
 	unsigned n_parts, parts_done, next_part;
 	/* get */
+	bool probed;			/* a HEAD gave size and etag first */
 	uint64_t got;			/* bytes received over all ranges */
 	char *etag;
 	int64_t mtime;
@@ -197,7 +198,7 @@ static int xfer_error(struct s3_xfer *x)
 	switch (h->status) {
 	case 404:
 		if (strcmp(code, "NoSuchBucket") == 0)
-			return op_fail(op, -ENOENT, "%s %s: no such bucket: %s%s", op_name(op),
+			return op_fail(op, -ENXIO, "%s %s: no such bucket: %s%s", op_name(op),
 				       what, wsync_store_describe(op->s3->store), rid);
 		if (strcmp(code, "NoSuchUpload") == 0)
 			return op_fail(op, -EIO, "%s %s: the multipart upload vanished%s",
@@ -737,13 +738,15 @@ static int get_range(struct s3_op *op, uint64_t off, uint64_t len, bool first)
 	x->offset = off;
 	x->len = len;
 	x->part = first ? 0 : 1;
+	if (!len)
+		x->len = 0;
 	if (len)
 		snprintf(x->range, sizeof(x->range), "bytes=%llu-%llu",
 			 (unsigned long long)off, (unsigned long long)(off + len - 1));
 	if (first && req->if_none_match) {
 		snprintf(x->cond_name, sizeof(x->cond_name), "if-none-match");
 		snprintf(x->cond_value, sizeof(x->cond_value), "%s", req->if_none_match);
-	} else if (!first && op->etag && op->etag[0]) {
+	} else if ((!first || op->probed) && op->etag && op->etag[0]) {
 		/* Every range of one object from the same version of it. */
 		snprintf(x->cond_name, sizeof(x->cond_name), "if-match");
 		snprintf(x->cond_value, sizeof(x->cond_value), "%s", op->etag);
@@ -855,18 +858,23 @@ static void get_complete(struct s3_op *op)
 	}
 }
 
+static void get_probed(struct s3_xfer *x);
+
 static void get_done(struct s3_xfer *x)
 {
 	struct s3_op *op = x->op;
 	struct wsync_store_req *req = op->req;
 	struct wsync_http_req *h = &x->h;
-	uint64_t ps = op->s3->store->opt.part_size;
 	bool first = x->part == 0;
 
 	if (op->err) {
 		xfer_free(x);
 		if (!op->n_xfers)
 			op_end(op);
+		return;
+	}
+	if (x->part == 2) {
+		get_probed(x);
 		return;
 	}
 	if (first && h->err == 0 && h->status == 304) {
@@ -877,18 +885,8 @@ static void get_done(struct s3_xfer *x)
 		op_end(op);
 		return;
 	}
-	if (first && h->err == 0 && h->status == 416 && !req->get.offset && !req->get.length) {
-		/* A whole-object get asked for its first chunk of an empty
-		 * object: ask again without a range. */
-		xfer_free(x);
-		if (get_range(op, 0, 0, true) < 0) {
-			op_fail(op, -ENOMEM, "get: out of memory");
-			op_end(op);
-		}
-		return;
-	}
 	if (h->err < 0 || !ok_status(h->status)) {
-		if (!first && h->status == 412)
+		if ((!first || op->probed) && h->status == 412)
 			op_fail(op, -EAGAIN, "get %s: the object changed during the download",
 				req->key);
 		else
@@ -908,14 +906,14 @@ static void get_done(struct s3_xfer *x)
 			op_fail(op, -EIO, "get %s: range of %llu bytes where %llu were due (%s)",
 				req->key, (unsigned long long)h->received,
 				(unsigned long long)want, h->content_range);
-	} else if (x->offset > 0 || !first) {
+	} else if (x->offset > 0 || x->len) {
 		op_fail(op, -EPROTO, "get %s: the store ignored the Range header", req->key);
 	} else if (h->content_length >= 0 && (uint64_t)h->content_length != h->received) {
 		op_fail(op, -EIO, "get %s: body of %llu bytes, Content-Length said %lld",
 			req->key, (unsigned long long)h->received, (long long)h->content_length);
 	}
 	op->got += h->received;
-	if (first && !op->err) {
+	if (first && !op->err && !op->probed) {
 		int64_t total = h->status == 206 ? range_total(h->content_range) :
 				(int64_t)h->received;
 
@@ -929,15 +927,6 @@ static void get_done(struct s3_xfer *x)
 			h->resp.data = NULL;
 			h->resp.len = h->resp.cap = 0;
 		}
-		/* A whole-object get of a big object: the rest in parallel
-		 * ranges (a buffer get is bounded by max_size anyway). */
-		if (h->status == 206 && !req->get.length && op->fd >= 0 &&
-		    x->offset + x->len < op->size) {
-			for (uint64_t off = x->offset + x->len; off < op->size && !op->err; off += ps)
-				if (get_range(op, off, op->size - off < ps ? op->size - off : ps,
-					      false) < 0)
-					op_fail(op, -ENOMEM, "get: out of memory");
-		}
 	}
 	xfer_free(x);
 	if (op->n_xfers)
@@ -948,10 +937,68 @@ static void get_done(struct s3_xfer *x)
 		get_complete(op);
 }
 
+/* The HEAD before a whole-object get into a file has answered. */
+static void get_probed(struct s3_xfer *x)
+{
+	struct s3_op *op = x->op;
+	struct wsync_store_req *req = op->req;
+	struct wsync_http_req *h = &x->h;
+	uint64_t ps = op->s3->store->opt.part_size;
+
+	if (h->err == 0 && h->status == 304) {
+		req->res.not_modified = true;
+		free(op->etag);
+		op->etag = strdup(h->etag[0] ? h->etag : req->if_none_match);
+		xfer_free(x);
+		op_end(op);
+		return;
+	}
+	if (h->err == 0 && h->status >= 400 && h->status < 500) {
+		/* A HEAD answer has no error document: ask with a plain GET,
+		 * whose answer says which (NoSuchBucket or NoSuchKey,
+		 * InvalidAccessKeyId or SignatureDoesNotMatch). */
+		xfer_free(x);
+		if (get_range(op, 0, 0, true) < 0) {
+			op_fail(op, -ENOMEM, "get: out of memory");
+			op_end(op);
+		}
+		return;
+	}
+	if (h->err < 0 || !ok_status(h->status) || h->content_length < 0) {
+		if (h->err == 0 && ok_status(h->status))
+			op_fail(op, -EPROTO, "get %s: HEAD answered without a Content-Length",
+				req->key);
+		else
+			xfer_error(x);
+		xfer_free(x);
+		op_end(op);
+		return;
+	}
+	op->probed = true;
+	op->size = (uint64_t)h->content_length;
+	free(op->etag);
+	op->etag = strdup(h->etag);
+	op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
+	xfer_free(x);
+	if (!op->etag) {
+		op_fail(op, -ENOMEM, "get: out of memory");
+	} else if (op->size <= ps) {
+		/* One plain GET (an empty object can't take a Range). */
+		if (get_range(op, 0, 0, true) < 0)
+			op_fail(op, -ENOMEM, "get: out of memory");
+	} else {
+		for (uint64_t off = 0; off < op->size && !op->err; off += ps)
+			if (get_range(op, off, op->size - off < ps ? op->size - off : ps,
+				      off == 0) < 0)
+				op_fail(op, -ENOMEM, "get: out of memory");
+	}
+	if (!op->n_xfers)
+		op_end(op);
+}
+
 static int get_start(struct s3_op *op)
 {
 	struct wsync_store_req *req = op->req;
-	uint64_t ps = op->s3->store->opt.part_size;
 	uint64_t len = req->get.length;
 
 	if (req->get.expect_xxh3) {
@@ -979,8 +1026,22 @@ static int get_start(struct s3_op *op)
 			return wsync_store_req_fail(req, r, "get %s: cannot create a file beside %s: %m",
 						    req->key, req->path);
 		}
-		if (!len)
-			len = ps;	/* the first chunk; the rest after its answer */
+		if (!len && !req->get.offset) {
+			/* A whole object into a file: HEAD first for its size
+			 * and ETag, then one GET or parallel ranges. */
+			struct s3_xfer *x = xfer_new(op, "HEAD", req->key);
+
+			if (!x)
+				return -ENOMEM;
+			x->part = 2;
+			if (req->if_none_match) {
+				snprintf(x->cond_name, sizeof(x->cond_name), "if-none-match");
+				snprintf(x->cond_value, sizeof(x->cond_value), "%s",
+					 req->if_none_match);
+			}
+			xfer_send(x);
+			return 0;
+		}
 	}
 	return get_range(op, req->get.offset, len, true) < 0 ? -ENOMEM : 0;
 }
@@ -1225,18 +1286,20 @@ static void op_end(struct s3_op *op)
 		}
 	} else {
 		req->res.err = 0;
-		req->res.size = req->op == WSYNC_STORE_PUT ? op->size :
-				req->op == WSYNC_STORE_GET ? op->got : op->size;
-		if (req->op == WSYNC_STORE_GET && req->res.not_modified)
-			req->res.size = 0;
+		/* put, head: the object's size; get: the whole object's,
+		 * even for a range (unknown after "not modified": 0). */
+		req->res.size = op->size;
 		req->res.mtime = op->mtime;
+		/* store.c frees the entries (and data) after the callback. */
 		req->res.entries = op->entries;
 		req->res.n_entries = op->n_entries;
+		op->entries = NULL;
+		op->n_entries = 0;
 	}
 	req->res.etag = op->etag ? op->etag : "";
 	req->backend_data = NULL;
 	wsync_store_req_done(req);
-	/* entries and etag were only lent to the callback */
+	/* the etag was only lent to the callback */
 	op_free(op);
 }
 
