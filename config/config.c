@@ -78,6 +78,7 @@
 
 enum {
 	KEY_OPTIONAL = 1 << 0,	/* string; an empty value means "not set" */
+	KEY_EMPTY_OK = 1 << 1,	/* string; an empty value is a value ("" kept) */
 };
 
 struct config_key;
@@ -490,6 +491,119 @@ static int parse_region(const struct config_key *k, const char *value, void *fie
 	return 0;
 }
 
+/* A string of printable characters, 1..max bytes (0 allowed with
+ * KEY_EMPTY_OK). */
+static int parse_text(const struct config_key *k, const char *value, void *field,
+		      struct wsync_error *why)
+{
+	size_t n = strlen(value);
+	char **dst = field, *s;
+
+	if ((n == 0 && !(k->flags & KEY_EMPTY_OK)) || n > k->max)
+		return wsync_error_set(why, -EINVAL, "expected 1 to %" PRIu64 " characters",
+				       k->max);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)value[i] < 0x20 || value[i] == 0x7f)
+			return wsync_error_set(why, -EINVAL, "contains control character 0x%02x",
+					       (unsigned char)value[i]);
+	s = strdup(value);
+	if (!s)
+		return -ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+/* A file name (no '/'), for [publisher] marker. */
+static int parse_file_name(const struct config_key *k, const char *value, void *field,
+			   struct wsync_error *why)
+{
+	if (strchr(value, '/') || strcmp(value, ".") == 0 || strcmp(value, "..") == 0)
+		return wsync_error_set(why, -EINVAL,
+				       "expected a file name without '/', not \"%.64s\"", value);
+	return parse_text(k, value, field, why);
+}
+
+/* Space-separated globs, each a relative pattern without "..". */
+static int parse_globs(const struct config_key *k, const char *value, void *field,
+		       struct wsync_error *why)
+{
+	char *copy = strdup(value), *save = NULL;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *g = strtok_r(copy, " \t", &save); g; g = strtok_r(NULL, " \t", &save)) {
+		if (g[0] == '/' || strstr(g, "..")) {
+			int r = wsync_error_set(why, -EINVAL,
+						"pattern \"%.64s\" must be relative and without \"..\"",
+						g);
+			free(copy);
+			return r;
+		}
+	}
+	free(copy);
+	return parse_text(k, value, field, why);
+}
+
+static const char *const complete_names[] = {
+	[WSYNC_COMPLETE_MARKER] = "marker",
+	[WSYNC_COMPLETE_INDEX] = "index",
+	[WSYNC_COMPLETE_QUIET] = "quiet",
+};
+
+static const char *const watch_mode_names[] = {
+	[WSYNC_WATCH_INOTIFY] = "inotify",
+	[WSYNC_WATCH_POLL] = "poll",
+};
+
+static int parse_name_in(const char *const *names, size_t n, const char *value, int *ret,
+			 struct wsync_error *why)
+{
+	char list[128] = "";
+
+	for (size_t i = 0; i < n; i++) {
+		if (strcasecmp(value, names[i]) == 0) {
+			*ret = (int)i;
+			return 0;
+		}
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+			 i ? (i + 1 == n ? " or " : ", ") : "", names[i]);
+	}
+	return wsync_error_set(why, -EINVAL, "expected %s, not \"%.64s\"", list, value);
+}
+
+static int parse_complete(UNUSED const struct config_key *k, const char *value, void *field,
+			  struct wsync_error *why)
+{
+	int v, r = parse_name_in(complete_names, 3, value, &v, why);
+
+	if (r == 0)
+		*(enum wsync_complete *)field = (enum wsync_complete)v;
+	return r;
+}
+
+static const char *format_complete(UNUSED const struct config_key *k, const void *field,
+				   UNUSED char *buf, UNUSED size_t len)
+{
+	return complete_names[*(const enum wsync_complete *)field];
+}
+
+static int parse_watch_mode(UNUSED const struct config_key *k, const char *value, void *field,
+			    struct wsync_error *why)
+{
+	int v, r = parse_name_in(watch_mode_names, 2, value, &v, why);
+
+	if (r == 0)
+		*(enum wsync_watch_mode *)field = (enum wsync_watch_mode)v;
+	return r;
+}
+
+static const char *format_watch_mode(UNUSED const struct config_key *k, const void *field,
+				     UNUSED char *buf, UNUSED size_t len)
+{
+	return watch_mode_names[*(const enum wsync_watch_mode *)field];
+}
+
 /* ---- the schema --------------------------------------------------------- */
 
 /* Rows of one section stay together: dump and the section list rely on it.
@@ -530,9 +644,31 @@ static const struct config_key config_keys[] = {
 	KEY("publisher", "watch_dir", parse_path, format_string, watch_dir),
 	KEY("publisher", "anchor_every", parse_uint32, format_uint32, anchor_every,
 	    .min = 1, .max = ANCHOR_EVERY_MAX),
+	KEY("publisher", "step_pattern", parse_text, format_string, step_pattern,
+	    .max = 255, .flags = KEY_EMPTY_OK),
+	KEY("publisher", "complete_when", parse_complete, format_complete, complete_when),
+	KEY("publisher", "marker", parse_file_name, format_string, marker, .max = 255),
+	KEY("publisher", "quiet_period", parse_duration, format_duration, quiet_period_ms,
+	    .min = 1000, .max = 86400000),
+	KEY("publisher", "watch_mode", parse_watch_mode, format_watch_mode, watch_mode),
+	KEY("publisher", "rescan_interval", parse_duration, format_duration,
+	    rescan_interval_ms, .min = 100, .max = 86400000),
+	KEY("publisher", "include", parse_globs, format_string, include, .max = 4096),
+	KEY("publisher", "exclude", parse_globs, format_string, exclude, .max = 4096,
+	    .flags = KEY_EMPTY_OK),
+	KEY("publisher", "keep_anchors", parse_uint32, format_uint32, keep_anchors,
+	    .min = 1, .max = 1000),
+	KEY("publisher", "gc_grace", parse_duration, format_duration, gc_grace_ms,
+	    .min = 0, .max = 7 * 86400000ull),
+	KEY("publisher", "signing_key", parse_path, format_string, signing_key,
+	    .flags = KEY_OPTIONAL),
 	KEY("subscriber", "target_dir", parse_path, format_string, target_dir),
 	KEY("subscriber", "poll_interval", parse_duration, format_duration,
 	    poll_interval_ms, .min = POLL_MIN_MS, .max = POLL_MAX_MS),
+	KEY("subscriber", "verify_key", parse_path, format_string, verify_key,
+	    .flags = KEY_OPTIONAL),
+	KEY("subscriber", "max_head_age", parse_duration, format_duration, max_head_age_ms,
+	    .min = 0, .max = 365 * 86400000ull),
 };
 
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -1140,6 +1276,12 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->threads = ncpu < 1 ? 1 : ncpu > THREADS_MAX ? THREADS_MAX : (uint32_t)ncpu;
 	cfg->log_level = LOG_INFO;
 	cfg->anchor_every = 20;
+	cfg->complete_when = WSYNC_COMPLETE_MARKER;
+	cfg->quiet_period_ms = 30000;
+	cfg->watch_mode = WSYNC_WATCH_INOTIFY;
+	cfg->rescan_interval_ms = 30000;
+	cfg->keep_anchors = 2;
+	cfg->gc_grace_ms = 600000;
 	cfg->poll_interval_ms = 2000;
 	/* [store]: the same defaults as store.h's wsync_store_options */
 	cfg->path_style = -1;
@@ -1151,7 +1293,11 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->connect_timeout_ms = 10000;
 	if (default_dir("STATE_DIRECTORY", "/var/lib/wsync", &cfg->state_dir) < 0 ||
 	    default_dir("RUNTIME_DIRECTORY", "/run/wsync", &cfg->runtime_dir) < 0 ||
-	    !(cfg->region = strdup("us-east-1"))) {
+	    !(cfg->region = strdup("us-east-1")) ||
+	    !(cfg->step_pattern = strdup("checkpoint-*")) ||
+	    !(cfg->marker = strdup("trainer_state.json")) ||
+	    !(cfg->include = strdup("*")) ||
+	    !(cfg->exclude = strdup(WSYNC_DEFAULT_EXCLUDE))) {
 		wsync_config_free(cfg);
 		return -ENOMEM;
 	}
@@ -1171,7 +1317,13 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->credentials);
 	free(cfg->ca_file);
 	free(cfg->watch_dir);
+	free(cfg->step_pattern);
+	free(cfg->marker);
+	free(cfg->include);
+	free(cfg->exclude);
+	free(cfg->signing_key);
 	free(cfg->target_dir);
+	free(cfg->verify_key);
 	/* zeroed, so a second free (or a free after a failed init) is harmless */
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -28,6 +28,24 @@ enum wsync_role {
 	WSYNC_ROLE_SUBSCRIBER,
 };
 
+/* When a checkpoint counts as complete ([publisher] complete_when). */
+enum wsync_complete {
+	WSYNC_COMPLETE_MARKER = 0,	/* the marker file exists (HF Trainer writes it last) */
+	WSYNC_COMPLETE_INDEX,		/* every shard the index names is whole */
+	WSYNC_COMPLETE_QUIET,		/* nothing changed for quiet_period */
+};
+
+/* How the publisher notices new checkpoints ([publisher] watch_mode). */
+enum wsync_watch_mode {
+	WSYNC_WATCH_INOTIFY = 0,	/* inotify, plus a rescan every rescan_interval */
+	WSYNC_WATCH_POLL,		/* scan every rescan_interval (NFS, Lustre) */
+};
+
+/* The default of [publisher] exclude: what training writes that inference
+ * does not need. */
+#define WSYNC_DEFAULT_EXCLUDE \
+	"optimizer* scheduler.pt scaler.pt rng_state*.pth training_args.bin global_step*"
+
 struct wsync_config {
 	char *path;		/* the file this was loaded from */
 
@@ -55,10 +73,24 @@ struct wsync_config {
 	/* [publisher] */
 	char *watch_dir;	/* required for role=publisher */
 	uint32_t anchor_every;	/* default 20; 1..100000 */
+	char *step_pattern;	/* glob of step directories; default "checkpoint-*";
+				 * "" = watch_dir itself is rewritten in place */
+	enum wsync_complete complete_when; /* default marker */
+	char *marker;		/* default "trainer_state.json" */
+	uint64_t quiet_period_ms; /* default 30s; 1s..1d */
+	enum wsync_watch_mode watch_mode; /* default inotify */
+	uint64_t rescan_interval_ms; /* default 30s (poll mode: the poll period); 100ms..1d */
+	char *include;		/* space-separated globs; default "*" */
+	char *exclude;		/* space-separated globs; default: training-only state */
+	uint32_t keep_anchors;	/* default 2; 1..1000 */
+	uint64_t gc_grace_ms;	/* default 10min; 0..7d */
+	char *signing_key;	/* Ed25519 private key (PEM), optional */
 
 	/* [subscriber] */
 	char *target_dir;	/* required for role=subscriber */
 	uint64_t poll_interval_ms; /* default 2s; 100ms..1d */
+	char *verify_key;	/* Ed25519 public key (PEM), optional */
+	uint64_t max_head_age_ms; /* 0 (default): off; else warn when HEAD is older */
 };
 
 /* One collected problem in a config file. */

@@ -381,6 +381,16 @@ static void test_errors_collected(void)
 static void test_bad_values(void)
 {
 	expect_bad("daemon", "role", "", "empty value; expected publisher or subscriber");
+	expect_bad("publisher", "complete_when", "done", "expected marker, index or quiet, not \"done\"");
+	expect_bad("publisher", "watch_mode", "fanotify", "expected inotify or poll");
+	expect_bad("publisher", "marker", "../state.json", "expected a file name without '/'");
+	expect_bad("publisher", "marker", "", "empty value; expected 1 to 255 characters");
+	expect_bad("publisher", "include", "*.json ../x", "must be relative and without \"..\"");
+	expect_bad("publisher", "exclude", "/etc/*", "must be relative");
+	expect_bad("publisher", "keep_anchors", "0", "out of range (1..1000)");
+	expect_bad("publisher", "quiet_period", "10ms", "out of range");
+	expect_bad("publisher", "signing_key", "keys/ed25519.pem", "expected an absolute path");
+	expect_bad("subscriber", "max_head_age", "soon", "expected");
 	expect_bad("daemon", "threads", "abc", "expected a whole number from 1 to 1024, not \"abc\"");
 	expect_bad("daemon", "threads", "1025", "1025 is out of range (1..1024)");
 	expect_bad("daemon", "threads", "99999999999999999999", "out of range (1..1024)");
@@ -457,6 +467,24 @@ static void test_good_values(void)
 		CHECK(l.cfg.log_level == levels[i].level);
 		loaded_free(&l);
 	}
+	expect_ok(&l, "publisher", "complete_when", "INDEX");
+	CHECK(l.cfg.complete_when == WSYNC_COMPLETE_INDEX);
+	loaded_free(&l);
+	expect_ok(&l, "publisher", "watch_mode", "poll");
+	CHECK(l.cfg.watch_mode == WSYNC_WATCH_POLL);
+	loaded_free(&l);
+	expect_ok(&l, "publisher", "step_pattern", "");
+	CHECK_STR(l.cfg.step_pattern, "");
+	loaded_free(&l);
+	expect_ok(&l, "publisher", "exclude", "");
+	CHECK_STR(l.cfg.exclude, "");
+	loaded_free(&l);
+	expect_ok(&l, "publisher", "include", "*.safetensors *.json tokenizer*");
+	CHECK_STR(l.cfg.include, "*.safetensors *.json tokenizer*");
+	loaded_free(&l);
+	expect_ok(&l, "publisher", "gc_grace", "0");
+	CHECK(l.cfg.gc_grace_ms == 0);
+	loaded_free(&l);
 	expect_ok(&l, "daemon", "threads", "1");
 	CHECK_EQ_U64(l.cfg.threads, 1);
 	loaded_free(&l);
@@ -1127,8 +1155,15 @@ static void test_foreach_key(void)
 		{ "store", "part_size", 0 },	 { "store", "retry_attempts", 0 },
 		{ "store", "retry_max_time", 0 }, { "store", "timeout", 0 },
 		{ "store", "connect_timeout", 0 }, { "publisher", "watch_dir", 0 },
-		{ "publisher", "anchor_every", 0 }, { "subscriber", "target_dir", 0 },
-		{ "subscriber", "poll_interval", 0 }, { NULL, NULL, 0 },
+		{ "publisher", "anchor_every", 0 }, { "publisher", "step_pattern", 0 },
+		{ "publisher", "complete_when", 0 }, { "publisher", "marker", 0 },
+		{ "publisher", "quiet_period", 0 }, { "publisher", "watch_mode", 0 },
+		{ "publisher", "rescan_interval", 0 }, { "publisher", "include", 0 },
+		{ "publisher", "exclude", 0 },	 { "publisher", "keep_anchors", 0 },
+		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
+		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
+		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
+		{ NULL, NULL, 0 },
 	};
 	size_t n = sizeof(keys) / sizeof(keys[0]) - 1;
 
