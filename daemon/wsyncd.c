@@ -2,7 +2,8 @@
 /*
  * wsyncd -- the daemon.  This file holds only the run sequence: parse the
  * arguments, load and validate the configuration, then hand over to the
- * role.  Logic lives in libwsync (common/, config/).
+ * manager (manager.c), which runs the role.  Logic lives in libwsync
+ * (common/, config/) and the daemon's own modules (daemon/).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,6 +14,7 @@
 #include "config.h"
 #include "log-messages.h"
 #include "log.h"
+#include "manager.h"
 #include "wsync-build.h"
 
 #define DEFAULT_CONFIG WSYNC_SYSCONFDIR "/wsyncd.ini"
@@ -130,11 +132,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	/* The publisher and subscriber event loops are the daemon issue's
-	 * work; until they land this build validates configurations only. */
-	log_error("%s: role %s cannot run in wsyncd %s: this build only "
-		  "validates configurations (wsyncd --check-config)",
-		  config_path, wsync_role_name(cfg.role), WSYNC_VERSION);
-	wsync_config_free(&cfg);
-	return 1;
+	/* The manager owns cfg from here on. */
+	return wsync_manager_run(&cfg, config_path);
 }

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * daemon.h -- what wsyncd.c hands a role (publisher.c, subscriber.c), and
+ * what a role promises back.
+ *
+ * wsyncd.c owns the loop, the configuration, the store, the jobs thread
+ * and the sd_notify/status plumbing; a role owns its timers, watchers and
+ * state machine.  A role never exits the process: it reports through the
+ * context and keeps going (a failed step is logged and retried or
+ * skipped), until wsyncd.c asks it to stop.
+ */
+#ifndef WSYNC_DAEMON_H
+#define WSYNC_DAEMON_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "error.h"
+#include "jobs.h"
+#include "store.h"
+
+struct wsync_daemon {
+	uv_loop_t *loop;
+	const struct wsync_config *cfg;	/* valid until the role is freed */
+	struct wsync_store *store;	/* the bucket of [store] url */
+	struct wsync_jobs *jobs;	/* the thread for encode/apply/hash jobs */
+	/* One line for `systemctl status` (sd_notify STATUS=) and the status
+	 * file: "version 12 applied (step 2400), idle".  May be NULL. */
+	void (*set_status)(struct wsync_daemon *d, const char *line);
+	/* The role has stopped after wsync_<role>_stop(): no timer, watcher,
+	 * job or store request of it is left.  wsyncd.c then frees it. */
+	void (*stopped)(struct wsync_daemon *d);
+	void *data;			/* wsyncd.c's */
+};
+
+/*
+ * Each role implements (publisher.h, subscriber.h):
+ *
+ *   int  wsync_<role>_new(struct wsync_daemon *d, struct wsync_<role> **ret,
+ *                         struct wsync_error *err);
+ *        set up (state dir, keys, watches); errors are configuration or
+ *        environment problems that stop the daemon (exit 1; 78 for a key
+ *        that can't be used).
+ *   int  wsync_<role>_start(struct wsync_<role> *r);   begin working
+ *   void wsync_<role>_stop(struct wsync_<role> *r);    finish or abandon the
+ *        current step safely (never half-published, never half-applied),
+ *        then call d->stopped(d) from the loop.
+ *   void wsync_<role>_free(struct wsync_<role> *r);    after stopped()
+ *   int  wsync_<role>_write_status(struct wsync_<role> *r);  status.json now
+ */
+
+#endif

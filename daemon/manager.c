@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * manager.c -- wsyncd's run (manager.h).
+ *
+ * States: RUNNING -> (TERM/INT) STOPPING -> (role stopped) CLOSING -> the
+ * loop runs out of handles and wsync_manager_run() returns.  A second TERM
+ * while stopping is logged and otherwise ignored: the role is finishing a
+ * step that must not be cut in half (systemd's TimeoutStopSec and SIGKILL
+ * remain the hard stop, and everything is crash safe).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "log-messages.h"
+#include "log.h"
+#include "manager.h"
+#include "notify.h"
+#include "publisher.h"
+#include "subscriber.h"
+#include "wsync-build.h"
+
+enum mstate {
+	M_RUNNING,
+	M_STOPPING,	/* asked the role to stop, waiting for stopped() */
+	M_CLOSING,	/* role freed; handles closing */
+};
+
+struct manager {
+	struct wsync_daemon d;
+	struct wsync_config *cfg;
+	const char *config_path;
+	enum mstate state;
+	struct wsync_publisher *pub;
+	struct wsync_subscriber *sub;
+	uv_signal_t sig_term, sig_int, sig_hup;
+	uv_timer_t watchdog;
+	bool watchdog_on;
+	char status[512];
+	int exit_code;
+};
+
+static void set_status(struct wsync_daemon *d, const char *line)
+{
+	struct manager *m = d->data;
+
+	snprintf(m->status, sizeof(m->status), "%s", line);
+	wsync_notify_status(line);
+}
+
+static void close_all(struct manager *m)
+{
+	m->state = M_CLOSING;
+	uv_close((uv_handle_t *)&m->sig_term, NULL);
+	uv_close((uv_handle_t *)&m->sig_int, NULL);
+	uv_close((uv_handle_t *)&m->sig_hup, NULL);
+	if (m->watchdog_on)
+		uv_close((uv_handle_t *)&m->watchdog, NULL);
+	wsync_jobs_free(m->d.jobs);
+	m->d.jobs = NULL;
+	wsync_store_free(m->d.store);
+	m->d.store = NULL;
+}
+
+static void role_stopped(struct wsync_daemon *d)
+{
+	struct manager *m = d->data;
+
+	wsync_publisher_free(m->pub);
+	wsync_subscriber_free(m->sub);
+	m->pub = NULL;
+	m->sub = NULL;
+	log_info("stopped");
+	close_all(m);
+}
+
+static void stop(struct manager *m, const char *why)
+{
+	if (m->state != M_RUNNING) {
+		log_notice("%s: already stopping, finishing the current step first", why);
+		return;
+	}
+	m->state = M_STOPPING;
+	wsync_notify_stopping();
+	wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_STOPPING),
+		  "%s: stopping", why);
+	if (m->pub)
+		wsync_publisher_stop(m->pub);
+	else if (m->sub)
+		wsync_subscriber_stop(m->sub);
+	else
+		role_stopped(&m->d);
+}
+
+/* SIGHUP: read the file again; take what can change while running (the
+ * log level), say what needs a restart, keep the old settings if the new
+ * file is invalid. */
+static void reload(struct manager *m)
+{
+	struct wsync_config nc;
+	struct wsync_config_errors errs = { 0 };
+	int r;
+
+	wsync_notify_reloading();
+	r = wsync_config_init(&nc);
+	if (r >= 0)
+		r = wsync_config_load(&nc, m->config_path, &errs);
+	if (r < 0) {
+		for (size_t i = 0; i < errs.n; i++)
+			log_error("%s", errs.items[i].text);
+		wsync_log(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID,
+						.file = m->config_path),
+			  "%s: reload refused, the configuration is invalid; "
+			  "running on with the previous one", m->config_path);
+	} else {
+		bool restart = nc.role != m->cfg->role ||
+			       strcmp(nc.store_url, m->cfg->store_url) != 0;
+
+		m->cfg->log_level = nc.log_level;
+		wsync_log_set_level(nc.log_level);
+		wsync_log(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_RELOADED,
+						   .file = m->config_path),
+			  "%s: configuration reloaded (log_level %s)%s", m->config_path,
+			  wsync_log_level_name(nc.log_level),
+			  restart ? "; role and store changes take effect after a restart" :
+				    "; other settings take effect after a restart");
+	}
+	wsync_config_errors_free(&errs);
+	wsync_config_free(&nc);
+	wsync_notify_ready();
+	if (m->status[0])
+		wsync_notify_status(m->status);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct manager *m = h->data;
+
+	if (signum == SIGHUP)
+		reload(m);
+	else
+		stop(m, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+	(void)t;
+	wsync_notify_watchdog();
+}
+
+static int start_role(struct manager *m)
+{
+	struct wsync_error err = { 0 };
+	int r;
+
+	if (m->cfg->role == WSYNC_ROLE_PUBLISHER) {
+		r = wsync_publisher_new(&m->d, &m->pub, &err);
+		if (r >= 0)
+			r = wsync_publisher_start(m->pub);
+	} else {
+		r = wsync_subscriber_new(&m->d, &m->sub, &err);
+		if (r >= 0)
+			r = wsync_subscriber_start(m->sub);
+	}
+	if (r < 0) {
+		log_error("cannot start the %s: %s", wsync_role_name(m->cfg->role),
+			  err.code ? wsync_error_str(&err) : strerror(-r));
+		m->exit_code = r == -EINVAL ? WSYNC_EX_CONFIG : 1;
+	}
+	return r;
+}
+
+int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
+{
+	struct manager *m = calloc(1, sizeof(*m));
+	struct wsync_store_options so;
+	struct wsync_error err = { 0 };
+	uv_loop_t loop;
+	uint64_t wd;
+	int r, code;
+
+	if (!m || uv_loop_init(&loop) < 0) {
+		log_error("out of memory");
+		free(m);
+		wsync_config_free(cfg);
+		return 1;
+	}
+	m->cfg = cfg;
+	m->config_path = config_path;
+	m->d.loop = &loop;
+	m->d.cfg = cfg;
+	m->d.set_status = set_status;
+	m->d.stopped = role_stopped;
+	m->d.data = m;
+
+	r = wsync_config_store_options(cfg, &so);
+	if (r >= 0)
+		r = wsync_store_new(&loop, &so, &m->d.store, &err);
+	if (r < 0) {
+		log_error("store %s: %s", cfg->store_url,
+			  err.code ? wsync_error_str(&err) : strerror(-r));
+		m->exit_code = r == -EINVAL ? WSYNC_EX_CONFIG : 1;
+		goto out_loop;
+	}
+	r = wsync_jobs_new(&loop, &m->d.jobs);
+	if (r < 0) {
+		log_error("cannot start the worker thread: %s", strerror(-r));
+		m->exit_code = 1;
+		goto out_loop;
+	}
+	uv_signal_init(&loop, &m->sig_term);
+	uv_signal_init(&loop, &m->sig_int);
+	uv_signal_init(&loop, &m->sig_hup);
+	m->sig_term.data = m->sig_int.data = m->sig_hup.data = m;
+	uv_signal_start(&m->sig_term, on_signal, SIGTERM);
+	uv_signal_start(&m->sig_int, on_signal, SIGINT);
+	uv_signal_start(&m->sig_hup, on_signal, SIGHUP);
+	signal(SIGPIPE, SIG_IGN);
+	wd = wsync_notify_watchdog_ms();
+	if (wd) {
+		uv_timer_init(&loop, &m->watchdog);
+		m->watchdog.data = m;
+		uv_timer_start(&m->watchdog, on_watchdog, wd, wd);
+		m->watchdog_on = true;
+	}
+
+	if (start_role(m) < 0) {
+		wsync_publisher_free(m->pub);
+		wsync_subscriber_free(m->sub);
+		m->pub = NULL;
+		m->sub = NULL;
+		close_all(m);
+	} else {
+		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_STARTED),
+			  "wsyncd %s started: role %s, bucket %s", WSYNC_VERSION,
+			  wsync_role_name(cfg->role), wsync_store_describe(m->d.store));
+		wsync_notify_ready();
+	}
+	uv_run(&loop, UV_RUN_DEFAULT);
+	goto out;
+
+out_loop:
+	wsync_jobs_free(m->d.jobs);
+	wsync_store_free(m->d.store);
+	uv_run(&loop, UV_RUN_DEFAULT);
+out:
+	code = m->exit_code;
+	if (uv_loop_close(&loop) < 0)
+		log_warning("the event loop still had open handles at exit");
+	wsync_config_free(cfg);
+	free(m);
+	return code;
+}
