@@ -42,6 +42,7 @@ static void store_usage(FILE *f)
 {
 	fprintf(f, "Usage: wsync store put FILE URL\n"
 		   "       wsync store get URL FILE [--expect-size N] [--expect-xxh3 HEX]\n"
+		   "                               [--if-none-match ETAG]\n"
 		   "       wsync store ls URL [--json]\n"
 		   "       wsync store rm URL\n"
 		   "       wsync store head URL [--json]\n\n"
@@ -60,6 +61,9 @@ static void store_usage(FILE *f)
 		   "  --expect-size N, --expect-xxh3 HEX\n"
 		   "                  get: refuse (exit 65, FILE untouched) an object of\n"
 		   "                  another size or XXH3-128 (32 hex digits, as xxh128sum)\n"
+		   "  --if-none-match ETAG\n"
+		   "                  get: if the object's ETag is still ETAG (as head\n"
+		   "                  prints it), say \"not modified\" and leave FILE alone\n"
 		   "  -h, --help      this text\n\n"
 		   "Credentials: [store] credentials, $CREDENTIALS_DIRECTORY/store or\n"
 		   "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN.\n\n"
@@ -86,6 +90,8 @@ struct run {
 	int err;
 	char msg[WSYNC_ERROR_MSG_MAX];
 	bool printed_error;
+	bool not_modified;
+	char etag[128];
 };
 
 /* ---- the object URL ------------------------------------------------------ */
@@ -243,7 +249,11 @@ static void record_error(struct run *run, const struct wsync_store_result *res)
 
 static void on_done(struct wsync_store_result *res, void *userdata)
 {
-	record_error(userdata, res);
+	struct run *run = userdata;
+
+	record_error(run, res);
+	run->not_modified = res->not_modified;
+	snprintf(run->etag, sizeof(run->etag), "%s", res->etag ? res->etag : "");
 }
 
 static void format_time(int64_t t, char *buf, size_t len)
@@ -473,6 +483,7 @@ int tool_store(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "expect-size", required_argument, NULL, 's' },
 		{ "expect-xxh3", required_argument, NULL, 'x' },
+		{ "if-none-match", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -522,6 +533,9 @@ int tool_store(int argc, char **argv)
 			}
 			gopt.expect_xxh3 = xxh3;
 			break;
+		case 'i':
+			gopt.if_none_match = optarg;
+			break;
 		case 'h':
 			store_usage(stdout);
 			return WSYNC_EXIT_OK;
@@ -555,8 +569,10 @@ int tool_store(int argc, char **argv)
 		fprintf(stderr, "wsync store: --json goes with ls and head\n");
 		return WSYNC_EXIT_USAGE;
 	}
-	if ((gopt.expect_size >= 0 || gopt.expect_xxh3) && run.verb != GET) {
-		fprintf(stderr, "wsync store: --expect-size and --expect-xxh3 go with get\n");
+	if ((gopt.expect_size >= 0 || gopt.expect_xxh3 || gopt.if_none_match) &&
+	    run.verb != GET) {
+		fprintf(stderr, "wsync store: --expect-size, --expect-xxh3 and --if-none-match "
+			"go with get\n");
 		return WSYNC_EXIT_USAGE;
 	}
 	url = run.verb == PUT ? argv[optind + 2] : argv[optind + 1];
@@ -646,6 +662,11 @@ int tool_store(int argc, char **argv)
 	if (run.err) {
 		fprintf(stderr, "wsync store: %s\n", run.msg[0] ? run.msg : strerror(-run.err));
 		ret = exit_for(run.err);
+		goto out;
+	}
+	if (run.verb == GET && run.not_modified) {
+		fprintf(stderr, "not modified: %s (ETag %s)\n", t.key, run.etag);
+		ret = WSYNC_EXIT_OK;
 		goto out;
 	}
 	if (run.verb == GET && tmp_path[0]) {

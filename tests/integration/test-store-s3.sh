@@ -106,6 +106,16 @@ check "ls --json is JSON with the keys" "$PYTHON3" -c \
 	'import json,sys; d=json.loads(sys.argv[1]); s=json.dumps(d); assert "v/1.delta" in s and "anchors/1.wsa" in s' "$OUT"
 expect_exit 0 "head" "${W[@]}" head s3://bucket/runs/exp1/anchors/1.wsa
 contains "head gives the size" "$OUT" "$(stat -c %s "$TMP/big.bin")"
+ETAG=$(printf '%s\n' "$OUT" | sed -n 's/^etag: //p')
+check "head gives an ETag" test -n "$ETAG"
+rm -f "$TMP/cond.bin"
+expect_exit 0 "conditional get with the current ETag" "${W[@]}" get --if-none-match "$ETAG" \
+	s3://bucket/runs/exp1/anchors/1.wsa "$TMP/cond.bin"
+contains "is not modified" "$OUT" "not modified"
+check "and writes nothing" test ! -e "$TMP/cond.bin"
+expect_exit 0 "conditional get with another ETag" "${W[@]}" get --if-none-match '"0123"' \
+	s3://bucket/runs/exp1/anchors/1.wsa "$TMP/cond.bin"
+check "gets the object" cmp "$TMP/big.bin" "$TMP/cond.bin"
 expect_exit 1 "head of a missing key fails" "${W[@]}" head s3://bucket/runs/exp1/nope
 contains "and says so" "$OUT" "no such object"
 expect_exit 0 "rm" "${W[@]}" rm s3://bucket/runs/exp1/v/1.delta
