@@ -1264,18 +1264,25 @@ static void op_orphan_check(struct s3_op *op)
 		op_free(op);
 }
 
-/* The op is over: report to store.c and free. */
-static void op_end(struct s3_op *op)
+/* Take op off the store's list of live operations. */
+static void op_unlink(struct s3 *s3, struct s3_op *op)
 {
-	struct s3 *s3 = op->s3;
-	struct wsync_store_req *req = op->req;
-
 	if (op->prev)
 		op->prev->next = op->next;
 	else
 		s3->ops = op->next;
 	if (op->next)
 		op->next->prev = op->prev;
+	op->prev = op->next = NULL;
+}
+
+/* The op is over: report to store.c and free. */
+static void op_end(struct s3_op *op)
+{
+	struct s3 *s3 = op->s3;
+	struct wsync_store_req *req = op->req;
+
+	op_unlink(s3, op);
 	if (op->err) {
 		req->res.err = op->err;
 		req->res.error = op->error;
@@ -1345,12 +1352,7 @@ static int s3_submit(struct wsync_store_req *req)
 	}
 	if (r < 0 && !op->n_xfers) {
 		/* Nothing started: no callback, store.c reports r. */
-		if (op->prev)
-			op->prev->next = op->next;
-		else
-			s3->ops = op->next;
-		if (op->next)
-			op->next->prev = op->prev;
+		op_unlink(s3, op);
 		req->backend_data = NULL;
 		op_free(op);
 		return r;
@@ -1511,12 +1513,7 @@ static void s3_free(struct wsync_store *store)
 		op_fail(op, -ECANCELED, "%s %s: cancelled", op_name(op), op->req->key);
 		struct wsync_store_req *req = op->req;
 
-		if (op->prev)
-			op->prev->next = op->next;
-		else
-			s3->ops = op->next;
-		if (op->next)
-			op->next->prev = op->prev;
+		op_unlink(s3, op);
 		req->res.err = op->err;
 		req->res.error = op->error;
 		req->res.etag = "";
