@@ -1,32 +1,1923 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * publisher.c -- PLACEHOLDER so wsyncd links while the publisher role is being
- * written (replace this whole file).
+ * publisher.c -- the publisher role of wsyncd: watch the trainer's folder,
+ * snapshot each complete checkpoint, encode it against the last published
+ * one, and publish it to the bucket (common/BUCKET.md).
+ *
+ * One state machine on the loop thread (enum pub_state); the long work
+ * (copying, hashing, encoding, the base swap) runs as jobs on the daemon's
+ * jobs thread (publisher_jobs.h); what the folder holds is read by
+ * checkpoint_scan.h, changes are noticed by watch.h (inotify) and a rescan
+ * timer.
+ *
+ * Publication of version V: objects (deltas/<V>.wsd and/or anchors/<V>.wsa)
+ * -> manifests/<V>.json -> HEAD -> base := staging, state.json.  Killed
+ * at any point, a restart finds HEAD naming a complete version (BUCKET.md
+ * §2 rule 2) and repairs the rest (recover_*): a manifest newer than HEAD
+ * gets HEAD pointed at it; a local base that does not match HEAD's
+ * manifest is replaced by the staged snapshot when that matches, else the
+ * next version is a full anchor without a delta.
+ *
+ * runtime_dir/status.json, rewritten atomically at each state change, one
+ * flat JSON object (read by `wsync status`):
+ *   "role"             "publisher"
+ *   "state"            starting | recovering | idle | encoding | uploading |
+ *                      committing | collecting | retrying | error | stopping
+ *   "version"          the version HEAD names (0: nothing published)
+ *   "step"             the trainer step of that version (null if unknown)
+ *   "source"           the checkpoint directory it came from ("" if unknown)
+ *   "last_published"   Unix seconds of the last publication by this process
+ *                      (0: none yet)
+ *   "last_duration_ms" snapshot + encode + upload time of that publication
+ *   "last_delta_bytes" bytes uploaded for it (delta and anchor objects)
+ *   "bytes_shipped"    object bytes uploaded since start
+ *   "published_count"  versions published since start
+ *   "skipped_steps"    complete checkpoints skipped for a newer one since start
+ *   "rejected_count"   checkpoints rejected as broken since start
+ *   "store_ok"         false while the bucket is unreachable
+ *   "last_error"       the last error, "" if none since the last publication
+ *   "updated"          Unix seconds when this file was written
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <jansson.h>
+
+#include "checkpoint_scan.h"
+#include "log-messages.h"
+#include "log.h"
+#include "manifest.h"
 #include "publisher.h"
+#include "publisher_jobs.h"
+#include "sign.h"
+#include "watch.h"
+#include "wsync-build.h"
 
-int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret, struct wsync_error *err)
+/* snprintf into a fixed buffer; a path too long for it is cut (and then
+ * simply not found), which -Wformat-truncation wants acknowledged. */
+#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+
+#define DEBOUNCE_MS 200		/* after an inotify event, before scanning */
+#define RETRY_MIN_MS 1000	/* store backoff: 1 s doubling to ... */
+#define RETRY_MAX_MS 60000	/* ... one minute */
+
+enum pub_state {
+	PUB_NEW,		/* made, not started */
+	PUB_RECOVER,		/* reading HEAD and manifests/, repairing HEAD */
+	PUB_VERIFY,		/* job: does the local base match HEAD's manifest? */
+	PUB_IDLE,		/* waiting for a complete checkpoint */
+	PUB_PREPARE,		/* job: snapshot + encode */
+	PUB_UPLOAD,		/* putting the objects */
+	PUB_MANIFEST,		/* putting manifests/<V>.json */
+	PUB_HEAD,		/* putting HEAD */
+	PUB_COMMIT,		/* job: base := staging, state.json */
+	PUB_GC,			/* listing and deleting what retention lets go */
+	PUB_BACKOFF,		/* a store request failed: waiting to retry `retry_state` */
+	PUB_STOPPED,		/* stop requested and nothing in flight: closing handles */
+};
+
+static const char *const state_names[] = {
+	[PUB_NEW] = "starting",	      [PUB_RECOVER] = "recovering", [PUB_VERIFY] = "recovering",
+	[PUB_IDLE] = "idle",	      [PUB_PREPARE] = "encoding",   [PUB_UPLOAD] = "uploading",
+	[PUB_MANIFEST] = "uploading", [PUB_HEAD] = "uploading",	    [PUB_COMMIT] = "committing",
+	[PUB_GC] = "collecting",      [PUB_BACKOFF] = "retrying",   [PUB_STOPPED] = "stopping",
+};
+
+/* What we remember of a checkpoint directory between scans. */
+struct seen {
+	char *name;		/* directory name ("" in in-place mode) */
+	uint64_t fingerprint;	/* of the last scan */
+	uint64_t since_ms;	/* when that fingerprint was first seen */
+	uint64_t rejected_fp;	/* broken at this fingerprint (0: not rejected) */
+	bool present;		/* seen by the current scan */
+};
+
+/* An object key no longer needed, and since when (Unix seconds). */
+struct gc_entry {
+	char *key;
+	int64_t since;
+};
+
+/* The version being published. */
+struct publication {
+	uint64_t version;
+	int64_t step;
+	char *source;		/* directory name */
+	char src_dir[PATH_MAX];
+	struct ckscan_tree tree;
+	uint64_t source_mtime_ns, fingerprint;
+	bool anchor, delta;
+	struct pubjob_prepare job;
+	struct wsync_buf manifest_doc, head_doc;
+	struct wsync_manifest_ref manifest_ref;
+	char manifest_key[WSYNC_MANIFEST_KEY_MAX];
+	char delta_key[WSYNC_MANIFEST_KEY_MAX], anchor_key[WSYNC_MANIFEST_KEY_MAX];
+	char delta_path[PATH_MAX], anchor_path[PATH_MAX];
+	unsigned puts_pending;
+	int put_error;
+	uint64_t started_ms;
+	char *skipped;		/* "1200, 1300" -- steps skipped for this one */
+};
+
+struct wsync_publisher {
+	struct wsync_daemon *d;
+	const struct wsync_config *cfg;
+	struct wsync_sign_key *key;	/* NULL: unsigned */
+	struct ckscan_filter filter;
+	char pub_dir[PATH_MAX];
+	char watch_dir[PATH_MAX];
+	char skip_top[NAME_MAX + 1];	/* state_dir inside an in-place watch_dir */
+	bool inplace;
+
+	enum pub_state state, retry_state;
+	bool stopping, started;
+	unsigned closing;		/* handles still closing */
+
+	uv_timer_t scan_timer;		/* debounce and quiet deadlines */
+	uv_timer_t rescan_timer;	/* every rescan_interval */
+	uv_timer_t retry_timer;		/* store backoff */
+	struct wsync_watch *watch;
+	uint64_t retry_ms;
+
+	/* What the bucket holds. */
+	uint64_t head_version;		/* 0: no HEAD */
+	struct wsync_manifest head_manifest;	/* parsed; version 0 when none */
+	struct wsync_manifest_ref head_ref;	/* HEAD's manifest */
+	char head_ref_key[WSYNC_MANIFEST_KEY_MAX];
+	bool need_anchor;		/* the base is not HEAD's: next is a full anchor */
+	uint64_t recover_manifest;	/* a manifest newer than HEAD, being read */
+	struct wsync_buf recover_head_doc;
+
+	/* What the local state says. */
+	char *source;			/* checkpoint published last */
+	uint64_t source_mtime_ns, source_fp;
+	int64_t step;
+	bool has_step;
+	struct gc_entry *gc;
+	size_t n_gc;
+	unsigned gc_pending_deletes;
+	char **gc_delete_keys;
+	size_t n_gc_delete;
+	int gc_phase;
+
+	struct seen *seen;
+	size_t n_seen;
+
+	struct publication *pub;	/* in flight */
+	struct pubjob_verify verify;
+	struct pubjob_commit commit;
+
+	/* status */
+	bool store_ok;
+	int64_t last_published;
+	uint64_t last_duration_ms, last_bytes, bytes_shipped;
+	unsigned published, skipped, rejected;
+	char last_error[512];
+};
+
+static void advance(struct wsync_publisher *p);
+static void on_retry(uv_timer_t *t);
+static void schedule_scan(struct wsync_publisher *p, uint64_t ms);
+
+static uint64_t now_ms(struct wsync_publisher *p)
 {
-	(void)d;
+	return uv_now(p->d->loop);
+}
+
+/* ---- status ---- */
+
+static void write_status(struct wsync_publisher *p)
+{
+	json_t *o = json_object();
+	char *text;
+	struct wsync_error err = { 0 };
+
+	if (!o)
+		return;
+	json_object_set_new(o, "role", json_string("publisher"));
+	json_object_set_new(o, "state", json_string(p->last_error[0] &&
+						    p->state == PUB_BACKOFF ? "error" :
+						    state_names[p->state]));
+	json_object_set_new(o, "version", json_integer((json_int_t)p->head_version));
+	json_object_set_new(o, "step", p->has_step ? json_integer(p->step) : json_null());
+	json_object_set_new(o, "source", json_string(p->source ? p->source : ""));
+	json_object_set_new(o, "last_published", json_integer(p->last_published));
+	json_object_set_new(o, "last_duration_ms", json_integer((json_int_t)p->last_duration_ms));
+	json_object_set_new(o, "last_delta_bytes", json_integer((json_int_t)p->last_bytes));
+	json_object_set_new(o, "bytes_shipped", json_integer((json_int_t)p->bytes_shipped));
+	json_object_set_new(o, "published_count", json_integer(p->published));
+	json_object_set_new(o, "skipped_steps", json_integer(p->skipped));
+	json_object_set_new(o, "rejected_count", json_integer(p->rejected));
+	json_object_set_new(o, "store_ok", json_boolean(p->store_ok));
+	json_object_set_new(o, "last_error", json_string(p->last_error));
+	json_object_set_new(o, "updated", json_integer((json_int_t)time(NULL)));
+	text = json_dumps(o, JSON_INDENT(2));
+	json_decref(o);
+	if (!text)
+		return;
+	if (pubjob_write_atomic(p->cfg->runtime_dir, "status.json", text, strlen(text), false,
+				&err) < 0)
+		log_debug("status.json: %s", wsync_error_str(&err));
+	free(text);
+}
+
+int wsync_publisher_write_status(struct wsync_publisher *p);
+int wsync_publisher_write_status(struct wsync_publisher *p)
+{
+	write_status(p);
+	return 0;
+}
+
+static void status(struct wsync_publisher *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void status(struct wsync_publisher *p, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (p->d->set_status)
+		p->d->set_status(p->d, line);
+	write_status(p);
+}
+
+static void set_state(struct wsync_publisher *p, enum pub_state s)
+{
+	p->state = s;
+}
+
+static void set_error(struct wsync_publisher *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void set_error(struct wsync_publisher *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(p->last_error, sizeof(p->last_error), fmt, ap);
+	va_end(ap);
+}
+
+/* ---- the store: outages and backoff ---- */
+
+/* A store request failed: say so once per outage, retry `again` later. */
+static void store_failed(struct wsync_publisher *p, const char *what,
+			 const struct wsync_store_result *res, enum pub_state again)
+{
+	set_error(p, "%s: %s", what, wsync_error_str(&res->error));
+	if (p->store_ok) {
+		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE,
+						.version = p->pub ? (int64_t)p->pub->version : -1),
+			  "bucket %s: %s: %s; retrying with backoff",
+			  wsync_store_describe(p->d->store), what, wsync_error_str(&res->error));
+		p->store_ok = false;
+	} else {
+		log_debug("%s: %s (still failing)", what, wsync_error_str(&res->error));
+	}
+	p->retry_ms = p->retry_ms ? p->retry_ms * 2 : RETRY_MIN_MS;
+	if (p->retry_ms > RETRY_MAX_MS)
+		p->retry_ms = RETRY_MAX_MS;
+	p->retry_state = again;
+	set_state(p, PUB_BACKOFF);
+	status(p, "bucket unreachable (%s), retrying in %" PRIu64 " s", what,
+	       p->retry_ms / 1000);
+	if (!p->stopping)
+		uv_timer_start(&p->retry_timer, on_retry, p->retry_ms, 0);
+}
+
+static void store_ok(struct wsync_publisher *p)
+{
+	if (!p->store_ok) {
+		log_notice("bucket %s reachable again", wsync_store_describe(p->d->store));
+		p->store_ok = true;
+	}
+	p->retry_ms = 0;
+}
+
+/* ---- state.json ---- */
+
+static char *state_text(struct wsync_publisher *p, uint64_t version,
+			const struct wsync_manifest_ref *ref, bool has_step, int64_t step,
+			const char *source, uint64_t mtime_ns, uint64_t fp)
+{
+	json_t *o = json_object(), *gc = json_object();
+	char hex[WSYNC_HASH_HEX_LEN + 1], fph[17];
+	char *text;
+
+	if (!o || !gc) {
+		json_decref(o);
+		json_decref(gc);
+		return NULL;
+	}
+	json_object_set_new(o, "version", json_integer((json_int_t)version));
+	if (ref && ref->key) {
+		json_object_set_new(o, "manifest_key", json_string(ref->key));
+		json_object_set_new(o, "manifest_size", json_integer((json_int_t)ref->size));
+		json_object_set_new(o, "manifest_xxh128",
+				    json_string(wsync_hash_hex(&ref->hash, hex, sizeof(hex))));
+	}
+	json_object_set_new(o, "step", has_step ? json_integer(step) : json_null());
+	json_object_set_new(o, "source", json_string(source ? source : ""));
+	json_object_set_new(o, "source_mtime_ns", json_integer((json_int_t)mtime_ns));
+	PATHF(fph, "%016" PRIx64, fp);
+	json_object_set_new(o, "source_fingerprint", json_string(fph));
+	json_object_set_new(o, "written", json_integer((json_int_t)time(NULL)));
+	for (size_t i = 0; i < p->n_gc; i++)
+		json_object_set_new(gc, p->gc[i].key, json_integer(p->gc[i].since));
+	json_object_set_new(o, "gc_unneeded_since", gc);
+	text = json_dumps(o, JSON_INDENT(2));
+	json_decref(o);
+	if (text) {
+		size_t n = strlen(text);
+		char *t2 = realloc(text, n + 2);
+
+		if (!t2) {
+			free(text);
+			return NULL;
+		}
+		t2[n] = '\n';
+		t2[n + 1] = '\0';
+		text = t2;
+	}
+	return text;
+}
+
+/* What state.json says about the local base, for recovery. */
+struct local_state {
+	uint64_t version;
+	struct wsync_hash128 manifest_hash;
+	bool has_hash;
+};
+
+static void load_state(struct wsync_publisher *p, struct local_state *ls)
+{
+	char path[PATH_MAX];
+	json_error_t je;
+	json_t *o, *v, *gc;
+	const char *key;
+
+	memset(ls, 0, sizeof(*ls));
+	PATHF(path, "%s/state.json", p->pub_dir);
+	o = json_load_file(path, 0, &je);
+	if (!o) {
+		if (access(path, F_OK) == 0)
+			log_warning("%s: unreadable (%s); treating the local base as unknown",
+				    path, je.text);
+		return;
+	}
+	if (json_is_integer(v = json_object_get(o, "version")))
+		ls->version = (uint64_t)json_integer_value(v);
+	if (json_is_string(v = json_object_get(o, "manifest_xxh128"))) {
+		const char *s = json_string_value(v);
+
+		if (strlen(s) == 32) {
+			ls->has_hash = true;
+			for (int i = 0; i < 16; i++) {
+				unsigned b;
+
+				if (sscanf(s + 2 * i, "%2x", &b) != 1)
+					ls->has_hash = false;
+				ls->manifest_hash.b[i] = (uint8_t)b;
+			}
+		}
+	}
+	if (json_is_integer(v = json_object_get(o, "step"))) {
+		p->step = json_integer_value(v);
+		p->has_step = true;
+	}
+	if (json_is_string(v = json_object_get(o, "source")) && *json_string_value(v))
+		p->source = strdup(json_string_value(v));
+	if (json_is_integer(v = json_object_get(o, "source_mtime_ns")))
+		p->source_mtime_ns = (uint64_t)json_integer_value(v);
+	if (json_is_string(v = json_object_get(o, "source_fingerprint")))
+		p->source_fp = strtoull(json_string_value(v), NULL, 16);
+	gc = json_object_get(o, "gc_unneeded_since");
+	if (json_is_object(gc)) {
+		json_object_foreach(gc, key, v) {
+			struct gc_entry *ng;
+
+			if (!json_is_integer(v))
+				continue;
+			ng = realloc(p->gc, (p->n_gc + 1) * sizeof(*ng));
+			if (!ng)
+				break;
+			p->gc = ng;
+			if (!(p->gc[p->n_gc].key = strdup(key)))
+				break;
+			p->gc[p->n_gc++].since = json_integer_value(v);
+		}
+	}
+	json_decref(o);
+}
+
+/* pending.json: the source of the version being published, so that a
+ * restart that finds it published knows which checkpoint it was. */
+static void write_pending(struct wsync_publisher *p, struct publication *pb)
+{
+	char *t = state_text(p, pb->version, NULL, true, pb->step, pb->source,
+			     pb->source_mtime_ns, pb->fingerprint);
+	struct wsync_error err = { 0 };
+
+	if (t && pubjob_write_atomic(p->pub_dir, "pending.json", t, strlen(t), true, &err) < 0)
+		log_warning("%s", wsync_error_str(&err));
+	free(t);
+}
+
+static void take_pending(struct wsync_publisher *p, uint64_t version)
+{
+	char path[PATH_MAX];
+	json_error_t je;
+	json_t *o, *v;
+
+	PATHF(path, "%s/pending.json", p->pub_dir);
+	o = json_load_file(path, 0, &je);
+	if (!o)
+		return;
+	v = json_object_get(o, "version");
+	if (json_is_integer(v) && (uint64_t)json_integer_value(v) == version) {
+		free(p->source);
+		p->source = NULL;
+		if (json_is_string(v = json_object_get(o, "source")))
+			p->source = strdup(json_string_value(v));
+		if (json_is_integer(v = json_object_get(o, "source_mtime_ns")))
+			p->source_mtime_ns = (uint64_t)json_integer_value(v);
+		if (json_is_string(v = json_object_get(o, "source_fingerprint")))
+			p->source_fp = strtoull(json_string_value(v), NULL, 16);
+	}
+	json_decref(o);
+}
+
+/* ---- the head we know ---- */
+
+/* Take doc (a manifest document, already checked against ref) as HEAD's. */
+static int adopt_head_manifest(struct wsync_publisher *p, const void *doc, size_t len,
+			       uint64_t version, struct wsync_error *err)
+{
+	struct wsync_manifest m;
+	int r;
+
+	r = wsync_manifest_parse(doc, len, NULL, &m, err);
+	if (r < 0)
+		return r;
+	if (m.version != version) {
+		wsync_manifest_free(&m);
+		return wsync_error_set(err, -EINVAL, "manifest of version %" PRIu64 " says "
+				       "version %" PRIu64, version, m.version);
+	}
+	wsync_manifest_free(&p->head_manifest);
+	p->head_manifest = m;
+	p->head_version = version;
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, version, p->head_ref_key);
+	p->head_ref.key = p->head_ref_key;
+	p->head_ref.size = len;
+	wsync_hash_mem(doc, len, &p->head_ref.hash);
+	p->step = m.step;
+	p->has_step = true;
+	return 0;
+}
+
+/* ---- recovery (start-up) ---- */
+
+static void recover_verify_done(void *data, bool cancelled);
+static void recover_commit_done(void *data, bool cancelled);
+
+static void recover_local(struct wsync_publisher *p)
+{
+	struct local_state ls;
+	int r;
+
+	load_state(p, &ls);
+	if (p->head_version == 0) {
+		p->need_anchor = true;	/* version 1 is an anchor anyway */
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	if (p->need_anchor) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	if (ls.version == p->head_version && ls.has_hash &&
+	    wsync_hash_equal(&ls.manifest_hash, &p->head_ref.hash)) {
+		char base[PATH_MAX];
+		struct stat st;
+
+		PATHF(base, "%s/base", p->pub_dir);
+		if (stat(base, &st) == 0) {
+			set_state(p, PUB_IDLE);
+			advance(p);
+			return;
+		}
+	}
+	/* The base may lag HEAD (killed between HEAD and the swap): check the
+	 * staged snapshot and the base against HEAD's manifest. */
+	log_info("local base does not record version %" PRIu64 " (state.json: %" PRIu64
+		 "): checking it against the manifest", p->head_version, ls.version);
+	set_state(p, PUB_VERIFY);
+	status(p, "checking the local base against version %" PRIu64, p->head_version);
+	p->verify = (struct pubjob_verify){ .pub_dir = p->pub_dir,
+					    .files = p->head_manifest.files,
+					    .n_files = p->head_manifest.n_files };
+	r = wsync_jobs_submit(p->d->jobs, pubjob_verify_work, recover_verify_done, p);
+	if (r < 0) {
+		p->need_anchor = true;
+		set_state(p, PUB_IDLE);
+		advance(p);
+	}
+}
+
+static void recover_verify_done(void *data, bool cancelled)
+{
+	struct wsync_publisher *p = data;
+	int r;
+
+	if (cancelled || p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	if (p->verify.which == 0) {
+		log_warning("local base matches neither version %" PRIu64 " nor its staged "
+			    "snapshot: the next version will be a full anchor", p->head_version);
+		p->need_anchor = true;
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	log_info("the %s matches version %" PRIu64 ": %s", p->verify.which == 2 ?
+		 "staged snapshot" : "local base", p->head_version,
+		 p->verify.which == 2 ? "making it the base" : "recording it");
+	take_pending(p, p->head_version);
+	free(p->commit.state_text);
+	p->commit = (struct pubjob_commit){
+		.pub_dir = p->pub_dir, .promote = p->verify.which == 2,
+		.state_text = state_text(p, p->head_version, &p->head_ref, p->has_step,
+					 p->step, p->source, p->source_mtime_ns, p->source_fp),
+	};
+	if (!p->commit.state_text) {
+		p->need_anchor = true;
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	set_state(p, PUB_COMMIT);
+	r = wsync_jobs_submit(p->d->jobs, pubjob_commit_work, recover_commit_done, p);
+	if (r < 0)
+		recover_commit_done(p, true);
+}
+
+static void recover_commit_done(void *data, bool cancelled)
+{
+	struct wsync_publisher *p = data;
+
+	if (cancelled || p->commit.result < 0) {
+		if (!cancelled)
+			log_error("%s", wsync_error_str(&p->commit.err));
+		p->need_anchor = true;
+	}
+	free(p->commit.state_text);
+	p->commit.state_text = NULL;
+	set_state(p, PUB_IDLE);
+	advance(p);
+}
+
+static void recover_head_put_done(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+
+	wsync_buf_free(&p->recover_head_doc);
+	if (res->err < 0) {
+		store_failed(p, "writing HEAD", res, PUB_RECOVER);
+		return;
+	}
+	store_ok(p);
+	log_event(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_PUBLISHED,
+					   .version = (int64_t)p->head_version),
+		  "HEAD now names version %" PRIu64 " (its manifest was complete: "
+		  "a previous run stopped before writing HEAD)", p->head_version);
+	if (p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	recover_local(p);
+}
+
+static int put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t version,
+		    const struct wsync_manifest_ref *ref, wsync_store_cb cb)
+{
+	struct wsync_manifest_head h = { .version = version, .created = time(NULL),
+					 .manifest = *ref };
+	struct wsync_error err = { 0 };
+	int r;
+
+	r = wsync_manifest_head_serialize(&h, p->key, doc, &err);
+	if (r < 0)
+		return log_error_errno(r, "HEAD of version %" PRIu64 ": %s", version,
+				       wsync_error_str(&err));
+	return wsync_store_put_buf(p->d->store, WSYNC_MANIFEST_HEAD_KEY, doc->data, doc->len,
+				   cb, p);
+}
+
+static void recover_newer_got(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct wsync_error err = { 0 };
+	uint64_t v = p->recover_manifest;
+	int r;
+
+	if (res->err < 0) {
+		store_failed(p, "reading a manifest newer than HEAD", res, PUB_RECOVER);
+		return;
+	}
+	store_ok(p);
+	if (p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	r = adopt_head_manifest(p, res->data, res->data_len, v, &err);
+	if (r < 0) {
+		/* A manifest we cannot read is still a published number: go past
+		 * it, with a full anchor. */
+		log_error("manifests/%012" PRIu64 ".json is newer than HEAD but unreadable "
+			  "(%s): the next version will be %" PRIu64 ", a full anchor", v,
+			  wsync_error_str(&err), v + 1);
+		p->head_version = v;
+		wsync_manifest_free(&p->head_manifest);
+		p->need_anchor = true;
+		recover_local(p);
+		return;
+	}
+	r = put_head(p, &p->recover_head_doc, v, &p->head_ref, recover_head_put_done);
+	if (r < 0) {
+		set_error(p, "cannot write HEAD: %s", strerror(-r));
+		p->need_anchor = true;
+		recover_local(p);
+	}
+}
+
+static void recover_head_manifest_got(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct wsync_error err = { 0 };
+	uint64_t v = p->head_version;
+
+	if (res->err < 0 && res->err != -ENOENT && res->err != -EIO) {
+		store_failed(p, "reading HEAD's manifest", res, PUB_RECOVER);
+		return;
+	}
+	store_ok(p);
+	if (res->err < 0 ||
+	    wsync_manifest_ref_check(&p->head_ref, res->data, res->data_len, &err) < 0 ||
+	    adopt_head_manifest(p, res->data, res->data_len, v, &err) < 0) {
+		log_error("HEAD names version %" PRIu64 " but its manifest is %s: the next "
+			  "version will be a full anchor", v,
+			  res->err < 0 ? wsync_error_str(&res->error) : wsync_error_str(&err));
+		p->head_version = v;
+		wsync_manifest_free(&p->head_manifest);
+		p->need_anchor = true;
+	}
+	if (p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	recover_local(p);
+}
+
+static void recover_listed(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	uint64_t newest = 0;
+	int r;
+
+	if (res->err < 0 && res->err != -ENOENT) {
+		store_failed(p, "listing manifests/", res, PUB_RECOVER);
+		return;
+	}
+	store_ok(p);
+	for (size_t i = 0; res->err == 0 && i < res->n_entries; i++) {
+		enum wsync_manifest_key_type t;
+		uint64_t v;
+
+		if (wsync_manifest_key_parse(res->entries[i].key, &t, &v) == 0 &&
+		    t == WSYNC_MANIFEST_KEY_MANIFEST && v > newest)
+			newest = v;
+	}
+	if (p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	if (newest > p->head_version) {
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+		char key[WSYNC_MANIFEST_KEY_MAX];
+
+		log_notice("manifests/%012" PRIu64 ".json is newer than HEAD (version %" PRIu64
+			   "): a previous run stopped before writing HEAD; completing it",
+			   newest, p->head_version);
+		p->recover_manifest = newest;
+		o.max_size = WSYNC_MANIFEST_MAX;
+		r = wsync_store_get_buf(p->d->store,
+					wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, newest, key),
+					&o, recover_newer_got, p);
+	} else if (p->head_version) {
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+
+		o.max_size = WSYNC_MANIFEST_MAX;
+		r = wsync_store_get_buf(p->d->store, p->head_ref.key, &o,
+					recover_head_manifest_got, p);
+	} else {
+		recover_local(p);
+		return;
+	}
+	if (r < 0) {
+		log_error_errno(r, "cannot queue a store request");
+		p->need_anchor = true;
+		recover_local(p);
+	}
+}
+
+static void recover_head_got(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct wsync_manifest_head h;
+	struct wsync_error err = { 0 };
+	int r;
+
+	if (res->err < 0 && res->err != -ENOENT) {
+		store_failed(p, "reading HEAD", res, PUB_RECOVER);
+		return;
+	}
+	store_ok(p);
+	p->head_version = 0;
+	if (res->err == 0) {
+		r = wsync_manifest_head_parse(res->data, res->data_len, NULL, &h, &err);
+		if (r < 0) {
+			/* Without a readable HEAD we still must not reuse numbers:
+			 * the listing below finds the newest manifest. */
+			log_error("HEAD is unreadable: %s", wsync_error_str(&err));
+		} else {
+			p->head_version = h.version;
+			PATHF(p->head_ref_key, "%s", h.manifest.key);
+			p->head_ref.key = p->head_ref_key;
+			p->head_ref.size = h.manifest.size;
+			p->head_ref.hash = h.manifest.hash;
+			wsync_manifest_head_free(&h);
+		}
+	}
+	if (p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	r = wsync_store_list(p->d->store, "manifests/", recover_listed, p);
+	if (r < 0) {
+		log_error_errno(r, "cannot list manifests/");
+		recover_local(p);
+	}
+}
+
+static void recover(struct wsync_publisher *p)
+{
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	int r;
+
+	set_state(p, PUB_RECOVER);
+	status(p, "reading HEAD from %s", wsync_store_describe(p->d->store));
+	o.max_size = WSYNC_MANIFEST_HEAD_MAX;
+	r = wsync_store_get_buf(p->d->store, WSYNC_MANIFEST_HEAD_KEY, &o, recover_head_got, p);
+	if (r < 0) {
+		struct wsync_store_result res = { .err = r };
+
+		wsync_error_set(&res.error, r, "cannot queue a request: %s", strerror(-r));
+		store_failed(p, "reading HEAD", &res, PUB_RECOVER);
+	}
+}
+
+/* ---- scanning the watch dir ---- */
+
+static struct seen *seen_get(struct wsync_publisher *p, const char *name)
+{
+	struct seen *ns;
+
+	for (size_t i = 0; i < p->n_seen; i++)
+		if (strcmp(p->seen[i].name, name) == 0)
+			return &p->seen[i];
+	ns = realloc(p->seen, (p->n_seen + 1) * sizeof(*ns));
+	if (!ns)
+		return NULL;
+	p->seen = ns;
+	ns = &p->seen[p->n_seen];
+	memset(ns, 0, sizeof(*ns));
+	if (!(ns->name = strdup(name)))
+		return NULL;
+	p->n_seen++;
+	return ns;
+}
+
+static void seen_prune(struct wsync_publisher *p)
+{
+	for (size_t i = 0; i < p->n_seen;) {
+		if (!p->seen[i].present) {
+			free(p->seen[i].name);
+			p->seen[i] = p->seen[--p->n_seen];
+		} else {
+			p->seen[i++].present = false;
+		}
+	}
+}
+
+/* A checkpoint the scan found complete. */
+struct candidate {
+	char *name;
+	char dir[PATH_MAX];
+	int64_t step;
+	struct ckscan_tree tree;
+};
+
+/* Look at one checkpoint directory: 1 complete (c filled), 0 not (yet),
+ * and *wake_ms lowered to when a quiet checkpoint would become complete. */
+static int judge(struct wsync_publisher *p, const char *name, const char *dir,
+		 struct candidate *c, uint64_t *wake_ms)
+{
+	const struct wsync_config *cfg = p->cfg;
+	struct wsync_error err = { 0 };
+	struct ckscan_tree t;
+	struct seen *s;
+	int64_t step = 0;
+	int r;
+
+	r = ckscan_tree_read(dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &err);
+	if (r < 0) {
+		if (r != -ENOENT)
+			log_debug("%s", wsync_error_str(&err));
+		return 0;
+	}
+	if (t.n == 0)
+		goto no;
+	s = seen_get(p, name);
+	if (!s)
+		goto no;
+	s->present = true;
+	if (s->fingerprint != t.fingerprint) {
+		s->fingerprint = t.fingerprint;
+		s->since_ms = now_ms(p);
+	}
+	/* Published already, or older than what was. */
+	if (t.fingerprint == p->source_fp ||
+	    (uint64_t)t.newest_mtime_ns <= p->source_mtime_ns)
+		goto no;
+	if (s->rejected_fp == t.fingerprint)
+		goto no;	/* broken, and unchanged since */
+
+	switch (cfg->complete_when) {
+	case WSYNC_COMPLETE_MARKER: {
+		char mp[PATH_MAX];
+		struct stat st;
+
+		PATHF(mp, "%s/%s", dir, cfg->marker);
+		if (stat(mp, &st) < 0)
+			goto no;
+		/* In place the old marker stays while the next save is written:
+		 * only a marker at least as new as every file counts. */
+		if (p->inplace &&
+		    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec <
+			    t.newest_mtime_ns)
+			goto no;
+		break;
+	}
+	case WSYNC_COMPLETE_INDEX:
+		r = ckscan_index_complete(dir, &err);
+		if (r == 0)
+			goto no;
+		if (r < 0) {
+			/* a half-written index does not parse either: reject only
+			 * once it has been still for a moment */
+			if (now_ms(p) - s->since_ms < 2000) {
+				if (s->since_ms + 2000 < *wake_ms)
+					*wake_ms = s->since_ms + 2000;
+				goto no;
+			}
+			s->rejected_fp = t.fingerprint;
+			p->rejected++;
+			log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
+							.file = name),
+				  "checkpoint %s rejected: %s", *name ? name : dir,
+				  wsync_error_str(&err));
+			goto no;
+		}
+		break;
+	case WSYNC_COMPLETE_QUIET:
+		if (now_ms(p) - s->since_ms < cfg->quiet_period_ms) {
+			if (s->since_ms + cfg->quiet_period_ms < *wake_ms)
+				*wake_ms = s->since_ms + cfg->quiet_period_ms;
+			goto no;
+		}
+		break;
+	}
+	/* The step: trailing digits of the name, else trainer_state.json,
+	 * else one past the last. */
+	if (!*name || ckscan_step_from_name(name, &step) < 0) {
+		if (ckscan_read_global_step(dir, &step) < 0)
+			step = p->has_step ? p->step + 1 : 1;
+	}
+	c->name = strdup(name);
+	if (!c->name)
+		goto no;
+	PATHF(c->dir, "%s", dir);
+	c->step = step;
+	c->tree = t;
+	return 1;
+no:
+	ckscan_tree_free(&t);
+	return 0;
+}
+
+static void start_publication(struct wsync_publisher *p, struct candidate *c, char *skipped);
+
+/* Find the newest complete checkpoint and publish it; log what it
+ * supersedes. */
+static void scan(struct wsync_publisher *p)
+{
+	struct candidate *cs = NULL, best;
+	size_t n = 0, bi = 0;
+	uint64_t wake = UINT64_MAX;
+
+	if (p->inplace) {
+		struct candidate c;
+
+		if (judge(p, "", p->watch_dir, &c, &wake) == 1) {
+			cs = malloc(sizeof(*cs));
+			if (cs)
+				cs[n++] = c;
+			else {
+				free(c.name);
+				ckscan_tree_free(&c.tree);
+			}
+		}
+	} else {
+		DIR *d = opendir(p->watch_dir);
+		struct dirent *de;
+
+		if (!d) {
+			set_error(p, "%s: %s", p->watch_dir, strerror(errno));
+			log_warning("cannot read %s: %s", p->watch_dir, strerror(errno));
+		}
+		while (d && (de = readdir(d))) {
+			char dir[PATH_MAX];
+			struct stat st;
+			struct candidate c, *nc;
+
+			if (de->d_name[0] == '.' ||
+			    fnmatch(p->cfg->step_pattern, de->d_name, 0) != 0)
+				continue;
+			PATHF(dir, "%s/%s", p->watch_dir, de->d_name);
+			if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+				continue;
+			if (judge(p, de->d_name, dir, &c, &wake) != 1)
+				continue;
+			nc = realloc(cs, (n + 1) * sizeof(*cs));
+			if (!nc) {
+				free(c.name);
+				ckscan_tree_free(&c.tree);
+				continue;
+			}
+			cs = nc;
+			cs[n++] = c;
+		}
+		if (d)
+			closedir(d);
+	}
+	seen_prune(p);
+	if (wake != UINT64_MAX)
+		schedule_scan(p, wake > now_ms(p) ? wake - now_ms(p) : 1);
+	if (n == 0) {
+		free(cs);
+		return;
+	}
+	/* The newest: the most recently written. */
+	for (size_t i = 1; i < n; i++)
+		if (cs[i].tree.newest_mtime_ns > cs[bi].tree.newest_mtime_ns)
+			bi = i;
+	best = cs[bi];
+	char skipped[512] = "";
+	size_t sl = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (i == bi)
+			continue;
+		if (sl < sizeof(skipped) - 32)
+			sl += (size_t)snprintf(skipped + sl, sizeof(skipped) - sl, "%s%s",
+					       sl ? ", " : "", cs[i].name);
+		p->skipped++;
+		/* a skipped checkpoint stays older than what gets published */
+		free(cs[i].name);
+		ckscan_tree_free(&cs[i].tree);
+	}
+	free(cs);
+	start_publication(p, &best, sl ? strdup(skipped) : NULL);
+}
+
+/* ---- publishing ---- */
+
+static void publication_free(struct publication *pb)
+{
+	if (!pb)
+		return;
+	free(pb->source);
+	free(pb->skipped);
+	ckscan_tree_free(&pb->tree);
+	pubjob_files_free(pb->job.files, pb->job.n_files);
+	wsync_buf_free(&pb->manifest_doc);
+	wsync_buf_free(&pb->head_doc);
+	free(pb);
+}
+
+static void end_publication(struct wsync_publisher *p)
+{
+	publication_free(p->pub);
+	p->pub = NULL;
+}
+
+static void prepare_done(void *data, bool cancelled);
+
+static void start_publication(struct wsync_publisher *p, struct candidate *c, char *skipped)
+{
+	struct publication *pb = calloc(1, sizeof(*pb));
+	uint64_t v = p->head_version + 1;
+	int r;
+
+	if (!pb) {
+		free(c->name);
+		ckscan_tree_free(&c->tree);
+		free(skipped);
+		return;
+	}
+	pb->version = v;
+	pb->step = c->step;
+	pb->source = c->name;
+	PATHF(pb->src_dir, "%s", c->dir);
+	pb->tree = c->tree;
+	pb->source_mtime_ns = (uint64_t)c->tree.newest_mtime_ns;
+	pb->fingerprint = c->tree.fingerprint;
+	pb->skipped = skipped;
+	pb->started_ms = now_ms(p);
+	pb->anchor = v == 1 || p->need_anchor || !p->head_manifest.version ||
+		     v - p->head_manifest.anchor_version >= p->cfg->anchor_every;
+	pb->delta = v > 1 && !p->need_anchor && p->head_manifest.version == v - 1;
+	if (!pb->anchor && !pb->delta)
+		pb->anchor = true;
+	pb->job = (struct pubjob_prepare){
+		.src_dir = pb->src_dir, .tree = &pb->tree, .hardlink = !p->inplace,
+		.pub_dir = p->pub_dir, .want_delta = pb->delta, .want_anchor = pb->anchor,
+		.version = v, .threads = p->cfg->threads,
+	};
+	p->pub = pb;
+	if (skipped)
+		log_notice("skipping checkpoint%s %s: %s is newer", strchr(skipped, ',') ? "s" : "",
+			   skipped, *pb->source ? pb->source : p->watch_dir);
+	set_state(p, PUB_PREPARE);
+	status(p, "encoding version %" PRIu64 " (step %" PRId64 ", %s)", v, pb->step,
+	       pb->anchor ? (pb->delta ? "anchor + delta" : "anchor") : "delta");
+	r = wsync_jobs_submit(p->d->jobs, pubjob_prepare_work, prepare_done, p);
+	if (r < 0) {
+		log_error_errno(r, "cannot queue the encoding job");
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+	}
+}
+
+static void put_objects(struct wsync_publisher *p);
+static void put_manifest(struct wsync_publisher *p);
+
+static void prepare_done(void *data, bool cancelled)
+{
+	struct wsync_publisher *p = data;
+	struct publication *pb = p->pub;
+	const char *name = *pb->source ? pb->source : p->watch_dir;
+	int r = pb->job.result;
+
+	if (cancelled || p->stopping) {
+		log_info("version %" PRIu64 " abandoned: stopping", pb->version);
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	if (r == -ENOENT) {
+		log_notice("checkpoint %s disappeared while being read (%s): dropped", name,
+			   wsync_error_str(&pb->job.err));
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		schedule_scan(p, DEBOUNCE_MS);
+		advance(p);
+		return;
+	}
+	if (r == -EAGAIN) {
+		log_info("checkpoint %s changed while being read (%s): waiting for it to settle",
+			 name, wsync_error_str(&pb->job.err));
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		schedule_scan(p, 1000);
+		advance(p);
+		return;
+	}
+	if (r == -EINVAL) {
+		struct seen *s = seen_get(p, pb->source);
+
+		if (s)
+			s->rejected_fp = pb->fingerprint;
+		p->rejected++;
+		set_error(p, "checkpoint %s rejected: %s", name, wsync_error_str(&pb->job.err));
+		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
+						.file = name, .step = pb->step),
+			  "checkpoint %s (step %" PRId64 ") rejected: %s", name, pb->step,
+			  wsync_error_str(&pb->job.err));
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		status(p, "rejected %s, version %" PRIu64 " still current", name,
+		       p->head_version);
+		schedule_scan(p, DEBOUNCE_MS);
+		advance(p);
+		return;
+	}
+	if (r < 0) {
+		set_error(p, "encoding %s: %s", name, wsync_error_str(&pb->job.err));
+		log_error("encoding checkpoint %s: %s; retrying in %d s", name,
+			  wsync_error_str(&pb->job.err), RETRY_MAX_MS / 1000);
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		status(p, "encoding failed: %s", wsync_error_str(&pb->job.err));
+		schedule_scan(p, RETRY_MAX_MS);
+		advance(p);
+		return;
+	}
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, pb->version, pb->manifest_key);
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_DELTA, pb->version, pb->delta_key);
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_ANCHOR, pb->version, pb->anchor_key);
+	PATHF(pb->delta_path, "%s/out/delta.wsd", p->pub_dir);
+	PATHF(pb->anchor_path, "%s/out/anchor.wsa", p->pub_dir);
+	write_pending(p, pb);
+	put_objects(p);
+}
+
+static void object_put_done(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct publication *pb = p->pub;
+
+	if (res->err < 0 && !pb->put_error) {
+		pb->put_error = res->err;
+		set_error(p, "uploading version %" PRIu64 ": %s", pb->version,
+			  wsync_error_str(&res->error));
+	}
+	if (--pb->puts_pending)
+		return;
+	if (pb->put_error) {
+		struct wsync_store_result r2 = { .err = pb->put_error };
+
+		PATHF(r2.error.msg, "%s", p->last_error);
+		r2.error.code = pb->put_error;
+		if (p->stopping) {
+			end_publication(p);
+			set_state(p, PUB_IDLE);
+			advance(p);
+			return;
+		}
+		store_failed(p, "uploading objects", &r2, PUB_UPLOAD);
+		return;
+	}
+	store_ok(p);
+	if (p->stopping) {
+		log_info("version %" PRIu64 " abandoned before its manifest: stopping",
+			 pb->version);
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	put_manifest(p);
+}
+
+static void put_objects(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+	int r;
+
+	set_state(p, PUB_UPLOAD);
+	status(p, "uploading version %" PRIu64 " (%" PRIu64 " bytes)", pb->version,
+	       (pb->job.has_delta ? pb->job.delta_size : 0) +
+		       (pb->job.has_anchor ? pb->job.anchor_size : 0));
+	pb->puts_pending = 1;	/* held until both are queued */
+	pb->put_error = 0;
+	if (pb->job.has_anchor) {
+		pb->puts_pending++;
+		r = wsync_store_put_file(p->d->store, pb->anchor_key, pb->anchor_path,
+					 object_put_done, p);
+		if (r < 0) {
+			pb->puts_pending--;
+			pb->put_error = r;
+		}
+	}
+	if (pb->job.has_delta) {
+		pb->puts_pending++;
+		r = wsync_store_put_file(p->d->store, pb->delta_key, pb->delta_path,
+					 object_put_done, p);
+		if (r < 0) {
+			pb->puts_pending--;
+			pb->put_error = r;
+		}
+	}
+	struct wsync_store_result fake = { .err = 0 };
+
+	object_put_done(&fake, p);
+}
+
+static void manifest_put_done(struct wsync_store_result *res, void *data);
+static void head_put_done(struct wsync_store_result *res, void *data);
+
+static void put_manifest(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+	struct wsync_manifest m = { 0 };
+	struct wsync_manifest_object objs[2];
+	struct wsync_manifest_anchor *anc;
+	const struct wsync_manifest *prev = p->head_manifest.version ? &p->head_manifest : NULL;
+	struct wsync_error err = { 0 };
+	size_t na = 0, first = 0;
+	int r;
+
+	if (pb->manifest_doc.len)	/* a retry: the very same bytes */
+		goto put;
+	m.version = pb->version;
+	m.step = pb->step;
+	m.created = time(NULL);
+	m.kind = pb->job.has_anchor ? WSYNC_MANIFEST_ANCHOR : WSYNC_MANIFEST_DELTA;
+	m.base_version = pb->job.has_delta ? pb->version - 1 : 0;
+	m.anchor_version = pb->job.has_anchor ? pb->version :
+			   (prev ? prev->anchor_version : pb->version);
+	if (pb->job.has_anchor)
+		objs[m.n_objects++] = (struct wsync_manifest_object){
+			WSYNC_MANIFEST_ROLE_ANCHOR,
+			{ pb->anchor_key, pb->job.anchor_size, pb->job.anchor_hash } };
+	if (pb->job.has_delta)
+		objs[m.n_objects++] = (struct wsync_manifest_object){
+			WSYNC_MANIFEST_ROLE_DELTA,
+			{ pb->delta_key, pb->job.delta_size, pb->job.delta_hash } };
+	m.objects = objs;
+	m.files = pb->job.files;
+	m.n_files = pb->job.n_files;
+	m.writer = "wsync " WSYNC_VERSION;
+
+	/* Anchors still retained: the previous list (unless this is a fresh
+	 * start), this one if it is an anchor, the newest keep_anchors. */
+	anc = calloc((prev ? prev->n_anchors : 0) + 1, sizeof(*anc));
+	if (!anc) {
+		log_error("out of memory");
+		goto fail;
+	}
+	if (prev && !p->need_anchor) {
+		for (size_t i = 0; i < prev->n_anchors; i++) {
+			anc[na] = prev->anchors[i];
+			/* An anchor manifest cannot hold its own hash (see below):
+			 * the next one fills it in from HEAD's reference. */
+			if (anc[na].version == prev->version)
+				anc[na].manifest = p->head_ref;
+			na++;
+		}
+	}
+	if (pb->job.has_anchor) {
+		/* BUCKET.md §3 wants the anchor's own entry in its anchors
+		 * list, with its manifest's size and hash -- which cannot be
+		 * known while writing that manifest.  Its own entry gets size 0
+		 * and a zero hash; every later manifest carries the real ones.
+		 * (Readers reach this manifest through HEAD, which has them.) */
+		anc[na].version = pb->version;
+		anc[na].manifest.key = pb->manifest_key;
+		anc[na].manifest.size = 0;
+		memset(&anc[na].manifest.hash, 0, sizeof(anc[na].manifest.hash));
+		na++;
+	}
+	if (na > p->cfg->keep_anchors)
+		first = na - p->cfg->keep_anchors;
+	/* anchor_version must stay listed */
+	while (first > 0 && anc[first].version > m.anchor_version)
+		first--;
+	m.anchors = anc + first;
+	m.n_anchors = na - first;
+	r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
+	free(anc);
+	if (r < 0) {
+		log_error("manifest of version %" PRIu64 ": %s", pb->version,
+			  wsync_error_str(&err));
+		goto fail;
+	}
+	pb->manifest_ref.key = pb->manifest_key;
+	pb->manifest_ref.size = pb->manifest_doc.len;
+	wsync_hash_mem(pb->manifest_doc.data, pb->manifest_doc.len, &pb->manifest_ref.hash);
+put:
+	set_state(p, PUB_MANIFEST);
+	r = wsync_store_put_buf(p->d->store, pb->manifest_key, pb->manifest_doc.data,
+				pb->manifest_doc.len, manifest_put_done, p);
+	if (r < 0) {
+		struct wsync_store_result fake = { .err = r };
+
+		wsync_error_set(&fake.error, r, "cannot queue: %s", strerror(-r));
+		store_failed(p, "writing the manifest", &fake, PUB_MANIFEST);
+	}
+	return;
+fail:
+	set_error(p, "cannot build the manifest of version %" PRIu64, pb->version);
+	end_publication(p);
+	set_state(p, PUB_IDLE);
+	schedule_scan(p, RETRY_MAX_MS);
+}
+
+static void manifest_put_done(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct publication *pb = p->pub;
+	int r;
+
+	if (res->err < 0) {
+		if (p->stopping) {
+			end_publication(p);
+			set_state(p, PUB_IDLE);
+			advance(p);
+			return;
+		}
+		store_failed(p, "writing the manifest", res, PUB_MANIFEST);
+		return;
+	}
+	store_ok(p);
+	/* From here on version V exists (BUCKET.md §2 rule 1): HEAD must
+	 * follow, even when stopping -- it is one small request. */
+	set_state(p, PUB_HEAD);
+	wsync_buf_reset(&pb->head_doc);
+	r = put_head(p, &pb->head_doc, pb->version, &pb->manifest_ref, head_put_done);
+	if (r < 0) {
+		struct wsync_store_result fake = { .err = r };
+
+		wsync_error_set(&fake.error, r, "cannot queue: %s", strerror(-r));
+		store_failed(p, "writing HEAD", &fake, PUB_HEAD);
+	}
+}
+
+static void commit_done(void *data, bool cancelled);
+static void gc_start(struct wsync_publisher *p);
+
+static void head_put_done(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct publication *pb = p->pub;
+	struct wsync_error err = { 0 };
+	uint64_t ms, bytes;
+	int r;
+
+	if (res->err < 0) {
+		if (p->stopping) {
+			/* The manifest is there: the next start points HEAD at it. */
+			end_publication(p);
+			set_state(p, PUB_IDLE);
+			advance(p);
+			return;
+		}
+		store_failed(p, "writing HEAD", res, PUB_HEAD);
+		return;
+	}
+	store_ok(p);
+	ms = now_ms(p) - pb->started_ms;
+	bytes = (pb->job.has_delta ? pb->job.delta_size : 0) +
+		(pb->job.has_anchor ? pb->job.anchor_size : 0);
+	/* HEAD names V now. */
+	r = adopt_head_manifest(p, pb->manifest_doc.data, pb->manifest_doc.len, pb->version,
+				&err);
+	if (r < 0) {
+		/* cannot happen: we just serialized it */
+		log_error("re-reading our own manifest: %s", wsync_error_str(&err));
+		p->head_version = pb->version;
+		wsync_manifest_free(&p->head_manifest);
+	}
+	p->need_anchor = false;
+	free(p->source);
+	p->source = strdup(pb->source);
+	p->source_mtime_ns = pb->source_mtime_ns;
+	p->source_fp = pb->fingerprint;
+	p->step = pb->step;
+	p->has_step = true;
+	p->published++;
+	p->last_published = time(NULL);
+	p->last_duration_ms = ms;
+	p->last_bytes = bytes;
+	p->bytes_shipped += bytes;
+	p->last_error[0] = '\0';
+	log_event(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_PUBLISHED,
+					 .version = (int64_t)pb->version, .step = pb->step,
+					 .file = pb->source, .bytes = (int64_t)bytes,
+					 .duration_ms = (int64_t)ms),
+		  "published version %" PRIu64 " (step %" PRId64 ", %s %s, %s%.1f MB, "
+		  "%" PRIu64 " files, %.1f s)", pb->version, pb->step,
+		  *pb->source ? "from" : "in place", *pb->source ? pb->source : p->watch_dir,
+		  pb->job.has_anchor ? (pb->job.has_delta ? "anchor + delta " : "anchor ") :
+				       "delta ",
+		  bytes / 1e6, (uint64_t)pb->job.n_files, ms / 1e3);
+
+	/* base := staging, state.json */
+	set_state(p, PUB_COMMIT);
+	status(p, "published version %" PRIu64 " (step %" PRId64 ", %.1f MB %s, %.1f s)",
+	       pb->version, pb->step, bytes / 1e6, pb->job.has_delta ? "delta" : "anchor",
+	       ms / 1e3);
+	free(p->commit.state_text);
+	p->commit = (struct pubjob_commit){
+		.pub_dir = p->pub_dir, .promote = true,
+		.state_text = state_text(p, p->head_version, &p->head_ref, true, p->step,
+					 p->source, p->source_mtime_ns, p->source_fp),
+	};
+	if (!p->commit.state_text ||
+	    wsync_jobs_submit(p->d->jobs, pubjob_commit_work, commit_done, p) < 0)
+		commit_done(p, true);
+}
+
+static void commit_done(void *data, bool cancelled)
+{
+	struct wsync_publisher *p = data;
+
+	if (cancelled || p->commit.result < 0) {
+		/* HEAD names V but the base is not V: next time a full anchor
+		 * (a restart sorts this out by hashing). */
+		log_error("making version %" PRIu64 " the local base failed: %s; the next "
+			  "version will be a full anchor", p->head_version,
+			  cancelled ? "cancelled" : wsync_error_str(&p->commit.err));
+		p->need_anchor = true;
+	}
+	free(p->commit.state_text);
+	p->commit.state_text = NULL;
+	end_publication(p);
+	if (p->stopping) {
+		set_state(p, PUB_IDLE);
+		advance(p);
+		return;
+	}
+	gc_start(p);
+}
+
+/* ---- garbage collection (BUCKET.md §2 rule 3) ---- */
+
+static int64_t gc_since(struct wsync_publisher *p, const char *key, int64_t now, bool *added)
+{
+	struct gc_entry *ng;
+
+	for (size_t i = 0; i < p->n_gc; i++)
+		if (strcmp(p->gc[i].key, key) == 0)
+			return p->gc[i].since;
+	ng = realloc(p->gc, (p->n_gc + 1) * sizeof(*ng));
+	if (!ng)
+		return now;
+	p->gc = ng;
+	if (!(ng[p->n_gc].key = strdup(key)))
+		return now;
+	ng[p->n_gc++].since = now;
+	*added = true;
+	return now;
+}
+
+static void gc_forget(struct wsync_publisher *p, const char *key)
+{
+	for (size_t i = 0; i < p->n_gc; i++)
+		if (strcmp(p->gc[i].key, key) == 0) {
+			free(p->gc[i].key);
+			p->gc[i] = p->gc[--p->n_gc];
+			return;
+		}
+}
+
+static void gc_finish(struct wsync_publisher *p, bool changed)
+{
+	for (size_t i = 0; i < p->n_gc_delete; i++)
+		free(p->gc_delete_keys[i]);
+	free(p->gc_delete_keys);
+	p->gc_delete_keys = NULL;
+	p->n_gc_delete = 0;
+	if (changed && p->head_version) {
+		/* remember "unneeded since" across restarts */
+		char *t = state_text(p, p->head_version, &p->head_ref, p->has_step, p->step,
+				     p->source, p->source_mtime_ns, p->source_fp);
+		struct wsync_error err = { 0 };
+
+		if (t && pubjob_write_atomic(p->pub_dir, "state.json", t, strlen(t), true,
+					     &err) < 0)
+			log_warning("%s", wsync_error_str(&err));
+		free(t);
+	}
+	set_state(p, PUB_IDLE);
+	status(p, "version %" PRIu64 " published (step %" PRId64 "), idle", p->head_version,
+	       p->step);
+	advance(p);
+}
+
+static void gc_deleted(struct wsync_store_result *res, void *data);
+
+/* Phase 0 deletes manifests, phase 1 the objects: a manifest never names
+ * a deleted object. */
+static void gc_delete_phase(struct wsync_publisher *p)
+{
+	p->gc_pending_deletes = 1;
+	for (size_t i = 0; i < p->n_gc_delete; i++) {
+		const char *k = p->gc_delete_keys[i];
+		bool is_manifest = strncmp(k, "manifests/", 10) == 0;
+
+		if (is_manifest != (p->gc_phase == 0))
+			continue;
+		p->gc_pending_deletes++;
+		if (wsync_store_delete(p->d->store, k, gc_deleted, p) < 0)
+			p->gc_pending_deletes--;
+	}
+	struct wsync_store_result ok = { .err = 0 };
+
+	gc_deleted(&ok, p);
+}
+
+static void gc_deleted(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+
+	if (res->err < 0)
+		log_warning("garbage collection: %s", wsync_error_str(&res->error));
+	if (--p->gc_pending_deletes)
+		return;
+	if (p->gc_phase == 0 && !p->stopping) {
+		p->gc_phase = 1;
+		gc_delete_phase(p);
+		return;
+	}
+	if (p->n_gc_delete) {
+		log_info("garbage collection: deleted %zu object%s older than the oldest kept "
+			 "anchor", p->n_gc_delete, p->n_gc_delete == 1 ? "" : "s");
+		for (size_t i = 0; i < p->n_gc_delete; i++)
+			gc_forget(p, p->gc_delete_keys[i]);
+	}
+	gc_finish(p, p->n_gc_delete > 0);
+}
+
+static void gc_listed(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	const struct wsync_manifest *hm = &p->head_manifest;
+	int64_t now = time(NULL);
+	uint64_t oldest;
+	bool changed = false;
+
+	if (res->err < 0) {
+		log_warning("garbage collection: listing the bucket: %s",
+			    wsync_error_str(&res->error));
+		gc_finish(p, false);
+		return;
+	}
+	if (p->stopping || !hm->version || !hm->n_anchors) {
+		gc_finish(p, false);
+		return;
+	}
+	oldest = hm->anchors[0].version;
+	/* keys no longer in the bucket need no clock */
+	for (size_t i = 0; i < p->n_gc;) {
+		bool found = false;
+
+		for (size_t k = 0; k < res->n_entries && !found; k++)
+			found = strcmp(res->entries[k].key, p->gc[i].key) == 0;
+		if (!found) {
+			free(p->gc[i].key);
+			p->gc[i] = p->gc[--p->n_gc];
+			changed = true;
+		} else {
+			i++;
+		}
+	}
+	for (size_t i = 0; i < res->n_entries; i++) {
+		const char *k = res->entries[i].key;
+		enum wsync_manifest_key_type t;
+		uint64_t v;
+		bool needed;
+
+		if (wsync_manifest_key_parse(k, &t, &v) < 0)
+			continue;	/* HEAD, or not ours */
+		if (v > p->head_version)
+			continue;	/* unreachable leftovers: the next publish overwrites */
+		switch (t) {
+		case WSYNC_MANIFEST_KEY_MANIFEST:
+			needed = v >= oldest;
+			break;
+		case WSYNC_MANIFEST_KEY_DELTA:
+			needed = v > oldest;
+			break;
+		default:
+			needed = v >= oldest;
+			break;
+		}
+		if (needed) {
+			for (size_t g = 0; g < p->n_gc; g++)
+				if (strcmp(p->gc[g].key, k) == 0) {
+					gc_forget(p, k);
+					changed = true;
+					break;
+				}
+			continue;
+		}
+		int64_t since = gc_since(p, k, now, &changed);
+
+		if ((uint64_t)(now - since) * 1000 >= p->cfg->gc_grace_ms) {
+			char **nk = realloc(p->gc_delete_keys,
+					    (p->n_gc_delete + 1) * sizeof(*nk));
+
+			if (!nk)
+				break;
+			p->gc_delete_keys = nk;
+			if ((nk[p->n_gc_delete] = strdup(k)))
+				p->n_gc_delete++;
+		}
+	}
+	if (!p->n_gc_delete) {
+		gc_finish(p, changed);
+		return;
+	}
+	p->gc_phase = 0;
+	gc_delete_phase(p);
+}
+
+static void gc_start(struct wsync_publisher *p)
+{
+	set_state(p, PUB_GC);
+	if (wsync_store_list(p->d->store, "", gc_listed, p) < 0)
+		gc_finish(p, false);
+}
+
+/* ---- driving ---- */
+
+static void closed_one(struct wsync_publisher *p)
+{
+	if (--p->closing == 0)
+		p->d->stopped(p->d);	/* may free p */
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	closed_one(h->data);
+}
+
+static void on_watch_closed(void *data)
+{
+	closed_one(data);
+}
+
+/* Called whenever something finished: start what comes next. */
+static void advance(struct wsync_publisher *p)
+{
+	if (p->stopping) {
+		if (p->state == PUB_STOPPED || p->pub || p->state != PUB_IDLE)
+			return;	/* a callback is still to come */
+		set_state(p, PUB_STOPPED);
+		status(p, "stopped at version %" PRIu64, p->head_version);
+		p->closing = 1;
+		if (p->started) {
+			p->closing += 3;
+			uv_close((uv_handle_t *)&p->scan_timer, on_timer_closed);
+			uv_close((uv_handle_t *)&p->rescan_timer, on_timer_closed);
+			uv_close((uv_handle_t *)&p->retry_timer, on_timer_closed);
+			if (p->watch) {
+				p->closing++;
+				wsync_watch_close(p->watch, on_watch_closed, p);
+				p->watch = NULL;
+			}
+		}
+		closed_one(p);
+		return;
+	}
+	if (p->state != PUB_IDLE)
+		return;
+	scan(p);
+}
+
+static void on_scan_timer(uv_timer_t *t)
+{
+	struct wsync_publisher *p = t->data;
+
+	if (p->state == PUB_IDLE && !p->stopping)
+		scan(p);
+}
+
+/* Scan in ms (sooner wins over a later one already due). */
+static void schedule_scan(struct wsync_publisher *p, uint64_t ms)
+{
+	if (p->stopping || !p->started)
+		return;
+	if (uv_is_active((uv_handle_t *)&p->scan_timer) &&
+	    uv_timer_get_due_in(&p->scan_timer) <= ms)
+		return;
+	uv_timer_start(&p->scan_timer, on_scan_timer, ms, 0);
+}
+
+static void on_rescan(uv_timer_t *t)
+{
+	struct wsync_publisher *p = t->data;
+
+	if (p->state == PUB_IDLE && !p->stopping)
+		scan(p);
+}
+
+static void on_watch(struct wsync_watch *w, bool overflow, void *data)
+{
+	struct wsync_publisher *p = data;
+
+	(void)w;
+	if (overflow)
+		log_info("inotify queue overflowed: rescanning %s", p->watch_dir);
+	schedule_scan(p, overflow ? 1 : DEBOUNCE_MS);
+}
+
+static void on_retry(uv_timer_t *t)
+{
+	struct wsync_publisher *p = t->data;
+
+	if (p->stopping || p->state != PUB_BACKOFF)
+		return;
+	switch (p->retry_state) {
+	case PUB_RECOVER:
+		recover(p);
+		break;
+	case PUB_UPLOAD:
+		put_objects(p);
+		break;
+	case PUB_MANIFEST:
+		put_manifest(p);
+		break;
+	case PUB_HEAD:
+		set_state(p, PUB_HEAD);
+		wsync_buf_reset(&p->pub->head_doc);
+		if (put_head(p, &p->pub->head_doc, p->pub->version, &p->pub->manifest_ref,
+			     head_put_done) < 0) {
+			end_publication(p);
+			set_state(p, PUB_IDLE);
+		}
+		break;
+	default:
+		set_state(p, PUB_IDLE);
+		advance(p);
+		break;
+	}
+}
+
+/* ---- the role contract ---- */
+
+int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret,
+			struct wsync_error *err)
+{
+	const struct wsync_config *cfg = d->cfg;
+	struct wsync_publisher *p;
+	char path[PATH_MAX];
+	struct stat st;
+	int r;
+
 	*ret = NULL;
-	return wsync_error_set(err, -ENOSYS, "the publisher role is not built yet");
+	if (!cfg->watch_dir || !*cfg->watch_dir)
+		return wsync_error_set(err, -EINVAL, "[publisher] watch_dir is not set");
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	p->d = d;
+	p->cfg = cfg;
+	p->store_ok = true;
+	p->inplace = !cfg->step_pattern || !*cfg->step_pattern;
+	if (!realpath(cfg->watch_dir, p->watch_dir)) {
+		r = wsync_error_set(err, -errno, "[publisher] watch_dir %s: %s", cfg->watch_dir,
+				    strerror(errno));
+		goto fail;
+	}
+	if (stat(p->watch_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		r = wsync_error_set(err, -ENOTDIR, "[publisher] watch_dir %s is not a directory",
+				    cfg->watch_dir);
+		goto fail;
+	}
+	if (ckscan_filter_init(&p->filter, cfg->include, cfg->exclude) < 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* state_dir/publisher and runtime_dir */
+	if ((mkdir(cfg->state_dir, 0750) < 0 && errno != EEXIST) ||
+	    (snprintf(p->pub_dir, sizeof(p->pub_dir), "%s/publisher", cfg->state_dir),
+	     mkdir(p->pub_dir, 0750) < 0 && errno != EEXIST)) {
+		r = wsync_error_set(err, -errno, "state_dir %s: %s", cfg->state_dir,
+				    strerror(errno));
+		goto fail;
+	}
+	if (mkdir(cfg->runtime_dir, 0755) < 0 && errno != EEXIST) {
+		r = wsync_error_set(err, -errno, "runtime_dir %s: %s", cfg->runtime_dir,
+				    strerror(errno));
+		goto fail;
+	}
+	if (realpath(p->pub_dir, path)) {
+		size_t wl = strlen(p->watch_dir);
+
+		PATHF(p->pub_dir, "%s", path);
+		/* an in-place watch_dir must not ship our own state */
+		if (strncmp(path, p->watch_dir, wl) == 0 && path[wl] == '/') {
+			const char *s = path + wl + 1, *e = strchr(s, '/');
+
+			PATHF(p->skip_top, "%.*s",
+				 (int)(e ? (size_t)(e - s) : strlen(s)), s);
+		}
+	}
+	if (cfg->signing_key && *cfg->signing_key) {
+		r = wsync_sign_key_load_private(cfg->signing_key, &p->key, err);
+		if (r < 0) {
+			r = -EINVAL;	/* a key that can't be used: EX_CONFIG */
+			goto fail;
+		}
+	}
+	*ret = p;
+	return 0;
+fail:
+	wsync_publisher_free(p);
+	return r;
 }
 
-int wsync_publisher_start(struct wsync_publisher *r)
+int wsync_publisher_start(struct wsync_publisher *p)
 {
-	(void)r;
-	return -ENOSYS;
+	uv_loop_t *loop = p->d->loop;
+	int r;
+
+	uv_timer_init(loop, &p->scan_timer);
+	uv_timer_init(loop, &p->rescan_timer);
+	uv_timer_init(loop, &p->retry_timer);
+	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
+	p->started = true;
+	if (p->cfg->watch_mode == WSYNC_WATCH_INOTIFY) {
+		r = wsync_watch_new(loop, p->watch_dir, on_watch, p, &p->watch);
+		if (r < 0)
+			log_warning("inotify on %s: %s; scanning every %" PRIu64 " ms instead",
+				    p->watch_dir, strerror(-r), p->cfg->rescan_interval_ms);
+	}
+	uv_timer_start(&p->rescan_timer, on_rescan, p->cfg->rescan_interval_ms,
+		       p->cfg->rescan_interval_ms);
+	log_info("publisher watching %s (%s, %s%s), state in %s", p->watch_dir,
+		 p->inplace ? "rewritten in place" : p->cfg->step_pattern,
+		 p->watch ? "inotify" : "polling", p->key ? ", signed" : "", p->pub_dir);
+	recover(p);
+	return 0;
 }
 
-void wsync_publisher_stop(struct wsync_publisher *r)
+void wsync_publisher_stop(struct wsync_publisher *p)
 {
-	(void)r;
+	if (p->stopping)
+		return;
+	p->stopping = true;
+	if (p->started) {
+		uv_timer_stop(&p->scan_timer);
+		uv_timer_stop(&p->rescan_timer);
+		uv_timer_stop(&p->retry_timer);
+	}
+	if (p->state == PUB_BACKOFF) {
+		/* nothing in flight: abandon the step */
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+	}
+	if (p->state == PUB_NEW)
+		set_state(p, PUB_IDLE);
+	status(p, "stopping (%s)", state_names[p->state]);
+	advance(p);
 }
 
-void wsync_publisher_free(struct wsync_publisher *r)
+void wsync_publisher_free(struct wsync_publisher *p)
 {
-	(void)r;
+	if (!p)
+		return;
+	end_publication(p);
+	wsync_manifest_free(&p->head_manifest);
+	wsync_buf_free(&p->recover_head_doc);
+	wsync_sign_key_free(p->key);
+	ckscan_filter_free(&p->filter);
+	for (size_t i = 0; i < p->n_seen; i++)
+		free(p->seen[i].name);
+	free(p->seen);
+	for (size_t i = 0; i < p->n_gc; i++)
+		free(p->gc[i].key);
+	free(p->gc);
+	for (size_t i = 0; i < p->n_gc_delete; i++)
+		free(p->gc_delete_keys[i]);
+	free(p->gc_delete_keys);
+	free(p->commit.state_text);
+	free(p->source);
+	free(p);
 }

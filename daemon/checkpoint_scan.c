@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * checkpoint_scan.c -- list, filter and judge a checkpoint directory
+ * (checkpoint_scan.h).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "checkpoint.h"
+#include "checkpoint_scan.h"
+#include "io.h"
+#include "publisher_jobs.h"
+#include "safetensors.h"
+
+/* snprintf into a fixed buffer; a path too long for it is cut (and then
+ * simply not found), which -Wformat-truncation wants acknowledged. */
+#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+
+/* ---- filter ---- */
+
+static int split_globs(const char *s, char ***out, size_t *n)
+{
+	char *copy = strdup(s ? s : ""), *save = NULL;
+	size_t cap = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	*out = NULL;
+	*n = 0;
+	for (char *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+		if (*n == cap) {
+			size_t nc = cap ? 2 * cap : 8;
+			char **g = realloc(*out, nc * sizeof(*g));
+
+			if (!g)
+				goto oom;
+			*out = g;
+			cap = nc;
+		}
+		if (!((*out)[*n] = strdup(tok)))
+			goto oom;
+		(*n)++;
+	}
+	free(copy);
+	return 0;
+oom:
+	free(copy);
+	return -ENOMEM;
+}
+
+int ckscan_filter_init(struct ckscan_filter *f, const char *include, const char *exclude)
+{
+	memset(f, 0, sizeof(*f));
+	if (split_globs(include, &f->include, &f->n_include) < 0 ||
+	    split_globs(exclude, &f->exclude, &f->n_exclude) < 0) {
+		ckscan_filter_free(f);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void ckscan_filter_free(struct ckscan_filter *f)
+{
+	if (!f)
+		return;
+	for (size_t i = 0; i < f->n_include; i++)
+		free(f->include[i]);
+	for (size_t i = 0; i < f->n_exclude; i++)
+		free(f->exclude[i]);
+	free(f->include);
+	free(f->exclude);
+	memset(f, 0, sizeof(*f));
+}
+
+static const char *base_name(const char *rel)
+{
+	const char *s = strrchr(rel, '/');
+
+	return s ? s + 1 : rel;
+}
+
+/* Does pattern p match rel: a component pattern against the last
+ * component, a path pattern against the whole path. */
+static bool glob_match(const char *p, const char *rel)
+{
+	if (strchr(p, '/'))
+		return fnmatch(p, rel, FNM_PATHNAME) == 0;
+	return fnmatch(p, base_name(rel), 0) == 0;
+}
+
+static bool excluded(const struct ckscan_filter *f, const char *rel)
+{
+	for (size_t i = 0; i < f->n_exclude; i++)
+		if (glob_match(f->exclude[i], rel))
+			return true;
+	return false;
+}
+
+bool ckscan_filter_prunes_dir(const struct ckscan_filter *f, const char *rel)
+{
+	return excluded(f, rel);
+}
+
+bool ckscan_filter_match(const struct ckscan_filter *f, const char *rel)
+{
+	bool inc = false;
+	char buf[PATH_MAX];
+
+	for (size_t i = 0; i < f->n_include && !inc; i++)
+		inc = glob_match(f->include[i], rel);
+	if (!inc || excluded(f, rel))
+		return false;
+	/* every directory on the way, for patterns without '/' */
+	PATHF(buf, "%s", rel);
+	for (char *s = strrchr(buf, '/'); s; s = strrchr(buf, '/')) {
+		*s = '\0';
+		if (excluded(f, buf))
+			return false;
+	}
+	return true;
+}
+
+/* ---- tree ---- */
+
+struct walk {
+	const struct ckscan_filter *f;
+	struct ckscan_tree *t;
+	size_t cap;
+	struct wsync_error *err;
+};
+
+static int add_file(struct walk *w, const char *rel, const struct stat *st)
+{
+	struct ckscan_tree *t = w->t;
+
+	if (t->n == w->cap) {
+		size_t nc = w->cap ? 2 * w->cap : 32;
+		struct ckscan_file *nf = realloc(t->files, nc * sizeof(*nf));
+
+		if (!nf)
+			return -ENOMEM;
+		t->files = nf;
+		w->cap = nc;
+	}
+	struct ckscan_file *cf = &t->files[t->n];
+
+	if (!(cf->path = strdup(rel)))
+		return -ENOMEM;
+	cf->size = (uint64_t)st->st_size;
+	cf->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	cf->ino = st->st_ino;
+	t->n++;
+	return 0;
+}
+
+static int walk_dir(struct walk *w, const char *root, const char *rel, const char *skip_top,
+		    int depth)
+{
+	char path[PATH_MAX];
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (depth > 32)
+		return wsync_error_set(w->err, -ELOOP, "%s/%s: directories nested too deep",
+				       root, rel);
+	PATHF(path, "%s%s%s", root, *rel ? "/" : "", rel);
+	d = opendir(path);
+	if (!d)
+		return wsync_error_set(w->err, -errno, "%s: %s", path, strerror(errno));
+	while ((errno = 0, de = readdir(d))) {
+		char sub[PATH_MAX], full[PATH_MAX];
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (!*rel && skip_top && strcmp(de->d_name, skip_top) == 0)
+			continue;
+		if ((size_t)snprintf(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "",
+				     de->d_name) >= sizeof(sub))
+			continue;
+		PATHF(full, "%s/%s", root, sub);
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;	/* deleted while we looked: not ours */
+			r = wsync_error_set(w->err, -errno, "%s: %s", full, strerror(errno));
+			break;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			if (ckscan_filter_prunes_dir(w->f, sub))
+				continue;
+			r = walk_dir(w, root, sub, skip_top, depth + 1);
+			if (r == -ENOENT)
+				r = 0;	/* a subfolder vanished */
+			if (r < 0)
+				break;
+		} else if (S_ISREG(st.st_mode)) {
+			if (!ckscan_filter_match(w->f, sub))
+				continue;
+			if ((r = add_file(w, sub, &st)) < 0) {
+				wsync_error_set(w->err, r, "out of memory");
+				break;
+			}
+		}
+	}
+	if (r == 0 && errno)
+		r = wsync_error_set(w->err, -errno, "%s: %s", path, strerror(errno));
+	closedir(d);
+	return r;
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+	return strcmp(((const struct ckscan_file *)a)->path,
+		      ((const struct ckscan_file *)b)->path);
+}
+
+/* FNV-1a, 64 bits: a change detector, not an identity. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+int ckscan_tree_read(const char *dir, const struct ckscan_filter *f, const char *skip_top,
+		     struct ckscan_tree *out, struct wsync_error *err)
+{
+	struct walk w = { .f = f, .t = out, .err = err };
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	r = walk_dir(&w, dir, "", skip_top, 0);
+	if (r < 0) {
+		ckscan_tree_free(out);
+		return r;
+	}
+	if (out->n)
+		qsort(out->files, out->n, sizeof(*out->files), cmp_file);
+	out->fingerprint = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < out->n; i++) {
+		const struct ckscan_file *cf = &out->files[i];
+
+		out->fingerprint = fnv(out->fingerprint, cf->path, strlen(cf->path) + 1);
+		out->fingerprint = fnv(out->fingerprint, &cf->size, sizeof(cf->size));
+		out->fingerprint = fnv(out->fingerprint, &cf->mtime_ns, sizeof(cf->mtime_ns));
+		out->total_bytes += cf->size;
+		if (cf->mtime_ns > out->newest_mtime_ns)
+			out->newest_mtime_ns = cf->mtime_ns;
+	}
+	return 0;
+}
+
+void ckscan_tree_free(struct ckscan_tree *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n; i++)
+		free(t->files[i].path);
+	free(t->files);
+	memset(t, 0, sizeof(*t));
+}
+
+/* ---- step numbers ---- */
+
+int ckscan_step_from_name(const char *name, int64_t *step)
+{
+	size_t n = strlen(name), i = n;
+	int64_t v = 0;
+
+	while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9')
+		i--;
+	if (i == n || n - i > 18)
+		return -EINVAL;
+	for (; i < n; i++)
+		v = v * 10 + (name[i] - '0');
+	*step = v;
+	return 0;
+}
+
+int ckscan_read_global_step(const char *dir, int64_t *step)
+{
+	char path[PATH_MAX];
+	json_error_t je;
+	json_t *root, *gs;
+	int r = -EINVAL;
+
+	PATHF(path, "%s/trainer_state.json", dir);
+	if (access(path, F_OK) < 0)
+		return -errno;
+	root = json_load_file(path, JSON_DECODE_ANY, &je);
+	if (!root)
+		return -EINVAL;
+	gs = json_is_object(root) ? json_object_get(root, "global_step") : NULL;
+	if (json_is_integer(gs)) {
+		*step = (int64_t)json_integer_value(gs);
+		r = 0;
+	}
+	json_decref(root);
+	return r;
+}
+
+/* ---- completeness ---- */
+
+int ckscan_shard_whole(const char *path, uint64_t size, struct wsync_error *err)
+{
+	uint8_t lenbuf[8];
+	uint64_t n, need = 0, max_end = 0;
+	uint8_t *hdr;
+	json_t *root;
+	json_error_t je;
+	const char *key;
+	json_t *val;
+	int fd, r;
+
+	if (size < 8)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	r = wsync_pread_all(fd, lenbuf, 8, 0);
+	if (r < 0) {
+		close(fd);
+		return r == -ENODATA ? 0 : wsync_error_set(err, r, "%s: %s", path, strerror(-r));
+	}
+	n = wsync_le64(lenbuf);
+	if (n > WSYNC_ST_HEADER_MAX) {
+		close(fd);
+		return wsync_error_set(err, -EINVAL, "%s: header length %" PRIu64 " is over "
+				       "the limit: not a safetensors file", path, n);
+	}
+	if (8 + n > size) {
+		close(fd);
+		return 0;	/* the header itself is not all there yet */
+	}
+	hdr = malloc(n + 1);
+	if (!hdr) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r = wsync_pread_all(fd, hdr, n, 8);
+	close(fd);
+	if (r < 0) {
+		free(hdr);
+		return r == -ENODATA ? 0 : wsync_error_set(err, r, "%s: %s", path, strerror(-r));
+	}
+	/* The size the header implies: the end of its last byte range. */
+	root = json_loadb((const char *)hdr, n, 0, &je);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		free(hdr);
+		return wsync_error_set(err, -EINVAL, "%s: the safetensors header is not a "
+				       "JSON object (%s)", path, je.text);
+	}
+	json_object_foreach(root, key, val) {
+		json_t *off;
+
+		if (strcmp(key, "__metadata__") == 0)
+			continue;
+		off = json_object_get(val, "data_offsets");
+		if (json_is_array(off) && json_array_size(off) == 2 &&
+		    json_is_integer(json_array_get(off, 1)) &&
+		    json_integer_value(json_array_get(off, 1)) >= 0) {
+			uint64_t end = (uint64_t)json_integer_value(json_array_get(off, 1));
+
+			if (end > max_end)
+				max_end = end;
+		}
+	}
+	json_decref(root);
+	need = 8 + n + max_end;
+	if (size < need) {
+		free(hdr);
+		return 0;
+	}
+	if (size > need) {
+		free(hdr);
+		return wsync_error_set(err, -EINVAL, "%s: %" PRIu64 " bytes, but its header "
+				       "describes %" PRIu64, path, size, need);
+	}
+	/* Whole by size: now the strict check. */
+	{
+		struct wsync_st_header *h = NULL;
+		uint8_t *full = malloc(8 + n);
+
+		if (!full) {
+			free(hdr);
+			return -ENOMEM;
+		}
+		memcpy(full, lenbuf, 8);
+		memcpy(full + 8, hdr, n);
+		r = wsync_st_parse_header(full, 8 + n, size, &h, NULL, err);
+		free(full);
+		free(hdr);
+		if (r < 0) {
+			wsync_error_prefix(err, "%s", path);
+			return r == -ENOMEM ? r : -EINVAL;
+		}
+		wsync_st_header_free(h);
+	}
+	return 1;
+}
+
+static int shard_state(const char *dir, const char *name, struct wsync_error *err)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	PATHF(path, "%s/%s", dir, name);
+	if (stat(path, &st) < 0)
+		return errno == ENOENT ? 0 : wsync_error_set(err, -errno, "%s: %s", path,
+							      strerror(errno));
+	return ckscan_shard_whole(path, (uint64_t)st.st_size, err);
+}
+
+int ckscan_index_complete(const char *dir, struct wsync_error *err)
+{
+	char path[PATH_MAX];
+	struct wsync_st_index *idx = NULL;
+	int r;
+
+	PATHF(path, "%s/%s", dir, WSYNC_INDEX_NAME);
+	if (access(path, F_OK) < 0)
+		return shard_state(dir, "model.safetensors", err);
+	r = wsync_st_index_load(path, &idx, err);
+	if (r < 0)
+		/* A half-written index does not parse either: the trainer
+		 * writes it after the shards, so give it until it stops
+		 * changing -- our caller rejects it once it is stable. */
+		return r == -ENOMEM ? r : -EINVAL;
+	for (size_t i = 0; i < idx->n_shards; i++) {
+		r = shard_state(dir, idx->shards[i], err);
+		if (r <= 0)
+			break;
+	}
+	wsync_st_index_free(idx);
+	return r;
+}

@@ -1,0 +1,471 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * publisher_jobs.c -- snapshot, encode, commit and verify, on the jobs
+ * thread (publisher_jobs.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "publisher_jobs.h"
+
+/* snprintf into a fixed buffer; a path too long for it is cut (and then
+ * simply not found), which -Wformat-truncation wants acknowledged. */
+#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+
+int pubjob_pathf(char *buf, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vsnprintf(buf, n, fmt, ap);
+	va_end(ap);
+	return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+int pubjob_rm_rf(const char *path)
+{
+	struct stat st;
+	int r;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	r = nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	return r > 0 ? -EIO : r;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+int pubjob_write_atomic(const char *dir, const char *name, const char *text, size_t len,
+			bool durable, struct wsync_error *err)
+{
+	char tmp[PATH_MAX], path[PATH_MAX];
+	int fd, r = 0;
+	size_t off = 0;
+
+	PATHF(path, "%s/%s", dir, name);
+	PATHF(tmp, "%s/.%s.tmp", dir, name);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", tmp, strerror(errno));
+	while (off < len) {
+		ssize_t w = write(fd, text + off, len - off);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		off += (size_t)w;
+	}
+	if (r == 0 && durable && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0) {
+		(void)unlink(tmp);
+		return wsync_error_set(err, r, "%s: %s", path, strerror(-r));
+	}
+	if (durable && (r = fsync_dir(dir)) < 0)
+		return wsync_error_set(err, r, "%s: fsync: %s", dir, strerror(-r));
+	return 0;
+}
+
+void pubjob_files_free(struct wsync_manifest_file *files, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(files[i].path);
+	free(files);
+}
+
+/* mkdir -p of rel's parent directories under root. */
+static int make_parents(const char *root, const char *rel)
+{
+	char path[PATH_MAX];
+	size_t rl = strlen(root);
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", root, rel) >= sizeof(path))
+		return -ENAMETOOLONG;
+	for (char *s = path + rl + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
+}
+
+/* Reflink src to dst, or copy it; dst is created. */
+static int clone_or_copy(const char *src, const char *dst)
+{
+	int in, out, r = 0;
+	struct stat st;
+
+	in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (in < 0)
+		return -errno;
+	if (fstat(in, &st) < 0) {
+		r = -errno;
+		close(in);
+		return r;
+	}
+	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0) {
+		r = -errno;
+		close(in);
+		return r;
+	}
+	if (ioctl(out, FICLONE, in) < 0) {
+		/* EOPNOTSUPP (ext4), EXDEV, EINVAL: copy the bytes. */
+		loff_t done = 0;
+
+		while (done < st.st_size) {
+			ssize_t n = copy_file_range(in, NULL, out, NULL,
+						    (size_t)(st.st_size - done), 0);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+				      errno == EOPNOTSUPP)) {
+				char buf[1 << 16];
+				ssize_t k = pread(in, buf, sizeof(buf), done);
+
+				if (k < 0) {
+					r = -errno;
+					break;
+				}
+				if (k == 0)
+					break;
+				if (pwrite(out, buf, (size_t)k, done) != k) {
+					r = -EIO;
+					break;
+				}
+				done += k;
+				continue;
+			}
+			if (n < 0) {
+				r = -errno;
+				break;
+			}
+			if (n == 0)
+				break;	/* shrank under us: the stability check says so */
+			done += n;
+		}
+	}
+	if (close(out) < 0 && r == 0)
+		r = -errno;
+	close(in);
+	return r;
+}
+
+static int take_file(struct pubjob_prepare *j, const char *staging, const struct ckscan_file *f)
+{
+	char src[PATH_MAX], dst[PATH_MAX];
+	struct stat st;
+	int r;
+
+	PATHF(src, "%s/%s", j->src_dir, f->path);
+	PATHF(dst, "%s/%s", staging, f->path);
+	r = make_parents(staging, f->path);
+	if (r < 0)
+		return wsync_error_set(&j->err, r, "%s: %s", dst, strerror(-r));
+	if (!j->hardlink || link(src, dst) < 0) {
+		if (j->hardlink && errno == ENOENT)
+			return wsync_error_set(&j->err, -ENOENT, "%s vanished", src);
+		j->copies += j->hardlink;
+		r = clone_or_copy(src, dst);
+		if (r == -ENOENT)
+			return wsync_error_set(&j->err, -ENOENT, "%s vanished", src);
+		if (r < 0)
+			return wsync_error_set(&j->err, r, "copying %s: %s", src, strerror(-r));
+	}
+	/* Stable since the scan?  (For a hardlink the staged inode is the
+	 * trainer's; for a copy, the source after the copy.) */
+	if (lstat(src, &st) < 0)
+		return wsync_error_set(&j->err, errno == ENOENT ? -ENOENT : -errno,
+				       "%s: %s", src, strerror(errno));
+	if ((uint64_t)st.st_size != f->size ||
+	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != f->mtime_ns)
+		return wsync_error_set(&j->err, -EAGAIN, "%s changed while being read", src);
+	if (!j->hardlink || j->copies) {
+		if (lstat(dst, &st) < 0 || (uint64_t)st.st_size != f->size)
+			return wsync_error_set(&j->err, -EAGAIN, "%s changed while being copied",
+					       src);
+	}
+	return 0;
+}
+
+static int encode(struct pubjob_prepare *j, const char *old, const char *new,
+		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
+		  struct wsync_hash128 *hash)
+{
+	struct wsync_diff_opts o = { .threads = j->threads };
+	int fd, r;
+
+	fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
+	r = wsync_diff(old, new, fd, &o, stats, &j->err);
+	if (r == 0)
+		r = wsync_hash_fd(fd, out, hash, size, &j->err);
+	close(fd);
+	if (r == -EBUSY)
+		r = -EAGAIN;	/* a file changed size under the encoder */
+	else if (r == -EINVAL)
+		r = -EIO;	/* not the trainer's fault: ours */
+	return r;
+}
+
+void pubjob_prepare_work(void *data)
+{
+	struct pubjob_prepare *j = data;
+	char staging[PATH_MAX], base[PATH_MAX], empty[PATH_MAX], out[PATH_MAX], p[PATH_MAX];
+	double t0 = now_s();
+	struct wsync_checkpoint *ck = NULL;
+	int r;
+
+	PATHF(staging, "%s/staging", j->pub_dir);
+	PATHF(base, "%s/base", j->pub_dir);
+	PATHF(empty, "%s/empty", j->pub_dir);
+	PATHF(out, "%s/out", j->pub_dir);
+	if ((r = pubjob_rm_rf(staging)) < 0 || (r = pubjob_rm_rf(out)) < 0) {
+		j->result = wsync_error_set(&j->err, r, "cleaning %s: %s", j->pub_dir,
+					    strerror(-r));
+		return;
+	}
+	if (mkdir(staging, 0755) < 0 || mkdir(out, 0755) < 0 ||
+	    (mkdir(empty, 0755) < 0 && errno != EEXIST)) {
+		j->result = wsync_error_set(&j->err, -errno, "%s: %s", j->pub_dir,
+					    strerror(errno));
+		return;
+	}
+
+	/* 1. the snapshot */
+	for (size_t i = 0; i < j->tree->n; i++) {
+		r = take_file(j, staging, &j->tree->files[i]);
+		if (r < 0) {
+			j->result = r;
+			return;
+		}
+	}
+
+	/* 2. is it a sound checkpoint?  (On the snapshot: it cannot change.) */
+	r = wsync_checkpoint_open(staging, &ck, &j->err);
+	if (r == -ENOENT) {
+		/* A shard the index names is missing: broken.  No safetensors
+		 * and no index at all: ship what there is. */
+		PATHF(p, "%s/%s", staging, WSYNC_INDEX_NAME);
+		r = access(p, F_OK) == 0 ? -EINVAL : 0;
+	}
+	wsync_checkpoint_free(ck);
+	if (r < 0) {
+		if (r == -EINVAL || r == -ENODATA)
+			r = -EINVAL;
+		j->result = r;
+		return;
+	}
+
+	/* 3. the files list */
+	j->files = calloc(j->tree->n ? j->tree->n : 1, sizeof(*j->files));
+	if (!j->files) {
+		j->result = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < j->tree->n; i++) {
+		struct wsync_manifest_file *mf = &j->files[i];
+
+		PATHF(p, "%s/%s", staging, j->tree->files[i].path);
+		if (!(mf->path = strdup(j->tree->files[i].path))) {
+			j->result = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+			return;
+		}
+		j->n_files++;
+		r = wsync_hash_file(p, &mf->hash, &mf->size, &j->err);
+		if (r < 0) {
+			j->result = r;
+			return;
+		}
+		if (mf->size != j->tree->files[i].size) {
+			j->result = wsync_error_set(&j->err, -EAGAIN, "%s changed while being "
+						    "read", j->tree->files[i].path);
+			return;
+		}
+		j->total_bytes += mf->size;
+	}
+
+	/* 4. the objects */
+	if (j->want_delta) {
+		PATHF(p, "%s/delta.wsd", out);
+		r = encode(j, base, staging, p, &j->delta_stats, &j->delta_size, &j->delta_hash);
+		if (r < 0) {
+			j->result = r;
+			return;
+		}
+		j->has_delta = true;
+	}
+	if (j->want_anchor) {
+		struct wsync_diff_stats st;
+
+		PATHF(p, "%s/anchor.wsa", out);
+		r = encode(j, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash);
+		if (r < 0) {
+			j->result = r;
+			return;
+		}
+		j->has_anchor = true;
+		if (!j->want_delta)
+			j->delta_stats = st;
+	}
+	j->seconds = now_s() - t0;
+	j->result = 0;
+}
+
+void pubjob_commit_work(void *data)
+{
+	struct pubjob_commit *j = data;
+	char staging[PATH_MAX], base[PATH_MAX];
+	struct stat st;
+	int r;
+
+	PATHF(staging, "%s/staging", j->pub_dir);
+	PATHF(base, "%s/base", j->pub_dir);
+	if (j->promote) {
+		/* base/ is complete at every instant: swapped, never emptied. */
+		if (lstat(base, &st) == 0) {
+			if (renameat2(AT_FDCWD, staging, AT_FDCWD, base, RENAME_EXCHANGE) < 0) {
+				j->result = wsync_error_set(&j->err, -errno, "exchanging %s and "
+							    "%s: %s", staging, base,
+							    strerror(errno));
+				return;
+			}
+		} else if (rename(staging, base) < 0) {
+			j->result = wsync_error_set(&j->err, -errno, "renaming %s to %s: %s",
+						    staging, base, strerror(errno));
+			return;
+		}
+		if ((r = fsync_dir(j->pub_dir)) < 0) {
+			j->result = wsync_error_set(&j->err, r, "%s: fsync: %s", j->pub_dir,
+						    strerror(-r));
+			return;
+		}
+	}
+	r = pubjob_write_atomic(j->pub_dir, "state.json", j->state_text,
+				strlen(j->state_text), true, &j->err);
+	if (r < 0) {
+		j->result = r;
+		return;
+	}
+	if (j->promote) {
+		char out[PATH_MAX];
+
+		PATHF(out, "%s/out", j->pub_dir);
+		(void)pubjob_rm_rf(staging);	/* the previous base */
+		(void)pubjob_rm_rf(out);
+	}
+	j->result = 0;
+}
+
+/* Does dir hold exactly the files listed? */
+static bool dir_matches(const char *dir, const struct wsync_manifest_file *files, size_t n,
+			struct wsync_error *err)
+{
+	struct ckscan_filter all;
+	struct ckscan_tree t;
+	bool ok;
+
+	if (ckscan_filter_init(&all, "*", "") < 0)
+		return false;
+	if (ckscan_tree_read(dir, &all, NULL, &t, err) < 0) {
+		ckscan_filter_free(&all);
+		return false;
+	}
+	ckscan_filter_free(&all);
+	ok = t.n == n;
+	/* both sorted bytewise */
+	for (size_t i = 0; ok && i < n; i++) {
+		char p[PATH_MAX];
+		struct wsync_hash128 h;
+		uint64_t size;
+
+		ok = strcmp(t.files[i].path, files[i].path) == 0 &&
+		     t.files[i].size == files[i].size;
+		if (!ok)
+			break;
+		PATHF(p, "%s/%s", dir, files[i].path);
+		ok = wsync_hash_file(p, &h, &size, err) == 0 && size == files[i].size &&
+		     wsync_hash_equal(&h, &files[i].hash);
+	}
+	ckscan_tree_free(&t);
+	return ok;
+}
+
+static int cmp_mfile(const void *a, const void *b)
+{
+	return strcmp(((const struct wsync_manifest_file *)a)->path,
+		      ((const struct wsync_manifest_file *)b)->path);
+}
+
+void pubjob_verify_work(void *data)
+{
+	struct pubjob_verify *j = data;
+	char p[PATH_MAX];
+	struct wsync_manifest_file *sorted;
+
+	j->which = 0;
+	sorted = malloc((j->n_files ? j->n_files : 1) * sizeof(*sorted));
+	if (!sorted)
+		return;
+	memcpy(sorted, j->files, j->n_files * sizeof(*sorted));
+	qsort(sorted, j->n_files, sizeof(*sorted), cmp_mfile);
+	PATHF(p, "%s/staging", j->pub_dir);
+	if (dir_matches(p, sorted, j->n_files, &j->err))
+		j->which = 2;
+	else {
+		PATHF(p, "%s/base", j->pub_dir);
+		if (dir_matches(p, sorted, j->n_files, &j->err))
+			j->which = 1;
+	}
+	free(sorted);
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * publisher_jobs.h -- the publisher's long jobs, run on the daemon's jobs
+ * thread (jobs.h): take a snapshot of a checkpoint and encode it, make a
+ * published snapshot the new base, check a directory against a manifest.
+ *
+ * Each job is a struct: the loop thread fills the inputs, submits
+ * pubjob_*_work, and reads the outputs in its done callback.  The work
+ * functions touch nothing but their struct and the files it names, so
+ * they need no locking.
+ *
+ * Layout of state_dir/publisher/ (all on one filesystem, so renames are
+ * atomic):
+ *   base/        the files of the version HEAD names (what deltas start from)
+ *   staging/     the snapshot being published; becomes base/ by
+ *                renameat2(RENAME_EXCHANGE) once HEAD names it
+ *   empty/       an empty directory: anchors are deltas from it
+ *   out/         the objects of the version being published
+ *   state.json   the published version, its manifest hash and source
+ *   pending.json the source of the version being published (restart help)
+ */
+#ifndef WSYNC_PUBLISHER_JOBS_H
+#define WSYNC_PUBLISHER_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint_scan.h"
+#include "diff.h"
+#include "error.h"
+#include "hash.h"
+#include "manifest.h"
+
+/* Snapshot + encode. */
+struct pubjob_prepare {
+	/* in */
+	const char *src_dir;		/* the checkpoint directory */
+	const struct ckscan_tree *tree;	/* what to take, as scanned */
+	bool hardlink;			/* step-directory mode: link(), else reflink/copy */
+	const char *pub_dir;		/* state_dir/publisher */
+	bool want_delta, want_anchor;
+	uint64_t version;
+	unsigned threads;
+
+	/* out */
+	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it
+					 * changed while being read; -EINVAL it is broken
+					 * (err says why: reject it); other: an error */
+	struct wsync_error err;
+	struct wsync_manifest_file *files;	/* hashed, by path; free with pubjob_files_free */
+	size_t n_files;
+	uint64_t total_bytes;
+	bool has_delta, has_anchor;
+	uint64_t delta_size, anchor_size;
+	struct wsync_hash128 delta_hash, anchor_hash;
+	struct wsync_diff_stats delta_stats;
+	double seconds;
+	unsigned copies;		/* files that could not be hardlinked */
+};
+
+void pubjob_prepare_work(void *data);
+
+/* Make staging/ the base (when promote) and write state.json durably. */
+struct pubjob_commit {
+	const char *pub_dir;
+	bool promote;
+	char *state_text;		/* the new state.json, owned by the caller */
+	int result;
+	struct wsync_error err;
+};
+
+void pubjob_commit_work(void *data);
+
+/* Does pub_dir/staging or pub_dir/base hold exactly files (path, size,
+ * XXH3-128)?  which = 2 staging, 1 base, 0 neither. */
+struct pubjob_verify {
+	const char *pub_dir;
+	const struct wsync_manifest_file *files;
+	size_t n_files;
+	int which;
+	struct wsync_error err;
+};
+
+void pubjob_verify_work(void *data);
+
+/* Remove a tree (no symlinks followed).  0 or a negative errno; a missing
+ * path is 0. */
+int pubjob_rm_rf(const char *path);
+
+/* Write text to dir/name atomically and durably (temp, fsync, rename,
+ * fsync dir).  0 or a negative errno with err set. */
+int pubjob_write_atomic(const char *dir, const char *name, const char *text, size_t len,
+			bool durable, struct wsync_error *err);
+
+/* snprintf for paths: a result too long for buf is cut (and then simply
+ * not found).  Returns -ENAMETOOLONG then, else 0. */
+int pubjob_pathf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+void pubjob_files_free(struct wsync_manifest_file *files, size_t n);
+
+#endif
