@@ -1,32 +1,1489 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * subscriber.c -- PLACEHOLDER so wsyncd links while the subscriber role is being
- * written (replace this whole file).
+ * subscriber.c -- the subscriber role of wsyncd (daemon.h, subscriber.h):
+ * keeps [subscriber] target_dir at the bucket's HEAD, applying only what
+ * it has verified.
+ *
+ * One cycle, driven from the loop thread:
+ *   HEAD       GET HEAD, conditional on the last ETag ("not modified" costs
+ *              the bucket nothing).  Signature checked (verify_key), parsed;
+ *              a version below the applied one is refused (rollback); one
+ *              older than max_head_age is reported stale.
+ *   MANIFEST   GET HEAD's manifest, checked against HEAD's size and hash,
+ *              signature, version.
+ *   CHECK      (jobs thread) the target's files still have the sizes and
+ *              mtimes state.json recorded?  If not, only an anchor can help.
+ *   PLAN       GET the manifests the candidate paths need: the chain of
+ *              deltas local+1..HEAD, and/or the newest anchor in HEAD's
+ *              manifest plus the deltas after it.  The chain wins unless it
+ *              is broken (a manifest gone), the local files are off, or it
+ *              costs more bytes than the anchor path.
+ *   TRANSFER   GET every object of the plan into state_dir/subscriber/
+ *              downloads/ (never into target_dir) with expect_size/xxh3 from
+ *              its manifest, while the jobs thread applies the steps in
+ *              order as their objects arrive (subscriber_apply.c), each
+ *              ending with state.json.
+ * Then IDLE until the next poll: poll_interval +-20% jitter after success,
+ * doubling up to max(60 s, poll_interval) after failures.  Any failure ends
+ * the cycle (after what is in flight has come back) with the target at
+ * its last complete version; a failed chain makes the next try go through
+ * the anchor.
+ *
+ * runtime_dir/status.json, rewritten (temp + rename) on every change:
+ *   role          "subscriber"
+ *   state         "starting" | "idle" | "checking" | "downloading" |
+ *                 "applying" | "error" | "stopped"
+ *   version       the applied version (0: none yet); step: its trainer step
+ *   head_version  the newest version HEAD named (0: not seen yet)
+ *   last_applied  when the last version was applied, RFC 3339 UTC, or null
+ *   last_error    what went wrong in the last cycle, or null once one works
+ *   store_ok      false while the store is unreachable
+ *   store_down_since  RFC 3339, or null
+ *   stale         HEAD is older than max_head_age
+ *   lag_seconds   HEAD's age when the target is behind it, else 0
+ *   bytes_downloaded  objects downloaded since the daemon started
+ *   message       the one-line status (as `systemctl status` shows it)
+ *   pid, updated  the daemon's pid and when this file was written
+ * `wsync status` (tool_status.c) reads it: healthy unless state is
+ * "error", store_ok is false or stale is true.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <jansson.h>
+
+#include "log-messages.h"
+#include "log.h"
+#include "manifest.h"
+#include "sign.h"
 #include "subscriber.h"
+#include "subscriber_local.h"
 
-int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret, struct wsync_error *err)
+#define BACKOFF_MAX_MS 60000u
+#define CHAIN_MAX 10000u	/* further behind than this: straight to the anchor */
+
+enum phase {
+	PH_NEW,		/* made, not started */
+	PH_STARTING,	/* jobs thread removing stray temps from target_dir */
+	PH_IDLE,	/* waiting for the poll timer */
+	PH_HEAD,	/* GET HEAD in flight */
+	PH_MANIFEST,	/* GET of HEAD's manifest in flight */
+	PH_CHECK,	/* jobs thread: quick check of the target against the state */
+	PH_PLAN,	/* GETs of the manifests the candidate paths need */
+	PH_TRANSFER,	/* objects downloading, steps applying in order */
+	PH_STOPPING,	/* waiting for the running job, then the timer's close */
+};
+
+enum mslot_state { MS_NONE, MS_FETCHING, MS_OK, MS_MISSING, MS_BAD };
+
+/* A version's manifest within one cycle. */
+struct mslot {
+	enum mslot_state st;
+	struct wsync_manifest m;
+	struct wsync_hash128 hash;	/* of the document as stored */
+};
+
+/* One object of the plan, applied in order. */
+struct step {
+	uint64_t version;
+	bool anchor;
+	struct mslot *ms;
+	const struct wsync_manifest_object *obj;
+	char *path;			/* in downloads/ */
+	bool downloaded;
+};
+
+struct cycle {
+	struct wsync_manifest_head head;
+	uint64_t lo;			/* ms[0] is version lo, ms[n_ms-1] HEAD's */
+	struct mslot *ms;
+	size_t n_ms;
+	uint64_t anchor;		/* newest anchor HEAD's manifest lists */
+	bool local_ok;			/* quick check passed */
+	bool chain_tried, anchor_tried;
+	bool anchor_plan;		/* the plan starts from the anchor */
+	struct step *steps;
+	size_t n_steps, next_apply;
+	unsigned inflight;		/* store requests of this cycle */
+	bool job_running;
+	bool failed;			/* ending: wait for inflight and the job */
+	bool chain_broken;		/* failed on the data: try the anchor next */
+	bool progressed;		/* at least one step applied */
+	uint64_t bytes_total, bytes_done;
+	uint64_t t0;			/* uv_now at the start of the transfer */
+	struct sub_apply_job job;
+};
+
+enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT };
+
+/* A store request in flight.  stop() detaches them (s = NULL): their
+ * callbacks then only free the record (the store ends them with
+ * -ECANCELED when wsyncd frees it), so stopping never waits for a
+ * download. */
+struct req {
+	struct wsync_subscriber *s;
+	struct req *prev, *next;
+	enum req_kind kind;
+	uint64_t version;
+	size_t step;
+};
+
+struct wsync_subscriber {
+	struct wsync_daemon *d;
+	const struct wsync_config *cfg;
+	struct wsync_sign_key *verify;
+	char *sub_dir, *state_path, *downloads, *empty_dir, *status_path;
+
+	enum phase phase;
+	uv_timer_t timer;
+	bool timer_init, closing, stopping;
+	struct req *reqs;
+	struct cycle *c;
+	bool check_job_running;		/* a CHECK or start-up job on the jobs thread */
+
+	struct sub_local local;		/* what target_dir holds */
+	char *etag;			/* of the last HEAD fully dealt with */
+	bool force_anchor;		/* next plan: from the anchor (repair) */
+	unsigned failures;		/* consecutive failed cycles */
+	uint64_t rng;
+
+	/* for status */
+	const char *state_word;
+	uint64_t head_version;
+	int64_t head_created;
+	bool stale, stale_logged;
+	bool store_ok;
+	int64_t store_down_since;
+	char last_error[512];
+	uint64_t bytes_downloaded;
+	char line[512];
+};
+
+static void start_cycle(struct wsync_subscriber *s);
+static void end_cycle(struct wsync_subscriber *s);
+static void decide(struct wsync_subscriber *s);
+static void maybe_stopped(struct wsync_subscriber *s);
+
+/* ---- small helpers ---- */
+
+static char *path_join(const char *a, const char *b)
 {
-	(void)d;
+	char *p;
+
+	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
+}
+
+static int mkdir_p(const char *path)
+{
+	char *p = strdup(path);
+	int r = 0;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *q = p + 1; *q; q++) {
+		if (*q != '/')
+			continue;
+		*q = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			r = -errno;
+		*q = '/';
+	}
+	if (r == 0 && mkdir(p, 0755) < 0 && errno != EEXIST)
+		r = -errno;
+	free(p);
+	return r;
+}
+
+static void rfc3339(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(buf, len, "?");
+}
+
+static uint64_t rng_next(struct wsync_subscriber *s)
+{
+	uint64_t x = s->rng;	/* xorshift64 */
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return s->rng = x;
+}
+
+/* ms +- 20%. */
+static uint64_t jitter(struct wsync_subscriber *s, uint64_t ms)
+{
+	uint64_t span = ms * 2 / 5;
+
+	if (span == 0)
+		return ms;
+	return ms - ms / 5 + rng_next(s) % (span + 1);
+}
+
+static const char *err_text(const struct wsync_error *e, int r)
+{
+	return e->code ? wsync_error_str(e) : strerror(-r);
+}
+
+/* ---- status ---- */
+
+static void write_status_file(struct wsync_subscriber *s)
+{
+	char when[32], *text, *tmp = NULL;
+	json_t *o = json_object();
+	int64_t now = (int64_t)time(NULL);
+	int64_t lag = 0;
+	FILE *f;
+
+	if (!o)
+		return;
+	if (s->head_version > s->local.version && s->head_created)
+		lag = now - s->head_created;
+	json_object_set_new(o, "role", json_string("subscriber"));
+	json_object_set_new(o, "state", json_string(s->state_word));
+	json_object_set_new(o, "version", json_integer((json_int_t)s->local.version));
+	json_object_set_new(o, "step", s->local.version ? json_integer(s->local.step) : json_null());
+	json_object_set_new(o, "head_version", json_integer((json_int_t)s->head_version));
+	rfc3339(s->local.applied, when, sizeof(when));
+	json_object_set_new(o, "last_applied", s->local.applied ? json_string(when) : json_null());
+	json_object_set_new(o, "last_error", s->last_error[0] ? json_string(s->last_error) :
+								 json_null());
+	json_object_set_new(o, "store_ok", json_boolean(s->store_ok));
+	rfc3339(s->store_down_since, when, sizeof(when));
+	json_object_set_new(o, "store_down_since",
+			    s->store_ok ? json_null() : json_string(when));
+	json_object_set_new(o, "stale", json_boolean(s->stale));
+	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
+	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)s->bytes_downloaded));
+	json_object_set_new(o, "message", json_string(s->line));
+	json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
+	rfc3339(now, when, sizeof(when));
+	json_object_set_new(o, "updated", json_string(when));
+	text = json_dumps(o, JSON_INDENT(2));
+	json_decref(o);
+	if (!text)
+		return;
+	/* A small file on runtime_dir (a tmpfs under systemd): written on the
+	 * loop thread, no fsync -- it describes the running process only. */
+	if (asprintf(&tmp, "%s.tmp", s->status_path) >= 0 && (f = fopen(tmp, "we"))) {
+		bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+
+		if (fclose(f) == 0 && ok && rename(tmp, s->status_path) == 0) {
+			free(tmp);
+			free(text);
+			return;
+		}
+		(void)unlink(tmp);
+	}
+	log_debug("%s: cannot write the status file: %s", s->status_path, strerror(errno));
+	free(tmp);
+	free(text);
+}
+
+/* The one-line summary for systemd and the status file, from the state. */
+static void update_status(struct wsync_subscriber *s)
+{
+	char v[96], when[32];
+	struct cycle *c = s->c;
+
+	if (s->local.version)
+		snprintf(v, sizeof(v), "at version %" PRIu64 " (step %" PRId64 ")",
+			 s->local.version, s->local.step);
+	else
+		snprintf(v, sizeof(v), "no version applied yet");
+	if (!s->store_ok) {
+		rfc3339(s->store_down_since, when, sizeof(when));
+		snprintf(s->line, sizeof(s->line), "%s, store unreachable since %s", v, when);
+		s->state_word = "error";
+	} else if (s->phase == PH_TRANSFER && c && c->n_steps) {
+		const struct step *st = &c->steps[c->next_apply < c->n_steps ? c->next_apply :
+						  c->n_steps - 1];
+		unsigned pct = c->bytes_total ?
+			(unsigned)(c->bytes_done * 100 / c->bytes_total) : 100;
+
+		if (c->job_running) {
+			snprintf(s->line, sizeof(s->line),
+				 "%s, applying version %" PRIu64 " (%zu of %zu, %s), %u%% downloaded",
+				 v, st->version, c->next_apply + 1, c->n_steps,
+				 st->anchor ? "anchor" : "delta", pct);
+			s->state_word = "applying";
+		} else {
+			snprintf(s->line, sizeof(s->line),
+				 "%s, downloading version %" PRIu64 ": %u%% of %" PRIu64 " bytes",
+				 v, c->head.version, pct, c->bytes_total);
+			s->state_word = "downloading";
+		}
+	} else if (s->last_error[0]) {
+		snprintf(s->line, sizeof(s->line), "%s, error: %.400s", v, s->last_error);
+		s->state_word = "error";
+	} else if (s->phase == PH_STARTING || s->phase == PH_NEW) {
+		snprintf(s->line, sizeof(s->line), "%s, starting", v);
+		s->state_word = "starting";
+	} else if (s->head_version == 0) {
+		snprintf(s->line, sizeof(s->line), "%s, waiting for a first version in the bucket", v);
+		s->state_word = "idle";
+	} else if (s->head_version > s->local.version) {
+		snprintf(s->line, sizeof(s->line), "%s, HEAD is version %" PRIu64 ", checking",
+			 v, s->head_version);
+		s->state_word = "checking";
+	} else {
+		snprintf(s->line, sizeof(s->line), "%s, up to date%s", v,
+			 s->stale ? " (but HEAD is stale: nothing published for longer "
+				    "than max_head_age)" : "");
+		s->state_word = "idle";
+	}
+	if (s->d->set_status)
+		s->d->set_status(s->d, s->line);
+	write_status_file(s);
+}
+
+static void set_error(struct wsync_subscriber *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void set_error(struct wsync_subscriber *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->last_error, sizeof(s->last_error), fmt, ap);
+	va_end(ap);
+}
+
+/* A refusal of bucket data: the journal event operators look for. */
+static void verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what)
+{
+	wsync_log(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_VERIFY_FAILED,
+					.version = version ? (int64_t)version : -1),
+		  "version %" PRIu64 " refused: %s; target stays at version %" PRIu64,
+		  version, what, s->local.version);
+	set_error(s, "version %" PRIu64 " refused: %s", version, what);
+}
+
+static void store_failed(struct wsync_subscriber *s, const char *what, int r,
+			 const struct wsync_error *e)
+{
+	if (s->store_ok) {
+		s->store_ok = false;
+		s->store_down_since = (int64_t)time(NULL);
+		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE),
+			  "store %s unreachable (%s: %s); retrying with backoff",
+			  wsync_store_describe(s->d->store), what, err_text(e, r));
+	}
+	set_error(s, "store unreachable: %s: %s", what, err_text(e, r));
+}
+
+static void store_worked(struct wsync_subscriber *s)
+{
+	if (!s->store_ok) {
+		s->store_ok = true;
+		log_notice("store %s reachable again after %" PRId64 " s",
+			   wsync_store_describe(s->d->store),
+			   (int64_t)time(NULL) - s->store_down_since);
+		if (strncmp(s->last_error, "store unreachable", 17) == 0)
+			s->last_error[0] = '\0';
+	}
+}
+
+/* Transient store errors, as opposed to answers about the data. */
+static bool is_store_error(int r)
+{
+	return r != -ENOENT && r != -EIO && r != -EFBIG && r != -EBADMSG && r != -EINVAL;
+}
+
+/* ---- requests ---- */
+
+static struct req *req_new(struct wsync_subscriber *s, enum req_kind kind, uint64_t version,
+			   size_t step)
+{
+	struct req *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	q->s = s;
+	q->kind = kind;
+	q->version = version;
+	q->step = step;
+	q->next = s->reqs;
+	if (s->reqs)
+		s->reqs->prev = q;
+	s->reqs = q;
+	return q;
+}
+
+/* Unlink q from its subscriber's list; returns the subscriber (NULL when
+ * q was detached by stop) and frees q. */
+static struct wsync_subscriber *req_end(struct req *q)
+{
+	struct wsync_subscriber *s = q->s;
+
+	if (s) {
+		if (q->prev)
+			q->prev->next = q->next;
+		else
+			s->reqs = q->next;
+		if (q->next)
+			q->next->prev = q->prev;
+	}
+	free(q);
+	return s;
+}
+
+/* ---- the cycle ---- */
+
+static void cycle_free(struct cycle *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n_steps; i++) {
+		if (c->steps[i].path)
+			(void)unlink(c->steps[i].path); /* a leftover download; cheap */
+		free(c->steps[i].path);
+	}
+	free(c->steps);
+	for (size_t i = 0; i < c->n_ms; i++)
+		if (c->ms[i].st == MS_OK)
+			wsync_manifest_free(&c->ms[i].m);
+	free(c->ms);
+	wsync_manifest_head_free(&c->head);
+	free(c);
+}
+
+static struct mslot *slot(struct cycle *c, uint64_t v)
+{
+	if (v < c->lo || v - c->lo >= c->n_ms)
+		return NULL;
+	return &c->ms[v - c->lo];
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	start_cycle(t->data);
+}
+
+static void schedule_next(struct wsync_subscriber *s, bool failed)
+{
+	uint64_t poll = s->cfg->poll_interval_ms, ms = poll;
+
+	if (failed) {
+		uint64_t cap = poll > BACKOFF_MAX_MS ? poll : BACKOFF_MAX_MS;
+
+		s->failures++;
+		for (unsigned i = 1; i < s->failures && ms < cap; i++)
+			ms *= 2;
+		if (ms > cap)
+			ms = cap;
+		/* A failure must not lose HEAD: look at it again next time. */
+		free(s->etag);
+		s->etag = NULL;
+	} else {
+		s->failures = 0;
+	}
+	s->phase = PH_IDLE;
+	uv_timer_start(&s->timer, on_timer, jitter(s, ms), 0);
+}
+
+/* Fail the cycle: what is in flight comes back first. */
+static void cycle_fail(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+
+	if (!c) {
+		update_status(s);
+		schedule_next(s, true);
+		return;
+	}
+	c->failed = true;
+	end_cycle(s);
+}
+
+static void end_cycle(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+	bool failed;
+
+	if (c && (c->inflight || c->job_running))
+		return;
+	failed = c ? c->failed : false;
+	if (c && failed && c->chain_broken)
+		/* A chain whose data failed is tried through the anchor next; an
+		 * anchor path that failed gets the cheapest plan again.  (A store
+		 * outage changes nothing.) */
+		s->force_anchor = !c->anchor_plan;
+	if (c && !failed)
+		s->force_anchor = false;
+	cycle_free(c);
+	s->c = NULL;
+	if (s->stopping) {
+		maybe_stopped(s);
+		return;
+	}
+	update_status(s);
+	schedule_next(s, failed);
+}
+
+/* ---- TRANSFER: downloads and apply jobs ---- */
+
+static void try_apply(struct wsync_subscriber *s);
+
+static void on_job_done(void *data, bool cancelled)
+{
+	struct sub_apply_job *j = data;
+	struct wsync_subscriber *s = j->owner;
+	struct cycle *c = s->c;
+	struct step *st = &c->steps[c->next_apply];
+
+	c->job_running = false;
+	if (cancelled) {
+		set_error(s, "version %" PRIu64 ": the apply job was dropped", st->version);
+		c->failed = true;
+	} else if (j->r < 0) {
+		char what[600];
+
+		snprintf(what, sizeof(what), "%s %s: %s", st->anchor ? "anchor" : "delta",
+			 st->obj->ref.key, err_text(&j->err, j->r));
+		if (j->verify_failed) {
+			c->chain_broken = true;
+			verify_failed(s, st->version, what);
+		} else {
+			log_error("applying version %" PRIu64 " failed: %s; target stays at "
+				  "version %" PRIu64, st->version, what, s->local.version);
+			set_error(s, "applying version %" PRIu64 ": %s", st->version, what);
+		}
+		c->failed = true;
+	} else {
+		sub_local_free(&s->local);
+		s->local = j->next;
+		memset(&j->next, 0, sizeof(j->next));
+		c->progressed = true;
+		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_APPLIED,
+						 .version = (int64_t)st->version,
+						 .step = st->ms->m.step,
+						 .bytes = (int64_t)st->obj->ref.size,
+						 .duration_ms = (int64_t)(j->stats.seconds * 1000)),
+			  "version %" PRIu64 " (step %" PRId64 ") applied from %s %s: %" PRIu64
+			  " files written, %" PRIu64 " kept, %" PRIu64 " deleted, %.2f s",
+			  st->version, st->ms->m.step, st->anchor ? "anchor" : "delta",
+			  st->obj->ref.key, j->stats.written, j->stats.kept,
+			  j->stats.deleted + j->deleted, j->stats.seconds);
+		free(st->path);	/* the job removed the file */
+		st->path = NULL;
+		c->next_apply++;
+		if (c->next_apply == c->n_steps)
+			s->last_error[0] = '\0';
+	}
+	free(j->object_path);
+	j->object_path = NULL;
+	if (s->stopping || c->failed || c->next_apply == c->n_steps) {
+		end_cycle(s);
+		return;
+	}
+	update_status(s);
+	try_apply(s);
+}
+
+static void try_apply(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+	struct step *st;
+	struct sub_apply_job *j = &c->job;
+	int r;
+
+	if (c->job_running || c->failed || s->stopping || c->next_apply >= c->n_steps)
+		return;
+	st = &c->steps[c->next_apply];
+	if (!st->downloaded)
+		return;
+	memset(j, 0, sizeof(*j));
+	j->target_dir = s->cfg->target_dir;
+	j->empty_dir = s->empty_dir;
+	j->state_path = s->state_path;
+	j->object_path = strdup(st->path);
+	j->is_anchor = st->anchor;
+	j->threads = s->cfg->threads;
+	j->m = &st->ms->m;
+	j->manifest_hash = st->ms->hash;
+	j->prev = &s->local;
+	j->owner = s;
+	if (!j->object_path) {
+		set_error(s, "out of memory");
+		cycle_fail(s);
+		return;
+	}
+	r = wsync_jobs_submit(s->d->jobs, sub_apply_work, on_job_done, j);
+	if (r < 0) {
+		free(j->object_path);
+		j->object_path = NULL;
+		set_error(s, "cannot queue the apply job: %s", strerror(-r));
+		cycle_fail(s);
+		return;
+	}
+	c->job_running = true;
+	update_status(s);
+}
+
+static void on_object(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	size_t i = q->step;
+	struct wsync_subscriber *s = req_end(q);
+	struct cycle *c;
+	struct step *st;
+
+	if (!s)
+		return;
+	c = s->c;
+	c->inflight--;
+	st = &c->steps[i];
+	if (res->err == 0) {
+		store_worked(s);
+		st->downloaded = true;
+		c->bytes_done += st->obj->ref.size;
+		s->bytes_downloaded += st->obj->ref.size;
+		if (c->failed) {
+			end_cycle(s);
+			return;
+		}
+		update_status(s);
+		try_apply(s);
+		return;
+	}
+	if (!c->failed) {
+		if (res->err == -EIO || res->err == -EFBIG) {
+			char what[600];
+
+			snprintf(what, sizeof(what), "%s: %s", st->obj->ref.key,
+				 err_text(&res->error, res->err));
+			verify_failed(s, st->version, what);
+			c->chain_broken = true;
+		} else if (res->err == -ENOENT) {
+			c->chain_broken = true;
+			log_warning("version %" PRIu64 ": %s is missing from the bucket "
+				    "(deleted by garbage collection?)", st->version,
+				    st->obj->ref.key);
+			set_error(s, "version %" PRIu64 ": %s is missing", st->version,
+				  st->obj->ref.key);
+		} else {
+			store_failed(s, st->obj->ref.key, res->err, &res->error);
+		}
+	}
+	c->failed = true;
+	end_cycle(s);
+}
+
+static int add_step(struct cycle *c, uint64_t v, bool anchor)
+{
+	struct mslot *ms = slot(c, v);
+	struct step *st = &c->steps[c->n_steps];
+	const struct wsync_manifest_object *o =
+		wsync_manifest_find_object(&ms->m, anchor ? WSYNC_MANIFEST_ROLE_ANCHOR :
+							    WSYNC_MANIFEST_ROLE_DELTA);
+
+	st->version = v;
+	st->anchor = anchor;
+	st->ms = ms;
+	st->obj = o;
+	c->n_steps++;
+	c->bytes_total += o->ref.size;
+	return 0;
+}
+
+/* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
+ * store caps what is in flight), applying as objects arrive. */
+static void start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t from)
+{
+	struct cycle *c = s->c;
+	uint64_t h = c->head.version;
+	size_t n = (size_t)(h - from + 1) + 1;
+
+	c->steps = calloc(n, sizeof(*c->steps));
+	if (!c->steps) {
+		set_error(s, "out of memory");
+		cycle_fail(s);
+		return;
+	}
+	c->anchor_plan = from_anchor;
+	if (from_anchor)
+		add_step(c, c->anchor, true);
+	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h; v++)
+		add_step(c, v, false);
+	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
+		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
+		 c->bytes_total);
+	s->phase = PH_TRANSFER;
+	c->t0 = uv_now(s->d->loop);
+	for (size_t i = 0; i < c->n_steps; i++) {
+		struct step *st = &c->steps[i];
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+		const char *base = strrchr(st->obj->ref.key, '/');
+		struct req *q;
+		int r;
+
+		st->path = path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
+		q = st->path ? req_new(s, RQ_OBJECT, st->version, i) : NULL;
+		if (!q) {
+			set_error(s, "out of memory");
+			cycle_fail(s);
+			return;
+		}
+		o.expect_size = (int64_t)st->obj->ref.size;
+		o.expect_xxh3 = st->obj->ref.hash.b;
+		r = wsync_store_get_file(s->d->store, st->obj->ref.key, st->path, &o,
+					 on_object, q);
+		if (r < 0) {
+			req_end(q);
+			set_error(s, "%s: cannot request: %s", st->obj->ref.key, strerror(-r));
+			cycle_fail(s);
+			return;
+		}
+		c->inflight++;
+	}
+	update_status(s);
+}
+
+/* ---- PLAN ---- */
+
+static void on_manifest(struct wsync_store_result *res, void *userdata);
+
+/* The anchor entry of HEAD's manifest for version v, or NULL. */
+static const struct wsync_manifest_ref *anchor_ref(struct cycle *c, uint64_t v)
+{
+	const struct wsync_manifest *hm = &c->ms[c->n_ms - 1].m;
+
+	for (size_t i = 0; i < hm->n_anchors; i++)
+		if (hm->anchors[i].version == v)
+			return &hm->anchors[i].manifest;
+	return NULL;
+}
+
+static int fetch_manifest(struct wsync_subscriber *s, uint64_t v)
+{
+	struct cycle *c = s->c;
+	struct mslot *ms = slot(c, v);
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	const struct wsync_manifest_ref *ar = anchor_ref(c, v);
+	char key[WSYNC_MANIFEST_KEY_MAX];
+	struct req *q;
+	int r;
+
+	if (ms->st != MS_NONE)
+		return 0;
+	q = req_new(s, RQ_MANIFEST, v, 0);
+	if (!q)
+		return -ENOMEM;
+	o.max_size = WSYNC_MANIFEST_MAX;
+	if (ar) {
+		o.expect_size = (int64_t)ar->size;
+		o.expect_xxh3 = ar->hash.b;
+	}
+	r = wsync_store_get_buf(s->d->store,
+				ar ? ar->key : wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, v, key),
+				&o, on_manifest, q);
+	if (r < 0) {
+		req_end(q);
+		return r;
+	}
+	ms->st = MS_FETCHING;
+	c->inflight++;
+	return 0;
+}
+
+static void fetch_range(struct wsync_subscriber *s, uint64_t from, uint64_t to)
+{
+	for (uint64_t v = from; v <= to; v++) {
+		int r = fetch_manifest(s, v);
+
+		if (r < 0) {
+			set_error(s, "cannot request the manifest of version %" PRIu64 ": %s", v,
+				  strerror(-r));
+			cycle_fail(s);
+			return;
+		}
+	}
+	if (s->c->inflight == 0)
+		decide(s);
+}
+
+static void on_manifest(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	uint64_t v = q->version;
+	struct wsync_subscriber *s = req_end(q);
+	struct wsync_error err = { 0 };
+	struct cycle *c;
+	struct mslot *ms;
+	int r;
+
+	if (!s)
+		return;
+	c = s->c;
+	c->inflight--;
+	ms = slot(c, v);
+	ms->st = MS_BAD;
+	if (res->err == -ENOENT) {
+		store_worked(s);
+		ms->st = MS_MISSING;
+	} else if (res->err < 0 && is_store_error(res->err)) {
+		if (!c->failed)
+			store_failed(s, "a manifest", res->err, &res->error);
+		c->failed = true;
+	} else if (res->err < 0) {
+		store_worked(s);
+		verify_failed(s, v, err_text(&res->error, res->err));
+	} else {
+		store_worked(s);
+		r = wsync_manifest_parse(res->data, res->data_len, s->verify, &ms->m, &err);
+		if (r == 0 && ms->m.version != v) {
+			wsync_manifest_free(&ms->m);
+			r = wsync_error_set(&err, -EINVAL, "manifests/%012" PRIu64 ".json is "
+					    "the manifest of version %" PRIu64, v, ms->m.version);
+		}
+		if (r < 0) {
+			verify_failed(s, v, err_text(&err, r));
+		} else {
+			ms->st = MS_OK;
+			wsync_hash_mem(res->data, res->data_len, &ms->hash);
+		}
+	}
+	if (c->failed) {
+		end_cycle(s);
+		return;
+	}
+	if (c->inflight == 0)
+		decide(s);
+}
+
+/* A slot holds a manifest that reaches its version from the one before. */
+static bool has_delta(struct cycle *c, uint64_t v)
+{
+	struct mslot *ms = slot(c, v);
+
+	return ms && ms->st == MS_OK &&
+	       wsync_manifest_find_object(&ms->m, WSYNC_MANIFEST_ROLE_DELTA) &&
+	       ms->m.base_version == v - 1;
+}
+
+static uint64_t delta_bytes(struct cycle *c, uint64_t from, uint64_t to)
+{
+	uint64_t b = 0;
+
+	for (uint64_t v = from; v <= to; v++)
+		b += wsync_manifest_find_object(&slot(c, v)->m, WSYNC_MANIFEST_ROLE_DELTA)->ref.size;
+	return b;
+}
+
+/* Called whenever no manifest fetch is in flight: fetch more, or plan. */
+static void decide(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+	uint64_t h = c->head.version, l = s->local.version, a = c->anchor;
+	bool chain_ok = l > 0 && c->local_ok && !s->force_anchor && l < h && h - l <= CHAIN_MAX;
+	struct mslot *am;
+	bool ok;
+
+	s->phase = PH_PLAN;
+	if (chain_ok) {
+		if (!c->chain_tried) {
+			c->chain_tried = true;
+			fetch_range(s, l + 1, h - 1);
+			return;
+		}
+		ok = true;
+		for (uint64_t v = l + 1; v <= h && ok; v++)
+			ok = has_delta(c, v);
+		if (ok) {
+			uint64_t chain = delta_bytes(c, l + 1, h);
+
+			am = slot(c, a);
+			if (a > l && am && am->st == MS_OK &&
+			    wsync_manifest_find_object(&am->m, WSYNC_MANIFEST_ROLE_ANCHOR)) {
+				uint64_t anchor = wsync_manifest_find_object(
+					&am->m, WSYNC_MANIFEST_ROLE_ANCHOR)->ref.size +
+					(a < h ? delta_bytes(c, a + 1, h) : 0);
+
+				if (anchor < chain) {
+					log_info("the anchor of version %" PRIu64 " path (%" PRIu64
+						 " bytes) is cheaper than the chain from %" PRIu64
+						 " (%" PRIu64 " bytes)", a, anchor, l, chain);
+					start_transfer(s, true, a);
+					return;
+				}
+			}
+			start_transfer(s, false, l + 1);
+			return;
+		}
+		log_notice("the chain of deltas from version %" PRIu64 " to %" PRIu64
+			   " is broken; going through the anchor of version %" PRIu64, l, h, a);
+	}
+	if (!c->anchor_tried) {
+		c->anchor_tried = true;
+		fetch_range(s, a, h - 1);
+		return;
+	}
+	am = slot(c, a);
+	ok = am && am->st == MS_OK &&
+	     wsync_manifest_find_object(&am->m, WSYNC_MANIFEST_ROLE_ANCHOR);
+	for (uint64_t v = a + 1; v <= h && ok; v++)
+		ok = has_delta(c, v);
+	if (!ok) {
+		uint64_t bad = a;
+
+		if (am && am->st == MS_OK)
+			while (++bad < h && has_delta(c, bad))
+				;
+		if (!s->last_error[0] || strstr(s->last_error, "refused") == NULL)
+			set_error(s, "no path to version %" PRIu64 ": the manifest or object "
+				  "of version %" PRIu64 " is missing or bad", h, bad);
+		log_error("no path to version %" PRIu64 " from the anchor of version %" PRIu64
+			  ": version %" PRIu64 " is missing or bad; retrying later", h, a, bad);
+		cycle_fail(s);
+		return;
+	}
+	start_transfer(s, true, a);
+}
+
+/* ---- CHECK ---- */
+
+struct check_job {
+	struct wsync_subscriber *s;
+	int r;
+	char why[512];
+	bool idle;			/* the periodic check while up to date */
+};
+
+static void check_work(void *data)
+{
+	struct check_job *k = data;
+
+	k->r = sub_local_quick_check(k->s->cfg->target_dir, &k->s->local, k->why,
+				     sizeof(k->why));
+}
+
+static void check_done(void *data, bool cancelled)
+{
+	struct check_job *k = data;
+	struct wsync_subscriber *s = k->s;
+	int r = cancelled ? -ECANCELED : k->r;
+	bool idle = k->idle;
+	char why[512];
+
+	memcpy(why, k->why, sizeof(why));
+	free(k);
+	s->check_job_running = false;
+	if (s->stopping) {
+		maybe_stopped(s);
+		return;
+	}
+	if (r != 0)
+		log_warning("target %s does not match version %" PRIu64 " as applied (%s): "
+			    "repairing from the newest anchor", s->cfg->target_dir,
+			    s->local.version, r < 0 ? strerror(-r) : why);
+	if (idle) {
+		if (r != 0) {
+			s->force_anchor = true;
+			free(s->etag);
+			s->etag = NULL;
+			start_cycle(s);
+		} else {
+			update_status(s);
+			schedule_next(s, false);
+		}
+		return;
+	}
+	s->c->local_ok = r == 0;
+	if (r != 0)
+		s->force_anchor = true;
+	decide(s);
+}
+
+static void run_check(struct wsync_subscriber *s, bool idle)
+{
+	struct check_job *k = calloc(1, sizeof(*k));
+	int r = k ? 0 : -ENOMEM;
+
+	if (k) {
+		k->s = s;
+		k->idle = idle;
+		r = wsync_jobs_submit(s->d->jobs, check_work, check_done, k);
+	}
+	if (r < 0) {
+		free(k);
+		log_error("cannot queue the target check: %s", strerror(-r));
+		if (idle)
+			schedule_next(s, true);
+		else
+			cycle_fail(s);
+		return;
+	}
+	s->check_job_running = true;
+	if (!idle)
+		s->phase = PH_CHECK;
+}
+
+/* ---- MANIFEST (HEAD's) ---- */
+
+static void on_head_manifest(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	struct wsync_subscriber *s = req_end(q);
+	struct wsync_error err = { 0 };
+	struct wsync_manifest m;
+	struct cycle *c;
+	uint64_t h;
+	int r;
+
+	if (!s)
+		return;
+	c = s->c;
+	c->inflight--;
+	h = c->head.version;
+	if (res->err < 0 && is_store_error(res->err)) {
+		store_failed(s, c->head.manifest.key, res->err, &res->error);
+		cycle_fail(s);
+		return;
+	}
+	store_worked(s);
+	if (res->err < 0) {
+		verify_failed(s, h, err_text(&res->error, res->err));
+		cycle_fail(s);
+		return;
+	}
+	r = wsync_manifest_ref_check(&c->head.manifest, res->data, res->data_len, &err);
+	if (r == 0)
+		r = wsync_manifest_parse(res->data, res->data_len, s->verify, &m, &err);
+	if (r == 0 && m.version != h) {
+		wsync_manifest_free(&m);
+		r = wsync_error_set(&err, -EINVAL, "HEAD names version %" PRIu64 " but its "
+				    "manifest is of version %" PRIu64, h, m.version);
+	}
+	if (r < 0) {
+		verify_failed(s, h, err_text(&err, r));
+		cycle_fail(s);
+		return;
+	}
+	/* Slots from the oldest version a plan may need up to HEAD. */
+	c->anchor = m.anchors[m.n_anchors - 1].version;
+	c->lo = c->anchor;
+	if (s->local.version > 0 && s->local.version < h && h - s->local.version <= CHAIN_MAX &&
+	    s->local.version + 1 < c->lo)
+		c->lo = s->local.version + 1;
+	c->n_ms = (size_t)(h - c->lo + 1);
+	c->ms = calloc(c->n_ms, sizeof(*c->ms));
+	if (!c->ms) {
+		wsync_manifest_free(&m);
+		set_error(s, "out of memory");
+		cycle_fail(s);
+		return;
+	}
+	c->ms[c->n_ms - 1].m = m;
+	c->ms[c->n_ms - 1].st = MS_OK;
+	c->ms[c->n_ms - 1].hash = c->head.manifest.hash;
+	if (s->local.version > 0 && !s->force_anchor) {
+		run_check(s, false);
+		return;
+	}
+	decide(s);
+}
+
+/* ---- HEAD ---- */
+
+static void up_to_date(struct wsync_subscriber *s)
+{
+	/* Nothing to fetch: look at the target cheaply, then idle. */
+	if (s->local.version > 0) {
+		run_check(s, true);
+		return;
+	}
+	update_status(s);
+	schedule_next(s, false);
+}
+
+static void check_stale(struct wsync_subscriber *s)
+{
+	uint64_t max = s->cfg->max_head_age_ms;
+	bool stale = max && s->head_created &&
+		     (uint64_t)((int64_t)time(NULL) - s->head_created) * 1000 > max;
+
+	if (stale && !s->stale_logged) {
+		char when[32];
+
+		rfc3339(s->head_created, when, sizeof(when));
+		log_warning("HEAD (version %" PRIu64 ") was written at %s, longer ago than "
+			    "max_head_age: is the publisher stuck?", s->head_version, when);
+		s->stale_logged = true;
+	}
+	if (!stale)
+		s->stale_logged = false;
+	s->stale = stale;
+}
+
+static void on_head(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	struct wsync_subscriber *s = req_end(q);
+	struct wsync_error err = { 0 };
+	struct cycle *c;
+	uint64_t h;
+	int r;
+
+	if (!s)
+		return;
+	c = s->c;
+	c->inflight--;
+	if (res->err == -ENOENT) {
+		store_worked(s);
+		log_debug("no HEAD in the bucket yet");
+		s->last_error[0] = '\0';
+		cycle_free(c);
+		s->c = NULL;
+		up_to_date(s);
+		return;
+	}
+	if (res->err < 0 && is_store_error(res->err)) {
+		store_failed(s, "HEAD", res->err, &res->error);
+		cycle_fail(s);
+		return;
+	}
+	store_worked(s);
+	if (res->err == 0 && res->not_modified) {
+		cycle_free(c);
+		s->c = NULL;
+		check_stale(s);
+		up_to_date(s);
+		return;
+	}
+	if (res->err < 0) {
+		verify_failed(s, 0, err_text(&res->error, res->err));
+		cycle_fail(s);
+		return;
+	}
+	r = wsync_manifest_head_parse(res->data, res->data_len, s->verify, &c->head, &err);
+	if (r < 0) {
+		verify_failed(s, 0, err_text(&err, r));
+		cycle_fail(s);
+		return;
+	}
+	h = c->head.version;
+	s->head_created = c->head.created;
+	if (h < s->local.version) {
+		char what[160];
+
+		snprintf(what, sizeof(what), "HEAD names version %" PRIu64 ", older than the "
+			 "applied version %" PRIu64 " (rollback)", h, s->local.version);
+		verify_failed(s, h, what);
+		/* Keep the ETag: the same old HEAD is refused once, not every poll. */
+		free(s->etag);
+		s->etag = strdup(res->etag);
+		cycle_free(c);
+		s->c = NULL;
+		update_status(s);
+		schedule_next(s, false);
+		return;
+	}
+	s->head_version = h;
+	check_stale(s);
+	if (h == s->local.version) {
+		if (!wsync_hash_equal(&c->head.manifest.hash, &s->local.manifest_hash)) {
+			verify_failed(s, h, "HEAD names the applied version with another "
+					    "manifest than the one applied");
+			free(s->etag);
+			s->etag = strdup(res->etag);
+			cycle_free(c);
+			s->c = NULL;
+			update_status(s);
+			schedule_next(s, false);
+			return;
+		}
+		if (!s->force_anchor) {
+			free(s->etag);
+			s->etag = strdup(res->etag);
+			s->last_error[0] = '\0';
+			cycle_free(c);
+			s->c = NULL;
+			up_to_date(s);
+			return;
+		}
+		/* force_anchor: a repair at the same version, below. */
+	}
+	/* A new version, or a repair at the same version. */
+	{
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+
+		q = req_new(s, RQ_HEAD_MANIFEST, h, 0);
+		o.max_size = WSYNC_MANIFEST_MAX;
+		o.expect_size = (int64_t)c->head.manifest.size;
+		o.expect_xxh3 = c->head.manifest.hash.b;
+		r = q ? wsync_store_get_buf(s->d->store, c->head.manifest.key, &o,
+					    on_head_manifest, q) : -ENOMEM;
+		if (r < 0) {
+			if (q)
+				req_end(q);
+			set_error(s, "%s: cannot request: %s", c->head.manifest.key, strerror(-r));
+			cycle_fail(s);
+			return;
+		}
+		c->inflight++;
+		s->phase = PH_MANIFEST;
+	}
+	/* The ETag of this HEAD (a failed cycle drops it again). */
+	free(s->etag);
+	s->etag = strdup(res->etag);
+	update_status(s);
+}
+
+static void start_cycle(struct wsync_subscriber *s)
+{
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct req *q;
+	int r;
+
+	if (s->stopping || s->c)
+		return;
+	s->c = calloc(1, sizeof(*s->c));
+	q = s->c ? req_new(s, RQ_HEAD, 0, 0) : NULL;
+	if (!q) {
+		set_error(s, "out of memory");
+		cycle_fail(s);
+		return;
+	}
+	o.if_none_match = s->etag;
+	o.max_size = WSYNC_MANIFEST_HEAD_MAX;
+	r = wsync_store_get_buf(s->d->store, WSYNC_MANIFEST_HEAD_KEY, &o, on_head, q);
+	if (r < 0) {
+		req_end(q);
+		set_error(s, "HEAD: cannot request: %s", strerror(-r));
+		cycle_fail(s);
+		return;
+	}
+	s->c->inflight++;
+	s->phase = PH_HEAD;
+}
+
+/* ---- lifetime ---- */
+
+static void empty_dir_contents(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	/* downloads/ holds only files we put there (and the store's temps). */
+	if (fd >= 0) {
+		DIR *d = fdopendir(fd);
+		struct dirent *de;
+
+		if (d) {
+			while ((de = readdir(d)))
+				if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+					(void)unlinkat(dirfd(d), de->d_name, 0);
+			(void)closedir(d);
+		} else {
+			(void)close(fd);
+		}
+	}
+}
+
+int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
+			 struct wsync_error *err)
+{
+	const struct wsync_config *cfg = d->cfg;
+	struct wsync_subscriber *s = calloc(1, sizeof(*s));
+	struct wsync_error lerr = { 0 };
+	int r;
+
 	*ret = NULL;
-	return wsync_error_set(err, -ENOSYS, "the subscriber role is not built yet");
+	if (!s)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	s->d = d;
+	s->cfg = cfg;
+	s->store_ok = true;
+	s->state_word = "starting";
+	if (getrandom(&s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng) || !s->rng)
+		s->rng = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull | 1;
+	if (!cfg->target_dir || !cfg->target_dir[0]) {
+		r = wsync_error_set(err, -EINVAL, "[subscriber] target_dir is not set");
+		goto fail;
+	}
+	s->sub_dir = path_join(cfg->state_dir, "subscriber");
+	s->state_path = s->sub_dir ? path_join(s->sub_dir, "state.json") : NULL;
+	s->downloads = s->sub_dir ? path_join(s->sub_dir, "downloads") : NULL;
+	s->empty_dir = s->sub_dir ? path_join(s->sub_dir, "empty") : NULL;
+	s->status_path = path_join(cfg->runtime_dir, "status.json");
+	if (!s->state_path || !s->downloads || !s->empty_dir || !s->status_path) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	const char *dirs[] = { s->downloads, s->empty_dir, cfg->runtime_dir, cfg->target_dir };
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		r = mkdir_p(dirs[i]);
+		if (r < 0) {
+			r = wsync_error_set(err, r, "%s: cannot create: %s", dirs[i], strerror(-r));
+			goto fail;
+		}
+	}
+	/* The anchor's base must be empty: whatever is in it now is ours. */
+	empty_dir_contents(s->empty_dir);
+	empty_dir_contents(s->downloads);
+	if (cfg->verify_key) {
+		r = wsync_sign_key_load_public(cfg->verify_key, &s->verify, err);
+		if (r < 0) {
+			wsync_error_prefix(err, "[subscriber] verify_key");
+			goto fail;
+		}
+	}
+	r = sub_local_load(s->state_path, &s->local, &lerr);
+	if (r == -ENOENT) {
+		log_info("%s: no state yet: the target will be brought to HEAD from an anchor",
+			 s->state_path);
+	} else if (r < 0) {
+		/* Not fatal: the anchor path rebuilds the target.  Rollback
+		 * protection restarts from what HEAD says. */
+		log_warning("%s: %s; ignoring it, the target will be rebuilt from an anchor",
+			    s->state_path, wsync_error_str(&lerr));
+	} else {
+		log_info("target %s at version %" PRIu64 " (step %" PRId64 ")",
+			 cfg->target_dir, s->local.version, s->local.step);
+	}
+	*ret = s;
+	return 0;
+fail:
+	wsync_subscriber_free(s);
+	return r;
 }
 
-int wsync_subscriber_start(struct wsync_subscriber *r)
+static void startup_work(void *data)
 {
-	(void)r;
-	return -ENOSYS;
+	struct wsync_subscriber *s = data;
+	int n = sub_remove_stray_temps(s->cfg->target_dir);
+
+	if (n > 0)
+		log_notice("%s: removed %d temp files an interrupted apply left behind",
+			   s->cfg->target_dir, n);
 }
 
-void wsync_subscriber_stop(struct wsync_subscriber *r)
+static void startup_done(void *data, bool cancelled)
 {
-	(void)r;
+	struct wsync_subscriber *s = data;
+
+	s->check_job_running = false;
+	if (s->stopping) {
+		maybe_stopped(s);
+		return;
+	}
+	start_cycle(s);
 }
 
-void wsync_subscriber_free(struct wsync_subscriber *r)
+int wsync_subscriber_start(struct wsync_subscriber *s)
 {
-	(void)r;
+	int r;
+
+	r = uv_timer_init(s->d->loop, &s->timer);
+	if (r < 0)
+		return r;
+	s->timer.data = s;
+	s->timer_init = true;
+	s->phase = PH_STARTING;
+	update_status(s);
+	r = wsync_jobs_submit(s->d->jobs, startup_work, startup_done, s);
+	if (r < 0) {
+		log_warning("cannot queue the start-up clean-up: %s", strerror(-r));
+		start_cycle(s);
+		return 0;
+	}
+	s->check_job_running = true;
+	return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct wsync_subscriber *s = h->data;
+
+	s->timer_init = false;
+	s->state_word = "stopped";
+	snprintf(s->line, sizeof(s->line), "stopped at version %" PRIu64, s->local.version);
+	write_status_file(s);
+	s->d->stopped(s->d);
+}
+
+static void maybe_stopped(struct wsync_subscriber *s)
+{
+	if (!s->stopping || s->closing || s->check_job_running ||
+	    (s->c && s->c->job_running))
+		return;
+	cycle_free(s->c);
+	s->c = NULL;
+	s->closing = true;
+	if (s->timer_init)
+		uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+	else {
+		s->state_word = "stopped";
+		write_status_file(s);
+		s->d->stopped(s->d);
+	}
+}
+
+void wsync_subscriber_stop(struct wsync_subscriber *s)
+{
+	if (!s || s->stopping)
+		return;
+	s->stopping = true;
+	s->phase = PH_STOPPING;
+	if (s->timer_init)
+		uv_timer_stop(&s->timer);
+	/* Store requests are detached (see struct req); a running apply job
+	 * can't be interrupted and is waited for: its state write is the only
+	 * one allowed after stop. */
+	for (struct req *q = s->reqs, *n; q; q = n) {
+		n = q->next;
+		q->s = NULL;
+		q->prev = q->next = NULL;
+	}
+	s->reqs = NULL;
+	if (s->c)
+		s->c->inflight = 0;
+	if (s->c && s->c->job_running)
+		log_info("stopping: waiting for the apply of version %" PRIu64 " to finish",
+			 s->c->steps[s->c->next_apply].version);
+	/* From the loop, never from inside the caller. */
+	if (s->timer_init && !s->check_job_running && !(s->c && s->c->job_running)) {
+		s->closing = true;
+		cycle_free(s->c);
+		s->c = NULL;
+		uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+	}
+}
+
+void wsync_subscriber_free(struct wsync_subscriber *s)
+{
+	if (!s)
+		return;
+	for (struct req *q = s->reqs; q; q = q->next)
+		q->s = NULL;
+	cycle_free(s->c);
+	sub_local_free(&s->local);
+	wsync_sign_key_free(s->verify);
+	free(s->etag);
+	free(s->sub_dir);
+	free(s->state_path);
+	free(s->downloads);
+	free(s->empty_dir);
+	free(s->status_path);
+	free(s);
+}
+
+int wsync_subscriber_write_status(struct wsync_subscriber *s)
+{
+	write_status_file(s);
+	return 0;
 }

@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_apply.c -- one step of the subscriber's plan, on the jobs
+ * thread: a downloaded delta (or anchor) applied onto target_dir, checked
+ * against the manifest of the version it reaches, then state.json.
+ *
+ * The order, and why:
+ *  1. The object was verified by size and XXH3-128 on download (store.h
+ *     expect_*) against a manifest whose signature (if any) was checked.
+ *     The delta's own index must now describe exactly the manifest's files
+ *     (same paths, sizes, hashes), so what apply verifies -- each result's
+ *     hash -- is what the manifest promised.  An anchor must create every
+ *     file from nothing.
+ *  2. No symbolic link may sit on a path the step writes or deletes
+ *     (apply refuses links on the way already; this also refuses a link at
+ *     the last component, which a rename would silently replace).
+ *  3. wsync_apply: bases checked first, temps built and verified, renamed
+ *     at the end, all or nothing (apply.h).  A delta applies in place.  An
+ *     anchor applies "from" an empty directory "into" target_dir (out_dir):
+ *     its files must not exist in the base but may exist in the target,
+ *     where they are replaced by rename like any other.
+ *  4. Anchor only: the files the previous state listed and the new
+ *     manifest does not are deleted (only those: other files in target_dir
+ *     are none of our business).
+ *  5. Every file of the manifest must now be there, regular, with its
+ *     size.  Their mtimes go into the new state.
+ *  6. state.json, durably.  apply has fsynced its files and directories,
+ *     so the state never describes data that could still be lost.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "subscriber_local.h"
+
+static int cmp_file_ptr(const void *a, const void *b)
+{
+	const struct wsync_manifest_file *const *x = a, *const *y = b;
+
+	return strcmp((*x)->path, (*y)->path);
+}
+
+static int cmp_path_mfile(const void *key, const void *elem)
+{
+	const struct wsync_manifest_file *const *y = elem;
+
+	return strcmp(key, (*y)->path);
+}
+
+/* The manifest's files as pointers sorted by path (manifests need not be). */
+static const struct wsync_manifest_file **sorted_files(const struct wsync_manifest *m)
+{
+	const struct wsync_manifest_file **v = calloc(m->n_files + 1, sizeof(*v));
+
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < m->n_files; i++)
+		v[i] = &m->files[i];
+	qsort(v, m->n_files, sizeof(*v), cmp_file_ptr);
+	return v;
+}
+
+/* 1. The delta's index against the manifest. */
+static int check_delta_matches(struct sub_apply_job *j, const struct wsync_delta_reader *d,
+			       const struct wsync_manifest_file **mf)
+{
+	const struct wsync_manifest *m = j->m;
+	size_t k = 0;
+
+	for (size_t i = 0; i < d->n_files; i++) {
+		const struct wsync_delta_file *f = &d->files[i].file;
+		const struct wsync_manifest_file *want;
+
+		if (j->is_anchor && (f->op != WSYNC_DELTA_WRITE ||
+				     (f->flags & WSYNC_DELTA_FILE_HAS_BASE)))
+			return wsync_error_set(&j->err, -EINVAL,
+				"anchor of version %llu: %s is not a new file",
+				(unsigned long long)m->version, f->path);
+		if (f->op == WSYNC_DELTA_DELETE)
+			continue;
+		/* Both in strcmp order: walk them side by side. */
+		if (k >= m->n_files || strcmp(f->path, mf[k]->path) != 0) {
+			want = bsearch(f->path, mf, m->n_files, sizeof(*mf), cmp_path_mfile);
+			return wsync_error_set(&j->err, -EINVAL,
+				"the object of version %llu does not match its manifest: "
+				"%s %s", (unsigned long long)m->version, f->path,
+				want ? "out of order" : "is not in the manifest's files");
+		}
+		want = mf[k++];
+		if (want->size != f->target_size ||
+		    !wsync_hash_equal(&want->hash, &f->target_hash))
+			return wsync_error_set(&j->err, -EINVAL,
+				"the object of version %llu does not match its manifest: "
+				"%s has another size or hash", (unsigned long long)m->version,
+				f->path);
+	}
+	if (k != m->n_files)
+		return wsync_error_set(&j->err, -EINVAL,
+			"the object of version %llu does not match its manifest: "
+			"%s is missing from it", (unsigned long long)m->version,
+			mf[k]->path);
+	return 0;
+}
+
+/* The previous state's files that the new manifest drops (anchor only). */
+static bool dropped(const struct sub_file *f, const struct wsync_manifest_file **mf, size_t n)
+{
+	return !bsearch(f->path, mf, n, sizeof(*mf), cmp_path_mfile);
+}
+
+/* 2. No symlink where the step writes or deletes. */
+static int check_symlinks(struct sub_apply_job *j, int root, const struct wsync_delta_reader *d,
+			  const struct wsync_manifest_file **mf)
+{
+	for (size_t i = 0; i < d->n_files; i++) {
+		const struct wsync_delta_file *f = &d->files[i].file;
+		int r;
+
+		if (f->op == WSYNC_DELTA_KEEP)
+			continue;
+		r = sub_path_check_no_symlink(root, f->path);
+		if (r == -ELOOP)
+			return wsync_error_set(&j->err, -EINVAL,
+				"%s: a symbolic link on the path (refused: nothing is "
+				"written outside the target)", f->path);
+		if (r < 0)
+			return wsync_error_set(&j->err, r, "%s: %s", f->path, strerror(-r));
+	}
+	if (j->is_anchor && j->prev)
+		for (size_t i = 0; i < j->prev->n_files; i++) {
+			const struct sub_file *f = &j->prev->files[i];
+			const char *name;
+			int dfd;
+
+			if (!dropped(f, mf, j->m->n_files))
+				continue;
+			dfd = sub_open_parent(root, f->path, &name);
+			if (dfd == -ELOOP)
+				return wsync_error_set(&j->err, -EINVAL,
+					"%s: a symbolic link on the path (refused)", f->path);
+			if (dfd >= 0)
+				(void)close(dfd);
+		}
+	return 0;
+}
+
+/* Remove the now-empty directories above rel (best effort: rmdir refuses
+ * non-empty ones, so nothing of anyone else's goes). */
+static void prune_parents(int root, const char *rel)
+{
+	char *p = strdup(rel), *slash;
+
+	if (!p)
+		return;
+	while ((slash = strrchr(p, '/'))) {
+		const char *name;
+		int dfd;
+
+		*slash = '\0';
+		dfd = sub_open_parent(root, p, &name);
+		if (dfd < 0)
+			break;
+		if (unlinkat(dfd, name, AT_REMOVEDIR) < 0) {
+			(void)close(dfd);
+			break;
+		}
+		(void)fsync(dfd);
+		(void)close(dfd);
+	}
+	free(p);
+}
+
+/* 4. Delete what the previous version had and this one has not. */
+static int delete_dropped(struct sub_apply_job *j, int root,
+			  const struct wsync_manifest_file **mf)
+{
+	for (size_t i = 0; j->prev && i < j->prev->n_files; i++) {
+		const struct sub_file *f = &j->prev->files[i];
+		const char *name;
+		int dfd;
+
+		if (!dropped(f, mf, j->m->n_files))
+			continue;
+		dfd = sub_open_parent(root, f->path, &name);
+		if (dfd == -ENOENT)
+			continue;
+		if (dfd < 0)
+			return wsync_error_set(&j->err, dfd, "%s: %s", f->path, strerror(-dfd));
+		if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT) {
+			int e = errno;
+
+			(void)close(dfd);
+			return wsync_error_set(&j->err, -e, "%s: removing: %s", f->path,
+					       strerror(e));
+		}
+		(void)fsync(dfd);
+		(void)close(dfd);
+		j->deleted++;
+		prune_parents(root, f->path);
+	}
+	return 0;
+}
+
+/* 5. and the new state's file list. */
+static int check_result(struct sub_apply_job *j, int root)
+{
+	const struct wsync_manifest *m = j->m;
+	struct sub_local *s = &j->next;
+
+	s->files = calloc(m->n_files + 1, sizeof(*s->files));
+	if (!s->files)
+		return wsync_error_set(&j->err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < m->n_files; i++) {
+		const struct wsync_manifest_file *f = &m->files[i];
+		struct stat st;
+		int r = sub_stat_rel(root, f->path, &st);
+
+		if (r < 0)
+			return wsync_error_set(&j->err, -EINVAL,
+				"after applying version %llu: %s: %s",
+				(unsigned long long)m->version, f->path, strerror(-r));
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size)
+			return wsync_error_set(&j->err, -EINVAL,
+				"after applying version %llu: %s is not a file of %llu bytes",
+				(unsigned long long)m->version, f->path,
+				(unsigned long long)f->size);
+		s->files[i].path = strdup(f->path);
+		if (!s->files[i].path)
+			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		s->n_files++;
+		s->files[i].size = f->size;
+		s->files[i].hash = f->hash;
+		s->files[i].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+				       st.st_mtim.tv_nsec;
+	}
+	s->version = m->version;
+	s->step = m->step;
+	s->manifest_hash = j->manifest_hash;
+	s->applied = (int64_t)time(NULL);
+	return 0;
+}
+
+void sub_apply_work(void *data)
+{
+	struct sub_apply_job *j = data;
+	struct wsync_delta_reader *d = NULL;
+	const struct wsync_manifest_file **mf = NULL;
+	struct wsync_apply_opts ao = { .threads = j->threads };
+	int fd = -1, root = -1, r;
+
+	wsync_error_clear(&j->err);
+	j->verify_failed = false;
+	fd = open(j->object_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
+		goto out;
+	}
+	r = wsync_delta_reader_open_fd(fd, &d, &j->err);
+	if (r == -EINVAL)
+		j->verify_failed = true;
+	if (r < 0)
+		goto out;
+	mf = sorted_files(j->m);
+	root = open(j->target_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!mf || root < 0) {
+		r = !mf ? wsync_error_set(&j->err, -ENOMEM, "out of memory") :
+			  wsync_error_set(&j->err, -errno, "%s: %s", j->target_dir,
+					  strerror(errno));
+		goto out;
+	}
+	r = check_delta_matches(j, d, mf);
+	if (r == 0)
+		r = check_symlinks(j, root, d, mf);
+	if (r == -EINVAL)
+		j->verify_failed = true;
+	if (r < 0)
+		goto out;
+
+	if (j->is_anchor) {
+		ao.out_dir = j->target_dir;
+		r = wsync_apply(d, j->empty_dir, &ao, &j->stats, &j->err);
+	} else {
+		r = wsync_apply(d, j->target_dir, &ao, &j->stats, &j->err);
+	}
+	if (r == -EINVAL)
+		j->verify_failed = true;
+	if (r < 0)
+		goto out;
+	if (j->is_anchor)
+		r = delete_dropped(j, root, mf);
+	if (r == 0)
+		r = check_result(j, root);
+	if (r == -EINVAL)
+		j->verify_failed = true;
+	if (r == 0)
+		r = sub_local_save(j->state_path, &j->next, &j->err);
+out:
+	if (r < 0)
+		sub_local_free(&j->next);
+	j->r = r;
+	wsync_delta_reader_free(d);
+	free(mf);
+	if (root >= 0)
+		(void)close(root);
+	if (fd >= 0)
+		(void)close(fd);
+	/* The download has served its purpose (or failed it): never apply it twice. */
+	(void)unlink(j->object_path);
+}

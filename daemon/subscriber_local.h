@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_local.h -- the subscriber's private modules (not a public
+ * header: only daemon/subscriber*.c include it).
+ *
+ *  - subscriber_state.c: what the subscriber knows about its target
+ *    (state_dir/subscriber/state.json), saved atomically and durably; the
+ *    cheap check that target_dir still holds what the state says (sizes
+ *    and mtimes); safe path walking inside target_dir; removal of temp
+ *    files a killed apply left behind.
+ *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
+ *    target_dir on the jobs thread, checked against its manifest, then
+ *    state.json written.
+ *  - subscriber.c: the role itself (polling, planning, downloads, status).
+ *
+ * state.json (written only after the data it describes is durable):
+ *
+ *   {"format": "wsync-subscriber-state", "format_version": 1,
+ *    "version": 12, "step": 2400, "manifest_xxh128": "<32 hex>",
+ *    "applied": 1764687600,
+ *    "files": [{"path": "config.json", "size": 654, "xxh128": "<32 hex>",
+ *               "mtime_ns": 1764687600123456789}, ...]}
+ *
+ * Paths in it were checked by manifest.h when they were applied; they are
+ * checked again (wsync_delta_path_check) when the file is read back, since
+ * state_dir is not more trusted than the target.
+ */
+#ifndef WSYNC_SUBSCRIBER_LOCAL_H
+#define WSYNC_SUBSCRIBER_LOCAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "apply.h"
+#include "error.h"
+#include "hash.h"
+#include "manifest.h"
+
+/* One file of the applied version, as it was on disk right after apply. */
+struct sub_file {
+	char *path;
+	uint64_t size;
+	struct wsync_hash128 hash;
+	int64_t mtime_ns;		/* st_mtim after the apply: the cheap check */
+};
+
+/* The applied version.  version 0: nothing applied yet (no state file). */
+struct sub_local {
+	uint64_t version;
+	int64_t step;
+	struct wsync_hash128 manifest_hash;	/* of the manifest document as stored */
+	int64_t applied;			/* Unix seconds of the apply */
+	struct sub_file *files;
+	size_t n_files;
+};
+
+/* Read path into out.  0; -ENOENT when there is none (out is then version
+ * 0); -EINVAL for a file that is not a valid state (reason in err); other
+ * errnos for I/O.  On failure out holds nothing. */
+int sub_local_load(const char *path, struct sub_local *out, struct wsync_error *err);
+
+/* Write s to path durably: a temp beside it, fsync, rename, fsync of the
+ * directory.  0 or a negative errno with err set. */
+int sub_local_save(const char *path, const struct sub_local *s, struct wsync_error *err);
+
+void sub_local_free(struct sub_local *s);
+
+/*
+ * The cheap check: does every file s lists exist under target (no symlink
+ * on the way) as a regular file with the recorded size and mtime?  0 yes;
+ * 1 no (why says which file and what differs); negative errno when target
+ * itself can't be opened.  No file content is read.
+ */
+int sub_local_quick_check(const char *target, const struct sub_local *s, char *why,
+			  size_t why_len);
+
+/*
+ * Open the directory that holds rel (relative to the directory root), one
+ * component at a time with O_NOFOLLOW; *name gets rel's last component.
+ * Returns the fd, -ENOENT when a directory on the way is missing, -ELOOP
+ * when one is a symlink or not a directory, other negative errnos.
+ */
+int sub_open_parent(int root, const char *rel, const char **name);
+
+/*
+ * Is any component of rel under root a symbolic link (or, before the
+ * last, not a directory)?  0 no (missing components are fine: apply will
+ * create them), -ELOOP yes, other negative errno on failure.
+ */
+int sub_path_check_no_symlink(int root, const char *rel);
+
+/* lstat of rel under root through sub_open_parent: 0 with *st, or negative. */
+int sub_stat_rel(int root, const char *rel, struct stat *st);
+
+/*
+ * Remove the temp files a killed apply leaves (".<name>.wsync-XXXXXX",
+ * apply.h) anywhere under target, without following symlinks.  Returns
+ * how many were removed, or a negative errno when target can't be read.
+ */
+int sub_remove_stray_temps(const char *target);
+
+/* status.json now (daemon.h's role contract; to move to subscriber.h). */
+struct wsync_subscriber;
+int wsync_subscriber_write_status(struct wsync_subscriber *s);
+
+/* ---- one step on the jobs thread (subscriber_apply.c) ---- */
+
+struct sub_apply_job {
+	/* in: set by the loop, read-only for the job */
+	const char *target_dir;
+	const char *empty_dir;		/* an empty directory: an anchor's "base" */
+	const char *state_path;		/* state_dir/subscriber/state.json */
+	char *object_path;		/* the downloaded delta or anchor */
+	bool is_anchor;
+	unsigned threads;
+	const struct wsync_manifest *m;	/* the version this step reaches */
+	struct wsync_hash128 manifest_hash;
+	const struct sub_local *prev;	/* the state before (anchor: what to delete) */
+	void *owner;			/* the caller's, for the done callback */
+
+	/* out: set by the job */
+	int r;				/* 0, or negative errno */
+	bool verify_failed;		/* the data or the target did not verify */
+	struct wsync_error err;
+	struct sub_local next;		/* on success: the new state (saved) */
+	struct wsync_apply_stats stats;
+	uint64_t deleted;		/* anchor: files of prev removed */
+};
+
+/* The job's work function (jobs.h): everything in one go, state last. */
+void sub_apply_work(void *data);
+
+#endif

@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_state.c -- the subscriber's record of what target_dir holds
+ * (state.json, see subscriber_local.h for its fields), the cheap check of
+ * target_dir against it, and safe path walking inside target_dir.
+ *
+ * Runs on the jobs thread (saving, checking, cleaning) or before the loop
+ * starts (loading): everything here may block.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "delta.h"
+#include "subscriber_local.h"
+
+#define STATE_FORMAT "wsync-subscriber-state"
+#define STATE_FORMAT_VERSION 1
+#define STATE_MAX (256u << 20)	/* a state of a million files is ~150 MB */
+
+void sub_local_free(struct sub_local *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n_files; i++)
+		free(s->files[i].path);
+	free(s->files);
+	memset(s, 0, sizeof(*s));
+}
+
+static int hex_to_hash(const char *hex, struct wsync_hash128 *h)
+{
+	if (!hex || strlen(hex) != 2 * sizeof(h->b))
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(h->b); i++) {
+		unsigned v = 0;
+
+		for (int k = 0; k < 2; k++) {
+			char c = hex[2 * i + (size_t)k];
+
+			v <<= 4;
+			if (c >= '0' && c <= '9')
+				v |= (unsigned)(c - '0');
+			else if (c >= 'a' && c <= 'f')
+				v |= (unsigned)(c - 'a' + 10);
+			else
+				return -EINVAL;
+		}
+		h->b[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+static int get_u64(json_t *o, const char *k, uint64_t *v)
+{
+	json_t *j = json_object_get(o, k);
+
+	if (!json_is_integer(j) || json_integer_value(j) < 0)
+		return -EINVAL;
+	*v = (uint64_t)json_integer_value(j);
+	return 0;
+}
+
+int sub_local_load(const char *path, struct sub_local *out, struct wsync_error *err)
+{
+	json_error_t je;
+	json_t *root, *files, *j;
+	struct stat st;
+	uint64_t v;
+	int r = -EINVAL;
+
+	memset(out, 0, sizeof(*out));
+	if (stat(path, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	if ((uint64_t)st.st_size > STATE_MAX)
+		return wsync_error_set(err, -EFBIG, "%s: larger than %u bytes", path, STATE_MAX);
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return wsync_error_set(err, -EINVAL, "%s:%d: %s", path, je.line, je.text);
+	j = json_object_get(root, "format");
+	if (!json_is_string(j) || strcmp(json_string_value(j), STATE_FORMAT) != 0 ||
+	    get_u64(root, "format_version", &v) < 0 || v != STATE_FORMAT_VERSION) {
+		wsync_error_set(err, -EINVAL, "%s: not a wsync subscriber state (version 1)", path);
+		goto out;
+	}
+	if (get_u64(root, "version", &out->version) < 0 || out->version == 0 ||
+	    out->version > WSYNC_MANIFEST_VERSION_MAX ||
+	    !json_is_integer(json_object_get(root, "step")) ||
+	    hex_to_hash(json_string_value(json_object_get(root, "manifest_xxh128")),
+			&out->manifest_hash) < 0) {
+		wsync_error_set(err, -EINVAL, "%s: bad version, step or manifest_xxh128", path);
+		goto out;
+	}
+	out->step = (int64_t)json_integer_value(json_object_get(root, "step"));
+	j = json_object_get(root, "applied");
+	out->applied = json_is_integer(j) ? (int64_t)json_integer_value(j) : 0;
+	files = json_object_get(root, "files");
+	if (!json_is_array(files)) {
+		wsync_error_set(err, -EINVAL, "%s: no files list", path);
+		goto out;
+	}
+	out->files = calloc(json_array_size(files) + 1, sizeof(*out->files));
+	if (!out->files) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < json_array_size(files); i++) {
+		json_t *f = json_array_get(files, i), *p = json_object_get(f, "path"),
+		       *mt = json_object_get(f, "mtime_ns");
+		struct sub_file *sf = &out->files[i];
+		struct wsync_error perr = { 0 };
+
+		if (!json_is_string(p) ||
+		    wsync_delta_path_check(json_string_value(p), json_string_length(p), &perr) < 0 ||
+		    get_u64(f, "size", &sf->size) < 0 || !json_is_integer(mt) ||
+		    hex_to_hash(json_string_value(json_object_get(f, "xxh128")), &sf->hash) < 0) {
+			wsync_error_set(err, -EINVAL, "%s: files[%zu] is malformed", path, i);
+			goto out;
+		}
+		sf->path = strdup(json_string_value(p));
+		if (!sf->path) {
+			r = wsync_error_set(err, -ENOMEM, "out of memory");
+			goto out;
+		}
+		sf->mtime_ns = (int64_t)json_integer_value(mt);
+		out->n_files++;
+	}
+	r = 0;
+out:
+	json_decref(root);
+	if (r < 0)
+		sub_local_free(out);
+	return r;
+}
+
+static int fsync_dir_of(const char *path)
+{
+	char *dir = strdup(path), *slash;
+	int fd, r = 0;
+
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	else
+		strcpy(dir, ".");
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		r = -errno;
+	if (fd >= 0)
+		(void)close(fd);
+	free(dir);
+	return r;
+}
+
+int sub_local_save(const char *path, const struct sub_local *s, struct wsync_error *err)
+{
+	char hex[WSYNC_HASH_HEX_LEN + 1], *text = NULL, *tmp = NULL;
+	json_t *root = json_object(), *files = json_array();
+	int fd = -1, r = -ENOMEM;
+
+	if (!root || !files)
+		goto fail;
+	r = json_object_set_new(root, "format", json_string(STATE_FORMAT));
+	r |= json_object_set_new(root, "format_version", json_integer(STATE_FORMAT_VERSION));
+	r |= json_object_set_new(root, "version", json_integer((json_int_t)s->version));
+	r |= json_object_set_new(root, "step", json_integer(s->step));
+	r |= json_object_set_new(root, "manifest_xxh128",
+				 json_string(wsync_hash_hex(&s->manifest_hash, hex, sizeof(hex))));
+	r |= json_object_set_new(root, "applied", json_integer(s->applied));
+	for (size_t i = 0; i < s->n_files && r == 0; i++) {
+		const struct sub_file *f = &s->files[i];
+
+		r = json_array_append_new(files, json_pack("{s:s, s:I, s:s, s:I}",
+			"path", f->path, "size", (json_int_t)f->size,
+			"xxh128", wsync_hash_hex(&f->hash, hex, sizeof(hex)),
+			"mtime_ns", (json_int_t)f->mtime_ns));
+	}
+	if (r == 0)
+		r = json_object_set(root, "files", files);
+	if (r != 0 || !(text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT))) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	if (asprintf(&tmp, "%s.tmp", path) < 0) {
+		tmp = NULL;
+		r = -ENOMEM;
+		goto fail;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	size_t len = strlen(text), off = 0;
+
+	while (off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			goto fail;
+		}
+		off += (size_t)n;
+	}
+	if (write(fd, "\n", 1) != 1 || fsync(fd) < 0) {
+		r = errno ? -errno : -EIO;
+		goto fail;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		r = -errno;
+		goto fail;
+	}
+	fd = -1;
+	if (rename(tmp, path) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = fsync_dir_of(path);
+	if (r < 0)
+		goto fail;
+	free(tmp);
+	free(text);
+	json_decref(files);
+	json_decref(root);
+	return 0;
+fail:
+	if (fd >= 0)
+		(void)close(fd);
+	if (tmp)
+		(void)unlink(tmp);
+	free(tmp);
+	free(text);
+	json_decref(files);
+	json_decref(root);
+	return wsync_error_set(err, r, "%s: writing the state: %s", path, strerror(-r));
+}
+
+int sub_open_parent(int root, const char *rel, const char **name)
+{
+	const char *p = rel, *slash;
+	int fd = dup(root);
+
+	if (fd < 0)
+		return -errno;
+	while ((slash = strchr(p, '/'))) {
+		char comp[256];
+		size_t len = (size_t)(slash - p);
+		int sub;
+
+		if (len >= sizeof(comp)) {
+			(void)close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, p, len);
+		comp[len] = '\0';
+		sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0) {
+			int e = errno;
+
+			(void)close(fd);
+			return e == ENOTDIR ? -ELOOP : -e;
+		}
+		(void)close(fd);
+		fd = sub;
+		p = slash + 1;
+	}
+	*name = p;
+	return fd;
+}
+
+int sub_stat_rel(int root, const char *rel, struct stat *st)
+{
+	const char *name;
+	int dfd = sub_open_parent(root, rel, &name), r = 0;
+
+	if (dfd < 0)
+		return dfd;
+	if (fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) < 0)
+		r = -errno;
+	(void)close(dfd);
+	return r;
+}
+
+int sub_path_check_no_symlink(int root, const char *rel)
+{
+	struct stat st;
+	int r = sub_stat_rel(root, rel, &st);
+
+	if (r == -ENOENT)
+		return 0;	/* missing on the way or at the end: created by apply */
+	if (r < 0)
+		return r;
+	return S_ISLNK(st.st_mode) ? -ELOOP : 0;
+}
+
+int sub_local_quick_check(const char *target, const struct sub_local *s, char *why,
+			  size_t why_len)
+{
+	int root = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+	if (root < 0)
+		return -errno;
+	for (size_t i = 0; i < s->n_files; i++) {
+		const struct sub_file *f = &s->files[i];
+		struct stat st;
+		int e = sub_stat_rel(root, f->path, &st);
+		int64_t mt;
+
+		if (e < 0) {
+			snprintf(why, why_len, "%s: %s", f->path,
+				 e == -ELOOP ? "a symbolic link on the way" : strerror(-e));
+			r = 1;
+			break;
+		}
+		mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size || mt != f->mtime_ns) {
+			snprintf(why, why_len, "%s: %s", f->path,
+				 !S_ISREG(st.st_mode) ? "not a regular file" :
+				 (uint64_t)st.st_size != f->size ? "size changed" :
+				 "modified since it was applied");
+			r = 1;
+			break;
+		}
+	}
+	(void)close(root);
+	return r;
+}
+
+/* ".<up to 200 bytes>.wsync-XXXXXX": apply.c's temp names. */
+static bool is_apply_temp(const char *n)
+{
+	size_t len = strlen(n);
+	static const char tag[] = ".wsync-";
+
+	if (n[0] != '.' || len < 1 + (sizeof(tag) - 1) + 6)
+		return false;
+	if (memcmp(n + len - 6 - (sizeof(tag) - 1), tag, sizeof(tag) - 1) != 0)
+		return false;
+	for (size_t i = len - 6; i < len; i++)
+		if (!((n[i] >= 'A' && n[i] <= 'Z') || (n[i] >= 'a' && n[i] <= 'z') ||
+		      (n[i] >= '0' && n[i] <= '9')))
+			return false;
+	return true;
+}
+
+static int remove_temps_in(int dfd, unsigned depth)
+{
+	DIR *d;
+	struct dirent *de;
+	int removed = 0;
+
+	if (depth > 64) {
+		(void)close(dfd);
+		return 0;
+	}
+	d = fdopendir(dfd);
+	if (!d) {
+		(void)close(dfd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			if (sub >= 0) {
+				int n = remove_temps_in(sub, depth + 1);
+
+				if (n > 0)
+					removed += n;
+			}
+		} else if (S_ISREG(st.st_mode) && is_apply_temp(de->d_name) &&
+			   unlinkat(dirfd(d), de->d_name, 0) == 0) {
+			removed++;
+		}
+	}
+	if (removed)
+		(void)fsync(dirfd(d));
+	(void)closedir(d);
+	return removed;
+}
+
+int sub_remove_stray_temps(const char *target)
+{
+	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	return remove_temps_in(fd, 0);
+}

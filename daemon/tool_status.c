@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tool_status.c -- `wsync status [--config FILE | --runtime-dir DIR] [--json]`:
+ * what the local wsyncd says about itself, from runtime_dir/status.json
+ * (written by the role: subscriber.c documents the subscriber's fields,
+ * the publisher writes role, state, version, step, last_published,
+ * last_error, store_ok, skipped).
+ *
+ * Exit codes, for scripts and health checks:
+ *   0  the daemon reports itself healthy
+ *   1  it reports a problem: state "error", store_ok false or stale true
+ *   3  not running: no status file, state "stopped", or its pid is gone
+ *   2  usage; 78 a configuration file that does not load
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "tool.h"
+
+#define EXIT_NOT_RUNNING 3
+
+int tool_status(int argc, char **argv);	/* in tool.h once wired into wsync.c */
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n\n"
+		   "Show what the local wsyncd reports in RUNTIME_DIR/status.json.\n"
+		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
+		   "3 not running.\n");
+}
+
+static const char *str(json_t *o, const char *k)
+{
+	json_t *j = json_object_get(o, k);
+
+	return json_is_string(j) ? json_string_value(j) : NULL;
+}
+
+static bool has_int(json_t *o, const char *k, long long *v)
+{
+	json_t *j = json_object_get(o, k);
+
+	if (!json_is_integer(j))
+		return false;
+	*v = (long long)json_integer_value(j);
+	return true;
+}
+
+static void print_human(json_t *o, const char *path, bool running, bool healthy)
+{
+	const char *role = str(o, "role"), *state = str(o, "state"), *msg = str(o, "message");
+	const char *err = str(o, "last_error"), *t;
+	long long v, step, head;
+	json_t *j;
+
+	printf("%s: %s%s\n", role ? role : "wsyncd", state ? state : "?",
+	       !running ? " (not running)" : healthy ? "" : " (unhealthy)");
+	if (msg)
+		printf("  %s\n", msg);
+	if (has_int(o, "version", &v)) {
+		printf("  version:        %lld", v);
+		if (has_int(o, "step", &step))
+			printf(" (step %lld)", step);
+		printf("\n");
+	}
+	if (has_int(o, "head_version", &head))
+		printf("  HEAD version:   %lld\n", head);
+	if ((t = str(o, "last_applied")))
+		printf("  last applied:   %s\n", t);
+	if ((t = str(o, "last_published")))
+		printf("  last published: %s\n", t);
+	j = json_object_get(o, "store_ok");
+	if (json_is_boolean(j)) {
+		printf("  store:          %s", json_is_true(j) ? "ok" : "unreachable");
+		if ((t = str(o, "store_down_since")))
+			printf(" since %s", t);
+		printf("\n");
+	}
+	if (json_is_true(json_object_get(o, "stale")))
+		printf("  HEAD is stale (older than max_head_age)\n");
+	if (has_int(o, "lag_seconds", &v) && v > 0)
+		printf("  behind HEAD by: %lld s\n", v);
+	if (has_int(o, "skipped", &v) && v > 0)
+		printf("  skipped:        %lld checkpoints\n", v);
+	if (err)
+		printf("  last error:     %s\n", err);
+	if ((t = str(o, "updated")))
+		printf("  updated:        %s (%s)\n", t, path);
+}
+
+int tool_status(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "runtime-dir", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	const char *config = NULL, *rundir = NULL;
+	struct wsync_config cfg;
+	bool json = false, running = true, healthy;
+	char *path = NULL;
+	json_error_t je;
+	json_t *o;
+	long long pid;
+	int c, code;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "c:r:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config = optarg; break;
+		case 'r': rundir = optarg; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return WSYNC_EXIT_OK;
+		default: usage(stderr); return WSYNC_EXIT_USAGE;
+		}
+	}
+	if (optind != argc || (config && rundir)) {
+		usage(stderr);
+		return WSYNC_EXIT_USAGE;
+	}
+	if (wsync_config_init(&cfg) < 0) {
+		fprintf(stderr, "wsync status: out of memory\n");
+		return WSYNC_EXIT_FAILURE;
+	}
+	if (config) {
+		struct wsync_config_errors errs = { 0 };
+
+		if (wsync_config_load(&cfg, config, &errs) < 0) {
+			for (size_t i = 0; i < errs.n; i++)
+				fprintf(stderr, "%s\n", errs.items[i].text);
+			wsync_config_errors_free(&errs);
+			wsync_config_free(&cfg);
+			return WSYNC_EX_CONFIG;
+		}
+		wsync_config_errors_free(&errs);
+	}
+	if (asprintf(&path, "%s/status.json", rundir ? rundir : cfg.runtime_dir) < 0) {
+		wsync_config_free(&cfg);
+		fprintf(stderr, "wsync status: out of memory\n");
+		return WSYNC_EXIT_FAILURE;
+	}
+	wsync_config_free(&cfg);
+	o = json_load_file(path, 0, &je);
+	if (!o) {
+		if (access(path, F_OK) < 0 && errno == ENOENT) {
+			if (json)
+				printf("{\"state\": \"not running\"}\n");
+			else
+				printf("wsyncd: not running (no %s)\n", path);
+		} else {
+			fprintf(stderr, "wsync status: %s: %s\n", path, je.text);
+		}
+		free(path);
+		return EXIT_NOT_RUNNING;
+	}
+	if (!json_is_object(o)) {
+		fprintf(stderr, "wsync status: %s: not a JSON object\n", path);
+		json_decref(o);
+		free(path);
+		return WSYNC_EXIT_FAILURE;
+	}
+	if ((str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
+	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+		running = false;
+	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
+		  !json_is_false(json_object_get(o, "store_ok")) &&
+		  !json_is_true(json_object_get(o, "stale"));
+	if (json) {
+		char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
+		if (text)
+			printf("%s\n", text);
+		free(text);
+	} else {
+		print_human(o, path, running, healthy);
+	}
+	code = !running ? EXIT_NOT_RUNNING : healthy ? WSYNC_EXIT_OK : WSYNC_EXIT_FAILURE;
+	json_decref(o);
+	free(path);
+	return code;
+}
