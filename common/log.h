@@ -10,6 +10,9 @@
  *    finds one version and `journalctl -x` explains events by MESSAGE_ID.
  *  - stderr: one readable line per message,
  *    "2026-12-02 11:30:00.123 wsyncd[42] info: message (version=12 file=a)".
+ * For tests, $WSYNC_JOURNAL_SOCKET set to the path of a datagram socket
+ * sends the journal entries there, in journald's native protocol, instead
+ * of to journald (tests/integration/test-journal.sh).
  * "auto" picks journal when stderr is connected to the journal
  * (JOURNAL_STREAM names stderr's device:inode, as systemd documents),
  * stderr otherwise.

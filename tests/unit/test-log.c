@@ -6,7 +6,9 @@
  * MESSAGE_ID and the WSYNC_* fields.  The journal case runs the real
  * sd_journal_sendv against a datagram socket this test binds, in a private
  * mount namespace where the socket sits at /run/systemd/journal/socket, so
- * no running journald is needed.
+ * no running journald is needed.  The same fields, and the binary-safe
+ * form of a multi-line value, are checked on $WSYNC_JOURNAL_SOCKET, the
+ * test hook that sends the native protocol to a socket of our choosing.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -245,6 +247,84 @@ static void journal_native_fields(void)
 	journal_dir_remove(fd, dir);
 }
 
+/* Find the binary-safe field "KEY\n" le64 len, value, "\n" in dgram. */
+static int has_binary_field(const char *dgram, size_t n, const char *key,
+			    const char *value)
+{
+	size_t kl = strlen(key), vl = strlen(value);
+
+	for (size_t i = 0; i + kl + 1 + 8 + vl + 1 <= n; i++) {
+		uint64_t len = 0;
+
+		if ((i > 0 && dgram[i - 1] != '\n') || memcmp(dgram + i, key, kl) != 0 ||
+		    dgram[i + kl] != '\n')
+			continue;
+		for (int b = 7; b >= 0; b--)
+			len = len << 8 | (unsigned char)dgram[i + kl + 1 + (size_t)b];
+		if (len == vl && memcmp(dgram + i + kl + 9, value, vl) == 0 &&
+		    dgram[i + kl + 9 + vl] == '\n')
+			return 1;
+	}
+	return 0;
+}
+
+/* "\nLINE\n" somewhere in the n bytes of dgram (binary fields hold NULs). */
+static int has_line(const char *dgram, size_t n, const char *line)
+{
+	char want[512];
+	int l = snprintf(want, sizeof(want), "\n%s\n", line);
+
+	return l > 0 && memmem(dgram, n, want, (size_t)l) != NULL;
+}
+
+static void journal_test_socket(void)
+{
+	char dir[] = "/tmp/wsync-jsock-XXXXXX", buf[16384];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 5 };
+	ssize_t n;
+	int fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/socket", dir);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setenv("WSYNC_JOURNAL_SOCKET", sa.sun_path, 1);
+	wsync_log_set_target(WSYNC_LOG_TARGET_JOURNAL);
+	wsync_log_set_ident("wsync-test");
+
+	log_event(LOG_NOTICE,
+		  WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_PUBLISHED,
+			       .version = 7, .step = 70, .file = "a\nb.safetensors",
+			       .bytes = 42, .duration_ms = 3),
+		  "published version %d\nsecond line", 7);
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	CHECK(n > 0);
+	buf[n > 0 ? n : 0] = '\0';
+	CHECK(has_binary_field(buf, (size_t)n, "MESSAGE", "published version 7\nsecond line"));
+	CHECK(has_binary_field(buf, (size_t)n, "WSYNC_FILE", "a\nb.safetensors"));
+	CHECK(has_line(buf, (size_t)n, "PRIORITY=5"));
+	CHECK(has_line(buf, (size_t)n, "SYSLOG_IDENTIFIER=wsync-test"));
+	CHECK(has_line(buf, (size_t)n, "MESSAGE_ID=" WSYNC_MID_VERSION_PUBLISHED));
+	CHECK(has_line(buf, (size_t)n, "WSYNC_VERSION=7"));
+	CHECK(has_line(buf, (size_t)n, "WSYNC_STEP=70"));
+	CHECK(has_line(buf, (size_t)n, "WSYNC_BYTES=42"));
+	CHECK(has_line(buf, (size_t)n, "WSYNC_DURATION_MS=3"));
+	CHECK(has_line(buf, (size_t)n, "CODE_FUNC=journal_test_socket"));
+	CHECK(memmem(buf, (size_t)n, "\nCODE_FILE=", 11) != NULL &&
+	      memmem(buf, (size_t)n, "test-log.c\nCODE_LINE=", 21) != NULL);
+	CHECK(buf[n - 1] == '\n');
+
+	/* clean up; back to the default sink for the tests after this one */
+	unlink(sa.sun_path);
+	close(fd);
+	rmdir(dir);
+	unsetenv("WSYNC_JOURNAL_SOCKET");
+	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
+}
+
 static void auto_target(void)
 {
 	/* JOURNAL_STREAM naming another stream must not switch to journal. */
@@ -261,6 +341,7 @@ int main(void)
 	TEST(errno_return);
 	TEST(threads_keep_lines_whole);
 	TEST(journal_native_fields);
+	TEST(journal_test_socket);
 	TEST(auto_target);
 	return tap_done();
 }

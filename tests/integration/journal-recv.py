@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""journal-recv.py SOCKET OUT.json [--until MESSAGE_ID] -- COMMAND...
+
+A stand-in for journald in tests: bind a datagram socket at SOCKET, run
+COMMAND with WSYNC_JOURNAL_SOCKET=SOCKET (common/log.c then sends its
+journal entries there in the native protocol), and write every entry
+received to OUT.json as a list of {field: value}, plus the exit status.
+With --until, send SIGTERM to COMMAND once an entry with that MESSAGE_ID
+has arrived.  Every wait is bounded (10 s)."""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+
+def parse(d):
+    """One native-protocol datagram -> dict; raises on malformed input."""
+    fields, i = {}, 0
+    while i < len(d):
+        nl = d.index(b"\n", i)
+        line = d[i:nl]
+        if b"=" in line:
+            k, v = line.split(b"=", 1)
+            i = nl + 1
+        else:  # binary-safe: KEY \n le64 length, value, \n
+            k = line
+            (n,) = struct.unpack("<Q", d[nl + 1:nl + 9])
+            v = d[nl + 9:nl + 9 + n]
+            if len(v) != n or d[nl + 9 + n:nl + 10 + n] != b"\n":
+                raise ValueError("truncated binary field %r" % k)
+            i = nl + 10 + n
+        fields[k.decode()] = v.decode()
+        fields.setdefault("_binary_safe", [])
+        if b"=" not in line:
+            fields["_binary_safe"].append(k.decode())
+    return fields
+
+
+def main():
+    args = sys.argv[1:]
+    sock_path, out = args[0], args[1]
+    until = None
+    rest = args[2:]
+    if rest[0] == "--until":
+        until, rest = rest[1], rest[2:]
+    assert rest[0] == "--"
+    cmd = rest[1:]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(sock_path)
+    s.settimeout(0.2)
+    env = dict(os.environ, WSYNC_JOURNAL_SOCKET=sock_path)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    entries, errors = [], []
+    deadline = time.monotonic() + 10
+    signalled = False
+
+    def drain():
+        while True:
+            try:
+                d = s.recv(1 << 20)
+            except socket.timeout:
+                return
+            try:
+                e = parse(d)
+            except Exception as ex:  # noqa: BLE001 -- reported, not fatal
+                errors.append("%s: %r" % (ex, d[:200]))
+                continue
+            entries.append(e)
+
+    while p.poll() is None and time.monotonic() < deadline:
+        drain()
+        if until and not signalled and any(e.get("MESSAGE_ID") == until for e in entries):
+            p.send_signal(signal.SIGTERM)
+            signalled = True
+    if p.poll() is None:
+        p.kill()
+    rc = p.wait()
+    drain()
+    stderr = p.stderr.read().decode(errors="replace")
+    with open(out, "w") as f:
+        json.dump({"exit": rc, "entries": entries, "errors": errors,
+                   "stderr": stderr}, f, indent=1)
+
+
+main()
