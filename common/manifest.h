@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * manifest.h -- the bucket's metadata documents: the manifest of each
+ * version and the HEAD that names the newest one, specified in
+ * common/BUCKET.md (keys §2, manifest §3, HEAD §4, signatures §5).
+ *
+ * Pure functions over memory: parse bytes fetched from a bucket into a
+ * struct, or serialize a struct into the bytes to upload.  Nothing here
+ * touches the network or the disk.
+ *
+ * Parsing treats the input as hostile.  The size limit is checked first,
+ * then the signature (when a verify key is given, before any JSON is
+ * read), then the JSON with a strict streaming reader that allocates only
+ * what it returns: the strings kept (never more than the document's size)
+ * and 32 to 48 bytes per file, object or anchor, whatever the input (no
+ * tree of JSON values is built, so a 64 MiB document of "[[],[],..." costs
+ * nothing).  Then every rule of BUCKET.md:
+ * types, ranges, counts, paths, keys, hashes, duplicates, kinds, anchors.
+ * Serializing checks the same rules first, so wsync never publishes a
+ * document it would refuse to read.
+ *
+ * Errors: 0 on success; -EFBIG (document over its limit), -EBADMSG
+ * (signature required and missing, wrong or by another key),
+ * -EPROTONOSUPPORT (a format_version this code does not know),
+ * -EINVAL (anything else malformed or breaking a rule), -ENOMEM.  The
+ * message starts with "manifest: " or "HEAD: " and names the field
+ * ("manifest: files[3]: path \"a/../b\" has a \".\" or \"..\" component").
+ */
+#ifndef WSYNC_MANIFEST_H
+#define WSYNC_MANIFEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "error.h"
+#include "hash.h"
+#include "sign.h"
+
+/* Limits of BUCKET.md §6. */
+#define WSYNC_MANIFEST_MAX (64u << 20)		/* bytes, signature line included */
+#define WSYNC_MANIFEST_HEAD_MAX 4096u		/* bytes, signature line included */
+#define WSYNC_MANIFEST_FILES_MAX 1000000u
+#define WSYNC_MANIFEST_OBJECTS_MAX 10000u
+#define WSYNC_MANIFEST_ANCHORS_MAX 10000u
+#define WSYNC_MANIFEST_VERSION_MAX 999999999999ull	/* 12 digits */
+#define WSYNC_MANIFEST_SEGMENT_MAX 255u		/* bytes per path segment */
+#define WSYNC_MANIFEST_WRITER_MAX 256u		/* bytes of "writer" */
+#define WSYNC_MANIFEST_DEPTH_MAX 64		/* nesting of JSON values */
+
+/* The format_version this code reads and writes. */
+#define WSYNC_MANIFEST_FORMAT_VERSION 1
+
+/* ---- keys (BUCKET.md §2) ---- */
+
+#define WSYNC_MANIFEST_HEAD_KEY "HEAD"
+#define WSYNC_MANIFEST_KEY_MAX 32	/* buffer for a key below, NUL included */
+
+enum wsync_manifest_key_type {
+	WSYNC_MANIFEST_KEY_MANIFEST,	/* manifests/<V>.json */
+	WSYNC_MANIFEST_KEY_DELTA,	/* deltas/<V>.wsd */
+	WSYNC_MANIFEST_KEY_ANCHOR,	/* anchors/<V>.wsa */
+};
+
+/* The key of version's object of type t into buf; returns buf.  version
+ * must be 1..WSYNC_MANIFEST_VERSION_MAX (larger ones still print, wider). */
+const char *wsync_manifest_key(enum wsync_manifest_key_type t, uint64_t version,
+			       char buf[WSYNC_MANIFEST_KEY_MAX]);
+
+/* The reverse, for walking a bucket listing: 0 with *t and *version if
+ * key is exactly one of the three forms (12 digits, version >= 1),
+ * -EINVAL otherwise (HEAD, or anything else). */
+int wsync_manifest_key_parse(const char *key, enum wsync_manifest_key_type *t,
+			     uint64_t *version);
+
+/* ---- the documents ---- */
+
+/* An object in the bucket, checked by exact size and XXH3-128. */
+struct wsync_manifest_ref {
+	char *key;			/* relative to the bucket prefix */
+	uint64_t size;			/* 0..INT64_MAX */
+	struct wsync_hash128 hash;
+};
+
+enum wsync_manifest_kind {
+	WSYNC_MANIFEST_DELTA = 1,	/* reached from version-1 by a delta */
+	WSYNC_MANIFEST_ANCHOR = 2,	/* has a full anchor (and maybe a delta) */
+};
+
+enum wsync_manifest_role {
+	WSYNC_MANIFEST_ROLE_DELTA = 1,	/* from base_version to version */
+	WSYNC_MANIFEST_ROLE_ANCHOR = 2,	/* the whole checkpoint at version */
+};
+
+struct wsync_manifest_object {
+	enum wsync_manifest_role role;
+	struct wsync_manifest_ref ref;
+};
+
+struct wsync_manifest_file {
+	char *path;			/* relative, checked: see BUCKET.md §3 */
+	uint64_t size;			/* 0..INT64_MAX */
+	struct wsync_hash128 hash;
+};
+
+struct wsync_manifest_anchor {
+	uint64_t version;
+	struct wsync_manifest_ref manifest;	/* that version's manifest */
+};
+
+struct wsync_manifest {
+	uint64_t version;		/* 1..WSYNC_MANIFEST_VERSION_MAX */
+	int64_t step;			/* the trainer's step (informational) */
+	int64_t created;		/* seconds since 1970-01-01T00:00:00Z */
+	enum wsync_manifest_kind kind;
+	uint64_t base_version;		/* version-1 when a delta object is listed, else 0 */
+	uint64_t anchor_version;	/* newest anchor at or before version */
+
+	struct wsync_manifest_object *objects;	/* objects of unknown roles are dropped */
+	size_t n_objects;
+	struct wsync_manifest_file *files;
+	size_t n_files;
+	struct wsync_manifest_anchor *anchors;	/* increasing versions */
+	size_t n_anchors;
+	char *writer;			/* NULL: not given */
+
+	/* Filled by parse: the signature line, if any.  With a verify key it
+	 * has been verified; without one it is only what the line claims. */
+	struct wsync_sign_trailer signature;
+
+	void *strings_;			/* parse: the blocks holding every string */
+};
+
+struct wsync_manifest_head {
+	uint64_t version;		/* the newest complete version */
+	int64_t created;		/* when HEAD was written, Unix seconds */
+	struct wsync_manifest_ref manifest;	/* that version's manifest */
+
+	struct wsync_sign_trailer signature;	/* filled by parse, as above */
+	void *strings_;
+};
+
+/*
+ * Parse a manifest document (len bytes, signature line included) into out.
+ *
+ * verify NULL: signatures are neither required nor checked; a well-formed
+ * signature line is dropped (out->signature says what it claimed) and a
+ * malformed one refused.  verify set: the document must be signed by that
+ * key and the signature must verify, or -EBADMSG -- checked before the
+ * JSON is read.
+ *
+ * On success out owns its arrays and strings: free with
+ * wsync_manifest_free().  On failure out holds nothing to free.
+ */
+int wsync_manifest_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
+			 struct wsync_manifest *out, struct wsync_error *err);
+
+/*
+ * Serialize m (BUCKET.md §3: one member per line, one file per line,
+ * ending in a newline) into out, replacing its contents, and sign it with
+ * sign unless sign is NULL.  m is only read (its arrays and strings stay
+ * the caller's); it is checked against every rule parse applies: -EINVAL
+ * with the reason if it breaks one, -EFBIG if the result would exceed
+ * WSYNC_MANIFEST_MAX, -ENOMEM, or a signing error.
+ */
+int wsync_manifest_serialize(const struct wsync_manifest *m,
+			     const struct wsync_sign_key *sign, struct wsync_buf *out,
+			     struct wsync_error *err);
+
+/* Free what wsync_manifest_parse() allocated, and zero m.  Only for a
+ * parsed manifest (a caller-built one owns nothing of ours); NULL is fine. */
+void wsync_manifest_free(struct wsync_manifest *m);
+
+/* The first object of a role, or NULL. */
+const struct wsync_manifest_object *
+wsync_manifest_find_object(const struct wsync_manifest *m, enum wsync_manifest_role role);
+
+/* The HEAD document, as the manifest above (limit WSYNC_MANIFEST_HEAD_MAX). */
+int wsync_manifest_head_parse(const void *doc, size_t len,
+			      const struct wsync_sign_key *verify,
+			      struct wsync_manifest_head *out, struct wsync_error *err);
+int wsync_manifest_head_serialize(const struct wsync_manifest_head *h,
+				  const struct wsync_sign_key *sign,
+				  struct wsync_buf *out, struct wsync_error *err);
+void wsync_manifest_head_free(struct wsync_manifest_head *h);
+
+/*
+ * Check fetched bytes against a ref (HEAD's manifest, an anchor's
+ * manifest, an object): 0, or -EBADMSG naming the key with the size or
+ * the hash that differs.  Do this before parsing what was fetched.
+ */
+int wsync_manifest_ref_check(const struct wsync_manifest_ref *ref, const void *data,
+			     size_t len, struct wsync_error *err);
+
+#endif
