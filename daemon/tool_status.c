@@ -28,7 +28,6 @@
 
 #define EXIT_NOT_RUNNING 3
 
-int tool_status(int argc, char **argv);	/* in tool.h once wired into wsync.c */
 
 static void usage(FILE *f)
 {

@@ -33,6 +33,12 @@ static const struct subcommand {
 	{ "store", tool_store,
 	  "put FILE URL | get URL FILE | ls URL | rm URL | head URL [--config F]\n"
 	  "      copy to and from a bucket (file://, s3://, hf://), list, delete" },
+	{ "keygen", tool_keygen,
+	  "PRIVATE_PATH [PUBLIC_PATH] [--json]\n"
+	  "      make an Ed25519 key pair for signing manifests (public: PRIVATE_PATH.pub)" },
+	{ "status", tool_status,
+	  "[--config FILE | --runtime-dir DIR] [--json]\n"
+	  "      what the local wsyncd is doing: version, step, last error, store reachable" },
 };
 
 unsigned tool_default_threads(void)

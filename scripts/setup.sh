@@ -25,6 +25,9 @@ packages=(
 	awscli curl
 	# xxh128sum: the S3 tests compare object hashes
 	xxhash
+	# man pages (man/*.scd); systemd-analyze verify/security, dpkg-deb and
+	# deb-systemd-helper for tests/integration/test-systemd.sh, test-package.sh
+	scdoc systemd dpkg-dev init-system-helpers
 )
 # s3rver runs on node; node 20 and npm usually come from outside Debian's
 # archive, so ask apt for them only when they are not there at all

@@ -77,10 +77,10 @@ fi
 say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header parser and the delta reader)"
 if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
 	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
-	for target in safetensors-header safetensors-index delta; do
+	for target in safetensors-header safetensors-index delta manifest; do
 		secs=$fuzz_seconds
 		case $target in
-		safetensors-header | delta) ;;
+		safetensors-header | delta | manifest) ;;
 		*) secs=$(((fuzz_seconds + 2) / 3)) ;;
 		esac
 		work=build-fuzz/corpus-$target
