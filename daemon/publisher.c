@@ -138,6 +138,7 @@ struct wsync_publisher {
 	char watch_dir[PATH_MAX];
 	char skip_top[NAME_MAX + 1];	/* state_dir inside an in-place watch_dir */
 	bool inplace;
+	unsigned test_pause_ms;		/* $WSYNC_TEST_SNAPSHOT_PAUSE_MS (tests only) */
 
 	enum pub_state state, retry_state;
 	bool stopping, started;
@@ -487,6 +488,24 @@ static int adopt_head_manifest(struct wsync_publisher *p, const void *doc, size_
 	return 0;
 }
 
+/* ---- jobs: the work runs on the jobs thread and touches only its job
+ * struct (the loop thread leaves it alone until done runs) ---- */
+
+static void verify_work(void *data)
+{
+	pubjob_verify_work(&((struct wsync_publisher *)data)->verify);
+}
+
+static void commit_work(void *data)
+{
+	pubjob_commit_work(&((struct wsync_publisher *)data)->commit);
+}
+
+static void prepare_work(void *data)
+{
+	pubjob_prepare_work(&((struct wsync_publisher *)data)->pub->job);
+}
+
 /* ---- recovery (start-up) ---- */
 
 static void recover_verify_done(void *data, bool cancelled);
@@ -530,7 +549,7 @@ static void recover_local(struct wsync_publisher *p)
 	p->verify = (struct pubjob_verify){ .pub_dir = p->pub_dir,
 					    .files = p->head_manifest.files,
 					    .n_files = p->head_manifest.n_files };
-	r = wsync_jobs_submit(p->d->jobs, pubjob_verify_work, recover_verify_done, p);
+	r = wsync_jobs_submit(p->d->jobs, verify_work, recover_verify_done, p);
 	if (r < 0) {
 		p->need_anchor = true;
 		set_state(p, PUB_IDLE);
@@ -573,7 +592,7 @@ static void recover_verify_done(void *data, bool cancelled)
 		return;
 	}
 	set_state(p, PUB_COMMIT);
-	r = wsync_jobs_submit(p->d->jobs, pubjob_commit_work, recover_commit_done, p);
+	r = wsync_jobs_submit(p->d->jobs, commit_work, recover_commit_done, p);
 	if (r < 0)
 		recover_commit_done(p, true);
 }
@@ -1084,7 +1103,7 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 	pb->job = (struct pubjob_prepare){
 		.src_dir = pb->src_dir, .tree = &pb->tree, .hardlink = !p->inplace,
 		.pub_dir = p->pub_dir, .want_delta = pb->delta, .want_anchor = pb->anchor,
-		.version = v, .threads = p->cfg->threads,
+		.version = v, .threads = p->cfg->threads, .pause_ms = p->test_pause_ms,
 	};
 	p->pub = pb;
 	if (skipped)
@@ -1093,7 +1112,7 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 	set_state(p, PUB_PREPARE);
 	status(p, "encoding version %" PRIu64 " (step %" PRId64 ", %s)", v, pb->step,
 	       pb->anchor ? (pb->delta ? "anchor + delta" : "anchor") : "delta");
-	r = wsync_jobs_submit(p->d->jobs, pubjob_prepare_work, prepare_done, p);
+	r = wsync_jobs_submit(p->d->jobs, prepare_work, prepare_done, p);
 	if (r < 0) {
 		log_error_errno(r, "cannot queue the encoding job");
 		end_publication(p);
@@ -1448,7 +1467,7 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 					 p->source, p->source_mtime_ns, p->source_fp),
 	};
 	if (!p->commit.state_text ||
-	    wsync_jobs_submit(p->d->jobs, pubjob_commit_work, commit_done, p) < 0)
+	    wsync_jobs_submit(p->d->jobs, commit_work, commit_done, p) < 0)
 		commit_done(p, true);
 }
 
@@ -1621,7 +1640,9 @@ static void gc_listed(struct wsync_store_result *res, void *data)
 			needed = v >= oldest;
 			break;
 		case WSYNC_MANIFEST_KEY_DELTA:
-			needed = v > oldest;
+			/* the oldest anchor's own delta too: its manifest lists it
+			 * (a subscriber one version behind takes it) */
+			needed = v >= oldest;
 			break;
 		default:
 			needed = v >= oldest;
@@ -1800,6 +1821,11 @@ int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret,
 	p->cfg = cfg;
 	p->store_ok = true;
 	p->inplace = !cfg->step_pattern || !*cfg->step_pattern;
+	/* The integration test widens the window between scan and snapshot
+	 * to delete a checkpoint inside it; nothing else sets this. */
+	if (getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"))
+		p->test_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"),
+						     NULL, 10) % 60000;
 	if (!realpath(cfg->watch_dir, p->watch_dir)) {
 		r = wsync_error_set(err, -errno, "[publisher] watch_dir %s: %s", cfg->watch_dir,
 				    strerror(errno));

@@ -283,6 +283,8 @@ void pubjob_prepare_work(void *data)
 	}
 
 	/* 1. the snapshot */
+	if (j->pause_ms)
+		usleep(j->pause_ms * 1000u);
 	for (size_t i = 0; i < j->tree->n; i++) {
 		r = take_file(j, staging, &j->tree->files[i]);
 		if (r < 0) {

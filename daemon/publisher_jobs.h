@@ -42,6 +42,7 @@ struct pubjob_prepare {
 	bool want_delta, want_anchor;
 	uint64_t version;
 	unsigned threads;
+	unsigned pause_ms;		/* tests: sleep this long before the snapshot */
 
 	/* out */
 	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it

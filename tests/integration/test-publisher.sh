@@ -1,0 +1,295 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# test-publisher.sh -- the publisher role end to end: a real wsyncd with a
+# file:// bucket watching a folder that checkpoints appear in.  Proves: the
+# first checkpoint becomes version 1 (an anchor), the next version 2 (a
+# delta), with manifests and HEAD as BUCKET.md says; anchor + delta applied
+# with `wsync apply` give back the checkpoint's shipped files byte for
+# byte; optimizer.pt is not shipped; a checkpoint without its marker is not
+# published; a checkpoint deleted while being read is dropped cleanly; a
+# step going backwards still gets the next version; kill -9 while
+# publishing and a restart leave HEAD consistent and numbering going on; a
+# truncated shard is rejected with a log line and the next good step
+# published; garbage collection keeps keep_anchors anchors.
+. "$(dirname "$0")/lib.sh"
+
+W=$TMP/watch
+B=$TMP/bucket
+S=$TMP/state
+R=$TMP/run
+SRC=$TMP/src
+mkdir -p "$W" "$B" "$S" "$R"
+
+# Six checkpoints of a small model, made once; the test copies them into
+# the watch dir file by file, trainer_state.json last, as a trainer would.
+"$GEN" --params 2M --steps 6 --shards 2 --quiet --out "$SRC" || {
+	echo "Bail out! gen-checkpoints failed"
+	exit 1
+}
+
+cat >"$TMP/pub.ini" <<EOF
+[daemon]
+role = publisher
+state_dir = $S
+runtime_dir = $R
+threads = 2
+log_level = debug
+[store]
+url = file://$B
+retry_attempts = 2
+[publisher]
+watch_dir = $W
+anchor_every = 2
+keep_anchors = 1
+gc_grace = 0
+rescan_interval = 1s
+EOF
+
+LOG=$TMP/wsyncd.log
+PID=
+start() {
+	WSYNC_TEST_SNAPSHOT_PAUSE_MS=${PAUSE_MS:-0} "$WSYNCD" -c "$TMP/pub.ini" --log-target stderr >>"$LOG" 2>&1 &
+	PID=$!
+}
+stop() {
+	[ -n "$PID" ] || return 1
+	kill -TERM "$PID" 2>/dev/null
+	for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+	wait "$PID" 2>/dev/null
+	local rc=$?
+	PID=
+	return $rc
+}
+trap 'stop; rm -rf "$TMP"' EXIT
+
+head_version() {
+	"$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().split("\nwsync-signature")[0])["version"])' "$B/HEAD" 2>/dev/null || echo 0
+}
+# wait_version N: HEAD names N or more within 30 s
+wait_version() {
+	for _ in $(seq 300); do
+		[ "$(head_version)" -ge "$1" ] && return 0
+		sleep 0.1
+	done
+	echo "# HEAD is at $(head_version), waited for $1"
+	tail -20 "$LOG" | sed 's/^/# /'
+	return 1
+}
+# wait_log TEXT: the log says TEXT within 30 s
+wait_log() {
+	for _ in $(seq 300); do
+		grep -q -- "$1" "$LOG" && return 0
+		sleep 0.1
+	done
+	echo "# no \"$1\" in the log"
+	tail -20 "$LOG" | sed 's/^/# /'
+	return 1
+}
+# put_ckpt STEP [NAME]: copy checkpoint-STEP in as NAME, marker last
+put_ckpt() {
+	local name=${2:-checkpoint-$1}
+	mkdir -p "$W/$name.tmp-build"
+	rm -rf "$W/$name.tmp-build"
+	mkdir -p "$W/$name"
+	for f in "$SRC/checkpoint-$1"/*; do
+		[ "$(basename "$f")" = trainer_state.json ] && continue
+		cp "$f" "$W/$name/"
+	done
+	cp "$SRC/checkpoint-$1/trainer_state.json" "$W/$name/"
+}
+key() { printf '%s/%012d.%s' "$1" "$2" "$3"; }
+mfield() { # mfield VERSION EXPR: a Python expression over m (the manifest)
+	"$PYTHON3" - "$B/$(key manifests "$1" json)" "$2" <<'PY'
+import json, sys
+doc = open(sys.argv[1]).read().split("\nwsync-signature")[0]
+m = json.loads(doc)
+print(eval(sys.argv[2]))
+PY
+}
+# shipped_equal DIR CKPT: DIR holds exactly CKPT's files minus the trainer-only ones
+shipped_equal() {
+	local want got
+	want=$(cd "$2" && ls | grep -v -E '^(optimizer.*|scheduler\.pt|scaler\.pt|rng_state.*\.pth|training_args\.bin)$' | sort)
+	got=$(cd "$1" && ls | sort)
+	[ "$want" = "$got" ] || { echo "# files differ: want [$want] got [$got]"; return 1; }
+	for f in $want; do cmp "$1/$f" "$2/$f" || return 1; done
+}
+
+start
+
+# 1. the first checkpoint: version 1, an anchor
+put_ckpt 1
+check "checkpoint-1 is published as version 1" wait_version 1
+check "version 1 is an anchor" test "$(mfield 1 'm["kind"]')" = anchor
+check "version 1 has anchors/000000000001.wsa" test -s "$B/$(key anchors 1 wsa)"
+check "version 1's manifest: format, step, anchors" \
+	test "$(mfield 1 '(m["format"], m["format_version"], m["step"], m["anchor_version"], [a["version"] for a in m["anchors"]])')" = "('wsync-manifest', 1, 1, 1, [1])"
+check "HEAD names manifests/000000000001.json with its size and hash" "$PYTHON3" - "$B" <<'PY'
+import json, sys, os, subprocess
+b = sys.argv[1]
+h = json.loads(open(b + "/HEAD").read())
+assert h["format"] == "wsync-head" and h["version"] == 1, h
+k = h["manifest"]["key"]
+assert k == "manifests/000000000001.json", k
+assert os.path.getsize(b + "/" + k) == h["manifest"]["size"]
+PY
+check "optimizer.pt is not in the files list" test "$(mfield 1 'sorted(f["path"] for f in m["files"])' | grep -c optimizer)" = 0
+check "the files list has the model shards" test "$(mfield 1 'len([f for f in m["files"] if f["path"].endswith(".safetensors")])')" = 2
+
+# 2. a half-written checkpoint (no marker) is not published
+mkdir -p "$W/checkpoint-2"
+for f in "$SRC/checkpoint-2"/*.safetensors; do cp "$f" "$W/checkpoint-2/"; done
+sleep 2.5
+check "a checkpoint without trainer_state.json is not published" test "$(head_version)" = 1
+
+# 3. the marker arrives: version 2, a delta
+for f in "$SRC/checkpoint-2"/*; do
+	[ -e "$W/checkpoint-2/$(basename "$f")" ] || [ "$(basename "$f")" = trainer_state.json ] || cp "$f" "$W/checkpoint-2/"
+done
+cp "$SRC/checkpoint-2/trainer_state.json" "$W/checkpoint-2/"
+check "checkpoint-2 is published as version 2" wait_version 2
+check "version 2 is a delta from version 1" \
+	test "$(mfield 2 '(m["kind"], m["base_version"], m["step"], m["anchor_version"])')" = "('delta', 1, 2, 1)"
+check "the delta object is there with the size the manifest gives" \
+	test "$(stat -c %s "$B/$(key deltas 2 wsd)")" = "$(mfield 2 '[o["size"] for o in m["objects"] if o["role"]=="delta"][0]')"
+check "the delta is much smaller than the anchor" \
+	test "$(stat -c %s "$B/$(key deltas 2 wsd)")" -lt "$(( $(stat -c %s "$B/$(key anchors 1 wsa)") / 3 ))"
+
+# 4. anchor + delta reproduce checkpoint-2's shipped files
+mkdir -p "$TMP/empty" "$TMP/sub"
+check "wsync apply of the anchor gives checkpoint-1" sh -c \
+	"'$WSYNC' apply '$TMP/empty' '$B/$(key anchors 1 wsa)' -o '$TMP/v1' >/dev/null"
+check "version 1 equals checkpoint-1's shipped files byte for byte" shipped_equal "$TMP/v1" "$SRC/checkpoint-1"
+check "wsync apply of the delta gives checkpoint-2" sh -c \
+	"'$WSYNC' apply '$TMP/v1' '$B/$(key deltas 2 wsd)' -o '$TMP/v2' >/dev/null"
+check "version 2 equals checkpoint-2's shipped files byte for byte" shipped_equal "$TMP/v2" "$SRC/checkpoint-2"
+check "status.json says version 2, idle" "$PYTHON3" -c "
+import json; s = json.load(open('$R/status.json'))
+assert s['role'] == 'publisher' and s['version'] == 2 and s['step'] == 2 and s['store_ok'], s"
+
+# 5. a checkpoint deleted while being read is dropped, the next published.
+#    The publisher is restarted with a pause between scan and snapshot
+#    (WSYNC_TEST_SNAPSHOT_PAUSE_MS) so the deletion lands inside it.
+stop
+PAUSE_MS=1500 start
+sleep 0.5
+put_ckpt 3
+wait_state() { # wait_state STATE: status.json says so within 30 s
+	for _ in $(seq 300); do
+		grep -q "\"state\": \"$1\"" "$R/status.json" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+check "checkpoint-3 is being encoded" wait_state encoding
+rm -rf "$W/checkpoint-3"
+check "a checkpoint deleted while being read is dropped with a log line" \
+	wait_log "checkpoint-3 disappeared while being read"
+stop
+PAUSE_MS=0 start
+put_ckpt 4
+check "after a deleted checkpoint the next one is published" wait_version 3
+check "version 3 is checkpoint-4" test "$(mfield 3 'm["step"]')" = 4
+check "version 3 is an anchor (anchor_every = 2) with a delta too" \
+	test "$(mfield 3 '(m["kind"], m["base_version"], sorted(o["role"] for o in m["objects"]))')" = "('anchor', 2, ['anchor', 'delta'])"
+
+# 6. garbage collection: keep_anchors = 1, gc_grace = 0 -> versions 1 and 2 go
+gc_done() {
+	for _ in $(seq 300); do
+		[ ! -e "$B/$(key anchors 1 wsa)" ] && [ ! -e "$B/$(key manifests 1 json)" ] &&
+			[ ! -e "$B/$(key deltas 2 wsd)" ] && [ ! -e "$B/$(key manifests 2 json)" ] &&
+			return 0
+		sleep 0.1
+	done
+	ls -R "$B" | sed 's/^/# /'
+	return 1
+}
+check "GC deletes what is older than the only kept anchor" gc_done
+check "GC keeps HEAD's chain" test -e "$B/$(key anchors 3 wsa)" -a -e "$B/$(key manifests 3 json)"
+check "version 3 lists itself as the only retained anchor" test "$(mfield 3 '[a["version"] for a in m["anchors"]]')" = "[3]"
+
+# 7. the step goes backwards: still the next version
+put_ckpt 1 checkpoint-1-resumed
+check "a step going backwards is published as the next version" wait_version 4
+check "version 4 carries step 1 and is a delta from 3" \
+	test "$(mfield 4 '(m["step"], m["kind"], m["base_version"])')" = "(1, 'delta', 3)"
+check "version 4's anchors entry for 3 carries manifest 3's real size" \
+	test "$(mfield 4 'm["anchors"][0]["manifest"]["size"]')" = "$(stat -c %s "$B/$(key manifests 3 json)")"
+
+# 8. a truncated shard is rejected, the next good step published
+mkdir -p "$W/checkpoint-5"
+for f in "$SRC/checkpoint-5"/*; do
+	[ "$(basename "$f")" = trainer_state.json ] || cp "$f" "$W/checkpoint-5/"
+done
+shard=$(ls "$W/checkpoint-5"/model-*.safetensors | head -1)
+truncate -s $(( $(stat -c %s "$shard") / 2 )) "$shard"
+cp "$SRC/checkpoint-5/trainer_state.json" "$W/checkpoint-5/"
+check "a truncated shard is rejected with a log line" wait_log "checkpoint-5 (step 5) rejected"
+check "the rejection names the shard" grep -q "rejected: .*model-0000" "$LOG"
+sleep 2.5
+check "the rejected checkpoint is not published" test "$(head_version)" = 4
+check "it is rejected once, not again at every rescan" test "$(grep -c 'checkpoint-5 (step 5) rejected' "$LOG")" = 1
+put_ckpt 6
+check "the next good checkpoint is published" wait_version 5
+check "version 5 is step 6" test "$(mfield 5 'm["step"]')" = 6
+
+# 9. kill -9 while publishing, restart: HEAD consistent, numbering goes on
+put_ckpt 3 checkpoint-7
+wait_state encoding || wait_state uploading
+kill -9 "$PID"
+wait "$PID" 2>/dev/null
+PID=
+hv=$(head_version)
+check "after kill -9 HEAD names a complete version" "$PYTHON3" - "$B" <<'PY'
+import json, sys, os
+b = sys.argv[1]
+h = json.loads(open(b + "/HEAD").read())
+m = json.loads(open(b + "/" + h["manifest"]["key"]).read())
+assert m["version"] == h["version"]
+for o in m["objects"]:
+    assert os.path.getsize(b + "/" + o["key"]) == o["size"], o
+PY
+start
+check "after the restart checkpoint-7 is published" wait_log "from checkpoint-7"
+put_ckpt 4 checkpoint-8
+check "and the next checkpoint gets the next version" wait_log "from checkpoint-8"
+check "checkpoint-7 was published once, checkpoint-8 once" test "$(grep -c 'published version .* from checkpoint-[78]' "$LOG")" = 2
+check "versions have no gap and no duplicate" "$PYTHON3" - "$B" <<'PY'
+import json, sys, os
+b = sys.argv[1]
+h = json.loads(open(b + "/HEAD").read())
+vs = sorted(int(k[:12]) for k in os.listdir(b + "/manifests"))
+assert vs == list(range(vs[0], h["version"] + 1)), (vs, h["version"])
+steps = [json.loads(open(b + "/manifests/%012d.json" % v).read())["step"] for v in vs]
+assert steps[-2:] == [7, 8], steps
+PY
+latest=$(head_version)
+check "HEAD's version rebuilds from its anchor and deltas byte for byte" "$PYTHON3" - "$B" "$WSYNC" "$TMP/chain" "$SRC/checkpoint-4" <<'PY'
+import json, sys, os, subprocess, filecmp
+b, wsync, out, want = sys.argv[1:5]
+h = json.loads(open(b + "/HEAD").read())
+m = json.loads(open(b + "/" + h["manifest"]["key"]).read())
+a = m["anchor_version"]
+os.makedirs(out + "/empty", exist_ok=True)
+cur = out + "/empty"
+for v in range(a, h["version"] + 1):
+    mv = json.loads(open(b + "/manifests/%012d.json" % v).read())
+    objs = {o["role"]: o["key"] for o in mv["objects"]}
+    key = objs["anchor"] if v == a else objs["delta"]
+    nxt = out + "/v%d" % v
+    subprocess.run([wsync, "apply", cur, b + "/" + key, "-o", nxt],
+                   check=True, stdout=subprocess.DEVNULL)
+    cur = nxt
+names = sorted(os.listdir(cur))
+assert names == sorted(f["path"] for f in m["files"]), names
+for f in m["files"]:
+    assert filecmp.cmp(cur + "/" + f["path"], want + "/" + f["path"], shallow=False), f
+PY
+check "status.json is flat and names the version" "$PYTHON3" -c "
+import json; s = json.load(open('$R/status.json'))
+assert s['version'] == $latest, s
+assert all(not isinstance(v, (dict, list)) for v in s.values()), s"
+stop
+tap_result $? "SIGTERM stops the publisher cleanly (exit 0)"
+check "no sanitizer or crash report in the log" sh -c "! grep -q -E 'ERROR: AddressSanitizer|runtime error|Segmentation' '$LOG'"
+tap_done
