@@ -1562,6 +1562,7 @@ static void gc_delete_phase(struct wsync_publisher *p)
 		if (is_manifest != (p->gc_phase == 0))
 			continue;
 		p->gc_pending_deletes++;
+		log_debug("garbage collection: deleting %s", k);
 		if (wsync_store_delete(p->d->store, k, gc_deleted, p) < 0)
 			p->gc_pending_deletes--;
 	}
