@@ -8,7 +8,8 @@
  *
  * Exit codes, for scripts and health checks:
  *   0  the daemon reports itself healthy
- *   1  it reports a problem: state "error", store_ok false or stale true
+ *   1  it reports a problem: state "error", store_ok false or stale true,
+ *      or (subscriber) a last_error, which it clears once a version applies
  *   3  not running: no status file, state "stopped", or its pid is gone
  *   2  usage; 78 a configuration file that does not load
  */
@@ -173,6 +174,8 @@ int tool_status(int argc, char **argv)
 	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 		running = false;
 	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
+		  !(str(o, "role") && strcmp(str(o, "role"), "subscriber") == 0 &&
+		    str(o, "last_error")) &&
 		  !json_is_false(json_object_get(o, "store_ok")) &&
 		  !json_is_true(json_object_get(o, "stale"));
 	if (json) {

@@ -755,6 +755,30 @@ static void test_symlink_in_target_refused(void)
 	ctx_free(&c);
 }
 
+/* The bucket vanishes (store unreachable: status says so, no busy loop)
+ * and comes back (recovery, same version, healthy). */
+static void test_store_down_and_back(void)
+{
+	struct ctx c;
+	struct status st;
+	char away[PATH_MAX + 32];
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	snprintf(away, sizeof(away), "%s.away", c.bucket);
+	CHECK(rename(c.bucket, away) == 0);
+	CHECK(run_until(&c, 0, true, 8000));
+	CHECK(read_status(&c, &st) && !st.store_ok && st.version == 1);
+	CHECK_CONTAINS(st.last_error, "store unreachable");
+	CHECK(rename(away, c.bucket) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	CHECK(read_status(&c, &st) && st.store_ok && !st.last_error[0]);
+	CHECK(daemon_stop(&c));
+	ctx_free(&c);
+}
+
 static void test_stop_when_idle(void)
 {
 	struct ctx c;
@@ -778,6 +802,7 @@ int main(void)
 	TEST(test_unsigned_head_refused);
 	TEST(test_rollback_refused);
 	TEST(test_symlink_in_target_refused);
+	TEST(test_store_down_and_back);
 	TEST(test_stop_when_idle);
 	return tap_done();
 }
