@@ -818,8 +818,10 @@ static int diff_trees(struct differ *d, struct wsync_error *err)
 		r = walk_dir(d->new_fd, d->new_root, "", &nl, err);
 	if (r < 0)
 		goto out;
-	qsort(ol.paths, ol.n, sizeof(*ol.paths), cmp_paths);
-	qsort(nl.paths, nl.n, sizeof(*nl.paths), cmp_paths);
+	if (ol.n)	/* an empty tree has no array at all (an anchor's OLD) */
+		qsort(ol.paths, ol.n, sizeof(*ol.paths), cmp_paths);
+	if (nl.n)
+		qsort(nl.paths, nl.n, sizeof(*nl.paths), cmp_paths);
 	if (ol.n + nl.n > WSYNC_DELTA_FILES_MAX) {
 		/* The merged count may be lower; the writer has the final say. */
 		size_t both = 0;

@@ -13,5 +13,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret, 
 int wsync_subscriber_start(struct wsync_subscriber *r);
 void wsync_subscriber_stop(struct wsync_subscriber *r);
 void wsync_subscriber_free(struct wsync_subscriber *r);
+/* Rewrite runtime_dir/status.json now (atomically).  0 or a negative errno. */
+int wsync_subscriber_write_status(struct wsync_subscriber *r);
 
 #endif
