@@ -1166,10 +1166,10 @@ static void prepare_done(void *data, bool cancelled)
 						.file = name, .step = pb->step),
 			  "checkpoint %s (step %" PRId64 ") rejected: %s", name, pb->step,
 			  wsync_error_str(&pb->job.err));
-		end_publication(p);
 		set_state(p, PUB_IDLE);
 		status(p, "rejected %s, version %" PRIu64 " still current", name,
 		       p->head_version);
+		end_publication(p);	/* name points into it */
 		schedule_scan(p, DEBOUNCE_MS);
 		advance(p);
 		return;
@@ -1178,9 +1178,9 @@ static void prepare_done(void *data, bool cancelled)
 		set_error(p, "encoding %s: %s", name, wsync_error_str(&pb->job.err));
 		log_error("encoding checkpoint %s: %s; retrying in %d s", name,
 			  wsync_error_str(&pb->job.err), RETRY_MAX_MS / 1000);
-		end_publication(p);
 		set_state(p, PUB_IDLE);
 		status(p, "encoding failed: %s", wsync_error_str(&pb->job.err));
+		end_publication(p);
 		schedule_scan(p, RETRY_MAX_MS);
 		advance(p);
 		return;
