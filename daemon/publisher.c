@@ -232,7 +232,6 @@ static void write_status(struct wsync_publisher *p)
 	free(text);
 }
 
-int wsync_publisher_write_status(struct wsync_publisher *p);
 int wsync_publisher_write_status(struct wsync_publisher *p)
 {
 	write_status(p);

@@ -13,5 +13,7 @@ int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret, st
 int wsync_publisher_start(struct wsync_publisher *r);
 void wsync_publisher_stop(struct wsync_publisher *r);
 void wsync_publisher_free(struct wsync_publisher *r);
+/* Rewrite runtime_dir/status.json now (atomically).  0 or a negative errno. */
+int wsync_publisher_write_status(struct wsync_publisher *r);
 
 #endif
