@@ -545,6 +545,35 @@ static int parse_globs(const struct config_key *k, const char *value, void *fiel
 	return parse_text(k, value, field, why);
 }
 
+/* [subscriber] notify_url: http:// or https://, a host, printable ASCII
+ * without spaces.  libcurl parses it for real when the POST is made. */
+static int parse_notify_url(UNUSED const struct config_key *k, const char *value, void *field,
+			    struct wsync_error *why)
+{
+	const char *host = strncasecmp(value, "http://", 7) == 0 ? value + 7 :
+			   strncasecmp(value, "https://", 8) == 0 ? value + 8 : NULL;
+	char **dst = field, *s;
+	size_t n = strlen(value);
+
+	if (!host || !*host || *host == '/' || *host == ':')
+		return wsync_error_set(why, -EINVAL,
+				       "expected an http:// or https:// URL with a host, not \"%.64s\"",
+				       value);
+	if (n > 4096)
+		return wsync_error_set(why, -EINVAL, "longer than 4096 characters");
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)value[i] <= 0x20 || (unsigned char)value[i] >= 0x7f)
+			return wsync_error_set(why, -EINVAL,
+					       "contains a space or a control or non-ASCII byte "
+					       "(percent-encode it)");
+	s = strdup(value);
+	if (!s)
+		return -ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
 static const char *const complete_names[] = {
 	[WSYNC_COMPLETE_MARKER] = "marker",
 	[WSYNC_COMPLETE_INDEX] = "index",
@@ -669,6 +698,12 @@ static const struct config_key config_keys[] = {
 	    .flags = KEY_OPTIONAL),
 	KEY("subscriber", "max_head_age", parse_duration, format_duration, max_head_age_ms,
 	    .min = 0, .max = 365 * 86400000ull),
+	KEY("subscriber", "on_apply", parse_text, format_string, on_apply, .max = 4096,
+	    .flags = KEY_OPTIONAL),
+	KEY("subscriber", "on_apply_timeout", parse_duration, format_duration,
+	    on_apply_timeout_ms, .min = 100, .max = 3600000),
+	KEY("subscriber", "notify_url", parse_notify_url, format_string, notify_url,
+	    .flags = KEY_OPTIONAL),
 };
 
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -1283,6 +1318,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->keep_anchors = 2;
 	cfg->gc_grace_ms = 600000;
 	cfg->poll_interval_ms = 2000;
+	cfg->on_apply_timeout_ms = 60000;
 	/* [store]: the same defaults as store.h's wsync_store_options */
 	cfg->path_style = -1;
 	cfg->max_concurrency = 16;
@@ -1324,6 +1360,8 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->signing_key);
 	free(cfg->target_dir);
 	free(cfg->verify_key);
+	free(cfg->on_apply);
+	free(cfg->notify_url);
 	/* zeroed, so a second free (or a free after a failed init) is harmless */
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -91,6 +91,9 @@ struct wsync_config {
 	uint64_t poll_interval_ms; /* default 2s; 100ms..1d */
 	char *verify_key;	/* Ed25519 public key (PEM), optional */
 	uint64_t max_head_age_ms; /* 0 (default): off; else warn when HEAD is older */
+	char *on_apply;		/* /bin/sh -c command after each applied version, optional */
+	uint64_t on_apply_timeout_ms; /* hook and notify POST time limit; default 60s */
+	char *notify_url;	/* http(s):// URL POSTed {"version","step","dir"}, optional */
 };
 
 /* One collected problem in a config file. */

@@ -391,6 +391,12 @@ static void test_bad_values(void)
 	expect_bad("publisher", "quiet_period", "10ms", "out of range");
 	expect_bad("publisher", "signing_key", "keys/ed25519.pem", "expected an absolute path");
 	expect_bad("subscriber", "max_head_age", "soon", "expected");
+	expect_bad("subscriber", "on_apply_timeout", "50ms", "out of range");
+	expect_bad("subscriber", "on_apply_timeout", "2h", "out of range");
+	expect_bad("subscriber", "notify_url", "ftp://host/x", "expected an http:// or https:// URL");
+	expect_bad("subscriber", "notify_url", "http://", "expected an http:// or https:// URL");
+	expect_bad("subscriber", "notify_url", "http://h/a b", "contains a space");
+	expect_bad("subscriber", "on_apply", "echo\x01", "control character 0x01");
 	expect_bad("daemon", "threads", "abc", "expected a whole number from 1 to 1024, not \"abc\"");
 	expect_bad("daemon", "threads", "1025", "1025 is out of range (1..1024)");
 	expect_bad("daemon", "threads", "99999999999999999999", "out of range (1..1024)");
@@ -499,6 +505,23 @@ static void test_good_values(void)
 	loaded_free(&l);
 	expect_ok(&l, "subscriber", "poll_interval", "3");	/* seconds */
 	CHECK_EQ_U64(l.cfg.poll_interval_ms, 3000);
+	loaded_free(&l);
+	expect_ok(&l, "subscriber", "on_apply",
+		  "curl -X POST http://127.0.0.1:30000/update_weights_from_disk "
+		  "-d '{\"model_path\": \"'$WSYNC_DIR'\"}'");
+	CHECK_CONTAINS(l.cfg.on_apply, "update_weights_from_disk");
+	CHECK_EQ_U64(l.cfg.on_apply_timeout_ms, 60000);	/* the default */
+	loaded_free(&l);
+	expect_ok(&l, "subscriber", "on_apply", "");	/* optional: not set */
+	CHECK(l.cfg.on_apply == NULL);
+	loaded_free(&l);
+	expect_ok(&l, "subscriber", "on_apply_timeout", "5min");
+	CHECK_EQ_U64(l.cfg.on_apply_timeout_ms, 300000);
+	loaded_free(&l);
+	expect_ok(&l, "subscriber", "notify_url", "https://inference.local:8443/reload?x=1");
+	CHECK_STR(l.cfg.notify_url, "https://inference.local:8443/reload?x=1");
+	loaded_free(&l);
+	expect_ok(&l, "subscriber", "notify_url", "HTTP://127.0.0.1:30000/update");
 	loaded_free(&l);
 	expect_ok(&l, "publisher", "anchor_every", "1");
 	CHECK_EQ_U64(l.cfg.anchor_every, 1);
@@ -1163,6 +1186,8 @@ static void test_foreach_key(void)
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
+		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },
+		{ "subscriber", "notify_url", 0 },
 		{ NULL, NULL, 0 },
 	};
 	size_t n = sizeof(keys) / sizeof(keys[0]) - 1;
