@@ -21,8 +21,14 @@
  * runtime_dir/status.json, rewritten atomically at each state change, one
  * flat JSON object (read by `wsync status`):
  *   "role"             "publisher"
- *   "state"            starting | recovering | idle | encoding | uploading |
- *                      committing | collecting | retrying | error | stopping
+ *   "state"            idle | encoding | uploading | error | stopped: what an
+ *                      operator needs (error: the bucket is unreachable and
+ *                      we are backing off, or the last attempt failed and
+ *                      nothing has been published since -- see last_error)
+ *   "phase"            the state machine's finer view: starting | recovering |
+ *                      idle | encoding | uploading | committing | collecting |
+ *                      retrying | stopping
+ *   "pid"              of the daemon (`wsync status` tells a dead one)
  *   "version"          the version HEAD names (0: nothing published)
  *   "step"             the trainer step of that version (null if unknown)
  *   "source"           the checkpoint directory it came from ("" if unknown)
@@ -30,7 +36,10 @@
  *                      (0: none yet)
  *   "last_duration_ms" snapshot + encode + upload time of that publication
  *   "last_delta_bytes" bytes uploaded for it (delta and anchor objects)
- *   "bytes_shipped"    object bytes uploaded since start
+ *   "lag_seconds"      of the last publication: from the checkpoint being
+ *                      complete (its newest file's mtime) to HEAD naming it;
+ *                      null before the first
+ *   "bytes_shipped"    bytes uploaded since start (objects, manifests, HEAD)
  *   "published_count"  versions published since start
  *   "skipped_steps"    complete checkpoints skipped for a newer one since start
  *   "rejected_count"   checkpoints rejected as broken since start
@@ -93,6 +102,15 @@ static const char *const state_names[] = {
 	[PUB_GC] = "collecting",      [PUB_BACKOFF] = "retrying",   [PUB_STOPPED] = "stopping",
 };
 
+/* status.json's "state": the publisher's side of the states issue 5 names
+ * for both roles (the subscriber adds downloading and applying). */
+static const char *const coarse_names[] = {
+	[PUB_NEW] = "idle",	     [PUB_RECOVER] = "idle",	    [PUB_VERIFY] = "idle",
+	[PUB_IDLE] = "idle",	     [PUB_PREPARE] = "encoding",    [PUB_UPLOAD] = "uploading",
+	[PUB_MANIFEST] = "uploading", [PUB_HEAD] = "uploading",     [PUB_COMMIT] = "uploading",
+	[PUB_GC] = "idle",	     [PUB_BACKOFF] = "error",	    [PUB_STOPPED] = "stopped",
+};
+
 /* What we remember of a checkpoint directory between scans. */
 struct seen {
 	char *name;		/* directory name ("" in in-place mode) */
@@ -139,6 +157,13 @@ struct wsync_publisher {
 	char skip_top[NAME_MAX + 1];	/* state_dir inside an in-place watch_dir */
 	bool inplace;
 	unsigned test_pause_ms;		/* $WSYNC_TEST_SNAPSHOT_PAUSE_MS (tests only) */
+	unsigned test_commit_pause_ms;	/* $WSYNC_TEST_COMMIT_PAUSE_MS (tests only) */
+
+	/* One-shot (`wsync publish`): publish once_dir, report, publish no more. */
+	char *once_dir;
+	wsync_publisher_done_cb once_cb;
+	void *once_data;
+	bool once_finished;
 
 	enum pub_state state, retry_state;
 	bool stopping, started;
@@ -182,12 +207,14 @@ struct wsync_publisher {
 	bool store_ok;
 	int64_t last_published;
 	uint64_t last_duration_ms, last_bytes, bytes_shipped;
+	double last_lag;		/* seconds; < 0: none yet */
 	unsigned published, skipped, rejected;
 	char last_error[512];
 };
 
 static void advance(struct wsync_publisher *p);
 static void on_retry(uv_timer_t *t);
+static void end_publication(struct wsync_publisher *p);
 static void schedule_scan(struct wsync_publisher *p, uint64_t ms);
 
 static uint64_t now_ms(struct wsync_publisher *p)
@@ -203,18 +230,25 @@ static void write_status(struct wsync_publisher *p)
 	char *text;
 	struct wsync_error err = { 0 };
 
+	if (p->once_dir) {	/* `wsync publish` is not the daemon: leave its file alone */
+		json_decref(o);
+		return;
+	}
 	if (!o)
 		return;
 	json_object_set_new(o, "role", json_string("publisher"));
-	json_object_set_new(o, "state", json_string(p->last_error[0] &&
-						    p->state == PUB_BACKOFF ? "error" :
-						    state_names[p->state]));
+	json_object_set_new(o, "state", json_string(p->state == PUB_IDLE && p->last_error[0] ?
+						    "error" : coarse_names[p->state]));
+	json_object_set_new(o, "phase", json_string(state_names[p->state]));
+	json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
 	json_object_set_new(o, "version", json_integer((json_int_t)p->head_version));
 	json_object_set_new(o, "step", p->has_step ? json_integer(p->step) : json_null());
 	json_object_set_new(o, "source", json_string(p->source ? p->source : ""));
 	json_object_set_new(o, "last_published", json_integer(p->last_published));
 	json_object_set_new(o, "last_duration_ms", json_integer((json_int_t)p->last_duration_ms));
 	json_object_set_new(o, "last_delta_bytes", json_integer((json_int_t)p->last_bytes));
+	json_object_set_new(o, "lag_seconds", p->last_lag >= 0 ? json_real(p->last_lag) :
+								 json_null());
 	json_object_set_new(o, "bytes_shipped", json_integer((json_int_t)p->bytes_shipped));
 	json_object_set_new(o, "published_count", json_integer(p->published));
 	json_object_set_new(o, "skipped_steps", json_integer(p->skipped));
@@ -269,6 +303,21 @@ static void set_error(struct wsync_publisher *p, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* ---- one-shot ---- */
+
+/* `wsync publish` is done: report once (r: 0 published or already
+ * published, -EINVAL a bad or incomplete checkpoint, else a failure; the
+ * reason is in last_error). */
+static void once_finish(struct wsync_publisher *p, int r, const char *what)
+{
+	if (!p->once_dir || p->once_finished)
+		return;
+	p->once_finished = true;
+	if (p->once_cb)
+		p->once_cb(r, p->head_version, p->has_step ? p->step : -1,
+			   what ? what : p->last_error, p->once_data);
+}
+
 /* ---- the store: outages and backoff ---- */
 
 /* A store request failed: say so once per outage, retry `again` later. */
@@ -276,6 +325,13 @@ static void store_failed(struct wsync_publisher *p, const char *what,
 			 const struct wsync_store_result *res, enum pub_state again)
 {
 	set_error(p, "%s: %s", what, wsync_error_str(&res->error));
+	if (p->once_dir) {
+		/* one-shot: the store already retried (retry_attempts); give up */
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		once_finish(p, res->err < 0 ? res->err : -EIO, NULL);
+		return;
+	}
 	if (p->store_ok) {
 		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE,
 						.version = p->pub ? (int64_t)p->pub->version : -1),
@@ -969,12 +1025,19 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 
 /* Find the newest complete checkpoint and publish it; log what it
  * supersedes. */
+static void scan_once(struct wsync_publisher *p);
+
 static void scan(struct wsync_publisher *p)
 {
 	struct candidate *cs = NULL, best;
 	size_t n = 0, bi = 0;
 	uint64_t wake = UINT64_MAX;
 
+	if (p->once_dir) {
+		if (!p->once_finished)
+			scan_once(p);
+		return;
+	}
 	if (p->inplace) {
 		struct candidate c;
 
@@ -1050,6 +1113,76 @@ static void scan(struct wsync_publisher *p)
 	start_publication(p, &best, sl ? strdup(skipped) : NULL);
 }
 
+/* One-shot: the directory the caller named is the checkpoint, complete by
+ * its word -- except that a missing marker or a short shard is an error
+ * here rather than something to wait for. */
+static void scan_once(struct wsync_publisher *p)
+{
+	const char *dir = p->once_dir, *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+	struct wsync_error err = { 0 };
+	struct candidate c = { 0 };
+	int64_t step;
+	int r;
+
+	r = ckscan_tree_read(dir, &p->filter, p->inplace ? p->skip_top : NULL, &c.tree, &err);
+	if (r < 0) {
+		set_error(p, "%s", wsync_error_str(&err));
+		once_finish(p, r == -ENOENT || r == -ENOTDIR ? -EINVAL : r, NULL);
+		return;
+	}
+	if (c.tree.n == 0) {
+		set_error(p, "%s: no file to ship (see include/exclude)", dir);
+		goto bad;
+	}
+	if (p->head_version && c.tree.fingerprint == p->source_fp) {
+		ckscan_tree_free(&c.tree);
+		once_finish(p, 0, "already published");
+		return;
+	}
+	switch (p->cfg->complete_when) {
+	case WSYNC_COMPLETE_MARKER: {
+		char mp[PATH_MAX];
+		struct stat st;
+
+		PATHF(mp, "%s/%s", dir, p->cfg->marker);
+		if (stat(mp, &st) < 0) {
+			set_error(p, "%s is not complete: no %s", dir, p->cfg->marker);
+			goto bad;
+		}
+		break;
+	}
+	case WSYNC_COMPLETE_INDEX:
+		r = ckscan_index_complete(dir, &err);
+		if (r <= 0) {
+			if (r == 0)
+				set_error(p, "%s is not complete: a shard its index names is "
+					  "missing or short", dir);
+			else
+				set_error(p, "%s: %s", dir, wsync_error_str(&err));
+			goto bad;
+		}
+		break;
+	case WSYNC_COMPLETE_QUIET:
+		break;	/* the caller says it is done */
+	}
+	if (ckscan_step_from_name(name, &step) < 0 && ckscan_read_global_step(dir, &step) < 0)
+		step = p->has_step ? p->step + 1 : 1;
+	c.name = strdup(name);
+	if (!c.name) {
+		ckscan_tree_free(&c.tree);
+		set_error(p, "out of memory");
+		once_finish(p, -ENOMEM, NULL);
+		return;
+	}
+	PATHF(c.dir, "%s", dir);
+	c.step = step;
+	start_publication(p, &c, NULL);
+	return;
+bad:
+	ckscan_tree_free(&c.tree);
+	once_finish(p, -EINVAL, NULL);
+}
+
 /* ---- publishing ---- */
 
 static void publication_free(struct publication *pb)
@@ -1114,8 +1247,10 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 	r = wsync_jobs_submit(p->d->jobs, prepare_work, prepare_done, p);
 	if (r < 0) {
 		log_error_errno(r, "cannot queue the encoding job");
+		set_error(p, "cannot queue the encoding job: %s", strerror(-r));
 		end_publication(p);
 		set_state(p, PUB_IDLE);
+		once_finish(p, r, NULL);
 	}
 }
 
@@ -1134,6 +1269,17 @@ static void prepare_done(void *data, bool cancelled)
 		end_publication(p);
 		set_state(p, PUB_IDLE);
 		advance(p);
+		return;
+	}
+	if (p->once_dir && r < 0) {
+		set_error(p, "%s: %s", pb->src_dir, wsync_error_str(&pb->job.err));
+		if (r == -EINVAL)
+			p->rejected++;
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		/* vanished or changed while being read: a failure, not a bad
+		 * checkpoint (running it again may well work) */
+		once_finish(p, r == -EINVAL ? -EINVAL : r, NULL);
 		return;
 	}
 	if (r == -ENOENT) {
@@ -1362,6 +1508,7 @@ fail:
 	set_error(p, "cannot build the manifest of version %" PRIu64, pb->version);
 	end_publication(p);
 	set_state(p, PUB_IDLE);
+	once_finish(p, -EIO, NULL);
 	schedule_scan(p, RETRY_MAX_MS);
 }
 
@@ -1441,7 +1588,15 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 	p->last_published = time(NULL);
 	p->last_duration_ms = ms;
 	p->last_bytes = bytes;
-	p->bytes_shipped += bytes;
+	p->bytes_shipped += bytes + pb->manifest_doc.len + pb->head_doc.len;
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		p->last_lag = (double)ts.tv_sec + ts.tv_nsec / 1e9 - pb->source_mtime_ns / 1e9;
+		if (p->last_lag < 0)
+			p->last_lag = 0;	/* a trainer clock ahead of ours */
+	}
 	p->last_error[0] = '\0';
 	log_event(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_PUBLISHED,
 					 .version = (int64_t)pb->version, .step = pb->step,
@@ -1461,7 +1616,7 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 	       ms / 1e3);
 	free(p->commit.state_text);
 	p->commit = (struct pubjob_commit){
-		.pub_dir = p->pub_dir, .promote = true,
+		.pub_dir = p->pub_dir, .promote = true, .pause_ms = p->test_commit_pause_ms,
 		.state_text = state_text(p, p->head_version, &p->head_ref, true, p->step,
 					 p->source, p->source_mtime_ns, p->source_fp),
 	};
@@ -1544,6 +1699,7 @@ static void gc_finish(struct wsync_publisher *p, bool changed)
 	set_state(p, PUB_IDLE);
 	status(p, "version %" PRIu64 " published (step %" PRId64 "), idle", p->head_version,
 	       p->step);
+	once_finish(p, 0, "published");
 	advance(p);
 }
 
@@ -1802,17 +1958,18 @@ static void on_retry(uv_timer_t *t)
 
 /* ---- the role contract ---- */
 
-int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret,
-			struct wsync_error *err)
+static int publisher_new(struct wsync_daemon *d, const char *once_dir,
+			 struct wsync_publisher **ret, struct wsync_error *err)
 {
 	const struct wsync_config *cfg = d->cfg;
+	const char *watch = once_dir ? once_dir : cfg->watch_dir;
 	struct wsync_publisher *p;
 	char path[PATH_MAX];
 	struct stat st;
 	int r;
 
 	*ret = NULL;
-	if (!cfg->watch_dir || !*cfg->watch_dir)
+	if (!watch || !*watch)
 		return wsync_error_set(err, -EINVAL, "[publisher] watch_dir is not set");
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -1820,20 +1977,29 @@ int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret,
 	p->d = d;
 	p->cfg = cfg;
 	p->store_ok = true;
+	p->last_lag = -1;
 	p->inplace = !cfg->step_pattern || !*cfg->step_pattern;
 	/* The integration test widens the window between scan and snapshot
-	 * to delete a checkpoint inside it; nothing else sets this. */
+	 * to delete a checkpoint inside it, and the one between HEAD and the
+	 * base swap to kill -9 inside it; nothing else sets these. */
 	if (getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"))
 		p->test_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"),
 						     NULL, 10) % 60000;
-	if (!realpath(cfg->watch_dir, p->watch_dir)) {
-		r = wsync_error_set(err, -errno, "[publisher] watch_dir %s: %s", cfg->watch_dir,
-				    strerror(errno));
+	if (getenv("WSYNC_TEST_COMMIT_PAUSE_MS"))
+		p->test_commit_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_COMMIT_PAUSE_MS"),
+							    NULL, 10) % 60000;
+	if (!realpath(watch, p->watch_dir)) {
+		r = wsync_error_set(err, -errno, "%s%s: %s", once_dir ? "" :
+				    "[publisher] watch_dir ", watch, strerror(errno));
 		goto fail;
 	}
 	if (stat(p->watch_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		r = wsync_error_set(err, -ENOTDIR, "[publisher] watch_dir %s is not a directory",
-				    cfg->watch_dir);
+		r = wsync_error_set(err, -ENOTDIR, "%s%s is not a directory", once_dir ? "" :
+				    "[publisher] watch_dir ", watch);
+		goto fail;
+	}
+	if (once_dir && !(p->once_dir = strdup(p->watch_dir))) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	if (ckscan_filter_init(&p->filter, cfg->include, cfg->exclude) < 0) {
@@ -1879,6 +2045,25 @@ fail:
 	return r;
 }
 
+int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret,
+			struct wsync_error *err)
+{
+	return publisher_new(d, NULL, ret, err);
+}
+
+int wsync_publisher_new_once(struct wsync_daemon *d, const char *dir,
+			     wsync_publisher_done_cb cb, void *data,
+			     struct wsync_publisher **ret, struct wsync_error *err)
+{
+	int r = publisher_new(d, dir, ret, err);
+
+	if (r >= 0) {
+		(*ret)->once_cb = cb;
+		(*ret)->once_data = data;
+	}
+	return r;
+}
+
 int wsync_publisher_start(struct wsync_publisher *p)
 {
 	uv_loop_t *loop = p->d->loop;
@@ -1889,6 +2074,11 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	uv_timer_init(loop, &p->retry_timer);
 	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
 	p->started = true;
+	if (p->once_dir) {
+		log_info("publishing %s once, state in %s", p->once_dir, p->pub_dir);
+		recover(p);
+		return 0;
+	}
 	if (p->cfg->watch_mode == WSYNC_WATCH_INOTIFY) {
 		r = wsync_watch_new(loop, p->watch_dir, on_watch, p, &p->watch);
 		if (r < 0)
@@ -1945,5 +2135,6 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	free(p->gc_delete_keys);
 	free(p->commit.state_text);
 	free(p->source);
+	free(p->once_dir);
 	free(p);
 }

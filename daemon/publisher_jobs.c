@@ -373,6 +373,8 @@ void pubjob_commit_work(void *data)
 
 	PATHF(staging, "%s/staging", j->pub_dir);
 	PATHF(base, "%s/base", j->pub_dir);
+	if (j->promote && j->pause_ms)
+		usleep(j->pause_ms * 1000u);
 	if (j->promote) {
 		/* base/ is complete at every instant: swapped, never emptied. */
 		if (lstat(base, &st) == 0) {

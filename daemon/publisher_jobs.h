@@ -66,6 +66,7 @@ void pubjob_prepare_work(void *data);
 struct pubjob_commit {
 	const char *pub_dir;
 	bool promote;
+	unsigned pause_ms;		/* tests: sleep this long before the swap */
 	char *state_text;		/* the new state.json, owned by the caller */
 	int result;
 	struct wsync_error err;

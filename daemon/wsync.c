@@ -39,6 +39,9 @@ static const struct subcommand {
 	{ "status", tool_status,
 	  "[--config FILE | --runtime-dir DIR] [--json]\n"
 	  "      what the local wsyncd is doing: version, step, last error, store reachable" },
+	{ "publish", tool_publish,
+	  "--config FILE [-v] DIR\n"
+	  "      publish checkpoint directory DIR as the next version and exit" },
 };
 
 unsigned tool_default_threads(void)
