@@ -22,7 +22,12 @@
  *              downloads/ (never into target_dir) with expect_size/xxh3 from
  *              its manifest, while the jobs thread applies the steps in
  *              order as their objects arrive (subscriber_apply.c), each
- *              ending with state.json.
+ *              ending with .wsync/state.json.  Before the transfer,
+ *              state_dir's file system must have room for the objects;
+ *              before each step, target_dir's for the files it writes.
+ * A cycle that applied something ends with the hooks (subscriber_hook.c:
+ * on_apply, notify_url) for the version reached; they run on their own
+ * and never fail the cycle.
  * Then IDLE until the next poll: poll_interval +-20% jitter after success,
  * doubling up to max(60 s, poll_interval) after failures.  Any failure ends
  * the cycle (after what is in flight has come back) with the target at
@@ -31,8 +36,10 @@
  *
  * runtime_dir/status.json, rewritten (temp + rename) on every change:
  *   role          "subscriber"
- *   state         "starting" | "idle" | "checking" | "downloading" |
- *                 "applying" | "error" | "stopped"
+ *   state         "idle" | "downloading" (HEAD, manifests, objects) |
+ *                 "applying" | "error" (the last cycle failed, or the store
+ *                 is unreachable; it is retried with backoff)
+ *   stopped       true once the daemon has stopped (state is then "idle")
  *   version       the applied version (0: none yet); step: its trainer step
  *   head_version  the newest version HEAD named (0: not seen yet)
  *   last_applied  when the last version was applied, RFC 3339 UTC, or null
@@ -42,10 +49,18 @@
  *   stale         HEAD is older than max_head_age
  *   lag_seconds   HEAD's age when the target is behind it, else 0
  *   bytes_downloaded  objects downloaded since the daemon started
+ *   bytes_total   bytes of the objects of the current (or last) plan;
+ *                 bytes_done of them downloaded so far
+ *   hook_failures on_apply / notify_url runs that failed since start
  *   message       the one-line status (as `systemctl status` shows it)
  *   pid, updated  the daemon's pid and when this file was written
  * `wsync status` (tool_status.c) reads it: healthy unless state is
  * "error", store_ok is false or stale is true.
+ *
+ * One-shot (`wsync pull`, wsync_subscriber_set_once): the same cycle once,
+ * no poll timer, no status file (runtime_dir belongs to a daemon that may
+ * be running elsewhere), hooks only when asked; the lock in .wsync/ keeps
+ * it from racing a wsyncd on the same target.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -55,6 +70,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -142,7 +158,18 @@ struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *verify;
-	char *sub_dir, *state_path, *downloads, *empty_dir, *status_path;
+	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir, *status_path;
+	char *lock_path;
+	int lock_fd;
+	struct sub_hooks hooks;
+	bool hooks_init;
+
+	/* one-shot mode (wsync pull) */
+	bool once;
+	struct wsync_subscriber_once once_opts;
+	bool once_verify_failed;	/* this cycle refused bucket data */
+	bool once_finished, once_reported;
+	int once_result;
 
 	enum phase phase;
 	uv_timer_t timer;
@@ -166,6 +193,8 @@ struct wsync_subscriber {
 	int64_t store_down_since;
 	char last_error[512];
 	uint64_t bytes_downloaded;
+	uint64_t plan_total, plan_done;	/* of the current or last transfer */
+	bool stopped;
 	char line[512];
 };
 
@@ -248,12 +277,15 @@ static void write_status_file(struct wsync_subscriber *s)
 	int64_t lag = 0;
 	FILE *f;
 
-	if (!o)
+	if (s->once || !o) {
+		json_decref(o);
 		return;
+	}
 	if (s->head_version > s->local.version && s->head_created)
 		lag = now - s->head_created;
 	json_object_set_new(o, "role", json_string("subscriber"));
 	json_object_set_new(o, "state", json_string(s->state_word));
+	json_object_set_new(o, "stopped", json_boolean(s->stopped));
 	json_object_set_new(o, "version", json_integer((json_int_t)s->local.version));
 	json_object_set_new(o, "step", s->local.version ? json_integer(s->local.step) : json_null());
 	json_object_set_new(o, "head_version", json_integer((json_int_t)s->head_version));
@@ -268,6 +300,9 @@ static void write_status_file(struct wsync_subscriber *s)
 	json_object_set_new(o, "stale", json_boolean(s->stale));
 	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
 	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)s->bytes_downloaded));
+	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
+	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
+	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
 	json_object_set_new(o, "message", json_string(s->line));
 	json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
 	rfc3339(now, when, sizeof(when));
@@ -331,22 +366,29 @@ static void update_status(struct wsync_subscriber *s)
 		s->state_word = "error";
 	} else if (s->phase == PH_STARTING || s->phase == PH_NEW) {
 		snprintf(s->line, sizeof(s->line), "%s, starting", v);
-		s->state_word = "starting";
+		s->state_word = "idle";
 	} else if (s->head_version == 0) {
 		snprintf(s->line, sizeof(s->line), "%s, waiting for a first version in the bucket", v);
 		s->state_word = "idle";
 	} else if (s->head_version > s->local.version) {
 		snprintf(s->line, sizeof(s->line), "%s, HEAD is version %" PRIu64 ", checking",
 			 v, s->head_version);
-		s->state_word = "checking";
+		s->state_word = "downloading";	/* manifests */
 	} else {
 		snprintf(s->line, sizeof(s->line), "%s, up to date%s", v,
 			 s->stale ? " (but HEAD is stale: nothing published for longer "
 				    "than max_head_age)" : "");
 		s->state_word = "idle";
 	}
+	if (c) {
+		s->plan_total = c->bytes_total;
+		s->plan_done = c->bytes_done;
+	}
 	if (s->d->set_status)
 		s->d->set_status(s->d, s->line);
+	if (s->once && s->once_opts.progress)
+		s->once_opts.progress(s->once_opts.userdata, s->state_word, s->line,
+				      s->plan_done, s->plan_total);
 	write_status_file(s);
 }
 
@@ -370,6 +412,7 @@ static void verify_failed(struct wsync_subscriber *s, uint64_t version, const ch
 		  "version %" PRIu64 " refused: %s; target stays at version %" PRIu64,
 		  version, what, s->local.version);
 	set_error(s, "version %" PRIu64 " refused: %s", version, what);
+	s->once_verify_failed = true;
 }
 
 static void store_failed(struct wsync_subscriber *s, const char *what, int r,
@@ -473,6 +516,40 @@ static void on_timer(uv_timer_t *t)
 	start_cycle(t->data);
 }
 
+/* One-shot: report once the hooks (if any) are done. */
+static void once_report(struct wsync_subscriber *s)
+{
+	if (!s->once_finished || s->once_reported || s->stopping || sub_hooks_busy(&s->hooks))
+		return;
+	s->once_reported = true;
+	if (s->once_opts.done)
+		s->once_opts.done(s->once_opts.userdata, s->once_result);
+}
+
+static void once_finish(struct wsync_subscriber *s, bool failed)
+{
+	if (s->once_verify_failed)
+		s->once_result = -EBADMSG;
+	else if (failed || s->last_error[0])
+		s->once_result = -EIO;
+	else if (s->head_version == 0)
+		s->once_result = -ENOENT;
+	else
+		s->once_result = 0;
+	s->once_finished = true;
+	once_report(s);
+}
+
+static void on_hooks_idle(void *owner)
+{
+	struct wsync_subscriber *s = owner;
+
+	if (s->stopping)
+		maybe_stopped(s);
+	else
+		once_report(s);
+}
+
 static void schedule_next(struct wsync_subscriber *s, bool failed)
 {
 	uint64_t poll = s->cfg->poll_interval_ms, ms = poll;
@@ -492,6 +569,10 @@ static void schedule_next(struct wsync_subscriber *s, bool failed)
 		s->failures = 0;
 	}
 	s->phase = PH_IDLE;
+	if (s->once) {
+		once_finish(s, failed);
+		return;
+	}
 	uv_timer_start(&s->timer, on_timer, jitter(s, ms), 0);
 }
 
@@ -524,6 +605,8 @@ static void end_cycle(struct wsync_subscriber *s)
 		s->force_anchor = !c->anchor_plan;
 	if (c && !failed)
 		s->force_anchor = false;
+	if (c && c->progressed && !s->stopping && (!s->once || s->once_opts.hooks))
+		sub_hooks_fire(&s->hooks, s->local.version, s->local.step);
 	cycle_free(c);
 	s->c = NULL;
 	if (s->stopping) {
@@ -722,6 +805,20 @@ static void start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_
 	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
 		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
 		 c->bytes_total);
+	{
+		/* statvfs on the loop thread: one cheap syscall on a local
+		 * file system (state_dir), not worth a job. */
+		struct wsync_error e = { 0 };
+		int r = sub_space_check(s->downloads, c->bytes_total, "the downloads", &e);
+
+		if (r < 0) {
+			log_error("%s; target stays at version %" PRIu64 ", retrying later",
+				  wsync_error_str(&e), s->local.version);
+			set_error(s, "%s", wsync_error_str(&e));
+			cycle_fail(s);
+			return;
+		}
+	}
 	s->phase = PH_TRANSFER;
 	c->t0 = uv_now(s->d->loop);
 	for (size_t i = 0; i < c->n_steps; i++) {
@@ -1251,6 +1348,7 @@ static void start_cycle(struct wsync_subscriber *s)
 
 	if (s->stopping || s->c)
 		return;
+	s->once_verify_failed = false;
 	s->c = calloc(1, sizeof(*s->c));
 	q = s->c ? req_new(s, RQ_HEAD, 0, 0) : NULL;
 	if (!q) {
@@ -1307,7 +1405,8 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	s->d = d;
 	s->cfg = cfg;
 	s->store_ok = true;
-	s->state_word = "starting";
+	s->lock_fd = -1;
+	s->state_word = "idle";
 	if (getrandom(&s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng) || !s->rng)
 		s->rng = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull | 1;
 	if (!cfg->target_dir || !cfg->target_dir[0]) {
@@ -1315,11 +1414,14 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		goto fail;
 	}
 	s->sub_dir = path_join(cfg->state_dir, "subscriber");
-	s->state_path = s->sub_dir ? path_join(s->sub_dir, "state.json") : NULL;
+	s->legacy_state = s->sub_dir ? path_join(s->sub_dir, "state.json") : NULL;
+	s->state_path = path_join(cfg->target_dir, SUB_META_DIR "/state.json");
+	s->lock_path = path_join(cfg->target_dir, SUB_META_DIR "/lock");
 	s->downloads = s->sub_dir ? path_join(s->sub_dir, "downloads") : NULL;
 	s->empty_dir = s->sub_dir ? path_join(s->sub_dir, "empty") : NULL;
 	s->status_path = path_join(cfg->runtime_dir, "status.json");
-	if (!s->state_path || !s->downloads || !s->empty_dir || !s->status_path) {
+	if (!s->state_path || !s->legacy_state || !s->lock_path || !s->downloads ||
+	    !s->empty_dir || !s->status_path) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1332,6 +1434,27 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			goto fail;
 		}
 	}
+	r = sub_meta_dir_check(cfg->target_dir, true, err);
+	if (r < 0) {
+		wsync_error_prefix(err, "[subscriber] target_dir");
+		goto fail;
+	}
+	/* One subscriber per target: a wsyncd and a `wsync pull` (or two
+	 * daemons with the same target_dir) would apply over each other. */
+	s->lock_fd = open(s->lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		r = -errno;
+		r = wsync_error_set(err, r == -EWOULDBLOCK ? -EBUSY : r, "%s: %s", s->lock_path,
+				    r == -EWOULDBLOCK ? "the target is in use by another wsyncd "
+				    "or wsync pull" : strerror(-r));
+		goto fail;
+	}
+	r = sub_hooks_init(&s->hooks, d->loop, cfg, on_hooks_idle, s);
+	if (r < 0) {
+		r = wsync_error_set(err, r, "cannot set up the hooks: %s", strerror(-r));
+		goto fail;
+	}
+	s->hooks_init = true;
 	/* The anchor's base must be empty: whatever is in it now is ours. */
 	empty_dir_contents(s->empty_dir);
 	empty_dir_contents(s->downloads);
@@ -1343,6 +1466,20 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		}
 	}
 	r = sub_local_load(s->state_path, &s->local, &lerr);
+	if (r == -ENOENT && access(s->legacy_state, F_OK) == 0) {
+		/* Written by an older wsyncd in state_dir: move it into the
+		 * target (saved there first, then the old one removed). */
+		wsync_error_clear(&lerr);
+		r = sub_local_load(s->legacy_state, &s->local, &lerr);
+		if (r == 0 && sub_local_save(s->state_path, &s->local, &lerr) == 0) {
+			log_notice("moved the subscriber state from %s to %s", s->legacy_state,
+				   s->state_path);
+			(void)unlink(s->legacy_state);
+		} else if (r == 0) {
+			log_warning("%s; using %s for now", wsync_error_str(&lerr),
+				    s->legacy_state);
+		}
+	}
 	if (r == -ENOENT) {
 		log_info("%s: no state yet: the target will be brought to HEAD from an anchor",
 			 s->state_path);
@@ -1366,6 +1503,12 @@ static void startup_work(void *data)
 {
 	struct wsync_subscriber *s = data;
 	int n = sub_remove_stray_temps(s->cfg->target_dir);
+	char *tmp = NULL;
+
+	/* A state save killed between its temp and the rename. */
+	if (asprintf(&tmp, "%s.tmp", s->state_path) >= 0)
+		(void)unlink(tmp);
+	free(tmp);
 
 	if (n > 0)
 		log_notice("%s: removed %d temp files an interrupted apply left behind",
@@ -1410,7 +1553,8 @@ static void on_timer_closed(uv_handle_t *h)
 	struct wsync_subscriber *s = h->data;
 
 	s->timer_init = false;
-	s->state_word = "stopped";
+	s->state_word = s->last_error[0] ? "error" : "idle";
+	s->stopped = true;
 	snprintf(s->line, sizeof(s->line), "stopped at version %" PRIu64, s->local.version);
 	write_status_file(s);
 	s->d->stopped(s->d);
@@ -1419,7 +1563,7 @@ static void on_timer_closed(uv_handle_t *h)
 static void maybe_stopped(struct wsync_subscriber *s)
 {
 	if (!s->stopping || s->closing || s->check_job_running ||
-	    (s->c && s->c->job_running))
+	    (s->c && s->c->job_running) || sub_hooks_busy(&s->hooks))
 		return;
 	cycle_free(s->c);
 	s->c = NULL;
@@ -1427,7 +1571,8 @@ static void maybe_stopped(struct wsync_subscriber *s)
 	if (s->timer_init)
 		uv_close((uv_handle_t *)&s->timer, on_timer_closed);
 	else {
-		s->state_word = "stopped";
+		s->state_word = s->last_error[0] ? "error" : "idle";
+		s->stopped = true;
 		write_status_file(s);
 		s->d->stopped(s->d);
 	}
@@ -1441,6 +1586,7 @@ void wsync_subscriber_stop(struct wsync_subscriber *s)
 	s->phase = PH_STOPPING;
 	if (s->timer_init)
 		uv_timer_stop(&s->timer);
+	sub_hooks_stop(&s->hooks);
 	/* Store requests are detached (see struct req); a running apply job
 	 * can't be interrupted and is waited for: its state write is the only
 	 * one allowed after stop. */
@@ -1456,7 +1602,8 @@ void wsync_subscriber_stop(struct wsync_subscriber *s)
 		log_info("stopping: waiting for the apply of version %" PRIu64 " to finish",
 			 s->c->steps[s->c->next_apply].version);
 	/* From the loop, never from inside the caller. */
-	if (s->timer_init && !s->check_job_running && !(s->c && s->c->job_running)) {
+	if (s->timer_init && !s->check_job_running && !(s->c && s->c->job_running) &&
+	    !sub_hooks_busy(&s->hooks)) {
 		s->closing = true;
 		cycle_free(s->c);
 		s->c = NULL;
@@ -1474,8 +1621,14 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	sub_local_free(&s->local);
 	wsync_sign_key_free(s->verify);
 	free(s->etag);
+	if (s->hooks_init)
+		sub_hooks_free(&s->hooks);
+	if (s->lock_fd >= 0)
+		(void)close(s->lock_fd);	/* releases the flock */
 	free(s->sub_dir);
 	free(s->state_path);
+	free(s->legacy_state);
+	free(s->lock_path);
 	free(s->downloads);
 	free(s->empty_dir);
 	free(s->status_path);
@@ -1486,4 +1639,20 @@ int wsync_subscriber_write_status(struct wsync_subscriber *s)
 {
 	write_status_file(s);
 	return 0;
+}
+
+void wsync_subscriber_set_once(struct wsync_subscriber *s, const struct wsync_subscriber_once *o)
+{
+	s->once = true;
+	s->once_opts = *o;
+}
+
+const char *wsync_subscriber_last_error(const struct wsync_subscriber *s)
+{
+	return s->last_error[0] ? s->last_error : NULL;
+}
+
+uint64_t wsync_subscriber_version(const struct wsync_subscriber *s)
+{
+	return s->local.version;
 }

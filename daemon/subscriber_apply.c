@@ -14,6 +14,9 @@
  *  2. No symbolic link may sit on a path the step writes or deletes
  *     (apply refuses links on the way already; this also refuses a link at
  *     the last component, which a rename would silently replace).
+ *  2b. Free space: the files the step writes (each is built beside the
+ *     old one before the rename) plus a margin must fit on target_dir's
+ *     file system, else -ENOSPC before anything is written.
  *  3. wsync_apply: bases checked first, temps built and verified, renamed
  *     at the end, all or nothing (apply.h).  A delta applies in place.  An
  *     anchor applies "from" an empty directory "into" target_dir (out_dir):
@@ -24,7 +27,8 @@
  *     are none of our business).
  *  5. Every file of the manifest must now be there, regular, with its
  *     size.  Their mtimes go into the new state.
- *  6. state.json, durably.  apply has fsynced its files and directories,
+ *  6. .wsync/state.json, durably (after checking .wsync is still a
+ *     directory, not a link planted meanwhile).  apply has fsynced its files and directories,
  *     so the state never describes data that could still be lost.
  */
 #include <errno.h>
@@ -80,6 +84,10 @@ static int check_delta_matches(struct sub_apply_job *j, const struct wsync_delta
 			return wsync_error_set(&j->err, -EINVAL,
 				"anchor of version %llu: %s is not a new file",
 				(unsigned long long)m->version, f->path);
+		if (sub_is_meta_path(f->path))
+			return wsync_error_set(&j->err, -EINVAL,
+				"version %llu: %s is inside the subscriber's own " SUB_META_DIR
+				"/ (refused)", (unsigned long long)m->version, f->path);
 		if (f->op == WSYNC_DELTA_DELETE)
 			continue;
 		/* Both in strcmp order: walk them side by side. */
@@ -183,7 +191,7 @@ static int delete_dropped(struct sub_apply_job *j, int root,
 		const char *name;
 		int dfd;
 
-		if (!dropped(f, mf, j->m->n_files))
+		if (!dropped(f, mf, j->m->n_files) || sub_is_meta_path(f->path))
 			continue;
 		dfd = sub_open_parent(root, f->path, &name);
 		if (dfd == -ENOENT)
@@ -280,6 +288,18 @@ void sub_apply_work(void *data)
 	if (r < 0)
 		goto out;
 
+	{
+		uint64_t need = 0;
+		char what[64];
+
+		for (size_t i = 0; i < d->n_files; i++)
+			if (d->files[i].file.op == WSYNC_DELTA_WRITE)
+				need += d->files[i].file.target_size;
+		snprintf(what, sizeof(what), "version %llu", (unsigned long long)j->m->version);
+		r = sub_space_check(j->target_dir, need, what, &j->err);
+		if (r < 0)
+			goto out;
+	}
 	if (j->is_anchor) {
 		ao.out_dir = j->target_dir;
 		r = wsync_apply(d, j->empty_dir, &ao, &j->stats, &j->err);
@@ -296,6 +316,8 @@ void sub_apply_work(void *data)
 		r = check_result(j, root);
 	if (r == -EINVAL)
 		j->verify_failed = true;
+	if (r == 0)
+		r = sub_meta_dir_check(j->target_dir, true, &j->err);
 	if (r == 0)
 		r = sub_local_save(j->state_path, &j->next, &j->err);
 out:

@@ -4,14 +4,25 @@
  * header: only daemon/subscriber*.c include it).
  *
  *  - subscriber_state.c: what the subscriber knows about its target
- *    (state_dir/subscriber/state.json), saved atomically and durably; the
+ *    (target_dir/.wsync/state.json), saved atomically and durably; the
  *    cheap check that target_dir still holds what the state says (sizes
  *    and mtimes); safe path walking inside target_dir; removal of temp
  *    files a killed apply left behind.
  *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
  *    target_dir on the jobs thread, checked against its manifest, then
  *    state.json written.
+ *  - subscriber_hook.c: on_apply and notify_url after a version is applied.
  *  - subscriber.c: the role itself (polling, planning, downloads, status).
+ *
+ * target_dir/.wsync/ is the subscriber's own corner of the target: the
+ * state (below) and a lock file (one wsyncd or `wsync pull` per target).
+ * It lives beside the data so that the marker describes exactly the
+ * directory it sits in (a target copied or restored elsewhere carries its
+ * own truth along).  Manifest paths inside it are refused, so no version
+ * ever writes or deletes it; the cheap check looks only at the files the
+ * state lists, so it is never "a local change"; and a .wsync that is a
+ * symbolic link is refused (state writes must not land outside).
+ * Downloads stay in state_dir/subscriber/downloads.
  *
  * state.json (written only after the data it describes is durable):
  *
@@ -33,7 +44,11 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include <signal.h>
+#include <uv.h>
+
 #include "apply.h"
+#include "config.h"
 #include "error.h"
 #include "hash.h"
 #include "manifest.h"
@@ -111,7 +126,7 @@ struct sub_apply_job {
 	/* in: set by the loop, read-only for the job */
 	const char *target_dir;
 	const char *empty_dir;		/* an empty directory: an anchor's "base" */
-	const char *state_path;		/* state_dir/subscriber/state.json */
+	const char *state_path;		/* target_dir/.wsync/state.json */
 	char *object_path;		/* the downloaded delta or anchor */
 	bool is_anchor;
 	unsigned threads;
@@ -131,5 +146,71 @@ struct sub_apply_job {
 
 /* The job's work function (jobs.h): everything in one go, state last. */
 void sub_apply_work(void *data);
+
+/* ---- .wsync/ and free space (subscriber_state.c) ---- */
+
+#define SUB_META_DIR ".wsync"
+
+/* Is rel SUB_META_DIR or inside it?  (Refused in manifests.) */
+bool sub_is_meta_path(const char *rel);
+
+/*
+ * Make target/.wsync (mode 0755) if missing.  0; -ELOOP when it is a
+ * symbolic link or not a directory (err says so); other negative errnos.
+ */
+int sub_meta_dir_check(const char *target, bool create, struct wsync_error *err);
+
+/* The margin kept free on top of what a step writes: 16 MiB plus 1/32
+ * (metadata, the state file, and the file system's own needs). */
+uint64_t sub_space_margin(uint64_t need);
+
+/*
+ * Does the file system holding path have need bytes plus the margin
+ * available to us (statvfs f_bavail)?  0 yes; -ENOSPC with a message
+ * naming what for, path, need and what is free; other negative errnos
+ * when statvfs fails.
+ */
+int sub_space_check(const char *path, uint64_t need, const char *what,
+		    struct wsync_error *err);
+
+/* ---- hooks after an applied version (subscriber_hook.c) ---- */
+
+struct sub_hooks {
+	uv_loop_t *loop;
+	const struct wsync_config *cfg;
+	const char *dir;		/* WSYNC_DIR */
+	uint64_t timeout_ms;
+	void (*idle)(void *owner);	/* nothing runs any more (after stop too) */
+	void *owner;
+	bool stopping, curl_init;
+	volatile sig_atomic_t abort;	/* read by the notify thread */
+	uint64_t next_version;		/* what the next run reports */
+	int64_t next_step;
+	unsigned failures;		/* hook runs that failed (for tests, status) */
+
+	/* on_apply */
+	uv_process_t proc;
+	uv_timer_t timer;
+	bool proc_open, timer_open, cmd_running, cmd_pending, cmd_timed_out;
+	uint64_t cmd_version, cmd_t0;
+	int64_t cmd_step;
+
+	/* notify_url */
+	bool notify_running, notify_pending;
+};
+
+/* Set up (no handle is opened yet).  0 or -ENOMEM. */
+int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_config *cfg,
+		   void (*idle)(void *owner), void *owner);
+/* version was applied: run what is configured, or queue it behind the run
+ * in progress (only the newest queued version is kept). */
+void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step);
+/* A command, its handles or a POST still around. */
+bool sub_hooks_busy(const struct sub_hooks *h);
+/* Drop what is queued, SIGTERM the running command's group (SIGKILL 2 s
+ * later), abort the POST; idle() is called once everything is gone. */
+void sub_hooks_stop(struct sub_hooks *h);
+/* After idle (or when nothing ever ran).  NULL is accepted. */
+void sub_hooks_free(struct sub_hooks *h);
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * subscriber_state.c -- the subscriber's record of what target_dir holds
- * (state.json, see subscriber_local.h for its fields), the cheap check of
- * target_dir against it, and safe path walking inside target_dir.
+ * (.wsync/state.json, see subscriber_local.h for its fields), the cheap
+ * check of target_dir against it, safe path walking inside target_dir,
+ * and the free-space check before a step.
  *
  * Runs on the jobs thread (saving, checking, cleaning) or before the loop
  * starts (loading): everything here may block.
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -408,4 +410,56 @@ int sub_remove_stray_temps(const char *target)
 	if (fd < 0)
 		return -errno;
 	return remove_temps_in(fd, 0);
+}
+
+bool sub_is_meta_path(const char *rel)
+{
+	size_t n = strlen(SUB_META_DIR);
+
+	return strncmp(rel, SUB_META_DIR, n) == 0 && (rel[n] == '\0' || rel[n] == '/');
+}
+
+int sub_meta_dir_check(const char *target, bool create, struct wsync_error *err)
+{
+	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+	struct stat st;
+
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
+	if (create && mkdirat(fd, SUB_META_DIR, 0755) < 0 && errno != EEXIST)
+		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": cannot create: %s", target,
+				    strerror(errno));
+	else if (fstatat(fd, SUB_META_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": %s", target,
+				    strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		r = wsync_error_set(err, -ELOOP, "%s/" SUB_META_DIR " is %s, not a directory: "
+				    "refused (the subscriber's state must stay inside the "
+				    "target); remove it", target,
+				    S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
+	(void)close(fd);
+	return r;
+}
+
+uint64_t sub_space_margin(uint64_t need)
+{
+	return (16ull << 20) + need / 32;
+}
+
+int sub_space_check(const char *path, uint64_t need, const char *what,
+		    struct wsync_error *err)
+{
+	struct statvfs sv;
+	uint64_t avail, margin = sub_space_margin(need);
+
+	if (statvfs(path, &sv) < 0)
+		return wsync_error_set(err, -errno, "%s: statvfs: %s", path, strerror(errno));
+	avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+	if (avail >= need && avail - need >= margin)
+		return 0;
+	return wsync_error_set(err, -ENOSPC,
+			       "not enough free space on %s for %s: %llu bytes needed "
+			       "plus a margin of %llu, %llu available",
+			       path, what, (unsigned long long)need, (unsigned long long)margin,
+			       (unsigned long long)avail);
 }

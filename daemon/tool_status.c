@@ -10,7 +10,8 @@
  *   0  the daemon reports itself healthy
  *   1  it reports a problem: state "error", store_ok false or stale true,
  *      or (subscriber) a last_error, which it clears once a version applies
- *   3  not running: no status file, state "stopped", or its pid is gone
+ *   3  not running: no status file, state "stopped" (or "stopped": true),
+ *      or its pid is gone
  *   2  usage; 78 a configuration file that does not load
  */
 #include <errno.h>
@@ -87,8 +88,20 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 	if (json_is_true(json_object_get(o, "stale")))
 		printf("  HEAD is stale (older than max_head_age)\n");
-	if (has_int(o, "lag_seconds", &v) && v > 0)
-		printf("  behind HEAD by: %lld s\n", v);
+	if (has_int(o, "lag_seconds", &v))
+		printf("  lag:            %lld s\n", v);
+	if (has_int(o, "bytes_shipped", &v))
+		printf("  shipped:        %lld bytes since start\n", v);
+	if (has_int(o, "bytes_downloaded", &v))
+		printf("  downloaded:     %lld bytes since start\n", v);
+	if (has_int(o, "bytes_total", &v) && v > 0) {
+		long long done = 0;
+
+		(void)has_int(o, "bytes_done", &done);
+		printf("  transfer:       %lld of %lld bytes\n", done, v);
+	}
+	if (has_int(o, "hook_failures", &v) && v > 0)
+		printf("  hook failures:  %lld\n", v);
 	if (has_int(o, "skipped", &v) && v > 0)
 		printf("  skipped:        %lld checkpoints\n", v);
 	if (err)
@@ -171,6 +184,7 @@ int tool_status(int argc, char **argv)
 		return WSYNC_EXIT_FAILURE;
 	}
 	if ((str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
+	    json_is_true(json_object_get(o, "stopped")) ||
 	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 		running = false;
 	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&

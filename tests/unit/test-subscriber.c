@@ -544,7 +544,7 @@ static long long state_version(struct ctx *c)
 	struct sub_local s;
 	long long v;
 
-	snprintf(p, sizeof(p), "%s/subscriber/state.json", c->state);
+	snprintf(p, sizeof(p), "%s/.wsync/state.json", c->target);
 	if (sub_local_load(p, &s, NULL) < 0)
 		return 0;
 	v = (long long)s.version;
