@@ -295,4 +295,252 @@ assert all(not isinstance(v, (dict, list)) for v in s.values()), s"
 stop
 tap_result $? "SIGTERM stops the publisher cleanly (exit 0)"
 check "no sanitizer or crash report in the log" sh -c "! grep -q -E 'ERROR: AddressSanitizer|runtime error|Segmentation' '$LOG'"
+
+# ---- the scenarios below each get a fresh watch dir, bucket, state and log
+# scenario NAME [INI LINES...]: W B S R LOG under $TMP/NAME; $TMP/pub.ini
+# has the [publisher] settings above plus the given lines
+scenario() {
+	local d=$TMP/$1
+	shift
+	W=$d/watch B=$d/bucket S=$d/state R=$d/run LOG=$d/wsyncd.log
+	mkdir -p "$W" "$B" "$S" "$R"
+	{
+		printf '[daemon]\nrole = publisher\nstate_dir = %s\nruntime_dir = %s\n' "$S" "$R"
+		printf 'threads = 2\nlog_level = debug\n[store]\nurl = file://%s\n' "$B"
+		printf 'retry_attempts = 1\n[publisher]\nwatch_dir = %s\n' "$W"
+		printf 'rescan_interval = 1s\n'
+		for l in "$@"; do printf '%s\n' "$l"; done
+	} >"$TMP/pub.ini"
+}
+LOGS=$LOG
+# versions_ok: manifests/ hold 1..HEAD without gap, each object the size
+# its manifest gives
+versions_ok() {
+	"$PYTHON3" - "$B" <<'PY'
+import json, sys, os
+b = sys.argv[1]
+h = json.loads(open(b + "/HEAD").read().split("\nwsync-signature")[0])
+vs = sorted(int(k[:12]) for k in os.listdir(b + "/manifests"))
+assert vs == list(range(vs[0], h["version"] + 1)), (vs, h["version"])
+for v in vs:
+    m = json.loads(open(b + "/manifests/%012d.json" % v).read().split("\nwsync-signature")[0])
+    for o in m["objects"]:
+        assert os.path.getsize(b + "/" + o["key"]) == o["size"], o
+PY
+}
+# rebuilds DIR: HEAD's version, applied from its anchor and deltas, equals
+# DIR's shipped files byte for byte
+rebuilds() {
+	rm -rf "$TMP/chain"
+	"$PYTHON3" - "$B" "$WSYNC" "$TMP/chain" "$1" <<'PY'
+import json, sys, os, subprocess, filecmp
+b, wsync, out, want = sys.argv[1:5]
+rd = lambda p: json.loads(open(p).read().split("\nwsync-signature")[0])
+h = rd(b + "/HEAD")
+m = rd(b + "/" + h["manifest"]["key"])
+a = m["anchor_version"]
+os.makedirs(out + "/empty", exist_ok=True)
+cur = out + "/empty"
+for v in range(a, h["version"] + 1):
+    mv = rd(b + "/manifests/%012d.json" % v)
+    objs = {o["role"]: o["key"] for o in mv["objects"]}
+    key = objs["anchor"] if v == a else objs["delta"]
+    nxt = out + "/v%d" % v
+    subprocess.run([wsync, "apply", cur, b + "/" + key, "-o", nxt],
+                   check=True, stdout=subprocess.DEVNULL)
+    cur = nxt
+got = sorted(os.path.relpath(os.path.join(r, f), cur) for r, _, fs in os.walk(cur) for f in fs)
+assert got == sorted(f["path"] for f in m["files"]), got
+for f in m["files"]:
+    assert filecmp.cmp(cur + "/" + f["path"], want + "/" + f["path"], shallow=False), f
+PY
+}
+
+# 10. wsync publish: one checkpoint, the next version, then exit
+scenario oneshot
+LOGS="$LOGS $LOG"
+check "wsync publish of checkpoint-1 exits 0 and prints version 1" sh -c \
+	"'$WSYNC' publish --config '$TMP/pub.ini' '$SRC/checkpoint-1' 2>'$LOG' | grep -qx 'version 1 step 1 $SRC/checkpoint-1'"
+check "it published an anchor" test "$(mfield 1 'm["kind"]')" = anchor
+check "wsync publish of checkpoint-2 gives version 2, a delta from 1" sh -c \
+	"'$WSYNC' publish --config '$TMP/pub.ini' '$SRC/checkpoint-2' 2>>'$LOG' | grep -qx 'version 2 step 2 $SRC/checkpoint-2'"
+check "version 2 is a delta from version 1" \
+	test "$(mfield 2 '(m["kind"], m["base_version"], m["step"])')" = "('delta', 1, 2)"
+check "HEAD's version rebuilds checkpoint-2" rebuilds "$SRC/checkpoint-2"
+expect_exit 0 "publishing HEAD's checkpoint again exits 0" \
+	"$WSYNC" publish --config "$TMP/pub.ini" "$SRC/checkpoint-2"
+contains "... and says it is already published" "$OUT" "(already published)"
+check "... without a new version" test "$(head_version)" = 2
+mkdir -p "$TMP/half"
+cp "$SRC/checkpoint-3"/*.safetensors "$TMP/half/"
+expect_exit 65 "a directory without its marker exits 65" \
+	"$WSYNC" publish --config "$TMP/pub.ini" "$TMP/half"
+contains "... naming what is missing" "$OUT" "no trainer_state.json"
+expect_exit 65 "a missing directory exits 65" "$WSYNC" publish --config "$TMP/pub.ini" "$TMP/nonexistent"
+check "no progress line when stderr is not a terminal" sh -c "! grep -q \"\$(printf '\\r')\" '$LOG'"
+sed -i "s|^url = .*|url = file://$TMP/half/model-00001-of-00002.safetensors/bucket|" "$TMP/pub.ini"
+expect_exit 1 "an unreachable bucket exits 1" "$WSYNC" publish --config "$TMP/pub.ini" "$SRC/checkpoint-3"
+if command -v script >/dev/null 2>&1; then
+	sed -i "s|^url = .*|url = file://$B|" "$TMP/pub.ini"
+	script -qec "'$WSYNC' publish --config '$TMP/pub.ini' '$SRC/checkpoint-3'" "$TMP/tty.out" >/dev/null 2>&1
+	check "on a terminal a progress line is drawn" grep -q 'encoding version 3' "$TMP/tty.out"
+	check "... and the version is published" test "$(head_version)" = 3
+fi
+
+# 11. in place: one directory rewritten by the trainer, the step from
+#     trainer_state.json's global_step
+scenario inplace "step_pattern ="
+LOGS="$LOGS $LOG"
+start
+"$GEN" --params 2M --steps 3 --shards 2 --save-every 10 --inplace --interval 2 --quiet --out "$W" >/dev/null 2>&1 &
+GENPID=$!
+check "the first in-place save is published as version 1" wait_version 1
+wait "$GENPID"
+check "the last in-place save is published" wait_log "(step 30, in place"
+check "its step is trainer_state.json's global_step" test "$(mfield "$(head_version)" 'm["step"]')" = 30
+check "in-place versions have no gap" versions_ok
+check "HEAD's version rebuilds the rewritten directory byte for byte" rebuilds "$W"
+check "in-place: optimizer.pt and friends are not shipped" \
+	test "$(mfield "$(head_version)" 'len([f for f in m["files"] if "optimizer" in f["path"] or "rng_state" in f["path"]])')" = 0
+check "wsync status: idle, lag_seconds and bytes_shipped" "$PYTHON3" -c "
+import json, subprocess
+s = json.loads(subprocess.run(['$WSYNC', 'status', '--config', '$TMP/pub.ini', '--json'], check=True, capture_output=True).stdout)
+assert s['state'] == 'idle', s
+assert isinstance(s['lag_seconds'], (int, float)) and 0 <= s['lag_seconds'] < 30, s
+assert s['bytes_shipped'] > 0, s"
+check "wsync status (human) prints the state" sh -c "'$WSYNC' status --config '$TMP/pub.ini' | grep -q '^publisher: idle'"
+stop
+check "after a stop, wsync status says so (exit 3)" sh -c "'$WSYNC' status --config '$TMP/pub.ini' >/dev/null; test \$? = 3"
+
+# 12. complete_when = index: no marker needed, a short shard waits
+scenario index "complete_when = index"
+LOGS="$LOGS $LOG"
+start
+mkdir -p "$W/checkpoint-1"
+for f in "$SRC/checkpoint-1"/*; do
+	case $f in *model-00002-of-00002.safetensors | */trainer_state.json) ;; *) cp "$f" "$W/checkpoint-1/" ;; esac
+done
+sleep 2.5
+check "index: a checkpoint missing a shard is not published" test "$(head_version)" = 0
+cp "$SRC/checkpoint-1/model-00002-of-00002.safetensors" "$W/checkpoint-1/"
+check "index: once every shard is whole it is published, marker or not" wait_version 1
+stop
+
+# 13. complete_when = quiet with watch_mode = poll (no inotify)
+scenario quiet "complete_when = quiet" "quiet_period = 2s" "watch_mode = poll"
+LOGS="$LOGS $LOG"
+start
+sleep 0.5
+put_ckpt 1
+t0=$(date +%s.%N)
+check "quiet + poll: published with no inotify" wait_version 1
+check "quiet: not before quiet_period has passed" "$PYTHON3" -c "import sys, os, time; sys.exit(0 if os.path.getmtime('$B/HEAD') - $t0 >= 1.8 else 1)"
+check "poll: the log says it is polling" grep -q "polling" "$LOG"
+put_ckpt 2
+check "quiet + poll: the next one too" wait_version 2
+stop
+
+# 14. signing: manifests and HEAD end with a signature line OpenSSL accepts
+scenario signed "signing_key = $TMP/signed/wsync.key"
+LOGS="$LOGS $LOG"
+"$WSYNC" keygen "$TMP/signed/wsync.key" >/dev/null
+start
+put_ckpt 1
+check "signed: version 1 published" wait_version 1
+put_ckpt 2
+check "signed: version 2 published" wait_version 2
+verify_sig() { # verify_sig FILE: its last line is a valid wsync-signature
+	local f=$1 body=$TMP/body sigline id sig want
+	sigline=$(tail -n 1 "$f")
+	head -n -1 "$f" >"$body"
+	set -- $sigline
+	[ "$1" = wsync-signature ] && [ "$2" = ed25519 ] && [ $# = 4 ] || { echo "bad line: $sigline"; return 1; }
+	want=$(openssl pkey -pubin -in "$TMP/signed/wsync.key.pub" -outform DER | tail -c 32 | sha256sum | cut -c1-16)
+	[ "$3" = "$want" ] || { echo "key id $3, want $want"; return 1; }
+	printf '%s' "$4" | base64 -d >"$TMP/sig.bin"
+	openssl pkeyutl -verify -pubin -inkey "$TMP/signed/wsync.key.pub" -rawin -in "$body" -sigfile "$TMP/sig.bin"
+}
+check "signed: HEAD ends with a signature line OpenSSL verifies" verify_sig "$B/HEAD"
+check "signed: manifest 1 too" verify_sig "$B/$(key manifests 1 json)"
+check "signed: manifest 2 too" verify_sig "$B/$(key manifests 2 json)"
+cp "$B/HEAD" "$TMP/head.bad"
+sed -i 's/"version"/"versioN"/' "$TMP/head.bad"
+if verify_sig "$TMP/head.bad" >/dev/null 2>&1; then tap_result 1 "signed: a changed byte fails verification"; else tap_result 0 "signed: a changed byte fails verification"; fi
+check "signed: wsync publish signs too" sh -c "'$WSYNC' publish --config '$TMP/pub.ini' '$SRC/checkpoint-3' >/dev/null 2>&1"
+stop
+check "signed: the HEAD wsync publish wrote verifies" verify_sig "$B/HEAD"
+
+# 15. store outage: the bucket becomes unreachable (its path a file), the
+#     publisher backs off and logs it once, then publishes when it is back
+scenario outage
+LOGS="$LOGS $LOG"
+start
+put_ckpt 1
+check "outage: version 1 published" wait_version 1
+mv "$B" "$B.away"
+touch "$B"
+put_ckpt 2
+check "outage: the failure is logged" wait_log "retrying with backoff"
+check "outage: status.json says error, store_ok false" wait_state error
+check "outage: wsync status exits 1" sh -c "'$WSYNC' status --config '$TMP/pub.ini' >/dev/null; test \$? = 1"
+sleep 3
+rm -f "$B"
+mv "$B.away" "$B"
+check "outage: published once the bucket is back" wait_version 2
+check "outage: the outage was logged once" test "$(grep -c 'retrying with backoff' "$LOG")" = 1
+check "outage: and its end" grep -q "reachable again" "$LOG"
+check "outage: versions consistent" versions_ok
+check "outage: HEAD's version rebuilds checkpoint-2" rebuilds "$SRC/checkpoint-2"
+stop
+
+# 16. kill -9 between HEAD and the base swap: the restart recognises the
+#     staged snapshot as HEAD's and goes on with a delta, no duplicate or gap
+scenario swap "anchor_every = 20"
+LOGS="$LOGS $LOG"
+start
+put_ckpt 1
+check "swap: version 1 published" wait_version 1
+stop
+WSYNC_TEST_COMMIT_PAUSE_MS=5000 "$WSYNCD" -c "$TMP/pub.ini" --log-target stderr >>"$LOG" 2>&1 &
+PID=$!
+put_ckpt 2
+check "swap: HEAD names version 2" wait_version 2
+sleep 0.3
+kill -9 "$PID"
+wait "$PID" 2>/dev/null
+PID=
+check "swap: killed before the swap (state.json still says version 1)" \
+	grep -q '"version": 1,' "$S/publisher/state.json"
+start
+check "swap: the restart finds the staged snapshot is version 2" wait_log "staged snapshot matches version 2"
+put_ckpt 3
+check "swap: the next checkpoint is version 3" wait_version 3
+check "swap: version 3 is a delta from 2, not a fresh anchor" \
+	test "$(mfield 3 '(m["kind"], m["base_version"], m["step"])')" = "('delta', 2, 3)"
+check "swap: checkpoint-2 published once" test "$(grep -c 'published version .* from checkpoint-2' "$LOG")" = 1
+check "swap: no gap, no duplicate" versions_ok
+check "swap: HEAD's version rebuilds checkpoint-3" rebuilds "$SRC/checkpoint-3"
+stop
+
+# 17. skip-ahead: checkpoints arriving while one is being published are
+#     skipped for the newest, and the log says which
+scenario skip
+LOGS="$LOGS $LOG"
+PAUSE_MS=1500 start
+put_ckpt 1
+check "skip: checkpoint-1 is being encoded" wait_state encoding
+put_ckpt 2
+put_ckpt 3
+put_ckpt 4
+check "skip: version 1 published" wait_version 1
+check "skip: then the newest, checkpoint-4, as version 2" wait_version 2
+check "skip: version 2 is step 4" test "$(mfield 2 'm["step"]')" = 4
+check "skip: the log names the skipped steps" grep -qE "skipping checkpoints checkpoint-[23], checkpoint-[23]: checkpoint-4 is newer" "$LOG"
+check "skip: status.json counts them" "$PYTHON3" -c "
+import json; s = json.load(open('$R/status.json')); assert s['skipped_steps'] == 2, s"
+sleep 1.5
+check "skip: nothing older is published after" test "$(head_version)" = 2
+stop
+tap_result $? "the last publisher stops cleanly (exit 0)"
+check "no sanitizer or crash report in any log" sh -c "! grep -q -E 'ERROR: AddressSanitizer|runtime error|Segmentation' $LOGS"
 tap_done
