@@ -544,10 +544,12 @@ static void on_hooks_idle(void *owner)
 {
 	struct wsync_subscriber *s = owner;
 
-	if (s->stopping)
+	if (s->stopping) {
 		maybe_stopped(s);
-	else
-		once_report(s);
+		return;
+	}
+	write_status_file(s);	/* hook_failures */
+	once_report(s);
 }
 
 static void schedule_next(struct wsync_subscriber *s, bool failed)

@@ -23,6 +23,7 @@ int tool_store(int argc, char **argv);
 int tool_keygen(int argc, char **argv);
 int tool_status(int argc, char **argv);
 int tool_publish(int argc, char **argv);
+int tool_pull(int argc, char **argv);
 
 /* Worker threads when --threads is not given: one per online CPU, as the
  * daemon's [daemon] threads default. */

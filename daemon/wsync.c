@@ -42,6 +42,9 @@ static const struct subcommand {
 	{ "publish", tool_publish,
 	  "--config FILE [-v] DIR\n"
 	  "      publish checkpoint directory DIR as the next version and exit" },
+	{ "pull", tool_pull,
+	  "--config FILE [--hooks] [-v]\n"
+	  "      bring [subscriber] target_dir to the bucket's HEAD once and exit" },
 };
 
 unsigned tool_default_threads(void)

@@ -54,7 +54,9 @@ anchors = json.load(open(state_path)) if os.path.exists(state_path) else []
 def write_head(v):
     head = {"format": "wsync-head", "format_version": 1, "version": v,
             "manifest": ref("manifests/%012d.json" % v), "created": now}
-    open(os.path.join(bucket, "HEAD"), "wb").write(sign((json.dumps(head) + "\n").encode()))
+    # tmp + rename, as a real publisher: a poll never reads half a HEAD
+    open(os.path.join(bucket, ".HEAD.tmp"), "wb").write(sign((json.dumps(head) + "\n").encode()))
+    os.rename(os.path.join(bucket, ".HEAD.tmp"), os.path.join(bucket, "HEAD"))
 if val("--head-only"):
     write_head(int(val("--head-only")))
     sys.exit(0)
@@ -252,5 +254,99 @@ check "nothing written beside the target" test ! -e "$TMP/s2/evil.safetensors"
 check "nothing written in the target" test -z "$(ls -A "$TMP/s2/target" | grep -vx .wsync)"
 stop s2
 tap_result $? "the refusing subscriber stops with exit 0"
+
+# ---- wsync pull: once to HEAD, exit codes 0 / 1 / 65 ----
+B3="$TMP/b3"
+conf p1 "$B3" verify
+mkdir -p "$B3"
+PULL=("$WSYNC" pull --config "$TMP/p1/wsyncd.ini")
+expect_exit 1 "wsync pull with no HEAD yet exits 1" timeout 60 "${PULL[@]}"
+contains "it says there is no HEAD" "$OUT" "no HEAD"
+pub "$B3" 1 "$CK-1" --anchor --sign
+pub "$B3" 2 "$CK-2" --prev "$CK-1" --sign
+expect_exit 0 "wsync pull brings a fresh target to HEAD" timeout 60 "${PULL[@]}"
+contains "it prints the version" "$OUT" "version 2 $TMP/p1/target"
+check "the pulled target equals checkpoint 2" same "$CK-2" "$TMP/p1/target"
+check "the marker is target_dir/.wsync/state.json" test -f "$TMP/p1/target/.wsync/state.json"
+check "no state.json left in state_dir" test ! -e "$TMP/p1/state/subscriber/state.json"
+check "pull writes no status file" test ! -e "$TMP/p1/run/status.json"
+check "no progress line when stderr is not a TTY" test -z "$(printf '%s' "$OUT" | tr -cd '\r')"
+expect_exit 0 "wsync pull at HEAD again exits 0" timeout 60 "${PULL[@]}"
+pub "$B3" 3 "$CK-3" --prev "$CK-2" --sign --flip
+expect_exit 65 "wsync pull of a flipped delta exits 65" timeout 60 "${PULL[@]}"
+check "the target still equals checkpoint 2" same "$CK-2" "$TMP/p1/target"
+check "no temp file left in the target" test -z "$(find "$TMP/p1/target" -name '.*.wsync-*')"
+mv "$B3/deltas/000000000003.wsd.good" "$B3/deltas/000000000003.wsd"
+
+# ---- hooks: on_apply's environment, notify_url's POST (wsync pull --hooks) ----
+cat >"$TMP/notify.py" <<'EOF'
+import http.server, sys
+out = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        body = self.rfile.read(n)
+        with open(out, "ab") as f:
+            f.write(self.headers.get("Content-Type", "").encode() + b" " + body + b"\n")
+        self.send_response(204); self.end_headers()
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+open(out + ".port", "w").write(str(s.server_address[1]))
+s.serve_forever()
+EOF
+"$PYTHON3" "$TMP/notify.py" "$TMP/posts" &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$TMP/posts.port" ] && break; sleep 0.1; done
+{
+	echo "on_apply = echo \"\$WSYNC_VERSION \$WSYNC_STEP \$WSYNC_DIR\" >>$TMP/hook.out"
+	echo "notify_url = http://127.0.0.1:$(cat "$TMP/posts.port")/reload"
+} >>"$TMP/p1/wsyncd.ini"
+expect_exit 0 "wsync pull --hooks applies version 3" timeout 60 "${PULL[@]}" --hooks
+check "on_apply ran with WSYNC_VERSION, WSYNC_STEP, WSYNC_DIR" \
+	grep -qx "3 30 $TMP/p1/target" "$TMP/hook.out"
+contains "notify_url got the JSON POST" "$(cat "$TMP/posts" 2>/dev/null)" \
+	"application/json {\"version\":3,\"step\":30,\"dir\":\"$TMP/p1/target\"}"
+pub "$B3" 4 "$CK-4" --prev "$CK-3" --sign
+expect_exit 0 "wsync pull without --hooks" timeout 60 "${PULL[@]}"
+check "no hook ran without --hooks" test "$(wc -l <"$TMP/hook.out")" -eq 1
+
+# ---- the daemon: a hook that fails or hangs is not fatal; the lock ----
+sed -i '/^on_apply/d; /^notify_url/d' "$TMP/p1/wsyncd.ini"
+{
+	echo "on_apply = echo \$\$ >$TMP/hook.pid; sleep 30"
+	echo "on_apply_timeout = 500ms"
+	echo "notify_url = http://127.0.0.1:1/nothing-listens"
+} >>"$TMP/p1/wsyncd.ini"
+start p1
+check "the daemon takes over the pulled target" wait_version p1 4
+expect_exit 1 "wsync pull beside a running wsyncd exits 1" timeout 60 "${PULL[@]}"
+contains "it says the target is in use" "$OUT" "in use"
+pub "$B3" 5 "$CK-5" --prev "$CK-4" --sign
+check "version 5 applied while the hook hangs" wait_version p1 5
+check "the hung hook is reported" wait_log p1 "process group was killed"
+check "the failed POST is reported" wait_log p1 "POST to notify_url failed"
+pg=$(cat "$TMP/hook.pid" 2>/dev/null)
+# alive(PGID): a process of that group still running (a zombie is dead:
+# a container's PID 1 may never reap the orphaned sleep)
+gone() { [ -n "$1" ] && ! ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/' | grep -q .; }
+check "the hook's process group is gone" gone "$pg"
+wait_field() { # wait_field NAME KEY VALUE: within 20 s
+	for _ in $(seq 200); do [ "$(field "$1" "$2")" = "$3" ] && return 0; sleep 0.1; done
+	return 1
+}
+check "hook failures are counted in status.json" wait_field p1 hook_failures 2
+contains "but the state is idle, no error" "$(field p1 state)/$(field p1 last_error)" "idle/"
+pub "$B3" 6 "$CK-6" --prev "$CK-5" --sign
+check "and the next version is applied too" wait_version p1 6
+stop p1
+tap_result $? "the daemon with hooks stops with exit 0"
+
+# ---- .wsync as a symlink is refused ----
+conf s3 "$B3"
+mkdir -p "$TMP/s3/target" "$TMP/s3/elsewhere"
+ln -s "$TMP/s3/elsewhere" "$TMP/s3/target/.wsync"
+expect_exit 1 "a target whose .wsync is a symlink is refused" timeout 60 "$WSYNC" pull --config "$TMP/s3/wsyncd.ini"
+contains "the refusal says why" "$OUT" "symbolic link"
+check "nothing written through the link" test -z "$(ls -A "$TMP/s3/elsewhere")"
 
 tap_done
