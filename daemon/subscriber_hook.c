@@ -96,7 +96,10 @@ static void on_cmd_exit(uv_process_t *p, int64_t status, int sig)
 	uint64_t ms = uv_now(h->loop) - h->cmd_t0;
 
 	h->cmd_running = false;
-	if (h->cmd_timed_out)
+	if (h->stopping)
+		log_info("version %" PRIu64 ": on_apply ended by the stop (status %" PRId64
+			 ", signal %d)", h->cmd_version, status, sig);
+	else if (h->cmd_timed_out)
 		hook_failed(h, h->cmd_version, h->cmd_step,
 			    "on_apply did not finish within %" PRIu64 " ms: its process "
 			    "group was killed", h->timeout_ms);

@@ -15,7 +15,14 @@
  *  - a manifest with a "../" path, an unsigned HEAD with a verify key and
  *    an older HEAD (rollback) are refused with nothing written;
  *  - a symlink planted in the target on a written path is refused;
- *  - stop() with nothing running ends with uv_loop_close() == 0.
+ *  - stop() with nothing running ends with uv_loop_close() == 0;
+ *  - the state marker is target/.wsync/state.json (an old one in
+ *    state_dir is moved there), a .wsync that is a symlink is refused;
+ *  - a full file system (a small tmpfs as target) fails the step cleanly:
+ *    old version intact, no temp file, status error, applied once there
+ *    is room again;
+ *  - on_apply sees WSYNC_VERSION/STEP/DIR, its failure is not fatal, a
+ *    hung hook is killed at on_apply_timeout, stop ends a running hook.
  * Every wait is bounded (a few seconds at most).
  */
 /* Test paths are short mkdtemp() paths: truncation warnings are noise here
@@ -33,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -793,6 +801,214 @@ static void test_stop_when_idle(void)
 	ctx_free(&c);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static long long status_int(struct ctx *c, const char *key)
+{
+	char p[PATH_MAX + 32];
+	json_t *o;
+	long long v;
+
+	snprintf(p, sizeof(p), "%s/status.json", c->run);
+	o = json_load_file(p, 0, NULL);
+	v = o ? (long long)json_integer_value(json_object_get(o, key)) : -1;
+	json_decref(o);
+	return v;
+}
+
+/* Run the loop until status.json's key is v, at most ms. */
+static bool run_until_int(struct ctx *c, const char *key, long long v, uint64_t ms)
+{
+	uint64_t t0;
+
+	uv_update_time(&c->loop);
+	t0 = uv_now(&c->loop);
+	while (uv_now(&c->loop) - t0 < ms) {
+		uv_run(&c->loop, UV_RUN_NOWAIT);
+		if (status_int(c, key) == v)
+			return true;
+		usleep(5000);
+		uv_update_time(&c->loop);
+	}
+	return false;
+}
+
+/* The marker lives in target/.wsync/; one left in state_dir by an older
+ * wsyncd is moved there; nothing is left in state_dir/subscriber. */
+static void test_marker_in_target(void)
+{
+	struct ctx c;
+	char p[PATH_MAX + 64], old[PATH_MAX + 64];
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	CHECK(daemon_stop(&c));
+	snprintf(p, sizeof(p), "%s/.wsync/state.json", c.target);
+	snprintf(old, sizeof(old), "%s/subscriber/state.json", c.state);
+	CHECK(access(p, F_OK) == 0);
+	CHECK(access(old, F_OK) < 0);
+	CHECK_EQ_U64(state_version(&c), 1);
+	/* as an older wsyncd left it */
+	CHECK(rename(p, old) == 0);
+	CHECK(publish(&c, 2, false, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 2, false, 8000));
+	CHECK(target_matches(&c));
+	CHECK(access(old, F_OK) < 0);
+	CHECK_EQ_U64(state_version(&c), 2);
+	/* the delta path was taken: the moved state was believed */
+	CHECK(daemon_stop(&c));
+	ctx_free(&c);
+}
+
+static void test_meta_symlink_refused(void)
+{
+	struct ctx c;
+	struct wsync_error err = { 0 };
+	char p[PATH_MAX + 64], elsewhere[PATH_MAX + 64];
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	mkdir(c.target, 0755);
+	snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", c.root);
+	mkdir(elsewhere, 0755);
+	snprintf(p, sizeof(p), "%s/.wsync", c.target);
+	CHECK(symlink(elsewhere, p) == 0);
+	uv_loop_init(&c.loop);
+	c.d.loop = &c.loop;
+	c.d.cfg = &c.cfg;
+	CHECK(wsync_subscriber_new(&c.d, &c.sub, &err) == -ELOOP);
+	CHECK_CONTAINS(wsync_error_str(&err), "symbolic link");
+	CHECK(c.sub == NULL);
+	snprintf(p, sizeof(p), "%s/lock", elsewhere);
+	CHECK(access(p, F_OK) < 0);
+	CHECK(uv_loop_close(&c.loop) == 0);
+	ctx_free(&c);
+}
+
+/* target on a 24 MiB tmpfs: version 1 fits, then a filler leaves less
+ * than the margin (16 MiB + 1/32) and version 2 must fail before writing
+ * anything; with the filler gone it is applied. */
+static void test_no_space(void)
+{
+	struct ctx c;
+	char p[PATH_MAX + 64];
+	struct status st;
+	static char chunk[1 << 20];
+	FILE *f;
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	mkdir(c.target, 0755);
+	if (mount("tmpfs", c.target, "tmpfs", 0, "size=24m") < 0) {
+		ctx_free(&c);
+		SKIP("cannot mount a tmpfs here (not root?)");
+	}
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	snprintf(p, sizeof(p), "%s/filler", c.target);
+	f = fopen(p, "wb");
+	CHECK(f != NULL);
+	for (int i = 0; f && i < 12; i++)
+		CHECK(fwrite(chunk, 1, sizeof(chunk), f) == sizeof(chunk));
+	if (f)
+		fclose(f);
+	CHECK(publish(&c, 2, false, false) == 0);
+	CHECK(run_until(&c, 0, true, 8000));
+	CHECK(read_status(&c, &st) && st.version == 1 && strcmp(st.state, "error") == 0);
+	CHECK_CONTAINS(st.last_error, "not enough free space");
+	CHECK_EQ_U64(state_version(&c), 1);
+	CHECK(!target_matches(&c));	/* still version 1 */
+	CHECK(sub_remove_stray_temps(c.target) == 0);
+	CHECK(unlink(p) == 0);
+	CHECK(run_until(&c, 2, false, 8000));
+	CHECK(target_matches(&c));
+	CHECK(daemon_stop(&c));
+	CHECK(umount2(c.target, MNT_DETACH) == 0);
+	ctx_free(&c);
+}
+
+/* on_apply runs with the version's environment; exiting 3 is logged and
+ * counted, not fatal. */
+static void test_hook_env_and_failure(void)
+{
+	struct ctx c;
+	char out[PATH_MAX + 64], want[PATH_MAX + 64], *text;
+	struct status st;
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	snprintf(out, sizeof(out), "%s/hook.out", c.root);
+	if (asprintf(&c.cfg.on_apply, "echo \"$WSYNC_VERSION $WSYNC_STEP $WSYNC_DIR\" >>%s; "
+		     "exit 3", out) < 0)
+		c.cfg.on_apply = NULL;
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(publish(&c, 2, false, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 2, false, 8000));
+	CHECK(run_until_int(&c, "hook_failures", 1, 5000));
+	text = read_all(out, NULL);
+	snprintf(want, sizeof(want), "2 200 %s\n", c.target);
+	CHECK(text && strcmp(text, want) == 0);	/* once, for the version reached */
+	free(text);
+	CHECK(read_status(&c, &st) && strcmp(st.state, "idle") == 0 && !st.last_error[0]);
+	CHECK(publish(&c, 3, false, false) == 0);
+	CHECK(run_until(&c, 3, false, 8000));
+	CHECK(run_until_int(&c, "hook_failures", 2, 5000));
+	CHECK(daemon_stop(&c));
+	ctx_free(&c);
+}
+
+/* A hook that hangs is killed at on_apply_timeout (its group: sh and the
+ * sleep), and stop() ends a running hook instead of waiting for it. */
+static void test_hook_timeout_and_stop(void)
+{
+	struct ctx c;
+	char pidf[PATH_MAX + 64], *text;
+	uint64_t t0;
+	long pg = 0;
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	snprintf(pidf, sizeof(pidf), "%s/hook.pid", c.root);
+	if (asprintf(&c.cfg.on_apply, "echo $$ >%s; sleep 20", pidf) < 0)
+		c.cfg.on_apply = NULL;
+	c.cfg.on_apply_timeout_ms = 300;
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	CHECK(run_until_int(&c, "hook_failures", 1, 5000));
+	text = read_all(pidf, NULL);
+	pg = text ? atol(text) : 0;
+	free(text);
+	CHECK(pg > 0);
+	/* the sleep was in the group: nothing of it runs (reaped or zombie) */
+	if (pg > 0) {
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "ps -e -o pgid=,stat= | awk '$1 == %ld && $2 !~ /^Z/' "
+			 "| grep -q .", pg);
+		CHECK(system(cmd) != 0);
+	}
+	/* a long timeout now: stop must end the hook itself */
+	c.cfg.on_apply_timeout_ms = 60000;
+	CHECK(daemon_stop(&c));
+	CHECK(publish(&c, 2, false, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 2, false, 8000));
+	run_for(&c, 100);
+	t0 = now_ms();
+	CHECK(daemon_stop(&c));
+	printf("# stop took %llu ms\n", (unsigned long long)(now_ms() - t0));
+	CHECK(now_ms() - t0 < 5000);
+	ctx_free(&c);
+}
+
 int main(void)
 {
 	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
@@ -807,5 +1023,10 @@ int main(void)
 	TEST(test_symlink_in_target_refused);
 	TEST(test_store_down_and_back);
 	TEST(test_stop_when_idle);
+	TEST(test_marker_in_target);
+	TEST(test_meta_symlink_refused);
+	TEST(test_no_space);
+	TEST(test_hook_env_and_failure);
+	TEST(test_hook_timeout_and_stop);
 	return tap_done();
 }
