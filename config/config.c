@@ -633,6 +633,27 @@ static const char *format_watch_mode(UNUSED const struct config_key *k, const vo
 	return watch_mode_names[*(const enum wsync_watch_mode *)field];
 }
 
+static const char *const layout_names[] = {
+	[WSYNC_LAYOUT_INPLACE] = "inplace",
+	[WSYNC_LAYOUT_SYMLINK] = "symlink",
+};
+
+static int parse_layout(UNUSED const struct config_key *k, const char *value, void *field,
+			struct wsync_error *why)
+{
+	int v, r = parse_name_in(layout_names, 2, value, &v, why);
+
+	if (r == 0)
+		*(enum wsync_layout *)field = (enum wsync_layout)v;
+	return r;
+}
+
+static const char *format_layout(UNUSED const struct config_key *k, const void *field,
+				 UNUSED char *buf, UNUSED size_t len)
+{
+	return layout_names[*(const enum wsync_layout *)field];
+}
+
 /* ---- the schema --------------------------------------------------------- */
 
 /* Rows of one section stay together: dump and the section list rely on it.
@@ -704,6 +725,7 @@ static const struct config_key config_keys[] = {
 	    on_apply_timeout_ms, .min = 100, .max = 3600000),
 	KEY("subscriber", "notify_url", parse_notify_url, format_string, notify_url,
 	    .flags = KEY_OPTIONAL),
+	KEY("subscriber", "layout", parse_layout, format_layout, layout),
 };
 
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))

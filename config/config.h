@@ -41,6 +41,12 @@ enum wsync_watch_mode {
 	WSYNC_WATCH_POLL,		/* scan every rescan_interval (NFS, Lustre) */
 };
 
+/* How the subscriber lays out target_dir ([subscriber] layout). */
+enum wsync_layout {
+	WSYNC_LAYOUT_INPLACE = 0,	/* target_dir updated in place, file by file */
+	WSYNC_LAYOUT_SYMLINK,		/* target_dir a symlink to target_dir.v<N>, flipped */
+};
+
 /* The default of [publisher] exclude: what training writes that inference
  * does not need. */
 #define WSYNC_DEFAULT_EXCLUDE \
@@ -94,6 +100,7 @@ struct wsync_config {
 	char *on_apply;		/* /bin/sh -c command after each applied version, optional */
 	uint64_t on_apply_timeout_ms; /* hook and notify POST time limit; default 60s */
 	char *notify_url;	/* http(s):// URL POSTed {"version","step","dir"}, optional */
+	enum wsync_layout layout; /* default inplace */
 };
 
 /* One collected problem in a config file. */

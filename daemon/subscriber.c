@@ -671,6 +671,8 @@ static void on_job_done(void *data, bool cancelled)
 	}
 	free(j->object_path);
 	j->object_path = NULL;
+	free(j->version_dir);
+	j->version_dir = NULL;
 	if (s->stopping || c->failed || c->next_apply == c->n_steps) {
 		end_cycle(s);
 		return;
@@ -702,7 +704,13 @@ static void try_apply(struct wsync_subscriber *s)
 	j->manifest_hash = st->ms->hash;
 	j->prev = &s->local;
 	j->owner = s;
-	if (!j->object_path) {
+	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
+	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
+					     NULL;
+	if (!j->object_path || (j->symlink_layout && !j->version_dir)) {
+		free(j->object_path);
+		free(j->version_dir);
+		j->object_path = j->version_dir = NULL;
 		set_error(s, "out of memory");
 		cycle_fail(s);
 		return;
@@ -710,7 +718,8 @@ static void try_apply(struct wsync_subscriber *s)
 	r = wsync_jobs_submit(s->d->jobs, sub_apply_work, on_job_done, j);
 	if (r < 0) {
 		free(j->object_path);
-		j->object_path = NULL;
+		free(j->version_dir);
+		j->object_path = j->version_dir = NULL;
 		set_error(s, "cannot queue the apply job: %s", strerror(-r));
 		cycle_fail(s);
 		return;
@@ -1418,7 +1427,17 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	s->sub_dir = path_join(cfg->state_dir, "subscriber");
 	s->legacy_state = s->sub_dir ? path_join(s->sub_dir, "state.json") : NULL;
 	s->state_path = path_join(cfg->target_dir, SUB_META_DIR "/state.json");
-	s->lock_path = path_join(cfg->target_dir, SUB_META_DIR "/lock");
+	if (cfg->layout == WSYNC_LAYOUT_SYMLINK) {
+		/* Beside the link: inside it, the lock would move with each flip. */
+		const char *slash = strrchr(cfg->target_dir, '/');
+
+		if (asprintf(&s->lock_path, "%.*s/.%s.wsync-lock",
+			     (int)(slash ? slash - cfg->target_dir : 1),
+			     slash ? cfg->target_dir : ".", slash ? slash + 1 : cfg->target_dir) < 0)
+			s->lock_path = NULL;
+	} else {
+		s->lock_path = path_join(cfg->target_dir, SUB_META_DIR "/lock");
+	}
 	s->downloads = s->sub_dir ? path_join(s->sub_dir, "downloads") : NULL;
 	s->empty_dir = s->sub_dir ? path_join(s->sub_dir, "empty") : NULL;
 	s->status_path = path_join(cfg->runtime_dir, "status.json");
@@ -1427,16 +1446,36 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	const char *dirs[] = { s->downloads, s->empty_dir, cfg->runtime_dir, cfg->target_dir };
+	const char *dirs[] = { s->downloads, s->empty_dir, cfg->runtime_dir,
+			       cfg->layout == WSYNC_LAYOUT_SYMLINK ? NULL : cfg->target_dir };
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		if (!dirs[i])
+			continue;
 		r = mkdir_p(dirs[i]);
 		if (r < 0) {
 			r = wsync_error_set(err, r, "%s: cannot create: %s", dirs[i], strerror(-r));
 			goto fail;
 		}
 	}
-	r = sub_meta_dir_check(cfg->target_dir, true, err);
+	if (cfg->layout == WSYNC_LAYOUT_SYMLINK) {
+		char *parent = strdup(cfg->target_dir), *slash = parent ? strrchr(parent, '/') : NULL;
+
+		if (slash && slash != parent)
+			*slash = '\0';
+		r = parent ? mkdir_p(parent) : -ENOMEM;
+		free(parent);
+		if (r == 0)
+			r = sub_layout_prepare(cfg->target_dir, err);
+		else
+			r = wsync_error_set(err, r, "%s: cannot create its parent: %s",
+					    cfg->target_dir, strerror(-r));
+		if (r < 0)
+			goto fail;
+	}
+	/* (layout = symlink before a first version: no target, no .wsync yet) */
+	r = cfg->layout == WSYNC_LAYOUT_SYMLINK && access(cfg->target_dir, F_OK) < 0 ? 0 :
+	    sub_meta_dir_check(cfg->target_dir, true, err);
 	if (r < 0) {
 		wsync_error_prefix(err, "[subscriber] target_dir");
 		goto fail;
@@ -1511,6 +1550,11 @@ static void startup_work(void *data)
 	if (asprintf(&tmp, "%s.tmp", s->state_path) >= 0)
 		(void)unlink(tmp);
 	free(tmp);
+	/* layout = symlink: version directories a killed step left */
+	if (s->cfg->layout == WSYNC_LAYOUT_SYMLINK && s->local.version > 0 &&
+	    (n = sub_layout_prune(s->cfg->target_dir, s->local.version)) > 0)
+		log_notice("%s: removed %d old or unfinished version directories",
+			   s->cfg->target_dir, n);
 
 	if (n > 0)
 		log_notice("%s: removed %d temp files an interrupted apply left behind",

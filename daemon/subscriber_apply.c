@@ -27,12 +27,17 @@
  *     are none of our business).
  *  5. Every file of the manifest must now be there, regular, with its
  *     size.  Their mtimes go into the new state.
+ *  layout = symlink (subscriber_layout.c): the step is built in a new
+ *  version directory (a delta: over hardlinks of the current version; an
+ *  anchor: from nothing), its state written there, then target_dir's link
+ *  is flipped to it and old version directories pruned.
  *  6. .wsync/state.json, durably (after checking .wsync is still a
  *     directory, not a link planted meanwhile).  apply has fsynced its files and directories,
  *     so the state never describes data that could still be lost.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -258,6 +263,9 @@ void sub_apply_work(void *data)
 	struct wsync_delta_reader *d = NULL;
 	const struct wsync_manifest_file **mf = NULL;
 	struct wsync_apply_opts ao = { .threads = j->threads };
+	const char *dir = j->target_dir;	/* where the step is written */
+	char *state_path = NULL;
+	bool built = false;
 	int fd = -1, root = -1, r;
 
 	wsync_error_clear(&j->err);
@@ -272,12 +280,18 @@ void sub_apply_work(void *data)
 		j->verify_failed = true;
 	if (r < 0)
 		goto out;
+	if (j->symlink_layout) {
+		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor, &j->err);
+		if (r < 0)
+			goto out;
+		built = true;
+		dir = j->version_dir;
+	}
 	mf = sorted_files(j->m);
-	root = open(j->target_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!mf || root < 0) {
 		r = !mf ? wsync_error_set(&j->err, -ENOMEM, "out of memory") :
-			  wsync_error_set(&j->err, -errno, "%s: %s", j->target_dir,
-					  strerror(errno));
+			  wsync_error_set(&j->err, -errno, "%s: %s", dir, strerror(errno));
 		goto out;
 	}
 	r = check_delta_matches(j, d, mf);
@@ -296,31 +310,46 @@ void sub_apply_work(void *data)
 			if (d->files[i].file.op == WSYNC_DELTA_WRITE)
 				need += d->files[i].file.target_size;
 		snprintf(what, sizeof(what), "version %llu", (unsigned long long)j->m->version);
-		r = sub_space_check(j->target_dir, need, what, &j->err);
+		r = sub_space_check(dir, need, what, &j->err);
 		if (r < 0)
 			goto out;
 	}
 	if (j->is_anchor) {
-		ao.out_dir = j->target_dir;
+		ao.out_dir = dir;
 		r = wsync_apply(d, j->empty_dir, &ao, &j->stats, &j->err);
 	} else {
-		r = wsync_apply(d, j->target_dir, &ao, &j->stats, &j->err);
+		r = wsync_apply(d, dir, &ao, &j->stats, &j->err);
 	}
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r < 0)
 		goto out;
-	if (j->is_anchor)
+	if (j->is_anchor && !j->symlink_layout)	/* a fresh version dir has nothing to drop */
 		r = delete_dropped(j, root, mf);
 	if (r == 0)
 		r = check_result(j, root);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r == 0)
-		r = sub_meta_dir_check(j->target_dir, true, &j->err);
+		r = sub_meta_dir_check(dir, true, &j->err);
+	if (r == 0 && j->symlink_layout &&
+	    asprintf(&state_path, "%s/" SUB_META_DIR "/state.json", dir) < 0) {
+		state_path = NULL;
+		r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+	}
 	if (r == 0)
-		r = sub_local_save(j->state_path, &j->next, &j->err);
+		r = sub_local_save(state_path ? state_path : j->state_path, &j->next, &j->err);
+	if (r == 0 && j->symlink_layout) {
+		r = sub_layout_flip(j->target_dir, dir, &j->err);
+		if (r == 0) {
+			built = false;	/* it is the current version now */
+			(void)sub_layout_prune(j->target_dir, j->m->version);
+		}
+	}
 out:
+	if (built && r < 0)
+		(void)sub_rm_rf(j->version_dir);	/* the link still names the old version */
+	free(state_path);
 	if (r < 0)
 		sub_local_free(&j->next);
 	j->r = r;

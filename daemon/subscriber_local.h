@@ -11,6 +11,8 @@
  *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
  *    target_dir on the jobs thread, checked against its manifest, then
  *    state.json written.
+ *  - subscriber_layout.c: layout = symlink (version directories beside
+ *    target_dir, hardlinked, and an atomic flip of the link).
  *  - subscriber_hook.c: on_apply and notify_url after a version is applied.
  *  - subscriber.c: the role itself (polling, planning, downloads, status).
  *
@@ -133,6 +135,8 @@ struct sub_apply_job {
 	const struct wsync_manifest *m;	/* the version this step reaches */
 	struct wsync_hash128 manifest_hash;
 	const struct sub_local *prev;	/* the state before (anchor: what to delete) */
+	bool symlink_layout;		/* build in version_dir, then flip target_dir */
+	char *version_dir;		/* symlink layout: target_dir.v<N> (owned) */
 	void *owner;			/* the caller's, for the done callback */
 
 	/* out: set by the job */
@@ -172,6 +176,27 @@ uint64_t sub_space_margin(uint64_t need);
  */
 int sub_space_check(const char *path, uint64_t need, const char *what,
 		    struct wsync_error *err);
+
+/* ---- layout = symlink (subscriber_layout.c) ---- */
+
+/* "<target>.v<version>", malloc'd (NULL: ENOMEM). */
+char *sub_version_dir(const char *target, uint64_t version);
+/* Remove path and everything below it, never following a link.  0 (also
+ * when missing) or a negative errno. */
+int sub_rm_rf(const char *path);
+/* Make vdir fresh; from_current: hardlink the current version (through
+ * target) into it.  0 or a negative errno with err set (vdir removed). */
+int sub_layout_begin(const char *target, const char *vdir, bool from_current,
+		     struct wsync_error *err);
+/* Point target at vdir atomically (temp link + rename), fsync the parent. */
+int sub_layout_flip(const char *target, const char *vdir, struct wsync_error *err);
+/* Remove version directories but keep and the newest one below it.
+ * Returns how many went, or a negative errno. */
+int sub_layout_prune(const char *target, uint64_t keep);
+/* At start-up: a missing target or a symlink is fine; a directory with a
+ * state (layout = inplace before) is moved to its version directory and
+ * linked; an empty one is removed; anything else is -EEXIST. */
+int sub_layout_prepare(const char *target, struct wsync_error *err);
 
 /* ---- hooks after an applied version (subscriber_hook.c) ---- */
 

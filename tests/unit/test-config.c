@@ -397,6 +397,7 @@ static void test_bad_values(void)
 	expect_bad("subscriber", "notify_url", "http://", "expected an http:// or https:// URL");
 	expect_bad("subscriber", "notify_url", "http://h/a b", "contains a space");
 	expect_bad("subscriber", "on_apply", "echo\x01", "control character 0x01");
+	expect_bad("subscriber", "layout", "hardlink", "expected inplace or symlink");
 	expect_bad("daemon", "threads", "abc", "expected a whole number from 1 to 1024, not \"abc\"");
 	expect_bad("daemon", "threads", "1025", "1025 is out of range (1..1024)");
 	expect_bad("daemon", "threads", "99999999999999999999", "out of range (1..1024)");
@@ -522,6 +523,10 @@ static void test_good_values(void)
 	CHECK_STR(l.cfg.notify_url, "https://inference.local:8443/reload?x=1");
 	loaded_free(&l);
 	expect_ok(&l, "subscriber", "notify_url", "HTTP://127.0.0.1:30000/update");
+	CHECK(l.cfg.layout == WSYNC_LAYOUT_INPLACE);	/* the default */
+	loaded_free(&l);
+	expect_ok(&l, "subscriber", "layout", "symlink");
+	CHECK(l.cfg.layout == WSYNC_LAYOUT_SYMLINK);
 	loaded_free(&l);
 	expect_ok(&l, "publisher", "anchor_every", "1");
 	CHECK_EQ_U64(l.cfg.anchor_every, 1);
@@ -1187,7 +1192,7 @@ static void test_foreach_key(void)
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
 		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },
-		{ "subscriber", "notify_url", 0 },
+		{ "subscriber", "notify_url", 0 }, { "subscriber", "layout", 0 },
 		{ NULL, NULL, 0 },
 	};
 	size_t n = sizeof(keys) / sizeof(keys[0]) - 1;

@@ -22,7 +22,11 @@
  *    old version intact, no temp file, status error, applied once there
  *    is room again;
  *  - on_apply sees WSYNC_VERSION/STEP/DIR, its failure is not fatal, a
- *    hung hook is killed at on_apply_timeout, stop ends a running hook.
+ *    hung hook is killed at on_apply_timeout, stop ends a running hook;
+ *  - layout = symlink: target is a link flipped to target.v<N>, unchanged
+ *    files hardlinked, the previous version kept and older ones removed,
+ *    a refused step leaves the link and no version directory; an in-place
+ *    target is taken over.
  * Every wait is bounded (a few seconds at most).
  */
 /* Test paths are short mkdtemp() paths: truncation warnings are noise here
@@ -1009,6 +1013,100 @@ static void test_hook_timeout_and_stop(void)
 	ctx_free(&c);
 }
 
+static bool link_is(const char *path, const char *want)
+{
+	char buf[PATH_MAX];
+	ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	if (strcmp(buf, want) != 0)
+		printf("# %s -> %s, expected %s\n", path, buf, want);
+	return strcmp(buf, want) == 0;
+}
+
+static void test_layout_symlink(void)
+{
+	struct ctx c;
+	char p[PATH_MAX + 64], q[PATH_MAX + 64], dp[PATH_MAX + 64], *good;
+	struct stat a, b;
+	size_t len;
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	c.cfg.layout = WSYNC_LAYOUT_SYMLINK;
+	for (unsigned n = 1; n <= 3; n++)
+		CHECK(publish(&c, n, n == 1, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 3, false, 8000));
+	CHECK(lstat(c.target, &a) == 0 && S_ISLNK(a.st_mode));
+	CHECK(link_is(c.target, "target.v3"));
+	CHECK(target_matches(&c));
+	CHECK_EQ_U64(state_version(&c), 3);
+	snprintf(p, sizeof(p), "%s.v2/sub/extra.txt", c.target);
+	snprintf(q, sizeof(q), "%s.v3/sub/extra.txt", c.target);
+	CHECK(stat(p, &a) == 0 && stat(q, &b) == 0 && a.st_ino == b.st_ino);	/* hardlinked */
+	snprintf(p, sizeof(p), "%s.v2/model.bin", c.target);
+	snprintf(q, sizeof(q), "%s.v3/model.bin", c.target);
+	CHECK(stat(p, &a) == 0 && stat(q, &b) == 0 && a.st_ino != b.st_ino);
+	snprintf(p, sizeof(p), "%s.v1", c.target);
+	CHECK(access(p, F_OK) < 0);	/* older than the previous: removed */
+
+	/* A refused step: the link still names version 3, no target.v4. */
+	CHECK(publish(&c, 4, false, false) == 0);
+	snprintf(dp, sizeof(dp), "%s/deltas/000000000004.wsd", c.bucket);
+	good = read_all(dp, &len);
+	CHECK(good != NULL);
+	if (!good)
+		return;
+	good[len / 2] ^= 0x20;
+	write_file(dp, good, len);
+	good[len / 2] ^= 0x20;
+	CHECK(run_until(&c, 0, true, 8000));
+	CHECK(link_is(c.target, "target.v3"));
+	snprintf(p, sizeof(p), "%s.v4", c.target);
+	CHECK(access(p, F_OK) < 0);
+	write_file(dp, good, len);
+	free(good);
+	CHECK(run_until(&c, 4, false, 8000));
+	CHECK(link_is(c.target, "target.v4"));
+	CHECK(target_matches(&c));
+	snprintf(p, sizeof(p), "%s.v2", c.target);
+	CHECK(access(p, F_OK) < 0);
+	snprintf(p, sizeof(p), "%s.v3", c.target);
+	CHECK(access(p, F_OK) == 0);
+	CHECK(daemon_stop(&c));
+	/* a restart keeps the version */
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 4, false, 8000));
+	CHECK(daemon_stop(&c));
+	ctx_free(&c);
+}
+
+/* A target that layout = inplace filled is taken over: moved to
+ * target.v<N>, linked, and the next version comes as a delta. */
+static void test_layout_symlink_takes_over(void)
+{
+	struct ctx c;
+	char p[PATH_MAX + 64];
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	CHECK(daemon_stop(&c));
+	c.cfg.layout = WSYNC_LAYOUT_SYMLINK;
+	CHECK(publish(&c, 2, false, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 2, false, 8000));
+	CHECK(link_is(c.target, "target.v2"));
+	CHECK(target_matches(&c));
+	snprintf(p, sizeof(p), "%s.v1/model.bin", c.target);
+	CHECK(access(p, F_OK) == 0);	/* the previous version, kept */
+	CHECK(daemon_stop(&c));
+	ctx_free(&c);
+}
+
 int main(void)
 {
 	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
@@ -1028,5 +1126,7 @@ int main(void)
 	TEST(test_no_space);
 	TEST(test_hook_env_and_failure);
 	TEST(test_hook_timeout_and_stop);
+	TEST(test_layout_symlink);
+	TEST(test_layout_symlink_takes_over);
 	return tap_done();
 }

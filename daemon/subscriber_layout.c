@@ -1,0 +1,349 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_layout.c -- [subscriber] layout = symlink: target_dir is a
+ * symbolic link to a sibling version directory, "<target_dir>.v<N>", and
+ * a version becomes visible all at once by replacing that link.
+ *
+ * One step, on the jobs thread (subscriber_apply.c drives it):
+ *  1. begin: the new version's directory is made fresh (a leftover of a
+ *     killed step is removed first).  For a delta, every regular file of
+ *     the current version directory is hardlinked into it (directories
+ *     re-created, .wsync/ and apply temps left out).  The delta is then
+ *     applied there in place: apply.c never writes into an existing file,
+ *     it builds a temp and renames it over the name, so a hardlinked file
+ *     it changes is replaced in the new directory only, and the old
+ *     version directory -- the one readers see -- is never modified.
+ *     Unchanged files cost no space.
+ *  2. the caller applies, checks, and writes .wsync/state.json inside the
+ *     new directory (durable before the flip).
+ *  3. flip: a symlink to the new directory's base name is made beside the
+ *     target and renamed over it (rename(2) replaces a symlink
+ *     atomically), then the parent directory is fsynced.
+ *  4. prune: version directories other than the current one and the
+ *     newest one below it are removed (a reader that opened the previous
+ *     version just before the flip can finish with it).
+ * A failure before the flip removes the new directory: the link still
+ * names the previous version, intact.  Killed anywhere, a restart finds
+ * the link naming a complete version whose .wsync/state.json describes it,
+ * and prunes what a killed step left.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "subscriber_local.h"
+
+/* "/a/b/target" -> dir "/a/b", base "target" (both malloc'd). */
+static int split(const char *path, char **dir, char **base)
+{
+	const char *slash = strrchr(path, '/');
+
+	*dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path)) :
+						     strdup(".");
+	*base = strdup(slash ? slash + 1 : path);
+	if (!*dir || !*base) {
+		free(*dir);
+		free(*base);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+char *sub_version_dir(const char *target, uint64_t version)
+{
+	char *p;
+
+	return asprintf(&p, "%s.v%" PRIu64, target, version) < 0 ? NULL : p;
+}
+
+/* Remove name under dfd and everything below it, never following a link. */
+static int rm_rf_at(int dfd, const char *name, unsigned depth)
+{
+	struct stat st;
+	int sub, r = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+	if (depth > 128)
+		return -ELOOP;
+	sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0)
+		return -errno;
+	d = fdopendir(sub);
+	if (!d) {
+		(void)close(sub);
+		return -errno;
+	}
+	while ((de = readdir(d)) && r == 0)
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			r = rm_rf_at(dirfd(d), de->d_name, depth + 1);
+	(void)closedir(d);
+	if (r == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		r = -errno;
+	return r;
+}
+
+int sub_rm_rf(const char *path)
+{
+	char *dir, *base;
+	int dfd, r = split(path, &dir, &base);
+
+	if (r < 0)
+		return r;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r = dfd < 0 ? -errno : rm_rf_at(dfd, base, 0);
+	if (dfd >= 0)
+		(void)close(dfd);
+	free(dir);
+	free(base);
+	return r;
+}
+
+/* ".<name>.wsync-XXXXXX" (apply.h's temps). */
+static bool is_temp(const char *n)
+{
+	size_t len = strlen(n);
+
+	return n[0] == '.' && len > 14 && memcmp(n + len - 13, ".wsync-", 7) == 0;
+}
+
+static int link_tree(int from, int to, unsigned depth)
+{
+	DIR *d;
+	struct dirent *de;
+	int r = 0, fd = dup(from);
+
+	if (fd < 0)
+		return -errno;
+	if (depth > 128) {
+		(void)close(fd);
+		return -ELOOP;
+	}
+	d = fdopendir(fd);
+	if (!d) {
+		(void)close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d)) && r == 0) {
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (depth == 0 && strcmp(de->d_name, SUB_META_DIR) == 0) || is_temp(de->d_name))
+			continue;
+		if (fstatat(from, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = -errno;
+			break;
+		}
+		if (S_ISREG(st.st_mode)) {
+			if (linkat(from, de->d_name, to, de->d_name, 0) < 0)
+				r = -errno;
+		} else if (S_ISDIR(st.st_mode)) {
+			int a = openat(from, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				       O_CLOEXEC), b = -1;
+
+			if (a >= 0 && mkdirat(to, de->d_name, st.st_mode & 07777) == 0)
+				b = openat(to, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+					   O_CLOEXEC);
+			r = a < 0 || b < 0 ? -errno : link_tree(a, b, depth + 1);
+			if (a >= 0)
+				(void)close(a);
+			if (b >= 0) {
+				(void)fsync(b);
+				(void)close(b);
+			}
+		}
+		/* symlinks, sockets...: not ours, not carried over */
+	}
+	(void)closedir(d);
+	return r;
+}
+
+int sub_layout_begin(const char *target, const char *vdir, bool from_current,
+		     struct wsync_error *err)
+{
+	int from = -1, to = -1, r;
+
+	r = sub_rm_rf(vdir);
+	if (r < 0)
+		return wsync_error_set(err, r, "%s: removing a leftover: %s", vdir, strerror(-r));
+	if (mkdir(vdir, 0755) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", vdir, strerror(errno));
+	if (!from_current)
+		return 0;
+	from = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);	/* through the link */
+	to = open(vdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	r = from < 0 || to < 0 ? -errno : link_tree(from, to, 0);
+	if (r == 0 && fsync(to) < 0)
+		r = -errno;
+	if (from >= 0)
+		(void)close(from);
+	if (to >= 0)
+		(void)close(to);
+	if (r < 0) {
+		(void)sub_rm_rf(vdir);
+		return wsync_error_set(err, r, "%s: hardlinking the current version into %s: %s",
+				       target, vdir, strerror(-r));
+	}
+	return 0;
+}
+
+int sub_layout_flip(const char *target, const char *vdir, struct wsync_error *err)
+{
+	char *dir, *base, *vdir_dir, *vbase, *tmp = NULL;
+	int r = split(target, &dir, &base), fd;
+
+	if (r < 0)
+		return wsync_error_set(err, r, "out of memory");
+	r = split(vdir, &vdir_dir, &vbase);
+	if (r < 0) {
+		free(dir);
+		free(base);
+		return wsync_error_set(err, r, "out of memory");
+	}
+	if (asprintf(&tmp, "%s/.%s.wsync-flip", dir, base) < 0) {
+		tmp = NULL;
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	(void)unlink(tmp);
+	/* relative: the pair can be moved or mounted elsewhere together */
+	if (symlink(vbase, tmp) < 0 || rename(tmp, target) < 0) {
+		r = wsync_error_set(err, -errno, "%s: pointing it at %s: %s", target, vbase,
+				    strerror(errno));
+		(void)unlink(tmp);
+		goto out;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		r = wsync_error_set(err, -errno, "%s: fsync: %s", dir, strerror(errno));
+	if (fd >= 0)
+		(void)close(fd);
+out:
+	free(tmp);
+	free(dir);
+	free(base);
+	free(vdir_dir);
+	free(vbase);
+	return r;
+}
+
+int sub_layout_prune(const char *target, uint64_t keep)
+{
+	char *dir, *base;
+	uint64_t below = 0;
+	int dfd, removed = 0, r = split(target, &dir, &base);
+	size_t bl;
+	DIR *d;
+	struct dirent *de;
+
+	if (r < 0)
+		return r;
+	bl = strlen(base);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		r = -errno;
+		if (dfd >= 0)
+			(void)close(dfd);
+		free(dir);
+		free(base);
+		return r;
+	}
+	/* two passes: find the newest version below keep, then remove */
+	for (int pass = 0; pass < 2; pass++) {
+		rewinddir(d);
+		while ((de = readdir(d))) {
+			const char *v = de->d_name + bl + 2;
+			char *end;
+			uint64_t n;
+
+			if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".v", 2) ||
+			    *v < '0' || *v > '9')
+				continue;
+			n = strtoull(v, &end, 10);
+			if (*end)
+				continue;
+			if (pass == 0) {
+				if (n < keep && n > below)
+					below = n;
+			} else if (n != keep && n != below &&
+				   rm_rf_at(dirfd(d), de->d_name, 0) == 0) {
+				removed++;
+			}
+		}
+	}
+	(void)closedir(d);
+	free(dir);
+	free(base);
+	return removed;
+}
+
+int sub_layout_prepare(const char *target, struct wsync_error *err)
+{
+	struct stat st;
+	struct sub_local s;
+	struct wsync_error lerr = { 0 };
+	char *state = NULL, *vdir = NULL;
+	int r;
+
+	if (lstat(target, &st) < 0)
+		return errno == ENOENT ? 0 : wsync_error_set(err, -errno, "%s: %s", target,
+							       strerror(errno));
+	if (S_ISLNK(st.st_mode))
+		return 0;
+	if (!S_ISDIR(st.st_mode))
+		return wsync_error_set(err, -EEXIST, "%s is neither a directory nor a symbolic "
+				       "link (layout = symlink)", target);
+	/* A directory: what layout = inplace left, or an empty one. */
+	if (asprintf(&state, "%s/" SUB_META_DIR "/state.json", target) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r = sub_local_load(state, &s, &lerr);
+	free(state);
+	if (r == 0) {
+		vdir = sub_version_dir(target, s.version);
+		sub_local_free(&s);
+		if (!vdir)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		r = sub_rm_rf(vdir);
+		if (r == 0 && rename(target, vdir) < 0)
+			r = -errno;
+		if (r < 0) {
+			r = wsync_error_set(err, r, "%s: moving it to %s for layout = symlink: %s",
+					    target, vdir, strerror(-r));
+		} else {
+			r = sub_layout_flip(target, vdir, err);
+		}
+		free(vdir);
+		return r;
+	}
+	/* No state: only an empty directory (or one holding just .wsync) goes. */
+	{
+		DIR *d = opendir(target);
+		struct dirent *de;
+		bool other = false;
+
+		if (!d)
+			return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			    strcmp(de->d_name, SUB_META_DIR))
+				other = true;
+		(void)closedir(d);
+		if (other)
+			return wsync_error_set(err, -EEXIST, "%s is a directory with files and no "
+					       "wsync state: with layout = symlink it must be a "
+					       "symbolic link (move the directory away)", target);
+	}
+	r = sub_rm_rf(target);
+	return r < 0 ? wsync_error_set(err, r, "%s: %s", target, strerror(-r)) : 0;
+}
