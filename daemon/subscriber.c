@@ -607,8 +607,13 @@ static void end_cycle(struct wsync_subscriber *s)
 		s->force_anchor = !c->anchor_plan;
 	if (c && !failed)
 		s->force_anchor = false;
-	if (c && c->progressed && !s->stopping && (!s->once || s->once_opts.hooks))
-		sub_hooks_fire(&s->hooks, s->local.version, s->local.step);
+	if (c && c->progressed && !s->stopping && (!s->once || s->once_opts.hooks)) {
+		char *vdir = s->cfg->layout == WSYNC_LAYOUT_SYMLINK ?
+			sub_version_dir(s->cfg->target_dir, s->local.version) : NULL;
+
+		sub_hooks_fire(&s->hooks, s->local.version, s->local.step, vdir);
+		free(vdir);
+	}
 	cycle_free(c);
 	s->c = NULL;
 	if (s->stopping) {

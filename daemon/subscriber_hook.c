@@ -17,6 +17,10 @@
  *    curl multi on the loop would be leaner but is a lot of code for one
  *    small POST per version.)
  *
+ * WSYNC_DIR (and "dir") is target_dir, or with layout = symlink the
+ * version directory itself: it stays until the version after next, while
+ * the link may move on during a slow reload.
+ *
  * Each of the two runs at most once at a time.  A version applied while
  * its hook still runs is remembered (only the newest: an inference server
  * wants to load the latest, not to replay every step) and run after.
@@ -147,7 +151,7 @@ static void run_command(struct sub_hooks *h)
 	for (char **e = environ; e && *e; e++)
 		n++;
 	env = calloc(n + 4, sizeof(*env));
-	if (!env || asprintf(&dir, "WSYNC_DIR=%s", h->dir) < 0) {
+	if (!env || asprintf(&dir, "WSYNC_DIR=%s", h->next_dir ? h->next_dir : h->dir) < 0) {
 		free(env);
 		hook_failed(h, h->next_version, h->next_step, "on_apply: out of memory");
 		maybe_idle(h);
@@ -310,7 +314,8 @@ static void run_notify(struct sub_hooks *h)
 {
 	struct notify_job *j = calloc(1, sizeof(*j));
 	json_t *o = json_pack("{s:I, s:I, s:s}", "version", (json_int_t)h->next_version, "step",
-			      (json_int_t)h->next_step, "dir", h->dir);
+			      (json_int_t)h->next_step, "dir",
+			      h->next_dir ? h->next_dir : h->dir);
 	int r;
 
 	if (j && o) {
@@ -364,12 +369,14 @@ int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_conf
 	return 0;
 }
 
-void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step)
+void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step, const char *dir)
 {
 	if (h->stopping)
 		return;
 	h->next_version = version;
 	h->next_step = step;
+	free(h->next_dir);
+	h->next_dir = dir ? strdup(dir) : NULL;	/* NULL (or ENOMEM): target_dir */
 	if (h->cfg->on_apply) {
 		if (h->proc_open || h->timer_open)
 			h->cmd_pending = true;
@@ -405,7 +412,11 @@ void sub_hooks_stop(struct sub_hooks *h)
 
 void sub_hooks_free(struct sub_hooks *h)
 {
-	if (h && h->curl_init) {
+	if (!h)
+		return;
+	free(h->next_dir);
+	h->next_dir = NULL;
+	if (h->curl_init) {
 		curl_global_cleanup();
 		h->curl_init = false;
 	}

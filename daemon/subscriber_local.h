@@ -203,7 +203,8 @@ int sub_layout_prepare(const char *target, struct wsync_error *err);
 struct sub_hooks {
 	uv_loop_t *loop;
 	const struct wsync_config *cfg;
-	const char *dir;		/* WSYNC_DIR */
+	const char *dir;		/* WSYNC_DIR: target_dir ... */
+	char *next_dir;			/* ... or this version directory (symlink layout) */
 	uint64_t timeout_ms;
 	void (*idle)(void *owner);	/* nothing runs any more (after stop too) */
 	void *owner;
@@ -228,8 +229,9 @@ struct sub_hooks {
 int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_config *cfg,
 		   void (*idle)(void *owner), void *owner);
 /* version was applied: run what is configured, or queue it behind the run
- * in progress (only the newest queued version is kept). */
-void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step);
+ * in progress (only the newest queued version is kept).  dir: what
+ * WSYNC_DIR says (copied), NULL for target_dir. */
+void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step, const char *dir);
 /* A command, its handles or a POST still around. */
 bool sub_hooks_busy(const struct sub_hooks *h);
 /* Drop what is queued, SIGTERM the running command's group (SIGKILL 2 s

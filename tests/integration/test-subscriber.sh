@@ -349,4 +349,16 @@ expect_exit 1 "a target whose .wsync is a symlink is refused" timeout 60 "$WSYNC
 contains "the refusal says why" "$OUT" "symbolic link"
 check "nothing written through the link" test -z "$(ls -A "$TMP/s3/elsewhere")"
 
+# ---- layout = symlink, through wsync pull ----
+conf s4 "$B3"
+echo "layout = symlink" >>"$TMP/s4/wsyncd.ini"
+expect_exit 0 "layout = symlink: wsync pull reaches HEAD" timeout 60 "$WSYNC" pull --config "$TMP/s4/wsyncd.ini"
+check "target_dir is a symlink to target.v6" test "$(readlink "$TMP/s4/target")" = target.v6
+check "it holds checkpoint 6" same "$CK-6" "$TMP/s4/target"
+pub "$B3" 7 "$CK-7" --prev "$CK-6" --sign
+expect_exit 0 "layout = symlink: the next version" timeout 60 "$WSYNC" pull --config "$TMP/s4/wsyncd.ini"
+check "the link is flipped to target.v7" test "$(readlink "$TMP/s4/target")" = target.v7
+check "it holds checkpoint 7" same "$CK-7" "$TMP/s4/target"
+check "the previous version directory is intact" same "$CK-6" "$TMP/s4/target.v6"
+
 tap_done

@@ -1035,6 +1035,9 @@ static void test_layout_symlink(void)
 
 	CHECK(ctx_init(&c, false, false) == 0);
 	c.cfg.layout = WSYNC_LAYOUT_SYMLINK;
+	snprintf(dp, sizeof(dp), "%s/hook.dir", c.root);
+	if (asprintf(&c.cfg.on_apply, "echo \"$WSYNC_DIR\" >%s", dp) < 0)
+		c.cfg.on_apply = NULL;
 	for (unsigned n = 1; n <= 3; n++)
 		CHECK(publish(&c, n, n == 1, false) == 0);
 	CHECK(daemon_start(&c) == 0);
@@ -1051,6 +1054,15 @@ static void test_layout_symlink(void)
 	CHECK(stat(p, &a) == 0 && stat(q, &b) == 0 && a.st_ino != b.st_ino);
 	snprintf(p, sizeof(p), "%s.v1", c.target);
 	CHECK(access(p, F_OK) < 0);	/* older than the previous: removed */
+	/* the hook is told the version directory, not the moving link */
+	snprintf(q, sizeof(q), "%s.v3\n", c.target);
+	for (int i = 0; i < 200 && !((good = read_all(dp, NULL)) && strcmp(good, q) == 0); i++) {
+		free(good);
+		good = NULL;
+		run_for(&c, 10);
+	}
+	CHECK(good && strcmp(good, q) == 0);
+	free(good);
 
 	/* A refused step: the link still names version 3, no target.v4. */
 	CHECK(publish(&c, 4, false, false) == 0);
