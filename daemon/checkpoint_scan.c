@@ -108,9 +108,17 @@ static bool excluded(const struct ckscan_filter *f, const char *rel)
 	return false;
 }
 
+/* A subscriber's own state (target_dir/.wsync/, BUCKET.md) is never
+ * shipped, whatever the patterns say: a publisher watching a subscriber's
+ * folder would otherwise publish versions every subscriber must refuse. */
+static bool is_wsync_state(const char *rel)
+{
+	return strncmp(rel, ".wsync", 6) == 0 && (rel[6] == '\0' || rel[6] == '/');
+}
+
 bool ckscan_filter_prunes_dir(const struct ckscan_filter *f, const char *rel)
 {
-	return excluded(f, rel);
+	return is_wsync_state(rel) || excluded(f, rel);
 }
 
 bool ckscan_filter_match(const struct ckscan_filter *f, const char *rel)
@@ -118,6 +126,8 @@ bool ckscan_filter_match(const struct ckscan_filter *f, const char *rel)
 	bool inc = false;
 	char buf[PATH_MAX];
 
+	if (is_wsync_state(rel))
+		return false;
 	for (size_t i = 0; i < f->n_include && !inc; i++)
 		inc = glob_match(f->include[i], rel);
 	if (!inc || excluded(f, rel))

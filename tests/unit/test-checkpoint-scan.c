@@ -74,6 +74,10 @@ static void test_filter(void)
 	CHECK(!ckscan_filter_match(&f, "sub/skip.bin"));	/* path pattern */
 	CHECK(ckscan_filter_match(&f, "other/skip.bin"));
 	CHECK(ckscan_filter_prunes_dir(&f, "global_step7"));
+	/* a subscriber's state folder is never shipped, whatever the globs */
+	CHECK(!ckscan_filter_match(&f, ".wsync/state.json"));
+	CHECK(ckscan_filter_prunes_dir(&f, ".wsync"));
+	CHECK(ckscan_filter_match(&f, ".wsyncrc"));
 	ckscan_filter_free(&f);
 
 	CHECK(ckscan_filter_init(&f, "*.safetensors *.json", "") == 0);
