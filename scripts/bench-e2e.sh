@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# bench-e2e.sh -- wsyncd end to end on loopback: one publisher and K
+# subscribers on a file:// bucket and on s3rver, a series of checkpoints
+# written into the watched dir one at a time (marker last), against a
+# full-copy sync of the same steps.
+#
+#   scripts/bench-e2e.sh [--quick] [--params P] [--steps N] [--subscribers K]
+#                        [--backend file|s3|both] [--dir DIR] [--keep]
+#
+#   --params P      model size (gen-checkpoints; bf16, 2 bytes/param):
+#                   default 500M, --quick 50M; 1B is a 2 GB checkpoint
+#   --steps N       delta steps measured (default 4, --quick 3); one more
+#                   checkpoint comes first (the anchor, reported apart)
+#   --subscribers K default 2
+#   --backend       default both (s3 needs tests/s3rver: npm ci --prefix tests/s3rver)
+#   --dir DIR       work dir (default a temp dir under /var/tmp)
+#
+# Per delta step:
+#   e2e      checkpoint complete (trainer_state.json's mtime) to the last
+#            subscriber's "version V ... applied" log line (ms timestamps)
+#   bytes    the step's objects in the bucket (delta + manifest + HEAD)
+#   full     the same step as a full copy: `wsync store put` of every file,
+#            then `wsync store get` of every file by each subscriber
+#            (subscribers in parallel)
+#   encode   `wsync diff PREV NEW` (threads 2), transfer `wsync store put`
+#            + one `wsync store get` of that delta, apply `wsync apply` in
+#            place on a copy of PREV; ratio = e2e / (encode+transfer+apply),
+#            goal <= 1.5
+# Per daemon: CPU seconds (utime+stime) and peak RSS (VmHWM) read from
+# /proc just before SIGTERM; goal: peak RSS < 256 MiB for a 2 GB checkpoint.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+: "${WSYNC:=$root/build/daemon/wsync}"
+: "${WSYNCD:=$root/build/daemon/wsyncd}"
+PYTHON3=${PYTHON3:-/usr/bin/python3}
+GEN=$root/scripts/gen-checkpoints
+
+quick=0 params= steps= subs=2 backend=both dir= keep=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) quick=1 ;;
+	--params) params=$2; shift ;;
+	--steps) steps=$2; shift ;;
+	--subscribers) subs=$2; shift ;;
+	--backend) backend=$2; shift ;;
+	--dir) dir=$2; shift ;;
+	--keep) keep=1 ;;
+	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "bench-e2e.sh: unknown option $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+[ -n "$params" ] || params=$([ $quick = 1 ] && echo 50M || echo 500M)
+[ -n "$steps" ] || steps=$([ $quick = 1 ] && echo 3 || echo 4)
+[ "$backend" = both ] && backend="file s3"
+[ -n "$dir" ] || dir=$(mktemp -d "${TMPDIR:-/var/tmp}/wsync-bench-e2e.XXXXXX")
+mkdir -p "$dir"
+WORK=$(cd "$dir" && pwd)
+
+# s3rver helpers (tests/integration/s3-servers.sh wants lib.sh's TMP)
+TMP=$WORK
+WSYNC_SOURCE_ROOT=$root
+. "$root/tests/integration/s3-servers.sh"
+declare -A PID=()
+cleanup() {
+	local n
+	for n in "${!PID[@]}"; do [ -n "${PID[$n]}" ] && kill -9 "${PID[$n]}" 2>/dev/null; done
+	s3servers_stop_all
+	if [ $keep = 1 ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+echo "# bench-e2e: params $params (bf16), $steps delta steps (+1 anchor), $subs subscribers," \
+	"backends: $backend; source commit $commit, wsyncd $WSYNCD; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# work dir $WORK ($(df -h --output=fstype "$WORK" | tail -1 | tr -d ' '))"
+
+CK=$WORK/ck
+t0=$(date +%s)
+"$GEN" --params "$params" --steps $((steps + 1)) --no-trainer-files --quiet --out "$CK"
+ck_bytes=$(du -sb "$CK/checkpoint-1" | cut -f1)
+echo "# generated $((steps + 1)) checkpoints of $ck_bytes bytes in $(($(date +%s) - t0)) s"
+
+now() { date +%s.%N; }
+elapsed() { "$PYTHON3" -c 'import sys; print("%.3f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$1" "$2"; }
+
+# --- separately measured: encode + transfer + apply per delta step ---------
+# (file:// bucket and, for s3, s3rver: measured per backend)
+components() { # components BACKEND CONFIG URL -> $WORK/comp-BACKEND.tsv
+	local b=$1 conf=$2 url=$3 i t1 t2 t3 t4 t5 out=$WORK/comp-$1.tsv
+	: >"$out"
+	for i in $(seq 2 $((steps + 1))); do
+		rm -rf "$WORK/apply" "$WORK/d.wsd" "$WORK/d.got"
+		cp -r "$CK/checkpoint-$((i - 1))" "$WORK/apply"
+		sync
+		t1=$(now)
+		"$WSYNC" diff "$CK/checkpoint-$((i - 1))" "$CK/checkpoint-$i" -o "$WORK/d.wsd" --threads 2 >/dev/null
+		t2=$(now)
+		"$WSYNC" store put "$WORK/d.wsd" "$url/bench-components/$i.wsd" --config "$conf" >/dev/null
+		t3=$(now)
+		"$WSYNC" store get "$url/bench-components/$i.wsd" "$WORK/d.got" --config "$conf" >/dev/null
+		t4=$(now)
+		"$WSYNC" apply "$WORK/apply" "$WORK/d.got" --threads 2 >/dev/null
+		t5=$(now)
+		printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$(elapsed "$t1" "$t2")" "$(elapsed "$t2" "$t4")" \
+			"$(elapsed "$t4" "$t5")" "$(stat -c %s "$WORK/d.wsd")" >>"$out"
+	done
+	rm -rf "$WORK/apply" "$WORK/d.wsd" "$WORK/d.got"
+}
+
+# --- full-copy sync of the same steps ------------------------------------------
+fullcopy() { # fullcopy BACKEND CONFIG URL -> $WORK/full-BACKEND.tsv
+	local b=$1 conf=$2 url=$3 i f s t1 t2 t3 out=$WORK/full-$1.tsv
+	: >"$out"
+	for i in $(seq 2 $((steps + 1))); do
+		t1=$(now)
+		for f in "$CK/checkpoint-$i"/*; do
+			"$WSYNC" store put "$f" "$url/bench-full/$i/${f##*/}" --config "$conf" >/dev/null
+		done
+		t2=$(now)
+		local gets=()
+		for s in $(seq 1 "$subs"); do
+			(
+				rm -rf "$WORK/full-sub$s"
+				mkdir -p "$WORK/full-sub$s"
+				for f in "$CK/checkpoint-$i"/*; do
+					"$WSYNC" store get "$url/bench-full/$i/${f##*/}" "$WORK/full-sub$s/${f##*/}" \
+						--config "$conf" >/dev/null
+				done
+			) &
+			gets+=($!)
+		done
+		wait "${gets[@]}"	# not a bare wait: s3rver is a child too
+		t3=$(now)
+		printf '%s\t%s\t%s\n' "$i" "$(elapsed "$t1" "$t2")" "$(elapsed "$t2" "$t3")" >>"$out"
+	done
+	rm -rf "$WORK"/full-sub*
+}
+
+# --- the daemons ------------------------------------------------------------------
+proc_usage() { # proc_usage PID: "cpu_seconds peak_rss_kib"
+	"$PYTHON3" - "$1" <<'PY'
+import os, sys
+pid = sys.argv[1]
+f = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+tck = os.sysconf("SC_CLK_TCK")
+cpu = (int(f[11]) + int(f[12])) / tck
+hwm = 0
+for line in open("/proc/%s/status" % pid):
+    if line.startswith("VmHWM:"):
+        hwm = int(line.split()[1])
+print("%.2f %d" % (cpu, hwm))
+PY
+}
+
+daemons() { # daemons BACKEND STORE_LINES -> $WORK/e2e-BACKEND.tsv, $WORK/usage-BACKEND.tsv
+	local b=$1 store=$2 d=$WORK/$1 n i v
+	rm -rf "$d"
+	mkdir -p "$d"/watch "$d"/pub
+	cat >"$d/pub.ini" <<EOF
+[daemon]
+role = publisher
+state_dir = $d/pub/state
+runtime_dir = $d/pub/run
+threads = 2
+[store]
+$store
+[publisher]
+watch_dir = $d/watch
+anchor_every = 100000
+keep_anchors = 2
+gc_grace = 1d
+rescan_interval = 5s
+EOF
+	"$WSYNCD" -c "$d/pub.ini" --log-target stderr 2>"$d/pub.log" &
+	PID[pub]=$!
+	for s in $(seq 1 "$subs"); do
+		mkdir -p "$d/s$s"
+		cat >"$d/s$s.ini" <<EOF
+[daemon]
+role = subscriber
+state_dir = $d/s$s/state
+runtime_dir = $d/s$s/run
+threads = 2
+[store]
+$store
+[subscriber]
+target_dir = $d/s$s/target
+poll_interval = 200ms
+EOF
+		"$WSYNCD" -c "$d/s$s.ini" --log-target stderr 2>"$d/s$s.log" &
+		PID[s$s]=$!
+	done
+	: >"$d/marker-times"
+	for i in $(seq 1 $((steps + 1))); do
+		mkdir -p "$d/watch/checkpoint-$i"
+		for f in "$CK/checkpoint-$i"/*; do
+			[ "${f##*/}" = trainer_state.json ] || cp "$f" "$d/watch/checkpoint-$i/"
+		done
+		cp "$CK/checkpoint-$i/trainer_state.json" "$d/watch/checkpoint-$i/"
+		echo "$i $(stat -c %.9Y "$d/watch/checkpoint-$i/trainer_state.json")" >>"$d/marker-times"
+		# every subscriber applied version i, bounded (10 min a step)
+		for s in $(seq 1 "$subs"); do
+			for _ in $(seq 12000); do
+				grep -q "info: version $i (step $i) applied" "$d/s$s.log" && break
+				kill -0 "${PID[s$s]}" 2>/dev/null || { echo "subscriber s$s died" >&2; tail "$d/s$s.log" >&2; exit 1; }
+				sleep 0.05
+			done
+			grep -q "info: version $i (step $i) applied" "$d/s$s.log" ||
+				{ echo "s$s did not apply version $i in 10 min" >&2; tail "$d/s$s.log" >&2; exit 1; }
+		done
+		# the trainer keeps 2 checkpoints (the publisher keeps its own base)
+		rm -rf "$d/watch/checkpoint-$((i - 2))"
+	done
+	: >"$WORK/usage-$b.tsv"
+	for n in pub $(seq -f 's%g' 1 "$subs"); do
+		echo "$n $(proc_usage "${PID[$n]}")" >>"$WORK/usage-$b.tsv"
+		kill -TERM "${PID[$n]}"
+		wait "${PID[$n]}" || echo "# $n exited with $?" >&2
+		PID[$n]=
+	done
+	"$WSYNC" store ls "${3}/" --json --config "$d/pub.ini" >"$d/listing.json"
+	# e2e latency per step from the logs
+	"$PYTHON3" - "$d" "$subs" "$steps" "$4" >"$WORK/e2e-$b.tsv" <<'PY'
+import datetime, json, re, sys
+d, subs, steps, prefix = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+marker = dict(l.split() for l in open(d + "/marker-times"))
+def ts(line):
+    t = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
+    return t.replace(tzinfo=datetime.datetime.now().astimezone().tzinfo).timestamp()
+applied = {}
+for s in range(1, subs + 1):
+    for line in open("%s/s%d.log" % (d, s)):
+        m = re.search(r"info: version (\d+) \(step \d+\) applied", line)
+        if m:
+            v = int(m.group(1))
+            applied[v] = max(applied.get(v, 0), ts(line))
+published = {}
+for line in open(d + "/pub.log"):
+    m = re.search(r"info: published version (\d+) ", line)
+    if m:
+        published[int(m.group(1))] = ts(line)
+listing = json.load(open(d + "/listing.json"))
+size = {o["key"][len(prefix):] if o["key"].startswith(prefix) else o["key"]: o["size"] for o in listing}
+for v in range(1, steps + 2):
+    k = "%012d" % v
+    obj = size.get("deltas/%s.wsd" % k, 0) + size.get("anchors/%s.wsa" % k, 0) if v == 1 else \
+        size.get("deltas/%s.wsd" % k, 0)
+    man = size.get("manifests/%s.json" % k, 0) + size.get("HEAD", 0)
+    m0 = float(marker[str(v)])
+    print("%d\t%.3f\t%.3f\t%d\t%d" % (v, published[v] - m0, applied[v] - m0, obj, man))
+PY
+}
+
+results() { # results BACKEND: the table rows
+	"$PYTHON3" - "$WORK" "$1" "$subs" "$ck_bytes" "$params" <<'PY'
+import sys
+work, b, subs, ck, params = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+def rows(name):
+    return [l.split("\t") for l in open("%s/%s-%s.tsv" % (work, name, b)).read().splitlines()]
+e2e = {int(r[0]): r for r in rows("e2e")}
+comp = {int(r[0]): r for r in rows("comp")}
+full = {int(r[0]): r for r in rows("full")}
+print("\n%s bucket, %s params (%s bytes per checkpoint), %d subscribers\n" % (b, params, format(ck, ","), subs))
+print("| step | e2e s (published) | delta bytes | full copy s (put + get) | encode s | transfer s | apply s | e2e ÷ (enc+xfer+apply) |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+a = e2e[1]
+print("| 1 (anchor) | %s (%s) | %s | — | — | — | — | — |" % (a[2], a[1], format(int(a[3]), ",")))
+rs = []
+for v in sorted(comp):
+    e, c, f = e2e[v], comp[v], full[v]
+    parts = float(c[1]) + float(c[2]) + float(c[3])
+    r = float(e[2]) / parts
+    rs.append((float(e[2]), int(e[3]) + int(e[4]), float(f[1]) + float(f[2]), parts, r))
+    print("| %d | %s (%s) | %s | %.2f (%s + %s) | %s | %s | %s | %.2f× |" % (
+        v, e[2], e[1], format(int(e[3]), ","), float(f[1]) + float(f[2]), f[1], f[2],
+        c[1], c[2], c[3], r))
+n = len(rs)
+print("| mean | %.2f | %s | %.2f | | | | %.2f× (goal ≤ 1.5×) |" % (
+    sum(x[0] for x in rs) / n, format(sum(x[1] for x in rs) // n, ","),
+    sum(x[2] for x in rs) / n, sum(x[4] for x in rs) / n))
+moved_w = sum(x[1] for x in rs) * (1 + subs)
+moved_f = ck * n * (1 + subs)
+print("\nbytes moved over %d delta steps (1 upload + %d downloads each): wsync %s, full copy %s (%.1f× less)"
+      % (n, subs, format(moved_w, ","), format(moved_f, ","), moved_f / max(moved_w, 1)))
+print("\n| daemon | CPU s | peak RSS MiB |")
+print("|---|---:|---:|")
+for line in open("%s/usage-%s.tsv" % (work, b)):
+    n_, cpu, hwm = line.split()
+    print("| %s | %s | %.0f%s |" % ("publisher" if n_ == "pub" else "subscriber " + n_, cpu,
+                                   int(hwm) / 1024, "" if int(hwm) / 1024 < 256 else " (over 256)"))
+PY
+}
+
+for b in $backend; do
+	case $b in
+	file)
+		mkdir -p "$WORK/bucket-file"
+		store="url = file://$WORK/bucket-file"
+		url=file://$WORK/bucket-file
+		prefix=
+		;;
+	s3)
+		if ! have_s3rver; then
+			echo "# s3: skipped ($S3S_WHY)"
+			continue
+		fi
+		printf '[default]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n' >"$WORK/s3.cred"
+		read -r port < <(free_ports 1)
+		s3rver_start "$WORK/s3rver" "$port" wsync-bench
+		store=$(printf 'url = s3://wsync-bench/e2e\nendpoint = %s\ncredentials = %s\npath_style = true' \
+			"$S3RVER_ENDPOINT" "$WORK/s3.cred")
+		url=s3://wsync-bench/e2e
+		prefix=e2e/
+		;;
+	*) echo "unknown backend $b" >&2; exit 2 ;;
+	esac
+	printf '[daemon]\nrole = publisher\nstate_dir = %s\nruntime_dir = %s\n[store]\n%s\n[publisher]\nwatch_dir = %s\n' \
+		"$WORK/tool" "$WORK/tool" "$store" "$WORK/tool-watch" >"$WORK/tool-$b.ini"
+	mkdir -p "$WORK/tool" "$WORK/tool-watch"
+	echo "# $b: daemons" >&2
+	daemons "$b" "$store" "$url" "$prefix"
+	echo "# $b: encode + transfer + apply, separately" >&2
+	components "$b" "$WORK/tool-$b.ini" "$url"
+	echo "# $b: full copy" >&2
+	fullcopy "$b" "$WORK/tool-$b.ini" "$url"
+	results "$b"
+	[ "$b" = s3 ] && s3rver_stop
+done
+echo
+echo "# e2e: checkpoint complete (marker mtime) -> last subscriber's 'applied' log line;"
+echo "# (published): -> the publisher's 'published version' line.  Same machine for everything."
