@@ -32,8 +32,8 @@
  *   "version"          the version HEAD names (0: nothing published)
  *   "step"             the trainer step of that version (null if unknown)
  *   "source"           the checkpoint directory it came from ("" if unknown)
- *   "last_published"   Unix seconds of the last publication by this process
- *                      (0: none yet)
+ *   "last_published"   when this process last published, RFC 3339 UTC, or
+ *                      null (none yet), as the subscriber's last_applied
  *   "last_duration_ms" snapshot + encode + upload time of that publication
  *   "last_delta_bytes" bytes uploaded for it (delta and anchor objects)
  *   "lag_seconds"      of the last publication: from the checkpoint being
@@ -244,7 +244,17 @@ static void write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "version", json_integer((json_int_t)p->head_version));
 	json_object_set_new(o, "step", p->has_step ? json_integer(p->step) : json_null());
 	json_object_set_new(o, "source", json_string(p->source ? p->source : ""));
-	json_object_set_new(o, "last_published", json_integer(p->last_published));
+	if (p->last_published > 0) {
+		time_t t = (time_t)p->last_published;
+		struct tm tm;
+		char when[32];
+
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		json_object_set_new(o, "last_published", json_string(when));
+	} else {
+		json_object_set_new(o, "last_published", json_null());
+	}
 	json_object_set_new(o, "last_duration_ms", json_integer((json_int_t)p->last_duration_ms));
 	json_object_set_new(o, "last_delta_bytes", json_integer((json_int_t)p->last_bytes));
 	json_object_set_new(o, "lag_seconds", p->last_lag >= 0 ? json_real(p->last_lag) :

@@ -88,8 +88,9 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 	if (json_is_true(json_object_get(o, "stale")))
 		printf("  HEAD is stale (older than max_head_age)\n");
-	if (has_int(o, "lag_seconds", &v))
-		printf("  lag:            %lld s\n", v);
+	j = json_object_get(o, "lag_seconds");
+	if (json_is_number(j))
+		printf("  lag:            %.1f s\n", json_number_value(j));
 	if (has_int(o, "bytes_shipped", &v))
 		printf("  shipped:        %lld bytes since start\n", v);
 	if (has_int(o, "bytes_downloaded", &v))

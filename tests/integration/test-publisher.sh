@@ -526,7 +526,7 @@ stop
 #     skipped for the newest, and the log says which
 scenario skip
 LOGS="$LOGS $LOG"
-PAUSE_MS=1500 start
+PAUSE_MS=6000 start	# long enough for three checkpoints to land on a busy machine
 put_ckpt 1
 check "skip: checkpoint-1 is being encoded" wait_state encoding
 put_ckpt 2
