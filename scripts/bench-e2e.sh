@@ -280,11 +280,11 @@ for v in sorted(comp):
         c[1], c[2], c[3], r))
 n = len(rs)
 print("| mean | %.2f | %s | %.2f | | | | %.2f× (goal ≤ 1.5×) |" % (
-    sum(x[0] for x in rs) / n, format(sum(x[1] for x in rs) // n, ","),
+    sum(x[0] for x in rs) / n, format(sum(int(e2e[v][3]) for v in comp) // n, ","),
     sum(x[2] for x in rs) / n, sum(x[4] for x in rs) / n))
 moved_w = sum(x[1] for x in rs) * (1 + subs)
 moved_f = ck * n * (1 + subs)
-print("\nbytes moved over %d delta steps (1 upload + %d downloads each): wsync %s, full copy %s (%.1f× less)"
+print("\nbytes moved over %d delta steps (1 upload + %d downloads each; wsync's with manifests and HEAD): wsync %s, full copy %s (%.1f× less)"
       % (n, subs, format(moved_w, ","), format(moved_f, ","), moved_f / max(moved_w, 1)))
 print("\n| daemon | CPU s | peak RSS MiB |")
 print("|---|---:|---:|")
