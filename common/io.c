@@ -2,6 +2,9 @@
 #include "io.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
@@ -24,4 +27,25 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
 		off += (uint64_t)n;
 	}
 	return 0;
+}
+
+int wsync_mkdir_p(const char *path, unsigned mode)
+{
+	char *p = strdup(path);
+	int r = 0;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *q = p + 1; *q && r == 0; q++) {
+		if (*q != '/')
+			continue;
+		*q = '\0';
+		if (mkdir(p, (mode_t)mode) < 0 && errno != EEXIST)
+			r = -errno;
+		*q = '/';
+	}
+	if (r == 0 && mkdir(p, (mode_t)mode) < 0 && errno != EEXIST)
+		r = -errno;
+	free(p);
+	return r;
 }

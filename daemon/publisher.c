@@ -64,6 +64,7 @@
 
 #include "checkpoint_scan.h"
 #include "log-messages.h"
+#include "io.h"
 #include "log.h"
 #include "manifest.h"
 #include "publisher.h"
@@ -2017,16 +2018,16 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		goto fail;
 	}
 	/* state_dir/publisher and runtime_dir */
-	if ((mkdir(cfg->state_dir, 0750) < 0 && errno != EEXIST) ||
-	    (snprintf(p->pub_dir, sizeof(p->pub_dir), "%s/publisher", cfg->state_dir),
-	     mkdir(p->pub_dir, 0750) < 0 && errno != EEXIST)) {
-		r = wsync_error_set(err, -errno, "state_dir %s: %s", cfg->state_dir,
-				    strerror(errno));
+	snprintf(p->pub_dir, sizeof(p->pub_dir), "%s/publisher", cfg->state_dir);
+	r = wsync_mkdir_p(p->pub_dir, 0750);
+	if (r < 0) {
+		r = wsync_error_set(err, r, "state_dir %s: %s", cfg->state_dir, strerror(-r));
 		goto fail;
 	}
-	if (mkdir(cfg->runtime_dir, 0755) < 0 && errno != EEXIST) {
-		r = wsync_error_set(err, -errno, "runtime_dir %s: %s", cfg->runtime_dir,
-				    strerror(errno));
+	r = wsync_mkdir_p(cfg->runtime_dir, 0755);
+	if (r < 0) {
+		r = wsync_error_set(err, r, "runtime_dir %s: %s", cfg->runtime_dir,
+				    strerror(-r));
 		goto fail;
 	}
 	if (realpath(p->pub_dir, path)) {

@@ -79,6 +79,7 @@
 #include <jansson.h>
 
 #include "log-messages.h"
+#include "io.h"
 #include "log.h"
 #include "manifest.h"
 #include "sign.h"
@@ -212,26 +213,6 @@ static char *path_join(const char *a, const char *b)
 	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
 }
 
-static int mkdir_p(const char *path)
-{
-	char *p = strdup(path);
-	int r = 0;
-
-	if (!p)
-		return -ENOMEM;
-	for (char *q = p + 1; *q; q++) {
-		if (*q != '/')
-			continue;
-		*q = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			r = -errno;
-		*q = '/';
-	}
-	if (r == 0 && mkdir(p, 0755) < 0 && errno != EEXIST)
-		r = -errno;
-	free(p);
-	return r;
-}
 
 static void rfc3339(int64_t t, char *buf, size_t len)
 {
@@ -1457,7 +1438,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		if (!dirs[i])
 			continue;
-		r = mkdir_p(dirs[i]);
+		r = wsync_mkdir_p(dirs[i], 0755);
 		if (r < 0) {
 			r = wsync_error_set(err, r, "%s: cannot create: %s", dirs[i], strerror(-r));
 			goto fail;
@@ -1468,7 +1449,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 
 		if (slash && slash != parent)
 			*slash = '\0';
-		r = parent ? mkdir_p(parent) : -ENOMEM;
+		r = parent ? wsync_mkdir_p(parent, 0755) : -ENOMEM;
 		free(parent);
 		if (r == 0)
 			r = sub_layout_prepare(cfg->target_dir, err);
