@@ -74,10 +74,10 @@ else
 	fail_stage "ASan build"
 fi
 
-say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header parser and the delta reader)"
+say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta and manifest parsers, a third of it for the index and the config loader)"
 if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
 	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
-	for target in safetensors-header safetensors-index delta manifest; do
+	for target in safetensors-header safetensors-index delta manifest config; do
 		secs=$fuzz_seconds
 		case $target in
 		safetensors-header | delta | manifest) ;;
