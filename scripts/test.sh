@@ -5,9 +5,9 @@
 # under ASan+UBSan (leaks included), runs each fuzz target for a fixed time,
 # and ends with one line "N passed, N failed".
 #
-#   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the header parser's
-#                           and the delta reader's targets get this; the
-#                           others a third of it)
+#   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the safetensors
+#                           header, delta and manifest targets get this;
+#                           the index and config targets a third of it)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
