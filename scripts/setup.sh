@@ -25,7 +25,7 @@ packages=(
 	awscli curl
 	# xxh128sum: the S3 tests compare object hashes
 	xxhash
-	# man pages (man/*.scd); systemd-analyze verify/security, dpkg-deb and
+	# man pages (daemon/man/*.scd); systemd-analyze verify/security, dpkg-deb and
 	# deb-systemd-helper for tests/integration/test-systemd.sh, test-package.sh
 	scdoc systemd dpkg-dev init-system-helpers
 )

@@ -106,7 +106,7 @@ echo "# $n_keys keys from --dump-config"
 check "the loader lists 30 or more keys" test "$n_keys" -ge 30
 documented=$(awk '/^# \[[a-z]+\] SECTION/ { s = substr($2, 2, length($2) - 2); next }
 	/^# / { s = "" }
-	s != "" && /^\*[a-z_]+\* =/ { k = $1; gsub(/\*/, "", k); print s, k }' "$src/man/wsyncd.ini.5.scd")
+	s != "" && /^\*[a-z_]+\* =/ { k = $1; gsub(/\*/, "", k); print s, k }' "$src/daemon/man/wsyncd.ini.5.scd")
 missing=$(comm -23 <(printf '%s\n' "$keys" | sort) <(printf '%s\n' "$documented" | sort))
 [ -z "$missing" ] || printf '# undocumented: %s\n' $missing
 tap_result $([ -z "$missing" ]; echo $?) "every [section] key is documented in wsyncd.ini(5)"
@@ -115,11 +115,11 @@ extra=$(comm -13 <(printf '%s\n' "$keys" | sort) <(printf '%s\n' "$documented" |
 tap_result $([ -z "$extra" ]; echo $?) "wsyncd.ini(5) documents no key the loader refuses"
 
 opts=$("$WSYNCD" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
-missing=$(for o in $opts; do grep -qF -- "*$o*" "$src/man/wsyncd.8.scd" || echo "$o"; done)
+missing=$(for o in $opts; do grep -qF -- "*$o*" "$src/daemon/man/wsyncd.8.scd" || echo "$o"; done)
 [ -z "$missing" ] || printf '# undocumented: %s\n' $missing
 tap_result $([ -z "$missing" ]; echo $?) "every wsyncd option is in wsyncd(8)"
 cmds=$("$WSYNC" --help | sed -nE 's/^  ([a-z]+) .*/\1/p' | sort -u)
-missing=$(for c in $cmds; do grep -qE -- "^\\*$c( |\\*)" "$src/man/wsync.1.scd" || echo "$c"; done)
+missing=$(for c in $cmds; do grep -qE -- "^\\*$c( |\\*)" "$src/daemon/man/wsync.1.scd" || echo "$c"; done)
 [ -z "$missing" ] || printf '# undocumented: %s\n' $missing
 tap_result $([ -z "$missing" ]; echo $?) "every wsync command is in wsync(1)"
 if command -v scdoc >/dev/null 2>&1; then
