@@ -119,8 +119,8 @@ struct s3_op {
 	/* list */
 	struct wsync_store_entry *entries;
 	size_t n_entries, cap_entries;
-	char **todo;			/* prefixes still to list */
-	size_t n_todo, cap_todo;
+	char **pending;			/* prefixes still to list */
+	size_t n_pending, cap_pending;
 	char *dest;			/* get to file: the final path (copied: the pool uses it) */
 	bool check_xxh3;
 	uint8_t xxh3[16];
@@ -1096,16 +1096,16 @@ static int list_page(struct s3_op *op, const char *prefix, const char *token)
 
 static int list_push(struct s3_op *op, char *s)
 {
-	if (op->n_todo == op->cap_todo) {
-		size_t c = op->cap_todo ? op->cap_todo * 2 : 16;
-		char **p = realloc(op->todo, c * sizeof(*p));
+	if (op->n_pending == op->cap_pending) {
+		size_t c = op->cap_pending ? op->cap_pending * 2 : 16;
+		char **p = realloc(op->pending, c * sizeof(*p));
 
 		if (!p)
 			return -ENOMEM;
-		op->todo = p;
-		op->cap_todo = c;
+		op->pending = p;
+		op->cap_pending = c;
 	}
-	op->todo[op->n_todo++] = s;
+	op->pending[op->n_pending++] = s;
 	return 0;
 }
 
@@ -1178,8 +1178,8 @@ static void list_done(struct s3_xfer *x)
 	if (r >= 0 && pg.truncated) {
 		/* The same prefix again from the token: recover it from the query. */
 		r = list_page(op, x->query[1].value + plen, pg.next_token);
-	} else if (r >= 0 && op->n_todo) {
-		char *p = op->todo[--op->n_todo];
+	} else if (r >= 0 && op->n_pending) {
+		char *p = op->pending[--op->n_pending];
 
 		r = list_page(op, p, NULL);
 		free(p);
@@ -1251,9 +1251,9 @@ static void op_free(struct s3_op *op)
 		free(op->entries[i].etag);
 	}
 	free(op->entries);
-	for (size_t i = 0; i < op->n_todo; i++)
-		free(op->todo[i]);
-	free(op->todo);
+	for (size_t i = 0; i < op->n_pending; i++)
+		free(op->pending[i]);
+	free(op->pending);
 	free(op);
 }
 
