@@ -6,8 +6,8 @@
 # and ends with one line "N passed, N failed".
 #
 #   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the safetensors
-#                           header, delta and manifest targets get this;
-#                           the index and config targets a third of it)
+#                           header, delta, manifest/HEAD and config
+#                           targets get this; the index target a third)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -74,13 +74,13 @@ else
 	fail_stage "ASan build"
 fi
 
-say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta and manifest parsers, a third of it for the index and the config loader)"
+say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta, manifest and config parsers, a third of it for the index)"
 if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
 	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
 	for target in safetensors-header safetensors-index delta manifest config; do
 		secs=$fuzz_seconds
 		case $target in
-		safetensors-header | delta | manifest) ;;
+		safetensors-header | delta | manifest | config) ;;
 		*) secs=$(((fuzz_seconds + 2) / 3)) ;;
 		esac
 		work=build-fuzz/corpus-$target
