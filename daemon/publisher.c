@@ -206,6 +206,7 @@ struct wsync_publisher {
 
 	/* status */
 	bool store_ok;
+	int64_t store_down_since;	/* time(): when the outage began */
 	int64_t last_published;
 	uint64_t last_duration_ms, last_bytes, bytes_shipped;
 	double last_lag;		/* seconds; < 0: none yet */
@@ -349,6 +350,7 @@ static void store_failed(struct wsync_publisher *p, const char *what,
 			  "bucket %s: %s: %s; retrying with backoff",
 			  wsync_store_describe(p->d->store), what, wsync_error_str(&res->error));
 		p->store_ok = false;
+		p->store_down_since = (int64_t)time(NULL);
 	} else {
 		log_debug("%s: %s (still failing)", what, wsync_error_str(&res->error));
 	}
@@ -366,7 +368,10 @@ static void store_failed(struct wsync_publisher *p, const char *what,
 static void store_ok(struct wsync_publisher *p)
 {
 	if (!p->store_ok) {
-		log_notice("bucket %s reachable again", wsync_store_describe(p->d->store));
+		log_event(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_REACHABLE),
+			  "bucket %s reachable again after %" PRId64 " s",
+			  wsync_store_describe(p->d->store),
+			  (int64_t)time(NULL) - p->store_down_since);
 		p->store_ok = true;
 	}
 	p->retry_ms = 0;

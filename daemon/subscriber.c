@@ -413,9 +413,10 @@ static void store_worked(struct wsync_subscriber *s)
 {
 	if (!s->store_ok) {
 		s->store_ok = true;
-		log_notice("store %s reachable again after %" PRId64 " s",
-			   wsync_store_describe(s->d->store),
-			   (int64_t)time(NULL) - s->store_down_since);
+		wsync_log(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_REACHABLE),
+			  "store %s reachable again after %" PRId64 " s",
+			  wsync_store_describe(s->d->store),
+			  (int64_t)time(NULL) - s->store_down_since);
 		if (strncmp(s->last_error, "store unreachable", 17) == 0)
 			s->last_error[0] = '\0';
 	}
