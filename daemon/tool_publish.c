@@ -4,10 +4,11 @@
  * checkpoint directory as the next version and exit, for scripts.
  *
  * It runs the daemon's own publisher (publisher.h, one-shot mode) on a
- * private loop with its own store and jobs thread, so what lands in the
- * bucket is exactly what wsyncd would have published: same recovery, same
- * base copy in state_dir, same manifest and HEAD order, same signing.  Do
- * not run it against the state_dir of a running publisher.
+ * private loop with its own store and jobs thread (tool_oneshot.h), so
+ * what lands in the bucket is exactly what wsyncd would have published:
+ * same recovery, same base copy in state_dir, same manifest and HEAD
+ * order, same signing.  Do not run it against the state_dir of a running
+ * publisher.
  *
  * Exit: 0 published (or DIR already is HEAD's version), 65 DIR is not a
  * complete, valid checkpoint, 1 any other failure (bucket unreachable
@@ -19,120 +20,58 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <uv.h>
-
-#include "config.h"
-#include "daemon.h"
-#include "log.h"
 #include "publisher.h"
 #include "tool.h"
+#include "tool_oneshot.h"
 
-struct publish_run {
-	struct wsync_daemon d;
-	struct wsync_publisher *pub;
-	uv_signal_t sig_int, sig_term;
-	uv_timer_t tick;
-	bool tty, finished, stopping;
-	uint64_t t0;
-	char line[256];
+struct publish_result {
+	bool finished;
 	int result;
 	uint64_t version;
 	int64_t step;
 	char message[512];
 };
 
-static void draw(struct publish_run *r)
-{
-	if (!r->tty || !r->line[0])
-		return;
-	fprintf(stderr, "\r\033[K[%3us] %s", (unsigned)((uv_now(r->d.loop) - r->t0) / 1000),
-		r->line);
-	fflush(stderr);
-}
-
-static void erase_line(struct publish_run *r)
-{
-	if (r->tty && r->line[0]) {
-		fputs("\r\033[K", stderr);
-		fflush(stderr);
-	}
-	r->line[0] = '\0';
-}
-
 static void set_status(struct wsync_daemon *d, const char *line)
 {
-	struct publish_run *r = d->data;
-
-	snprintf(r->line, sizeof(r->line), "%s", line);
-	draw(r);
+	wsync_oneshot_progress(d->data, line);
 }
 
-static void on_tick(uv_timer_t *t)
+static int role_start(void *role)
 {
-	draw(t->data);
+	return wsync_publisher_start(role);
 }
 
-static void close_handles(struct publish_run *r)
+static void role_stop(void *role)
 {
-	uv_close((uv_handle_t *)&r->sig_int, NULL);
-	uv_close((uv_handle_t *)&r->sig_term, NULL);
-	uv_close((uv_handle_t *)&r->tick, NULL);
-	wsync_jobs_free(r->d.jobs);
-	r->d.jobs = NULL;
-	wsync_store_free(r->d.store);
-	r->d.store = NULL;
+	wsync_publisher_stop(role);
 }
 
-static void stopped(struct wsync_daemon *d)
+static void role_free(void *role)
 {
-	struct publish_run *r = d->data;
-
-	wsync_publisher_free(r->pub);
-	r->pub = NULL;
-	close_handles(r);
+	wsync_publisher_free(role);
 }
 
-static void stop(struct publish_run *r)
-{
-	if (r->stopping)
-		return;
-	r->stopping = true;
-	wsync_publisher_stop(r->pub);	/* stopped() follows on the loop */
-}
-
-static void on_stop_timer(uv_timer_t *t)
-{
-	stop(t->data);
-}
+static const struct wsync_oneshot_role publisher_ops = {
+	.start = role_start, .stop = role_stop, .free = role_free,
+};
 
 static void done(int result, uint64_t version, int64_t step, const char *message, void *data)
 {
-	struct publish_run *r = data;
+	struct wsync_oneshot *o = data;
+	struct publish_result *r = o->data;
 
 	r->finished = true;
 	r->result = result;
 	r->version = version;
 	r->step = step;
 	snprintf(r->message, sizeof(r->message), "%s", message ? message : "");
-	/* not from inside the publisher's own callback: from the loop */
-	uv_timer_start(&r->tick, on_stop_timer, 0, 0);
-}
-
-static void on_signal(uv_signal_t *h, int signum)
-{
-	struct publish_run *r = h->data;
-
-	(void)signum;
-	erase_line(r);
-	fprintf(stderr, "wsync publish: interrupted; finishing safely\n");
-	stop(r);
+	wsync_oneshot_done(o);
 }
 
 static void usage(FILE *f)
@@ -152,15 +91,13 @@ int tool_publish(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct wsync_config_errors errs = { 0 };
-	struct wsync_store_options so;
 	struct wsync_error err = { 0 };
-	struct wsync_config cfg;
-	struct publish_run r = { .result = -EINTR };
+	struct publish_result r = { .result = -EINTR };
+	struct wsync_publisher *pub = NULL;
+	struct wsync_oneshot o;
 	const char *config = NULL, *dir;
 	bool verbose = false;
 	struct stat st = { 0 };
-	uv_loop_t loop;
 	int c, e, code;
 
 	optind = 1;
@@ -184,63 +121,15 @@ int tool_publish(int argc, char **argv)
 			S_ISDIR(st.st_mode) || !e ? "not a directory" : strerror(e));
 		return WSYNC_EXIT_DATAERR;
 	}
-	if (wsync_config_init(&cfg) < 0) {
-		fprintf(stderr, "wsync publish: out of memory\n");
-		return WSYNC_EXIT_FAILURE;
-	}
-	if (wsync_config_load(&cfg, config, &errs) < 0) {
-		for (size_t i = 0; i < errs.n; i++)
-			fprintf(stderr, "%s\n", errs.items[i].text);
-		wsync_config_errors_free(&errs);
-		wsync_config_free(&cfg);
-		return WSYNC_EX_CONFIG;
-	}
-	wsync_config_errors_free(&errs);
-	/* the daemon's info lines are for the journal; here, warnings up */
-	wsync_log_set_level(verbose ? cfg.log_level : LOG_WARNING);
-
-	if (uv_loop_init(&loop) < 0) {
-		wsync_config_free(&cfg);
-		return WSYNC_EXIT_FAILURE;
-	}
-	r.d = (struct wsync_daemon){ .loop = &loop, .cfg = &cfg, .set_status = set_status,
-				     .stopped = stopped, .data = &r };
-	r.tty = isatty(STDERR_FILENO) && !verbose;
-	e = wsync_config_store_options(&cfg, &so);
-	if (e >= 0)
-		e = wsync_store_new(&loop, &so, &r.d.store, &err);
-	if (e < 0) {
-		fprintf(stderr, "wsync publish: store %s: %s\n", cfg.store_url,
-			err.code ? wsync_error_str(&err) : strerror(-e));
-		code = e == -EINVAL ? WSYNC_EX_CONFIG : WSYNC_EXIT_FAILURE;
-		goto out_loop;
-	}
-	e = wsync_jobs_new(&loop, &r.d.jobs);
-	if (e < 0) {
-		fprintf(stderr, "wsync publish: cannot start a worker thread: %s\n", strerror(-e));
-		code = WSYNC_EXIT_FAILURE;
-		goto out_loop;
-	}
-	e = wsync_publisher_new_once(&r.d, dir, done, &r, &r.pub, &err);
-	if (e < 0) {
-		fprintf(stderr, "wsync publish: %s\n",
-			err.code ? wsync_error_str(&err) : strerror(-e));
-		code = e == -EINVAL ? WSYNC_EX_CONFIG : WSYNC_EXIT_FAILURE;
-		goto out_loop;
-	}
-	uv_signal_init(&loop, &r.sig_int);
-	uv_signal_init(&loop, &r.sig_term);
-	uv_timer_init(&loop, &r.tick);
-	r.sig_int.data = r.sig_term.data = r.tick.data = &r;
-	uv_signal_start(&r.sig_int, on_signal, SIGINT);
-	uv_signal_start(&r.sig_term, on_signal, SIGTERM);
-	signal(SIGPIPE, SIG_IGN);
-	r.t0 = uv_now(&loop);
-	if (r.tty)
-		uv_timer_start(&r.tick, on_tick, 1000, 1000);
-	(void)wsync_publisher_start(r.pub);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	erase_line(&r);
+	code = wsync_oneshot_init(&o, "wsync publish", config, verbose);
+	if (code)
+		return wsync_oneshot_free(&o, code);
+	o.data = &r;
+	o.d.set_status = set_status;
+	e = wsync_publisher_new_once(&o.d, dir, done, &o, &pub, &err);
+	if (e < 0)
+		return wsync_oneshot_free(&o, wsync_oneshot_fail(&o, e, &err));
+	wsync_oneshot_run(&o, &publisher_ops, pub);
 
 	if (!r.finished) {
 		fprintf(stderr, "wsync publish: %s: interrupted before it was published\n", dir);
@@ -256,16 +145,5 @@ int tool_publish(int argc, char **argv)
 			strerror(-r.result));
 		code = r.result == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
-	goto out;
-
-out_loop:
-	wsync_publisher_free(r.pub);
-	wsync_jobs_free(r.d.jobs);
-	wsync_store_free(r.d.store);
-	uv_run(&loop, UV_RUN_DEFAULT);
-out:
-	if (uv_loop_close(&loop) < 0)
-		fprintf(stderr, "wsync publish: the event loop still had open handles\n");
-	wsync_config_free(&cfg);
-	return code;
+	return wsync_oneshot_free(&o, code);
 }
