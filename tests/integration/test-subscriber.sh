@@ -205,6 +205,16 @@ wait_log() {
 	return 1
 }
 check "the modification is noticed" wait_log s1 "repairing from the newest anchor"
+# the status still says idle at version 4 until the repair's cycle starts:
+# wait for the repair's own apply (the second one from the anchor)
+wait_anchor_applies() {
+	for _ in $(seq 200); do
+		[ "$(grep -c "applied from anchor" "$TMP/$1/log")" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+check "the repair applies the anchor again" wait_anchor_applies s1 2
 check "a locally modified file is repaired" wait_version s1 4
 check "target equals checkpoint 4 again" same "$CK-4" "$TMP/s1/target"
 
