@@ -72,3 +72,85 @@ tap_done() {
 	echo "1..$TAP_N"
 	[ "$TAP_FAILED" -eq 0 ]
 }
+
+# ---- a subscriber wsyncd against a hand-written file:// bucket ----------
+# (test-subscriber.sh, test-hostile.sh).  A script may define its own
+# function of the same name after sourcing this file.
+#
+#   pub BUCKET VERSION CKPT [options]   tests/integration/bucket-writer.py
+#                                       (needs KEY, EMPTY exported)
+#   conf NAME BUCKET [verify]           a subscriber config in $TMP/NAME/
+#   start NAME / stop NAME              wsyncd in the background / SIGTERM
+#   field NAME KEY                      a field of its status.json
+#   wait_version NAME V, wait_error NAME TEXT, wait_log NAME TEXT (20 s)
+#   same DIR1 DIR2                      identical trees (.wsync/ aside)
+pub() { "$PYTHON3" "$WSYNC_SOURCE_ROOT/tests/integration/bucket-writer.py" "$@"; }
+
+conf() {
+	local d="$TMP/$1"
+	mkdir -p "$d"
+	{
+		echo "[daemon]"
+		echo "role = subscriber"
+		echo "state_dir = $d/state"
+		echo "runtime_dir = $d/run"
+		echo "threads = 2"
+		echo "log_level = debug"
+		echo "[store]"
+		echo "url = file://$2"
+		echo "[subscriber]"
+		echo "target_dir = $d/target"
+		echo "poll_interval = 200ms"
+		[ "${3:-}" = verify ] && echo "verify_key = $TMP/key.pub"
+	} >"$d/wsyncd.ini"
+}
+
+PIDS=()
+start() { # start NAME: wsyncd in the background, log in $TMP/NAME/log
+	"$WSYNCD" -c "$TMP/$1/wsyncd.ini" >>"$TMP/$1/log" 2>&1 &
+	eval "PID_$1=$!"
+	PIDS+=($!)
+}
+stop() { # stop NAME: SIGTERM, wait at most 10 s; the exit code
+	local pid
+	eval "pid=\$PID_$1"
+	kill -TERM "$pid" 2>/dev/null
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	wait "$pid"
+}
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
+
+field() {
+	"$PYTHON3" -c 'import json,sys
+try: v = json.load(open(sys.argv[1])).get(sys.argv[2])
+except Exception: v = None
+print("" if v is None else v)' "$TMP/$1/run/status.json" "$2"
+}
+wait_version() {
+	for _ in $(seq 200); do
+		[ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ] && return 0
+		sleep 0.1
+	done
+	echo "# status: $(field "$1" message)"
+	tail -5 "$TMP/$1/log" | sed 's/^/# /'
+	return 1
+}
+wait_error() {
+	for _ in $(seq 200); do
+		case "$(field "$1" last_error)" in *"$2"*) return 0 ;; esac
+		sleep 0.1
+	done
+	echo "# last_error: $(field "$1" last_error)"
+	return 1
+}
+wait_log() {
+	for _ in $(seq 200); do
+		grep -qF "$2" "$TMP/$1/log" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+same() { diff -r -x .wsync "$1" "$2" >/dev/null; }   # .wsync/: the subscriber's own

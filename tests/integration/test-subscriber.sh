@@ -3,7 +3,8 @@
 # test-subscriber.sh -- the real wsyncd, role subscriber, against a file://
 # bucket laid out by hand as common/BUCKET.md says (wsync diff for deltas
 # and anchors, manifests and HEAD written and Ed25519-signed by a small
-# Python writer below): a fresh node catches up from an anchor; the next
+# Python writer, tests/integration/bucket-writer.py;
+# helpers in lib.sh): a fresh node catches up from an anchor; the next
 # version comes as a delta; a flipped byte in a delta is refused (target
 # unchanged) and the version is applied once the object is good; a
 # locally modified target file is repaired from the anchor; a node lagging
@@ -19,155 +20,7 @@ mkdir -p "$TMP/empty"
 openssl genpkey -algorithm ed25519 -out "$TMP/key.pem" 2>/dev/null
 openssl pkey -in "$TMP/key.pem" -pubout -out "$TMP/key.pub" 2>/dev/null
 
-# pub.py BUCKET VERSION CKPT [--prev DIR] [--anchor] [--sign] [--bad-path]
-#         [--head-only MANIFEST_VERSION]
-cat >"$TMP/pub.py" <<'EOF'
-import base64, hashlib, json, os, subprocess, sys, time
-args = sys.argv[1:]
-bucket, version, ckpt = args[0], int(args[1]), args[2]
-opt = args[3:]
-def flag(n): return n in opt
-def val(n): return opt[opt.index(n) + 1] if n in opt else None
-W, KEY, EMPTY = os.environ["WSYNC"], os.environ["KEY"], os.environ["EMPTY"]
-def xxh(p):
-    out = subprocess.run(["xxh128sum", p], capture_output=True, text=True, check=True).stdout
-    return out.split()[0]
-def ref(key):
-    p = os.path.join(bucket, key)
-    return {"key": key, "size": os.path.getsize(p), "xxh128": xxh(p)}
-def sign(body):
-    if not flag("--sign"):
-        return body
-    tmp = os.path.join(bucket, ".body")   # pkeyutl -rawin wants a file, not a pipe
-    open(tmp, "wb").write(body)
-    sig = subprocess.run(["openssl", "pkeyutl", "-sign", "-inkey", KEY, "-rawin", "-in", tmp],
-                         capture_output=True, check=True).stdout
-    os.unlink(tmp)
-    der = subprocess.run(["openssl", "pkey", "-in", KEY, "-pubout", "-outform", "DER"],
-                         capture_output=True, check=True).stdout
-    kid = hashlib.sha256(der[-32:]).hexdigest()[:16]
-    return body + b"wsync-signature ed25519 %s %s\n" % (kid.encode(), base64.b64encode(sig))
-now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-V = "%012d" % version
-state_path = os.path.join(bucket, ".anchors.json")   # the writer's own memory
-anchors = json.load(open(state_path)) if os.path.exists(state_path) else []
-def write_head(v):
-    head = {"format": "wsync-head", "format_version": 1, "version": v,
-            "manifest": ref("manifests/%012d.json" % v), "created": now}
-    # tmp + rename, as a real publisher: a poll never reads half a HEAD
-    open(os.path.join(bucket, ".HEAD.tmp"), "wb").write(sign((json.dumps(head) + "\n").encode()))
-    os.rename(os.path.join(bucket, ".HEAD.tmp"), os.path.join(bucket, "HEAD"))
-if val("--head-only"):
-    write_head(int(val("--head-only")))
-    sys.exit(0)
-for d in ("manifests", "deltas", "anchors"):
-    os.makedirs(os.path.join(bucket, d), exist_ok=True)
-objects = []
-if val("--prev"):
-    subprocess.run([W, "diff", val("--prev"), ckpt, "-o", os.path.join(bucket, "deltas", V + ".wsd")],
-                   check=True, stdout=subprocess.DEVNULL)
-    objects.append(dict(role="delta", **ref("deltas/%s.wsd" % V)))
-    if flag("--flip"):   # damage the object after its hash went into the manifest
-        p = os.path.join(bucket, "deltas", V + ".wsd")
-        open(p + ".good", "wb").write(open(p, "rb").read())
-        b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 1; open(p, "wb").write(b)
-is_anchor = flag("--anchor")
-if is_anchor:
-    subprocess.run([W, "diff", EMPTY, ckpt, "-o", os.path.join(bucket, "anchors", V + ".wsa")],
-                   check=True, stdout=subprocess.DEVNULL)
-    objects.append(dict(role="anchor", **ref("anchors/%s.wsa" % V)))
-files = []
-for root, _, names in os.walk(ckpt):
-    for n in names:
-        p = os.path.join(root, n)
-        files.append({"path": os.path.relpath(p, ckpt), "size": os.path.getsize(p), "xxh128": xxh(p)})
-files.sort(key=lambda f: f["path"].encode())
-if flag("--bad-path"):
-    files.append({"path": "../evil.safetensors", "size": 3, "xxh128": "0" * 32})
-alist = list(anchors)
-if is_anchor:   # an anchor manifest lists itself; it can't hold its own hash
-    alist.append({"version": version, "manifest": {"key": "manifests/%s.json" % V, "size": 0,
-                                                   "xxh128": "0" * 32}})
-m = {"format": "wsync-manifest", "format_version": 1, "version": version, "step": version * 10,
-     "created": now, "kind": "anchor" if is_anchor else "delta",
-     "anchor_version": version if is_anchor else anchors[-1]["version"],
-     "objects": objects, "files": files, "anchors": alist, "writer": "test-subscriber.sh"}
-if val("--prev"):
-    m["base_version"] = version - 1
-open(os.path.join(bucket, "manifests", V + ".json"), "wb").write(sign((json.dumps(m, indent=1) + "\n").encode()))
-if is_anchor:
-    anchors.append({"version": version, "manifest": ref("manifests/%s.json" % V)})
-    json.dump(anchors, open(state_path, "w"))
-write_head(version)
-EOF
 export KEY="$TMP/key.pem" EMPTY="$TMP/empty" WSYNC
-pub() { "$PYTHON3" "$TMP/pub.py" "$@"; }
-
-# conf NAME BUCKET [verify]: a subscriber's config in $TMP/NAME/
-conf() {
-	local d="$TMP/$1"
-	mkdir -p "$d"
-	{
-		echo "[daemon]"
-		echo "role = subscriber"
-		echo "state_dir = $d/state"
-		echo "runtime_dir = $d/run"
-		echo "threads = 2"
-		echo "log_level = debug"
-		echo "[store]"
-		echo "url = file://$2"
-		echo "[subscriber]"
-		echo "target_dir = $d/target"
-		echo "poll_interval = 200ms"
-		[ "${3:-}" = verify ] && echo "verify_key = $TMP/key.pub"
-	} >"$d/wsyncd.ini"
-}
-
-PIDS=()
-start() { # start NAME: wsyncd in the background, log in $TMP/NAME/log
-	"$WSYNCD" -c "$TMP/$1/wsyncd.ini" >>"$TMP/$1/log" 2>&1 &
-	eval "PID_$1=$!"
-	PIDS+=($!)
-}
-stop() { # stop NAME: SIGTERM, wait at most 10 s; the exit code
-	local pid
-	eval "pid=\$PID_$1"
-	kill -TERM "$pid" 2>/dev/null
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	wait "$pid"
-}
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-
-# field NAME KEY: a field of status.json
-field() {
-	"$PYTHON3" -c 'import json,sys
-try: v = json.load(open(sys.argv[1])).get(sys.argv[2])
-except Exception: v = None
-print("" if v is None else v)' "$TMP/$1/run/status.json" "$2"
-}
-# wait_version NAME V: status says version V, idle, within 20 s
-wait_version() {
-	for _ in $(seq 200); do
-		[ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ] && return 0
-		sleep 0.1
-	done
-	echo "# status: $(field "$1" message)"
-	tail -5 "$TMP/$1/log" | sed 's/^/# /'
-	return 1
-}
-# wait_error NAME TEXT: last_error contains TEXT within 20 s
-wait_error() {
-	for _ in $(seq 200); do
-		case "$(field "$1" last_error)" in *"$2"*) return 0 ;; esac
-		sleep 0.1
-	done
-	echo "# last_error: $(field "$1" last_error)"
-	return 1
-}
-same() { diff -r -x .wsync "$1" "$2" >/dev/null; }   # .wsync/: the subscriber's own
 
 B="$TMP/bucket"
 CK="$TMP/ck/checkpoint"
@@ -196,14 +49,6 @@ check "target equals checkpoint 4" same "$CK-4" "$TMP/s1/target"
 # A file of the target modified by someone else.
 f=$(cd "$TMP/s1/target" && ls ./*.safetensors | head -1)
 printf 'XXXX' | dd of="$TMP/s1/target/$f" bs=1 seek=5000 conv=notrunc 2>/dev/null
-# wait_log NAME TEXT: the log has TEXT within 20 s
-wait_log() {
-	for _ in $(seq 200); do
-		grep -qF "$2" "$TMP/$1/log" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 check "the modification is noticed" wait_log s1 "repairing from the newest anchor"
 # the status still says idle at version 4 until the repair's cycle starts:
 # wait for the repair's own apply (the second one from the anchor)
@@ -256,7 +101,7 @@ fi
 B2="$TMP/b2"
 conf s2 "$B2"
 mkdir -p "$TMP/s2/outside"
-pub "$B2" 1 "$CK-1" --anchor --bad-path
+pub "$B2" 1 "$CK-1" --anchor --bad-path ../evil.safetensors
 start s2
 check "a manifest with a ../ path is refused" wait_error s2 "refused"
 contains "the refusal names the path" "$(field s2 last_error)" ".."
