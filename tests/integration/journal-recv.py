@@ -7,7 +7,12 @@ COMMAND with WSYNC_JOURNAL_SOCKET=SOCKET (common/log.c then sends its
 journal entries there in the native protocol), and write every entry
 received to OUT.json as a list of {field: value}, plus the exit status.
 With --until, send SIGTERM to COMMAND once an entry with that MESSAGE_ID
-has arrived.  Every wait is bounded (10 s)."""
+has arrived.  Every wait is bounded (10 s).
+
+journal-recv.py SOCKET OUT.jsonl --serve SECONDS: no command; receive
+until SIGTERM or SECONDS have passed, appending each entry to OUT.jsonl as
+one JSON line as it arrives (for daemons the test starts itself with
+WSYNC_JOURNAL_SOCKET=SOCKET; unparsable datagrams become {"_error": ...})."""
 import json
 import os
 import signal
@@ -41,9 +46,33 @@ def parse(d):
     return fields
 
 
+def serve(sock_path, out, seconds):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(sock_path)
+    s.settimeout(0.2)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    deadline = time.monotonic() + seconds
+    with open(out, "a") as f:
+        while not stop and time.monotonic() < deadline:
+            try:
+                d = s.recv(1 << 20)
+            except (socket.timeout, InterruptedError):
+                continue
+            try:
+                e = parse(d)
+            except Exception as ex:  # noqa: BLE001 -- reported, not fatal
+                e = {"_error": "%s: %r" % (ex, d[:200])}
+            f.write(json.dumps(e) + "\n")
+            f.flush()
+
+
 def main():
     args = sys.argv[1:]
     sock_path, out = args[0], args[1]
+    if args[2] == "--serve":
+        serve(sock_path, out, float(args[3]))
+        return
     until = None
     rest = args[2:]
     if rest[0] == "--until":
