@@ -849,8 +849,9 @@ static int walk_all(struct walk *w, struct wsync_error *err)
 		if (type == WSYNC_DELTA_REC_FILE &&
 		    len > WSYNC_DELTA_FILE_FIXED_LEN + WSYNC_DELTA_PATH_MAX)
 			return wsync_error_set(err, -EINVAL,
-				"FILE record at offset %" PRIu64 " of %" PRIu64 " bytes",
-				hdr_off, len);
+				"FILE record at offset %" PRIu64 " of %" PRIu64 " bytes: "
+				"more than a path of at most %d bytes allows",
+				hdr_off, len, WSYNC_DELTA_PATH_MAX);
 		if (type == WSYNC_DELTA_REC_END && len != WSYNC_DELTA_END_LEN)
 			return wsync_error_set(err, -EINVAL,
 				"END record of %" PRIu64 " bytes", len);
