@@ -1,0 +1,221 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# test-hostile.sh -- hostile or broken input (issue 7), one group per kind:
+#  1. bucket content: a flipped byte in an anchor, a manifest and HEAD, a
+#     truncated delta, a manifest naming a wrong base: the subscriber
+#     refuses, keeps the old version (bytes and state marker), says so in
+#     status.json's last_error and in the journal (VERIFY_FAILED), and
+#     recovers when good data appears;
+#  2. path safety: "..", absolute, NUL and overlong paths in manifests and
+#     in delta FILE records, symlinks planted in target_dir: nothing is
+#     written outside target_dir (a canary folder keeps its exact bytes);
+#  3. resource bombs: terabyte size fields, a zstd bomb, a million tiny
+#     tensors: bounded memory (peak RSS printed) and time, a clear error;
+#  4. rollback and freeze: wrongly signed and replayed HEADs refused, a
+#     HEAD older than max_head_age reported stale;
+#  5. trainer output: truncated safetensors, malformed header, a shard
+#     missing from the index: the publisher logs CHECKPOINT_REJECTED
+#     naming the file and publishes the next good step;
+#  6. local damage with size and mtime kept: repaired from the anchor;
+#  7. disk full (a small tmpfs): clean failure, retry once space is back;
+#  8. bad configuration: every key of the table, a bad value -> FILE:LINE
+#     naming the key, exit 78 from --check-config and from wsyncd.
+# Overlaps with test-subscriber.sh (flipped delta, "../" in a manifest,
+# unsigned HEAD, rollback) are not repeated.  Every wait is bounded.
+. "$(dirname "$0")/lib.sh"
+src=$WSYNC_SOURCE_ROOT
+RECV=$src/tests/integration/journal-recv.py
+CRAFT=$src/tests/integration/craft-delta.py
+mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/log-messages.h"; }
+
+"$GEN" --params 1M --steps 8 --shards 1 --no-trainer-files --quiet --out "$TMP/ck" >/dev/null ||
+	{ echo "Bail out! gen-checkpoints failed"; exit 1; }
+CK="$TMP/ck/checkpoint"
+mkdir -p "$TMP/empty"
+openssl genpkey -algorithm ed25519 -out "$TMP/key.pem" 2>/dev/null
+openssl pkey -in "$TMP/key.pem" -pubout -out "$TMP/key.pub" 2>/dev/null
+openssl genpkey -algorithm ed25519 -out "$TMP/other.pem" 2>/dev/null
+export KEY="$TMP/key.pem" EMPTY="$TMP/empty" WSYNC
+
+# jstart NAME: like start, but logging to a journal socket whose entries
+# land in $TMP/NAME/journal.jsonl (journal-recv.py --serve).
+jstart() {
+	local d="$TMP/$1"
+	rm -f "$d/j.sock"
+	"$PYTHON3" "$RECV" "$d/j.sock" "$d/journal.jsonl" --serve 300 &
+	PIDS+=($!)
+	for _ in $(seq 100); do [ -S "$d/j.sock" ] && break; sleep 0.05; done
+	WSYNC_JOURNAL_SOCKET=$d/j.sock "$WSYNCD" --log-target journal -c "$d/wsyncd.ini" >>"$d/log" 2>&1 &
+	eval "PID_$1=$!"
+	PIDS+=($!)
+}
+# wait_journal NAME MID TEXT: an entry with MESSAGE_ID MID whose MESSAGE
+# holds TEXT arrives within 20 s
+wait_journal() {
+	for _ in $(seq 200); do
+		"$PYTHON3" -c 'import json, sys
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e.get("MESSAGE_ID") == sys.argv[2] and sys.argv[3] in e.get("MESSAGE", ""):
+        sys.exit(0)
+sys.exit(1)' "$TMP/$1/journal.jsonl" "$2" "$3" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "# no journal entry $2 with: $3"
+	tail -3 "$TMP/$1/journal.jsonl" 2>/dev/null | cut -c1-300 | sed 's/^/# /'
+	return 1
+}
+# only N: run group N (all groups unless HOSTILE_ONLY lists some, for debugging)
+only() { [ -z "${HOSTILE_ONLY:-}" ] || [[ " $HOSTILE_ONLY " == *" $1 "* ]]; }
+marker() { cat "$TMP/$1/target/.wsync/state.json" 2>/dev/null; }
+no_temps() { ! find "$1" -name '.*.wsync-*' | grep -q .; }
+
+# ---- 1. bucket content ------------------------------------------------
+if only 1; then
+VF=$(mid VERIFY_FAILED)
+B="$TMP/b1"
+conf h1 "$B" verify
+pub "$B" 1 "$CK-1" --anchor --sign
+jstart h1
+check "bucket: the subscriber reaches version 1" wait_version h1 1
+# refused VERSION WHAT [TEXT]: the usual checks after damage to version V
+# (TEXT: what last_error and the journal say, default "version V refused")
+refused() {
+	local before text=${3:-"version $1 refused"}
+	before=$(marker h1)
+	check "$2: refused (last_error)" wait_error h1 "$text"
+	check "$2: VERIFY_FAILED in the journal" wait_journal h1 "$VF" "$text"
+	check "$2: target still holds version $(($1 - 1))" same "$CK-$(($1 - 1))" "$TMP/h1/target"
+	check "$2: state marker unchanged" test "$(marker h1)" = "$before"
+	check "$2: status still says version $(($1 - 1))" test "$(field h1 version)" = $(($1 - 1))
+}
+restore() { mv "$B/$1.good" "$B/$1"; }
+
+pub "$B" 2 "$CK-2" --prev "$CK-1" --sign --truncate
+refused 2 "truncated delta"
+restore deltas/000000000002.wsd
+check "truncated delta: version 2 applied once the object is restored" wait_version h1 2
+check "truncated delta: target equals checkpoint 2" same "$CK-2" "$TMP/h1/target"
+
+pub "$B" 3 "$CK-3" --prev "$CK-2" --sign --flip-manifest
+refused 3 "flipped manifest"
+restore manifests/000000000003.json
+check "flipped manifest: version 3 applied once restored" wait_version h1 3
+
+pub "$B" 4 "$CK-4" --prev "$CK-3" --sign --flip-head
+refused 4 "flipped HEAD" "HEAD: signature does not verify"
+restore HEAD
+check "flipped HEAD: version 4 applied once restored" wait_version h1 4
+
+# A flipped anchor: a fresh node has nothing to fall back on.
+pub "$B" 5 "$CK-5" --prev "$CK-4" --sign --anchor --flip-anchor
+check "flipped anchor: the running node takes the delta" wait_version h1 5
+conf h1b "$B" verify
+jstart h1b
+check "flipped anchor: a fresh node refuses it" wait_error h1b "version 5 refused"
+check "flipped anchor: VERIFY_FAILED in the fresh node's journal" wait_journal h1b "$VF" "version 5 refused"
+check "flipped anchor: the fresh node wrote no model file" \
+	test -z "$(ls -A "$TMP/h1b/target" 2>/dev/null | grep -vx .wsync)"
+restore anchors/000000000005.wsa
+check "flipped anchor: the fresh node applies it once restored" wait_version h1b 5
+check "flipped anchor: the fresh node equals checkpoint 5" same "$CK-5" "$TMP/h1b/target"
+stop h1b >/dev/null
+
+# A manifest naming a wrong base: version 6's delta made from checkpoint 4
+# while the manifest says its base is version 5.
+pub "$B" 6 "$CK-6" --prev "$CK-4" --sign
+refused 6 "delta from a wrong base"
+pub "$B" 7 "$CK-7" --prev "$CK-6" --sign --anchor
+check "wrong base: recovers at the next version (an anchor)" wait_version h1 7
+check "wrong base: target equals checkpoint 7" same "$CK-7" "$TMP/h1/target"
+check "bucket: no temp file left in the target" no_temps "$TMP/h1/target"
+stop h1 >/dev/null
+fi
+
+# ---- 2. path safety ---------------------------------------------------
+# A canary folder beside the targets: its listing and bytes must never
+# change.  wsync pull is the subscriber on a private loop: exit 65 is a
+# refusal of bucket data.
+mkdir -p "$TMP/canary/sub"
+cp "$CK-1/model.safetensors" "$TMP/canary/"
+head -c 4096 /dev/urandom >"$TMP/canary/sub/extra.bin"
+head -c 4096 /dev/urandom >"$TMP/canary/new.bin"
+canary() { (cd "$TMP/canary" && find . -printf '%p %y %s %m\n' | sort && find . -type f -exec sha256sum {} + | sort); }
+CANARY=$(canary)
+canary_ok() { [ "$(canary)" = "$CANARY" ] && [ ! -e "$TMP/evil" ]; }
+pull() { timeout 60 "$WSYNC" pull --config "$TMP/$1/wsyncd.ini"; }
+no_model() { test -z "$(ls -A "$TMP/$1/target" 2>/dev/null | grep -vx .wsync)"; }
+if only 2; then
+# In a manifest (an unsigned bucket: whoever writes it chooses the paths).
+long_name=$(printf 'n%.0s' $(seq 300))
+long_path=$(for _ in $(seq 500); do printf 'abcdefgh/'; done)z
+i=0
+for bad in "$TMP/canary/evil" "a\\u0000b" "$long_name" "$long_path"; do
+	i=$((i + 1))
+	what=$(printf '%s' "$bad" | cut -c1-40)
+	conf pm$i "$TMP/bk-pm$i"
+	pub "$TMP/bk-pm$i" 1 "$CK-1" --anchor --bad-path "$bad"
+	expect_exit 65 "path in a manifest ($what...): refused, exit 65" pull pm$i
+	contains "path in a manifest ($what...): the error says so" "$OUT" "refused"
+	check "path in a manifest ($what...): no model file written" no_model pm$i
+	check "path in a manifest ($what...): canary intact" canary_ok
+done
+
+# In a delta's FILE record (craft-delta.py): version 1 from an anchor, then
+# version 2 is a crafted delta, refused each time.
+PD="$TMP/bk-pd"
+conf pd "$PD"
+pub "$PD" 1 "$CK-1" --anchor
+expect_exit 0 "delta paths: the node pulls version 1" pull pd
+for spec in "--path ../../canary/evil" "--path $TMP/canary/evil" "--path-hex 6d6f64656c00657669" \
+	"--path $long_name" "--path $long_path"; do
+	what=$(printf '%s' "$spec" | cut -c1-46)
+	"$PYTHON3" "$CRAFT" "$TMP/crafted.wsd" $spec
+	pub "$PD" 2 "$CK-2" --prev "$CK-1" --delta "$TMP/crafted.wsd"
+	OUT=$(pull pd 2>&1)
+	rc=$?
+	tap_result $((rc == 0)) "delta $what...: refused (exit $rc)"
+	contains "delta $what...: a clear error" "$OUT" "version 2"
+	check "delta $what...: target still equals checkpoint 1" same "$CK-1" "$TMP/pd/target"
+	check "delta $what...: canary intact" canary_ok
+done
+
+# Symlinks planted in target_dir pointing outside: at a file the next
+# delta rewrites (the canary holds the same bytes, so hashes match through
+# the link), at a directory component of a file it rewrites, and at a file
+# it creates.
+for v in 1 2; do
+	mkdir -p "$TMP/cks-$v/sub"
+	cp "$CK-$v/model.safetensors" "$TMP/cks-$v/"
+	head -c 4096 /dev/urandom >"$TMP/cks-$v/sub/extra.bin"
+done
+head -c 4096 /dev/urandom >"$TMP/cks-2/new.bin"
+PS="$TMP/bk-ps"
+pub "$PS" 1 "$TMP/cks-1" --anchor
+for n in 1 2 3; do conf ps$n "$PS"; pull ps$n >/dev/null 2>&1; done
+pub "$PS" 2 "$TMP/cks-2" --prev "$TMP/cks-1"
+cp "$TMP/cks-1/sub/extra.bin" "$TMP/canary/sub/extra.bin"
+CANARY=$(canary)
+ln -sf "$TMP/canary/model.safetensors" "$TMP/ps1/target/model.safetensors"
+rm -rf "$TMP/ps2/target/sub" && ln -s "$TMP/canary/sub" "$TMP/ps2/target/sub"
+ln -s "$TMP/canary/new.bin" "$TMP/ps3/target/new.bin"
+for n in 1 2 3; do
+	case $n in
+	1) what="symlink at a rewritten file" ;;
+	2) what="symlink as a directory component" ;;
+	3) what="symlink at a created file" ;;
+	esac
+	OUT=$(pull ps$n 2>&1)
+	rc=$?
+	echo "# $what: exit $rc: $(printf '%s' "$OUT" | tail -1)"
+	check "$what: canary intact" canary_ok
+	if [ $rc -eq 0 ]; then
+		check "$what: applied, target equals the new version" same "$TMP/cks-2" "$TMP/ps$n/target"
+		check "$what: no symlink left in the target" test -z "$(find "$TMP/ps$n/target" -type l)"
+	else
+		contains "$what: refused with a clear error" "$OUT" "symbolic link on the path (refused"
+	fi
+done
+fi
+
+tap_done
