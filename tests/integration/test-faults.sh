@@ -294,8 +294,10 @@ check "outage over: subscriber store_ok again" wait_store_ok sub true
 check "outage over: subscriber's last_error cleared" test -z "$(status_field "$SST" last_error)"
 
 # --- the store restarted ----------------------------------------------------------
-kill -KILL -- "-$S3RVER_PID" 2>/dev/null
-wait "$S3RVER_PID" 2>/dev/null
+{
+	kill -KILL -- "-$S3RVER_PID"
+	wait "$S3RVER_PID"
+} 2>/dev/null
 S3RVER_PID=
 s3rver_start "$TMP/s3rver" "$S3PORT" wsync-faults
 tap_result $? "restart: s3rver killed and started again on port $S3PORT"
