@@ -110,6 +110,43 @@ static int check_metadata(json_t *meta, struct header_counts *c,
 	return 0;
 }
 
+/* Count objects and ',' outside strings before jansson builds a tree of
+ * about a kilobyte per tensor: a million tiny tensors (or a header of
+ * nothing but numbers) is refused in one pass over the bytes, in bounded
+ * memory.  A tensor entry is one object with at most 68 commas
+ * (WSYNC_ST_MAX_DIMS); 16 per tensor is far above real headers. */
+static int check_size(const uint8_t *p, size_t n, struct wsync_error *err)
+{
+	uint64_t objects = 0, commas = 0;
+	bool in_string = false;
+
+	for (size_t i = 0; i < n; i++) {
+		if (in_string) {
+			if (p[i] == '\\')
+				i++;
+			else if (p[i] == '"')
+				in_string = false;
+			continue;
+		}
+		if (p[i] == '"')
+			in_string = true;
+		else if (p[i] == '{')
+			objects++;
+		else if (p[i] == ',')
+			commas++;
+	}
+	/* the header itself and __metadata__ are objects too */
+	if (objects > WSYNC_ST_TENSORS_MAX + 2)
+		return wsync_error_set(err, -EFBIG,
+				       "header has %" PRIu64 " objects: more than %u tensors",
+				       objects, WSYNC_ST_TENSORS_MAX);
+	if (commas > 16ULL * WSYNC_ST_TENSORS_MAX)
+		return wsync_error_set(err, -EFBIG,
+				       "header has %" PRIu64 " values: over the limit for "
+				       "%u tensors", commas, WSYNC_ST_TENSORS_MAX);
+	return 0;
+}
+
 static int get_u64(json_t *v, uint64_t *ret)
 {
 	json_int_t i;
@@ -374,6 +411,9 @@ int wsync_st_parse_header(const uint8_t *buf, size_t buf_len,
 		return wsync_error_set(err, -EINVAL,
 				       "header does not start with '{'");
 
+	r = check_size(buf + 8, (size_t)n, err);
+	if (r < 0)
+		return r;
 	root = json_loadb((const char *)buf + 8, (size_t)n,
 			  JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)

@@ -32,6 +32,9 @@
 
 #define WSYNC_ST_HEADER_MAX (100ULL << 20) /* as the reference reader */
 #define WSYNC_ST_MAX_DIMS 64
+/* Tensors per file: real shards hold a few thousand; the limit keeps the
+ * JSON tree of a hostile header (about 1 KiB per tensor) bounded. */
+#define WSYNC_ST_TENSORS_MAX (1u << 18)
 
 struct wsync_st_tensor {
 	const char *name;	/* NUL-terminated, owned by the header */
