@@ -303,7 +303,8 @@ void pubjob_prepare_work(void *data)
 	}
 	wsync_checkpoint_free(ck);
 	if (r < 0) {
-		if (r == -EINVAL || r == -ENODATA)
+		/* EFBIG: a header over the parser's limits is the trainer's too */
+		if (r == -EINVAL || r == -ENODATA || r == -EFBIG)
 			r = -EINVAL;
 		j->result = r;
 		return;
