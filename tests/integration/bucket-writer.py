@@ -15,6 +15,7 @@ and $EMPTY (an empty directory).
   --created TIME      HEAD's and the manifest's "created" (RFC 3339)
   --base V            the manifest's base_version (default VERSION - 1)
   --delta FILE        ship FILE as the delta instead of running wsync diff
+  --file-size N      the first "files" entry claims N bytes
   --bad-path PATH     one more "files" entry with this path (JSON escapes
                       allowed: "\\u0000")
 Damage after the hashes went into the manifest or HEAD (the good object
@@ -105,6 +106,8 @@ for root, _, names in os.walk(ckpt):
         p = os.path.join(root, n)
         files.append({"path": os.path.relpath(p, ckpt), "size": os.path.getsize(p), "xxh128": xxh(p)})
 files.sort(key=lambda f: f["path"].encode())
+if val("--file-size"):
+    files[0]["size"] = int(val("--file-size"))
 if val("--bad-path"):
     files.append({"path": "@BADPATH@", "size": 3, "xxh128": "0" * 32})
 alist = list(anchors)

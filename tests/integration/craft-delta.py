@@ -12,6 +12,7 @@ test.  Hashes come from the xxhsum / xxh128sum programs.
   --data FILE        the target bytes, as a LITERAL piece (default 4 bytes)
   --zstd FRAME LEN   a ZSTD piece: FRAME (a file holding one zstd frame)
                      claims to give LEN target bytes
+  --hash-of FILE      the target size and hash fields: FILE's
   --size N           the target size field (default: the real size)
   --seg-len N        the segment's target length field (default: the size)
 """
@@ -45,7 +46,9 @@ else:
     payload = open(opt("--data"), "rb").read() if opt("--data") else b"wsy\n"
     length, method = len(payload), 1
     target_hash = bytes.fromhex(xxh(payload, ["xxh128sum"]))
-size = int(opt("--size") or length)
+if opt("--hash-of"):
+    target_hash = bytes.fromhex(xxh(open(opt("--hash-of"), "rb").read(), ["xxh128sum"]))
+size = int(opt("--size") or (os.path.getsize(opt("--hash-of")) if opt("--hash-of") else length))
 seg_len = int(opt("--seg-len") or length)
 piece = struct.pack("<BBB5xQQQ", method, 0, 0, length, 0, len(payload))
 segment = struct.pack("<QQII", 0, seg_len, 1, 0) + piece + payload

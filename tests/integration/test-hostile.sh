@@ -218,4 +218,104 @@ for n in 1 2 3; do
 done
 fi
 
+# ---- 3. resource bombs -------------------------------------------------
+# measured NAME CMD...: run CMD under /usr/bin/time; $OUT its output, $RC
+# its exit code, $RSS its peak RSS in KiB, $SECS its wall time
+measured() {
+	local name=$1
+	shift
+	OUT=$(/usr/bin/time -f '%M %e' -o "$TMP/time.$name" "$@" 2>&1)
+	RC=$?
+	read -r RSS SECS < <(tail -1 "$TMP/time.$name")
+	echo "# $name: peak RSS $((RSS / 1024)) MiB, $SECS s, exit $RC: $(printf "%s" "$OUT" | tail -1 | cut -c1-160)"
+}
+bounded() { # bounded MIB SECS: the last measured run stayed under both
+	[ "$RC" -lt 124 ] && [ "$RSS" -lt $(($1 * 1024)) ] && awk -v s="$SECS" -v m="$2" 'BEGIN { exit !(s < m) }'
+}
+if only 3; then
+TB=$((1 << 40))
+# A delta whose FILE record claims a petabyte.
+conf rb "$TMP/bk-rb"
+pub "$TMP/bk-rb" 1 "$CK-1" --anchor
+pull rb >/dev/null 2>&1
+"$PYTHON3" "$CRAFT" "$TMP/crafted.wsd" --size $((1024 * TB))
+pub "$TMP/bk-rb" 2 "$CK-2" --prev "$CK-1" --delta "$TMP/crafted.wsd"
+measured "delta-petabyte" timeout 60 "$WSYNC" pull --config "$TMP/rb/wsyncd.ini"
+tap_result $((RC != 65)) "a delta claiming a petabyte file: refused, exit 65"
+contains "the error names the size" "$OUT" "of $((1024 * TB)) bytes"
+check "delta petabyte: under 256 MiB and 30 s" bounded 256 30
+check "delta petabyte: target still equals checkpoint 1" same "$CK-1" "$TMP/rb/target"
+# zstd frames of 256 MiB of zeros (8 KiB each), with and without a declared
+# size, as the piece of a 1 MiB file the manifest lists (so the decoder is
+# reached): version 1 is an empty checkpoint, version 2 adds model.bin.
+mkdir -p "$TMP/zb-2"
+head -c $((1 << 20)) /dev/zero >"$TMP/zb-2/model.bin"
+head -c $((256 << 20)) /dev/zero | zstd -q --no-check -c >"$TMP/bomb.zst"
+head -c $((256 << 20)) /dev/zero | zstd -q --no-check --no-content-size -c >"$TMP/bomb-nosize.zst"
+conf zb "$TMP/bk-zb"
+pub "$TMP/bk-zb" 1 "$TMP/empty" --anchor
+expect_exit 0 "zstd bomb: the node pulls an empty version 1" pull zb
+for frame in bomb bomb-nosize; do
+	"$PYTHON3" "$CRAFT" "$TMP/crafted.wsd" --path model.bin --zstd "$TMP/$frame.zst" $((1 << 20)) \
+		--hash-of "$TMP/zb-2/model.bin"
+	pub "$TMP/bk-zb" 2 "$TMP/zb-2" --prev "$TMP/empty" --delta "$TMP/crafted.wsd"
+	measured "$frame" timeout 60 "$WSYNC" pull --config "$TMP/zb/wsyncd.ini"
+	tap_result $((RC != 65)) "$frame: a 1 MiB piece expanding to 256 MiB is refused, exit 65"
+	contains "$frame: the error says the frame does not fit" "$OUT" "zstd frame does not declare the piece's 1048576 bytes"
+	check "$frame: under 256 MiB and 30 s" bounded 256 30
+	check "$frame: no model.bin written" test ! -e "$TMP/zb/target/model.bin"
+done
+# A manifest whose file claims a petabyte.
+conf rm "$TMP/bk-rm"
+pub "$TMP/bk-rm" 1 "$CK-1" --anchor --file-size $((1024 * TB))
+measured "manifest-petabyte" timeout 60 "$WSYNC" pull --config "$TMP/rm/wsyncd.ini"
+tap_result $((RC == 0)) "a manifest claiming a petabyte file: refused (exit $RC)"
+contains "the error says the anchor does not match it" "$OUT" "has another size or hash"
+check "manifest petabyte: under 128 MiB and 30 s" bounded 128 30
+check "manifest petabyte: no model file written" no_model rm
+
+# The publisher given a safetensors header claiming a terabyte, and one
+# with a million one-element tensors (a 75 MB header).
+mkdir -p "$TMP/st-tb" "$TMP/st-mil"
+cat >"$TMP/mkst.py" <<'PY'
+import json, struct, sys
+kind, out = sys.argv[1], sys.argv[2]
+if kind == "terabyte":
+    hdr = {"w": {"dtype": "BF16", "shape": [1 << 39], "data_offsets": [0, 1 << 40]}}
+    data = b"\0" * 64
+else:
+    n = 1000000
+    hdr = {"t%07d" % i: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+           for i in range(n)}
+    data = b"\0" * (4 * n)
+h = json.dumps(hdr, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + data)
+PY
+"$PYTHON3" "$TMP/mkst.py" terabyte "$TMP/st-tb/model.safetensors"
+"$PYTHON3" "$TMP/mkst.py" million "$TMP/st-mil/model.safetensors"
+cat >"$TMP/pub3.ini" <<INI
+[daemon]
+role = publisher
+state_dir = $TMP/pub3/state
+runtime_dir = $TMP/pub3/run
+[store]
+url = file://$TMP/bk-pub3
+[publisher]
+watch_dir = $TMP/pub3/watch
+complete_when = quiet
+INI
+mkdir -p "$TMP/bk-pub3"
+measured "safetensors-terabyte" "$WSYNC" publish --config "$TMP/pub3.ini" "$TMP/st-tb"
+tap_result $((RC != 65)) "publisher: a header claiming a terabyte is refused, exit 65"
+contains "the error names the tensor's offsets" "$OUT" "data_offsets"
+check "terabyte header: under 128 MiB and 30 s" bounded 128 30
+measured "million-tensors" "$WSYNC" publish --config "$TMP/pub3.ini" "$TMP/st-mil"
+tap_result $((RC != 65)) "publisher: a million tiny tensors are refused, exit 65"
+contains "the error gives the limit" "$OUT" "more than 262144 tensors"
+check "million tensors: under 256 MiB and 30 s" bounded 256 30
+check "nothing published" test ! -e "$TMP/bk-pub3/HEAD"
+fi
+
 tap_done
