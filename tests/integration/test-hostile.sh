@@ -49,14 +49,14 @@ jstart() {
 	eval "PID_$1=$!"
 	PIDS+=($!)
 }
-# wait_journal NAME MID TEXT: an entry with MESSAGE_ID MID whose MESSAGE
-# holds TEXT arrives within 20 s
+# wait_journal NAME MID TEXT: an entry with MESSAGE_ID MID (any if "")
+# whose MESSAGE holds TEXT arrives within 20 s
 wait_journal() {
 	for _ in $(seq 200); do
 		"$PYTHON3" -c 'import json, sys
 for l in open(sys.argv[1]):
     e = json.loads(l)
-    if e.get("MESSAGE_ID") == sys.argv[2] and sys.argv[3] in e.get("MESSAGE", ""):
+    if sys.argv[2] in ("", e.get("MESSAGE_ID")) and sys.argv[3] in e.get("MESSAGE", ""):
         sys.exit(0)
 sys.exit(1)' "$TMP/$1/journal.jsonl" "$2" "$3" 2>/dev/null && return 0
 		sleep 0.1
@@ -67,12 +67,12 @@ sys.exit(1)' "$TMP/$1/journal.jsonl" "$2" "$3" 2>/dev/null && return 0
 }
 # only N: run group N (all groups unless HOSTILE_ONLY lists some, for debugging)
 only() { [ -z "${HOSTILE_ONLY:-}" ] || [[ " $HOSTILE_ONLY " == *" $1 "* ]]; }
+VF=$(mid VERIFY_FAILED)
 marker() { cat "$TMP/$1/target/.wsync/state.json" 2>/dev/null; }
 no_temps() { ! find "$1" -name '.*.wsync-*' | grep -q .; }
 
 # ---- 1. bucket content ------------------------------------------------
 if only 1; then
-VF=$(mid VERIFY_FAILED)
 B="$TMP/b1"
 conf h1 "$B" verify
 pub "$B" 1 "$CK-1" --anchor --sign
@@ -317,5 +317,64 @@ contains "the error gives the limit" "$OUT" "more than 262144 tensors"
 check "million tensors: under 256 MiB and 30 s" bounded 256 30
 check "nothing published" test ! -e "$TMP/bk-pub3/HEAD"
 fi
+
+# ---- 4. rollback and freeze (verify_key set) -------------------------
+# 6. local damage, on the same node ------------------------------------
+if only 4 || only 6; then
+B4="$TMP/bk-rf"
+conf rf "$B4" verify
+echo "max_head_age = 1h" >>"$TMP/rf/wsyncd.ini"
+pub "$B4" 1 "$CK-1" --anchor --sign
+cp "$B4/HEAD" "$TMP/HEAD-1"
+pub "$B4" 2 "$CK-2" --prev "$CK-1" --sign
+jstart rf
+check "rollback: the node reaches version 2" wait_version rf 2
+contains "a fresh HEAD is not stale" "$(field rf stale)" "False"
+fi
+if only 4; then
+pub "$B4" 0 x --head-only 2 --sign --key "$TMP/other.pem"
+check "a HEAD signed by another key is refused" wait_error rf "not by the configured key"
+check "... with VERIFY_FAILED in the journal" wait_journal rf "$VF" "not by the configured key"
+check "... target still equals checkpoint 2" same "$CK-2" "$TMP/rf/target"
+cp "$TMP/HEAD-1" "$B4/HEAD.tmp" && mv "$B4/HEAD.tmp" "$B4/HEAD"
+check "a replayed older HEAD (validly signed) is refused" wait_error rf "rollback"
+check "... with VERIFY_FAILED in the journal" wait_journal rf "$VF" "rollback"
+check "... target still equals checkpoint 2" same "$CK-2" "$TMP/rf/target"
+stop rf >/dev/null
+jstart rf
+check "after a restart the replayed HEAD is still refused" wait_error rf "rollback"
+check "... target still equals checkpoint 2" same "$CK-2" "$TMP/rf/target"
+# A HEAD written two hours ago, with max_head_age = 1h.
+pub "$B4" 3 "$CK-3" --prev "$CK-2" --sign --created "$(date -u -d '-2 hours' +%Y-%m-%dT%H:%M:%SZ)"
+check "an old HEAD is still applied" wait_version rf 3
+wait_stale() { for _ in $(seq 100); do [ "$(field rf stale)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+check "... and reported stale in status.json" wait_stale True
+expect_exit 1 "wsync status exits 1 on a stale HEAD" "$WSYNC" status --runtime-dir "$TMP/rf/run"
+contains "wsync status says it is stale" "$OUT" "stale"
+check "... and in the journal (a warning)" wait_journal rf "" "longer ago than max_head_age"
+pub "$B4" 4 "$CK-4" --prev "$CK-3" --sign
+check "a new HEAD: version 4" wait_version rf 4
+check "... no longer stale" wait_stale False
+fi
+if only 6; then
+[ "$(field rf version)" = 2 ] && { pub "$B4" 3 "$CK-3" --prev "$CK-2" --sign; wait_version rf 3; }
+v=$(field rf version)
+f=$TMP/rf/target/model.safetensors
+cp -p "$f" "$TMP/ref-mtime"
+size=$(stat -c %s "$f")
+printf 'ZZZZZZZZ' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+touch -r "$TMP/ref-mtime" "$f"
+check "local damage: same size and mtime as before" \
+	test "$(stat -c '%s %Y' "$f")" = "$(stat -c '%s %Y' "$TMP/ref-mtime")"
+check "local damage: the bytes differ" bash -c '! cmp -s "$1" "$2"' _ "$f" "$CK-$v/model.safetensors"
+pub "$B4" $((v + 1)) "$CK-$((v + 1))" --prev "$CK-$v" --sign
+check "local damage: version $((v + 1)) applied" wait_version rf $((v + 1))
+check "local damage: the base hash check before the apply finds it" \
+	wait_journal rf "$VF" "model.safetensors: base does not match the delta"
+check "local damage: repaired from the anchor" wait_journal rf "" "version $v -> $((v + 1)): from the anchor"
+check "local damage: target equals checkpoint $((v + 1))" same "$CK-$((v + 1))" "$TMP/rf/target"
+fi
+if only 4 || only 6; then stop rf >/dev/null; fi
+[ -n "${HOSTILE_KEEP:-}" ] && cp -r "$TMP" "$HOSTILE_KEEP"
 
 tap_done
