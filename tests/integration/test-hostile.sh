@@ -375,6 +375,66 @@ check "local damage: repaired from the anchor" wait_journal rf "" "version $v ->
 check "local damage: target equals checkpoint $((v + 1))" same "$CK-$((v + 1))" "$TMP/rf/target"
 fi
 if only 4 || only 6; then stop rf >/dev/null; fi
+
+# ---- 5. trainer output: the publisher rejects, logs, keeps watching ---
+if only 5; then
+"$GEN" --params 1M --steps 5 --shards 2 --quiet --out "$TMP/src5" >/dev/null
+W5=$TMP/pubd/watch
+mkdir -p "$W5" "$TMP/bk-pubd"
+cat >"$TMP/pubd/wsyncd.ini" <<INI
+[daemon]
+role = publisher
+state_dir = $TMP/pubd/state
+runtime_dir = $TMP/pubd/run
+threads = 2
+[store]
+url = file://$TMP/bk-pubd
+[publisher]
+watch_dir = $W5
+anchor_every = 2
+rescan_interval = 1s
+INI
+head_version() {
+	"$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read())["version"])' \
+		"$TMP/bk-pubd/HEAD" 2>/dev/null || echo 0
+}
+wait_head() { for _ in $(seq 300); do [ "$(head_version)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+# put STEP DAMAGE: checkpoint-STEP into the watch dir, damaged, marker last
+put() {
+	local d=$W5/checkpoint-$1 s1=model-00001-of-00002.safetensors
+	mkdir -p "$d"
+	(cd "$TMP/src5/checkpoint-$1" && cp $(ls | grep -vx trainer_state.json) "$d/")
+	case $2 in
+	truncated) truncate -s $(($(stat -c %s "$d/$s1") / 2)) "$d/$s1" ;;
+	header) printf '{"x": nonsense' | dd of="$d/$s1" bs=1 seek=8 conv=notrunc 2>/dev/null ;;
+	missing) rm "$d/model-00002-of-00002.safetensors" ;;
+	esac
+	cp "$TMP/src5/checkpoint-$1/trainer_state.json" "$d/"
+}
+REJ=$(mid CHECKPOINT_REJECTED)
+jstart pubd
+put 1 good
+check "trainer output: checkpoint-1 published as version 1" wait_head 1
+step=1
+for damage in truncated header missing; do
+	step=$((step + 1))
+	case $damage in
+	truncated) what="a truncated shard" file=model-00001-of-00002.safetensors ;;
+	header) what="a malformed header" file=model-00001-of-00002.safetensors ;;
+	missing) what="a shard missing from the index" file=model-00002-of-00002.safetensors ;;
+	esac
+	put $step $damage
+	check "$what: CHECKPOINT_REJECTED in the journal, naming checkpoint-$step" \
+		wait_journal pubd "$REJ" "checkpoint-$step"
+	contains "$what: the message names $file" "$(grep -F "checkpoint-$step" "$TMP/pubd/journal.jsonl" | grep -F "$REJ")" "$file"
+	check "$what: HEAD still names version 1" test "$(head_version)" = 1
+done
+put 5 good
+check "trainer output: the next good step is published as version 2" wait_head 2
+check "... it is checkpoint-5 (step 5)" grep -q '"step": 5' "$TMP/bk-pubd/manifests/000000000002.json"
+stop pubd >/dev/null
+fi
+
 [ -n "${HOSTILE_KEEP:-}" ] && cp -r "$TMP" "$HOSTILE_KEEP"
 
 tap_done
