@@ -328,9 +328,24 @@ static ALWAYS_INLINE uint32_t changed_mask(const uint8_t *bp, const uint8_t *tp,
 	return m;
 }
 
+/* Index of the (r+1)-th set bit of m (r < popcount(m)). */
+static ALWAYS_INLINE unsigned select_bit(uint32_t m, unsigned r)
+{
+	for (; r; r--)
+		m &= m - 1;
+	return (unsigned)__builtin_ctz(m);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
+
+/* The same with BMI2: deposit a single bit r into the set bits of m. */
+static inline __attribute__((target("bmi,bmi2"), always_inline)) unsigned
+select_bit_bmi2(uint32_t m, unsigned r)
+{
+	return (unsigned)_tzcnt_u32(_pdep_u32(1u << r, m));
+}
 
 /* The classes of a full block as 32 bytes in element order. */
 static inline __attribute__((target("avx2"), always_inline)) __m256i
@@ -651,7 +666,8 @@ static int unpack_syms(const struct wsync_stream *s, const uint8_t **syms,
 }
 
 /* Read the next gap of lane l and set l->next; UINT64_MAX when done. */
-static bool lane_advance(struct wsync_float_dec_lane *l, uint64_t from)
+static ALWAYS_INLINE bool lane_advance(struct wsync_float_dec_lane *l,
+					uint64_t from)
 {
 	uint32_t g;
 
@@ -776,11 +792,13 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
 	class_masks(bp, k, tab, width, shift, mask, masks)
 #define LOOP_CHANGED_MASK(bp, tp, k, width) changed_mask(bp, tp, k, width)
+#define LOOP_SELECT(m, r) select_bit(m, r)
 #include "codec_float_loops.h"
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
 #undef LOOP_CLASS_MASKS
 #undef LOOP_CHANGED_MASK
+#undef LOOP_SELECT
 
 #ifdef HAVE_AVX2_PATH
 #define LOOP_NAME(x) x##_avx2
@@ -797,11 +815,12 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
 	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
 		      : changed_mask(bp, tp, k, width))
+#define LOOP_SELECT(m, r) select_bit_bmi2(m, r)
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,popcnt"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,popcnt,bmi,bmi2"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,popcnt")
+#pragma GCC target("avx2,popcnt,bmi,bmi2")
 #endif
 #include "codec_float_loops.h"
 #ifdef __clang__
@@ -813,6 +832,7 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #undef LOOP_BLOCK_COUNTS
 #undef LOOP_CLASS_MASKS
 #undef LOOP_CHANGED_MASK
+#undef LOOP_SELECT
 
 #define LOOP_NAME(x) x##_gfni
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
@@ -828,12 +848,13 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
 	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
 		      : changed_mask(bp, tp, k, width))
+#define LOOP_SELECT(m, r) select_bit_bmi2(m, r)
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt,bmi,bmi2"))), apply_to = function)
 #else
 #pragma GCC push_options
 /* GFNI_TARGET, spelled out: the pragma takes string literals only */
-#pragma GCC target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt")
+#pragma GCC target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt,bmi,bmi2")
 #endif
 #include "codec_float_loops.h"
 #ifdef __clang__
@@ -845,6 +866,7 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #undef LOOP_BLOCK_COUNTS
 #undef LOOP_CLASS_MASKS
 #undef LOOP_CHANGED_MASK
+#undef LOOP_SELECT
 
 /* Which loops this machine runs: 0 plain, 1 AVX2, 2 GFNI + AVX-512.
  * WSYNC_CODEC_ISA=plain|avx2 caps it (for tests of the other loops). */
@@ -856,7 +878,8 @@ static int isa_level(void)
 		const char *cap = getenv("WSYNC_CODEC_ISA");
 		int level = 0;
 
-		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"))
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+		    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
 			level = 1;
 		if (level == 1 && __builtin_cpu_supports("gfni") &&
 		    __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&

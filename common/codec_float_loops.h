@@ -99,24 +99,38 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 			LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
 			for (unsigned m = hits; m; m &= m - 1) {
 				unsigned c = (unsigned)__builtin_ctz(m);
-				uint64_t pos = counts_get(&cc, c);
+				uint64_t pos0 = counts_get(&cc, c);
+				uint32_t mm = cm[c];
+				uint64_t end = pos0 + (unsigned)__builtin_popcount(mm);
+				/* a copy the stores to op cannot alias: it stays
+				 * in registers */
+				struct wsync_float_dec_lane l = lanes[c];
 
-				/* walk this class's members in the block */
-				for (uint32_t mm = cm[c]; mm; mm &= mm - 1, pos++) {
-					unsigned j = (unsigned)__builtin_ctz(mm);
+				/* Jump straight to each change among this class's
+				 * members in the block: the (next - pos0)-th set bit
+				 * of its mask.  next never falls behind pos0: every
+				 * change of an earlier block was taken there. */
+				while (l.next < end) {
+					uint64_t pos = l.next;
+					unsigned j;
 					uint32_t o, t;
 
-					if (pos != lanes[c].next)
-						continue;
+					if (pos < pos0)
+						return wsync_error_set(err, -EINVAL,
+								       "corrupt gap stream "
+								       "(element %llu)",
+								       (unsigned long long)i);
+					j = LOOP_SELECT(mm, (unsigned)(pos - pos0));
 					o = load(bp + j * width, width);
-					lanes[c].count = pos;
-					if (!take_step(&lanes[c], o, width, &t))
+					l.count = pos;
+					if (!take_step(&l, o, width, &t))
 						return wsync_error_set(err, -EINVAL,
 								       "corrupt step stream "
 								       "(element %llu)",
 								       (unsigned long long)(i + j));
 					store(op + j * width, t, width);
 				}
+				lanes[c] = l;
 			}
 		}
 		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */

@@ -284,6 +284,7 @@ struct wsync_delta_writer {
 	/* the current file, for the order checks and the counts patch */
 	bool in_file;
 	struct wsync_delta_file cur;	/* cur.path owned */
+	char *prev_path;		/* the file before it (owned), for a drop */
 	uint64_t cur_offset;		/* of its record header */
 	uint64_t segs_seen, next_offset;
 	uint64_t n_files, write_bytes;
@@ -397,6 +398,7 @@ void wsync_delta_writer_free(struct wsync_delta_writer *w)
 	wsync_buf_free(&w->buf);
 	wsync_buf_free(&w->scratch);
 	free(w->cur.path);
+	free(w->prev_path);
 	free(w);
 }
 
@@ -445,7 +447,8 @@ int wsync_delta_writer_file(struct wsync_delta_writer *w,
 		free(path);
 		return r;
 	}
-	free(w->cur.path);
+	free(w->prev_path);
+	w->prev_path = w->cur.path;
 	w->cur = *f;
 	w->cur.path = path;
 	w->in_file = true;
@@ -457,17 +460,12 @@ int wsync_delta_writer_file(struct wsync_delta_writer *w,
 	return 0;
 }
 
-int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
-				   uint64_t changed, uint64_t elements,
-				   struct wsync_error *err)
+/* Rewrite the current FILE record from w->cur (same length). */
+static int patch_file_record(struct wsync_delta_writer *w, struct wsync_error *err)
 {
 	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
 	int r;
 
-	if (!w->cur.path)
-		return wsync_error_set(err, -EINVAL, "no FILE record to update");
-	w->cur.changed = changed;
-	w->cur.elements = elements;
 	wsync_buf_reset(&w->scratch);
 	r = wsync_delta_file_encode(&w->cur, &w->scratch, err);
 	if (r < 0)
@@ -492,6 +490,57 @@ int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
 	if (r < 0)
 		w->failed = true;
 	return r;
+}
+
+int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
+				   uint64_t changed, uint64_t elements,
+				   struct wsync_error *err)
+{
+	if (!w->in_file)
+		return wsync_error_set(err, -EINVAL, "no FILE record to update");
+	w->cur.changed = changed;
+	w->cur.elements = elements;
+	return patch_file_record(w, err);
+}
+
+int wsync_delta_writer_file_hashes(struct wsync_delta_writer *w,
+				   const struct wsync_hash128 *base_hash,
+				   const struct wsync_hash128 *target_hash,
+				   struct wsync_error *err)
+{
+	if (!w->in_file)
+		return wsync_error_set(err, -EINVAL, "no FILE record to update");
+	if (w->cur.flags & WSYNC_DELTA_FILE_HAS_BASE)
+		w->cur.base_hash = *base_hash;
+	w->cur.target_hash = *target_hash;
+	return patch_file_record(w, err);
+}
+
+int wsync_delta_writer_drop_file(struct wsync_delta_writer *w,
+				 struct wsync_error *err)
+{
+	if (!w->in_file || w->failed)
+		return wsync_error_set(err, -EINVAL, "no FILE record to drop");
+	if (w->cur_offset >= w->flushed) {
+		w->buf.len = (size_t)(w->cur_offset - w->flushed);
+	} else {
+		if (ftruncate(w->fd, (off_t)w->cur_offset) < 0) {
+			w->failed = true;
+			return wsync_error_set(err, -errno, "writing the delta: %s",
+					       strerror(errno));
+		}
+		w->flushed = w->cur_offset;
+		wsync_buf_reset(&w->buf);
+	}
+	w->n_files--;
+	if (w->cur.op == WSYNC_DELTA_WRITE)
+		w->write_bytes -= w->cur.target_size;
+	free(w->cur.path);
+	memset(&w->cur, 0, sizeof(w->cur));
+	w->cur.path = w->prev_path;
+	w->prev_path = NULL;
+	w->in_file = false;
+	return 0;
 }
 
 int wsync_delta_writer_segment(struct wsync_delta_writer *w,

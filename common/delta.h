@@ -137,6 +137,25 @@ int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
 				   uint64_t changed, uint64_t elements,
 				   struct wsync_error *err);
 
+/*
+ * The same for the hashes of the last FILE record: an encoder that hashes
+ * both sides while it codes them writes zeros first and the real hashes
+ * here once the last segment is written.
+ */
+int wsync_delta_writer_file_hashes(struct wsync_delta_writer *w,
+				   const struct wsync_hash128 *base_hash,
+				   const struct wsync_hash128 *target_hash,
+				   struct wsync_error *err);
+
+/*
+ * Take back the last FILE record and its segments (the file is cut back
+ * to where the record began): for an encoder that learns only from the
+ * hashes it took while coding that the file did not change, and then
+ * writes a KEEP record for the same path instead.
+ */
+int wsync_delta_writer_drop_file(struct wsync_delta_writer *w,
+				 struct wsync_error *err);
+
 /* One SEGMENT payload (from wsync_segment_encode) of the current file. */
 int wsync_delta_writer_segment(struct wsync_delta_writer *w,
 			       const uint8_t *payload, size_t len,

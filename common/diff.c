@@ -35,6 +35,10 @@
  * kept for the next segment, so one incompressible stretch does not pin
  * memory for the rest of the run. */
 #define KEEP_BUFFER (8u << 20)
+/* Files from this size on are hashed from the coder's reads rather than in
+ * a pass of their own (smaller ones are not worth a FILE record taken back
+ * when they turn out unchanged). */
+#define FOLD_MIN (1u << 20)
 
 static double now_seconds(void)
 {
@@ -472,6 +476,14 @@ struct coder {
 	bool stop;
 	struct wsync_buf *scratch;		/* two per worker, kept across files */
 	unsigned workers;			/* started so far: a worker's slot */
+
+	/* Hashing both sides from the coder's own reads (NULL: hashed
+	 * before, in a pass of their own).  Segments are hashed in order,
+	 * each by the worker that coded it once every earlier one is. */
+	struct wsync_hasher *th, *bh;		/* target, base (bh NULL: none) */
+	uint64_t hashed;			/* segments hashed so far */
+	uint64_t base_pos;			/* base bytes hashed so far */
+	bool hash_failed;			/* a segment failed: stop waiting */
 };
 
 /* Read len bytes at off into p (the file may not shrink under us). */
@@ -489,6 +501,66 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 }
 
 /*
+ * Add a coded segment's bytes, still in the worker's buffers, to the
+ * file's hashes: the target's whole range, and each base range that
+ * continues the base in order (what the plan skips or reads out of order
+ * is read again at the end, see finish_base_hash).  Waits for every
+ * earlier segment to be hashed; a failed segment lets the others go.
+ */
+static void hash_segment(struct coder *c, struct job *j,
+			 const struct wsync_piece_in *in, const struct wsync_buf *tb)
+{
+	uint64_t index = (uint64_t)(j->seg - c->plan->segs);
+
+	pthread_mutex_lock(&c->mu);
+	while (c->hashed != index && !c->hash_failed && !c->stop)
+		pthread_cond_wait(&c->cv, &c->mu);
+	if (j->r < 0 || c->hash_failed || c->stop) {
+		c->hash_failed = true;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	pthread_mutex_unlock(&c->mu);
+	wsync_hasher_update(c->th, tb->data, (size_t)j->seg->len);
+	for (size_t i = 0; c->bh && i < j->seg->n; i++)
+		if (in[i].base && in[i].base_offset == c->base_pos) {
+			wsync_hasher_update(c->bh, in[i].base, (size_t)in[i].len);
+			c->base_pos += in[i].len;
+		}
+	pthread_mutex_lock(&c->mu);
+	c->hashed++;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* The rest of the base hash: what the segments did not read in order. */
+static int finish_base_hash(struct coder *c, struct wsync_error *err)
+{
+	uint8_t *buf;
+	int r = 0;
+
+	if (c->base_pos == c->base->size)
+		return 0;
+	buf = malloc(1u << 20);
+	if (!buf)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	while (r == 0 && c->base_pos < c->base->size) {
+		uint64_t n = c->base->size - c->base_pos;
+
+		if (n > (1u << 20))
+			n = 1u << 20;
+		r = read_at(c->base, buf, n, c->base_pos, err);
+		if (r == 0) {
+			wsync_hasher_update(c->bh, buf, (size_t)n);
+			c->base_pos += n;
+		}
+	}
+	free(buf);
+	return r;
+}
+
+/*
  * Code one segment.  Its bytes are read with pread into the worker's own
  * buffers rather than through file mappings: on the virtual machines this
  * runs on, walking mapped page-cache pages costs a TLB miss per 4 KiB and
@@ -496,7 +568,7 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
  * 4-5 GB/s and leaves the coder on memory that is cheap to walk.  Memory
  * stays bounded: two buffers of at most one segment per worker.
  */
-static void code_segment(const struct coder *c, struct job *j, struct wsync_buf *tb,
+static void code_segment(struct coder *c, struct job *j, struct wsync_buf *tb,
 			 struct wsync_buf *bb)
 {
 	const struct plan_seg *s = j->seg;
@@ -509,6 +581,8 @@ static void code_segment(const struct coder *c, struct job *j, struct wsync_buf 
 	if (!in || wsync_buf_scratch(tb, (size_t)s->len) < 0 ||
 	    wsync_buf_scratch(bb, (size_t)s->len) < 0) {
 		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		if (c->th)
+			hash_segment(c, j, NULL, tb);	/* lets the others go */
 		free(in);
 		return;
 	}
@@ -533,6 +607,8 @@ static void code_segment(const struct coder *c, struct job *j, struct wsync_buf 
 	if (j->r == 0)
 		j->r = wsync_segment_encode(in, s->n, s->toff, &c->sopts, &j->out,
 					    &j->st, &j->err);
+	if (c->th)
+		hash_segment(c, j, in, tb);
 	if (j->r < 0)
 		wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
 				   c->target->path, s->toff);
@@ -669,11 +745,16 @@ struct differ {
 	const char *old_root, *new_root;
 };
 
+/*
+ * Code a changed file (its FILE record first).  With fold, the file's
+ * hashes are taken from the coder's reads rather than before, and the
+ * record is patched with them at the end (o->hash, n->hash set); file_st
+ * gets the file's figures, for the caller to count.
+ */
 static int diff_changed(struct differ *d, struct src *o,
-			struct src *n, struct wsync_delta_file *f,
-			struct wsync_error *err)
+			struct src *n, struct wsync_delta_file *f, bool fold,
+			struct wsync_segment_stats *file_st, struct wsync_error *err)
 {
-	struct wsync_segment_stats file_st = { 0 };
 	struct wsync_error ignored;
 	struct coder c = { .scratch = d->scratch };
 	int r;
@@ -712,24 +793,54 @@ static int diff_changed(struct differ *d, struct src *o,
 	c.target = n;
 	c.base = o;
 	c.sopts.zstd_level = d->opts && d->opts->zstd_level ? d->opts->zstd_level : 1;
-	if (pthread_mutex_init(&c.mu, NULL) != 0)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	if (pthread_cond_init(&c.cv, NULL) != 0) {
-		pthread_mutex_destroy(&c.mu);
+	if (fold && (wsync_hasher_new(&c.th) < 0 || (o && wsync_hasher_new(&c.bh) < 0))) {
+		wsync_hasher_free(c.th);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	}
-	r = code_file(&c, d->threads, d->w, d->st, &file_st, d->ring, err);
+	if (pthread_mutex_init(&c.mu, NULL) != 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (pthread_cond_init(&c.cv, NULL) != 0) {
+		pthread_mutex_destroy(&c.mu);
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	r = code_file(&c, d->threads, d->w, d->st, file_st, d->ring, err);
 	pthread_cond_destroy(&c.cv);
 	pthread_mutex_destroy(&c.mu);
-	if (r < 0)
-		return r;
-	d->st->elements += file_st.elements;
-	d->st->changed += file_st.changed;
-	d->st->coded_bytes += n->size;
-	if (file_st.elements)
-		r = wsync_delta_writer_file_counts(d->w, file_st.changed,
-						   file_st.elements, err);
+	if (r == 0 && c.bh)
+		r = finish_base_hash(&c, err);
+	if (r == 0 && fold) {
+		/* the size may not have changed meanwhile (src_check again) */
+		r = src_check(n, err);
+		if (r == 0 && o)
+			r = src_check(o, err);
+	}
+	if (r == 0 && fold) {
+		wsync_hasher_digest(c.th, &n->hash);
+		if (c.bh)
+			wsync_hasher_digest(c.bh, &o->hash);
+		r = wsync_delta_writer_file_hashes(d->w, o ? &o->hash : NULL, &n->hash,
+						   err);
+	}
+	if (r == 0 && file_st->elements)
+		r = wsync_delta_writer_file_counts(d->w, file_st->changed,
+						   file_st->elements, err);
+out:
+	wsync_hasher_free(c.th);
+	wsync_hasher_free(c.bh);
 	return r;
+}
+
+/* The figures of a file written as WRITE. */
+static void count_written(struct differ *d, const struct wsync_segment_stats *file_st,
+			  uint64_t size)
+{
+	d->st->written++;
+	d->st->elements += file_st->elements;
+	d->st->changed += file_st->changed;
+	d->st->coded_bytes += size;
 }
 
 /* One path: in OLD, NEW or both. */
@@ -738,16 +849,24 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 {
 	struct src o = { .fd = -1 }, n = { .fd = -1 };
 	struct wsync_delta_file f = { .path = (char *)rel };
+	struct wsync_segment_stats file_st = { 0 };
+	uint64_t method_bytes[5];
+	bool fold;
 	int r = 0;
 
 	if (in_old)
 		r = src_open(&o, d->old_fd, d->old_root, rel, d->single, err);
 	if (r == 0 && in_new)
 		r = src_open(&n, d->new_fd, d->new_root, rel, d->single, err);
-	if (r == 0 && in_old && in_new)
+	/* A file in NEW is hashed as it is coded (the FILE record is patched
+	 * afterwards); one that then proves unchanged is taken back and
+	 * written as KEEP.  Files of different sizes or modes are never
+	 * KEEP; a DELETE needs the base hash first. */
+	fold = in_new && n.size >= FOLD_MIN;
+	if (r == 0 && !fold && in_old && in_new)
 		r = src_hash_pair(&o, &n, d->threads > 1 && o.size + n.size >= (64u << 20),
 				  err);
-	else if (r == 0)
+	else if (r == 0 && !fold)
 		r = src_hash(in_old ? &o : &n, err);
 	if (r < 0)
 		goto out;
@@ -764,9 +883,9 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	}
 	f.mode = n.mode;
 	f.target_size = n.size;
-	f.target_hash = n.hash;
+	f.target_hash = n.hash;	/* zero while fold: patched after coding */
 	d->st->target_bytes += n.size;
-	if (in_old && o.size == n.size && o.mode == n.mode &&
+	if (!fold && in_old && o.size == n.size && o.mode == n.mode &&
 	    wsync_hash_equal(&o.hash, &n.hash)) {
 		f.op = WSYNC_DELTA_KEEP;
 		d->st->kept++;
@@ -776,8 +895,32 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	/* A mode-only change is a WRITE too: its pieces come out as COPY, and
 	 * the applier's atomic replace sets the mode. */
 	f.op = WSYNC_DELTA_WRITE;
-	d->st->written++;
-	r = diff_changed(d, in_old ? &o : NULL, &n, &f, err);
+	if (!fold) {
+		r = diff_changed(d, in_old ? &o : NULL, &n, &f, false, &file_st, err);
+		if (r == 0)
+			count_written(d, &file_st, n.size);
+		goto out;
+	}
+	memcpy(method_bytes, d->st->method_bytes, sizeof(method_bytes));
+	r = diff_changed(d, in_old ? &o : NULL, &n, &f, true, &file_st, err);
+	if (r < 0)
+		goto out;
+	if (in_old && o.size == n.size && o.mode == n.mode &&
+	    wsync_hash_equal(&o.hash, &n.hash)) {
+		/* unchanged after all: KEEP, as if hashed first */
+		memcpy(d->st->method_bytes, method_bytes, sizeof(method_bytes));
+		r = wsync_delta_writer_drop_file(d->w, err);
+		f = (struct wsync_delta_file){ .path = (char *)rel, .op = WSYNC_DELTA_KEEP,
+					       .flags = WSYNC_DELTA_FILE_HAS_BASE,
+					       .base_size = o.size, .base_hash = o.hash,
+					       .mode = n.mode, .target_size = n.size,
+					       .target_hash = n.hash };
+		d->st->kept++;
+		if (r == 0)
+			r = wsync_delta_writer_file(d->w, &f, err);
+		goto out;
+	}
+	count_written(d, &file_st, n.size);
 out:
 	src_close(&o);
 	src_close(&n);

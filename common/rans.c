@@ -151,8 +151,7 @@ int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
 int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
 		      struct wsync_error *err)
 {
-	uint32_t freq[256] = { 0 }, start[256], total = 0, x;
-	uint8_t *slot2sym;
+	uint32_t freq[256] = { 0 }, total = 0, x, *slots;
 	const uint8_t *p = in, *end = in + len;
 	unsigned nsym;
 
@@ -191,32 +190,46 @@ int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
 				       total, M);
 	if (end - p < 4)
 		return wsync_error_set(err, -EINVAL, "rANS stream truncated");
-	slot2sym = malloc(M);
-	if (!slot2sym)
+	/* One entry per slot: symbol, frequency - 1 and the slot's offset
+	 * within the symbol's range (8 + 12 + 12 bits), so a symbol costs one
+	 * table load. */
+	slots = malloc(M * sizeof(*slots));
+	if (!slots)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	for (unsigned s = 0, cum = 0; s < 256; s++) {
-		start[s] = cum;
-		memset(slot2sym + cum, (int)s, freq[s]);
+		for (uint32_t k = 0; k < freq[s]; k++)
+			slots[cum + k] = (uint32_t)s | (freq[s] - 1) << 8 | k << 20;
 		cum += freq[s];
 	}
 	x = wsync_le32(p);
 	p += 4;
+	if (x < RANS_L) {	/* an encoder's state never is */
+		free(slots);
+		return wsync_error_set(err, -EINVAL, "corrupt rANS state");
+	}
 	for (size_t i = 0; i < n; i++) {
-		uint32_t slot = x & (M - 1);
-		uint8_t s = slot2sym[slot];
+		uint32_t e = slots[x & (M - 1)];
 
-		syms[i] = s;
-		x = freq[s] * (x >> SCALE_BITS) + slot - start[s];
-		while (x < RANS_L) {
-			if (p == end) {
-				free(slot2sym);
-				return wsync_error_set(err, -EINVAL, "rANS stream truncated");
-			}
+		syms[i] = (uint8_t)e;
+		x = (((e >> 8) & 0xfff) + 1) * (x >> SCALE_BITS) + (e >> 20);
+		if (x < RANS_L) {
+			/* x >= 2^11 here (freq >= 1, x >= 2^23 before): two
+			 * bytes at most bring it back over RANS_L */
+			if (p == end)
+				goto truncated;
 			x = (x << 8) | *p++;
+			if (x < RANS_L) {
+				if (p == end)
+					goto truncated;
+				x = (x << 8) | *p++;
+			}
 		}
 	}
-	free(slot2sym);
+	free(slots);
 	if (p != end || x != RANS_L)
 		return wsync_error_set(err, -EINVAL, "rANS stream does not end cleanly");
 	return 0;
+truncated:
+	free(slots);
+	return wsync_error_set(err, -EINVAL, "rANS stream truncated");
 }

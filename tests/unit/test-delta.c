@@ -403,6 +403,82 @@ static void test_big_segment(void)
 	close(fd);
 }
 
+/*
+ * An encoder that hashes while it codes: the FILE record is patched with
+ * the hashes after its segments; a file found unchanged is taken back
+ * (still buffered, or already flushed to the file: a 2 MiB segment) and
+ * written as KEEP under the same path.  The reader sees exactly what a
+ * writer told the final story from the start would have written.
+ */
+static void test_writer_hashes_and_drop(void)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_buf seg = { 0 };
+	struct wsync_error err = { 0 };
+	struct wsync_hash128 bh, th;
+	int fd = memfd();
+
+	wsync_hash_mem("base", 4, &bh);
+	wsync_hash_mem("target", 6, &th);
+	for (int big = 0; big < 2; big++) {
+		struct wsync_delta_file a = file("a", WSYNC_DELTA_WRITE, 100, 100, 1);
+		struct wsync_delta_file b = file("b", WSYNC_DELTA_WRITE, 100, 100, 1);
+		struct wsync_delta_file k = file("b", WSYNC_DELTA_KEEP, 100, 100, 0);
+		struct wsync_delta_file c = file("c", WSYNC_DELTA_WRITE, 0, 100, 1);
+		size_t extra = big ? 2u << 20 : 40;
+		off_t before_b;
+
+		CHECK(ftruncate(fd, 0) == 0);
+		memset(&a.base_hash, 0, sizeof(a.base_hash));
+		memset(&a.target_hash, 0, sizeof(a.target_hash));
+		CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+		CHECK(wsync_delta_writer_file(w, &a, &err) == 0);
+		fake_segment(&seg, 0, 100, 40);
+		CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+		CHECK(wsync_delta_writer_file_hashes(w, &bh, &th, &err) == 0);
+		before_b = (off_t)wsync_delta_writer_size(w);
+		CHECK(wsync_delta_writer_file(w, &b, &err) == 0);
+		fake_segment(&seg, 0, 100, extra);
+		CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+		CHECK(wsync_delta_writer_drop_file(w, &err) == 0);
+		CHECK_EQ_U64(wsync_delta_writer_size(w), (uint64_t)before_b);
+		/* the order check still holds after a drop */
+		CHECK(wsync_delta_writer_file(w, &a, &err) == -EINVAL);
+		CHECK(wsync_delta_writer_file(w, &k, &err) == 0);
+		CHECK(wsync_delta_writer_file(w, &c, &err) == 0);
+		fake_segment(&seg, 0, 100, 8);
+		CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+		CHECK(wsync_delta_writer_finish(w, &err) == 0);
+		wsync_delta_writer_free(w);
+		w = NULL;
+		CHECK(lseek(fd, 0, SEEK_END) < (off_t)(1u << 20));
+		CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
+		if (r) {
+			CHECK_EQ_U64(r->n_files, 3);
+			CHECK(r->files[0].file.op == WSYNC_DELTA_WRITE);
+			CHECK(wsync_hash_equal(&r->files[0].file.base_hash, &bh));
+			CHECK(wsync_hash_equal(&r->files[0].file.target_hash, &th));
+			CHECK(r->files[1].file.op == WSYNC_DELTA_KEEP);
+			CHECK(strcmp(r->files[1].file.path, "b") == 0);
+			CHECK_EQ_U64(r->files[1].file.n_segments, 0);
+			CHECK(r->files[2].file.op == WSYNC_DELTA_WRITE);
+			CHECK_EQ_U64(r->files[2].file.n_segments, 1);
+		} else {
+			printf("# %s\n", wsync_error_str(&err));
+		}
+		wsync_delta_reader_free(r);
+		r = NULL;
+	}
+	/* nothing to drop or patch outside a file */
+	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+	CHECK(wsync_delta_writer_drop_file(w, &err) == -EINVAL);
+	CHECK(wsync_delta_writer_file_hashes(w, &bh, &th, &err) == -EINVAL);
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+	close(fd);
+}
+
 static void test_writer_refuses_disorder(void)
 {
 	struct wsync_delta_writer *w = NULL;
@@ -720,6 +796,7 @@ int main(void)
 	TEST(test_file_record_rules);
 	TEST(test_round_trip_fd_and_mem);
 	TEST(test_big_segment);
+	TEST(test_writer_hashes_and_drop);
 	TEST(test_writer_refuses_disorder);
 	TEST(test_every_flipped_byte_refused);
 	TEST(test_every_truncation_refused);
