@@ -435,6 +435,53 @@ check "... it is checkpoint-5 (step 5)" grep -q '"step": 5' "$TMP/bk-pubd/manife
 stop pubd >/dev/null
 fi
 
+
+# ---- 7. disk full on the subscriber (a 64 MiB tmpfs; needs root) ------
+# Twice: too few free bytes (refused by the free-space check before the
+# download), then too few inodes (ENOSPC while the new files are written,
+# past every check).  Each time: target and marker unchanged, no temp
+# file left, the daemon keeps running and applies the version once space
+# is back.
+if only 7; then
+mkdir -p "$TMP/mnt"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64m tmpfs "$TMP/mnt" 2>/dev/null; then
+	trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; umount -l "$TMP/mnt"; rm -rf "$TMP"' EXIT
+	B7="$TMP/bk-df"
+	conf df "$B7"
+	sed -i "s|^target_dir = .*|target_dir = $TMP/mnt/target|" "$TMP/df/wsyncd.ini"
+	pub "$B7" 1 "$CK-1" --anchor
+	jstart df
+	check "disk full: version 1 fits" wait_version df 1
+	# full WHAT VERSION TEXT: version V fails with TEXT in last_error
+	full() {
+		local before
+		before=$(cat "$TMP/mnt/target/.wsync/state.json")
+		pub "$B7" "$2" "$CK-$2" --prev "$CK-$(($2 - 1))"
+		check "$1: version $2 fails, saying so" wait_error df "$3"
+		echo "# last_error: $(field df last_error)"
+		check "$1: target still equals checkpoint $(($2 - 1))" same "$CK-$(($2 - 1))" "$TMP/mnt/target"
+		check "$1: state marker unchanged" test "$(cat "$TMP/mnt/target/.wsync/state.json")" = "$before"
+		check "$1: no temp file left" no_temps "$TMP/mnt/target"
+		check "$1: the daemon keeps running" kill -0 "$PID_df"
+	}
+	free=$(df -B1 --output=avail "$TMP/mnt" | tail -1)
+	head -c $((free - 4 * 1024 * 1024)) /dev/zero >"$TMP/mnt/filler" 2>/dev/null
+	full "too few bytes" 2 "not enough free space"
+	rm -f "$TMP/mnt/filler"
+	check "too few bytes: once space is back, version 2 is applied" wait_version df 2
+	check "too few bytes: target equals checkpoint 2" same "$CK-2" "$TMP/mnt/target"
+	used=$(df --output=iused "$TMP/mnt" | tail -1)
+	mount -o remount,nr_inodes=$((used + 1)) "$TMP/mnt"
+	full "no inode left (ENOSPC)" 3 "No space left on device"
+	mount -o remount,nr_inodes=100000 "$TMP/mnt"
+	check "ENOSPC: once space is back, version 3 is applied" wait_version df 3
+	check "ENOSPC: target equals checkpoint 3" same "$CK-3" "$TMP/mnt/target"
+	stop df >/dev/null
+else
+	tap_result 0 "# SKIP disk full: no tmpfs mount (not root?)"
+fi
+fi
+
 [ -n "${HOSTILE_KEEP:-}" ] && cp -r "$TMP" "$HOSTILE_KEEP"
 
 tap_done
