@@ -2,6 +2,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,34 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
 	return 0;
 }
 
+/* mkdir p; when it made it, fsync its parent so that the new entry
+ * survives a power loss as what is later written inside it does.  A
+ * parent we may write but not read, or a filesystem without directory
+ * fsync (some FUSE ones), is not an error: nothing better can be done. */
+static int mkdir_durable(char *p, mode_t mode)
+{
+	char *slash = strrchr(p, '/');
+	int fd, r = 0;
+
+	if (mkdir(p, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	if (!slash)
+		fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	else if (slash == p)
+		fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	else {
+		*slash = '\0';
+		fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		*slash = '/';
+	}
+	if (fd < 0)
+		return 0;
+	if (fsync(fd) < 0 && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+		r = -errno;
+	(void)close(fd);
+	return r;
+}
+
 int wsync_mkdir_p(const char *path, unsigned mode)
 {
 	char *p = strdup(path);
@@ -40,12 +69,11 @@ int wsync_mkdir_p(const char *path, unsigned mode)
 		if (*q != '/')
 			continue;
 		*q = '\0';
-		if (mkdir(p, (mode_t)mode) < 0 && errno != EEXIST)
-			r = -errno;
+		r = mkdir_durable(p, (mode_t)mode);
 		*q = '/';
 	}
-	if (r == 0 && mkdir(p, (mode_t)mode) < 0 && errno != EEXIST)
-		r = -errno;
+	if (r == 0)
+		r = mkdir_durable(p, (mode_t)mode);
 	free(p);
 	return r;
 }

@@ -16,8 +16,11 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
 
 /*
  * mkdir -p: create path and every missing parent with mode (existing ones
- * are left as they are).  Returns 0, or the negative errno of the first
- * mkdir that failed for another reason than EEXIST (-ENOMEM too).
+ * are left as they are), fsyncing the parent of each one it creates (so a
+ * target_dir or state_dir made here survives a power loss with the files
+ * later made durable in it).  Returns 0, or the negative errno of the
+ * first mkdir that failed for another reason than EEXIST, or of an fsync
+ * (-ENOMEM too).
  */
 int wsync_mkdir_p(const char *path, unsigned mode);
 
