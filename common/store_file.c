@@ -8,7 +8,8 @@
  * own directory, fsyncs it, renames it over the key and fsyncs the
  * directory, so a reader (another node on NFS included) sees the old
  * object or the new one, never a part; listings skip the temp names, and
- * keys may not use them.
+ * keys may not use them.  A put also removes the temps of puts that died
+ * (killed, power loss) in its directory once they are an hour old.
  *
  * Every system call runs on the libuv thread pool (uv_queue_work), never
  * on the loop thread, at most max_concurrency jobs at a time (the pool is
@@ -55,6 +56,7 @@
 #define KEY_MAX 1024
 #define COPY_CHUNK (64u << 20)	/* between two looks at the cancel flag */
 #define RW_BUFFER (1u << 20)	/* read/write fallback of copy_file_range */
+#define STALE_TMP_SEC 3600	/* a put's temp untouched this long: its put died */
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -166,6 +168,39 @@ static int tmp_create(int dirfd, char *name)
 			return -errno;
 	}
 	return -EEXIST;
+}
+
+/*
+ * Remove the temps that puts killed half way (a publisher SIGKILLed or a
+ * power loss) left in dirfd: listings skip them, so nothing else ever
+ * would.  Only those untouched for STALE_TMP_SEC: a put in progress keeps
+ * its temp's mtime fresh as it writes, and one bucket has one publisher.
+ * Best effort: a put never fails over this.
+ */
+static void sweep_stale_tmps(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	time_t limit = time(NULL) - STALE_TMP_SEC;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		(void)close(fd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (strncmp(de->d_name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1) != 0 ||
+		    fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode) || st.st_mtime >= limit)
+			continue;
+		(void)unlinkat(dirfd, de->d_name, 0);
+	}
+	(void)closedir(d);
 }
 
 /* fsync, where the filesystem has one: some FUSE filesystems answer
@@ -403,6 +438,7 @@ static int op_put(struct file_job *job, int bucket)
 	r = open_parent(req, bucket, req->key, true, &dirfd, &leaf);
 	if (r < 0)
 		goto out;
+	sweep_stale_tmps(dirfd);
 	fd = tmp_create(dirfd, tmp);
 	if (fd < 0) {
 		r = wsync_store_req_fail(req, fd, "%s: cannot create a temporary file: %s",
