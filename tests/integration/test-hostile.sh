@@ -482,6 +482,75 @@ else
 fi
 fi
 
+# ---- 8. bad configuration: every key of the table -------------------
+# The keys come from `wsyncd --dump-config` (every row of config/config.c's
+# table, set or not), so a new key is covered without touching this test.
+# Each key gets a value with a control character (no key may take one),
+# and a value of the wrong type when its default shows the type (a number,
+# a duration, a size, an absolute path).  The case is the dumped
+# configuration (made valid with paths in $TMP) with that one line
+# replaced; --check-config and wsyncd itself must both exit 78 with
+# "FILE:LINE: [section] key".
+if only 8; then
+"$WSYNCD" --check-config --dump-config "$src/config/subscriber.ini" >"$TMP/dump-sub.ini"
+"$WSYNCD" --check-config --dump-config "$src/config/publisher.ini" >"$TMP/dump-pub.ini"
+"$PYTHON3" - "$TMP" <<'PY' >"$TMP/cases"
+import re, sys
+tmp = sys.argv[1]
+lines = open(tmp + "/dump-sub.ini").read().splitlines()
+defaults = {}
+for f in ("dump-pub.ini", "dump-sub.ini"):
+    sec = None
+    for l in open(tmp + "/" + f).read().splitlines():
+        m = re.match(r"\[(\w+)\]$", l)
+        if m:
+            sec = m.group(1)
+        m = re.match(r"(\w+) = (.*)$", l)
+        if m:
+            defaults[(sec, m.group(1))] = m.group(2)
+safe = {"state_dir": tmp + "/cfg/state", "runtime_dir": tmp + "/cfg/run",
+        "target_dir": tmp + "/cfg/target", "url": "file://" + tmp + "/cfg/bucket"}
+base, keys, sec = [], [], None
+for l in lines:
+    m = re.match(r"\[(\w+)\]$", l)
+    if m:
+        sec = m.group(1)
+    m = re.match(r"(?:; )?(\w+) = (.*)$", l)
+    if m and sec:
+        keys.append((sec, m.group(1), len(base)))
+        if m.group(1) in safe:
+            l = "%s = %s" % (m.group(1), safe[m.group(1)])
+    base.append(l)
+n = 0
+for sec, key, i in keys:
+    d = defaults.get((sec, key), "")
+    bad = ["x\x01y"]
+    if re.fullmatch(r"\d+", d):
+        bad += ["lots", "99999999999999999999999"]
+    elif re.fullmatch(r"\d+(ms|s|min|h|d)", d):
+        bad += ["soon", "99999999d"]
+    elif re.fullmatch(r"\d+(KiB|MiB|GiB|TiB)", d):
+        bad += ["huge", "9999TiB"]
+    elif d.startswith("/"):
+        bad += ["relative/path"]
+    for v in bad:
+        n += 1
+        f = "%s/cfg-%03d.ini" % (tmp, n)
+        body = list(base)
+        body[i] = "%s = %s" % (key, v)
+        open(f, "w").write("\n".join(body) + "\n")
+        print("%s\t%s\t%d\t%s\t%r" % (f, sec, i + 1, key, v))
+PY
+n_keys=$(cut -f2,4 "$TMP/cases" | sort -u | wc -l)
+n_table=$(grep -cE '^\s*KEY\("' "$src/config/config.c")
+check "bad config: every key of config.c's table is covered ($n_keys of $n_table)" test "$n_keys" = "$n_table"
+while IFS=$'\t' read -r f sec line key v; do
+	expect_exit 78 "bad config: [$sec] $key = $v: --check-config exits 78" "$WSYNCD" --check-config "$f"
+	contains "bad config: [$sec] $key = $v: FILE:LINE names the key" "$OUT" "$f:$line: [$sec] $key"
+	expect_exit 78 "bad config: [$sec] $key = $v: wsyncd exits 78" timeout 20 "$WSYNCD" -c "$f" --log-target stderr
+done <"$TMP/cases"
+fi
+
 [ -n "${HOSTILE_KEEP:-}" ] && cp -r "$TMP" "$HOSTILE_KEEP"
 
 tap_done
