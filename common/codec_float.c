@@ -72,24 +72,19 @@ static ALWAYS_INLINE int64_t to_key(uint32_t x, unsigned width)
 {
 	uint32_t sign = width == 2 ? 0x8000u : 0x80000000u;
 
-	return (x & sign) ? -1 - (int64_t)(x & (sign - 1)) : (int64_t)x;
+	/* without a branch (signs are random): negative values are
+	 * -1 - magnitude, i.e. the magnitude's complement */
+	return (int64_t)(x & (sign - 1)) ^ -(int64_t)((x & sign) != 0);
 }
 
 static ALWAYS_INLINE bool from_key(int64_t k, unsigned width, uint32_t *x)
 {
 	uint32_t sign = width == 2 ? 0x8000u : 0x80000000u;
-	int64_t max = (int64_t)(sign - 1);
+	int64_t neg = k >> 63;		/* -1 for a negative key, else 0 */
+	int64_t mag = k ^ neg;		/* k, or -1 - k */
 
-	if (k >= 0) {
-		if (k > max)
-			return false;
-		*x = (uint32_t)k;
-		return true;
-	}
-	if (-1 - k > max)
-		return false;
-	*x = sign | (uint32_t)(-1 - k);
-	return true;
+	*x = (uint32_t)mag | (sign & (uint32_t)neg);
+	return mag <= (int64_t)(sign - 1);
 }
 
 /* Class table for a piece: exponent -> class (FORMAT.md §4). */
@@ -261,7 +256,11 @@ static void counts_init(struct class_counts *cc, const uint64_t *start)
 
 static inline uint64_t counts_get(const struct class_counts *cc, unsigned c)
 {
-	return cc->base[c] + ((c & 1) ? cc->odd.h[c >> 1] : cc->even.h[c >> 1]);
+	/* a shift rather than a 16-bit load of the 128-bit word: that load
+	 * would wait for the word to reach memory first */
+	u128 v = (c & 1) ? cc->odd.v : cc->even.v;
+
+	return cc->base[c] + (uint16_t)(v >> (16 * (c >> 1)));
 }
 
 static void counts_flush(struct class_counts *cc)

@@ -75,6 +75,10 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 	class_incs(tab, mask, inc);
 	for (unsigned c = 0; c < NCLS; c++)
 		dist.b[c] = distance(&lanes[c], &cc, c);
+	/* Unchanged elements are the base's: one copy of the whole range
+	 * (callers pass cache-sized ranges), then only the changes are
+	 * patched in. */
+	memcpy(out, base, (size_t)n * width);
 	for (uint64_t i = 0; i < n; i += BLOCK) {
 		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
 		const uint8_t *bp = base + i * width;
@@ -82,7 +86,6 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 		unsigned hits;
 
 		bytes.v = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
-		memcpy(op, bp, (size_t)k * width);
 		hits = block_hits(&bytes, &dist);
 		/* A hit may only mean a clamped distance ran low: refresh. */
 		for (unsigned m = hits; m; m &= m - 1) {
@@ -102,16 +105,14 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 				uint64_t pos0 = counts_get(&cc, c);
 				uint32_t mm = cm[c];
 				uint64_t end = pos0 + (unsigned)__builtin_popcount(mm);
-				/* a copy the stores to op cannot alias: it stays
-				 * in registers */
-				struct wsync_float_dec_lane l = lanes[c];
+				struct wsync_float_dec_lane *l = &lanes[c];
 
 				/* Jump straight to each change among this class's
 				 * members in the block: the (next - pos0)-th set bit
 				 * of its mask.  next never falls behind pos0: every
 				 * change of an earlier block was taken there. */
-				while (l.next < end) {
-					uint64_t pos = l.next;
+				while (l->next < end) {
+					uint64_t pos = l->next;
 					unsigned j;
 					uint32_t o, t;
 
@@ -122,15 +123,14 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 								       (unsigned long long)i);
 					j = LOOP_SELECT(mm, (unsigned)(pos - pos0));
 					o = load(bp + j * width, width);
-					l.count = pos;
-					if (!take_step(&l, o, width, &t))
+					l->count = pos;
+					if (!take_step(l, o, width, &t))
 						return wsync_error_set(err, -EINVAL,
 								       "corrupt step stream "
 								       "(element %llu)",
 								       (unsigned long long)(i + j));
 					store(op + j * width, t, width);
 				}
-				lanes[c] = l;
 			}
 		}
 		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */
