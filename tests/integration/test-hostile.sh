@@ -552,5 +552,14 @@ done <"$TMP/cases"
 fi
 
 [ -n "${HOSTILE_KEEP:-}" ] && cp -r "$TMP" "$HOSTILE_KEEP"
+# Journal receivers and daemons still running end on SIGTERM, within 5 s.
+for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for _ in $(seq 50); do
+	alive=0
+	for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+	[ $alive = 0 ] && break
+	sleep 0.1
+done
+wait 2>/dev/null
 
 tap_done
