@@ -684,6 +684,8 @@ int wsync_float_dec_init(struct wsync_float_dec *d, const struct wsync_stream *s
 			 size_t n, const uint64_t members[WSYNC_FAMILY_COUNT],
 			 struct wsync_error *err)
 {
+	const struct wsync_stream *gap[WSYNC_FAMILY_COUNT][NCLS] = { { NULL } };
+	const struct wsync_stream *step[WSYNC_FAMILY_COUNT][NCLS] = { { NULL } };
 	int r;
 
 	memset(d, 0, sizeof(*d));
@@ -709,28 +711,45 @@ int wsync_float_dec_init(struct wsync_float_dec *d, const struct wsync_stream *s
 		l->present = true;
 		l->nsyms = s->nsyms;
 		if (s->kind == 1) {
-			if (l->owned_gap || l->gap_syms)
+			if (gap[s->family][s->cls])
 				return wsync_error_set(err, -EINVAL, "duplicate GAP stream");
-			r = unpack_syms(s, &l->gap_syms, &l->owned_gap, err);
+			gap[s->family][s->cls] = s;
 			wsync_bits_init(&l->gap_bits, s->bits, s->bits_len);
 		} else {
-			if (l->owned_step || l->step_syms)
+			if (step[s->family][s->cls])
 				return wsync_error_set(err, -EINVAL, "duplicate STEP stream");
-			r = unpack_syms(s, &l->step_syms, &l->owned_step, err);
+			step[s->family][s->cls] = s;
 			wsync_bits_init(&l->step_bits, s->bits, s->bits_len);
 		}
-		if (r < 0)
-			return r;
 	}
 	for (unsigned f = 0; f < WSYNC_FAMILY_COUNT; f++)
 		for (unsigned c = 0; c < NCLS; c++) {
 			struct wsync_float_dec_lane *l = &d->lane[f][c];
+			const struct wsync_stream *g = gap[f][c], *st = step[f][c];
 
 			if (!l->present)
 				continue;
-			if (!l->gap_syms || !l->step_syms)
+			if (!g || !st)
 				return wsync_error_set(err, -EINVAL,
 						       "a GAP stream without its STEP stream");
+			if (g->coding == 2 && st->coding == 2) {
+				/* both rANS (the usual case): side by side */
+				l->owned_gap = malloc(l->nsyms ? l->nsyms : 1);
+				l->owned_step = malloc(l->nsyms ? l->nsyms : 1);
+				if (!l->owned_gap || !l->owned_step)
+					return wsync_error_set(err, -ENOMEM, "out of memory");
+				r = wsync_rans_decode2(g->syms, g->syms_len, l->owned_gap,
+						       st->syms, st->syms_len, l->owned_step,
+						       l->nsyms, err);
+				l->gap_syms = l->owned_gap;
+				l->step_syms = l->owned_step;
+			} else {
+				r = unpack_syms(g, &l->gap_syms, &l->owned_gap, err);
+				if (r == 0)
+					r = unpack_syms(st, &l->step_syms, &l->owned_step, err);
+			}
+			if (r < 0)
+				return r;
 			if (!lane_advance(l, 0))
 				return wsync_error_set(err, -EINVAL, "corrupt gap stream");
 		}

@@ -7,6 +7,7 @@
 #include "rans.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,13 +149,22 @@ int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
 	return r;
 }
 
-int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
-		      struct wsync_error *err)
+/* A stream being decoded. */
+struct rans_dec {
+	const uint8_t *p, *end;
+	uint32_t x;
+	uint32_t *slots;	/* M entries; NULL for an empty stream */
+};
+
+/* Read the table and the initial state of a stream of n symbols. */
+static int rans_open(struct rans_dec *d, const uint8_t *in, size_t len, size_t n,
+		     struct wsync_error *err)
 {
-	uint32_t freq[256] = { 0 }, total = 0, x, *slots;
+	uint32_t freq[256] = { 0 }, total = 0;
 	const uint8_t *p = in, *end = in + len;
 	unsigned nsym;
 
+	d->slots = NULL;
 	if (len < 2)
 		return wsync_error_set(err, -EINVAL, "rANS stream too short");
 	nsym = wsync_le16(p);
@@ -183,6 +193,8 @@ int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
 	if (n == 0) {
 		if (total != 0 || end - p != 4 || wsync_le32(p) != RANS_L)
 			return wsync_error_set(err, -EINVAL, "corrupt empty rANS stream");
+		d->p = d->end = end;
+		d->x = RANS_L;
 		return 0;
 	}
 	if (total != M)
@@ -190,46 +202,99 @@ int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
 				       total, M);
 	if (end - p < 4)
 		return wsync_error_set(err, -EINVAL, "rANS stream truncated");
+	d->x = wsync_le32(p);
+	if (d->x < RANS_L)	/* an encoder's state never is */
+		return wsync_error_set(err, -EINVAL, "corrupt rANS state");
+	d->p = p + 4;
+	d->end = end;
 	/* One entry per slot: symbol, frequency - 1 and the slot's offset
 	 * within the symbol's range (8 + 12 + 12 bits), so a symbol costs one
 	 * table load. */
-	slots = malloc(M * sizeof(*slots));
-	if (!slots)
+	d->slots = malloc(M * sizeof(*d->slots));
+	if (!d->slots)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	for (unsigned s = 0, cum = 0; s < 256; s++) {
 		for (uint32_t k = 0; k < freq[s]; k++)
-			slots[cum + k] = (uint32_t)s | (freq[s] - 1) << 8 | k << 20;
+			d->slots[cum + k] = (uint32_t)s | (freq[s] - 1) << 8 | k << 20;
 		cum += freq[s];
 	}
-	x = wsync_le32(p);
-	p += 4;
-	if (x < RANS_L) {	/* an encoder's state never is */
-		free(slots);
-		return wsync_error_set(err, -EINVAL, "corrupt rANS state");
-	}
-	for (size_t i = 0; i < n; i++) {
-		uint32_t e = slots[x & (M - 1)];
+	return 0;
+}
 
-		syms[i] = (uint8_t)e;
-		x = (((e >> 8) & 0xfff) + 1) * (x >> SCALE_BITS) + (e >> 20);
-		if (x < RANS_L) {
-			/* x >= 2^11 here (freq >= 1, x >= 2^23 before): two
-			 * bytes at most bring it back over RANS_L */
-			if (p == end)
-				goto truncated;
-			x = (x << 8) | *p++;
-			if (x < RANS_L) {
-				if (p == end)
-					goto truncated;
-				x = (x << 8) | *p++;
-			}
+/* One symbol; false when the input ran out.  The state stays >= RANS_L,
+ * so after a symbol it is >= 2^11 (every frequency >= 1) and two bytes at
+ * most bring it back. */
+static inline __attribute__((always_inline)) bool rans_get(struct rans_dec *d,
+							   uint8_t *sym)
+{
+	uint32_t e = d->slots[d->x & (M - 1)];
+
+	*sym = (uint8_t)e;
+	d->x = (((e >> 8) & 0xfff) + 1) * (d->x >> SCALE_BITS) + (e >> 20);
+	if (d->x < RANS_L) {
+		if (d->p == d->end)
+			return false;
+		d->x = (d->x << 8) | *d->p++;
+		if (d->x < RANS_L) {
+			if (d->p == d->end)
+				return false;
+			d->x = (d->x << 8) | *d->p++;
 		}
 	}
-	free(slots);
-	if (p != end || x != RANS_L)
+	return true;
+}
+
+/* Every byte used and the final state the encoder's initial one. */
+static int rans_close(struct rans_dec *d, bool ok, struct wsync_error *err)
+{
+	free(d->slots);
+	d->slots = NULL;
+	if (!ok)
+		return wsync_error_set(err, -EINVAL, "rANS stream truncated");
+	if (d->p != d->end || d->x != RANS_L)
 		return wsync_error_set(err, -EINVAL, "rANS stream does not end cleanly");
 	return 0;
-truncated:
-	free(slots);
-	return wsync_error_set(err, -EINVAL, "rANS stream truncated");
+}
+
+int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
+		      struct wsync_error *err)
+{
+	struct rans_dec d;
+	bool ok = true;
+	int r = rans_open(&d, in, len, n, err);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n && ok; i++)
+		ok = rans_get(&d, &syms[i]);
+	return rans_close(&d, ok, err);
+}
+
+int wsync_rans_decode2(const uint8_t *in_a, size_t len_a, uint8_t *syms_a,
+		       const uint8_t *in_b, size_t len_b, uint8_t *syms_b, size_t n,
+		       struct wsync_error *err)
+{
+	struct rans_dec a, b;
+	bool ok_a = true, ok_b = true;
+	int r = rans_open(&a, in_a, len_a, n, err);
+
+	if (r < 0)
+		return r;
+	r = rans_open(&b, in_b, len_b, n, err);
+	if (r < 0) {
+		free(a.slots);
+		return r;
+	}
+	/* two independent chains side by side: each waits on its own
+	 * multiply and table load, not on the other's */
+	for (size_t i = 0; i < n && ok_a && ok_b; i++) {
+		ok_a = rans_get(&a, &syms_a[i]);
+		ok_b = rans_get(&b, &syms_b[i]);
+	}
+	r = rans_close(&a, ok_a, err);
+	if (r < 0) {
+		free(b.slots);
+		return r;
+	}
+	return rans_close(&b, ok_b, err);
 }

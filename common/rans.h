@@ -32,4 +32,13 @@ int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out);
 int wsync_rans_decode(const uint8_t *in, size_t len, uint8_t *syms, size_t n,
 		      struct wsync_error *err);
 
+/*
+ * The same for two streams of n symbols each, decoded side by side (the
+ * GAP and STEP streams of one class): the same results and errors as two
+ * calls, in about the time of one.
+ */
+int wsync_rans_decode2(const uint8_t *in_a, size_t len_a, uint8_t *syms_a,
+		       const uint8_t *in_b, size_t len_b, uint8_t *syms_b, size_t n,
+		       struct wsync_error *err);
+
 #endif

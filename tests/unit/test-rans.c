@@ -120,11 +120,49 @@ static void test_damage(void)
 	wsync_buf_free(&out);
 }
 
+/* Two streams decoded side by side give what two single decodes give,
+ * and damage to either one is refused as it is alone. */
+static void test_pair(void)
+{
+	enum { N = 5000 };
+	uint8_t a[N], b[N], ba[N], bb[N], one[N];
+	struct wsync_buf oa = { 0 }, ob = { 0 };
+	struct wsync_error err = { 0 };
+
+	for (size_t i = 0; i < N; i++) {
+		a[i] = (uint8_t)(rnd() % 7 == 0 ? rnd() % 100 : rnd() % 4);
+		b[i] = (uint8_t)(rnd() % 3 == 0 ? 1 : 0);
+	}
+	CHECK(wsync_rans_encode(a, N, &oa) == 0);
+	CHECK(wsync_rans_encode(b, N, &ob) == 0);
+	CHECK(wsync_rans_decode2(oa.data, oa.len, ba, ob.data, ob.len, bb, N, &err) == 0);
+	CHECK(memcmp(ba, a, N) == 0 && memcmp(bb, b, N) == 0);
+	CHECK(wsync_rans_decode(ob.data, ob.len, one, N, &err) == 0);
+	CHECK(memcmp(one, bb, N) == 0);
+	/* a truncated second stream, a damaged first one, a wrong count */
+	CHECK(wsync_rans_decode2(oa.data, oa.len, ba, ob.data, ob.len - 1, bb, N,
+				 &err) == -EINVAL);
+	oa.data[oa.len / 2] ^= 0x21;
+	CHECK(wsync_rans_decode2(oa.data, oa.len, ba, ob.data, ob.len, bb, N, &err) ==
+	      wsync_rans_decode(oa.data, oa.len, one, N, &err));
+	oa.data[oa.len / 2] ^= 0x21;
+	CHECK(wsync_rans_decode2(oa.data, oa.len, ba, ob.data, ob.len, bb, N - 1,
+				 &err) == -EINVAL);
+	/* empty streams pair too */
+	wsync_buf_reset(&oa);
+	wsync_buf_reset(&ob);
+	CHECK(wsync_rans_encode(NULL, 0, &oa) == 0 && wsync_rans_encode(NULL, 0, &ob) == 0);
+	CHECK(wsync_rans_decode2(oa.data, oa.len, ba, ob.data, ob.len, bb, 0, &err) == 0);
+	wsync_buf_free(&oa);
+	wsync_buf_free(&ob);
+}
+
 int main(void)
 {
 	TEST(test_shapes);
 	TEST(test_near_entropy);
 	TEST(test_uniform_long);
 	TEST(test_damage);
+	TEST(test_pair);
 	return tap_done();
 }
