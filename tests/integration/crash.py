@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""crash.py -- the checks of test-crash.sh over targets, buckets and the
+logs of tests/shim/crashshim.c (one line per call: SEQ TAB KIND TAB RC TAB
+PATH [TAB PATH2] [TAB w=N]; a last line KILL TAB KIND TAB N TAB PATH when the
+shim killed the process).
+
+  crash.py sample TARGET CKPT_DIR OLD NEW
+      every file in TARGET (but .wsync/ and temps) holds, byte for byte, the
+      content some version OLD..NEW gives it (CKPT_DIR/checkpoint-V is
+      version V; OLD 0: no file before), and no path is foreign
+  crash.py inplace LOG TARGET
+      nothing under TARGET (but .wsync/) was opened for writing under its
+      final name, and every rename into TARGET moved a temp that had been
+      fsynced after it was last opened
+  crash.py order LOG TARGET
+      power-loss ordering of complete subscriber applies: each file renamed
+      into TARGET fsynced before, its directory fsynced after, both before
+      the next state.json rename; the marker's temp fsynced before its
+      rename and .wsync/ fsynced after; a directory made in TARGET has its
+      parent fsynced before that marker
+  crash.py puborder LOG BUCKET
+      the same for a publisher on a file:// bucket: each object durable
+      (temp fsynced, directory fsynced after the rename) before the next
+      manifest's rename, each manifest durable before the next HEAD rename,
+      HEAD's temp fsynced before and BUCKET fsynced after
+  crash.py killed LOG KIND
+      the log has the shim's KILL line, for KIND (any: whatever kind)
+  crash.py orphans BUCKET
+      every file in BUCKET is HEAD, or a manifest from the oldest anchor
+      HEAD's manifest lists up to HEAD, or an object one of those lists
+      (BUCKET.md section 2 rule 3), temps included
+  crash.py head BUCKET
+      print HEAD's version, then its manifest's step
+"""
+import hashlib
+import json
+import os
+import sys
+
+
+def doc(path):
+    return json.loads(open(path, "rb").read().decode().split("\nwsync-signature")[0])
+
+
+def files(d):
+    out = {}
+    for root, dirs, names in os.walk(d):
+        dirs[:] = [x for x in dirs if x != ".wsync"]
+        for n in names:
+            p = os.path.join(root, n)
+            out[os.path.relpath(p, d)] = p
+    return out
+
+
+def is_temp(rel):
+    n = os.path.basename(rel)
+    return n.startswith(".") and ".wsync-" in n
+
+
+def digest(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def read_log(path):
+    ev = []
+    for line in open(path, encoding="utf-8", errors="replace"):
+        f = line.rstrip("\n").split("\t")
+        if f[0] == "KILL":
+            ev.append({"seq": None, "kind": "KILL", "what": f[1], "p1": f[3] if len(f) > 3 else ""})
+            continue
+        e = {"seq": int(f[0]), "kind": f[1], "rc": int(f[2]), "p1": f[3], "p2": None}
+        if len(f) > 4 and not f[4].startswith("w="):
+            e["p2"] = f[4]
+        ev.append(e)
+    return ev
+
+
+def under(p, d):
+    return p == d or p.startswith(d.rstrip("/") + "/")
+
+
+def sample(target, ck, old, new):
+    allowed = {}
+    for v in range(max(old, 1), new + 1):
+        for rel, p in files(os.path.join(ck, "checkpoint-%d" % v)).items():
+            allowed.setdefault(rel, set()).add(digest(p))
+    bad = []
+    if os.path.isdir(target):
+        for rel, p in sorted(files(target).items()):
+            if is_temp(rel):
+                continue
+            if rel not in allowed:
+                bad.append("%s: not a file of versions %d..%d" % (rel, old, new))
+            elif digest(p) not in allowed[rel]:
+                bad.append("%s: holds none of the versions %d..%d" % (rel, old, new))
+    for b in bad:
+        print(b)
+    return not bad
+
+
+def inplace(log, target):
+    ev = read_log(log)
+    tgt = os.path.realpath(target)
+    meta = os.path.join(tgt, ".wsync")
+    bad, last_open, synced = [], {}, {}
+    for e in ev:
+        if e["kind"] == "open" and e["rc"] >= 0:
+            last_open[e["p1"]] = e["seq"]
+            if under(e["p1"], tgt) and not under(e["p1"], meta) and \
+                    not is_temp(e["p1"]):
+                bad.append("opened for writing in place: %s" % e["p1"])
+        elif e["kind"] == "fsync" and e["rc"] == 0:
+            synced[e["p1"]] = e["seq"]
+        elif e["kind"] == "rename" and e["rc"] == 0 and under(e["p2"], tgt) \
+                and not under(e["p2"], meta):
+            src = e["p1"]
+            if not is_temp(src):
+                bad.append("renamed from a non-temp: %s -> %s" % (src, e["p2"]))
+            elif synced.get(src, -1) < last_open.get(src, 0):
+                bad.append("renamed before its fsync: %s -> %s" % (src, e["p2"]))
+    for b in bad:
+        print(b)
+    return not bad
+
+
+def check_order(ev, is_data, is_marker, scope):
+    """Generic: every data rename (is_data(to)) is preceded by an fsync of
+    its source after its last open and followed by an fsync of the target's
+    directory, both before the next marker rename (is_marker(to)); the
+    marker's temp fsynced before, its directory after; a directory made
+    under scope has its parent fsynced before the next marker."""
+    bad = []
+    last_open, synced = {}, {}
+    pending = []	# data renames whose directory still needs a sync
+    made = []	# directories made, whose parent still needs a sync
+    markers = 0
+    for i, e in enumerate(ev):
+        k = e["kind"]
+        if k == "open" and e["rc"] >= 0:
+            last_open[e["p1"]] = e["seq"]
+        elif k == "mkdir" and e["rc"] == 0 and under(e["p1"], scope):
+            made.append(e["p1"])
+        elif k == "fsync" and e["rc"] == 0:
+            synced[e["p1"]] = e["seq"]
+            pending = [r for r in pending if os.path.dirname(r["p2"]) != e["p1"]]
+            made = [m for m in made if os.path.dirname(m) != e["p1"]]
+        elif k == "rename" and e["rc"] == 0 and (is_data(e["p2"]) or is_marker(e["p2"])):
+            if synced.get(e["p1"], -1) < last_open.get(e["p1"], 0):
+                bad.append("%s renamed to %s before its fsync" % (e["p1"], e["p2"]))
+            if is_marker(e["p2"]):
+                markers += 1
+                for r in pending:
+                    bad.append("%s: its directory not fsynced before the marker %s"
+                               % (r["p2"], e["p2"]))
+                for m in made:
+                    bad.append("made directory %s: its parent not fsynced before the marker %s"
+                               % (m, e["p2"]))
+                pending, made = [], []
+                # the marker's own directory: synced before anything else
+                # that depends on it (the next data rename or the end)
+                d = os.path.dirname(e["p2"])
+                ok = False
+                for f in ev[i + 1:]:
+                    if f["kind"] == "fsync" and f["p1"] == d and f["rc"] == 0:
+                        ok = True
+                        break
+                    if f["kind"] == "rename" and (is_data(f["p2"]) or is_marker(f["p2"])):
+                        break
+                if not ok:
+                    bad.append("marker %s: its directory not fsynced after the rename" % e["p2"])
+            else:
+                pending.append(e)
+    if not markers:
+        bad.append("no marker rename in the log")
+    for r in pending:
+        bad.append("%s renamed after the last marker" % r["p2"])
+    return bad
+
+
+def order(log, target):
+    tgt = os.path.realpath(target)
+    meta = os.path.join(tgt, ".wsync")
+    bad = check_order(read_log(log),
+                      lambda p: under(p, tgt) and not under(p, meta),
+                      lambda p: p == os.path.join(meta, "state.json"), tgt)
+    for b in bad:
+        print(b)
+    return not bad
+
+
+def puborder(log, bucket):
+    b = os.path.realpath(bucket)
+    ev = read_log(log)
+    obj = lambda p: under(p, b + "/anchors") or under(p, b + "/deltas")
+    man = lambda p: under(p, b + "/manifests")
+    head = lambda p: p == b + "/HEAD"
+    # objects before their manifest, then the manifest before HEAD
+    bad = check_order(ev, obj, man, b) + check_order(ev, man, head, b)
+    for x in bad:
+        print(x)
+    return not bad
+
+
+def killed(log, kind):
+    # other threads may log a call or two while the signal lands
+    k = [e for e in read_log(log) if e["kind"] == "KILL"]
+    if len(k) != 1:
+        print("%d KILL lines in the log" % len(k))
+        return False
+    if kind != "any" and k[0]["what"] != kind:
+        print("killed at %s, not %s" % (k[0]["what"], kind))
+        return False
+    return True
+
+
+def orphans(bucket):
+    h = doc(os.path.join(bucket, "HEAD"))
+    hm = doc(os.path.join(bucket, h["manifest"]["key"]))
+    want = {"HEAD"}
+    for v in range(min(a["version"] for a in hm["anchors"]), h["version"] + 1):
+        key = "manifests/%012d.json" % v
+        want.add(key)
+        want.update(o["key"] for o in doc(os.path.join(bucket, key))["objects"])
+    have = set(files(bucket))
+    for k in sorted(have - want):
+        print("orphan: %s" % k)
+    for k in sorted(want - have):
+        print("missing: %s" % k)
+    return have == want
+
+
+def main():
+    cmd, a = sys.argv[1], sys.argv[2:]
+    if cmd == "sample":
+        return sample(a[0], a[1], int(a[2]), int(a[3]))
+    if cmd == "inplace":
+        return inplace(a[0], a[1])
+    if cmd == "order":
+        return order(a[0], a[1])
+    if cmd == "puborder":
+        return puborder(a[0], a[1])
+    if cmd == "killed":
+        return killed(a[0], a[1])
+    if cmd == "orphans":
+        return orphans(a[0])
+    if cmd == "head":
+        h = doc(os.path.join(a[0], "HEAD"))
+        print(h["version"], doc(os.path.join(a[0], h["manifest"]["key"]))["step"])
+        return True
+    print("unknown command %s" % cmd)
+    return False
+
+
+sys.exit(0 if main() else 1)

@@ -1,0 +1,395 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# test-crash.sh [--long] -- crashes and power loss, with the LD_PRELOAD
+# shim tests/shim/crashshim.c ($WSYNC_CRASHSHIM) logging every open for
+# writing, fsync, rename, unlink, mkdir and link in order and SIGKILLing
+# the process at a chosen call.  A file:// bucket holds versions 1..5 of a
+# 3-shard checkpoint (anchors at 1 and 4; each version changes 4 files).
+#
+# Subscriber crash matrix (wsync pull and wsyncd, the same subscriber
+# code): >= 20 kill points over every stage -- downloading, decoding and
+# writing temps, between the renames of the changed files, after the
+# renames before the state marker, during the marker write, after it --
+# in three plans: one delta (2 -> 3), a catch-up over four deltas
+# (1 -> 5) and an anchor bootstrap (nothing -> 5, anchor 4 + delta 5).
+# At each: the process died by SIGKILL at that very call (exit 137, the
+# shim's KILL line); right after the kill every target file holds a whole
+# version OLD..NEW of itself (hashed against the published checkpoints),
+# and the shim's log shows no file under target_dir opened for writing
+# under its final name nor renamed in before its temp was fsynced; the
+# restarted subscriber (no shim) converges within 60 s to the published
+# bytes, with no temp file left and .wsync/state.json naming the version.
+# Printed per point: stage, kill spec, recovery by delta or anchor, time.
+#
+# Publisher: SIGKILL during encode, during an upload, between two
+# objects, between the objects and the manifest, between the manifest
+# and HEAD, during and after the HEAD write (test-publisher.sh covers the
+# kill between HEAD and the base swap).  After each, HEAD names a complete
+# version a fresh subscriber reproduces byte for byte, the restarted
+# publisher goes on at a higher version, and after its garbage collection
+# nothing in the bucket is orphaned (BUCKET.md section 2 rule 3, temps
+# included).
+#
+# Power-loss ordering, from the shim's logs of normal runs: subscriber
+# (anchor bootstrap, one delta, a chain): every file renamed into
+# target_dir was fsynced as a temp before its rename, its directory
+# fsynced after, all before state.json's temp is renamed in (itself
+# fsynced before, .wsync/ after).  Publisher on file://: objects durable
+# before their manifest, the manifest durable before HEAD.
+#
+# --long (scripts/stress.sh): also a sweep killing the subscriber at every
+# logged call of the three plans ("any:N").
+. "$(dirname "$0")/lib.sh"
+
+LONG=0
+[ "${1:-}" = --long ] && LONG=1
+: "${WSYNC_CRASHSHIM:=$WSYNC_SOURCE_ROOT/build/tests/crashshim.so}"
+[ -f "$WSYNC_CRASHSHIM" ] || { echo "Bail out! no crash shim at $WSYNC_CRASHSHIM"; exit 1; }
+# an ASan build's runtime wants to be first; the shim only wraps libc
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
+HERE=$(cd "$(dirname "$0")" && pwd)
+cpy() { "$PYTHON3" "$HERE/crash.py" "$@"; }
+
+CK=$TMP/ck
+B=$TMP/bucket
+"$GEN" --params 1M --steps 10 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
+	echo "Bail out! gen-checkpoints failed"
+	exit 1
+}
+
+DPIDS=()
+kill_all() {
+	local p
+	for p in "${DPIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+	return 0
+}
+trap 'kill_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+
+# pub_ini DIR BUCKET KEEP_ANCHORS: a publisher's config and dirs under DIR
+pub_ini() {
+	mkdir -p "$1/state" "$1/run" "$1/watch"
+	cat >"$1/pub.ini" <<EOF
+[daemon]
+role = publisher
+state_dir = $1/state
+runtime_dir = $1/run
+threads = 2
+log_level = debug
+[store]
+url = file://$2
+retry_attempts = 1
+[publisher]
+watch_dir = $1/watch
+anchor_every = 3
+keep_anchors = $3
+gc_grace = 0
+rescan_interval = 1s
+EOF
+}
+# sub_ini DIR: a subscriber's config for target DIR/target on $B
+sub_ini() {
+	mkdir -p "$1/state" "$1/run"
+	cat >"$1/sub.ini" <<EOF
+[daemon]
+role = subscriber
+state_dir = $1/state
+runtime_dir = $1/run
+threads = 2
+log_level = debug
+[store]
+url = file://$B
+retry_attempts = 1
+[subscriber]
+target_dir = $1/target
+poll_interval = 200ms
+EOF
+}
+shim() { # shim LOG SPEC COMMAND...: COMMAND under the shim, SIGKILLed at 60 s
+	local log=$1 spec=$2
+	shift 2
+	timeout -s KILL 60 env WSYNC_CRASH_LOG="$log" WSYNC_CRASH_AT="$spec" \
+		LD_PRELOAD="$WSYNC_CRASHSHIM" "$@"
+}
+set_head() { # set_head V: HEAD names version V (saved as it was published)
+	cp "$TMP/heads/$1" "$B/.HEAD.new" && mv -f "$B/.HEAD.new" "$B/HEAD"
+}
+marker_version() {
+	"$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' \
+		"$1/.wsync/state.json" 2>/dev/null || echo none
+}
+# same DIR V: DIR holds exactly checkpoint-V's files, byte for byte
+same() {
+	local want got f
+	want=$(cd "$CK/checkpoint-$2" && find . -type f | sort)
+	got=$(cd "$1" && find . -path ./.wsync -prune -o -type f -print | sort)
+	[ "$want" = "$got" ] || { echo "files differ: want [$want] got [$got]"; return 1; }
+	for f in $want; do cmp "$CK/checkpoint-$2/$f" "$1/$f" || return 1; done
+}
+no_temps() { # no_temps DIR...: no wsync temp file anywhere under DIR
+	local t
+	t=$(find "$@" \( -name '.*.wsync-*' -o -name '.wsync-tmp.*' -o -name 'state.json.tmp' \) 2>/dev/null)
+	[ -z "$t" ] || { echo "temps left: $t"; return 1; }
+}
+now() { date +%s.%N; }
+since() { "$PYTHON3" -c "import sys; print('%.2f' % ($(now) - $1))"; }
+
+# ---- the bucket: versions 1..5, published with the shim logging ----------
+
+P=$TMP/pub
+mkdir -p "$B"
+pub_ini "$P" "$B" 2	# all of 1..5 kept
+mkdir -p "$TMP/heads"
+for v in 1 2 3 4 5; do
+	shim "$TMP/pub-$v.log" "" "$WSYNC" publish --config "$P/pub.ini" "$CK/checkpoint-$v" \
+		>/dev/null 2>>"$P/log" || { echo "Bail out! publishing checkpoint-$v failed"; exit 1; }
+	cp "$B/HEAD" "$TMP/heads/$v"
+done
+check "the bucket holds versions 1..5" test "$(cpy head "$B")" = "5 5"
+for v in 1 2 4; do
+	check "power loss, publisher v$v: objects durable before the manifest, the manifest before HEAD" \
+		cpy puborder "$TMP/pub-$v.log" "$B"
+done
+
+# ---- golden targets (and the ordering of normal applies) ------------------
+
+G=$TMP/golden
+mkdir -p "$G"
+set_head 1
+sub_ini "$G/1"
+shim "$G/1.log" "" "$WSYNC" pull --config "$G/1/sub.ini" >/dev/null 2>&1
+check "a fresh target pulls version 1 (anchor)" same "$G/1/target" 1
+check "power loss, subscriber anchor: data durable before the marker, the marker durable" \
+	cpy order "$G/1.log" "$G/1/target"
+set_head 2
+sub_ini "$G/2"
+cp -a "$G/1/target" "$G/2/target"
+shim "$G/2.log" "" "$WSYNC" pull --config "$G/2/sub.ini" >/dev/null 2>&1
+check "version 1 -> 2 by a delta" same "$G/2/target" 2
+check "power loss, subscriber delta: data durable before the marker, the marker durable" \
+	cpy order "$G/2.log" "$G/2/target"
+set_head 5
+sub_ini "$G/5"
+cp -a "$G/1/target" "$G/5/target"
+shim "$G/5.log" "" "$WSYNC" pull --config "$G/5/sub.ini" >/dev/null 2>&1
+check "version 1 -> 5 by a chain of deltas" same "$G/5/target" 5
+check "power loss, subscriber chain: each step durable before its marker" \
+	cpy order "$G/5.log" "$G/5/target"
+for l in 1 2 5; do
+	check "normal apply $l: nothing written in place, every rename from an fsynced temp" \
+		cpy inplace "$G/$l.log" "$G/$l/target"
+done
+
+# ---- subscriber crash matrix --------------------------------------------
+
+# died_at DIR RC KIND: the crash run was SIGKILLed (137) by the shim at KIND
+died_at() {
+	[ "$2" = 137 ] || { echo "exit $2"; tail -5 "$1/crash.log"; return 1; }
+	cpy killed "$1/shim.log" "$3"
+}
+# whole_files DIR OLD NEW: the sampler and the shim log's in-place check
+whole_files() {
+	cpy sample "$1/target" "$CK" "$2" "$3" && cpy inplace "$1/shim.log" "$1/target"
+}
+# converged DIR RC NEW: the restart reached NEW, cleanly
+converged() {
+	[ "$2" = 0 ] || { echo "restart exit $2"; tail -5 "$1/restart.log"; return 1; }
+	same "$1/target" "$3" && no_temps "$1/target" "$1/state" &&
+		test "$(marker_version "$1/target")" = "$3"
+}
+NPOINT=0
+FIG=()
+# point STAGE PLAN SPEC [daemon]: PLAN D (2 -> 3), C (1 -> 5) or A (none
+# -> 5); SPEC as WSYNC_CRASH_AT
+point() {
+	local stage=$1 plan=$2 spec=$3 mode=${4:-pull} old new d rc t0 how pid
+	case $plan in
+	D) old=2 new=3 ;;
+	C) old=1 new=5 ;;
+	A) old=0 new=5 ;;
+	esac
+	NPOINT=$((NPOINT + 1))
+	d=$TMP/p$NPOINT
+	rm -rf "$d"
+	sub_ini "$d"
+	[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
+	set_head "$new"
+	if [ "$mode" = daemon ]; then
+		shim "$d/shim.log" "$spec" "$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/crash.log" 2>&1
+	else
+		shim "$d/shim.log" "$spec" "$WSYNC" pull -v --config "$d/sub.ini" >"$d/crash.log" 2>&1
+	fi
+	rc=$?
+	check "[$NPOINT $plan $stage] $spec: killed by SIGKILL there" died_at "$d" "$rc" "${spec%%:*}"
+	check "[$NPOINT] right after the kill every file holds a whole version $old..$new, none written in place" \
+		whole_files "$d" "$old" "$new"
+	t0=$(now)
+	if [ "$mode" = daemon ]; then
+		"$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/restart.log" 2>&1 &
+		pid=$!
+		DPIDS+=("$pid")
+		local ok=1
+		for _ in $(seq 600); do
+			if [ "$(marker_version "$d/target")" = "$new" ] &&
+				grep -q '"state": "idle"' "$d/run/status.json" 2>/dev/null; then
+				ok=0
+				break
+			fi
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -TERM "$pid" 2>/dev/null
+		wait "$pid"
+		rc=$((ok ? 1 : $?))
+	else
+		timeout -s KILL 60 "$WSYNC" pull -v --config "$d/sub.ini" >"$d/restart.log" 2>&1
+		rc=$?
+	fi
+	local took
+	took=$(since "$t0")
+	if grep -q -- "-> $new: from the anchor" "$d/restart.log"; then
+		how=anchor
+	elif grep -q -- "applied from delta" "$d/restart.log"; then
+		how=delta
+	else
+		how=none
+	fi
+	check "[$NPOINT] the restart converges: bytes of version $new, no temps, marker says $new" \
+		converged "$d" "$rc" "$new"
+	FIG+=("$(printf '%2d  %-4s %-28s %-36s %-6s %-6s %5ss' "$NPOINT" "$plan" "$stage" "$spec" "$mode" "$how" "$took")")
+}
+
+# downloading (the file:// store copies the object into state_dir)
+point downloading D "open:1:downloads/"
+point downloading D "write:1:downloads/"
+point downloading D "fsync:1:downloads/"
+point downloading D "rename:1:downloads/"
+point downloading A "rename:1:downloads/:after"
+# decoding and writing the temps in target_dir
+point "writing temps" D "open:1:target/."
+point "decoding a shard" D "write:5:.model-00002-of-00003.safetensors.wsync-"
+point "writing temps" D "fsync:2:target/."
+point "temps built" D "close:4:target/."
+point "decoding (anchor)" A "write:1:.model-00002-of-00003.safetensors.wsync-"
+# between the renames of the changed files
+point "before the 1st rename" D "rename:1:target/."
+point "between renames" D "rename:2:target/."
+point "between renames" D "rename:3:target/." daemon
+point "between renames" D "rename:4:target/."
+point "between renames (anchor)" A "rename:5:target/."
+# after the renames, before the marker
+point "renames done, dir not synced" D "rename:4:target/.:after"
+point "before the marker" D "open:1:.wsync/state.json.tmp"
+# the marker
+point "marker written, not synced" D "fsync:1:.wsync/state.json.tmp"
+point "marker before its rename" D "rename:1:.wsync/state.json"
+point "marker renamed, dir not synced" D "rename:1:.wsync/state.json:after" daemon
+point "after the marker" D "unlink:1:downloads/"
+# anchor bootstrap, then its delta
+point "bootstrap: anchor's marker" A "rename:1:.wsync/state.json"
+point "bootstrap: after the anchor" A "rename:1:.wsync/state.json:after"
+point "bootstrap: the delta after" A "rename:12:target/."
+# a catch-up over four deltas
+point "catch-up: 1st step's marker" C "rename:1:.wsync/state.json:after"
+point "catch-up: 2nd step renames" C "rename:7:target/."
+point "catch-up: 3rd step temps" C "write:2:.model-00003-of-00003.safetensors.wsync-"
+point "catch-up: 4th step marker" C "open:4:.wsync/state.json.tmp"
+point "catch-up: 3rd download" C "rename:3:downloads/"
+
+if [ "$LONG" = 1 ]; then
+	# every logged call of each plan: counted from a run without a kill
+	for plan in D C A; do
+		case $plan in D) o=2 n=3 ;; C) o=1 n=5 ;; A) o=0 n=5 ;; esac
+		d=$TMP/count-$plan
+		sub_ini "$d"
+		[ "$o" = 0 ] || cp -a "$G/$o/target" "$d/target"
+		set_head "$n"
+		shim "$d/shim.log" "" "$WSYNC" pull --config "$d/sub.ini" >/dev/null 2>&1
+		total=$(grep -c . "$d/shim.log")
+		echo "# --long: plan $plan makes $total logged calls; killing at each"
+		for k in $(seq 1 "$total"); do
+			point "sweep" "$plan" "any:$k"
+		done
+	done
+fi
+
+# ---- publisher crashes ----------------------------------------------------
+
+PB=$TMP/pbucket
+PP=$TMP/ppub
+mkdir -p "$PB"
+pub_ini "$PP" "$PB" 1
+publish() { # publish CKPT_STEP: wsync publish, no shim
+	timeout -s KILL 60 "$WSYNC" publish --config "$PP/pub.ini" "$CK/checkpoint-$1" >>"$PP/out" 2>>"$PP/log"
+}
+# head_ok: HEAD names a complete version: a fresh subscriber verifies and
+# reproduces it byte for byte; manifests 1..HEAD have no gap
+NHEAD=0
+head_ok() {
+	local hv step d
+	read -r hv step <<<"$(cpy head "$PB")" || return 1
+	NHEAD=$((NHEAD + 1))
+	d=$TMP/pv$NHEAD
+	mkdir -p "$d/state" "$d/run"
+	sed -e "s|$B|$PB|" -e "s|$TMP/p[0-9]*/|$d/|" "$TMP/p1/sub.ini" >"$d/sub.ini"
+	timeout -s KILL 60 "$WSYNC" pull --config "$d/sub.ini" >"$d/out" 2>&1 || { cat "$d/out"; return 1; }
+	same "$d/target" "$step" || return 1
+	ls "$PB/manifests" | "$PYTHON3" -c '
+import sys
+vs = sorted(int(l[:12]) for l in sys.stdin if l[0].isdigit())
+sys.exit(0 if vs == list(range(vs[0], vs[-1] + 1)) else "gap in %s" % vs)'
+}
+publish 1 && publish 2 || { echo "Bail out! publisher setup failed"; exit 1; }
+PFIG=()
+STEP=2
+# ppoint STAGE SPEC: publish the next checkpoint under the shim, killed at
+# SPEC; then HEAD is whole, and the same checkpoint published again comes
+# out at a version above HEAD's
+ppoint() {
+	local stage=$1 spec=$2 before after rc d
+	STEP=$((STEP + 1))
+	d=$TMP/pk$STEP
+	mkdir -p "$d"
+	read -r before _ <<<"$(cpy head "$PB")"
+	shim "$d/shim.log" "$spec" "$WSYNC" publish --config "$PP/pub.ini" "$CK/checkpoint-$STEP" >"$d/crash.log" 2>&1
+	rc=$?
+	check "publisher [$stage] $spec: killed by SIGKILL there" died_at "$d" "$rc" "${spec%%:*}"
+	check "publisher [$stage]: HEAD names a complete version a fresh subscriber reproduces" head_ok
+	publish "$STEP"
+	rc=$?
+	read -r after astep <<<"$(cpy head "$PB")"
+	check "publisher [$stage]: the restart publishes checkpoint-$STEP above version $before" \
+		test "$rc:$astep" = "0:$STEP" -a "$after" -gt "$before"
+	check "publisher [$stage]: ... and HEAD is whole again" head_ok
+	PFIG+=("$(printf '%-34s %-34s HEAD %s -> %s' "$stage" "$spec" "$before" "$after")")
+}
+ppoint "encoding the delta" "write:1:/out/"
+ppoint "between two objects (anchor+delta)" "rename:1:/pbucket/:after"
+ppoint "uploading an object" "fsync:1:/pbucket/deltas/.wsync-tmp."
+ppoint "objects done, manifest not" "open:1:/pbucket/manifests/"
+ppoint "manifest written, HEAD not" "rename:1:/pbucket/manifests/:after"
+ppoint "writing HEAD" "fsync:1:/pbucket/.wsync-tmp."
+ppoint "HEAD renamed, not synced" "rename:1:/pbucket/HEAD:after"
+# The killed puts left temps, which listings (and so GC) skip: the next
+# puts in their directories remove them once an hour old (aged here by
+# hand), and leave a younger one (a put in progress) alone.
+temps=$(find "$PB" -name '.wsync-tmp.*')
+check "publisher: the killed uploads left temps in the bucket" test -n "$temps"
+touch -d '2 hours ago' $temps
+echo young >"$PB/deltas/.wsync-tmp.young1"
+publish $((STEP + 1))
+check "publisher: the next checkpoint after the crashes is published" \
+	test "$(cpy head "$PB" | cut -d' ' -f2)" = $((STEP + 1))
+check "publisher: a temp younger than an hour is left alone" test -f "$PB/deltas/.wsync-tmp.young1"
+rm -f "$PB/deltas/.wsync-tmp.young1"
+check "publisher: after its garbage collection nothing in the bucket is orphaned, temps included" \
+	cpy orphans "$PB"
+echo "# publisher kill points: ${#PFIG[@]}"
+for f in "${PFIG[@]}"; do echo "# $f"; done
+
+echo "# subscriber crash matrix: $NPOINT kill points"
+echo "#  n  plan stage                        kill at (WSYNC_CRASH_AT)             via    recovery  converged in"
+for f in "${FIG[@]}"; do echo "# $f"; done
+check "at least 20 kill points" test "$NPOINT" -ge 20
+check "no sanitizer report in any subscriber log" sh -c "! grep -l -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer' $TMP/p*/restart.log"
+
+tap_done
