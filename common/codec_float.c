@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include <zstd.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "rans.h"
 
@@ -795,11 +798,17 @@ static inline unsigned block_hits(const union bytes16 *counts,
 	unsigned m = 0;
 
 	gt.vec = (v16u8)(counts->vec > dist->vec);
+#if defined(__x86_64__) && defined(__SSE2__)
+	/* one byte-sign mask instruction (SSE2 is part of x86-64) */
+	(void)m;
+	return (unsigned)_mm_movemask_epi8((__m128i)gt.vec);
+#else
 	if (gt.v == 0)
 		return 0;
 	for (unsigned c = 0; c < NCLS; c++)
 		m |= (unsigned)(gt.b[c] & 1) << c;
 	return m;
+#endif
 }
 
 /* ---- the loops, instantiated per instruction set ---- */
