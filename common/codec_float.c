@@ -189,7 +189,7 @@ void wsync_float_enc_rollback(struct wsync_float_enc *e, const struct wsync_floa
 }
 
 /* The slow path: one changed element at member position pos of lane l. */
-static int emit_change(struct wsync_float_lane *l, uint64_t pos, int64_t d)
+static ALWAYS_INLINE int emit_change(struct wsync_float_lane *l, uint64_t pos, int64_t d)
 {
 	uint32_t extra, mag;
 	unsigned nbits, sym;
@@ -544,7 +544,7 @@ static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
 static int put_stream(struct wsync_buf *table, struct wsync_buf *data,
 		      uint8_t kind, uint8_t family, uint8_t cls,
 		      const struct wsync_buf *syms, struct wsync_bitwriter *bits,
-		      int level)
+		      const struct wsync_buf *coded, int level)
 {
 	size_t bound = ZSTD_compressBound(syms->len), z, start = data->len;
 	size_t syms_len = syms->len;
@@ -554,7 +554,8 @@ static int put_stream(struct wsync_buf *table, struct wsync_buf *data,
 	r = wsync_bits_flush(bits);
 	if (r < 0)
 		return r;
-	r = wsync_rans_encode(syms->data, syms->len, data);
+	/* the rANS form, made beforehand (see wsync_float_enc_finish) */
+	r = wsync_buf_append(data, coded->data, coded->len);
 	if (r < 0)
 		return r;
 	if (data->len - start < syms->len) {
@@ -588,25 +589,38 @@ int wsync_float_enc_finish(struct wsync_float_enc *e, int zstd_level,
 			   struct wsync_buf *table, struct wsync_buf *data,
 			   uint32_t *n_streams)
 {
-	int r;
+	struct wsync_buf cg = { 0 }, cs = { 0 };
+	int r = 0;
 
-	for (unsigned f = 1; f < WSYNC_FAMILY_COUNT; f++)
-		for (unsigned c = 0; c < NCLS; c++) {
+	for (unsigned f = 1; f < WSYNC_FAMILY_COUNT && r == 0; f++)
+		for (unsigned c = 0; c < NCLS && r == 0; c++) {
 			struct wsync_float_lane *l = &e->lane[f][c];
 
 			if (l->changed == 0)
 				continue;
-			r = put_stream(table, data, 1, (uint8_t)f, (uint8_t)c,
-				       &l->gap_syms, &l->gap_bits, zstd_level);
-			if (r < 0)
-				return r;
-			r = put_stream(table, data, 2, (uint8_t)f, (uint8_t)c,
-				       &l->step_syms, &l->step_bits, zstd_level);
-			if (r < 0)
-				return r;
-			*n_streams += 2;
+			/* a class's GAP and STEP symbols are as many: their
+			 * rANS forms are made side by side */
+			if (l->gap_syms.len != l->step_syms.len) {
+				r = -EINVAL;	/* cannot happen: one of each per change */
+				break;
+			}
+			wsync_buf_reset(&cg);
+			wsync_buf_reset(&cs);
+			r = wsync_rans_encode2(l->gap_syms.data, &cg, l->step_syms.data, &cs,
+					       l->gap_syms.len);
+			if (r == 0)
+				r = put_stream(table, data, 1, (uint8_t)f, (uint8_t)c,
+					       &l->gap_syms, &l->gap_bits, &cg, zstd_level);
+			if (r == 0)
+				r = put_stream(table, data, 2, (uint8_t)f, (uint8_t)c,
+					       &l->step_syms, &l->step_bits, &cs,
+					       zstd_level);
+			if (r == 0)
+				*n_streams += 2;
 		}
-	return 0;
+	wsync_buf_free(&cg);
+	wsync_buf_free(&cs);
+	return r;
 }
 
 int wsync_bits_flush(struct wsync_bitwriter *w)

@@ -91,61 +91,131 @@ static int put_table(const uint32_t freq[256], struct wsync_buf *out)
 	return r;
 }
 
-int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
-{
-	uint64_t count[256] = { 0 }, rcp[256];
-	uint32_t freq[256], start[256], x = RANS_L, cum = 0;
+/* An encoder's tables for one stream. */
+struct rans_enc {
+	uint32_t freq[256], start[256];
+	uint64_t rcp[256];
 	unsigned rshift[256];
-	uint8_t *rev, *p;
+	uint32_t x;
+	uint8_t *rev, *p;	/* output, written backwards from rev's end */
+	size_t cap;
+};
+
+/* Count, quantise and write the table to out; set up the state and an
+ * output buffer (a symbol costs at most SCALE_BITS bits, so 2 bytes each
+ * plus the state always fit). */
+static int rans_enc_open(struct rans_enc *e, const uint8_t *syms, size_t n,
+			 struct wsync_buf *out)
+{
+	uint64_t count[256] = { 0 };
+	uint32_t cum = 0;
 	int r;
 
 	for (size_t i = 0; i < n; i++)
 		count[syms[i]]++;
 	if (n)
-		normalise(count, n, freq);
+		normalise(count, n, e->freq);
 	else
-		memset(freq, 0, sizeof(freq));
+		memset(e->freq, 0, sizeof(e->freq));
 	for (unsigned s = 0; s < 256; s++) {
-		start[s] = cum;
-		cum += freq[s];
+		e->start[s] = cum;
+		cum += e->freq[s];
 		/* x / f by multiplication: with l = ceil(log2 f) and the
 		 * multiplier rounded up, (x * m) >> (31 + l) is exact for every
 		 * x < 2^31 (Granlund and Montgomery), and x stays below 2^31. */
-		rshift[s] = 0;
-		while (freq[s] > (1u << rshift[s]))
-			rshift[s]++;
-		rcp[s] = freq[s] ? ((1ULL << (31 + rshift[s])) + freq[s] - 1) / freq[s] : 0;
+		e->rshift[s] = 0;
+		while (e->freq[s] > (1u << e->rshift[s]))
+			e->rshift[s]++;
+		e->rcp[s] = e->freq[s] ? ((1ULL << (31 + e->rshift[s])) + e->freq[s] - 1) /
+					       e->freq[s]
+				       : 0;
 	}
-	r = put_table(freq, out);
+	r = put_table(e->freq, out);
 	if (r < 0)
 		return r;
-
-	/* rANS codes backwards: emit into a buffer from its end.  A symbol
-	 * costs at most SCALE_BITS bits, so 2 bytes each plus the state is
-	 * always enough. */
-	rev = malloc(2 * n + 8);
-	if (!rev)
+	e->x = RANS_L;
+	e->cap = 2 * n + 8;
+	e->rev = malloc(e->cap);
+	if (!e->rev)
 		return -ENOMEM;
-	p = rev + 2 * n + 8;
-	for (size_t i = n; i-- > 0;) {
-		uint32_t f = freq[syms[i]];
-		uint32_t x_max = ((RANS_L >> SCALE_BITS) << 8) * f;
+	e->p = e->rev + e->cap;
+	return 0;
+}
 
-		while (x >= x_max) {
-			*--p = (uint8_t)x;
-			x >>= 8;
-		}
-		uint32_t q = (uint32_t)(((uint64_t)x * rcp[syms[i]]) >> (31 + rshift[syms[i]]));
+/* rANS codes backwards: symbols are put last first. */
+static inline __attribute__((always_inline)) void rans_put(struct rans_enc *e,
+							   uint8_t sym)
+{
+	uint32_t f = e->freq[sym], x = e->x;
+	uint32_t x_max = ((RANS_L >> SCALE_BITS) << 8) * f;
 
-		x = (q << SCALE_BITS) + (x - q * f) + start[syms[i]];
+	while (x >= x_max) {
+		*--e->p = (uint8_t)x;
+		x >>= 8;
 	}
-	p -= 4;
-	p[0] = (uint8_t)x;
-	p[1] = (uint8_t)(x >> 8);
-	p[2] = (uint8_t)(x >> 16);
-	p[3] = (uint8_t)(x >> 24);
-	r = wsync_buf_append(out, p, (size_t)(rev + 2 * n + 8 - p));
-	free(rev);
+	uint32_t q = (uint32_t)(((uint64_t)x * e->rcp[sym]) >> (31 + e->rshift[sym]));
+
+	e->x = (q << SCALE_BITS) + (x - q * f) + e->start[sym];
+}
+
+/* The final state, then the renormalisation bytes, appended to out. */
+static int rans_enc_close(struct rans_enc *e, struct wsync_buf *out)
+{
+	int r;
+
+	e->p -= 4;
+	e->p[0] = (uint8_t)e->x;
+	e->p[1] = (uint8_t)(e->x >> 8);
+	e->p[2] = (uint8_t)(e->x >> 16);
+	e->p[3] = (uint8_t)(e->x >> 24);
+	r = wsync_buf_append(out, e->p, (size_t)(e->rev + e->cap - e->p));
+	free(e->rev);
+	e->rev = NULL;
+	return r;
+}
+
+int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out)
+{
+	struct rans_enc *e = calloc(1, sizeof(*e));
+	int r;
+
+	if (!e)
+		return -ENOMEM;
+	r = rans_enc_open(e, syms, n, out);
+	if (r == 0) {
+		for (size_t i = n; i-- > 0;)
+			rans_put(e, syms[i]);
+		r = rans_enc_close(e, out);
+	}
+	free(e->rev);
+	free(e);
+	return r;
+}
+
+int wsync_rans_encode2(const uint8_t *syms_a, struct wsync_buf *out_a,
+		       const uint8_t *syms_b, struct wsync_buf *out_b, size_t n)
+{
+	struct rans_enc *e = calloc(2, sizeof(*e));
+	int r;
+
+	if (!e)
+		return -ENOMEM;
+	r = rans_enc_open(&e[0], syms_a, n, out_a);
+	if (r == 0)
+		r = rans_enc_open(&e[1], syms_b, n, out_b);
+	if (r == 0) {
+		/* two independent chains side by side */
+		for (size_t i = n; i-- > 0;) {
+			rans_put(&e[0], syms_a[i]);
+			rans_put(&e[1], syms_b[i]);
+		}
+		r = rans_enc_close(&e[0], out_a);
+		if (r == 0)
+			r = rans_enc_close(&e[1], out_b);
+	}
+	free(e[0].rev);
+	free(e[1].rev);
+	free(e);
 	return r;
 }
 

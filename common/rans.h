@@ -24,6 +24,12 @@
 /* Append the coded form of syms[0..n) to out.  Returns 0 or -ENOMEM. */
 int wsync_rans_encode(const uint8_t *syms, size_t n, struct wsync_buf *out);
 
+/* The same for two sequences of n symbols each, coded side by side into
+ * out_a and out_b (the GAP and STEP streams of a class): the bytes of two
+ * calls, in about the time of one. */
+int wsync_rans_encode2(const uint8_t *syms_a, struct wsync_buf *out_a,
+		       const uint8_t *syms_b, struct wsync_buf *out_b, size_t n);
+
 /*
  * Decode exactly n symbols from in[0..len) into syms.  Every byte of in
  * must be used and the final state must be the initial one, so damage is
