@@ -388,11 +388,15 @@ static void set_error(struct wsync_subscriber *s, const char *fmt, ...)
 /* A refusal of bucket data: the journal event operators look for. */
 static void verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what)
 {
+	char v[40] = "";	/* version 0: HEAD itself, whose version is unknown */
+
+	if (version)
+		snprintf(v, sizeof(v), "version %" PRIu64 " ", version);
 	wsync_log(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_VERIFY_FAILED,
 					.version = version ? (int64_t)version : -1),
-		  "version %" PRIu64 " refused: %s; target stays at version %" PRIu64,
-		  version, what, s->local.version);
-	set_error(s, "version %" PRIu64 " refused: %s", version, what);
+		  "%srefused: %s; target stays at version %" PRIu64,
+		  v, what, s->local.version);
+	set_error(s, "%srefused: %s", v, what);
 	s->once_verify_failed = true;
 }
 

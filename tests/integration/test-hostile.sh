@@ -85,6 +85,8 @@ refused() {
 	before=$(marker h1)
 	check "$2: refused (last_error)" wait_error h1 "$text"
 	check "$2: VERIFY_FAILED in the journal" wait_journal h1 "$VF" "$text"
+	contains "$2: wsync status --json has it in last_error" \
+		"$("$WSYNC" status --runtime-dir "$TMP/h1/run" --json 2>&1)" "\"last_error\": \"$text"
 	check "$2: target still holds version $(($1 - 1))" same "$CK-$(($1 - 1))" "$TMP/h1/target"
 	check "$2: state marker unchanged" test "$(marker h1)" = "$before"
 	check "$2: status still says version $(($1 - 1))" test "$(field h1 version)" = $(($1 - 1))
@@ -103,7 +105,7 @@ restore manifests/000000000003.json
 check "flipped manifest: version 3 applied once restored" wait_version h1 3
 
 pub "$B" 4 "$CK-4" --prev "$CK-3" --sign --flip-head
-refused 4 "flipped HEAD" "HEAD: signature does not verify"
+refused 4 "flipped HEAD" "refused: HEAD: signature does not verify"
 restore HEAD
 check "flipped HEAD: version 4 applied once restored" wait_version h1 4
 
@@ -157,6 +159,7 @@ for bad in "$TMP/canary/evil" "a\\u0000b" "$long_name" "$long_path"; do
 	pub "$TMP/bk-pm$i" 1 "$CK-1" --anchor --bad-path "$bad"
 	expect_exit 65 "path in a manifest ($what...): refused, exit 65" pull pm$i
 	contains "path in a manifest ($what...): the error says so" "$OUT" "refused"
+	echo "# $(printf "%s" "$OUT" | tail -1 | cut -c1-200)"
 	check "path in a manifest ($what...): no model file written" no_model pm$i
 	check "path in a manifest ($what...): canary intact" canary_ok
 done
