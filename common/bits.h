@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "buf.h"
 
@@ -56,6 +57,17 @@ static inline void wsync_bits_init(struct wsync_bitreader *r,
 static inline bool wsync_bits_get(struct wsync_bitreader *r, unsigned nbits,
 				  uint32_t *v)
 {
+	if (r->n < nbits && r->end - r->p >= 8) {
+		/* refill with whole bytes in one load: acc keeps only the bits
+		 * of the bytes taken, so nothing is read ahead of the stream */
+		uint64_t w;
+		unsigned take = (63 - r->n) >> 3;
+
+		memcpy(&w, r->p, 8);
+		r->acc |= (w << r->n) & ((1ULL << (r->n + 8 * take)) - 1);
+		r->p += take;
+		r->n += 8 * take;
+	}
 	while (r->n < nbits) {
 		if (r->p == r->end)
 			return false;
