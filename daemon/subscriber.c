@@ -1219,8 +1219,10 @@ static void check_stale(struct wsync_subscriber *s)
 		char when[32];
 
 		rfc3339(s->head_created, when, sizeof(when));
-		log_warning("HEAD (version %" PRIu64 ") was written at %s, longer ago than "
-			    "max_head_age: is the publisher stuck?", s->head_version, when);
+		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_HEAD_STALE,
+						    .version = (int64_t)s->head_version),
+			  "HEAD (version %" PRIu64 ") was written at %s, longer ago than "
+			  "max_head_age: is the publisher stuck?", s->head_version, when);
 		s->stale_logged = true;
 	}
 	if (!stale)

@@ -354,7 +354,7 @@ wait_stale() { for _ in $(seq 100); do [ "$(field rf stale)" = "$1" ] && return 
 check "... and reported stale in status.json" wait_stale True
 expect_exit 1 "wsync status exits 1 on a stale HEAD" "$WSYNC" status --runtime-dir "$TMP/rf/run"
 contains "wsync status says it is stale" "$OUT" "stale"
-check "... and in the journal (a warning)" wait_journal rf "" "longer ago than max_head_age"
+check "... and in the journal (HEAD_STALE)" wait_journal rf "$(mid HEAD_STALE)" "longer ago than max_head_age"
 pub "$B4" 4 "$CK-4" --prev "$CK-3" --sign
 check "a new HEAD: version 4" wait_version rf 4
 check "... no longer stale" wait_stale False
