@@ -34,6 +34,7 @@
 #define WSYNC_DELTA_RECORD_HEADER_LEN 24
 #define WSYNC_DELTA_PAYLOAD_MAX (1ULL << 30)	/* §6 */
 #define WSYNC_DELTA_PATH_MAX 4096		/* bytes, §2 and §6 */
+#define WSYNC_DELTA_NAME_MAX 255		/* bytes of one path component, §2 */
 #define WSYNC_DELTA_FILES_MAX 1000000		/* §6 */
 #define WSYNC_DELTA_SEGMENT_TARGET_MAX (64ULL << 20) /* §3 */
 /* FILE payload without the path. */
