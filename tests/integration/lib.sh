@@ -19,7 +19,8 @@ TAP_FAILED=0
 : "${PYTHON3:=/usr/bin/python3}"
 GEN="$WSYNC_SOURCE_ROOT/scripts/gen-checkpoints"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/wsync-test.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+PIDS=()   # background processes killed on exit (start below adds to it)
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 
 tap_result() { # tap_result STATUS DESCRIPTION
 	TAP_N=$((TAP_N + 1))
@@ -105,7 +106,6 @@ conf() {
 	} >"$d/wsyncd.ini"
 }
 
-PIDS=()
 start() { # start NAME: wsyncd in the background, log in $TMP/NAME/log
 	"$WSYNCD" -c "$TMP/$1/wsyncd.ini" >>"$TMP/$1/log" 2>&1 &
 	eval "PID_$1=$!"
@@ -121,8 +121,6 @@ stop() { # stop NAME: SIGTERM, wait at most 10 s; the exit code
 	done
 	wait "$pid"
 }
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-
 field() {
 	"$PYTHON3" -c 'import json,sys
 try: v = json.load(open(sys.argv[1])).get(sys.argv[2])
