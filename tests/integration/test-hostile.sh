@@ -28,7 +28,7 @@ RECV=$src/tests/integration/journal-recv.py
 CRAFT=$src/tests/integration/craft-delta.py
 mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/log-messages.h"; }
 
-"$GEN" --params 1M --steps 8 --shards 1 --no-trainer-files --quiet --out "$TMP/ck" >/dev/null ||
+"$GEN" --params 1M --steps 9 --shards 1 --no-trainer-files --quiet --out "$TMP/ck" >/dev/null ||
 	{ echo "Bail out! gen-checkpoints failed"; exit 1; }
 CK="$TMP/ck/checkpoint"
 mkdir -p "$TMP/empty"
@@ -130,6 +130,12 @@ refused 6 "delta from a wrong base"
 pub "$B" 7 "$CK-7" --prev "$CK-6" --sign --anchor
 check "wrong base: recovers at the next version (an anchor)" wait_version h1 7
 check "wrong base: target equals checkpoint 7" same "$CK-7" "$TMP/h1/target"
+# A manifest whose base_version names another version than the one before.
+pub "$B" 8 "$CK-8" --prev "$CK-7" --sign --base 6
+refused 8 "manifest naming a wrong base_version"
+pub "$B" 9 "$CK-9" --prev "$CK-8" --sign --anchor
+check "wrong base_version: recovers at the next version (an anchor)" wait_version h1 9
+check "wrong base_version: target equals checkpoint 9" same "$CK-9" "$TMP/h1/target"
 check "bucket: no temp file left in the target" no_temps "$TMP/h1/target"
 stop h1 >/dev/null
 fi
