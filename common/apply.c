@@ -50,6 +50,7 @@ struct item {
 	const char *base_rel;		/* relative to base_root */
 	const char *dest_rel;		/* relative to dest_root */
 	bool dest_is_base;		/* the result replaces the base itself */
+	bool base_folded;		/* base hashed while decoding, not before */
 	char *tmp;			/* temp file name in dest's directory */
 };
 
@@ -211,11 +212,30 @@ static int check_nesting(const struct wsync_delta_reader *d, struct wsync_error 
 	return 0;
 }
 
-static int check_base(struct applier *a, const struct item *it,
+/* The error for a base that is not the delta's. */
+static int base_mismatch(const struct wsync_delta_file *f, uint64_t size,
+			 const struct wsync_hash128 *h, struct wsync_error *err)
+{
+	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
+
+	return wsync_error_set(err, -EINVAL,
+		"%s: base does not match the delta (expected size %" PRIu64
+		" xxh128 %s, found size %" PRIu64 " xxh128 %s)", f->path,
+		f->base_size, wsync_hash_hex(&f->base_hash, want, sizeof(want)),
+		size, wsync_hash_hex(h, got, sizeof(got)));
+}
+
+/*
+ * Check one base.  The base of a rebuilt file (WRITE) of the right size is
+ * only marked base_folded here: decode_file hashes it from its own reads
+ * and build compares the hash before the result can be used, so a wrong
+ * base still fails the apply with this same error and nothing replaced.
+ */
+static int check_base(struct applier *a, struct item *it,
 		      struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
-	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
+	char want[WSYNC_HASH_HEX_LEN + 1];
 	struct wsync_hash128 h;
 	uint64_t size;
 	int fd, r;
@@ -248,16 +268,21 @@ static int check_base(struct applier *a, const struct item *it,
 			wsync_hash_hex(&f->base_hash, want, sizeof(want)));
 	if (fd < 0)
 		return fd;
+	if (f->op == WSYNC_DELTA_WRITE && f->n_segments) {
+		struct stat st;
+
+		if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == f->base_size) {
+			(void)close(fd);
+			it->base_folded = true;
+			return 0;
+		}
+	}
 	r = wsync_hash_fd(fd, it->base_rel, &h, &size, err);
 	(void)close(fd);
 	if (r < 0)
 		return r;
 	if (size != f->base_size || !wsync_hash_equal(&h, &f->base_hash))
-		return wsync_error_set(err, -EINVAL,
-			"%s: base does not match the delta (expected size %" PRIu64
-			" xxh128 %s, found size %" PRIu64 " xxh128 %s)", f->path,
-			f->base_size, wsync_hash_hex(&f->base_hash, want, sizeof(want)),
-			size, wsync_hash_hex(&h, got, sizeof(got)));
+		return base_mismatch(f, size, &h, err);
 	return 0;
 }
 
@@ -466,6 +491,8 @@ struct decoder {
 	uint64_t next;			/* next segment to take */
 	uint64_t hashed;		/* segments hashed so far, in order */
 	struct wsync_hasher *hasher;	/* of the rebuilt file */
+	struct wsync_hasher *bhasher;	/* of the base (folded), or NULL */
+	uint64_t base_pos;		/* base bytes hashed so far, in order */
 	int r;				/* first failure */
 	struct wsync_error err;
 };
@@ -514,6 +541,17 @@ static void pass_turn(struct decoder *dc)
 	dc->hashed++;
 	pthread_cond_broadcast(&dc->turn);
 	pthread_mutex_unlock(&dc->mu);
+}
+
+/* Base bytes [off, off+len) were read: hash them if they continue the
+ * base in order (the caller holds the hashing turn).  What is read out of
+ * order or never is hashed at the end (finish_base_hash). */
+static void hash_base(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off)
+{
+	if (dc->bhasher && off == dc->base_pos) {
+		wsync_hasher_update(dc->bhasher, p, (size_t)len);
+		dc->base_pos += len;
+	}
 }
 
 /* Write one decoded range at off, and hash it when the segment is being
@@ -600,6 +638,8 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			if (based)
 				r = pread_all(dc->base_fd, bb->data, pc->len, pc->base_offset,
 					      path, err);
+			if (r == 0 && based && inline_hash)
+				hash_base(dc, bb->data, pc->len, pc->base_offset);
 			if (r == 0)
 				r = wsync_segment_decode_piece(sd, i, pc->len,
 							       based ? bb->data : NULL,
@@ -619,6 +659,8 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			if (based)
 				r = pread_all(dc->base_fd, cb, n, pc->base_offset + done,
 					      path, err);
+			if (r == 0 && based && inline_hash)
+				hash_base(dc, cb, n, pc->base_offset + done);
 			if (r == 0)
 				r = wsync_segment_decode_piece(sd, i, n, based ? cb : NULL,
 							       co, err);
@@ -647,6 +689,24 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 						    strerror(r == -ENODATA ? EIO : -r));
 			else
 				wsync_hasher_update(dc->hasher, cb, (size_t)n);
+		}
+		/* and the base ranges that continue the base in order */
+		for (size_t i = 0; r == 0 && dc->bhasher && i < s->n_pieces; i++) {
+			const struct wsync_piece *pc = &s->pieces[i];
+
+			if (pc->method != WSYNC_PIECE_COPY && pc->method != WSYNC_PIECE_XOR &&
+			    pc->method != WSYNC_PIECE_FLOAT)
+				continue;
+			for (uint64_t done = 0; r == 0 && done < pc->len &&
+			     pc->base_offset + done == dc->base_pos; done += DECODE_CHUNK) {
+				uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
+									    : DECODE_CHUNK;
+
+				r = pread_all(dc->base_fd, cb, n, pc->base_offset + done, path,
+					      err);
+				if (r == 0)
+					hash_base(dc, cb, n, pc->base_offset + done);
+			}
 		}
 		if (r < 0) {
 			wsync_segment_free(s);
@@ -703,7 +763,8 @@ static void *decode_worker(void *arg)
 /* Decode every segment of it's file into fd, and hash what was decoded
  * into *hash. */
 static int decode_file(struct applier *a, const struct item *it, int fd,
-		       struct wsync_hash128 *hash, struct wsync_error *err)
+		       struct wsync_hash128 *hash, struct wsync_hash128 *base_hash,
+		       struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 	struct decoder dc = { .d = a->d, .e = it->e, .fd = fd, .base_fd = -1 };
@@ -712,8 +773,11 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 	pthread_t tids[MAX_THREADS];
 	unsigned started = 0;
 
-	if (wsync_hasher_new(&dc.hasher) < 0)
+	if (wsync_hasher_new(&dc.hasher) < 0 ||
+	    (it->base_folded && wsync_hasher_new(&dc.bhasher) < 0)) {
+		wsync_hasher_free(dc.hasher);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
 	if (f->n_segments == 0)
 		goto out;
 	if (f->flags & WSYNC_DELTA_FILE_HAS_BASE) {
@@ -771,10 +835,23 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		*err = dc.err;
 		r = dc.r;
 	}
+	/* the rest of the base hash: what was not read in order */
+	while (r == 0 && dc.bhasher && dc.base_pos < dc.base_size) {
+		uint8_t buf[64 << 10];
+		uint64_t n = dc.base_size - dc.base_pos < sizeof(buf)
+				     ? dc.base_size - dc.base_pos : sizeof(buf);
+
+		r = pread_all(bfd, buf, n, dc.base_pos, f->path, err);
+		if (r == 0)
+			hash_base(&dc, buf, n, dc.base_pos);
+	}
 out:
 	if (r == 0)
 		wsync_hasher_digest(dc.hasher, hash);
+	if (r == 0 && dc.bhasher)
+		wsync_hasher_digest(dc.bhasher, base_hash);
 	wsync_hasher_free(dc.hasher);
+	wsync_hasher_free(dc.bhasher);
 	if (bfd >= 0)
 		(void)close(bfd);
 	return r;
@@ -840,6 +917,36 @@ out:
 	return r;
 }
 
+/*
+ * The verdict on a base that was hashed while decoding (r is decode_file's
+ * result, bh the hash it took): a base that is not the delta's fails as
+ * check_base would have failed it, whatever else went wrong meanwhile --
+ * when the decoding failed, the base is hashed again whole to tell.
+ */
+static int check_folded_base(struct applier *a, const struct item *it, int r,
+			     const struct wsync_hash128 *bh, struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &it->e->file;
+	struct wsync_error ignored;
+	struct wsync_hash128 h;
+	uint64_t size = f->base_size;
+	int fd;
+
+	if (r == 0)
+		return wsync_hash_equal(bh, &f->base_hash) ? 0
+							   : base_mismatch(f, size, bh, err);
+	if (r == -ECANCELED || r == -ENOMEM)
+		return r;
+	fd = open_file(a->base_root, it->base_rel, &ignored);
+	if (fd < 0)
+		return r;
+	if (wsync_hash_fd(fd, it->base_rel, &h, &size, &ignored) == 0 &&
+	    (size != f->base_size || !wsync_hash_equal(&h, &f->base_hash)))
+		r = base_mismatch(f, size, &h, err);
+	(void)close(fd);
+	return r;
+}
+
 /* Build, verify, chmod and fsync one temp file. */
 static int build(struct applier *a, struct item *it, struct wsync_error *err)
 {
@@ -864,8 +971,12 @@ static int build(struct applier *a, struct item *it, struct wsync_error *err)
 		if (r == 0)
 			r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
 	} else {
-		r = decode_file(a, it, fd, &h, err);
+		struct wsync_hash128 bh;
+
+		r = decode_file(a, it, fd, &h, &bh, err);
 		size = f->target_size;
+		if (it->base_folded)
+			r = check_folded_base(a, it, r, &bh, err);
 	}
 	if (r < 0)
 		goto out;

@@ -102,6 +102,7 @@ struct fdesc {
 	const char *target;
 	bool forge_hash;	/* lie about the target hash */
 	bool bad_base_offset;	/* a COPY piece outside the base */
+	bool copy;		/* target == base, sent as one COPY piece */
 };
 
 static int build_delta(const struct fdesc *files, size_t n, int fd)
@@ -129,6 +130,10 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 		wsync_hash_mem(d->target, tl, &f.target_hash);
 		if (d->forge_hash)
 			f.target_hash.b[0] ^= 1;
+		if (d->copy) {
+			in.method = WSYNC_PIECE_COPY;
+			in.base = (const uint8_t *)d->base;
+		}
 		if (d->bad_base_offset) {
 			in.method = WSYNC_PIECE_COPY;
 			in.base = (const uint8_t *)d->target;
@@ -253,7 +258,16 @@ static void test_wrong_base(void)
 		{ .path = "zulu.txt", .base = "zulu", .target = "ZULU" },
 	};
 
+	/* a base of the right size that decodes into the wrong target: the
+	 * base is what is reported (it is hashed while decoding) */
+	static const struct fdesc copied[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "alpha", .copy = true },
+		{ .path = "b.txt", .base = "BRAVO", .target = "BRAVO", .copy = true },
+	};
+
 	expect_untouched(files, 2, "b.txt: base does not match the delta (expected size 5");
+	expect_untouched(copied, 2, "b.txt: base does not match the delta (expected size 5 "
+			 "xxh128");
 	expect_untouched(exists, 1, "b.txt: base does not match the delta (the delta creates");
 	expect_untouched(missing, 1, "zulu.txt: base does not match the delta (expected size 4");
 }
