@@ -83,7 +83,8 @@ tap_done() {
 #   conf NAME BUCKET [verify]           a subscriber config in $TMP/NAME/
 #   start NAME / stop NAME              wsyncd in the background / SIGTERM
 #   field NAME KEY                      a field of its status.json
-#   wait_version NAME V, wait_error NAME TEXT, wait_log NAME TEXT (20 s)
+#   wait_version NAME V [SECS], wait_error NAME TEXT, wait_log NAME TEXT
+#                                       (20 s unless SECS says otherwise)
 #   same DIR1 DIR2                      identical trees (.wsync/ aside)
 pub() { "$PYTHON3" "$WSYNC_SOURCE_ROOT/tests/integration/bucket-writer.py" "$@"; }
 
@@ -127,8 +128,8 @@ try: v = json.load(open(sys.argv[1])).get(sys.argv[2])
 except Exception: v = None
 print("" if v is None else v)' "$TMP/$1/run/status.json" "$2"
 }
-wait_version() {
-	for _ in $(seq 200); do
+wait_version() { # NAME V [SECONDS, default 20]
+	for _ in $(seq $((${3:-20} * 10))); do
 		[ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ] && return 0
 		sleep 0.1
 	done
@@ -136,8 +137,8 @@ wait_version() {
 	tail -5 "$TMP/$1/log" | sed 's/^/# /'
 	return 1
 }
-wait_error() {
-	for _ in $(seq 200); do
+wait_error() { # NAME TEXT [SECONDS, default 20]
+	for _ in $(seq $((${3:-20} * 10))); do
 		case "$(field "$1" last_error)" in *"$2"*) return 0 ;; esac
 		sleep 0.1
 	done

@@ -78,6 +78,8 @@ conf h1 "$B" verify
 pub "$B" 1 "$CK-1" --anchor --sign
 jstart h1
 check "bucket: the subscriber reaches version 1" wait_version h1 1
+# After a refusal the subscriber backs off (doubling from poll_interval up
+# to a minute): recoveries are given 90 s.
 # refused VERSION WHAT [TEXT]: the usual checks after damage to version V
 # (TEXT: what last_error and the journal say, default "version V refused")
 refused() {
@@ -96,18 +98,18 @@ restore() { mv "$B/$1.good" "$B/$1"; }
 pub "$B" 2 "$CK-2" --prev "$CK-1" --sign --truncate
 refused 2 "truncated delta"
 restore deltas/000000000002.wsd
-check "truncated delta: version 2 applied once the object is restored" wait_version h1 2
+check "truncated delta: version 2 applied once the object is restored" wait_version h1 2 90
 check "truncated delta: target equals checkpoint 2" same "$CK-2" "$TMP/h1/target"
 
 pub "$B" 3 "$CK-3" --prev "$CK-2" --sign --flip-manifest
 refused 3 "flipped manifest"
 restore manifests/000000000003.json
-check "flipped manifest: version 3 applied once restored" wait_version h1 3
+check "flipped manifest: version 3 applied once restored" wait_version h1 3 90
 
 pub "$B" 4 "$CK-4" --prev "$CK-3" --sign --flip-head
 refused 4 "flipped HEAD" "refused: HEAD: signature does not verify"
 restore HEAD
-check "flipped HEAD: version 4 applied once restored" wait_version h1 4
+check "flipped HEAD: version 4 applied once restored" wait_version h1 4 90
 
 # A flipped anchor: a fresh node has nothing to fall back on.
 pub "$B" 5 "$CK-5" --prev "$CK-4" --sign --anchor --flip-anchor
@@ -119,7 +121,7 @@ check "flipped anchor: VERIFY_FAILED in the fresh node's journal" wait_journal h
 check "flipped anchor: the fresh node wrote no model file" \
 	test -z "$(ls -A "$TMP/h1b/target" 2>/dev/null | grep -vx .wsync)"
 restore anchors/000000000005.wsa
-check "flipped anchor: the fresh node applies it once restored" wait_version h1b 5
+check "flipped anchor: the fresh node applies it once restored" wait_version h1b 5 90
 check "flipped anchor: the fresh node equals checkpoint 5" same "$CK-5" "$TMP/h1b/target"
 stop h1b >/dev/null
 
@@ -128,13 +130,13 @@ stop h1b >/dev/null
 pub "$B" 6 "$CK-6" --prev "$CK-4" --sign
 refused 6 "delta from a wrong base"
 pub "$B" 7 "$CK-7" --prev "$CK-6" --sign --anchor
-check "wrong base: recovers at the next version (an anchor)" wait_version h1 7
+check "wrong base: recovers at the next version (an anchor)" wait_version h1 7 90
 check "wrong base: target equals checkpoint 7" same "$CK-7" "$TMP/h1/target"
 # A manifest whose base_version names another version than the one before.
 pub "$B" 8 "$CK-8" --prev "$CK-7" --sign --base 6
 refused 8 "manifest naming a wrong base_version"
 pub "$B" 9 "$CK-9" --prev "$CK-8" --sign --anchor
-check "wrong base_version: recovers at the next version (an anchor)" wait_version h1 9
+check "wrong base_version: recovers at the next version (an anchor)" wait_version h1 9 90
 check "wrong base_version: target equals checkpoint 9" same "$CK-9" "$TMP/h1/target"
 check "bucket: no temp file left in the target" no_temps "$TMP/h1/target"
 stop h1 >/dev/null
@@ -346,7 +348,7 @@ check "a HEAD signed by another key is refused" wait_error rf "not by the config
 check "... with VERIFY_FAILED in the journal" wait_journal rf "$VF" "not by the configured key"
 check "... target still equals checkpoint 2" same "$CK-2" "$TMP/rf/target"
 cp "$TMP/HEAD-1" "$B4/HEAD.tmp" && mv "$B4/HEAD.tmp" "$B4/HEAD"
-check "a replayed older HEAD (validly signed) is refused" wait_error rf "rollback"
+check "a replayed older HEAD (validly signed) is refused" wait_error rf "rollback" 90
 check "... with VERIFY_FAILED in the journal" wait_journal rf "$VF" "rollback"
 check "... target still equals checkpoint 2" same "$CK-2" "$TMP/rf/target"
 stop rf >/dev/null
@@ -362,7 +364,7 @@ expect_exit 1 "wsync status exits 1 on a stale HEAD" "$WSYNC" status --runtime-d
 contains "wsync status says it is stale" "$OUT" "stale"
 check "... and in the journal (HEAD_STALE)" wait_journal rf "$(mid HEAD_STALE)" "longer ago than max_head_age"
 pub "$B4" 4 "$CK-4" --prev "$CK-3" --sign
-check "a new HEAD: version 4" wait_version rf 4
+check "a new HEAD: version 4" wait_version rf 4 90
 check "... no longer stale" wait_stale False
 fi
 if only 6; then
@@ -377,7 +379,7 @@ check "local damage: same size and mtime as before" \
 	test "$(stat -c '%s %Y' "$f")" = "$(stat -c '%s %Y' "$TMP/ref-mtime")"
 check "local damage: the bytes differ" bash -c '! cmp -s "$1" "$2"' _ "$f" "$CK-$v/model.safetensors"
 pub "$B4" $((v + 1)) "$CK-$((v + 1))" --prev "$CK-$v" --sign
-check "local damage: version $((v + 1)) applied" wait_version rf $((v + 1))
+check "local damage: version $((v + 1)) applied" wait_version rf $((v + 1)) 90
 check "local damage: the base hash check before the apply finds it" \
 	wait_journal rf "$VF" "model.safetensors: base does not match the delta"
 check "local damage: repaired from the anchor" wait_journal rf "" "version $v -> $((v + 1)): from the anchor"
@@ -477,13 +479,13 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64m tmpfs "$TMP/mnt" 2>/dev/null
 	head -c $((free - 4 * 1024 * 1024)) /dev/zero >"$TMP/mnt/filler" 2>/dev/null
 	full "too few bytes" 2 "not enough free space"
 	rm -f "$TMP/mnt/filler"
-	check "too few bytes: once space is back, version 2 is applied" wait_version df 2
+	check "too few bytes: once space is back, version 2 is applied" wait_version df 2 90
 	check "too few bytes: target equals checkpoint 2" same "$CK-2" "$TMP/mnt/target"
 	used=$(df --output=iused "$TMP/mnt" | tail -1)
 	mount -o remount,nr_inodes=$((used + 1)) "$TMP/mnt"
 	full "no inode left (ENOSPC)" 3 "No space left on device"
 	mount -o remount,nr_inodes=100000 "$TMP/mnt"
-	check "ENOSPC: once space is back, version 3 is applied" wait_version df 3
+	check "ENOSPC: once space is back, version 3 is applied" wait_version df 3 90
 	check "ENOSPC: target equals checkpoint 3" same "$CK-3" "$TMP/mnt/target"
 	stop df >/dev/null
 else
