@@ -29,6 +29,14 @@
 #   journal_count FILE MESSAGE_ID [FROM_LINE]  entries with that id (from
 #                      line FROM_LINE on, 1-based)
 #   mid NAME           a MESSAGE_ID of common/log-messages.h (STORE_UNREACHABLE)
+#   s3rver_store URL [KEY = VALUE...]   the [store] lines for URL on the
+#                      running s3rver ($S3RVER_ENDPOINT, or $STORE_ENDPOINT
+#                      when set, e.g. a fault proxy), path style, keys in
+#                      $TMP/s3.cred (written), then the extra lines
+#   write_ini FILE ROLE DIR STORE [LINE...]   a wsyncd configuration: role
+#                      ROLE, state_dir DIR/state, runtime_dir DIR/run, one
+#                      jobs thread, [store] STORE, then the LINEs (a line
+#                      "[section]" starts a section)
 
 declare -A DPID=()
 
@@ -154,4 +162,25 @@ journal_count() {
 mid() {
 	sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" \
 		"$WSYNC_SOURCE_ROOT/common/log-messages.h"
+}
+
+s3rver_store() {
+	local l
+	printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+		"$S3RVER_ACCESS_KEY" "$S3RVER_SECRET_KEY" >"$TMP/s3.cred"
+	printf 'url = %s\nendpoint = %s\ncredentials = %s\npath_style = true\n' \
+		"$1" "${STORE_ENDPOINT:-$S3RVER_ENDPOINT}" "$TMP/s3.cred"
+	shift
+	for l in "$@"; do printf '%s\n' "$l"; done
+}
+
+write_ini() {
+	local file=$1 role=$2 dir=$3 store=$4 l
+	shift 4
+	{
+		printf '[daemon]\nrole = %s\nstate_dir = %s/state\nruntime_dir = %s/run\nthreads = 1\n' \
+			"$role" "$dir" "$dir"
+		printf '[store]\n%s\n' "$store"
+		for l in "$@"; do printf '%s\n' "$l"; done
+	} >"$file"
 }

@@ -55,44 +55,16 @@ read -r port < <(free_ports 1)
 s3rver_start "$TMP/s3rver" "$port" wsync-load
 tap_result $? "s3rver is up on port $port"
 [ -n "$S3RVER_PID" ] || { echo "Bail out! no s3rver"; exit 1; }
-printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
-	"$S3RVER_ACCESS_KEY" "$S3RVER_SECRET_KEY" >"$TMP/s3.cred"
-store="url = s3://wsync-load/run
-endpoint = $S3RVER_ENDPOINT
-credentials = $TMP/s3.cred
-path_style = true
-retry_max_time = 30s"
-cat >"$TMP/pub.ini" <<EOF
-[daemon]
-role = publisher
-state_dir = $TMP/pub/state
-runtime_dir = $TMP/pub/run
-threads = 1
-[store]
-$store
-[publisher]
-watch_dir = $W
-anchor_every = 10
-keep_anchors = 2
-rescan_interval = 1s
-EOF
+store=$(s3rver_store s3://wsync-load/run "retry_max_time = 30s")
+write_ini "$TMP/pub.ini" publisher "$TMP/pub" "$store" "[publisher]" "watch_dir = $W" \
+	"anchor_every = 10" "keep_anchors = 2" "rescan_interval = 1s"
 subs=()
 for ((i = 1; i <= NSUB; i++)); do
 	n=s$i
 	subs+=("$n")
 	mkdir -p "$TMP/$n"
-	cat >"$TMP/$n.ini" <<EOF
-[daemon]
-role = subscriber
-state_dir = $TMP/$n/state
-runtime_dir = $TMP/$n/run
-threads = 1
-[store]
-$store
-[subscriber]
-target_dir = $TMP/$n/target
-poll_interval = 500ms
-EOF
+	write_ini "$TMP/$n.ini" subscriber "$TMP/$n" "$store" "[subscriber]" \
+		"target_dir = $TMP/$n/target" "poll_interval = 500ms"
 done
 
 daemon_start pub "$TMP/pub.ini" "$TMP/pub.log"
