@@ -792,16 +792,19 @@ static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
 	return lane_advance(l, l->count + 1);
 }
 
-/* min(next - count, 255) for class c: a lower bound on how many more
- * members the class has before its next change. */
-static inline uint8_t distance(const struct wsync_float_dec_lane *l,
-			       const struct class_counts *cc, unsigned c)
+/* min(next - cnt, 255) for a lane whose class has cnt members so far: a
+ * lower bound on how many more members it has before its next change. */
+static inline uint8_t distance_from(const struct wsync_float_dec_lane *l, uint64_t cnt)
 {
-	uint64_t cnt = counts_get(cc, c);
-
 	if (l->next < cnt)	/* cannot happen with the checks in take_step */
 		return 0;
 	return l->next - cnt > 255 ? 255 : (uint8_t)(l->next - cnt);
+}
+
+static inline uint8_t distance(const struct wsync_float_dec_lane *l,
+			       const struct class_counts *cc, unsigned c)
+{
+	return distance_from(l, counts_get(cc, c));
 }
 
 /* Classes (bit mask) whose count in this block exceeds their distance. */

@@ -87,11 +87,21 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 
 		bytes.v = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
 		hits = block_hits(&bytes, &dist);
-		/* A hit may only mean a clamped distance ran low: refresh. */
-		for (unsigned m = hits; m; m &= m - 1) {
+		if (!hits) {	/* the common case: nothing changes here */
+			dist.vec -= bytes.vec;
+			counts_add_block(&cc, bytes.v);
+			continue;
+		}
+		/* A hit may only mean a clamped distance ran low: refresh.  The
+		 * class counts at the block's start are read once. */
+		uint64_t cnt[NCLS];
+		unsigned maybe = hits;
+
+		for (unsigned m = maybe; m; m &= m - 1) {
 			unsigned c = (unsigned)__builtin_ctz(m);
 
-			dist.b[c] = distance(&lanes[c], &cc, c);
+			cnt[c] = counts_get(&cc, c);
+			dist.b[c] = distance_from(&lanes[c], cnt[c]);
 			if (bytes.b[c] <= dist.b[c])
 				hits &= ~(1u << c);
 		}
@@ -102,7 +112,7 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 			LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
 			for (unsigned m = hits; m; m &= m - 1) {
 				unsigned c = (unsigned)__builtin_ctz(m);
-				uint64_t pos0 = counts_get(&cc, c);
+				uint64_t pos0 = cnt[c];
 				uint32_t mm = cm[c];
 				uint64_t end = pos0 + (unsigned)__builtin_popcount(mm);
 				struct wsync_float_dec_lane *l = &lanes[c];
@@ -134,12 +144,12 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 			}
 		}
 		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */
-		counts_add_block(&cc, bytes.v);
 		for (unsigned m = hits; m; m &= m - 1) {
 			unsigned c = (unsigned)__builtin_ctz(m);
 
-			dist.b[c] = distance(&lanes[c], &cc, c);
+			dist.b[c] = distance_from(&lanes[c], cnt[c] + bytes.b[c]);
 		}
+		counts_add_block(&cc, bytes.v);
 	}
 	counts_flush(&cc);
 	for (unsigned c = 0; c < NCLS; c++)
