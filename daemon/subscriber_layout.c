@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "subscriber_local.h"
 
 /* "/a/b/target" -> dir "/a/b", base "target" (both malloc'd). */
@@ -176,8 +177,11 @@ int sub_layout_begin(const char *target, const char *vdir, bool from_current,
 	r = sub_rm_rf(vdir);
 	if (r < 0)
 		return wsync_error_set(err, r, "%s: removing a leftover: %s", vdir, strerror(-r));
-	if (mkdir(vdir, 0755) < 0)
-		return wsync_error_set(err, -errno, "%s: %s", vdir, strerror(errno));
+	/* its parent fsynced too (wsync_mkdir_p): the directory must be
+	 * durable before the link that will name it is */
+	r = wsync_mkdir_p(vdir, 0755);
+	if (r < 0)
+		return wsync_error_set(err, r, "%s: %s", vdir, strerror(-r));
 	if (!from_current)
 		return 0;
 	from = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);	/* through the link */

@@ -421,14 +421,22 @@ bool sub_is_meta_path(const char *rel)
 
 int sub_meta_dir_check(const char *target, bool create, struct wsync_error *err)
 {
-	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0, made = -1;
 	struct stat st;
 
 	if (fd < 0)
 		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
-	if (create && mkdirat(fd, SUB_META_DIR, 0755) < 0 && errno != EEXIST)
+	if (create)
+		made = mkdirat(fd, SUB_META_DIR, 0755);
+	if (create && made < 0 && errno != EEXIST)
 		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": cannot create: %s", target,
 				    strerror(errno));
+	/* Made just now (always so in a new layout = symlink version
+	 * directory, after apply synced it): its entry must be as durable as
+	 * the state.json about to be written in it, or a power loss after the
+	 * flip leaves a version without its marker. */
+	else if (made == 0 && fsync(fd) < 0 && errno != EINVAL)
+		r = wsync_error_set(err, -errno, "%s: fsync: %s", target, strerror(errno));
 	else if (fstatat(fd, SUB_META_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": %s", target,
 				    strerror(errno));
