@@ -9,16 +9,21 @@ shim killed the process).
       every file in TARGET (but .wsync/ and temps) holds, byte for byte, the
       content some version OLD..NEW gives it (CKPT_DIR/checkpoint-V is
       version V; OLD 0: no file before), and no path is foreign
-  crash.py inplace LOG TARGET
-      nothing under TARGET (but .wsync/) was opened for writing under its
-      final name, and every rename into TARGET moved a temp that had been
-      fsynced after it was last opened
+  crash.py inplace LOG SCOPE [SKIP]
+      nothing under SCOPE (but .wsync/ folders and SKIP) was opened for writing under
+      its final name, and every rename into SCOPE moved a temp that had been
+      fsynced after it was last opened (or a symlink never opened)
   crash.py order LOG TARGET
       power-loss ordering of complete subscriber applies: each file renamed
       into TARGET fsynced before, its directory fsynced after, both before
       the next state.json rename; the marker's temp fsynced before its
       rename and .wsync/ fsynced after; a directory made in TARGET has its
       parent fsynced before that marker
+  crash.py symorder LOG TARGET
+      layout = symlink: before each flip of the link TARGET, the version
+      directory's files and marker are durable as "order" says (within it),
+      the directory's own entry fsynced in TARGET's parent; after the flip,
+      the parent fsynced
   crash.py puborder LOG BUCKET
       the same for a publisher on a file:// bucket: each object durable
       (temp fsynced, directory fsynced after the rename) before the next
@@ -103,25 +108,26 @@ def sample(target, ck, old, new):
     return not bad
 
 
-def inplace(log, target):
+def inplace(log, scope, skip=None):
     ev = read_log(log)
-    tgt = os.path.realpath(target)
-    meta = os.path.join(tgt, ".wsync")
+    scope = os.path.realpath(scope)
+    meta = lambda p: "/.wsync/" in p or p.endswith("/.wsync") or \
+        (skip is not None and under(p, os.path.realpath(skip)))
     bad, last_open, synced = [], {}, {}
     for e in ev:
         if e["kind"] == "open" and e["rc"] >= 0:
             last_open[e["p1"]] = e["seq"]
-            if under(e["p1"], tgt) and not under(e["p1"], meta) and \
-                    not is_temp(e["p1"]):
+            if under(e["p1"], scope) and not meta(e["p1"]) and not is_temp(e["p1"]):
                 bad.append("opened for writing in place: %s" % e["p1"])
         elif e["kind"] == "fsync" and e["rc"] == 0:
             synced[e["p1"]] = e["seq"]
-        elif e["kind"] == "rename" and e["rc"] == 0 and under(e["p2"], tgt) \
-                and not under(e["p2"], meta):
+        elif e["kind"] == "rename" and e["rc"] == 0 and under(e["p2"], scope) \
+                and not meta(e["p2"]):
             src = e["p1"]
             if not is_temp(src):
                 bad.append("renamed from a non-temp: %s -> %s" % (src, e["p2"]))
-            elif synced.get(src, -1) < last_open.get(src, 0):
+            elif src in last_open and synced.get(src, -1) < last_open[src]:
+                # (a temp never opened is a symlink: layout = symlink's flip)
                 bad.append("renamed before its fsync: %s -> %s" % (src, e["p2"]))
     for b in bad:
         print(b)
@@ -193,6 +199,39 @@ def order(log, target):
     return not bad
 
 
+def symorder(log, target):
+    ev = read_log(log)
+    target = os.path.abspath(target)
+    parent = os.path.dirname(target)
+    bad, flips = [], 0
+    for i, e in enumerate(ev):
+        if not (e["kind"] == "rename" and e["rc"] == 0 and e["p2"] == target):
+            continue
+        flips += 1
+        links = [f for f in ev[:i] if f["kind"] == "symlink" and f["rc"] == 0]
+        vdir = os.path.join(parent, links[-1]["p1"]) if links else "?"
+        made = [j for j, f in enumerate(ev[:i])
+                if f["kind"] == "mkdir" and f["rc"] == 0 and f["p1"] == vdir]
+        if not made:
+            bad.append("flip to %s: the directory was not made in this run" % vdir)
+            continue
+        seg = ev[made[-1]:i]
+        meta = os.path.join(vdir, ".wsync")
+        bad += check_order(seg, lambda p: under(p, vdir) and not under(p, meta),
+                           lambda p: p == os.path.join(meta, "state.json"), vdir)
+        if not any(f["kind"] == "fsync" and f["p1"] == parent for f in seg):
+            bad.append("flip to %s: %s not fsynced after the mkdir, before the flip"
+                       % (vdir, parent))
+        after = [f for f in ev[i + 1:] if f["kind"] == "fsync" and f["p1"] == parent]
+        if not after:
+            bad.append("flip to %s: %s not fsynced after the flip" % (vdir, parent))
+    if not flips:
+        bad.append("no flip of %s in the log" % target)
+    for b in bad:
+        print(b)
+    return not bad
+
+
 def puborder(log, bucket):
     b = os.path.realpath(bucket)
     ev = read_log(log)
@@ -239,9 +278,11 @@ def main():
     if cmd == "sample":
         return sample(a[0], a[1], int(a[2]), int(a[3]))
     if cmd == "inplace":
-        return inplace(a[0], a[1])
+        return inplace(a[0], a[1], a[2] if len(a) > 2 else None)
     if cmd == "order":
         return order(a[0], a[1])
+    if cmd == "symorder":
+        return symorder(a[0], a[1])
     if cmd == "puborder":
         return puborder(a[0], a[1])
     if cmd == "killed":

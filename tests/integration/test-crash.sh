@@ -86,7 +86,7 @@ gc_grace = 0
 rescan_interval = 1s
 EOF
 }
-# sub_ini DIR: a subscriber's config for target DIR/target on $B
+# sub_ini DIR [LAYOUT]: a subscriber's config for target DIR/target on $B
 sub_ini() {
 	mkdir -p "$1/state" "$1/run"
 	cat >"$1/sub.ini" <<EOF
@@ -102,6 +102,7 @@ retry_attempts = 1
 [subscriber]
 target_dir = $1/target
 poll_interval = 200ms
+layout = ${2:-inplace}
 EOF
 }
 shim() { # shim LOG SPEC COMMAND...: COMMAND under the shim, SIGKILLed at 60 s
@@ -127,7 +128,7 @@ same() {
 }
 no_temps() { # no_temps DIR...: no wsync temp file anywhere under DIR
 	local t
-	t=$(find "$@" \( -name '.*.wsync-*' -o -name '.wsync-tmp.*' -o -name 'state.json.tmp' \) 2>/dev/null)
+	t=$(find -H "$@" \( -name '.*.wsync-*' ! -name '*.wsync-lock' -o -name '.wsync-tmp.*' -o -name 'state.json.tmp' \) 2>/dev/null)
 	[ -z "$t" ] || { echo "temps left: $t"; return 1; }
 }
 now() { date +%s.%N; }
@@ -174,6 +175,13 @@ shim "$G/5.log" "" "$WSYNC" pull --config "$G/5/sub.ini" >/dev/null 2>&1
 check "version 1 -> 5 by a chain of deltas" same "$G/5/target" 5
 check "power loss, subscriber chain: each step durable before its marker" \
 	cpy order "$G/5.log" "$G/5/target"
+set_head 2
+sub_ini "$G/s2" symlink
+shim "$G/s2.log" "" "$WSYNC" pull --config "$G/s2/sub.ini" >/dev/null 2>&1
+check "layout = symlink: a fresh target pulls version 2" same "$G/s2/target" 2
+check "layout = symlink: target_dir is a link to target.v2" test "$(readlink "$G/s2/target")" = target.v2
+check "power loss, layout = symlink: each version directory durable, marker included, before its flip" \
+	cpy symorder "$G/s2.log" "$G/s2/target"
 for l in 1 2 5; do
 	check "normal apply $l: nothing written in place, every rename from an fsynced temp" \
 		cpy inplace "$G/$l.log" "$G/$l/target"
@@ -188,12 +196,12 @@ died_at() {
 }
 # whole_files DIR OLD NEW: the sampler and the shim log's in-place check
 whole_files() {
-	cpy sample "$1/target" "$CK" "$2" "$3" && cpy inplace "$1/shim.log" "$1/target"
+	cpy sample "$1/target" "$CK" "$2" "$3" && cpy inplace "$1/shim.log" "$1" "$1/run"
 }
 # converged DIR RC NEW: the restart reached NEW, cleanly
 converged() {
 	[ "$2" = 0 ] || { echo "restart exit $2"; tail -5 "$1/restart.log"; return 1; }
-	same "$1/target" "$3" && no_temps "$1/target" "$1/state" &&
+	same "$1/target" "$3" && no_temps "$1" &&
 		test "$(marker_version "$1/target")" = "$3"
 }
 NPOINT=0
@@ -206,12 +214,18 @@ point() {
 	D) old=2 new=3 ;;
 	C) old=1 new=5 ;;
 	A) old=0 new=5 ;;
+	S) old=2 new=3 ;;	# layout = symlink
 	esac
 	NPOINT=$((NPOINT + 1))
 	d=$TMP/p$NPOINT
 	rm -rf "$d"
-	sub_ini "$d"
-	[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
+	if [ "$plan" = S ]; then
+		sub_ini "$d" symlink
+		cp -a "$G/s2/target" "$G/s2"/target.v* "$d/"
+	else
+		sub_ini "$d"
+		[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
+	fi
 	set_head "$new"
 	if [ "$mode" = daemon ]; then
 		shim "$d/shim.log" "$spec" "$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/crash.log" 2>&1
@@ -288,6 +302,13 @@ point "after the marker" D "unlink:1:downloads/"
 point "bootstrap: anchor's marker" A "rename:1:.wsync/state.json"
 point "bootstrap: after the anchor" A "rename:1:.wsync/state.json:after"
 point "bootstrap: the delta after" A "rename:12:target/."
+# layout = symlink: the new version directory built over hardlinks, then
+# the link flipped
+point "symlink: hardlinking v3's dir" S "link:3:target.v3/"
+point "symlink: renames in v3's dir" S "rename:2:target.v3/."
+point "symlink: v3's marker" S "rename:1:target.v3/.wsync/state.json"
+point "symlink: before the flip" S "symlink:1"
+point "symlink: flipped, not synced" S "rename:1:.target.wsync-flip:after"
 # a catch-up over four deltas
 point "catch-up: 1st step's marker" C "rename:1:.wsync/state.json:after"
 point "catch-up: 2nd step renames" C "rename:7:target/."
@@ -390,6 +411,6 @@ echo "# subscriber crash matrix: $NPOINT kill points"
 echo "#  n  plan stage                        kill at (WSYNC_CRASH_AT)             via    recovery  converged in"
 for f in "${FIG[@]}"; do echo "# $f"; done
 check "at least 20 kill points" test "$NPOINT" -ge 20
-check "no sanitizer report in any subscriber log" sh -c "! grep -l -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer' $TMP/p*/restart.log"
+check "no sanitizer report in any log" sh -c "! grep -l -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer' $TMP/p*/*.log $TMP/pk*/*.log $PP/log $P/log"
 
 tap_done
