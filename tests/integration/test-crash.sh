@@ -52,7 +52,7 @@ cpy() { "$PYTHON3" "$HERE/crash.py" "$@"; }
 
 CK=$TMP/ck
 B=$TMP/bucket
-"$GEN" --params 1M --steps 10 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
+"$GEN" --params 1M --steps 13 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
 	echo "Bail out! gen-checkpoints failed"
 	exit 1
 }
@@ -390,6 +390,39 @@ ppoint "objects done, manifest not" "open:1:/pbucket/manifests/"
 ppoint "manifest written, HEAD not" "rename:1:/pbucket/manifests/:after"
 ppoint "writing HEAD" "fsync:1:/pbucket/.wsync-tmp."
 ppoint "HEAD renamed, not synced" "rename:1:/pbucket/HEAD:after"
+# The daemon too: wsyncd killed between its objects and the manifest of a
+# checkpoint it saw in watch_dir; restarted, it publishes it
+STEP=$((STEP + 1))
+d=$TMP/pk$STEP
+mkdir -p "$d"
+read -r before _ <<<"$(cpy head "$PB")"
+shim "$d/shim.log" "open:1:/pbucket/manifests/" "$WSYNCD" -c "$PP/pub.ini" --log-target stderr \
+	>"$d/crash.log" 2>&1 &
+pid=$!
+DPIDS+=("$pid")
+cp -r "$CK/checkpoint-$STEP" "$PP/checkpoint-$STEP"
+mv "$PP/checkpoint-$STEP" "$PP/watch/"	# whole at once
+wait "$pid"
+check "publisher wsyncd [objects done, manifest not]: killed by SIGKILL there" \
+	died_at "$d" $? open
+check "publisher wsyncd: HEAD names a complete version a fresh subscriber reproduces" head_ok
+"$WSYNCD" -c "$PP/pub.ini" --log-target stderr >"$d/restart.log" 2>&1 &
+pid=$!
+DPIDS+=("$pid")
+t0=$(now)
+for _ in $(seq 600); do
+	[ "$(cpy head "$PB" | cut -d' ' -f2)" = "$STEP" ] && break
+	sleep 0.1
+done
+took=$(since "$t0")
+read -r after astep <<<"$(cpy head "$PB")"
+kill -TERM "$pid"
+wait "$pid"
+check "publisher wsyncd: restarted, it publishes checkpoint-$STEP above version $before, stops cleanly" \
+	test "$?:$astep" = "0:$STEP" -a "$after" -gt "$before"
+check "publisher wsyncd: ... and HEAD is whole again" head_ok
+PFIG+=("$(printf '%-34s %-34s HEAD %s -> %s (wsyncd, %ss)' "objects done, manifest not" "open:1:/pbucket/manifests/" "$before" "$after" "$took")")
+
 # The killed puts left temps, which listings (and so GC) skip: the next
 # puts in their directories remove them once an hour old (aged here by
 # hand), and leave a younger one (a put in progress) alone.
@@ -397,9 +430,10 @@ temps=$(find "$PB" -name '.wsync-tmp.*')
 check "publisher: the killed uploads left temps in the bucket" test -n "$temps"
 touch -d '2 hours ago' $temps
 echo young >"$PB/deltas/.wsync-tmp.young1"
-publish $((STEP + 1))
-check "publisher: the next checkpoint after the crashes is published" \
-	test "$(cpy head "$PB" | cut -d' ' -f2)" = $((STEP + 1))
+# three more versions, so that every object folder (anchors/ too) gets a put
+publish $((STEP + 1)) && publish $((STEP + 2)) && publish $((STEP + 3))
+check "publisher: the next checkpoints after the crashes are published" \
+	test "$(cpy head "$PB" | cut -d' ' -f2)" = $((STEP + 3))
 check "publisher: a temp younger than an hour is left alone" test -f "$PB/deltas/.wsync-tmp.young1"
 rm -f "$PB/deltas/.wsync-tmp.young1"
 check "publisher: after its garbage collection nothing in the bucket is orphaned, temps included" \
