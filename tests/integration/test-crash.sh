@@ -40,6 +40,7 @@
 # --long (scripts/stress.sh): also a sweep killing the subscriber at every
 # logged call of the three plans ("any:N").
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/daemons.sh"
 
 LONG=0
 [ "${1:-}" = --long ] && LONG=1
@@ -57,53 +58,21 @@ B=$TMP/bucket
 	exit 1
 }
 
-DPIDS=()
-kill_all() {
-	local p
-	for p in "${DPIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	return 0
-}
-trap 'kill_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+trap 'daemons_kill_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
 
 # pub_ini DIR BUCKET KEEP_ANCHORS: a publisher's config and dirs under DIR
 pub_ini() {
 	mkdir -p "$1/state" "$1/run" "$1/watch"
-	cat >"$1/pub.ini" <<EOF
-[daemon]
-role = publisher
-state_dir = $1/state
-runtime_dir = $1/run
-threads = 2
-log_level = debug
-[store]
-url = file://$2
-retry_attempts = 1
-[publisher]
-watch_dir = $1/watch
-anchor_every = 3
-keep_anchors = $3
-gc_grace = 0
-rescan_interval = 1s
-EOF
+	write_ini "$1/pub.ini" publisher "$1" "url = file://$2"$'\n'"retry_attempts = 1" \
+		"[publisher]" "watch_dir = $1/watch" "anchor_every = 3" "keep_anchors = $3" \
+		"gc_grace = 0" "rescan_interval = 1s"
 }
 # sub_ini DIR [LAYOUT]: a subscriber's config for target DIR/target on $B
 sub_ini() {
 	mkdir -p "$1/state" "$1/run"
-	cat >"$1/sub.ini" <<EOF
-[daemon]
-role = subscriber
-state_dir = $1/state
-runtime_dir = $1/run
-threads = 2
-log_level = debug
-[store]
-url = file://$B
-retry_attempts = 1
-[subscriber]
-target_dir = $1/target
-poll_interval = 200ms
-layout = ${2:-inplace}
-EOF
+	write_ini "$1/sub.ini" subscriber "$1" "url = file://$B"$'\n'"retry_attempts = 1" \
+		"[subscriber]" "target_dir = $1/target" "poll_interval = 200ms" \
+		"layout = ${2:-inplace}"
 }
 shim() { # shim LOG SPEC COMMAND...: COMMAND under the shim, SIGKILLed at 60 s
 	local log=$1 spec=$2
@@ -120,11 +89,7 @@ marker_version() {
 }
 # same DIR V: DIR holds exactly checkpoint-V's files, byte for byte
 same() {
-	local want got f
-	want=$(cd "$CK/checkpoint-$2" && find . -type f | sort)
-	got=$(cd "$1" && find . -path ./.wsync -prune -o -type f -print | sort)
-	[ "$want" = "$got" ] || { echo "files differ: want [$want] got [$got]"; return 1; }
-	for f in $want; do cmp "$CK/checkpoint-$2/$f" "$1/$f" || return 1; done
+	same_tree "$CK/checkpoint-$2" "$1/" || { diff -rq -x .wsync "$CK/checkpoint-$2" "$1/"; return 1; }
 }
 no_temps() { # no_temps DIR...: no wsync temp file anywhere under DIR
 	local t
@@ -238,9 +203,8 @@ point() {
 		whole_files "$d" "$old" "$new"
 	t0=$(now)
 	if [ "$mode" = daemon ]; then
-		"$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/restart.log" 2>&1 &
-		pid=$!
-		DPIDS+=("$pid")
+		daemon_start sub "$d/sub.ini" "$d/restart.log"
+		pid=${DPID[sub]}
 		local ok=1
 		for _ in $(seq 600); do
 			if [ "$(marker_version "$d/target")" = "$new" ] &&
@@ -251,8 +215,7 @@ point() {
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-		kill -TERM "$pid" 2>/dev/null
-		wait "$pid"
+		daemon_stop sub
 		rc=$((ok ? 1 : $?))
 	else
 		timeout -s KILL 60 "$WSYNC" pull -v --config "$d/sub.ini" >"$d/restart.log" 2>&1
@@ -399,16 +362,16 @@ read -r before _ <<<"$(cpy head "$PB")"
 shim "$d/shim.log" "open:1:/pbucket/manifests/" "$WSYNCD" -c "$PP/pub.ini" --log-target stderr \
 	>"$d/crash.log" 2>&1 &
 pid=$!
-DPIDS+=("$pid")
+DPID[crash]=$pid
 cp -r "$CK/checkpoint-$STEP" "$PP/checkpoint-$STEP"
 mv "$PP/checkpoint-$STEP" "$PP/watch/"	# whole at once
 wait "$pid"
+rc=$?
+DPID[crash]=
 check "publisher wsyncd [objects done, manifest not]: killed by SIGKILL there" \
-	died_at "$d" $? open
+	died_at "$d" "$rc" open
 check "publisher wsyncd: HEAD names a complete version a fresh subscriber reproduces" head_ok
-"$WSYNCD" -c "$PP/pub.ini" --log-target stderr >"$d/restart.log" 2>&1 &
-pid=$!
-DPIDS+=("$pid")
+daemon_start pub "$PP/pub.ini" "$d/restart.log"
 t0=$(now)
 for _ in $(seq 600); do
 	[ "$(cpy head "$PB" | cut -d' ' -f2)" = "$STEP" ] && break
@@ -416,8 +379,7 @@ for _ in $(seq 600); do
 done
 took=$(since "$t0")
 read -r after astep <<<"$(cpy head "$PB")"
-kill -TERM "$pid"
-wait "$pid"
+daemon_stop pub
 check "publisher wsyncd: restarted, it publishes checkpoint-$STEP above version $before, stops cleanly" \
 	test "$?:$astep" = "0:$STEP" -a "$after" -gt "$before"
 check "publisher wsyncd: ... and HEAD is whole again" head_ok
