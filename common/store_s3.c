@@ -1191,7 +1191,7 @@ out:
 	xfer_free(x);
 	if (op->n_xfers)
 		return;
-	if (!op->err)
+	if (!op->err && op->n_entries > 1)	/* an empty list has no array */
 		qsort(op->entries, op->n_entries, sizeof(*op->entries), entry_cmp);
 	op_end(op);
 }

@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 CONVERGE=60	# seconds a convergence may take after a short fault
-trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
+trap 'daemons_kill_all; s3servers_stop_all; [ -n "${KEEP_TMP:-}" ] && cp -r "$TMP" "$KEEP_TMP"; rm -rf "$TMP"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
@@ -167,7 +167,7 @@ wait_store_ok() {
 save
 converged "clean start"
 daemon_alive "$PUB" && daemon_alive "$SUB" || {
-	tail -5 "$TMP/pub.log" "$TMP/sub.log" | sed 's/^/# /'
+	tail -n 5 "$TMP/pub.log" "$TMP/sub.log" | sed 's/^/# /'
 	echo "Bail out! a daemon exited"
 	exit 1
 }
