@@ -8,11 +8,12 @@
 # gen-checkpoints --params 2M (4 MB bf16, 2 shards plus the usual JSON
 # files, RL-like density: ~1 % of the values move a step), anchors every
 # 10 versions, the trainer keeping the newest 4 checkpoints.
+# The last quarter of the subscribers start half way through.
 # Checks: the publisher publishes the last step; every subscriber ends
 # byte-identical to it; each subscriber's applied versions (its log's
 # VERSION_APPLIED lines) strictly increase (none applied twice) and end at
 # HEAD's version, i.e. it applied every version or skipped forward to
-# HEAD.  Prints a table: subscriber, versions applied, skipped, CPU
+# HEAD (the late ones skipped).  Prints a table: subscriber, versions applied, skipped, CPU
 # seconds (utime+stime), peak RSS (VmHWM) and the final comparison,
 # measured just before each daemon is stopped; the publisher's too.
 . "$(dirname "$0")/lib.sh"
@@ -67,8 +68,11 @@ for ((i = 1; i <= NSUB; i++)); do
 		"target_dir = $TMP/$n/target" "poll_interval = 500ms"
 done
 
+# The last quarter of the subscribers (at least one) join half way: they
+# start from an anchor, skipping the versions before it.
+NLATE=$(((NSUB + 3) / 4))
 daemon_start pub "$TMP/pub.ini" "$TMP/pub.log"
-for n in "${subs[@]}"; do
+for n in "${subs[@]:0:NSUB-NLATE}"; do
 	daemon_start "$n" "$TMP/$n.ini" "$TMP/$n.log"
 done
 
@@ -88,6 +92,14 @@ trainer() {
 t0=$(date +%s.%N)
 trainer &
 TRAINER=$!
+for ((i = 0; i < 600; i++)); do	# bounded: 60 s
+	[ -e "$W/checkpoint-$((STEPS / 2 + 1))" ] && break
+	sleep 0.1
+done
+for n in "${subs[@]:NSUB-NLATE}"; do
+	daemon_start "$n" "$TMP/$n.ini" "$TMP/$n.log"
+done
+echo "# ${subs[*]:NSUB-NLATE} started after step $((STEPS / 2))"
 wait "$TRAINER"
 TRAINER=
 echo "# the trainer saved $STEPS steps in $(cat "$TMP/trainer.secs") s (one every $INTERVAL s)"
@@ -120,7 +132,7 @@ check "every daemon exits 0 on SIGTERM${bad_exit:+ (not:$bad_exit)}" test -z "$b
 # Per subscriber: versions applied (from VERSION_APPLIED log lines), in order.
 printf '# %-10s %8s %8s %7s %9s %s\n' daemon applied skipped "CPU s" "RSS MiB" final
 printf '# %-10s %8s %8s %7s %9s %s\n' pub "$HEADV" - "${CPU[pub]}" "${RSS[pub]}" "HEAD v$HEADV step $STEPS"
-n_same=0 n_order=0 tot_cpu=0 max_rss=0
+n_same=0 n_order=0 n_late_skip=0 tot_cpu=0 max_rss=0
 for n in "${subs[@]}"; do
 	mapfile -t vs < <(sed -nE 's/.*version ([0-9]+) \(step -?[0-9]+\) applied from .*/\1/p' "$TMP/$n.log")
 	order=ok
@@ -138,6 +150,8 @@ for n in "${subs[@]}"; do
 		fin=DIFFERS
 	fi
 	[ "$order" = ok ] || fin="$fin; $order"
+	[[ " ${subs[*]:NSUB-NLATE} " == *" $n "* ]] && [ $((HEADV - ${#vs[@]})) -gt 0 ] &&
+		n_late_skip=$((n_late_skip + 1))
 	printf '# %-10s %8s %8s %7s %9s %s\n' "$n" "${#vs[@]}" "$((HEADV - ${#vs[@]}))" \
 		"${CPU[$n]}" "${RSS[$n]}" "$fin"
 	tot_cpu=$(awk -v a="$tot_cpu" -v b="${CPU[$n]}" 'BEGIN { print a + b }')
@@ -148,4 +162,5 @@ check "the publisher's HEAD carries step $STEPS (version $HEADV)" test -n "$HEAD
 check "every subscriber byte-identical to step $STEPS ($n_same of $NSUB)" test "$n_same" -eq "$NSUB"
 check "every subscriber applied strictly increasing versions ending at HEAD ($n_order of $NSUB)" \
 	test "$n_order" -eq "$NSUB"
+check "the $NLATE late subscribers skipped forward ($n_late_skip of $NLATE)" test "$n_late_skip" -eq "$NLATE"
 tap_done
