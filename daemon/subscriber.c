@@ -182,6 +182,8 @@ struct wsync_subscriber {
 	struct sub_local local;		/* what target_dir holds */
 	char *etag;			/* of the last HEAD fully dealt with */
 	bool force_anchor;		/* next plan: from the anchor (repair) */
+	bool local_damaged;		/* the target differs from its marker: a repair
+					 * from an anchor older than it is worth it */
 	unsigned failures;		/* consecutive failed cycles */
 	uint64_t rng;
 
@@ -592,7 +594,7 @@ static void end_cycle(struct wsync_subscriber *s)
 		 * outage changes nothing.) */
 		s->force_anchor = !c->anchor_plan;
 	if (c && !failed)
-		s->force_anchor = false;
+		s->force_anchor = s->local_damaged = false;
 	if (c && c->progressed && !s->stopping && (!s->once || s->once_opts.hooks)) {
 		char *vdir = s->cfg->layout == WSYNC_LAYOUT_SYMLINK ?
 			sub_version_dir(s->cfg->target_dir, s->local.version) : NULL;
@@ -632,6 +634,8 @@ static void on_job_done(void *data, bool cancelled)
 			 st->obj->ref.key, err_text(&j->err, j->r));
 		if (j->verify_failed) {
 			c->chain_broken = true;
+			if (j->local_damaged)
+				s->local_damaged = true;
 			verify_failed(s, st->version, what);
 		} else {
 			log_error("applying version %" PRIu64 " failed: %s; target stays at "
@@ -988,7 +992,11 @@ static void decide(struct wsync_subscriber *s)
 {
 	struct cycle *c = s->c;
 	uint64_t h = c->head.version, l = s->local.version, a = c->anchor;
-	bool chain_ok = l > 0 && c->local_ok && !s->force_anchor && l < h && h - l <= CHAIN_MAX;
+	/* After a refusal the anchor is tried, unless it is not newer than
+	 * the intact target: rebuilding from it would serve older versions
+	 * on the way and meet the same refused data again. */
+	bool repair = s->force_anchor && (a > l || s->local_damaged);
+	bool chain_ok = l > 0 && c->local_ok && !repair && l < h && h - l <= CHAIN_MAX;
 	struct mslot *am;
 	bool ok;
 
@@ -1091,7 +1099,7 @@ static void check_done(void *data, bool cancelled)
 			    s->local.version, r < 0 ? strerror(-r) : why);
 	if (idle) {
 		if (r != 0) {
-			s->force_anchor = true;
+			s->force_anchor = s->local_damaged = true;
 			free(s->etag);
 			s->etag = NULL;
 			start_cycle(s);
@@ -1103,7 +1111,7 @@ static void check_done(void *data, bool cancelled)
 	}
 	s->c->local_ok = r == 0;
 	if (r != 0)
-		s->force_anchor = true;
+		s->force_anchor = s->local_damaged = true;
 	decide(s);
 }
 
@@ -1189,7 +1197,7 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	c->ms[c->n_ms - 1].m = m;
 	c->ms[c->n_ms - 1].st = MS_OK;
 	c->ms[c->n_ms - 1].hash = c->head.manifest.hash;
-	if (s->local.version > 0 && !s->force_anchor) {
+	if (s->local.version > 0 && !(s->force_anchor && s->local_damaged)) {
 		run_check(s, false);
 		return;
 	}
@@ -1307,7 +1315,7 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 			schedule_next(s, false);
 			return;
 		}
-		if (!s->force_anchor) {
+		if (!(s->force_anchor && s->local_damaged)) {
 			free(s->etag);
 			s->etag = strdup(res->etag);
 			s->last_error[0] = '\0';

@@ -270,6 +270,7 @@ void sub_apply_work(void *data)
 
 	wsync_error_clear(&j->err);
 	j->verify_failed = false;
+	j->local_damaged = false;
 	fd = open(j->object_path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
@@ -319,6 +320,17 @@ void sub_apply_work(void *data)
 		r = wsync_apply(d, j->empty_dir, &ao, &j->stats, &j->err);
 	} else {
 		r = wsync_apply(d, dir, &ao, &j->stats, &j->err);
+		/* Refused: the delta's fault or the target's?  Only damage to
+		 * the target justifies rebuilding it from an older anchor (which
+		 * serves older versions on the way); a bad delta leaves the
+		 * target alone until the bucket has something better. */
+		if (r == -EINVAL && j->prev && j->prev->version > 0) {
+			char why[512];
+
+			j->local_damaged = sub_local_full_check(dir, j->prev, why, sizeof(why)) != 0;
+			if (j->local_damaged)
+				wsync_error_prefix(&j->err, "the target was damaged (%s)", why);
+		}
 	}
 	if (r == -EINVAL)
 		j->verify_failed = true;

@@ -94,6 +94,16 @@ int sub_local_quick_check(const char *target, const struct sub_local *s, char *w
 			  size_t why_len);
 
 /*
+ * The full check: as the quick one, but each file's content is hashed and
+ * compared with the recorded size and XXH3-128 (mtimes are not looked at).
+ * 0 intact; 1 not (why says which file); negative errno when target can't
+ * be opened.  Reads the whole checkpoint: only for deciding whether a
+ * refused delta is the bucket's fault or the target's.
+ */
+int sub_local_full_check(const char *target, const struct sub_local *s, char *why,
+			 size_t why_len);
+
+/*
  * Open the directory that holds rel (relative to the directory root), one
  * component at a time with O_NOFOLLOW; *name gets rel's last component.
  * Returns the fd, -ENOENT when a directory on the way is missing, -ELOOP
@@ -142,6 +152,7 @@ struct sub_apply_job {
 	/* out: set by the job */
 	int r;				/* 0, or negative errno */
 	bool verify_failed;		/* the data or the target did not verify */
+	bool local_damaged;		/* verify_failed, and the base differs from prev */
 	struct wsync_error err;
 	struct sub_local next;		/* on success: the new state (saved) */
 	struct wsync_apply_stats stats;

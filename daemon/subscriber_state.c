@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "delta.h"
+#include "hash.h"
 #include "subscriber_local.h"
 
 #define STATE_FORMAT "wsync-subscriber-state"
@@ -337,6 +338,45 @@ int sub_local_quick_check(const char *target, const struct sub_local *s, char *w
 				 "modified since it was applied");
 			r = 1;
 			break;
+		}
+	}
+	(void)close(root);
+	return r;
+}
+
+int sub_local_full_check(const char *target, const struct sub_local *s, char *why,
+			 size_t why_len)
+{
+	int root = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+	if (root < 0)
+		return -errno;
+	for (size_t i = 0; i < s->n_files && r == 0; i++) {
+		const struct sub_file *f = &s->files[i];
+		struct wsync_error err = { 0 };
+		struct wsync_hash128 h;
+		const char *name;
+		uint64_t size;
+		int dfd = sub_open_parent(root, f->path, &name), fd = -1, e;
+
+		if (dfd >= 0) {
+			fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			e = fd < 0 ? -errno : 0;
+			(void)close(dfd);
+		} else {
+			e = dfd;
+		}
+		if (e == 0)
+			e = wsync_hash_fd(fd, f->path, &h, &size, &err);
+		if (fd >= 0)
+			(void)close(fd);
+		if (e < 0) {
+			snprintf(why, why_len, "%s: %s", f->path, strerror(-e));
+			r = 1;
+		} else if (size != f->size || !wsync_hash_equal(&h, &f->hash)) {
+			snprintf(why, why_len, "%s: its content differs from the version applied",
+				 f->path);
+			r = 1;
 		}
 	}
 	(void)close(root);

@@ -63,18 +63,22 @@ def damage(key, how):
         b = b[:len(b) // 2]
     open(p + ".tmp", "wb").write(b)
     os.rename(p + ".tmp", p)
+# Damage is done before HEAD names the version, never after: a reader must
+# not see the good bytes in between.
 now = val("--created") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 V = "%012d" % version
 state_path = os.path.join(bucket, ".anchors.json")   # the writer's own memory
 anchors = json.load(open(state_path)) if os.path.exists(state_path) else []
-def write_head(v):
+def write_head(v, mref=None):
     head = {"format": "wsync-head", "format_version": 1, "version": v,
-            "manifest": ref("manifests/%012d.json" % v), "created": now}
-    # tmp + rename, as a real publisher: a poll never reads half a HEAD
-    open(os.path.join(bucket, ".HEAD.tmp"), "wb").write(sign((json.dumps(head) + "\n").encode()))
-    os.rename(os.path.join(bucket, ".HEAD.tmp"), os.path.join(bucket, "HEAD"))
+            "manifest": mref or ref("manifests/%012d.json" % v), "created": now}
+    body = sign((json.dumps(head) + "\n").encode())
     if flag("--flip-head"):
-        damage("HEAD", "flip")
+        open(os.path.join(bucket, "HEAD.good"), "wb").write(body)
+        body = bytearray(body); body[len(body) // 2] ^= 1
+    # tmp + rename, as a real publisher: a poll never reads half a HEAD
+    open(os.path.join(bucket, ".HEAD.tmp"), "wb").write(body)
+    os.rename(os.path.join(bucket, ".HEAD.tmp"), os.path.join(bucket, "HEAD"))
 if val("--head-only"):
     write_head(int(val("--head-only")))
     sys.exit(0)
@@ -124,9 +128,10 @@ text = json.dumps(m, indent=1) + "\n"
 if val("--bad-path"):   # spliced in raw so that escapes like \u0000 stay as given
     text = text.replace('"@BADPATH@"', '"%s"' % val("--bad-path"))
 open(os.path.join(bucket, "manifests", V + ".json"), "wb").write(sign(text.encode()))
+mref = ref("manifests/%s.json" % V)
 if is_anchor:
-    anchors.append({"version": version, "manifest": ref("manifests/%s.json" % V)})
+    anchors.append({"version": version, "manifest": mref})
     json.dump(anchors, open(state_path, "w"))
-write_head(version)
 if flag("--flip-manifest"):
     damage("manifests/%s.json" % V, "flip")
+write_head(version, mref)

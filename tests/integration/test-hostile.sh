@@ -49,16 +49,17 @@ jstart() {
 	eval "PID_$1=$!"
 	PIDS+=($!)
 }
-# wait_journal NAME MID TEXT: an entry with MESSAGE_ID MID (any if "")
-# whose MESSAGE holds TEXT arrives within 20 s
+# wait_journal NAME MID TEXT [COUNT]: COUNT (default 1) entries with
+# MESSAGE_ID MID (any if "") whose MESSAGE holds TEXT arrive within 20 s
 wait_journal() {
 	for _ in $(seq 200); do
 		"$PYTHON3" -c 'import json, sys
+n = 0
 for l in open(sys.argv[1]):
     e = json.loads(l)
     if sys.argv[2] in ("", e.get("MESSAGE_ID")) and sys.argv[3] in e.get("MESSAGE", ""):
-        sys.exit(0)
-sys.exit(1)' "$TMP/$1/journal.jsonl" "$2" "$3" 2>/dev/null && return 0
+        n += 1
+sys.exit(n < int(sys.argv[4]))' "$TMP/$1/journal.jsonl" "$2" "$3" "${4:-1}" 2>/dev/null && return 0
 		sleep 0.1
 	done
 	echo "# no journal entry $2 with: $3"
@@ -87,6 +88,7 @@ refused() {
 	before=$(marker h1)
 	check "$2: refused (last_error)" wait_error h1 "$text"
 	check "$2: VERIFY_FAILED in the journal" wait_journal h1 "$VF" "$text"
+	check "$2: refused again on the retry" wait_journal h1 "$VF" "$text" 2
 	contains "$2: wsync status --json has it in last_error" \
 		"$("$WSYNC" status --runtime-dir "$TMP/h1/run" --json 2>&1)" "\"last_error\": \"$text"
 	check "$2: target still holds version $(($1 - 1))" same "$CK-$(($1 - 1))" "$TMP/h1/target"
@@ -139,6 +141,16 @@ pub "$B" 9 "$CK-9" --prev "$CK-8" --sign --anchor
 check "wrong base_version: recovers at the next version (an anchor)" wait_version h1 9 90
 check "wrong base_version: target equals checkpoint 9" same "$CK-9" "$TMP/h1/target"
 check "bucket: no temp file left in the target" no_temps "$TMP/h1/target"
+# At no moment did the target go back: the versions applied (journal
+# VERSION_APPLIED) only ever increase.
+applied_increasing() {
+	"$PYTHON3" -c 'import json, sys
+vs = [int(e["WSYNC_VERSION"]) for e in map(json.loads, open(sys.argv[1]))
+      if e.get("MESSAGE_ID") == sys.argv[2]]
+print("# versions applied:", vs)
+sys.exit(not (vs and all(a < b for a, b in zip(vs, vs[1:]))))' "$TMP/$1/journal.jsonl" "$(mid VERSION_APPLIED)"
+}
+check "bucket: the versions applied only ever increased (no rebuild from an older anchor)" applied_increasing h1
 stop h1 >/dev/null
 fi
 
