@@ -328,49 +328,25 @@ static mode_t mode_arg(int flags, va_list ap)
 REAL(int, openat, int, const char *, int, ...)
 REAL(int, openat64, int, const char *, int, ...)
 
-EXPORT int open(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t m;
-
-	va_start(ap, flags);
-	m = mode_arg(flags, ap);
-	va_end(ap);
-	return open_common(get_openat(), AT_FDCWD, path, flags, m);
-}
-
-EXPORT int open64(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t m;
-
-	va_start(ap, flags);
-	m = mode_arg(flags, ap);
-	va_end(ap);
-	return open_common(get_openat64(), AT_FDCWD, path, flags, m);
-}
-
-EXPORT int openat(int dirfd, const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t m;
-
-	va_start(ap, flags);
-	m = mode_arg(flags, ap);
-	va_end(ap);
-	return open_common(get_openat(), dirfd, path, flags, m);
-}
-
-EXPORT int openat64(int dirfd, const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t m;
-
-	va_start(ap, flags);
-	m = mode_arg(flags, ap);
-	va_end(ap);
-	return open_common(get_openat64(), dirfd, path, flags, m);
-}
+/* open, open64, openat, openat64: the mode argument is there only with
+ * O_CREAT or O_TMPFILE. */
+#define OPEN_WRAPPER(name, real, dirfd_param, dirfd_arg)                       \
+	EXPORT int name(dirfd_param const char *path, int flags, ...)           \
+	{                                                                      \
+		va_list ap;                                                    \
+		mode_t m;                                                      \
+                                                                               \
+		va_start(ap, flags);                                           \
+		m = mode_arg(flags, ap);                                       \
+		va_end(ap);                                                    \
+		return open_common(get_##real(), dirfd_arg, path, flags, m);   \
+	}
+#define NO_DIRFD
+#define SEP ,
+OPEN_WRAPPER(open, openat, NO_DIRFD, AT_FDCWD)
+OPEN_WRAPPER(open64, openat64, NO_DIRFD, AT_FDCWD)
+OPEN_WRAPPER(openat, openat, int dirfd SEP, dirfd)
+OPEN_WRAPPER(openat64, openat64, int dirfd SEP, dirfd)
 
 /* _FORTIFY_SOURCE's checked variants (flags without O_CREAT, no mode),
  * declared by glibc only under _FORTIFY_SOURCE. */
