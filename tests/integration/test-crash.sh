@@ -10,8 +10,11 @@
 # code): >= 20 kill points over every stage -- downloading, decoding and
 # writing temps, between the renames of the changed files, after the
 # renames before the state marker, during the marker write, after it --
-# in three plans: one delta (2 -> 3), a catch-up over four deltas
-# (1 -> 5) and an anchor bootstrap (nothing -> 5, anchor 4 + delta 5).
+# in five plans: one delta (2 -> 3), a catch-up over four deltas
+# (1 -> 5), an anchor bootstrap (nothing -> 5, anchor 4 + delta 5), one
+# delta with layout = symlink (the version directory built over
+# hardlinks, then the link flipped), and one delta from a bucket on
+# s3rver (curl writing the download; skipped without s3rver).
 # At each: the process died by SIGKILL at that very call (exit 137, the
 # shim's KILL line); right after the kill every target file holds a whole
 # version OLD..NEW of itself (hashed against the published checkpoints),
@@ -21,10 +24,11 @@
 # bytes, with no temp file left and .wsync/state.json naming the version.
 # Printed per point: stage, kill spec, recovery by delta or anchor, time.
 #
-# Publisher: SIGKILL during encode, during an upload, between two
-# objects, between the objects and the manifest, between the manifest
-# and HEAD, during and after the HEAD write (test-publisher.sh covers the
-# kill between HEAD and the base swap).  After each, HEAD names a complete
+# Publisher (wsync publish, and wsyncd once): SIGKILL during encode,
+# during an upload, between two objects, between the objects and the
+# manifest, between the manifest and HEAD, during and after the HEAD write
+# (test-publisher.sh covers the kill between HEAD and the base swap).
+# After each, HEAD names a complete
 # version a fresh subscriber reproduces byte for byte, the restarted
 # publisher goes on at a higher version, and after its garbage collection
 # nothing in the bucket is orphaned (BUCKET.md section 2 rule 3, temps
@@ -34,13 +38,16 @@
 # (anchor bootstrap, one delta, a chain): every file renamed into
 # target_dir was fsynced as a temp before its rename, its directory
 # fsynced after, all before state.json's temp is renamed in (itself
-# fsynced before, .wsync/ after).  Publisher on file://: objects durable
-# before their manifest, the manifest durable before HEAD.
+# fsynced before, .wsync/ after); layout = symlink: a version directory,
+# marker and own entry included, durable before the link is flipped to it.
+# Publisher on file://: objects durable before their manifest, the
+# manifest durable before HEAD.
 #
 # --long (scripts/stress.sh): also a sweep killing the subscriber at every
 # logged call of the three plans ("any:N").
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/daemons.sh"
+. "$(dirname "$0")/s3-servers.sh"
 
 LONG=0
 [ "${1:-}" = --long ] && LONG=1
@@ -58,7 +65,9 @@ B=$TMP/bucket
 	exit 1
 }
 
-trap 'daemons_kill_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+trap 'daemons_kill_all; s3servers_stop_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # pub_ini DIR BUCKET KEEP_ANCHORS: a publisher's config and dirs under DIR
 pub_ini() {
@@ -70,7 +79,7 @@ pub_ini() {
 # sub_ini DIR [LAYOUT]: a subscriber's config for target DIR/target on $B
 sub_ini() {
 	mkdir -p "$1/state" "$1/run"
-	write_ini "$1/sub.ini" subscriber "$1" "url = file://$B"$'\n'"retry_attempts = 1" \
+	write_ini "$1/sub.ini" subscriber "$1" "${SUB_STORE:-url = file://$B}"$'\n'"retry_attempts = 1" \
 		"[subscriber]" "target_dir = $1/target" "poll_interval = 200ms" \
 		"layout = ${2:-inplace}"
 }
@@ -180,6 +189,7 @@ point() {
 	C) old=1 new=5 ;;
 	A) old=0 new=5 ;;
 	S) old=2 new=3 ;;	# layout = symlink
+	S3) old=1 new=2 ;;	# the bucket on s3rver
 	esac
 	NPOINT=$((NPOINT + 1))
 	d=$TMP/p$NPOINT
@@ -187,11 +197,14 @@ point() {
 	if [ "$plan" = S ]; then
 		sub_ini "$d" symlink
 		cp -a "$G/s2/target" "$G/s2"/target.v* "$d/"
+	elif [ "$plan" = S3 ]; then
+		SUB_STORE=$S3STORE sub_ini "$d"
+		cp -a "$G/s3-1/target" "$d/target"
 	else
 		sub_ini "$d"
 		[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
 	fi
-	set_head "$new"
+	[ "$plan" = S3 ] || set_head "$new"
 	if [ "$mode" = daemon ]; then
 		shim "$d/shim.log" "$spec" "$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/crash.log" 2>&1
 	else
@@ -278,6 +291,28 @@ point "catch-up: 2nd step renames" C "rename:7:target/."
 point "catch-up: 3rd step temps" C "write:2:.model-00003-of-00003.safetensors.wsync-"
 point "catch-up: 4th step marker" C "open:4:.wsync/state.json.tmp"
 point "catch-up: 3rd download" C "rename:3:downloads/"
+
+# the bucket on s3rver: objects downloaded by curl into state_dir
+if have_s3rver; then
+	read -r port < <(free_ports 1)
+	s3rver_start "$TMP/s3rver" "$port" wsync-crash
+	tap_result $? "s3rver started"
+	S3STORE=$(s3rver_store s3://wsync-crash/b)
+	mkdir -p "$TMP/s3pub/watch"
+	write_ini "$TMP/s3pub/pub.ini" publisher "$TMP/s3pub" "$S3STORE" "[publisher]" \
+		"watch_dir = $TMP/s3pub/watch" "anchor_every = 3" "keep_anchors = 2"
+	"$WSYNC" publish --config "$TMP/s3pub/pub.ini" "$CK/checkpoint-1" >/dev/null 2>>"$TMP/s3pub/log"
+	SUB_STORE=$S3STORE sub_ini "$G/s3-1"
+	timeout -s KILL 60 "$WSYNC" pull --config "$G/s3-1/sub.ini" >/dev/null 2>&1
+	check "s3: a fresh target pulls version 1" same "$G/s3-1/target" 1
+	"$WSYNC" publish --config "$TMP/s3pub/pub.ini" "$CK/checkpoint-2" >/dev/null 2>>"$TMP/s3pub/log"
+	point "s3: before the download" S3 "open:1:downloads/"
+	point "s3: mid download" S3 "write:2:downloads/"
+	point "s3: download done" S3 "rename:1:downloads/"
+	point "s3: between renames" S3 "rename:2:target/."
+else
+	echo "# s3 kill points skipped: $S3S_WHY"
+fi
 
 if [ "$LONG" = 1 ]; then
 	# every logged call of each plan: counted from a run without a kill
