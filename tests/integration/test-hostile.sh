@@ -297,6 +297,30 @@ contains "the error says the anchor does not match it" "$OUT" "has another size 
 check "manifest petabyte: under 128 MiB and 30 s" bounded 128 30
 check "manifest petabyte: no model file written" no_model rm
 
+# A manifest near its 64 MiB limit: half a million files listed (HEAD
+# names it with the right hash; the anchor does not have them).
+mkdir -p "$TMP/one" && echo hi >"$TMP/one/a.txt"
+conf mf "$TMP/bk-mf"
+pub "$TMP/bk-mf" 1 "$TMP/one" --anchor
+"$PYTHON3" - "$TMP/bk-mf" <<'PY'
+import json, os, subprocess, sys
+b = sys.argv[1]
+p = b + "/manifests/000000000001.json"
+m = json.load(open(p))
+m["files"] += [{"path": "d%06d/f.bin" % i, "size": 1, "xxh128": "0" * 32} for i in range(500000)]
+m["files"].sort(key=lambda f: f["path"].encode())
+open(p, "w").write(json.dumps(m))
+h = json.load(open(b + "/HEAD"))
+h["manifest"]["size"] = os.path.getsize(p)
+h["manifest"]["xxh128"] = subprocess.run(["xxh128sum", p], capture_output=True, text=True).stdout.split()[0]
+open(b + "/HEAD", "w").write(json.dumps(h) + "\n")
+PY
+echo "# manifest of $(($(stat -c %s "$TMP/bk-mf/manifests/000000000001.json") >> 20)) MiB"
+measured "manifest-500k-files" timeout 60 "$WSYNC" pull --config "$TMP/mf/wsyncd.ini"
+tap_result $((RC != 65)) "a manifest of half a million files: parsed, refused against its anchor, exit 65"
+contains "... the error names a missing file" "$OUT" "is missing from it"
+check "... under 256 MiB and 30 s" bounded 256 30
+
 # The publisher given a safetensors header claiming a terabyte, and one
 # with a million one-element tensors (a 75 MB header).
 mkdir -p "$TMP/st-tb" "$TMP/st-mil"
