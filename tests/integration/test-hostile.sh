@@ -354,11 +354,11 @@ watch_dir = $TMP/pub3/watch
 complete_when = quiet
 INI
 mkdir -p "$TMP/bk-pub3"
-measured "safetensors-terabyte" "$WSYNC" publish --config "$TMP/pub3.ini" "$TMP/st-tb"
+measured "safetensors-terabyte" timeout 60 "$WSYNC" publish --config "$TMP/pub3.ini" "$TMP/st-tb"
 tap_result $((RC != 65)) "publisher: a header claiming a terabyte is refused, exit 65"
 contains "the error names the tensor's offsets" "$OUT" "data_offsets"
 check "terabyte header: under 128 MiB and 30 s" bounded 128 30
-measured "million-tensors" "$WSYNC" publish --config "$TMP/pub3.ini" "$TMP/st-mil"
+measured "million-tensors" timeout 60 "$WSYNC" publish --config "$TMP/pub3.ini" "$TMP/st-mil"
 tap_result $((RC != 65)) "publisher: a million tiny tensors are refused, exit 65"
 contains "the error gives the limit" "$OUT" "more than 262144 tensors"
 check "million tensors: under 256 MiB and 30 s" bounded 256 30
@@ -592,7 +592,7 @@ n_keys=$(cut -f2,4 "$TMP/cases" | sort -u | wc -l)
 n_table=$(grep -cE '^\s*KEY\("' "$src/config/config.c")
 check "bad config: every key of config.c's table is covered ($n_keys of $n_table)" test "$n_keys" = "$n_table"
 while IFS=$'\t' read -r f sec line key v; do
-	expect_exit 78 "bad config: [$sec] $key = $v: --check-config exits 78" "$WSYNCD" --check-config "$f"
+	expect_exit 78 "bad config: [$sec] $key = $v: --check-config exits 78" timeout 20 "$WSYNCD" --check-config "$f"
 	contains "bad config: [$sec] $key = $v: FILE:LINE names the key" "$OUT" "$f:$line: [$sec] $key"
 	expect_exit 78 "bad config: [$sec] $key = $v: wsyncd exits 78" timeout 20 "$WSYNCD" -c "$f" --log-target stderr
 done <"$TMP/cases"
