@@ -566,6 +566,57 @@ static int emit(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off
 	return r;
 }
 
+static bool based_method(enum wsync_piece_method m)
+{
+	return m == WSYNC_PIECE_COPY || m == WSYNC_PIECE_XOR || m == WSYNC_PIECE_FLOAT;
+}
+
+/*
+ * Catch the hashes up with what this worker decoded of segment s before
+ * its turn came: the target from the segment's start to piece upto_piece
+ * (bytes upto_done into it) is read back from the temp file, and the base
+ * ranges of those pieces that continue the base in order are read again.
+ * The caller holds the turn; buf is a free DECODE_CHUNK buffer.
+ */
+static int hash_back(struct decoder *dc, const struct wsync_segment *s,
+		     size_t upto_piece, uint64_t upto_done, uint8_t *buf,
+		     struct wsync_error *err)
+{
+	uint64_t tend = (upto_piece < s->n_pieces ? s->pieces[upto_piece].target_offset
+						  : s->target_offset + s->target_len) +
+			upto_done;
+	int r = 0;
+
+	for (uint64_t off = s->target_offset; r == 0 && off < tend; off += DECODE_CHUNK) {
+		uint64_t n = tend - off < DECODE_CHUNK ? tend - off : DECODE_CHUNK;
+
+		r = wsync_pread_all(dc->fd, buf, n, off);
+		if (r < 0)
+			r = wsync_error_set(err, r == -ENODATA ? -EIO : r,
+					    "%s: reading back: %s", dc->e->file.path,
+					    strerror(r == -ENODATA ? EIO : -r));
+		else
+			wsync_hasher_update(dc->hasher, buf, (size_t)n);
+	}
+	for (size_t i = 0; r == 0 && dc->bhasher && i <= upto_piece && i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+		uint64_t lim = i < upto_piece ? pc->len : upto_done;
+
+		if (!based_method(pc->method))
+			continue;
+		for (uint64_t done = 0; r == 0 && done < lim &&
+		     pc->base_offset + done == dc->base_pos; done += DECODE_CHUNK) {
+			uint64_t n = lim - done < DECODE_CHUNK ? lim - done : DECODE_CHUNK;
+
+			r = pread_all(dc->base_fd, buf, n, pc->base_offset + done,
+				      dc->e->file.path, err);
+			if (r == 0)
+				hash_base(dc, buf, n, pc->base_offset + done);
+		}
+	}
+	return r;
+}
+
 /*
  * Decode one segment into the temp file.  COPY, LITERAL and FLOAT pieces
  * stream through two DECODE_CHUNK buffers that stay in the cache (base
@@ -575,9 +626,11 @@ static int emit(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off
  * frames decode in one go, use buffers of the piece's size.
  *
  * The file's hash is taken in file order.  A worker whose segment is the
- * next to hash when it starts hashes as it writes; one that started ahead
- * of the others waits for its turn afterwards and reads its range back
- * from the temp file (one pass over pages just written, in the cache).
+ * next to hash hashes as it writes; one that started ahead of the others
+ * looks for its turn before each range, and when it comes reads back what
+ * it wrote so far (hash_back) and goes on hashing as it writes; one whose
+ * turn comes only after its last range waits for it and reads its whole
+ * range back (pages just written, in the page cache).
  */
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
@@ -614,8 +667,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	inline_hash = is_turn(dc, index);
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
-		bool based = pc->method == WSYNC_PIECE_COPY || pc->method == WSYNC_PIECE_XOR ||
-			     pc->method == WSYNC_PIECE_FLOAT;
+		bool based = based_method(pc->method);
 
 		/* Ranges are checked against the real base first, so a hostile
 		 * delta cannot read past it. */
@@ -628,6 +680,12 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 					    (unsigned long long)pc->len,
 					    (unsigned long long)dc->base_size);
 			goto fail;
+		}
+		if (!inline_hash && is_turn(dc, index)) {
+			r = hash_back(dc, s, i, 0, cb, err);
+			if (r < 0)
+				goto fail;
+			inline_hash = true;
 		}
 		if (pc->method == WSYNC_PIECE_ZSTD || pc->method == WSYNC_PIECE_XOR) {
 			if (wsync_buf_scratch(out, (size_t)pc->len) < 0 ||
@@ -656,6 +714,12 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
 								    : DECODE_CHUNK;
 
+			if (done && !inline_hash && is_turn(dc, index)) {
+				r = hash_back(dc, s, i, done, cb, err);
+				if (r < 0)
+					goto fail;
+				inline_hash = true;
+			}
 			if (based)
 				r = pread_all(dc->base_fd, cb, n, pc->base_offset + done,
 					      path, err);
@@ -678,36 +742,8 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	sd = NULL;
 	if (!inline_hash) {
 		r = wait_turn(dc, index);
-		for (uint64_t done = 0; r == 0 && done < s->target_len; done += DECODE_CHUNK) {
-			uint64_t n = s->target_len - done < DECODE_CHUNK
-					     ? s->target_len - done : DECODE_CHUNK;
-
-			r = wsync_pread_all(dc->fd, cb, n, s->target_offset + done);
-			if (r < 0)
-				r = wsync_error_set(err, r == -ENODATA ? -EIO : r,
-						    "%s: reading back: %s", dc->e->file.path,
-						    strerror(r == -ENODATA ? EIO : -r));
-			else
-				wsync_hasher_update(dc->hasher, cb, (size_t)n);
-		}
-		/* and the base ranges that continue the base in order */
-		for (size_t i = 0; r == 0 && dc->bhasher && i < s->n_pieces; i++) {
-			const struct wsync_piece *pc = &s->pieces[i];
-
-			if (pc->method != WSYNC_PIECE_COPY && pc->method != WSYNC_PIECE_XOR &&
-			    pc->method != WSYNC_PIECE_FLOAT)
-				continue;
-			for (uint64_t done = 0; r == 0 && done < pc->len &&
-			     pc->base_offset + done == dc->base_pos; done += DECODE_CHUNK) {
-				uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
-									    : DECODE_CHUNK;
-
-				r = pread_all(dc->base_fd, cb, n, pc->base_offset + done, path,
-					      err);
-				if (r == 0)
-					hash_base(dc, cb, n, pc->base_offset + done);
-			}
-		}
+		if (r == 0)
+			r = hash_back(dc, s, s->n_pieces, 0, cb, err);
 		if (r < 0) {
 			wsync_segment_free(s);
 			return r;
