@@ -1068,14 +1068,35 @@ struct check_job {
 	int r;
 	char why[512];
 	bool idle;			/* the periodic check while up to date */
+	/* Not idle, in place: HEAD's manifest (the cycle's, alive until
+	 * check_done), and when the target turns out to hold exactly it, its
+	 * new state, already saved. */
+	const struct wsync_manifest *head;
+	struct wsync_hash128 head_hash;
+	bool adopted;
+	struct sub_local adopt;
+	struct wsync_error err;
 };
 
 static void check_work(void *data)
 {
 	struct check_job *k = data;
+	struct wsync_subscriber *s = k->s;
+	char why[512];
 
-	k->r = sub_local_quick_check(k->s->cfg->target_dir, &k->s->local, k->why,
-				     sizeof(k->why));
+	k->r = sub_local_quick_check(s->cfg->target_dir, &s->local, k->why, sizeof(k->why));
+	/* An apply killed after its last rename but before its marker left
+	 * the target at HEAD: reading it once is cheaper than an anchor. */
+	if (k->r != 1 || !k->head || k->head->version <= s->local.version)
+		return;
+	if (sub_local_adopt(s->cfg->target_dir, &s->local, k->head, &k->head_hash, &k->adopt,
+			    why, sizeof(why)) != 0)
+		return;
+	if (sub_meta_dir_check(s->cfg->target_dir, true, &k->err) == 0 &&
+	    sub_local_save(s->state_path, &k->adopt, &k->err) == 0)
+		k->adopted = true;
+	else
+		sub_local_free(&k->adopt);
 }
 
 static void check_done(void *data, bool cancelled)
@@ -1083,14 +1104,34 @@ static void check_done(void *data, bool cancelled)
 	struct check_job *k = data;
 	struct wsync_subscriber *s = k->s;
 	int r = cancelled ? -ECANCELED : k->r;
-	bool idle = k->idle;
+	bool idle = k->idle, adopted = k->adopted;
 	char why[512];
 
 	memcpy(why, k->why, sizeof(why));
-	free(k);
 	s->check_job_running = false;
+	if (adopted) {
+		/* saved: the state follows even if we are stopping */
+		log_notice("target %s already holds version %" PRIu64 " (an apply stopped "
+			   "before its marker): every file verified, the marker written, "
+			   "nothing downloaded", s->cfg->target_dir, k->adopt.version);
+		sub_local_free(&s->local);
+		s->local = k->adopt;
+		if (!s->stopping) {
+			s->c->progressed = true;	/* its hooks never ran */
+			s->last_error[0] = '\0';
+		}
+	} else if (k->err.code) {
+		log_warning("target %s holds version %" PRIu64 " but its marker could not "
+			    "be written: %s", s->cfg->target_dir, k->head->version,
+			    wsync_error_str(&k->err));
+	}
+	free(k);
 	if (s->stopping) {
 		maybe_stopped(s);
+		return;
+	}
+	if (adopted) {
+		end_cycle(s);
 		return;
 	}
 	if (r != 0)
@@ -1123,6 +1164,10 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 	if (k) {
 		k->s = s;
 		k->idle = idle;
+		if (!idle && s->cfg->layout != WSYNC_LAYOUT_SYMLINK) {
+			k->head = &s->c->ms[s->c->n_ms - 1].m;
+			k->head_hash = s->c->head.manifest.hash;
+		}
 		r = wsync_jobs_submit(s->d->jobs, check_work, check_done, k);
 	}
 	if (r < 0) {

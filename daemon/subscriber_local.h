@@ -104,6 +104,18 @@ int sub_local_full_check(const char *target, const struct sub_local *s, char *wh
 			 size_t why_len);
 
 /*
+ * Does target already hold exactly version m -- every file m lists, with
+ * its size and XXH3-128 (all read and hashed), and none of the files prev
+ * lists that m does not?  So it is after an apply killed between its last
+ * rename and its marker.  0 yes, with out describing it (mtimes as found,
+ * applied now), for the caller to save; 1 no (why says what differs);
+ * negative errno when target can't be read.
+ */
+int sub_local_adopt(const char *target, const struct sub_local *prev,
+		    const struct wsync_manifest *m, const struct wsync_hash128 *manifest_hash,
+		    struct sub_local *out, char *why, size_t why_len);
+
+/*
  * Open the directory that holds rel (relative to the directory root), one
  * component at a time with O_NOFOLLOW; *name gets rel's last component.
  * Returns the fd, -ENOENT when a directory on the way is missing, -ELOOP

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -379,6 +380,86 @@ int sub_local_full_check(const char *target, const struct sub_local *s, char *wh
 			r = 1;
 		}
 	}
+	(void)close(root);
+	return r;
+}
+
+static int cmp_mfile_ptr(const void *a, const void *b)
+{
+	const struct wsync_manifest_file *const *x = a, *const *y = b;
+
+	return strcmp((*x)->path, (*y)->path);
+}
+
+static int cmp_path_mfile_ptr(const void *key, const void *elem)
+{
+	const struct wsync_manifest_file *const *y = elem;
+
+	return strcmp(key, (*y)->path);
+}
+
+int sub_local_adopt(const char *target, const struct sub_local *prev,
+		    const struct wsync_manifest *m, const struct wsync_hash128 *manifest_hash,
+		    struct sub_local *out, char *why, size_t why_len)
+{
+	const struct wsync_manifest_file **sorted = NULL;
+	int root = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (root < 0)
+		return -errno;
+	sorted = calloc(m->n_files + 1, sizeof(*sorted));
+	out->files = calloc(m->n_files + 1, sizeof(*out->files));
+	if (!sorted || !out->files) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* what the apply deletes, deleted before its marker too */
+	for (size_t i = 0; i < m->n_files; i++)
+		sorted[i] = &m->files[i];
+	qsort(sorted, m->n_files, sizeof(*sorted), cmp_mfile_ptr);
+	for (size_t i = 0; i < prev->n_files && r == 0; i++) {
+		struct stat st;
+
+		if (!bsearch(prev->files[i].path, sorted, m->n_files, sizeof(*sorted),
+			     cmp_path_mfile_ptr) &&
+		    sub_stat_rel(root, prev->files[i].path, &st) != -ENOENT) {
+			snprintf(why, why_len, "%s is still there", prev->files[i].path);
+			r = 1;
+		}
+	}
+	/* sizes first (cheap), then every file hashed */
+	for (size_t i = 0; i < m->n_files && r == 0; i++) {
+		const struct wsync_manifest_file *f = &m->files[i];
+		struct sub_file *o = &out->files[i];
+		struct stat st;
+
+		if (sub_stat_rel(root, f->path, &st) < 0 || !S_ISREG(st.st_mode) ||
+		    (uint64_t)st.st_size != f->size) {
+			snprintf(why, why_len, "%s: not a file of %" PRIu64 " bytes", f->path,
+				 f->size);
+			r = 1;
+			break;
+		}
+		if (!(o->path = strdup(f->path))) {
+			r = -ENOMEM;
+			break;
+		}
+		out->n_files++;
+		o->size = f->size;
+		o->hash = f->hash;
+		o->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	}
+	if (r == 0)
+		r = sub_local_full_check(target, out, why, why_len);
+	out->version = m->version;
+	out->step = m->step;
+	out->manifest_hash = *manifest_hash;
+	out->applied = (int64_t)time(NULL);
+out:
+	if (r != 0)
+		sub_local_free(out);
+	free(sorted);
 	(void)close(root);
 	return r;
 }
