@@ -22,7 +22,10 @@
 # under its final name nor renamed in before its temp was fsynced; the
 # restarted subscriber (no shim) converges within 60 s to the published
 # bytes, with no temp file left and .wsync/state.json naming the version.
-# Printed per point: stage, kill spec, recovery by delta or anchor, time.
+# Printed per point: stage, kill spec, recovery by delta or anchor (or
+# "verified": an apply killed after its last rename, before its marker,
+# leaves the target at the new version; the restart hashes it against the
+# manifest and writes the marker, downloading nothing), time.
 #
 # Publisher (wsync publish, and wsyncd once): SIGKILL during encode,
 # during an upload, between two objects, between the objects and the
@@ -180,10 +183,12 @@ converged() {
 }
 NPOINT=0
 FIG=()
-# point STAGE PLAN SPEC [daemon]: PLAN D (2 -> 3), C (1 -> 5) or A (none
+# point STAGE PLAN SPEC [pull|daemon [RECOVERY]]: RECOVERY, when given, is
+# how the restart must get there (delta, anchor, verified: the target
+# already held the version, only the marker was missing, none); PLAN D (2 -> 3), C (1 -> 5) or A (none
 # -> 5); SPEC as WSYNC_CRASH_AT
 point() {
-	local stage=$1 plan=$2 spec=$3 mode=${4:-pull} old new d rc t0 how pid
+	local stage=$1 plan=$2 spec=$3 mode=${4:-pull} want=${5:-} old new d rc t0 how pid
 	case $plan in
 	D) old=2 new=3 ;;
 	C) old=1 new=5 ;;
@@ -236,7 +241,9 @@ point() {
 	fi
 	local took
 	took=$(since "$t0")
-	if grep -q -- "-> $new: from the anchor" "$d/restart.log"; then
+	if grep -q -- "already holds version $new" "$d/restart.log"; then
+		how=verified
+	elif grep -q -- "-> $new: from the anchor" "$d/restart.log"; then
 		how=anchor
 	elif grep -q -- "applied from delta" "$d/restart.log"; then
 		how=delta
@@ -245,6 +252,7 @@ point() {
 	fi
 	check "[$NPOINT] the restart converges: bytes of version $new, no temps, marker says $new" \
 		converged "$d" "$rc" "$new"
+	[ -z "$want" ] || check "[$NPOINT] ... by $want" test "$how" = "$want"
 	FIG+=("$(printf '%2d  %-4s %-28s %-36s %-6s %-6s %5ss' "$NPOINT" "$plan" "$stage" "$spec" "$mode" "$how" "$took")")
 }
 
@@ -262,17 +270,18 @@ point "temps built" D "close:4:target/."
 point "decoding (anchor)" A "write:1:.model-00002-of-00003.safetensors.wsync-"
 # between the renames of the changed files
 point "before the 1st rename" D "rename:1:target/."
-point "between renames" D "rename:2:target/."
+point "between renames" D "rename:2:target/." pull anchor
 point "between renames" D "rename:3:target/." daemon
 point "between renames" D "rename:4:target/."
 point "between renames (anchor)" A "rename:5:target/."
 # after the renames, before the marker
-point "renames done, dir not synced" D "rename:4:target/.:after"
-point "before the marker" D "open:1:.wsync/state.json.tmp"
+# (the target already holds version 3: read and verified, not downloaded)
+point "renames done, dir not synced" D "rename:4:target/.:after" pull verified
+point "before the marker" D "open:1:.wsync/state.json.tmp" pull verified
 # the marker
-point "marker written, not synced" D "fsync:1:.wsync/state.json.tmp"
-point "marker before its rename" D "rename:1:.wsync/state.json"
-point "marker renamed, dir not synced" D "rename:1:.wsync/state.json:after" daemon
+point "marker written, not synced" D "fsync:1:.wsync/state.json.tmp" pull verified
+point "marker before its rename" D "rename:1:.wsync/state.json" daemon verified
+point "marker renamed, dir not synced" D "rename:1:.wsync/state.json:after" daemon none
 point "after the marker" D "unlink:1:downloads/"
 # anchor bootstrap, then its delta
 point "bootstrap: anchor's marker" A "rename:1:.wsync/state.json"
@@ -289,7 +298,7 @@ point "symlink: flipped, not synced" S "rename:1:.target.wsync-flip:after"
 point "catch-up: 1st step's marker" C "rename:1:.wsync/state.json:after"
 point "catch-up: 2nd step renames" C "rename:7:target/."
 point "catch-up: 3rd step temps" C "write:2:.model-00003-of-00003.safetensors.wsync-"
-point "catch-up: 4th step marker" C "open:4:.wsync/state.json.tmp"
+point "catch-up: 4th step marker" C "open:4:.wsync/state.json.tmp" pull verified
 point "catch-up: 3rd download" C "rename:3:downloads/"
 
 # the bucket on s3rver: objects downloaded by curl into state_dir
