@@ -173,12 +173,19 @@ daemon_alive "$PUB" && daemon_alive "$SUB" || {
 	exit 1
 }
 
+# fault_phase WHAT FAULT N RULES: with RULES queued the trainer saves a
+# step; both daemons converge, and the proxy applied FAULT to N requests
+fault_phase() {
+	faultproxy_clear
+	faultproxy_rule "$4"
+	save
+	converged "$1"
+	check "$1: the proxy applied $2 to $3 requests" \
+		test "$(proxy_requests 0 1e12 "r.get('fault') == '$2'")" -eq "$3"
+}
+
 # --- resets -------------------------------------------------------------------
-faultproxy_clear
-faultproxy_rule '{"fault":"reset","method":"PUT|GET","times":4}'
-save
-converged "connection resets"
-check "resets: the proxy reset 4 connections" test "$(proxy_requests 0 1e12 'r.get("fault") == "reset"')" -eq 4
+fault_phase "connection resets" reset 4 '{"fault":"reset","method":"PUT|GET","times":4}'
 
 # --- 5xx storm with Retry-After -------------------------------------------------
 faultproxy_clear
@@ -210,21 +217,15 @@ check "5xx storm: publisher status back to store_ok" wait_store_ok pub true
 check "5xx storm: subscriber status back to store_ok" wait_store_ok sub true
 
 # --- stalls longer than the timeout --------------------------------------------
-faultproxy_clear
 # one object GET stalls after its first 1000 body bytes, then two
 # requests before any byte
-faultproxy_rule '[{"fault":"stall","seconds":6,"after_bytes":1000,"method":"GET","path":"/(deltas|anchors)/","times":1},
+fault_phase "stalls of 6 s (timeout 3 s)" stall 3 \
+	'[{"fault":"stall","seconds":6,"after_bytes":1000,"method":"GET","path":"/(deltas|anchors)/","times":1},
 	{"fault":"stall","seconds":6,"method":"GET|PUT","times":2}]'
-save
-converged "stalls of 6 s (timeout 3 s)"
-check "stalls: the proxy held 3 requests, one mid-body" test "$(proxy_requests 0 1e12 'r.get("fault") == "stall"')" -eq 3
 
 # --- truncated bodies ----------------------------------------------------------
-faultproxy_clear
-faultproxy_rule '{"fault":"truncate","method":"GET","path":"/(deltas|anchors|manifests)/","times":3}'
-save
-converged "truncated bodies"
-check "truncate: the proxy cut 3 bodies" test "$(proxy_requests 0 1e12 'r.get("fault") == "truncate"')" -eq 3
+fault_phase "truncated bodies" truncate 3 \
+	'{"fault":"truncate","method":"GET","path":"/(deltas|anchors|manifests)/","times":3}'
 faultproxy_clear
 
 # --- the store down ------------------------------------------------------------
