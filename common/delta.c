@@ -112,7 +112,7 @@ int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err
 					path);
 			if (clen > WSYNC_DELTA_NAME_MAX)	/* no file system takes it */
 				return wsync_error_set(err, -EINVAL,
-					"path \"%.64s...\" has a component of %zu bytes (at most %d)",
+					"path \"%.64s...\" has a segment of %zu bytes (at most %d)",
 					path, clen, WSYNC_DELTA_NAME_MAX);
 			comp = ++i;
 			continue;

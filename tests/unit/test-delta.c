@@ -629,7 +629,7 @@ static void test_bad_paths_in_delta(void)
 	expect_bad_path("a\\b", 3, "backslash");
 	memset(over, 'x', WSYNC_DELTA_PATH_MAX + 1);
 	expect_bad_path(over, WSYNC_DELTA_PATH_MAX + 1, "FILE record");
-	expect_bad_path(over, WSYNC_DELTA_NAME_MAX + 1, "component of 256 bytes");
+	expect_bad_path(over, WSYNC_DELTA_NAME_MAX + 1, "segment of 256 bytes");
 	/* The longest path is fine (in components a file system takes). */
 	for (size_t i = 199; i < WSYNC_DELTA_PATH_MAX; i += 200)
 		over[i] = '/';
