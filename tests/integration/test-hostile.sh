@@ -2,22 +2,27 @@
 # SPDX-License-Identifier: Apache-2.0
 # test-hostile.sh -- hostile or broken input (issue 7), one group per kind:
 #  1. bucket content: a flipped byte in an anchor, a manifest and HEAD, a
-#     truncated delta, a manifest naming a wrong base: the subscriber
-#     refuses, keeps the old version (bytes and state marker), says so in
-#     status.json's last_error and in the journal (VERIFY_FAILED), and
-#     recovers when good data appears;
+#     truncated delta, a delta from a wrong base, a manifest naming a wrong
+#     base_version: the subscriber refuses (again on each retry), keeps the
+#     old version (bytes and state marker; the versions it applies only
+#     ever increase), says so in `wsync status --json` and in the journal
+#     (VERIFY_FAILED), and recovers when good data appears;
 #  2. path safety: "..", absolute, NUL and overlong paths in manifests and
 #     in delta FILE records, symlinks planted in target_dir: nothing is
 #     written outside target_dir (a canary folder keeps its exact bytes);
-#  3. resource bombs: terabyte size fields, a zstd bomb, a million tiny
-#     tensors: bounded memory (peak RSS printed) and time, a clear error;
-#  4. rollback and freeze: wrongly signed and replayed HEADs refused, a
-#     HEAD older than max_head_age reported stale;
+#  3. resource bombs: petabyte size fields (delta, manifest), zstd bombs,
+#     a 40 MiB manifest of half a million files, a terabyte safetensors
+#     header and a million tiny tensors given to the publisher: bounded
+#     memory (peak RSS printed) and time, a clear error;
+#  4. rollback and freeze: HEADs signed by another key and replayed (also
+#     across a restart) refused, a HEAD older than max_head_age reported
+#     stale (status, wsync status, journal HEAD_STALE);
 #  5. trainer output: truncated safetensors, malformed header, a shard
 #     missing from the index: the publisher logs CHECKPOINT_REJECTED
 #     naming the file and publishes the next good step;
 #  6. local damage with size and mtime kept: repaired from the anchor;
-#  7. disk full (a small tmpfs): clean failure, retry once space is back;
+#  7. disk full (a tmpfs: too few bytes, then too few inodes for ENOSPC
+#     mid-apply): clean failure, no temp file, applied once space is back;
 #  8. bad configuration: every key of the table, a bad value -> FILE:LINE
 #     naming the key, exit 78 from --check-config and from wsyncd.
 # Overlaps with test-subscriber.sh (flipped delta, "../" in a manifest,
