@@ -36,20 +36,14 @@
 # Every wait is bounded (status.json polled with a deadline).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
+. "$(dirname "$0")/daemons.sh"
 
 BACKENDS=${*:-file s3}
 STEP_TIMEOUT=${E2E_STEP_TIMEOUT:-40}
 CK=$TMP/ck	# staging: checkpoint-1..13
 
-declare -A PID=()
-kill_daemons() {
-	local n
-	for n in "${!PID[@]}"; do
-		[ -n "${PID[$n]}" ] && kill -9 "${PID[$n]}" 2>/dev/null
-	done
-	return 0
-}
-trap 'kill_daemons; s3servers_stop_all; rm -rf "$TMP"' EXIT
+declare -n PID=DPID	# daemons.sh's table of pids
+trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
@@ -249,27 +243,9 @@ EOF
 }
 
 # start NAME [ENV=VALUE...]: wsyncd NAME of the scenario, log in $SC/NAME.log
-start() {
-	local n=$1
-	shift
-	env "$@" "$WSYNCD" -c "$SC/$n.ini" --log-target stderr >>"$SC/$n.log" 2>&1 &
-	PID[$n]=$!
-}
+start() { local n=$1; shift; daemon_start "$n" "$SC/$n.ini" "$SC/$n.log" "$@"; }
 # stop NAME: SIGTERM, at most 15 s; its exit code
-stop() {
-	local p=${PID[$1]:-}
-	[ -n "$p" ] || return 1
-	kill -TERM "$p" 2>/dev/null
-	for _ in $(seq 150); do
-		kill -0 "$p" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -0 "$p" 2>/dev/null && { echo "# $1 still running 15 s after SIGTERM"; kill -9 "$p"; }
-	wait "$p"
-	local rc=$?
-	PID[$1]=
-	return $rc
-}
+stop() { daemon_stop "$1"; }
 running() { # the names of the running daemons of the scenario
 	local n
 	for n in pub s1 s2 s3; do
