@@ -104,7 +104,7 @@ for stage in "${stages[@]}"; do
 		if [ ! -f tests/integration/test-crash.sh ]; then
 			say "crash: tests/integration/test-crash.sh does not exist; skipped"
 			record crash 0 0 1 0
-		elif ! meson test -C "$build" --list 2>/dev/null | grep -qE '(^|/ )crash$'; then
+		elif ! meson test -C "$build" --no-rebuild --list 2>/dev/null | grep -qE '(^|/ )crash$'; then
 			say "crash: test-crash.sh is not registered in tests/meson.build; skipped"
 			record crash 0 0 1 0
 		else
