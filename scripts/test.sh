@@ -8,10 +8,14 @@
 #   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the safetensors
 #                           header, delta, manifest/HEAD and config
 #                           targets get this; the index target a third)
+#   --fuzz-only             only the fuzzing stage (scripts/stress.sh
+#                           runs it with a longer WSYNC_FUZZ_SECONDS)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 fuzz_seconds=${WSYNC_FUZZ_SECONDS:-30}
+fuzz_only=0
+[ "${1:-}" = --fuzz-only ] && fuzz_only=1
 passed=0
 failed=0
 skipped=0
@@ -50,28 +54,30 @@ if ! scripts/setup.sh; then
 	exit 1
 fi
 
-say "build (gcc, -Werror)"
-if setup_build build -Dwerror=true -Dbuildtype=debugoptimized; then
-	say "tests"
-	meson test -C build --print-errorlogs --no-rebuild --timeout-multiplier 2 \
-		>build/test.log 2>&1
-	tail -12 build/test.log
-	count build
-else
-	fail_stage "gcc build"
-fi
-
-say "unit tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-if setup_build build-asan -Dwerror=true -Dbuildtype=debug \
-	-Db_sanitize=address,undefined -Db_lundef=false; then
-	meson test -C build-asan --suite unit --print-errorlogs --no-rebuild \
-		--timeout-multiplier 3 >build-asan/test.log 2>&1
-	tail -8 build-asan/test.log
-	count build-asan
-else
-	fail_stage "ASan build"
+if [ $fuzz_only -eq 0 ]; then
+	say "build (gcc, -Werror)"
+	if setup_build build -Dwerror=true -Dbuildtype=debugoptimized; then
+		say "tests"
+		meson test -C build --print-errorlogs --no-rebuild --timeout-multiplier 2 \
+			>build/test.log 2>&1
+		tail -12 build/test.log
+		count build
+	else
+		fail_stage "gcc build"
+	fi
+
+	say "unit tests under ASan+UBSan"
+	if setup_build build-asan -Dwerror=true -Dbuildtype=debug \
+		-Db_sanitize=address,undefined -Db_lundef=false; then
+		meson test -C build-asan --suite unit --print-errorlogs --no-rebuild \
+			--timeout-multiplier 3 >build-asan/test.log 2>&1
+		tail -8 build-asan/test.log
+		count build-asan
+	else
+		fail_stage "ASan build"
+	fi
 fi
 
 say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta, manifest and config parsers, a third of it for the index)"
