@@ -48,20 +48,27 @@ mesontest() {
 	t0=$SECONDS
 	say "$stage: meson test $name --test-args '$args'"
 	meson test -C "$build" --no-rebuild --timeout-multiplier 0 --logbase "stress-$name" \
-		--test-args "$args" "$name" >"$build/stress-$name.out" 2>&1
+		--test-args="$args" "$name" >"$build/stress-$name.out" 2>&1
 	log=$build/meson-logs/stress-$name.json
 	if [ ! -s "$log" ]; then
 		tail -20 "$build/stress-$name.out"
 		record "$stage" 0 1 0 $((SECONDS - t0))
 		return
 	fi
-	# the test's figures and failures
+	# the test's figures (the last 80 lines of them) and every failure
 	/usr/bin/python3 -c '
 import json, sys
+notes, fails = [], []
 for line in open(sys.argv[1]):
     for l in (json.loads(line).get("stdout") or "").splitlines():
-        if l.startswith("#") or l.startswith("not ok"):
-            print("  " + l)' "$log"
+        if l.startswith("#"):
+            notes.append(l)
+        elif l.startswith("not ok"):
+            fails.append(l)
+if len(notes) > 80:
+    print("  (%d lines of figures before these in %s)" % (len(notes) - 80, sys.argv[1]))
+for l in notes[-80:] + fails:
+    print("  " + l)' "$log"
 	read -r p f s < <(/usr/bin/python3 scripts/count-results.py "$log")
 	record "$stage" "$p" "$f" "$s" $((SECONDS - t0))
 }
