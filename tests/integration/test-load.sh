@@ -7,7 +7,7 @@
 # 0.5) for --steps steps (default 50) without waiting for anyone:
 # gen-checkpoints --params 2M (4 MB bf16, 2 shards plus the usual JSON
 # files, RL-like density: ~1 % of the values move a step), anchors every
-# 10 versions, the trainer keeping the newest 4 checkpoints.
+# STEPS/5 versions, the trainer keeping the newest 4 checkpoints.
 # The last quarter of the subscribers start half way through.
 # Checks: the publisher publishes the last step; every subscriber ends
 # byte-identical to it; each subscriber's applied versions (its log's
@@ -56,9 +56,12 @@ read -r port < <(free_ports 1)
 s3rver_start "$TMP/s3rver" "$port" wsync-load
 tap_result $? "s3rver is up on port $port"
 [ -n "$S3RVER_PID" ] || { echo "Bail out! no s3rver"; exit 1; }
+# an anchor every STEPS/5 versions (10 for 50 steps): the late
+# subscribers find one newer than version 1
+ANCHOR_EVERY=$((STEPS / 5 > 2 ? STEPS / 5 : 2))
 store=$(s3rver_store s3://wsync-load/run "retry_max_time = 30s")
 write_ini "$TMP/pub.ini" publisher "$TMP/pub" "$store" "[publisher]" "watch_dir = $W" \
-	"anchor_every = 10" "keep_anchors = 2" "rescan_interval = 1s"
+	"anchor_every = $ANCHOR_EVERY" "keep_anchors = 2" "rescan_interval = 1s"
 subs=()
 for ((i = 1; i <= NSUB; i++)); do
 	n=s$i
