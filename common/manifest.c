@@ -1435,33 +1435,91 @@ static int open_doc(const void *doc, size_t len, size_t max, const char *what,
 	return r;
 }
 
-int wsync_manifest_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
-			 struct wsync_manifest *out, struct wsync_error *err)
+/* What differs between parsing a manifest and a HEAD. */
+struct doc_kind {
+	const char *what;	/* "manifest", "HEAD": prefixes every error */
+	const char *format;	/* its "format" value */
+	size_t max;		/* its size limit */
+	int (*read)(struct jr *j, void *out);
+	int (*check)(const void *out, struct wsync_error *err);
+	void (*free)(void *out);
+};
+
+/* Parse a document of kind K into OUT; its strings pool goes to *STRINGS,
+ * its signature to *SIGNATURE.  OUT is zeroed by the caller and freed here
+ * on error. */
+static int parse_doc(const struct doc_kind *k, const void *doc, size_t len,
+		     const struct wsync_sign_key *verify, void *out, void **strings,
+		     struct wsync_sign_trailer *signature, struct wsync_error *err)
 {
 	struct wsync_sign_trailer sig;
 	size_t body_len;
 	struct jr j;
 	int r;
 
-	memset(out, 0, sizeof(*out));
-	r = open_doc(doc, len, WSYNC_MANIFEST_MAX, "manifest", verify, &sig, &body_len,
-		     err);
+	r = open_doc(doc, len, k->max, k->what, verify, &sig, &body_len, err);
 	if (r < 0)
 		return r;
 	jr_init(&j, doc, body_len, err);
-	r = read_manifest(&j, out);
-	out->strings_ = j.pool;
+	r = k->read(&j, out);
+	*strings = j.pool;
 	if (r < 0 && !j.verdict)
-		r = rescan_format(doc, body_len, MANIFEST_FORMAT, "manifest", r, err);
+		r = rescan_format(doc, body_len, k->format, k->what, r, err);
 	else if (r == 0)
-		r = check_manifest(out, err);
+		r = k->check(out, err);
 	if (r < 0) {
-		wsync_error_prefix(err, "manifest");
-		wsync_manifest_free(out);
+		wsync_error_prefix(err, "%s", k->what);
+		k->free(out);
 		return r;
 	}
-	out->signature = sig;
+	*signature = sig;
 	return 0;
+}
+
+static int manifest_read(struct jr *j, void *out)
+{
+	return read_manifest(j, out);
+}
+
+static int manifest_check(const void *m, struct wsync_error *err)
+{
+	return check_manifest(m, err);
+}
+
+static void manifest_free(void *m)
+{
+	wsync_manifest_free(m);
+}
+
+static int head_read(struct jr *j, void *out)
+{
+	return read_head(j, out);
+}
+
+static int head_check(const void *h, struct wsync_error *err)
+{
+	return check_head(h, err);
+}
+
+static void head_free(void *h)
+{
+	wsync_manifest_head_free(h);
+}
+
+static const struct doc_kind manifest_kind = {
+	"manifest", MANIFEST_FORMAT, WSYNC_MANIFEST_MAX,
+	manifest_read, manifest_check, manifest_free,
+};
+static const struct doc_kind head_kind = {
+	"HEAD", HEAD_FORMAT, WSYNC_MANIFEST_HEAD_MAX, head_read, head_check, head_free,
+};
+
+int wsync_manifest_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
+			 struct wsync_manifest *out, struct wsync_error *err)
+{
+	memset(out, 0, sizeof(*out));
+	return parse_doc(&manifest_kind, doc, len, verify, out, &out->strings_,
+			 &out->signature, err);
 }
 
 void wsync_manifest_free(struct wsync_manifest *m)
@@ -1488,30 +1546,9 @@ int wsync_manifest_head_parse(const void *doc, size_t len,
 			      const struct wsync_sign_key *verify,
 			      struct wsync_manifest_head *out, struct wsync_error *err)
 {
-	struct wsync_sign_trailer sig;
-	size_t body_len;
-	struct jr j;
-	int r;
-
 	memset(out, 0, sizeof(*out));
-	r = open_doc(doc, len, WSYNC_MANIFEST_HEAD_MAX, "HEAD", verify, &sig, &body_len,
-		     err);
-	if (r < 0)
-		return r;
-	jr_init(&j, doc, body_len, err);
-	r = read_head(&j, out);
-	out->strings_ = j.pool;
-	if (r < 0 && !j.verdict)
-		r = rescan_format(doc, body_len, HEAD_FORMAT, "HEAD", r, err);
-	else if (r == 0)
-		r = check_head(out, err);
-	if (r < 0) {
-		wsync_error_prefix(err, "HEAD");
-		wsync_manifest_head_free(out);
-		return r;
-	}
-	out->signature = sig;
-	return 0;
+	return parse_doc(&head_kind, doc, len, verify, out, &out->strings_, &out->signature,
+			 err);
 }
 
 void wsync_manifest_head_free(struct wsync_manifest_head *h)
