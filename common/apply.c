@@ -35,6 +35,11 @@
  * enough to stay in a core's L2 cache. */
 #define DECODE_CHUNK (256u << 10)
 #define MAX_THREADS 64
+/* What workers decoding ahead of their hashing turn keep in memory, all
+ * workers together (target and base bytes): hashed from there when the
+ * turn comes instead of read back from the files.  Each worker keeps at
+ * most a segment of each (WSYNC_SEGMENT_TARGET_DEFAULT). */
+#define AHEAD_BUDGET (128u << 20)
 
 static double now_seconds(void)
 {
@@ -493,6 +498,8 @@ struct decoder {
 	struct wsync_hasher *hasher;	/* of the rebuilt file */
 	struct wsync_hasher *bhasher;	/* of the base (folded), or NULL */
 	uint64_t base_pos;		/* base bytes hashed so far, in order */
+	size_t ahead_cap;		/* bytes of target and of base an ahead
+					 * worker keeps (0: reads back) */
 	int r;				/* first failure */
 	struct wsync_error err;
 };
@@ -572,22 +579,40 @@ static bool based_method(enum wsync_piece_method m)
 }
 
 /*
+ * What a worker decoded of its segment before its hashing turn came, kept
+ * while it fits (a prefix of the segment): t the target bytes from the
+ * segment's start, b the base bytes its based pieces read, in piece order
+ * and DECODE_CHUNK steps.  Past the prefix, hash_back reads back.
+ */
+struct ahead {
+	struct wsync_buf t, b;
+	bool on;			/* still keeping */
+};
+
+/*
  * Catch the hashes up with what this worker decoded of segment s before
  * its turn came: the target from the segment's start to piece upto_piece
- * (bytes upto_done into it) is read back from the temp file, and the base
- * ranges of those pieces that continue the base in order are read again.
- * The caller holds the turn; buf is a free DECODE_CHUNK buffer.
+ * (bytes upto_done into it), and the base ranges of those pieces that
+ * continue the base in order.  What ah kept is hashed from memory, the
+ * rest is read back from the temp file and the base.  The caller holds
+ * the turn; buf is a free DECODE_CHUNK buffer.
  */
 static int hash_back(struct decoder *dc, const struct wsync_segment *s,
-		     size_t upto_piece, uint64_t upto_done, uint8_t *buf,
-		     struct wsync_error *err)
+		     size_t upto_piece, uint64_t upto_done, const struct ahead *ah,
+		     uint8_t *buf, struct wsync_error *err)
 {
 	uint64_t tend = (upto_piece < s->n_pieces ? s->pieces[upto_piece].target_offset
 						  : s->target_offset + s->target_len) +
 			upto_done;
+	uint64_t kept = ah->t.len < tend - s->target_offset ? ah->t.len
+							    : tend - s->target_offset;
+	size_t bc = 0;		/* into ah->b */
 	int r = 0;
 
-	for (uint64_t off = s->target_offset; r == 0 && off < tend; off += DECODE_CHUNK) {
+	if (kept)
+		wsync_hasher_update(dc->hasher, ah->t.data, (size_t)kept);
+	for (uint64_t off = s->target_offset + kept; r == 0 && off < tend;
+	     off += DECODE_CHUNK) {
 		uint64_t n = tend - off < DECODE_CHUNK ? tend - off : DECODE_CHUNK;
 
 		r = wsync_pread_all(dc->fd, buf, n, off);
@@ -604,14 +629,23 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 
 		if (!based_method(pc->method))
 			continue;
-		for (uint64_t done = 0; r == 0 && done < lim &&
-		     pc->base_offset + done == dc->base_pos; done += DECODE_CHUNK) {
+		for (uint64_t done = 0; r == 0 && done < lim; done += DECODE_CHUNK) {
 			uint64_t n = lim - done < DECODE_CHUNK ? lim - done : DECODE_CHUNK;
+			const uint8_t *p = NULL;
 
-			r = pread_all(dc->base_fd, buf, n, pc->base_offset + done,
-				      dc->e->file.path, err);
+			if (bc < ah->b.len) {	/* kept whole: the prefix is of chunks */
+				p = ah->b.data + bc;
+				bc += (size_t)n;
+			}
+			if (pc->base_offset + done != dc->base_pos)
+				continue;	/* out of order: hashed at the end */
+			if (!p) {
+				r = pread_all(dc->base_fd, buf, n, pc->base_offset + done,
+					      dc->e->file.path, err);
+				p = buf;
+			}
 			if (r == 0)
-				hash_base(dc, buf, n, pc->base_offset + done);
+				hash_base(dc, p, n, pc->base_offset + done);
 		}
 	}
 	return r;
@@ -627,15 +661,16 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
  *
  * The file's hash is taken in file order.  A worker whose segment is the
  * next to hash hashes as it writes; one that started ahead of the others
- * looks for its turn before each range, and when it comes reads back what
- * it wrote so far (hash_back) and goes on hashing as it writes; one whose
- * turn comes only after its last range waits for it and reads its whole
- * range back (pages just written, in the page cache).
+ * decodes its COPY, LITERAL and FLOAT ranges into ah's buffers while they
+ * fit, looks for its turn before each range, and when it comes hashes
+ * what it kept and reads back the rest it wrote so far (hash_back), then
+ * goes on hashing as it writes; one whose turn comes only after its last
+ * range waits for it and does the same for its whole range.
  */
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
 		      struct wsync_buf *bb, struct wsync_buf *chunks,
-		      struct wsync_error *err)
+		      struct ahead *ah, struct wsync_error *err)
 {
 	const char *path = dc->e->file.path;
 	uint64_t index = (uint64_t)(sg - dc->e->segments);
@@ -665,6 +700,17 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	if (r < 0)
 		goto fail;
 	inline_hash = is_turn(dc, index);
+	wsync_buf_reset(&ah->t);
+	wsync_buf_reset(&ah->b);
+	ah->on = !inline_hash && dc->ahead_cap;
+	if (ah->on) {
+		size_t cap = s->target_len < dc->ahead_cap ? (size_t)s->target_len
+							    : dc->ahead_cap;
+
+		/* without the memory, read back as before */
+		ah->on = wsync_buf_scratch(&ah->t, cap) == 0 &&
+			 wsync_buf_scratch(&ah->b, cap) == 0;
+	}
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
 		bool based = based_method(pc->method);
@@ -682,12 +728,13 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			goto fail;
 		}
 		if (!inline_hash && is_turn(dc, index)) {
-			r = hash_back(dc, s, i, 0, cb, err);
+			r = hash_back(dc, s, i, 0, ah, cb, err);
 			if (r < 0)
 				goto fail;
 			inline_hash = true;
 		}
 		if (pc->method == WSYNC_PIECE_ZSTD || pc->method == WSYNC_PIECE_XOR) {
+			ah->on = false;
 			if (wsync_buf_scratch(out, (size_t)pc->len) < 0 ||
 			    (based && wsync_buf_scratch(bb, (size_t)pc->len) < 0)) {
 				r = wsync_error_set(err, -ENOMEM, "out of memory");
@@ -713,26 +760,40 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		for (uint64_t done = 0; done < pc->len; done += DECODE_CHUNK) {
 			uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
 								    : DECODE_CHUNK;
+			uint8_t *ib = cb, *ob = co;
 
 			if (done && !inline_hash && is_turn(dc, index)) {
-				r = hash_back(dc, s, i, done, cb, err);
+				r = hash_back(dc, s, i, done, ah, cb, err);
 				if (r < 0)
 					goto fail;
 				inline_hash = true;
 			}
+			if (!inline_hash && ah->on &&
+			    (n > ah->t.cap - ah->t.len || n > ah->b.cap - ah->b.len))
+				ah->on = false;	/* full: the rest is read back */
+			if (!inline_hash && ah->on) {
+				ob = ah->t.data + ah->t.len;
+				if (based)
+					ib = ah->b.data + ah->b.len;
+			}
 			if (based)
-				r = pread_all(dc->base_fd, cb, n, pc->base_offset + done,
+				r = pread_all(dc->base_fd, ib, n, pc->base_offset + done,
 					      path, err);
 			if (r == 0 && based && inline_hash)
-				hash_base(dc, cb, n, pc->base_offset + done);
+				hash_base(dc, ib, n, pc->base_offset + done);
 			if (r == 0)
-				r = wsync_segment_decode_piece(sd, i, n, based ? cb : NULL,
-							       co, err);
+				r = wsync_segment_decode_piece(sd, i, n, based ? ib : NULL,
+							       ob, err);
 			if (r == 0)
-				r = emit(dc, co, n, pc->target_offset + done, inline_hash,
+				r = emit(dc, ob, n, pc->target_offset + done, inline_hash,
 					 err);
 			if (r < 0)
 				goto fail;
+			if (ob != co) {
+				ah->t.len += (size_t)n;
+				if (based)
+					ah->b.len += (size_t)n;
+			}
 		}
 	}
 	r = wsync_segment_decoder_finish(sd, err);
@@ -743,7 +804,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	if (!inline_hash) {
 		r = wait_turn(dc, index);
 		if (r == 0)
-			r = hash_back(dc, s, s->n_pieces, 0, cb, err);
+			r = hash_back(dc, s, s->n_pieces, 0, ah, cb, err);
 		if (r < 0) {
 			wsync_segment_free(s);
 			return r;
@@ -763,6 +824,7 @@ static void *decode_worker(void *arg)
 {
 	struct decoder *dc = arg;
 	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 }, chunks = { 0 };
+	struct ahead ah = { 0 };
 	struct wsync_error err = { 0 };
 
 	for (;;) {
@@ -777,7 +839,7 @@ static void *decode_worker(void *arg)
 		i = dc->next++;
 		pthread_mutex_unlock(&dc->mu);
 		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &bb, &chunks,
-			       &err);
+			       &ah, &err);
 		if (r < 0) {
 			pthread_mutex_lock(&dc->mu);
 			if (dc->r == 0) {
@@ -793,6 +855,8 @@ static void *decode_worker(void *arg)
 	wsync_buf_free(&out);
 	wsync_buf_free(&bb);
 	wsync_buf_free(&chunks);
+	wsync_buf_free(&ah.t);
+	wsync_buf_free(&ah.b);
 	return NULL;
 }
 
@@ -845,6 +909,12 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		threads = (unsigned)f->n_segments;
 	if (threads > MAX_THREADS)
 		threads = MAX_THREADS;
+	if (threads > 1) {
+		dc.ahead_cap = AHEAD_BUDGET / 2 / threads;
+		if (dc.ahead_cap > WSYNC_SEGMENT_TARGET_DEFAULT)
+			dc.ahead_cap = WSYNC_SEGMENT_TARGET_DEFAULT;
+		dc.ahead_cap -= dc.ahead_cap % DECODE_CHUNK;
+	}
 	if (threads <= 1) {
 		decode_worker(&dc);
 	} else {
