@@ -39,6 +39,8 @@
  * a pass of their own (smaller ones are not worth a FILE record taken back
  * when they turn out unchanged). */
 #define FOLD_MIN (1u << 20)
+/* Reads of the comparison that finds an unchanged file without coding it. */
+#define SAME_CHUNK (1u << 20)
 
 static double now_seconds(void)
 {
@@ -481,6 +483,7 @@ struct coder {
 	 * before, in a pass of their own).  Segments are hashed in order,
 	 * each by the worker that coded it once every earlier one is. */
 	struct wsync_hasher *th, *bh;		/* target, base (bh NULL: none) */
+	uint64_t prehashed;			/* target bytes in th before coding */
 	uint64_t hashed;			/* segments hashed so far */
 	uint64_t base_pos;			/* base bytes hashed so far */
 	bool hash_failed;			/* a segment failed: stop waiting */
@@ -522,11 +525,21 @@ static void hash_segment(struct coder *c, struct job *j,
 		return;
 	}
 	pthread_mutex_unlock(&c->mu);
-	wsync_hasher_update(c->th, tb->data, (size_t)j->seg->len);
+	if (c->prehashed < j->seg->toff + j->seg->len) {
+		uint64_t skip = c->prehashed > j->seg->toff ? c->prehashed - j->seg->toff : 0;
+
+		wsync_hasher_update(c->th, tb->data + skip, (size_t)(j->seg->len - skip));
+	}
+	/* each base range that continues the hashed base (or reaches past
+	 * where it stands) adds what lies past it */
 	for (size_t i = 0; c->bh && i < j->seg->n; i++)
-		if (in[i].base && in[i].base_offset == c->base_pos) {
-			wsync_hasher_update(c->bh, in[i].base, (size_t)in[i].len);
-			c->base_pos += in[i].len;
+		if (in[i].base && in[i].base_offset <= c->base_pos &&
+		    c->base_pos - in[i].base_offset < in[i].len) {
+			uint64_t skip = c->base_pos - in[i].base_offset;
+
+			wsync_hasher_update(c->bh, in[i].base + skip,
+					    (size_t)(in[i].len - skip));
+			c->base_pos += in[i].len - skip;
 		}
 	pthread_mutex_lock(&c->mu);
 	c->hashed++;
@@ -746,13 +759,46 @@ struct differ {
 };
 
 /*
+ * Before coding a file of the same size as its base: compare the two from
+ * the start, hashing the target (the base holds the same bytes there)
+ * into h until they differ.  *same gets the bytes found equal, the whole
+ * file when it did not change: then it is KEEP without a coding pass.
+ */
+static int same_prefix(const struct src *o, const struct src *n,
+		       struct wsync_hasher *h, uint64_t *same, struct wsync_error *err)
+{
+	uint8_t *a = malloc(2 * (size_t)SAME_CHUNK), *b = a + SAME_CHUNK;
+	uint64_t off = 0;
+	int r = 0;
+
+	if (!a)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	while (off < n->size) {
+		uint64_t len = n->size - off < SAME_CHUNK ? n->size - off : SAME_CHUNK;
+
+		r = read_at(n, a, len, off, err);
+		if (r == 0)
+			r = read_at(o, b, len, off, err);
+		if (r < 0 || memcmp(a, b, (size_t)len) != 0)
+			break;
+		wsync_hasher_update(h, a, (size_t)len);
+		off += len;
+	}
+	free(a);
+	*same = off;
+	return r;
+}
+
+/*
  * Code a changed file (its FILE record first).  With fold, the file's
  * hashes are taken from the coder's reads rather than before, and the
- * record is patched with them at the end (o->hash, n->hash set); file_st
- * gets the file's figures, for the caller to count.
+ * record is patched with them at the end (o->hash, n->hash set), going
+ * on from pre (NULL: from nothing), which holds the first prehashed bytes
+ * of both sides; file_st gets the file's figures, for the caller to count.
  */
 static int diff_changed(struct differ *d, struct src *o,
 			struct src *n, struct wsync_delta_file *f, bool fold,
+			const struct wsync_hasher *pre, uint64_t prehashed,
 			struct wsync_segment_stats *file_st, struct wsync_error *err)
 {
 	struct wsync_error ignored;
@@ -796,6 +842,12 @@ static int diff_changed(struct differ *d, struct src *o,
 	if (fold && (wsync_hasher_new(&c.th) < 0 || (o && wsync_hasher_new(&c.bh) < 0))) {
 		wsync_hasher_free(c.th);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	if (fold && pre) {
+		wsync_hasher_copy(c.th, pre);
+		if (c.bh)
+			wsync_hasher_copy(c.bh, pre);
+		c.prehashed = c.base_pos = prehashed;
 	}
 	if (pthread_mutex_init(&c.mu, NULL) != 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
@@ -851,6 +903,8 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	struct wsync_delta_file f = { .path = (char *)rel };
 	struct wsync_segment_stats file_st = { 0 };
 	uint64_t method_bytes[5];
+	struct wsync_hasher *pre = NULL;	/* the equal prefix of both sides */
+	uint64_t prehashed = 0;
 	bool fold;
 	int r = 0;
 
@@ -896,13 +950,33 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	 * the applier's atomic replace sets the mode. */
 	f.op = WSYNC_DELTA_WRITE;
 	if (!fold) {
-		r = diff_changed(d, in_old ? &o : NULL, &n, &f, false, &file_st, err);
+		r = diff_changed(d, in_old ? &o : NULL, &n, &f, false, NULL, 0, &file_st,
+				 err);
 		if (r == 0)
 			count_written(d, &file_st, n.size);
 		goto out;
 	}
+	if (in_old && o.size == n.size && o.mode == n.mode) {
+		if (wsync_hasher_new(&pre) < 0) {
+			r = wsync_error_set(err, -ENOMEM, "out of memory");
+			goto out;
+		}
+		r = same_prefix(&o, &n, pre, &prehashed, err);
+		if (r == 0 && prehashed == n.size) {
+			/* unchanged: KEEP, as if hashed first */
+			wsync_hasher_digest(pre, &n.hash);
+			f.op = WSYNC_DELTA_KEEP;
+			f.base_hash = f.target_hash = n.hash;
+			d->st->kept++;
+			r = wsync_delta_writer_file(d->w, &f, err);
+			goto out;
+		}
+		if (r < 0)
+			goto out;
+	}
 	memcpy(method_bytes, d->st->method_bytes, sizeof(method_bytes));
-	r = diff_changed(d, in_old ? &o : NULL, &n, &f, true, &file_st, err);
+	r = diff_changed(d, in_old ? &o : NULL, &n, &f, true, pre, prehashed, &file_st,
+			 err);
 	if (r < 0)
 		goto out;
 	if (in_old && o.size == n.size && o.mode == n.mode &&
@@ -922,6 +996,7 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	}
 	count_written(d, &file_st, n.size);
 out:
+	wsync_hasher_free(pre);
 	src_close(&o);
 	src_close(&n);
 	return r;

@@ -76,6 +76,11 @@ void wsync_hasher_update(struct wsync_hasher *h, const void *p, size_t len)
 	(void)XXH3_128bits_update(&h->st, p, len);
 }
 
+void wsync_hasher_copy(struct wsync_hasher *dst, const struct wsync_hasher *src)
+{
+	XXH3_copyState(&dst->st, &src->st);
+}
+
 void wsync_hasher_free(struct wsync_hasher *h)
 {
 	free(h);

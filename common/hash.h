@@ -46,6 +46,8 @@ int wsync_hasher_new(struct wsync_hasher **ret);
 void wsync_hasher_update(struct wsync_hasher *h, const void *p, size_t len);
 void wsync_hasher_digest(const struct wsync_hasher *h, struct wsync_hash128 *ret);
 void wsync_hasher_free(struct wsync_hasher *h);
+/* dst takes src's state: both go on from the same bytes hashed. */
+void wsync_hasher_copy(struct wsync_hasher *dst, const struct wsync_hasher *src);
 
 /*
  * Hash everything fd holds from offset 0 to end of file, reading with

@@ -99,6 +99,14 @@ def big_pair(out, mib):
     write(os.path.join(out, "old", "big.safetensors"), [("w", "BF16", [n], w.tobytes())])
     write(os.path.join(out, "new", "big.safetensors"),
           [("w", "BF16", [n], nudge(w, 0.01, rng).tobytes())])
+    # changed in its last tenth only: the diff finds the first MiBs equal
+    # before coding and hashes them once for both sides
+    n = 3 * (1 << 20) // 2
+    w = bf16(rng.normal(0, 0.02, n).astype(np.float32))
+    v = w.copy()
+    v[n - n // 10:] = nudge(w[n - n // 10:], 0.05, rng)
+    write(os.path.join(out, "old", "late.safetensors"), [("w", "BF16", [n], w.tobytes())])
+    write(os.path.join(out, "new", "late.safetensors"), [("w", "BF16", [n], v.tobytes())])
 
 def sparse(path, nelem):
     """A BF16 tensor of nelem elements, all zero, as a sparse file."""
@@ -250,12 +258,21 @@ mk_plain() {
 	echo hi >"$n/newdir/x/added.txt"
 	printf 'script' >"$o/mode.sh"; cp -p "$o/mode.sh" "$n/mode.sh"; chmod 755 "$n/mode.sh"
 	printf 'not safetensors' >"$o/fake.safetensors"; cp "$g/checkpoint-1/config.json" "$n/fake.safetensors"
+	# over 1 MiB: compared before coding; unchanged, or changed in its
+	# last byte only (hashed from the equal prefix, then coded)
+	head -c 3145728 /dev/urandom >"$o/big-same.bin"; cp -p "$o/big-same.bin" "$n/"
+	head -c 3145728 /dev/urandom >"$o/late-change.bin"; cp -p "$o/late-change.bin" "$n/"
+	"$PYTHON3" -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))' "$n/late-change.bin"
 }
 mk_plain
 roundtrip "plain" "$TMP/plain/old" "$TMP/plain/new"
 expect_exit 0 "plain: inspect" "$WSYNC" inspect "$TMP/plain.wsd"
 contains "plain: deleted file listed" "$OUT" "sub/deleted.txt  DELETE"
 contains "plain: new file listed" "$OUT" "newdir/x/added.txt  WRITE  bytes"
+contains "plain: an unchanged 3 MiB file is KEEP" "$OUT" "big-same.bin  KEEP"
+contains "plain: a 3 MiB file changed in its last byte is WRITE" "$OUT" "late-change.bin  WRITE"
 check "plain: a deleted directory's files are gone" test ! -e "$TMP/plain.target/gone/away/file"
 
 check "plain: the mode change was applied" test "$(stat -c %a "$TMP/plain.target/mode.sh")" = 755
@@ -297,6 +314,18 @@ check "--threads 1 and 2 give identical deltas (generated series)" \
 	       cmp '$TMP/t1.wsd' '$TMP/t3.wsd'"
 expect_exit 0 "big: apply with --threads 2" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 2 -o "$TMP/big-t2-out"
 check "big: --threads 2 apply equals NEW" cmp "$TMP/big-t2-out/big.safetensors" "$TMP/big/new/big.safetensors"
+# three workers on three segments: those ahead of the hashing turn keep
+# what fits of their segment (21 MiB each) and read the rest back
+expect_exit 0 "big: apply with --threads 3" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 3 -o "$TMP/big-t3-out"
+check "big: --threads 3 apply equals NEW" cmp "$TMP/big-t3-out/big.safetensors" "$TMP/big/new/big.safetensors"
+mkdir "$TMP/big-bad"
+cp "$TMP/big/old/"* "$TMP/big-bad/"
+"$PYTHON3" -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-4096, 2); b = f.read(1); f.seek(-4096, 2); f.write(bytes([b[0] ^ 1]))' "$TMP/big-bad/big.safetensors"
+expect_exit 65 "big: a base wrong in its last segment is refused (--threads 3)" \
+	"$WSYNC" apply "$TMP/big-bad" "$TMP/big-t1.wsd" --threads 3 -o "$TMP/big-bad-out"
+contains "big: the wrong base is named" "$OUT" "big.safetensors: base does not match"
 
 # ---- all or nothing ----
 no_temps() { ! find "$1" -name '.*.wsync-*' | grep -q .; }
