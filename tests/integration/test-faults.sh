@@ -152,8 +152,8 @@ PY
 jlines() { wc -l <"$TMP/$1.jsonl"; }
 # wait_store_ok NAME false|true: wsync status --json says store_ok so (60 s)
 wait_store_ok() {
-	local i v
-	for ((i = 0; i < 600; i++)); do
+	local end=$((SECONDS + 60)) v
+	while [ $SECONDS -lt $end ]; do
 		v=$("$WSYNC" status --runtime-dir "$TMP/$1/run" --json 2>/dev/null |
 			"$PYTHON3" -c 'import json,sys; print(str(json.load(sys.stdin).get("store_ok")).lower())' 2>/dev/null)
 		[ "$v" = "$2" ] && return 0
