@@ -112,7 +112,7 @@ start() { # start NAME: wsyncd in the background, log in $TMP/NAME/log
 	eval "PID_$1=$!"
 	PIDS+=($!)
 }
-stop() { # stop NAME: SIGTERM, wait at most 10 s; the exit code
+stop() { # stop NAME: SIGTERM, at most 10 s, then SIGKILL; the exit code (137: killed)
 	local pid
 	eval "pid=\$PID_$1"
 	kill -TERM "$pid" 2>/dev/null
@@ -120,6 +120,7 @@ stop() { # stop NAME: SIGTERM, wait at most 10 s; the exit code
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
+	kill -0 "$pid" 2>/dev/null && { echo "# $1 (pid $pid) ignored SIGTERM for 10 s: SIGKILL"; kill -KILL "$pid"; }
 	wait "$pid"
 }
 field() {

@@ -200,9 +200,7 @@ for spec in "--path ../../canary/evil" "--path $TMP/canary/evil" "--path-hex 6d6
 	what=$(printf '%s' "$spec" | cut -c1-46)
 	"$PYTHON3" "$CRAFT" "$TMP/crafted.wsd" $spec
 	pub "$PD" 2 "$CK-2" --prev "$CK-1" --delta "$TMP/crafted.wsd"
-	OUT=$(pull pd 2>&1)
-	rc=$?
-	tap_result $((rc == 0)) "delta $what...: refused (exit $rc)"
+	expect_exit 65 "delta $what...: refused, exit 65" pull pd
 	contains "delta $what...: a clear error" "$OUT" "version 2"
 	check "delta $what...: target still equals checkpoint 1" same "$CK-1" "$TMP/pd/target"
 	check "delta $what...: canary intact" canary_ok
@@ -244,6 +242,38 @@ for n in 1 2 3; do
 		contains "$what: refused with a clear error" "$OUT" "symbolic link on the path (refused"
 	fi
 done
+# Symlinks on wsync's own paths: target_dir/.wsync itself pointing at a
+# canary folder, and, in a real .wsync/, state.json, its temp and the lock
+# pointing at canary files: refused or replaced, never written through.
+for n in 1 2 3 4; do
+	conf pw$n "$PS"
+	mkdir -p "$TMP/pw$n/target/.wsync"
+done
+rmdir "$TMP/pw1/target/.wsync" && ln -s "$TMP/canary/sub" "$TMP/pw1/target/.wsync"
+ln -s "$TMP/canary/new.bin" "$TMP/pw2/target/.wsync/state.json"
+ln -s "$TMP/canary/sub/extra.bin" "$TMP/pw3/target/.wsync/state.json.tmp"
+ln -s "$TMP/canary/model.safetensors" "$TMP/pw4/target/.wsync/lock"
+for n in 1 2 3 4; do
+	case $n in
+	1) what=".wsync -> a folder outside" ;;
+	2) what=".wsync/state.json -> a file outside" ;;
+	3) what=".wsync/state.json.tmp -> a file outside" ;;
+	4) what=".wsync/lock -> a file outside" ;;
+	esac
+	OUT=$(pull pw$n 2>&1)
+	rc=$?
+	echo "# $what: exit $rc: $(printf '%s' "$OUT" | tail -1 | cut -c1-200)"
+	check "$what: canary intact (listing and bytes)" canary_ok
+	if [ $rc -eq 0 ]; then
+		check "$what: applied, target equals the new version" same "$TMP/cks-2" "$TMP/pw$n/target"
+		check "$what: the marker is a file of wsync's, naming version 2" \
+			test ! -L "$TMP/pw$n/target/.wsync/state.json" -a "$(marker pw$n | tr -d ' ' | grep -c '"version":2,')" = 1
+		check "$what: no symlink left in .wsync" test -z "$(find "$TMP/pw$n/target/.wsync" -type l)"
+	else
+		contains "$what: refused naming the link" "$OUT" "symbolic link"
+		check "$what: no model file written" no_model pw$n
+	fi
+done
 fi
 
 # ---- 3. resource bombs -------------------------------------------------
@@ -283,13 +313,32 @@ head -c $((256 << 20)) /dev/zero | zstd -q --no-check --no-content-size -c >"$TM
 conf zb "$TMP/bk-zb"
 pub "$TMP/bk-zb" 1 "$TMP/empty" --anchor
 expect_exit 0 "zstd bomb: the node pulls an empty version 1" pull zb
-for frame in bomb bomb-nosize; do
+# Past that header check, the decoder's own output limit must refuse: the
+# 256 MiB frame whose header lies (declares 1 MiB), and 256 honest 1 MiB
+# frames back to back (the first one's header is right).
+head -c $((256 << 20)) /dev/zero | zstd -q --no-check --stream-size=$((256 << 20)) -c >"$TMP/bomb-lying.zst"
+"$PYTHON3" - "$TMP/bomb-lying.zst" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+# magic, FHD 0x80 (a 4-byte content size, a window byte), the window byte
+assert b[:4] == b"\x28\xb5\x2f\xfd" and b[4] == 0x80, b[:6].hex()
+assert struct.unpack_from("<I", b, 6)[0] == 256 << 20
+struct.pack_into("<I", b, 6, 1 << 20)
+open(sys.argv[1], "wb").write(b)
+PY
+head -c $((1 << 20)) /dev/zero | zstd -q --no-check --stream-size=$((1 << 20)) -c >"$TMP/one.zst"
+for _ in $(seq 256); do cat "$TMP/one.zst"; done >"$TMP/bomb-chain.zst"
+for frame in bomb bomb-nosize bomb-lying bomb-chain; do
 	"$PYTHON3" "$CRAFT" "$TMP/crafted.wsd" --path model.bin --zstd "$TMP/$frame.zst" $((1 << 20)) \
 		--hash-of "$TMP/zb-2/model.bin"
 	pub "$TMP/bk-zb" 2 "$TMP/zb-2" --prev "$TMP/empty" --delta "$TMP/crafted.wsd"
 	measured "$frame" timeout 60 "$WSYNC" pull --config "$TMP/zb/wsyncd.ini"
 	tap_result $((RC != 65)) "$frame: a 1 MiB piece expanding to 256 MiB is refused, exit 65"
-	contains "$frame: the error says the frame does not fit" "$OUT" "zstd frame does not declare the piece's 1048576 bytes"
+	case $frame in
+	bomb | bomb-nosize) contains "$frame: the header check refuses it" "$OUT" \
+		"zstd frame does not declare the piece's 1048576 bytes" ;;
+	*) contains "$frame: the decoder's output limit refuses it" "$OUT" "corrupt zstd frame" ;;
+	esac
 	check "$frame: under 256 MiB and 30 s" bounded 256 30
 	check "$frame: no model.bin written" test ! -e "$TMP/zb/target/model.bin"
 done
@@ -297,7 +346,7 @@ done
 conf rm "$TMP/bk-rm"
 pub "$TMP/bk-rm" 1 "$CK-1" --anchor --file-size $((1024 * TB))
 measured "manifest-petabyte" timeout 60 "$WSYNC" pull --config "$TMP/rm/wsyncd.ini"
-tap_result $((RC == 0)) "a manifest claiming a petabyte file: refused (exit $RC)"
+tap_result $((RC != 65)) "a manifest claiming a petabyte file: refused, exit 65 (exit $RC)"
 contains "the error says the anchor does not match it" "$OUT" "has another size or hash"
 check "manifest petabyte: under 128 MiB and 30 s" bounded 128 30
 check "manifest petabyte: no model file written" no_model rm
@@ -605,6 +654,7 @@ fi
 
 [ -n "${HOSTILE_KEEP:-}" ] && cp -r "$TMP" "$HOSTILE_KEEP"
 # Journal receivers and daemons still running end on SIGTERM, within 5 s.
+# Survivors get SIGKILL before the wait, which so never hangs.
 for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 for _ in $(seq 50); do
 	alive=0
@@ -612,6 +662,7 @@ for _ in $(seq 50); do
 	[ $alive = 0 ] && break
 	sleep 0.1
 done
+for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && { echo "# pid $p ignored SIGTERM for 5 s: SIGKILL"; kill -KILL "$p"; }; done
 wait 2>/dev/null
 
 tap_done
