@@ -35,6 +35,11 @@
  * kept for the next segment, so one incompressible stretch does not pin
  * memory for the rest of the run. */
 #define KEEP_BUFFER (8u << 20)
+/* The ring of segments in flight gets one slot more than there are
+ * workers (a worker ahead of the hashing or the writer takes the next
+ * segment instead of waiting) while all slots' buffers, two segments
+ * each, stay within this. */
+#define EXTRA_SLOT_BUDGET (192u << 20)
 /* Files from this size on are hashed from the coder's reads rather than in
  * a pass of their own (smaller ones are not worth a FILE record taken back
  * when they turn out unchanged). */
@@ -457,14 +462,19 @@ static int plan_tensors(struct plan *p, const struct wsync_st_header *oh,
 struct job {
 	const struct plan_seg *seg;
 	struct wsync_buf out;
+	struct wsync_buf *tb, *bb;	/* its slot's buffers: target, base bytes */
+	struct wsync_piece_in *in;	/* its pieces, kept until hashed */
 	struct wsync_segment_stats st;
 	struct wsync_error err;
 	int r;
-	bool done;
+	bool coded;			/* coded, its hashing still to do */
+	bool done;			/* coded and hashed: for the writer */
 };
 
 /* Coding one file: the plan, both sides, and the ring of jobs shared with
- * the workers.  Jobs are filled, taken and written in segment order. */
+ * the workers.  Jobs are filled, taken, hashed and written in segment
+ * order; a slot of the ring (a job and its two buffers) is filled again
+ * once written. */
 struct coder {
 	const struct plan *plan;
 	const struct src *target, *base;	/* base NULL for a new file */
@@ -476,17 +486,20 @@ struct coder {
 	size_t ring_len;
 	size_t filled, taken;			/* jobs handed out, picked up */
 	bool stop;
-	struct wsync_buf *scratch;		/* two per worker, kept across files */
-	unsigned workers;			/* started so far: a worker's slot */
+	struct wsync_buf *scratch;		/* two per slot, kept across files */
 
 	/* Hashing both sides from the coder's own reads (NULL: hashed
-	 * before, in a pass of their own).  Segments are hashed in order,
-	 * each by the worker that coded it once every earlier one is. */
+	 * before, in a pass of their own).  Segments are hashed in order
+	 * from their slots' buffers, by one worker at a time: the one that
+	 * finds the next segment coded when it finishes its own, so that a
+	 * worker ahead of the others goes on to the next segment instead of
+	 * waiting. */
 	struct wsync_hasher *th, *bh;		/* target, base (bh NULL: none) */
 	uint64_t prehashed;			/* target bytes in th before coding */
 	uint64_t hashed;			/* segments hashed so far */
 	uint64_t base_pos;			/* base bytes hashed so far */
-	bool hash_failed;			/* a segment failed: stop waiting */
+	bool hashing;				/* a worker is hashing */
+	bool hash_failed;			/* a segment failed: hash no more */
 };
 
 /* Read len bytes at off into p (the file may not shrink under us). */
@@ -504,46 +517,72 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 }
 
 /*
- * Add a coded segment's bytes, still in the worker's buffers, to the
- * file's hashes: the target's whole range, and each base range that
- * continues the base in order (what the plan skips or reads out of order
- * is read again at the end, see finish_base_hash).  Waits for every
- * earlier segment to be hashed; a failed segment lets the others go.
+ * Add a coded segment's bytes, still in its slot's buffers, to the file's
+ * hashes: the target's range (past what was hashed before coding), and
+ * each base range that continues the base in order (what the plan skips
+ * or reads out of order is read again at the end, see finish_base_hash).
+ * The caller holds the hashing role and every earlier segment is hashed.
  */
-static void hash_segment(struct coder *c, struct job *j,
-			 const struct wsync_piece_in *in, const struct wsync_buf *tb)
+static void hash_job(struct coder *c, const struct job *j)
 {
-	uint64_t index = (uint64_t)(j->seg - c->plan->segs);
+	const struct plan_seg *s = j->seg;
 
+	if (c->prehashed < s->toff + s->len) {
+		uint64_t skip = c->prehashed > s->toff ? c->prehashed - s->toff : 0;
+
+		wsync_hasher_update(c->th, j->tb->data + skip, (size_t)(s->len - skip));
+	}
+	/* each base range that continues the hashed base (or reaches past
+	 * where it stands) adds what lies past it */
+	for (size_t i = 0; c->bh && i < s->n; i++) {
+		const struct wsync_piece_in *in = &j->in[i];
+
+		if (in->base && in->base_offset <= c->base_pos &&
+		    c->base_pos - in->base_offset < in->len) {
+			uint64_t skip = c->base_pos - in->base_offset;
+
+			wsync_hasher_update(c->bh, in->base + skip, (size_t)(in->len - skip));
+			c->base_pos += in->len - skip;
+		}
+	}
+}
+
+/*
+ * j is coded (or failed): hand it on.  Without hashing it is done.  With
+ * hashing, the worker that finds no other hashing takes the role and
+ * hashes every coded segment next in order, its own or others'; a failed
+ * segment ends the hashing (the writer stops at its error first).
+ */
+static void finish_job(struct coder *c, struct job *j)
+{
 	pthread_mutex_lock(&c->mu);
-	while (c->hashed != index && !c->hash_failed && !c->stop)
-		pthread_cond_wait(&c->cv, &c->mu);
-	if (j->r < 0 || c->hash_failed || c->stop) {
-		c->hash_failed = true;
+	j->coded = true;
+	if (!c->th)
+		j->done = true;
+	if (!c->th || c->hashing) {
 		pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->mu);
 		return;
 	}
-	pthread_mutex_unlock(&c->mu);
-	if (c->prehashed < j->seg->toff + j->seg->len) {
-		uint64_t skip = c->prehashed > j->seg->toff ? c->prehashed - j->seg->toff : 0;
+	c->hashing = true;
+	while (c->hashed < c->filled) {
+		struct job *h = &c->ring[c->hashed % c->ring_len];
+		bool stop = c->stop;
 
-		wsync_hasher_update(c->th, tb->data + skip, (size_t)(j->seg->len - skip));
+		if (!h->coded)
+			break;
+		pthread_mutex_unlock(&c->mu);
+		if (h->r < 0 || stop)
+			c->hash_failed = true;
+		if (!c->hash_failed)
+			hash_job(c, h);
+		pthread_mutex_lock(&c->mu);
+		h->coded = false;
+		h->done = true;
+		c->hashed++;
+		pthread_cond_broadcast(&c->cv);
 	}
-	/* each base range that continues the hashed base (or reaches past
-	 * where it stands) adds what lies past it */
-	for (size_t i = 0; c->bh && i < j->seg->n; i++)
-		if (in[i].base && in[i].base_offset <= c->base_pos &&
-		    c->base_pos - in[i].base_offset < in[i].len) {
-			uint64_t skip = c->base_pos - in[i].base_offset;
-
-			wsync_hasher_update(c->bh, in[i].base + skip,
-					    (size_t)(in[i].len - skip));
-			c->base_pos += in[i].len - skip;
-		}
-	pthread_mutex_lock(&c->mu);
-	c->hashed++;
-	pthread_cond_broadcast(&c->cv);
+	c->hashing = false;
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -581,22 +620,21 @@ static int finish_base_hash(struct coder *c, struct wsync_error *err)
  * 4-5 GB/s and leaves the coder on memory that is cheap to walk.  Memory
  * stays bounded: two buffers of at most one segment per worker.
  */
-static void code_segment(struct coder *c, struct job *j, struct wsync_buf *tb,
-			 struct wsync_buf *bb)
+static void code_segment(struct coder *c, struct job *j)
 {
 	const struct plan_seg *s = j->seg;
-	struct wsync_piece_in *in = calloc(s->n, sizeof(*in));
+	struct wsync_buf *tb = j->tb, *bb = j->bb;
+	struct wsync_piece_in *in;
 	uint64_t bpos = 0;
 
+	free(j->in);
+	in = j->in = calloc(s->n, sizeof(*in));
 	memset(&j->st, 0, sizeof(j->st));
 	wsync_buf_reset(&j->out);
 	wsync_error_clear(&j->err);
 	if (!in || wsync_buf_scratch(tb, (size_t)s->len) < 0 ||
 	    wsync_buf_scratch(bb, (size_t)s->len) < 0) {
 		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
-		if (c->th)
-			hash_segment(c, j, NULL, tb);	/* lets the others go */
-		free(in);
 		return;
 	}
 	j->r = read_at(c->target, tb->data, s->len, s->toff, &j->err);
@@ -620,21 +658,16 @@ static void code_segment(struct coder *c, struct job *j, struct wsync_buf *tb,
 	if (j->r == 0)
 		j->r = wsync_segment_encode(in, s->n, s->toff, &c->sopts, &j->out,
 					    &j->st, &j->err);
-	if (c->th)
-		hash_segment(c, j, in, tb);
 	if (j->r < 0)
 		wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
 				   c->target->path, s->toff);
-	free(in);
 }
 
 static void *coder_worker(void *arg)
 {
 	struct coder *c = arg;
-	struct wsync_buf *scratch;
 
 	pthread_mutex_lock(&c->mu);
-	scratch = &c->scratch[2 * c->workers++];
 	for (;;) {
 		struct job *j;
 
@@ -645,10 +678,9 @@ static void *coder_worker(void *arg)
 			break;
 		j = &c->ring[c->taken++ % c->ring_len];
 		pthread_mutex_unlock(&c->mu);
-		code_segment(c, j, &scratch[0], &scratch[1]);
+		code_segment(c, j);
+		finish_job(c, j);
 		pthread_mutex_lock(&c->mu);
-		j->done = true;
-		pthread_cond_broadcast(&c->cv);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
@@ -678,8 +710,10 @@ static int write_job(struct wsync_delta_writer *w, struct job *j,
 }
 
 /* Code every segment of the plan and write them in order, on threads
- * workers (none below two segments: the calling thread does it). */
-static int code_file(struct coder *c, unsigned threads, struct wsync_delta_writer *w,
+ * workers (none below two segments: the calling thread does it), with a
+ * ring of up to threads + 1 of the slots. */
+static int code_file(struct coder *c, unsigned threads, unsigned slots,
+		     struct wsync_delta_writer *w,
 		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
 		     struct job *ring, struct wsync_error *err)
 {
@@ -692,22 +726,27 @@ static int code_file(struct coder *c, unsigned threads, struct wsync_delta_write
 		threads = (unsigned)n;
 	if (threads > 64)
 		threads = 64;
+	c->ring = ring;
+	c->ring_len = threads <= 1 ? 1 : threads + 1 < slots ? threads + 1 : slots;
+	for (size_t i = 0; i < c->ring_len; i++) {
+		ring[i].tb = &c->scratch[2 * i];
+		ring[i].bb = &c->scratch[2 * i + 1];
+		ring[i].coded = ring[i].done = false;
+	}
+	c->filled = c->taken = 0;
+	c->stop = false;
 	if (threads <= 1) {
 		for (size_t i = 0; i < n && r == 0; i++) {
 			ring[0].seg = &c->plan->segs[i];
-			code_segment(c, &ring[0], &c->scratch[0], &c->scratch[1]);
+			ring[0].coded = ring[0].done = false;
+			c->filled = i + 1;
+			code_segment(c, &ring[0]);
+			finish_job(c, &ring[0]);
 			r = write_job(w, &ring[0], st, file_st, err);
 		}
 		return r;
 	}
 
-	c->ring = ring;
-	/* No more jobs than workers: a worker that finishes early waits for
-	 * the writer rather than holding one more segment in memory. */
-	c->ring_len = threads;
-	c->filled = c->taken = 0;
-	c->workers = 0;
-	c->stop = false;
 	for (; started < threads; started++) {
 		int e = pthread_create(&tids[started], NULL, coder_worker, c);
 
@@ -723,7 +762,7 @@ static int code_file(struct coder *c, unsigned threads, struct wsync_delta_write
 		while (c->filled < n && c->filled - written < c->ring_len) {
 			j = &c->ring[c->filled % c->ring_len];
 			j->seg = &c->plan->segs[c->filled];
-			j->done = false;
+			j->coded = j->done = false;
 			c->filled++;
 		}
 		pthread_cond_broadcast(&c->cv);
@@ -750,9 +789,9 @@ struct differ {
 	struct wsync_diff_stats *st;
 	struct wsync_delta_writer *w;
 	struct plan plan;
-	struct job *ring;		/* threads jobs, reused file to file */
-	struct wsync_buf *scratch;	/* 2 x threads segment buffers, likewise */
-	unsigned threads;
+	struct job *ring;		/* slots jobs, reused file to file */
+	struct wsync_buf *scratch;	/* 2 x slots segment buffers, likewise */
+	unsigned threads, slots;
 	bool single;			/* two files, not two directories */
 	int old_fd, new_fd;		/* the roots (-1 when single) */
 	const char *old_root, *new_root;
@@ -858,7 +897,7 @@ static int diff_changed(struct differ *d, struct src *o,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	r = code_file(&c, d->threads, d->w, d->st, file_st, d->ring, err);
+	r = code_file(&c, d->threads, d->slots, d->w, d->st, file_st, d->ring, err);
 	pthread_cond_destroy(&c.cv);
 	pthread_mutex_destroy(&c.mu);
 	if (r == 0 && c.bh)
@@ -1102,8 +1141,11 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 			S_ISDIR(ost.st_mode) ? new_path : old_path);
 	d.single = !S_ISDIR(nst.st_mode);
 
-	d.ring = calloc(d.threads > 64 ? 64 : d.threads, sizeof(*d.ring));
-	d.scratch = calloc(2 * (d.threads > 64 ? 64 : d.threads), sizeof(*d.scratch));
+	d.slots = d.threads <= 1 ? 1 : d.threads > 64 ? 64 : d.threads;
+	if (d.slots > 1 && (d.slots + 1) * 2 * d.plan.limit <= EXTRA_SLOT_BUDGET)
+		d.slots++;
+	d.ring = calloc(d.slots, sizeof(*d.ring));
+	d.scratch = calloc(2 * (size_t)d.slots, sizeof(*d.scratch));
 	if (!d.ring || !d.scratch)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	r = wsync_delta_writer_new(out_fd, &d.w, err);
@@ -1132,9 +1174,11 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	}
 out:
 	d.st->seconds = now_seconds() - t0;
-	for (unsigned i = 0; d.ring && i < (d.threads > 64 ? 64 : d.threads); i++)
+	for (unsigned i = 0; d.ring && i < d.slots; i++) {
 		wsync_buf_free(&d.ring[i].out);
-	for (unsigned i = 0; d.scratch && i < 2 * (d.threads > 64 ? 64 : d.threads); i++)
+		free(d.ring[i].in);
+	}
+	for (unsigned i = 0; d.scratch && i < 2 * d.slots; i++)
 		wsync_buf_free(&d.scratch[i]);
 	free(d.scratch);
 	free(d.ring);

@@ -24,14 +24,15 @@
  * of target (FLOAT pieces on element boundaries), and segments are coded by
  * wsync_segment_encode, which may pick a cheaper method per piece.
  *
- * Memory stays bounded whatever the sizes: files are mapped read-only, a
- * segment's pages are dropped (madvise MADV_DONTNEED) as soon as it is
- * coded, and at most `threads` segments are in flight (being coded or
- * coded and waiting to be written in order).  Each costs its mapped target
- * and base (2 x segment_target) plus the encoder's scratch and output:
- * measured at 2 threads, ~140 MiB peak RSS for real checkpoints of any
- * size, ~260 MiB for incompressible data (where the encoder stages a
- * LITERAL copy of every piece and then its output).
+ * Memory stays bounded whatever the sizes: segments are read with pread
+ * into reused buffers, and at most `threads` segments are in flight (being
+ * coded, or coded and waiting to be hashed and written in order), one more
+ * while their buffers stay within 192 MiB (2 threads at the default
+ * segment size: a worker ahead of the others goes on to the next
+ * segment).  Each costs its target and base (2 x segment_target) plus the
+ * encoder's scratch and output: measured at 2 threads, ~210 MiB peak RSS
+ * for real checkpoints of any size, more for incompressible data (where
+ * the encoder stages a LITERAL copy of every piece and then its output).
  *
  * Files are read while they may be changing (a trainer still writing): a
  * file whose size changes between hashing and coding is an error (-EBUSY);
