@@ -23,8 +23,10 @@
 #  6. local damage with size and mtime kept: repaired from the anchor;
 #  7. disk full (a tmpfs: too few bytes, then too few inodes for ENOSPC
 #     mid-apply): clean failure, no temp file, applied once space is back;
-#  8. bad configuration: every key of the table, a bad value -> FILE:LINE
-#     naming the key, exit 78 from --check-config and from wsyncd.
+#  8. bad configuration: every key of the table, a bad value (wrong type,
+#     control character, and one below .min / above .max of each bounded
+#     key, taken from config.c) -> FILE:LINE naming the key, exit 78 from
+#     --check-config and from wsyncd.
 # Overlaps with test-subscriber.sh (flipped delta, "../" in a manifest,
 # unsigned HEAD, rollback) are not repeated.  Every wait is bounded.
 . "$(dirname "$0")/lib.sh"
@@ -595,7 +597,7 @@ fi
 if only 8; then
 "$WSYNCD" --check-config --dump-config "$src/config/subscriber.ini" >"$TMP/dump-sub.ini"
 "$WSYNCD" --check-config --dump-config "$src/config/publisher.ini" >"$TMP/dump-pub.ini"
-"$PYTHON3" - "$TMP" <<'PY' >"$TMP/cases"
+"$PYTHON3" - "$TMP" "$src/config/config.c" <<'PY' >"$TMP/cases"
 import re, sys
 tmp = sys.argv[1]
 lines = open(tmp + "/dump-sub.ini").read().splitlines()
@@ -609,6 +611,38 @@ for f in ("dump-pub.ini", "dump-sub.ini"):
         m = re.match(r"(\w+) = (.*)$", l)
         if m:
             defaults[(sec, m.group(1))] = m.group(2)
+# Out of range: one below .min and one above .max of each row of
+# config.c's table (numbers, durations in ms, sizes in bytes; strings one
+# byte over their .max), the macros evaluated from its #defines.
+src = open(sys.argv[2]).read()
+defs = {}
+for m in re.finditer(r"^#define (\w+) +(\(?[\w *()]+\)?)", src, re.M):
+    defs[m.group(1)] = m.group(2)
+def ev(e):
+    e = re.sub(r"(\d+)[uU]?[lL]*\b", r"\1", e)
+    for _ in range(5):
+        e = re.sub(r"\b([A-Za-z_]\w*)\b", lambda m: "(%s)" % defs[m.group(1)], e)
+    return int(eval(re.sub(r"(\d+)[uU]?[lL]*\b", r"\1", e), {}))
+limits, n_limited = {}, 0
+for row in re.findall(r'\bKEY\(("\w.*?)\),\s*$', src, re.M | re.S):
+    row = " ".join(row.split())
+    key, parser = re.match(r'"\w+", "(\w+)", (\w+)', row).groups()
+    lo = re.search(r"\.min = ([^,]+)", row)
+    hi = re.search(r"\.max = ([^,]+)", row)
+    lo, hi = (ev(lo.group(1)) if lo else None), (ev(hi.group(1)) if hi else None)
+    unit = {"parse_uint32": "", "parse_size": "", "parse_duration": "ms"}.get(parser)
+    vals = []
+    if unit is not None:
+        if lo:
+            vals.append("%d%s" % (lo - 1, unit))
+        if hi is not None:
+            vals.append("%d%s" % (hi + 1, unit))
+    elif hi is not None:
+        vals.append("a" * (hi + 1))
+    if vals:
+        n_limited += 1
+        limits[key] = vals
+open(tmp + "/n_limited", "w").write("%d\n" % n_limited)
 safe = {"state_dir": tmp + "/cfg/state", "runtime_dir": tmp + "/cfg/run",
         "target_dir": tmp + "/cfg/target", "url": "file://" + tmp + "/cfg/bucket"}
 base, keys, sec = [], [], None
@@ -634,15 +668,20 @@ for sec, key, i in keys:
         bad += ["huge", "9999TiB"]
     elif d.startswith("/"):
         bad += ["relative/path"]
-    for v in bad:
+    for v in bad + limits.get(key, []):
         n += 1
         f = "%s/cfg-%03d.ini" % (tmp, n)
         body = list(base)
         body[i] = "%s = %s" % (key, v)
         open(f, "w").write("\n".join(body) + "\n")
-        print("%s\t%s\t%d\t%s\t%r" % (f, sec, i + 1, key, v))
+        shown = "'%s' x %d" % (v[0], len(v)) if len(v) > 40 else repr(v)
+        print("%s\t%s\t%d\t%s\t%s" % (f, sec, i + 1, key, shown))
 PY
 n_keys=$(cut -f2,4 "$TMP/cases" | sort -u | wc -l)
+n_max=$(grep -c '\.max = ' "$src/config/config.c")
+echo "# bad config: $(wc -l <"$TMP/cases") cases, out-of-range values for $(cat "$TMP/n_limited") keys"
+check "bad config: out-of-range values for every key with bounds ($(cat "$TMP/n_limited") of $n_max)" \
+	test "$(cat "$TMP/n_limited")" = "$n_max"
 n_table=$(grep -cE '^\s*KEY\("' "$src/config/config.c")
 check "bad config: every key of config.c's table is covered ($n_keys of $n_table)" test "$n_keys" = "$n_table"
 while IFS=$'\t' read -r f sec line key v; do
