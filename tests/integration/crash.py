@@ -8,11 +8,15 @@ shim killed the process).
   crash.py sample TARGET CKPT_DIR OLD NEW
       every file in TARGET (but .wsync/ and temps) holds, byte for byte, the
       content some version OLD..NEW gives it (CKPT_DIR/checkpoint-V is
-      version V; OLD 0: no file before), and no path is foreign
-  crash.py inplace LOG SCOPE [SKIP]
-      nothing under SCOPE (but .wsync/ folders and SKIP) was opened for writing under
-      its final name, and every rename into SCOPE moved a temp that had been
-      fsynced after it was last opened (or a symlink never opened)
+      version V; OLD 0: no file before), no path is foreign, and every
+      path of both OLD and NEW is there
+  crash.py inplace LOG SCOPE [SKIP [CKPT_DIR OLD NEW]]
+      nothing under SCOPE (but .wsync/ folders and SKIP) was opened for
+      writing under its final name, renamed away or removed (but a file a
+      step of OLD..NEW drops, and that only once every temp made so far
+      is durable and before no temp of its step), and every rename into SCOPE moved a temp that had been
+      fsynced after it was last opened and last written (or a symlink
+      never opened)
   crash.py order LOG TARGET
       power-loss ordering of complete subscriber applies: each file renamed
       into TARGET fsynced before, its directory fsynced after, both before
@@ -41,6 +45,7 @@ shim killed the process).
 import hashlib
 import json
 import os
+import re
 import sys
 
 
@@ -75,12 +80,15 @@ def read_log(path):
     ev = []
     for line in open(path, encoding="utf-8", errors="replace"):
         f = line.rstrip("\n").split("\t")
-        if f[0] == "KILL":
-            ev.append({"seq": None, "kind": "KILL", "what": f[1], "p1": f[3] if len(f) > 3 else ""})
+        if f[0] in ("KILL", "FAIL"):
+            ev.append({"seq": None, "kind": f[0], "what": f[1], "p1": f[3] if len(f) > 3 else ""})
             continue
-        e = {"seq": int(f[0]), "kind": f[1], "rc": int(f[2]), "p1": f[3], "p2": None}
-        if len(f) > 4 and not f[4].startswith("w="):
-            e["p2"] = f[4]
+        e = {"seq": int(f[0]), "kind": f[1], "rc": int(f[2]), "p1": f[3], "p2": None, "lw": -1}
+        for x in f[4:]:
+            if x.startswith("lw="):
+                e["lw"] = int(x[3:])
+            elif not x.startswith("w="):
+                e["p2"] = x
         ev.append(e)
     return ev
 
@@ -95,8 +103,16 @@ def sample(target, ck, old, new):
         for rel, p in files(os.path.join(ck, "checkpoint-%d" % v)).items():
             allowed.setdefault(rel, set()).add(digest(p))
     bad = []
-    if os.path.isdir(target):
-        for rel, p in sorted(files(target).items()):
+    have = files(target) if os.path.isdir(target) else {}
+    if old:
+        # a path of both versions is there at every moment: never deleted
+        # and renamed in again
+        both = set(files(os.path.join(ck, "checkpoint-%d" % old))) & \
+            set(files(os.path.join(ck, "checkpoint-%d" % new)))
+        for rel in sorted(both - set(have)):
+            bad.append("%s: missing, though versions %d and %d both have it" % (rel, old, new))
+    if have:
+        for rel, p in sorted(have.items()):
             if is_temp(rel):
                 continue
             if rel not in allowed:
@@ -108,27 +124,75 @@ def sample(target, ck, old, new):
     return not bad
 
 
-def inplace(log, scope, skip=None):
+def wrote(e, last_write):
+    """Track the last write to each path: fsync lines carry the fd's last
+    write so far, close lines its last (lw=, -1: none)."""
+    if e["kind"] in ("fsync", "close") and e["lw"] >= 0:
+        last_write[e["p1"]] = max(last_write.get(e["p1"], -1), e["lw"])
+
+
+def unsynced(p, last_open, last_write, synced):
+    """p was opened or written after its last fsync"""
+    last = max(last_open.get(p, -1), last_write.get(p, -1))
+    return last >= 0 and synced.get(p, -1) < last
+
+
+def inplace(log, scope, skip=None, drops=frozenset()):
     ev = read_log(log)
     scope = os.path.realpath(scope)
     meta = lambda p: "/.wsync/" in p or p.endswith("/.wsync") or \
         (skip is not None and under(p, os.path.realpath(skip)))
-    bad, last_open, synced = [], {}, {}
+    bad, last_open, last_write, synced = [], {}, {}, {}
+    removed = []	# dropped files removed in the step not yet marked
+    mine = lambda p: under(p, scope) and not meta(p)
+
+    def model_rel(p):
+        """p's path in its target (SCOPE, or SCOPE/target or a version
+        directory SCOPE/target.vN), None for state_dir's files"""
+        parts = os.path.relpath(p, scope).split("/")
+        if len(parts) > 1 and re.fullmatch(r"target(\.v\d+)?", parts[0]):
+            return "/".join(parts[1:])
+        return None if parts[0] == "state" else "/".join(parts)
     for e in ev:
+        if e["kind"] in ("KILL", "FAIL"):
+            continue
+        wrote(e, last_write)
         if e["kind"] == "open" and e["rc"] >= 0:
             last_open[e["p1"]] = e["seq"]
-            if under(e["p1"], scope) and not meta(e["p1"]) and not is_temp(e["p1"]):
+            if mine(e["p1"]) and not is_temp(e["p1"]):
                 bad.append("opened for writing in place: %s" % e["p1"])
+            if mine(e["p1"]) and is_temp(e["p1"]) and model_rel(e["p1"]) is not None:
+                for r in removed:
+                    bad.append("removed %s before the step's temp %s was built" % (r, e["p1"]))
+                removed = []
         elif e["kind"] == "fsync" and e["rc"] == 0:
             synced[e["p1"]] = e["seq"]
-        elif e["kind"] == "rename" and e["rc"] == 0 and under(e["p2"], scope) \
-                and not meta(e["p2"]):
+        elif e["kind"] == "unlink" and mine(e["p1"]) and not is_temp(e["p1"]) \
+                and model_rel(e["p1"]) is not None:
+            # only a file the new version drops, once every temp made so
+            # far is durable and no temp of the step is built after it
+            # (apply.c commit: deletes among the renames, after all temps
+            # were built, fsynced and verified; subscriber_apply.c: an
+            # anchor's dropped files after apply)
+            if model_rel(e["p1"]) not in drops:
+                bad.append("removed a file no version drops: %s" % e["p1"])
+            removed.append(e["p1"])
+            for t in sorted(last_open):
+                if mine(t) and is_temp(t) and unsynced(t, last_open, last_write, synced):
+                    bad.append("removed %s while the temp %s was not durable" % (e["p1"], t))
+        elif e["kind"] == "rename" and e["rc"] == 0 and mine(e["p1"]) \
+                and not is_temp(e["p1"]) and model_rel(e["p1"]) is not None:
+            bad.append("renamed a file away: %s -> %s" % (e["p1"], e["p2"]))
+        elif e["kind"] == "rename" and e["rc"] == 0 and e["p2"].endswith("/.wsync/state.json"):
+            removed = []	# the step is marked: the next one builds anew
+        elif e["kind"] == "rename" and e["rc"] == 0 and mine(e["p2"]):
             src = e["p1"]
             if not is_temp(src):
                 bad.append("renamed from a non-temp: %s -> %s" % (src, e["p2"]))
-            elif src in last_open and synced.get(src, -1) < last_open[src]:
+            elif unsynced(src, last_open, last_write, synced):
                 # (a temp never opened is a symlink: layout = symlink's flip)
-                bad.append("renamed before its fsync: %s -> %s" % (src, e["p2"]))
+                bad.append("renamed before its fsync after its last write: %s -> %s"
+                           % (src, e["p2"]))
     for b in bad:
         print(b)
     return not bad
@@ -141,12 +205,15 @@ def check_order(ev, is_data, is_marker, scope):
     marker's temp fsynced before, its directory after; a directory made
     under scope has its parent fsynced before the next marker."""
     bad = []
-    last_open, synced = {}, {}
+    last_open, last_write, synced = {}, {}, {}
     pending = []	# data renames whose directory still needs a sync
     made = []	# directories made, whose parent still needs a sync
     markers = 0
     for i, e in enumerate(ev):
         k = e["kind"]
+        if k in ("KILL", "FAIL"):
+            continue
+        wrote(e, last_write)
         if k == "open" and e["rc"] >= 0:
             last_open[e["p1"]] = e["seq"]
         elif k == "mkdir" and e["rc"] == 0 and under(e["p1"], scope):
@@ -156,8 +223,10 @@ def check_order(ev, is_data, is_marker, scope):
             pending = [r for r in pending if os.path.dirname(r["p2"]) != e["p1"]]
             made = [m for m in made if os.path.dirname(m) != e["p1"]]
         elif k == "rename" and e["rc"] == 0 and (is_data(e["p2"]) or is_marker(e["p2"])):
-            if synced.get(e["p1"], -1) < last_open.get(e["p1"], 0):
-                bad.append("%s renamed to %s before its fsync" % (e["p1"], e["p2"]))
+            if synced.get(e["p1"], -1) < max(last_open.get(e["p1"], 0),
+                                             last_write.get(e["p1"], -1)):
+                bad.append("%s renamed to %s before its fsync after its last write"
+                           % (e["p1"], e["p2"]))
             if is_marker(e["p2"]):
                 markers += 1
                 for r in pending:
@@ -273,12 +342,23 @@ def orphans(bucket):
     return have == want
 
 
+def drops(ck, old, new):
+    """the paths a step of OLD..NEW deletes: in version V, not in V+1"""
+    out = set()
+    for v in range(max(old, 1), new):
+        a = set(files(os.path.join(ck, "checkpoint-%d" % v)))
+        b = set(files(os.path.join(ck, "checkpoint-%d" % (v + 1))))
+        out |= a - b
+    return out
+
+
 def main():
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "sample":
         return sample(a[0], a[1], int(a[2]), int(a[3]))
     if cmd == "inplace":
-        return inplace(a[0], a[1], a[2] if len(a) > 2 else None)
+        return inplace(a[0], a[1], a[2] if len(a) > 2 and a[2] else None,
+                       drops(a[3], int(a[4]), int(a[5])) if len(a) > 5 else frozenset())
     if cmd == "order":
         return order(a[0], a[1])
     if cmd == "symorder":

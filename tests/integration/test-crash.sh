@@ -46,6 +46,11 @@
 # Publisher on file://: objects durable before their manifest, the
 # manifest durable before HEAD.
 #
+# Disk full mid-apply (the shim's WSYNC_FAIL_AT: the Nth write into a
+# temp in target_dir and every later one fail with ENOSPC, past the
+# free-space check): wsync pull fails cleanly naming ENOSPC, the old
+# version and its marker intact, no temp left; the next pull applies.
+#
 # --long (scripts/stress.sh): also a sweep killing the subscriber at every
 # logged call of the three plans ("any:N").
 . "$(dirname "$0")/lib.sh"
@@ -160,8 +165,9 @@ check "layout = symlink: target_dir is a link to target.v2" test "$(readlink "$G
 check "power loss, layout = symlink: each version directory durable, marker included, before its flip" \
 	cpy symorder "$G/s2.log" "$G/s2/target"
 for l in 1 2 5; do
-	check "normal apply $l: nothing written in place, every rename from an fsynced temp" \
-		cpy inplace "$G/$l.log" "$G/$l/target"
+	case $l in 1) o=0 ;; *) o=1 ;; esac
+	check "normal apply $l: nothing written in place, every rename from a temp fsynced after its last write" \
+		cpy inplace "$G/$l.log" "$G/$l/target" "" "$CK" "$o" "$l"
 done
 
 # ---- subscriber crash matrix --------------------------------------------
@@ -173,7 +179,7 @@ died_at() {
 }
 # whole_files DIR OLD NEW: the sampler and the shim log's in-place check
 whole_files() {
-	cpy sample "$1/target" "$CK" "$2" "$3" && cpy inplace "$1/shim.log" "$1" "$1/run"
+	cpy sample "$1/target" "$CK" "$2" "$3" && cpy inplace "$1/shim.log" "$1" "$1/run" "$CK" "$2" "$3"
 }
 # converged DIR RC NEW: the restart reached NEW, cleanly
 converged() {
@@ -301,6 +307,44 @@ point "catch-up: 3rd step temps" C "write:2:.model-00003-of-00003.safetensors.ws
 point "catch-up: 4th step marker" C "open:4:.wsync/state.json.tmp" pull verified
 point "catch-up: 3rd download" C "rename:3:downloads/"
 
+# ---- disk full mid-apply: the shim fails the Nth write into a temp in
+# target_dir, and every later one, with ENOSPC (past the free-space check)
+# enospc PLAN N: wsync pull fails cleanly (an exit code, not a signal,
+# naming ENOSPC), the fault was reached, the old version is intact with its
+# marker, no temp is left; then a pull without the fault applies NEW
+NFULL=0
+enospc() {
+	local plan=$1 n=$2 old new d rc before
+	case $plan in D) old=2 new=3 ;; A) old=0 new=5 ;; esac
+	NFULL=$((NFULL + 1))
+	d=$TMP/full$NFULL
+	sub_ini "$d"
+	[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
+	set_head "$new"
+	before=$(cat "$d/target/.wsync/state.json" 2>/dev/null)
+	timeout -s KILL 60 env WSYNC_CRASH_LOG="$d/shim.log" WSYNC_FAIL_AT="write:$n:target/.:ENOSPC" \
+		LD_PRELOAD="$WSYNC_CRASHSHIM" "$WSYNC" pull -v --config "$d/sub.ini" >"$d/crash.log" 2>&1
+	rc=$?
+	echo "# disk full [$plan write $n]: exit $rc: $(grep -m1 'No space' "$d/crash.log" | cut -c1-160)"
+	check "disk full [$plan write $n]: the fault was reached" grep -qP "^FAIL\twrite\t$n\t" "$d/shim.log"
+	check "disk full [$plan write $n]: a clean failure (exit $rc: not 0, not a signal) naming ENOSPC" \
+		sh -c '[ "$1" -gt 0 ] && [ "$1" -lt 124 ] && grep -q "No space left on device" "$2"' _ "$rc" "$d/crash.log"
+	if [ "$old" = 0 ]; then
+		check "disk full [$plan write $n]: no model file in the target" \
+			test -z "$(ls -A "$d/target" 2>/dev/null | grep -vx .wsync)"
+	else
+		check "disk full [$plan write $n]: version $old intact (cmp)" same "$d/target" "$old"
+	fi
+	check "disk full [$plan write $n]: marker unchanged" test "$(cat "$d/target/.wsync/state.json" 2>/dev/null)" = "$before"
+	check "disk full [$plan write $n]: no temp file left" no_temps "$d"
+	timeout -s KILL 60 "$WSYNC" pull -v --config "$d/sub.ini" >"$d/restart.log" 2>&1
+	check "disk full [$plan write $n]: space back, the next pull applies version $new" \
+		converged "$d" "$?" "$new"
+}
+enospc D 1
+enospc D 6
+enospc A 3
+
 # the bucket on s3rver: objects downloaded by curl into state_dir
 if have_s3rver; then
 	read -r port < <(free_ports 1)
@@ -369,11 +413,18 @@ sys.exit(0 if vs == list(range(vs[0], vs[-1] + 1)) else "gap in %s" % vs)'
 publish 1 && publish 2 || { echo "Bail out! publisher setup failed"; exit 1; }
 PFIG=()
 STEP=2
-# ppoint STAGE SPEC: publish the next checkpoint under the shim, killed at
-# SPEC; then HEAD is whole, and the same checkpoint published again comes
-# out at a version above HEAD's
+# ppoint STAGE SPEC [NOBJ]: publish the next checkpoint under the shim,
+# killed at SPEC; then HEAD is whole, and the same checkpoint published
+# again comes out at a version above HEAD's (whose manifest lists NOBJ
+# objects, when given)
+n_objects() { # n_objects: how many objects HEAD's manifest lists
+	"$PYTHON3" -c 'import json, sys
+d = lambda p: json.loads(open(p, "rb").read().decode().split("\nwsync-signature")[0])
+h = d(sys.argv[1] + "/HEAD")
+print(len(d(sys.argv[1] + "/" + h["manifest"]["key"])["objects"]))' "$PB"
+}
 ppoint() {
-	local stage=$1 spec=$2 before after rc d
+	local stage=$1 spec=$2 nobj=${3:-} before after rc d
 	STEP=$((STEP + 1))
 	d=$TMP/pk$STEP
 	mkdir -p "$d"
@@ -388,10 +439,12 @@ ppoint() {
 	check "publisher [$stage]: the restart publishes checkpoint-$STEP above version $before" \
 		test "$rc:$astep" = "0:$STEP" -a "$after" -gt "$before"
 	check "publisher [$stage]: ... and HEAD is whole again" head_ok
+	[ -z "$nobj" ] || check "publisher [$stage]: ... its manifest lists $nobj objects" \
+		test "$(n_objects)" = "$nobj"
 	PFIG+=("$(printf '%-34s %-34s HEAD %s -> %s' "$stage" "$spec" "$before" "$after")")
 }
 ppoint "encoding the delta" "write:1:/out/"
-ppoint "between two objects (anchor+delta)" "rename:1:/pbucket/:after"
+ppoint "between two objects (anchor+delta)" "rename:1:/pbucket/:after" 2
 ppoint "uploading an object" "fsync:1:/pbucket/deltas/.wsync-tmp."
 ppoint "objects done, manifest not" "open:1:/pbucket/manifests/"
 ppoint "manifest written, HEAD not" "rename:1:/pbucket/manifests/:after"

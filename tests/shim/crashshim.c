@@ -8,11 +8,16 @@
  *   WSYNC_CRASH_LOG=FILE   append one line per call to FILE (opened once,
  *                          O_APPEND; one write(2) per line, so the lines of
  *                          several threads never interleave):
- *                            SEQ TAB KIND TAB RC TAB PATH [TAB PATH2] [TAB w=N]
+ *                            SEQ TAB KIND TAB RC TAB PATH [TAB PATH2]
+ *                                [TAB w=N] [TAB lw=SEQ]
  *                          KIND: open (O_CREAT or a write mode only), fsync
- *                          (fsync and fdatasync; PATH from /proc/self/fd),
- *                          close (of a file opened for writing; w= counts its
- *                          write/pwrite/copy_file_range calls), rename
+ *                          (fsync and fdatasync; PATH from /proc/self/fd;
+ *                          lw= the sequence number of the fd's last write
+ *                          so far, -1: none), close (of a file opened for
+ *                          writing; w= counts its write/pwrite/
+ *                          copy_file_range calls, lw= the sequence number
+ *                          of the last one: each write takes a number of
+ *                          the SEQ counter without a line of its own), rename
  *                          (PATH -> PATH2), unlink, rmdir, mkdir, symlink
  *                          (PATH2 the link, PATH its text), link.  RC is the
  *                          call's return value (-1: failed).  Paths are
@@ -25,6 +30,13 @@
  *                          ":after".  The log then ends with
  *                            KILL TAB KIND TAB N TAB PATH [TAB PATH2]
  *                          written before the signal is sent.
+ *   WSYNC_FAIL_AT=write:N:SUBSTR:ENOSPC
+ *                          the Nth write (write, pwrite, copy_file_range)
+ *                          into a file opened for writing whose path
+ *                          contains SUBSTR, and every later one, fails with
+ *                          ENOSPC, writing nothing (a disk that filled up);
+ *                          the first failure logs FAIL TAB write TAB N TAB
+ *                          PATH.
  *
  * The counters are atomics and the log line is built on the stack and
  * written with the raw syscall: no lock, no malloc, nothing the caller's
@@ -42,6 +54,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -77,6 +90,14 @@ static struct {
 /* Files opened for writing through us, and their write counts. */
 static atomic_uint tracked[FD_MAX];
 static atomic_uint nwrites[FD_MAX];
+static atomic_long lastw[FD_MAX];	/* SEQ of the last write, -1: none */
+/* WSYNC_FAIL_AT */
+static struct {
+	bool on;
+	unsigned long n;
+	char sub[256];
+} fail;
+static atomic_ulong fail_hits;
 
 /* ---- small async-signal-safe formatting ---- */
 
@@ -196,6 +217,26 @@ __attribute__((constructor)) static void shim_init(void)
 			spec.kind = K_NONE;
 		}
 	}
+	at = getenv("WSYNC_FAIL_AT");
+	if (at && *at) {
+		char buf[400], *save = NULL, *k, *n, *s, *e;
+
+		snprintf(buf, sizeof(buf), "%s", at);
+		k = strtok_r(buf, ":", &save);
+		n = strtok_r(NULL, ":", &save);
+		s = strtok_r(NULL, ":", &save);
+		e = strtok_r(NULL, ":", &save);
+		fail.n = n ? strtoul(n, NULL, 10) : 0;
+		fail.on = k && strcmp(k, "write") == 0 && fail.n && s && e &&
+			  strcmp(e, "ENOSPC") == 0;
+		if (fail.on) {
+			snprintf(fail.sub, sizeof(fail.sub), "%s", s);
+		} else {
+			static const char msg[] = "crashshim: bad WSYNC_FAIL_AT\n";
+
+			(void)syscall(SYS_write, 2, msg, sizeof(msg) - 1);
+		}
+	}
 }
 
 /* Is this call the chosen one?  Counts matching calls. */
@@ -230,7 +271,8 @@ static void die(enum kind k, const char *p1, const char *p2)
 		(void)syscall(SYS_pause);
 }
 
-static void record(enum kind k, long rc, const char *p1, const char *p2, long writes)
+static void record(enum kind k, long rc, const char *p1, const char *p2, long writes,
+		   long last_write)
 {
 	struct line l = { .n = 0 };
 
@@ -251,6 +293,10 @@ static void record(enum kind k, long rc, const char *p1, const char *p2, long wr
 		put(&l, "\tw=");
 		put_long(&l, writes);
 	}
+	if (last_write != LONG_MIN) {
+		put(&l, "\tlw=");
+		put_long(&l, last_write);
+	}
 	emit(&l);
 }
 
@@ -269,8 +315,10 @@ static void record(enum kind k, long rc, const char *p1, const char *p2, long wr
 	}
 
 /* Around one call: the crash point before, the call, the log, the crash
- * point after.  Paths are resolved only when someone will read them. */
-#define AROUND(k, p1, p2, call)                                                \
+ * point after.  Paths are resolved only when someone will read them.
+ * AROUND_LW logs lw= too (LONG_MIN: not). */
+#define AROUND(k, p1, p2, call) AROUND_LW(k, p1, p2, call, LONG_MIN)
+#define AROUND_LW(k, p1, p2, call, lw)                                         \
 	({                                                                     \
 		bool hit_ = chosen(k, p1, p2);                                 \
 		if (hit_ && !spec.after)                                       \
@@ -278,7 +326,7 @@ static void record(enum kind k, long rc, const char *p1, const char *p2, long wr
 		int e_;                                                        \
 		long rc_ = (long)(call);                                       \
 		e_ = errno;                                                    \
-		record(k, rc_, p1, p2, -1);                                    \
+		record(k, rc_, p1, p2, -1, lw);                                \
 		if (hit_)                                                      \
 			die(k, p1, p2);                                        \
 		errno = e_;                                                    \
@@ -287,7 +335,7 @@ static void record(enum kind k, long rc, const char *p1, const char *p2, long wr
 
 static bool active(void)
 {
-	return log_fd >= 0 || spec.kind != K_NONE;
+	return log_fd >= 0 || spec.kind != K_NONE || fail.on;
 }
 
 static bool writing(int flags)
@@ -299,6 +347,7 @@ static void track(int fd)
 {
 	if (fd >= 0 && fd < FD_MAX) {
 		atomic_store(&nwrites[fd], 0);
+		atomic_store(&lastw[fd], -1);
 		atomic_store(&tracked[fd], 1);
 	}
 }
@@ -417,18 +466,42 @@ EXPORT int mkstemp64(char *tmpl)
 
 /* ---- writes: counted per fd, not logged one by one ---- */
 
-static void wrote(int fd)
+/* Before a write to fd: counts it, the crash point; false when
+ * WSYNC_FAIL_AT says it fails (errno set). */
+static bool wrote(int fd)
 {
 	char p[PATH_BUF];
 
 	if (fd < 0 || fd >= FD_MAX || !atomic_load(&tracked[fd]))
-		return;
+		return true;
+	if (fail.on) {
+		fd_path(fd, p);
+		if (strstr(p, fail.sub)) {
+			unsigned long h = atomic_fetch_add(&fail_hits, 1) + 1;
+
+			if (h >= fail.n) {
+				if (h == fail.n) {
+					struct line l = { .n = 0 };
+
+					put(&l, "FAIL\twrite\t");
+					put_long(&l, (long)fail.n);
+					put(&l, "\t");
+					put(&l, p);
+					emit(&l);
+				}
+				errno = ENOSPC;
+				return false;
+			}
+		}
+	}
 	atomic_fetch_add(&nwrites[fd], 1);
+	atomic_store(&lastw[fd], (long)atomic_fetch_add(&seq, 1));
 	if (spec.kind != K_WRITE)
-		return;
+		return true;
 	fd_path(fd, p);
 	if (chosen(K_WRITE, p, NULL))
 		die(K_WRITE, p, NULL);
+	return true;
 }
 
 REAL(ssize_t, write, int, const void *, size_t)
@@ -438,30 +511,43 @@ REAL(ssize_t, copy_file_range, int, off_t *, int, off_t *, size_t, unsigned)
 
 EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
-	wrote(fd);
+	if (!wrote(fd))
+		return -1;
 	return get_write()(fd, buf, n);
 }
 
 EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-	wrote(fd);
+	if (!wrote(fd))
+		return -1;
 	return get_pwrite()(fd, buf, n, off);
 }
 
 EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
-	wrote(fd);
+	if (!wrote(fd))
+		return -1;
 	return get_pwrite64()(fd, buf, n, off);
 }
 
 EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t n,
 			       unsigned flags)
 {
-	wrote(out);
+	if (!wrote(out))
+		return -1;
 	return get_copy_file_range()(in, inoff, out, outoff, n, flags);
 }
 
 /* ---- fsync, close ---- */
+
+/* The SEQ of fd's last write, -1: none or not a file opened for writing
+ * (a directory). */
+static long last_write_of(int fd)
+{
+	if (fd < 0 || fd >= FD_MAX || !atomic_load(&tracked[fd]))
+		return -1;
+	return atomic_load(&lastw[fd]);
+}
 
 REAL(int, fsync, int)
 REAL(int, fdatasync, int)
@@ -474,7 +560,7 @@ EXPORT int fsync(int fd)
 	if (!active())
 		return get_fsync()(fd);
 	fd_path(fd, p);
-	return (int)AROUND(K_FSYNC, p, NULL, get_fsync()(fd));
+	return (int)AROUND_LW(K_FSYNC, p, NULL, get_fsync()(fd), last_write_of(fd));
 }
 
 EXPORT int fdatasync(int fd)
@@ -484,13 +570,13 @@ EXPORT int fdatasync(int fd)
 	if (!active())
 		return get_fdatasync()(fd);
 	fd_path(fd, p);
-	return (int)AROUND(K_FSYNC, p, NULL, get_fdatasync()(fd));
+	return (int)AROUND_LW(K_FSYNC, p, NULL, get_fdatasync()(fd), last_write_of(fd));
 }
 
 EXPORT int close(int fd)
 {
 	char p[PATH_BUF];
-	long w;
+	long w, lw;
 	bool hit;
 	int r, e;
 
@@ -499,13 +585,14 @@ EXPORT int close(int fd)
 	if (fd < 0 || fd >= FD_MAX || !atomic_exchange(&tracked[fd], 0) || !active())
 		return get_close()(fd);
 	w = (long)atomic_load(&nwrites[fd]);
+	lw = atomic_load(&lastw[fd]);	/* (tracked[fd] is cleared by now) */
 	fd_path(fd, p);
 	hit = chosen(K_CLOSE, p, NULL);
 	if (hit && !spec.after)
 		die(K_CLOSE, p, NULL);
 	r = get_close()(fd);
 	e = errno;
-	record(K_CLOSE, r, p, NULL, w);
+	record(K_CLOSE, r, p, NULL, w, lw);
 	if (hit)
 		die(K_CLOSE, p, NULL);
 	errno = e;
