@@ -8,9 +8,13 @@
 #     ever increase), says so in `wsync status --json` and in the journal
 #     (VERIFY_FAILED), and recovers when good data appears;
 #  2. path safety: "..", absolute, NUL and overlong paths in manifests and
-#     in delta FILE records, symlinks planted in target_dir: nothing is
-#     written outside target_dir (a canary folder keeps its exact bytes);
+#     in delta FILE records, symlinks planted in target_dir, and on wsync's
+#     own paths (.wsync itself, .wsync/state.json, its temp, the lock):
+#     nothing is written outside target_dir (a canary folder keeps its
+#     exact listing and bytes);
 #  3. resource bombs: petabyte size fields (delta, manifest), zstd bombs,
+#     (refused by the header check; and, past it, a frame whose header lies
+#     and 256 frames back to back, refused by the decoder's output limit),
 #     a 40 MiB manifest of half a million files, a terabyte safetensors
 #     header and a million tiny tensors given to the publisher: bounded
 #     memory (peak RSS printed) and time, a clear error;
@@ -21,8 +25,9 @@
 #     missing from the index: the publisher logs CHECKPOINT_REJECTED
 #     naming the file and publishes the next good step;
 #  6. local damage with size and mtime kept: repaired from the anchor;
-#  7. disk full (a tmpfs: too few bytes, then too few inodes for ENOSPC
-#     mid-apply): clean failure, no temp file, applied once space is back;
+#  7. disk full (a tmpfs: too few bytes, then too few inodes): clean
+#     failure, no temp file, applied once space is back (ENOSPC from the
+#     Nth write mid-apply: test-crash.sh, with the shim);
 #  8. bad configuration: every key of the table, a bad value (wrong type,
 #     control character, and one below .min / above .max of each bounded
 #     key, taken from config.c) -> FILE:LINE naming the key, exit 78 from
