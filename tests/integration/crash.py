@@ -146,11 +146,18 @@ def inplace(log, scope, skip=None, drops=frozenset()):
     removed = []	# dropped files removed in the step not yet marked
     mine = lambda p: under(p, scope) and not meta(p)
 
+    link = os.path.join(scope, "target")
+    current = os.readlink(link) if os.path.islink(link) else None
+
     def model_rel(p):
         """p's path in its target (SCOPE, or SCOPE/target or a version
-        directory SCOPE/target.vN), None for state_dir's files"""
+        directory SCOPE/target.vN), None for state_dir's files and for a
+        version directory target_dir's link does not name (layout =
+        symlink prunes those, or removes one not flipped to)"""
         parts = os.path.relpath(p, scope).split("/")
         if len(parts) > 1 and re.fullmatch(r"target(\.v\d+)?", parts[0]):
+            if current and parts[0] not in ("target", current):
+                return None
             return "/".join(parts[1:])
         return None if parts[0] == "state" else "/".join(parts)
     for e in ev:
