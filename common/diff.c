@@ -35,11 +35,6 @@
  * kept for the next segment, so one incompressible stretch does not pin
  * memory for the rest of the run. */
 #define KEEP_BUFFER (8u << 20)
-/* The ring of segments in flight gets one slot more than there are
- * workers (a worker ahead of the hashing or the writer takes the next
- * segment instead of waiting) while all slots' buffers, two segments
- * each, stay within this. */
-#define EXTRA_SLOT_BUDGET (192u << 20)
 /* Files from this size on are hashed from the coder's reads rather than in
  * a pass of their own (smaller ones are not worth a FILE record taken back
  * when they turn out unchanged). */
@@ -491,9 +486,9 @@ struct coder {
 	/* Hashing both sides from the coder's own reads (NULL: hashed
 	 * before, in a pass of their own).  Segments are hashed in order
 	 * from their slots' buffers, by one worker at a time: the one that
-	 * finds the next segment coded when it finishes its own, so that a
-	 * worker ahead of the others goes on to the next segment instead of
-	 * waiting. */
+	 * finds the next segment coded when it finishes its own (a worker
+	 * ahead of the others leaves its segment to it and goes back to the
+	 * ring, where a slot more would let it go on). */
 	struct wsync_hasher *th, *bh;		/* target, base (bh NULL: none) */
 	uint64_t prehashed;			/* target bytes in th before coding */
 	uint64_t hashed;			/* segments hashed so far */
@@ -711,7 +706,7 @@ static int write_job(struct wsync_delta_writer *w, struct job *j,
 
 /* Code every segment of the plan and write them in order, on threads
  * workers (none below two segments: the calling thread does it), with a
- * ring of up to threads + 1 of the slots. */
+ * ring of up to threads + 1 of the slots (as many as there are). */
 static int code_file(struct coder *c, unsigned threads, unsigned slots,
 		     struct wsync_delta_writer *w,
 		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
@@ -1141,9 +1136,11 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 			S_ISDIR(ost.st_mode) ? new_path : old_path);
 	d.single = !S_ISDIR(nst.st_mode);
 
+	/* One slot per worker: a slot more would let a worker ahead go on
+	 * while the segment before its own is coded, but costs two segments
+	 * of memory (measured at 2 threads: 1.86 CPUs busy instead of 1.74,
+	 * and peak RSS 305 MiB instead of 212 on incompressible data). */
 	d.slots = d.threads <= 1 ? 1 : d.threads > 64 ? 64 : d.threads;
-	if (d.slots > 1 && (d.slots + 1) * 2 * d.plan.limit <= EXTRA_SLOT_BUDGET)
-		d.slots++;
 	d.ring = calloc(d.slots, sizeof(*d.ring));
 	d.scratch = calloc(2 * (size_t)d.slots, sizeof(*d.scratch));
 	if (!d.ring || !d.scratch)

@@ -26,12 +26,10 @@
  *
  * Memory stays bounded whatever the sizes: segments are read with pread
  * into reused buffers, and at most `threads` segments are in flight (being
- * coded, or coded and waiting to be hashed and written in order), one more
- * while their buffers stay within 192 MiB (2 threads at the default
- * segment size: a worker ahead of the others goes on to the next
- * segment).  Each costs its target and base (2 x segment_target) plus the
- * encoder's scratch and output: measured at 2 threads, ~210 MiB peak RSS
- * for real checkpoints of any size, more for incompressible data (where
+ * coded, or coded and waiting to be hashed and written in order).  Each
+ * costs its target and base (2 x segment_target) plus the encoder's
+ * scratch and output: measured at 2 threads, ~150-185 MiB peak RSS for
+ * real checkpoints of any size, ~210 MiB for incompressible data (where
  * the encoder stages a LITERAL copy of every piece and then its output).
  *
  * Files are read while they may be changing (a trainer still writing): a
