@@ -736,7 +736,7 @@ static int read_ref(struct jr *j, const char *name, int depth, struct wsync_mani
 {
 	bool first = true;
 	uint32_t seen = 0;
-	int r, idx;
+	int r, idx = -1;
 
 	r = jr_open(j, '{', name, "an object");
 	if (r < 0)
@@ -843,7 +843,7 @@ static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 	uint32_t seen = 0;
 	size_t len;
 	char *role;
-	int r, idx;
+	int r, idx = -1;
 
 	if (++a->objects_seen > WSYNC_MANIFEST_OBJECTS_MAX)
 		return wsync_error_set(j->err, -EINVAL, "more than %u objects",
@@ -895,7 +895,7 @@ static int read_file(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 	bool first = true;
 	uint32_t seen = 0;
 	size_t len;
-	int r, idx;
+	int r, idx = -1;
 
 	r = grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
 		 WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
@@ -931,7 +931,7 @@ static int read_anchor(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 	struct wsync_manifest_anchor *an;
 	bool first = true;
 	uint32_t seen = 0;
-	int r, idx;
+	int r, idx = -1;
 
 	r = grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap, sizeof(*an),
 		 WSYNC_MANIFEST_ANCHORS_MAX, "anchors", (void **)&an);
@@ -987,7 +987,7 @@ static int read_manifest(struct jr *j, struct wsync_manifest *m)
 	uint32_t seen = 0;
 	size_t len;
 	char *s;
-	int r, idx;
+	int r, idx = -1;
 
 	if (jr_peek(j) != '{')
 		return jr_syntax(j, "expected a JSON object");
@@ -1315,7 +1315,7 @@ static int read_head(struct jr *j, struct wsync_manifest_head *h)
 {
 	bool first = true;
 	uint32_t seen = 0;
-	int r, idx;
+	int r, idx = -1;
 
 	if (jr_peek(j) != '{')
 		return jr_syntax(j, "expected a JSON object");
@@ -1385,7 +1385,7 @@ static int rescan_format(const uint8_t *body, size_t len, const char *fmt,
 	struct wsync_error e2 = { 0 };
 	bool first = true, have_format = false;
 	struct jr j;
-	int r, idx;
+	int r, idx = -1;
 
 	jr_init(&j, body, len, &e2);
 	if (jr_peek(&j) != '{')

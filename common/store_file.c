@@ -650,7 +650,7 @@ static int op_get(struct file_job *job, int bucket)
 	struct wsync_store_req *req = job->req;
 	uint64_t off = 0, n = 0;
 	struct stat st;
-	int fd, r;
+	int fd = -1, r;
 
 	r = open_object(req, bucket, &fd, &st);
 	if (r < 0)
@@ -677,7 +677,7 @@ out:
 static int op_head(struct file_job *job, int bucket)
 {
 	struct stat st;
-	int fd, r;
+	int fd = -1, r;
 
 	r = open_object(job->req, bucket, &fd, &st);
 	if (r < 0)

@@ -604,7 +604,7 @@ static int parse_name_in(const char *const *names, size_t n, const char *value, 
 static int parse_complete(UNUSED const struct config_key *k, const char *value, void *field,
 			  struct wsync_error *why)
 {
-	int v, r = parse_name_in(complete_names, 3, value, &v, why);
+	int v = 0, r = parse_name_in(complete_names, 3, value, &v, why);
 
 	if (r == 0)
 		*(enum wsync_complete *)field = (enum wsync_complete)v;
@@ -620,7 +620,7 @@ static const char *format_complete(UNUSED const struct config_key *k, const void
 static int parse_watch_mode(UNUSED const struct config_key *k, const char *value, void *field,
 			    struct wsync_error *why)
 {
-	int v, r = parse_name_in(watch_mode_names, 2, value, &v, why);
+	int v = 0, r = parse_name_in(watch_mode_names, 2, value, &v, why);
 
 	if (r == 0)
 		*(enum wsync_watch_mode *)field = (enum wsync_watch_mode)v;
@@ -641,7 +641,7 @@ static const char *const layout_names[] = {
 static int parse_layout(UNUSED const struct config_key *k, const char *value, void *field,
 			struct wsync_error *why)
 {
-	int v, r = parse_name_in(layout_names, 2, value, &v, why);
+	int v = 0, r = parse_name_in(layout_names, 2, value, &v, why);
 
 	if (r == 0)
 		*(enum wsync_layout *)field = (enum wsync_layout)v;
