@@ -30,6 +30,13 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
 	return 0;
 }
 
+int wsync_fsync(int fd)
+{
+	if (fsync(fd) == 0 || errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)
+		return 0;
+	return -errno;
+}
+
 /* mkdir p; when it made it, fsync its parent so that the new entry
  * survives a power loss as what is later written inside it does.  A
  * parent we may write but not read, or a filesystem without directory
@@ -37,7 +44,7 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
 static int mkdir_durable(char *p, mode_t mode)
 {
 	char *slash = strrchr(p, '/');
-	int fd, r = 0;
+	int fd, r;
 
 	if (mkdir(p, mode) < 0)
 		return errno == EEXIST ? 0 : -errno;
@@ -52,8 +59,7 @@ static int mkdir_durable(char *p, mode_t mode)
 	}
 	if (fd < 0)
 		return 0;
-	if (fsync(fd) < 0 && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-		r = -errno;
+	r = wsync_fsync(fd);
 	(void)close(fd);
 	return r;
 }

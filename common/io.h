@@ -15,6 +15,13 @@
 int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
 
 /*
+ * fsync, where the filesystem has one: some (FUSE ones especially, for
+ * directories) answer EINVAL, ENOSYS or ENOTSUP, which must not fail what
+ * is otherwise in place.  0 or another negative errno.
+ */
+int wsync_fsync(int fd);
+
+/*
  * mkdir -p: create path and every missing parent with mode (existing ones
  * are left as they are), fsyncing the parent of each one it creates (so a
  * target_dir or state_dir made here survives a power loss with the files

@@ -203,16 +203,6 @@ static void sweep_stale_tmps(int dirfd)
 	(void)closedir(d);
 }
 
-/* fsync, where the filesystem has one: some FUSE filesystems answer
- * EINVAL or ENOSYS (for directories especially), which must not fail an
- * object that is otherwise in place. */
-static int sync_fd(int fd)
-{
-	if (fsync(fd) == 0 || errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)
-		return 0;
-	return -errno;
-}
-
 static int write_all(int fd, const uint8_t *p, size_t len, const struct file_job *job)
 {
 	while (len > 0) {
@@ -331,7 +321,7 @@ static int open_parent(struct wsync_store_req *req, int bucket, const char *key,
 							    "%.*s: %s", key, (int)(slash - key),
 							    key, strerror(-r));
 			}
-			(void)sync_fd(cur);	/* best effort: the put goes on */
+			(void)wsync_fsync(cur);	/* best effort: the put goes on */
 			next = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		}
 		r = next < 0 ? -errno : 0;
@@ -453,7 +443,7 @@ static int op_put(struct file_job *job, int bucket)
 		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
 	if (r < 0)
 		goto out;
-	r = sync_fd(fd);
+	r = wsync_fsync(fd);
 	if (r == 0 && fstat(fd, &st) < 0)
 		r = -errno;
 	if (r < 0) {
@@ -472,7 +462,7 @@ static int op_put(struct file_job *job, int bucket)
 		goto out;
 	}
 	tmp_made = false;
-	r = sync_fd(dirfd);
+	r = wsync_fsync(dirfd);
 	if (r < 0) {
 		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->key,
 					 strerror(-r));
@@ -607,7 +597,7 @@ static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 					 strerror(-r));
 	if (r < 0)
 		goto out;
-	r = sync_fd(out);
+	r = wsync_fsync(out);
 	if (r < 0) {
 		r = wsync_store_req_fail(req, r, "%s: %s", req->path, strerror(-r));
 		goto out;
@@ -633,7 +623,7 @@ static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 		goto out;
 	}
 	tmp_made = false;
-	r = sync_fd(dirfd);
+	r = wsync_fsync(dirfd);
 	if (r < 0)
 		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->path,
 					 strerror(-r));
@@ -703,7 +693,7 @@ static int op_delete(struct file_job *job, int bucket)
 		return r;
 	r = unlinkat(dirfd, leaf, 0) < 0 ? -errno : 0;
 	if (r == 0)
-		r = sync_fd(dirfd);
+		r = wsync_fsync(dirfd);
 	(void)close(dirfd);
 	if (r == -ENOENT || r == -EISDIR || r == -ENOTDIR)
 		return 0;
