@@ -53,15 +53,14 @@ static int cmp_file_ptr(const void *a, const void *b)
 	return strcmp((*x)->path, (*y)->path);
 }
 
-static int cmp_path_mfile(const void *key, const void *elem)
+int sub_cmp_path_mfile(const void *key, const void *elem)
 {
 	const struct wsync_manifest_file *const *y = elem;
 
 	return strcmp(key, (*y)->path);
 }
 
-/* The manifest's files as pointers sorted by path (manifests need not be). */
-static const struct wsync_manifest_file **sorted_files(const struct wsync_manifest *m)
+const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m)
 {
 	const struct wsync_manifest_file **v = calloc(m->n_files + 1, sizeof(*v));
 
@@ -97,7 +96,7 @@ static int check_delta_matches(struct sub_apply_job *j, const struct wsync_delta
 			continue;
 		/* Both in strcmp order: walk them side by side. */
 		if (k >= m->n_files || strcmp(f->path, mf[k]->path) != 0) {
-			want = bsearch(f->path, mf, m->n_files, sizeof(*mf), cmp_path_mfile);
+			want = bsearch(f->path, mf, m->n_files, sizeof(*mf), sub_cmp_path_mfile);
 			return wsync_error_set(&j->err, -EINVAL,
 				"the object of version %llu does not match its manifest: "
 				"%s %s", (unsigned long long)m->version, f->path,
@@ -122,7 +121,7 @@ static int check_delta_matches(struct sub_apply_job *j, const struct wsync_delta
 /* The previous state's files that the new manifest drops (anchor only). */
 static bool dropped(const struct sub_file *f, const struct wsync_manifest_file **mf, size_t n)
 {
-	return !bsearch(f->path, mf, n, sizeof(*mf), cmp_path_mfile);
+	return !bsearch(f->path, mf, n, sizeof(*mf), sub_cmp_path_mfile);
 }
 
 /* 2. No symlink where the step writes or deletes. */
@@ -288,7 +287,7 @@ void sub_apply_work(void *data)
 		built = true;
 		dir = j->version_dir;
 	}
-	mf = sorted_files(j->m);
+	mf = sub_sorted_files(j->m);
 	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!mf || root < 0) {
 		r = !mf ? wsync_error_set(&j->err, -ENOMEM, "out of memory") :

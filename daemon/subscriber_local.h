@@ -103,6 +103,11 @@ int sub_local_quick_check(const char *target, const struct sub_local *s, char *w
 int sub_local_full_check(const char *target, const struct sub_local *s, char *why,
 			 size_t why_len);
 
+/* The manifest's files as pointers sorted by path (manifests need not be),
+ * for bsearch() with sub_cmp_path_mfile (key: a path).  NULL: no memory. */
+const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m);
+int sub_cmp_path_mfile(const void *key, const void *elem);
+
 /*
  * Does target already hold exactly version m -- every file m lists, with
  * its size and XXH3-128 (all read and hashed), and none of the files prev

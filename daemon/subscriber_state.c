@@ -384,20 +384,6 @@ int sub_local_full_check(const char *target, const struct sub_local *s, char *wh
 	return r;
 }
 
-static int cmp_mfile_ptr(const void *a, const void *b)
-{
-	const struct wsync_manifest_file *const *x = a, *const *y = b;
-
-	return strcmp((*x)->path, (*y)->path);
-}
-
-static int cmp_path_mfile_ptr(const void *key, const void *elem)
-{
-	const struct wsync_manifest_file *const *y = elem;
-
-	return strcmp(key, (*y)->path);
-}
-
 int sub_local_adopt(const char *target, const struct sub_local *prev,
 		    const struct wsync_manifest *m, const struct wsync_hash128 *manifest_hash,
 		    struct sub_local *out, char *why, size_t why_len)
@@ -408,21 +394,18 @@ int sub_local_adopt(const char *target, const struct sub_local *prev,
 	memset(out, 0, sizeof(*out));
 	if (root < 0)
 		return -errno;
-	sorted = calloc(m->n_files + 1, sizeof(*sorted));
+	sorted = sub_sorted_files(m);
 	out->files = calloc(m->n_files + 1, sizeof(*out->files));
 	if (!sorted || !out->files) {
 		r = -ENOMEM;
 		goto out;
 	}
 	/* what the apply deletes, deleted before its marker too */
-	for (size_t i = 0; i < m->n_files; i++)
-		sorted[i] = &m->files[i];
-	qsort(sorted, m->n_files, sizeof(*sorted), cmp_mfile_ptr);
 	for (size_t i = 0; i < prev->n_files && r == 0; i++) {
 		struct stat st;
 
 		if (!bsearch(prev->files[i].path, sorted, m->n_files, sizeof(*sorted),
-			     cmp_path_mfile_ptr) &&
+			     sub_cmp_path_mfile) &&
 		    sub_stat_rel(root, prev->files[i].path, &st) != -ENOENT) {
 			snprintf(why, why_len, "%s is still there", prev->files[i].path);
 			r = 1;
