@@ -504,17 +504,21 @@ struct decoder {
 	struct wsync_error err;
 };
 
-/* Read exactly len bytes at off (the base must not shrink under us). */
-static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
-		     const char *what, struct wsync_error *err)
+/* r, from reading the base of what: 0, or the error in err. */
+static int base_read_failed(int r, const char *what, struct wsync_error *err)
 {
-	int r = wsync_pread_all(fd, p, len, off);
-
 	if (r < 0)
 		return wsync_error_set(err, r == -ENODATA ? -EINVAL : r,
 				       "%s: reading the base: %s", what,
 				       r == -ENODATA ? "it shrank" : strerror(-r));
 	return 0;
+}
+
+/* Read exactly len bytes at off (the base must not shrink under us). */
+static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
+		     const char *what, struct wsync_error *err)
+{
+	return base_read_failed(wsync_pread_all(fd, p, len, off), what, err);
 }
 
 /* Wait until segment i is the next to hash (every one before it hashed).
@@ -942,14 +946,11 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		r = dc.r;
 	}
 	/* the rest of the base hash: what was not read in order */
-	while (r == 0 && dc.bhasher && dc.base_pos < dc.base_size) {
-		uint8_t buf[64 << 10];
-		uint64_t n = dc.base_size - dc.base_pos < sizeof(buf)
-				     ? dc.base_size - dc.base_pos : sizeof(buf);
-
-		r = pread_all(bfd, buf, n, dc.base_pos, f->path, err);
-		if (r == 0)
-			hash_base(&dc, buf, n, dc.base_pos);
+	if (r == 0 && dc.bhasher && dc.base_pos < dc.base_size) {
+		r = base_read_failed(wsync_hasher_update_fd(dc.bhasher, bfd, dc.base_pos,
+							    dc.base_size - dc.base_pos),
+				     f->path, err);
+		dc.base_pos = dc.base_size;
 	}
 out:
 	if (r == 0)

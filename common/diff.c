@@ -497,18 +497,23 @@ struct coder {
 	bool hash_failed;			/* a segment failed: hash no more */
 };
 
-/* Read len bytes at off into p (the file may not shrink under us). */
-static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
-		   struct wsync_error *err)
+/* r, from reading s: 0, or the error in err (a file that ends early
+ * changed size under us). */
+static int read_failed(const struct src *s, int r, struct wsync_error *err)
 {
-	int r = wsync_pread_all(s->fd, p, len, off);
-
 	if (r == -ENODATA)
 		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
 				       s->path);
 	if (r < 0)
 		return wsync_error_set(err, r, "%s: %s", s->path, strerror(-r));
 	return 0;
+}
+
+/* Read len bytes at off into p (the file may not shrink under us). */
+static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
+		   struct wsync_error *err)
+{
+	return read_failed(s, wsync_pread_all(s->fd, p, len, off), err);
 }
 
 /*
@@ -584,27 +589,12 @@ static void finish_job(struct coder *c, struct job *j)
 /* The rest of the base hash: what the segments did not read in order. */
 static int finish_base_hash(struct coder *c, struct wsync_error *err)
 {
-	uint8_t *buf;
-	int r = 0;
+	int r = wsync_hasher_update_fd(c->bh, c->base->fd, c->base_pos,
+				       c->base->size - c->base_pos);
 
-	if (c->base_pos == c->base->size)
-		return 0;
-	buf = malloc(1u << 20);
-	if (!buf)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	while (r == 0 && c->base_pos < c->base->size) {
-		uint64_t n = c->base->size - c->base_pos;
-
-		if (n > (1u << 20))
-			n = 1u << 20;
-		r = read_at(c->base, buf, n, c->base_pos, err);
-		if (r == 0) {
-			wsync_hasher_update(c->bh, buf, (size_t)n);
-			c->base_pos += n;
-		}
-	}
-	free(buf);
-	return r;
+	if (r == 0)
+		c->base_pos = c->base->size;
+	return read_failed(c->base, r, err);
 }
 
 /*

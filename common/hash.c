@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io.h"
+
 /*
  * xxHash is compiled in here rather than called in the shared library:
  * Debian builds libxxhash for baseline x86-64 (SSE2), where XXH3 runs at
@@ -102,6 +104,31 @@ void wsync_hash_mem(const void *p, size_t len, struct wsync_hash128 *ret)
 void wsync_hasher_digest(const struct wsync_hasher *h, struct wsync_hash128 *ret)
 {
 	canonical(XXH3_128bits_digest(&h->st), ret);
+}
+
+int wsync_hasher_update_fd(struct wsync_hasher *h, int fd, uint64_t off, uint64_t len)
+{
+	size_t cap = len < WSYNC_HASH_WINDOW ? (size_t)len : WSYNC_HASH_WINDOW;
+	uint8_t *buf;
+	int r = 0;
+
+	if (len == 0)
+		return 0;
+	buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	while (r == 0 && len > 0) {
+		size_t n = len < cap ? (size_t)len : cap;
+
+		r = wsync_pread_all(fd, buf, n, off);
+		if (r == 0) {
+			wsync_hasher_update(h, buf, n);
+			off += n;
+			len -= n;
+		}
+	}
+	free(buf);
+	return r;
 }
 
 int wsync_hash_fd(int fd, const char *what, struct wsync_hash128 *ret,

@@ -50,6 +50,13 @@ void wsync_hasher_free(struct wsync_hasher *h);
 void wsync_hasher_copy(struct wsync_hasher *dst, const struct wsync_hasher *src);
 
 /*
+ * Add the len bytes fd holds at off to h, read with pread in windows of at
+ * most WSYNC_HASH_WINDOW.  0, -ENODATA when the file ends first, -ENOMEM,
+ * or the read's negative errno (callers word the message).
+ */
+int wsync_hasher_update_fd(struct wsync_hasher *h, int fd, uint64_t off, uint64_t len);
+
+/*
  * Hash everything fd holds from offset 0 to end of file, reading with
  * pread (the fd's position is untouched, so other threads may pread the
  * same fd).  *size_ret (may be NULL) gets the number of bytes hashed.
