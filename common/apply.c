@@ -498,8 +498,9 @@ struct decoder {
 	struct wsync_hasher *hasher;	/* of the rebuilt file */
 	struct wsync_hasher *bhasher;	/* of the base (folded), or NULL */
 	uint64_t base_pos;		/* base bytes hashed so far, in order */
-	size_t ahead_cap;		/* bytes of target and of base an ahead
-					 * worker keeps (0: reads back) */
+	bool map_base;			/* read the base through mapped windows */
+	size_t ahead_cap;		/* bytes of target an ahead worker keeps
+					 * (0: reads back) */
 	int r;				/* first failure */
 	struct wsync_error err;
 };
@@ -556,7 +557,7 @@ static void pass_turn(struct decoder *dc)
 
 /* Base bytes [off, off+len) were read: hash them if they continue the
  * base in order (the caller holds the hashing turn).  What is read out of
- * order or never is hashed at the end (finish_base_hash). */
+ * order or never is hashed at the end of the file. */
 static void hash_base(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off)
 {
 	if (dc->bhasher && off == dc->base_pos) {
@@ -583,13 +584,76 @@ static bool based_method(enum wsync_piece_method m)
 }
 
 /*
+ * One range of base bytes at base_off used: decoded into out (when sd is
+ * not NULL) and then hashed (when hash is set).  The base bytes may be
+ * mapped: run_on_base runs it under wsync_guarded then, so a base cut
+ * short meanwhile is an error, not a SIGBUS.
+ */
+struct base_use {
+	struct decoder *dc;
+	struct wsync_segment_decoder *sd;
+	size_t piece;
+	const uint8_t *base;
+	uint64_t n, base_off;
+	uint8_t *out;
+	bool hash;
+	struct wsync_error *err;
+};
+
+static int base_use_fn(void *arg)
+{
+	struct base_use *u = arg;
+	int r = 0;
+
+	if (u->sd)
+		r = wsync_segment_decode_piece(u->sd, u->piece, u->n, u->base, u->out,
+					       u->err);
+	if (r == 0 && u->hash)
+		hash_base(u->dc, u->base, u->n, u->base_off);
+	return r;
+}
+
+static int run_on_base(struct base_use *u, bool mapped)
+{
+	int r;
+
+	if (!mapped)
+		return base_use_fn(u);
+	r = wsync_guarded(base_use_fn, u);
+	if (r == -EFAULT)
+		r = wsync_error_set(u->err, -EINVAL, "%s: reading the base: it shrank",
+				    u->dc->e->file.path);
+	return r;
+}
+
+/*
+ * Base bytes [off, off+n) for decoding: seen through the worker's mapped
+ * window bw when the base can be mapped (no copy), else read into buf.
+ * *mapped says which, for the guard around their use.
+ */
+static int base_bytes(struct decoder *dc, struct wsync_map_window *bw, uint64_t off,
+		      uint64_t n, uint8_t *buf, const uint8_t **p, bool *mapped,
+		      struct wsync_error *err)
+{
+	if (dc->map_base) {
+		if (wsync_map_window_get(bw, dc->base_fd, dc->base_size, off, n, p) == 0) {
+			*mapped = true;
+			return 0;
+		}
+		dc->map_base = false;	/* not here: read from now on (a benign race) */
+	}
+	*mapped = false;
+	*p = buf;
+	return pread_all(dc->base_fd, buf, n, off, dc->e->file.path, err);
+}
+
+/*
  * What a worker decoded of its segment before its hashing turn came, kept
- * while it fits (a prefix of the segment): t the target bytes from the
- * segment's start, b the base bytes its based pieces read, in piece order
- * and DECODE_CHUNK steps.  Past the prefix, hash_back reads back.
+ * while it fits (a prefix of the segment, from its start).  Past the
+ * prefix, hash_back reads back.
  */
 struct ahead {
-	struct wsync_buf t, b;
+	struct wsync_buf t;
 	bool on;			/* still keeping */
 };
 
@@ -597,20 +661,20 @@ struct ahead {
  * Catch the hashes up with what this worker decoded of segment s before
  * its turn came: the target from the segment's start to piece upto_piece
  * (bytes upto_done into it), and the base ranges of those pieces that
- * continue the base in order.  What ah kept is hashed from memory, the
- * rest is read back from the temp file and the base.  The caller holds
- * the turn; buf is a free DECODE_CHUNK buffer.
+ * continue the base in order.  What ah kept of the target is hashed from
+ * memory, the rest is read back from the temp file; the base is seen
+ * again through the window bw.  The caller holds the turn; buf is a free
+ * DECODE_CHUNK buffer.
  */
 static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 		     size_t upto_piece, uint64_t upto_done, const struct ahead *ah,
-		     uint8_t *buf, struct wsync_error *err)
+		     struct wsync_map_window *bw, uint8_t *buf, struct wsync_error *err)
 {
 	uint64_t tend = (upto_piece < s->n_pieces ? s->pieces[upto_piece].target_offset
 						  : s->target_offset + s->target_len) +
 			upto_done;
 	uint64_t kept = ah->t.len < tend - s->target_offset ? ah->t.len
 							    : tend - s->target_offset;
-	size_t bc = 0;		/* into ah->b */
 	int r = 0;
 
 	if (kept)
@@ -635,21 +699,15 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 			continue;
 		for (uint64_t done = 0; r == 0 && done < lim; done += DECODE_CHUNK) {
 			uint64_t n = lim - done < DECODE_CHUNK ? lim - done : DECODE_CHUNK;
-			const uint8_t *p = NULL;
+			struct base_use u = { .dc = dc, .n = n, .base_off = pc->base_offset + done,
+					      .hash = true, .err = err };
+			bool mapped;
 
-			if (bc < ah->b.len) {	/* kept whole: the prefix is of chunks */
-				p = ah->b.data + bc;
-				bc += (size_t)n;
-			}
-			if (pc->base_offset + done != dc->base_pos)
+			if (u.base_off != dc->base_pos)
 				continue;	/* out of order: hashed at the end */
-			if (!p) {
-				r = pread_all(dc->base_fd, buf, n, pc->base_offset + done,
-					      dc->e->file.path, err);
-				p = buf;
-			}
+			r = base_bytes(dc, bw, u.base_off, n, buf, &u.base, &mapped, err);
 			if (r == 0)
-				hash_base(dc, p, n, pc->base_offset + done);
+				r = run_on_base(&u, mapped);
 		}
 	}
 	return r;
@@ -657,8 +715,9 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 
 /*
  * Decode one segment into the temp file.  COPY, LITERAL and FLOAT pieces
- * stream through two DECODE_CHUNK buffers that stay in the cache (base
- * bytes read with pread, decoded, written and hashed), so the segment is
+ * stream through DECODE_CHUNK buffers that stay in the cache (base bytes
+ * seen through a mapped window -- or read with pread where the file
+ * system cannot map -- decoded, written and hashed), so the segment is
  * never held whole: on the machines measured, memory traffic is what
  * decoding costs beyond the float coder.  ZSTD and XOR pieces, whose
  * frames decode in one go, use buffers of the piece's size.
@@ -674,7 +733,8 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
 		      struct wsync_buf *bb, struct wsync_buf *chunks,
-		      struct ahead *ah, struct wsync_error *err)
+		      struct ahead *ah, struct wsync_map_window *bw,
+		      struct wsync_error *err)
 {
 	const char *path = dc->e->file.path;
 	uint64_t index = (uint64_t)(sg - dc->e->segments);
@@ -705,15 +765,13 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		goto fail;
 	inline_hash = is_turn(dc, index);
 	wsync_buf_reset(&ah->t);
-	wsync_buf_reset(&ah->b);
 	ah->on = !inline_hash && dc->ahead_cap;
 	if (ah->on) {
 		size_t cap = s->target_len < dc->ahead_cap ? (size_t)s->target_len
 							    : dc->ahead_cap;
 
 		/* without the memory, read back as before */
-		ah->on = wsync_buf_scratch(&ah->t, cap) == 0 &&
-			 wsync_buf_scratch(&ah->b, cap) == 0;
+		ah->on = wsync_buf_scratch(&ah->t, cap) == 0;
 	}
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
@@ -732,7 +790,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			goto fail;
 		}
 		if (!inline_hash && is_turn(dc, index)) {
-			r = hash_back(dc, s, i, 0, ah, cb, err);
+			r = hash_back(dc, s, i, 0, ah, bw, cb, err);
 			if (r < 0)
 				goto fail;
 			inline_hash = true;
@@ -764,40 +822,39 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		for (uint64_t done = 0; done < pc->len; done += DECODE_CHUNK) {
 			uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
 								    : DECODE_CHUNK;
-			uint8_t *ib = cb, *ob = co;
+			const uint8_t *ib = NULL;
+			uint8_t *ob = co;
+			bool mapped = false;
 
 			if (done && !inline_hash && is_turn(dc, index)) {
-				r = hash_back(dc, s, i, done, ah, cb, err);
+				r = hash_back(dc, s, i, done, ah, bw, cb, err);
 				if (r < 0)
 					goto fail;
 				inline_hash = true;
 			}
-			if (!inline_hash && ah->on &&
-			    (n > ah->t.cap - ah->t.len || n > ah->b.cap - ah->b.len))
+			if (!inline_hash && ah->on && n > ah->t.cap - ah->t.len)
 				ah->on = false;	/* full: the rest is read back */
-			if (!inline_hash && ah->on) {
+			if (!inline_hash && ah->on)
 				ob = ah->t.data + ah->t.len;
-				if (based)
-					ib = ah->b.data + ah->b.len;
-			}
 			if (based)
-				r = pread_all(dc->base_fd, ib, n, pc->base_offset + done,
-					      path, err);
-			if (r == 0 && based && inline_hash)
-				hash_base(dc, ib, n, pc->base_offset + done);
-			if (r == 0)
-				r = wsync_segment_decode_piece(sd, i, n, based ? ib : NULL,
-							       ob, err);
+				r = base_bytes(dc, bw, pc->base_offset + done, n, cb, &ib,
+					       &mapped, err);
+			if (r == 0) {
+				struct base_use u = { .dc = dc, .sd = sd, .piece = i,
+						      .base = ib, .n = n,
+						      .base_off = pc->base_offset + done,
+						      .out = ob, .hash = based && inline_hash,
+						      .err = err };
+
+				r = run_on_base(&u, mapped);
+			}
 			if (r == 0)
 				r = emit(dc, ob, n, pc->target_offset + done, inline_hash,
 					 err);
 			if (r < 0)
 				goto fail;
-			if (ob != co) {
+			if (ob != co)
 				ah->t.len += (size_t)n;
-				if (based)
-					ah->b.len += (size_t)n;
-			}
 		}
 	}
 	r = wsync_segment_decoder_finish(sd, err);
@@ -808,7 +865,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	if (!inline_hash) {
 		r = wait_turn(dc, index);
 		if (r == 0)
-			r = hash_back(dc, s, s->n_pieces, 0, ah, cb, err);
+			r = hash_back(dc, s, s->n_pieces, 0, ah, bw, cb, err);
 		if (r < 0) {
 			wsync_segment_free(s);
 			return r;
@@ -828,6 +885,7 @@ static void *decode_worker(void *arg)
 {
 	struct decoder *dc = arg;
 	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 }, chunks = { 0 };
+	struct wsync_map_window bw = { 0 };
 	struct ahead ah = { 0 };
 	struct wsync_error err = { 0 };
 
@@ -843,7 +901,7 @@ static void *decode_worker(void *arg)
 		i = dc->next++;
 		pthread_mutex_unlock(&dc->mu);
 		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &bb, &chunks,
-			       &ah, &err);
+			       &ah, &bw, &err);
 		if (r < 0) {
 			pthread_mutex_lock(&dc->mu);
 			if (dc->r == 0) {
@@ -860,7 +918,7 @@ static void *decode_worker(void *arg)
 	wsync_buf_free(&bb);
 	wsync_buf_free(&chunks);
 	wsync_buf_free(&ah.t);
-	wsync_buf_free(&ah.b);
+	wsync_map_window_release(&bw);
 	return NULL;
 }
 
@@ -899,6 +957,7 @@ static int decode_file(struct applier *a, const struct item *it, int fd,
 		}
 		dc.base_fd = bfd;
 		dc.base_size = f->base_size;
+		dc.map_base = true;
 	}
 	if (pthread_mutex_init(&dc.mu, NULL) != 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");

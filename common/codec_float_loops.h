@@ -75,10 +75,9 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 	class_incs(tab, mask, inc);
 	for (unsigned c = 0; c < NCLS; c++)
 		dist.b[c] = distance(&lanes[c], &cc, c);
-	/* Unchanged elements are the base's: one copy of the whole range
-	 * (callers pass cache-sized ranges), then only the changes are
-	 * patched in. */
-	memcpy(out, base, (size_t)n * width);
+	/* Unchanged elements are the base's: each block is copied as its
+	 * classes are counted (one read of the base), then only the changes
+	 * are patched in. */
 	for (uint64_t i = 0; i < n; i += BLOCK) {
 		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
 		const uint8_t *bp = base + i * width;
@@ -86,6 +85,10 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 		unsigned hits;
 
 		bytes.v = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
+		if (k == BLOCK)	/* a constant size: a few vector moves */
+			memcpy(op, bp, (size_t)BLOCK * width);
+		else
+			memcpy(op, bp, (size_t)k * width);
 		hits = block_hits(&bytes, &dist);
 		if (!hits) {	/* the common case: nothing changes here */
 			dist.vec -= bytes.vec;
