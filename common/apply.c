@@ -484,25 +484,55 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 	return 0;
 }
 
-/* Decoding one file's segments, shared by its workers. */
+struct pool;
+
+/* Decoding one file's segments (a job of the pool), shared by the workers
+ * on it.  Everything that changes is guarded by the pool's mutex, except
+ * the hashers and base_pos: only the worker holding the file's hashing
+ * turn touches those. */
 struct decoder {
 	const struct wsync_delta_reader *d;
 	const struct wsync_delta_entry *e;
-	int base_fd;			/* -1 for a new file */
+	struct item *it;
+	struct pool *pool;
+	int base_fd;			/* -1 for a new file or not open */
 	uint64_t base_size;
-	int fd;				/* the temp file */
-	pthread_mutex_t mu;
-	pthread_cond_t turn;		/* hashed moved on, or r was set */
+	int fd;				/* the temp file, -1 until open */
+	bool open, finished;
+	unsigned active;		/* workers decoding a segment of it */
 	uint64_t next;			/* next segment to take */
 	uint64_t hashed;		/* segments hashed so far, in order */
 	struct wsync_hasher *hasher;	/* of the rebuilt file */
 	struct wsync_hasher *bhasher;	/* of the base (folded), or NULL */
 	uint64_t base_pos;		/* base bytes hashed so far, in order */
-	bool map_base;			/* read the base through mapped windows */
-	size_t ahead_cap;		/* bytes of target an ahead worker keeps
-					 * (0: reads back) */
 	int r;				/* first failure */
 	struct wsync_error err;
+};
+
+/*
+ * The build step's workers, over every file to rebuild (one job each).  A
+ * worker goes to a file nobody works on first -- an open one, else the
+ * next file, opened then -- so with several files (the shards of a
+ * checkpoint) each worker builds its own: its own temp file to write (a
+ * file system serialises the writes to one file), its own hashing order,
+ * no waiting on another's turn.  Only when every file left has a worker
+ * does one join the file with the most segments left.  The worker that
+ * finds a file done (every segment taken, none in work) finishes it:
+ * verify, mode, fsync, close.  Files are opened in delta order and at
+ * most about one per worker is open at a time.
+ */
+struct pool {
+	struct applier *a;
+	pthread_mutex_t mu;
+	pthread_cond_t turn;		/* a job's hashed moved on, or it failed */
+	struct decoder *jobs;
+	size_t n_jobs;
+	size_t opened;			/* jobs [0, opened) were opened */
+	size_t failed;			/* first failed job, n_jobs if none */
+	int r;				/* its failure */
+	struct wsync_error err;
+	size_t ahead_cap;		/* bytes of target an ahead worker keeps
+					 * (0: reads back) */
 };
 
 /* r, from reading the base of what: 0, or the error in err. */
@@ -528,12 +558,12 @@ static int wait_turn(struct decoder *dc, uint64_t i)
 {
 	int r = 0;
 
-	pthread_mutex_lock(&dc->mu);
+	pthread_mutex_lock(&dc->pool->mu);
 	while (dc->hashed != i && dc->r == 0)
-		pthread_cond_wait(&dc->turn, &dc->mu);
+		pthread_cond_wait(&dc->pool->turn, &dc->pool->mu);
 	if (dc->r < 0)
 		r = -ECANCELED;
-	pthread_mutex_unlock(&dc->mu);
+	pthread_mutex_unlock(&dc->pool->mu);
 	return r;
 }
 
@@ -541,18 +571,18 @@ static bool is_turn(struct decoder *dc, uint64_t i)
 {
 	bool yes;
 
-	pthread_mutex_lock(&dc->mu);
+	pthread_mutex_lock(&dc->pool->mu);
 	yes = dc->hashed == i;
-	pthread_mutex_unlock(&dc->mu);
+	pthread_mutex_unlock(&dc->pool->mu);
 	return yes;
 }
 
 static void pass_turn(struct decoder *dc)
 {
-	pthread_mutex_lock(&dc->mu);
+	pthread_mutex_lock(&dc->pool->mu);
 	dc->hashed++;
-	pthread_cond_broadcast(&dc->turn);
-	pthread_mutex_unlock(&dc->mu);
+	pthread_cond_broadcast(&dc->pool->turn);
+	pthread_mutex_unlock(&dc->pool->mu);
 }
 
 /* Base bytes [off, off+len) were read: hash them if they continue the
@@ -584,70 +614,6 @@ static bool based_method(enum wsync_piece_method m)
 }
 
 /*
- * One range of base bytes at base_off used: decoded into out (when sd is
- * not NULL) and then hashed (when hash is set).  The base bytes may be
- * mapped: run_on_base runs it under wsync_guarded then, so a base cut
- * short meanwhile is an error, not a SIGBUS.
- */
-struct base_use {
-	struct decoder *dc;
-	struct wsync_segment_decoder *sd;
-	size_t piece;
-	const uint8_t *base;
-	uint64_t n, base_off;
-	uint8_t *out;
-	bool hash;
-	struct wsync_error *err;
-};
-
-static int base_use_fn(void *arg)
-{
-	struct base_use *u = arg;
-	int r = 0;
-
-	if (u->sd)
-		r = wsync_segment_decode_piece(u->sd, u->piece, u->n, u->base, u->out,
-					       u->err);
-	if (r == 0 && u->hash)
-		hash_base(u->dc, u->base, u->n, u->base_off);
-	return r;
-}
-
-static int run_on_base(struct base_use *u, bool mapped)
-{
-	int r;
-
-	if (!mapped)
-		return base_use_fn(u);
-	r = wsync_guarded(base_use_fn, u);
-	if (r == -EFAULT)
-		r = wsync_error_set(u->err, -EINVAL, "%s: reading the base: it shrank",
-				    u->dc->e->file.path);
-	return r;
-}
-
-/*
- * Base bytes [off, off+n) for decoding: seen through the worker's mapped
- * window bw when the base can be mapped (no copy), else read into buf.
- * *mapped says which, for the guard around their use.
- */
-static int base_bytes(struct decoder *dc, struct wsync_map_window *bw, uint64_t off,
-		      uint64_t n, uint8_t *buf, const uint8_t **p, bool *mapped,
-		      struct wsync_error *err)
-{
-	if (dc->map_base) {
-		if (wsync_map_window_get(bw, dc->base_fd, dc->base_size, off, n, p) == 0) {
-			*mapped = true;
-			return 0;
-		}
-		dc->map_base = false;	/* not here: read from now on (a benign race) */
-	}
-	*mapped = false;
-	*p = buf;
-	return pread_all(dc->base_fd, buf, n, off, dc->e->file.path, err);
-}
-
-/*
  * What a worker decoded of its segment before its hashing turn came, kept
  * while it fits (a prefix of the segment, from its start).  Past the
  * prefix, hash_back reads back.
@@ -662,13 +628,12 @@ struct ahead {
  * its turn came: the target from the segment's start to piece upto_piece
  * (bytes upto_done into it), and the base ranges of those pieces that
  * continue the base in order.  What ah kept of the target is hashed from
- * memory, the rest is read back from the temp file; the base is seen
- * again through the window bw.  The caller holds the turn; buf is a free
- * DECODE_CHUNK buffer.
+ * memory, the rest is read back from the temp file; the base is read
+ * again.  The caller holds the turn; buf is a free DECODE_CHUNK buffer.
  */
 static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 		     size_t upto_piece, uint64_t upto_done, const struct ahead *ah,
-		     struct wsync_map_window *bw, uint8_t *buf, struct wsync_error *err)
+		     uint8_t *buf, struct wsync_error *err)
 {
 	uint64_t tend = (upto_piece < s->n_pieces ? s->pieces[upto_piece].target_offset
 						  : s->target_offset + s->target_len) +
@@ -699,15 +664,13 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 			continue;
 		for (uint64_t done = 0; r == 0 && done < lim; done += DECODE_CHUNK) {
 			uint64_t n = lim - done < DECODE_CHUNK ? lim - done : DECODE_CHUNK;
-			struct base_use u = { .dc = dc, .n = n, .base_off = pc->base_offset + done,
-					      .hash = true, .err = err };
-			bool mapped;
+			uint64_t off = pc->base_offset + done;
 
-			if (u.base_off != dc->base_pos)
+			if (off != dc->base_pos)
 				continue;	/* out of order: hashed at the end */
-			r = base_bytes(dc, bw, u.base_off, n, buf, &u.base, &mapped, err);
+			r = pread_all(dc->base_fd, buf, n, off, dc->e->file.path, err);
 			if (r == 0)
-				r = run_on_base(&u, mapped);
+				hash_base(dc, buf, n, off);
 		}
 	}
 	return r;
@@ -716,9 +679,8 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 /*
  * Decode one segment into the temp file.  COPY, LITERAL and FLOAT pieces
  * stream through DECODE_CHUNK buffers that stay in the cache (base bytes
- * seen through a mapped window -- or read with pread where the file
- * system cannot map -- decoded, written and hashed), so the segment is
- * never held whole: on the machines measured, memory traffic is what
+ * read with pread, decoded, written and hashed), so the segment is never
+ * held whole: on the machines measured, memory traffic is what
  * decoding costs beyond the float coder.  ZSTD and XOR pieces, whose
  * frames decode in one go, use buffers of the piece's size.
  *
@@ -733,8 +695,7 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,
 		      struct wsync_buf *bb, struct wsync_buf *chunks,
-		      struct ahead *ah, struct wsync_map_window *bw,
-		      struct wsync_error *err)
+		      struct ahead *ah, struct wsync_error *err)
 {
 	const char *path = dc->e->file.path;
 	uint64_t index = (uint64_t)(sg - dc->e->segments);
@@ -765,10 +726,10 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		goto fail;
 	inline_hash = is_turn(dc, index);
 	wsync_buf_reset(&ah->t);
-	ah->on = !inline_hash && dc->ahead_cap;
+	ah->on = !inline_hash && dc->pool->ahead_cap;
 	if (ah->on) {
-		size_t cap = s->target_len < dc->ahead_cap ? (size_t)s->target_len
-							    : dc->ahead_cap;
+		size_t cap = s->target_len < dc->pool->ahead_cap ? (size_t)s->target_len
+								  : dc->pool->ahead_cap;
 
 		/* without the memory, read back as before */
 		ah->on = wsync_buf_scratch(&ah->t, cap) == 0;
@@ -790,7 +751,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			goto fail;
 		}
 		if (!inline_hash && is_turn(dc, index)) {
-			r = hash_back(dc, s, i, 0, ah, bw, cb, err);
+			r = hash_back(dc, s, i, 0, ah, cb, err);
 			if (r < 0)
 				goto fail;
 			inline_hash = true;
@@ -822,12 +783,11 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		for (uint64_t done = 0; done < pc->len; done += DECODE_CHUNK) {
 			uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
 								    : DECODE_CHUNK;
-			const uint8_t *ib = NULL;
+			uint64_t boff = pc->base_offset + done;
 			uint8_t *ob = co;
-			bool mapped = false;
 
 			if (done && !inline_hash && is_turn(dc, index)) {
-				r = hash_back(dc, s, i, done, ah, bw, cb, err);
+				r = hash_back(dc, s, i, done, ah, cb, err);
 				if (r < 0)
 					goto fail;
 				inline_hash = true;
@@ -837,17 +797,12 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			if (!inline_hash && ah->on)
 				ob = ah->t.data + ah->t.len;
 			if (based)
-				r = base_bytes(dc, bw, pc->base_offset + done, n, cb, &ib,
-					       &mapped, err);
-			if (r == 0) {
-				struct base_use u = { .dc = dc, .sd = sd, .piece = i,
-						      .base = ib, .n = n,
-						      .base_off = pc->base_offset + done,
-						      .out = ob, .hash = based && inline_hash,
-						      .err = err };
-
-				r = run_on_base(&u, mapped);
-			}
+				r = pread_all(dc->base_fd, cb, n, boff, path, err);
+			if (r == 0 && based && inline_hash)
+				hash_base(dc, cb, n, boff);
+			if (r == 0)
+				r = wsync_segment_decode_piece(sd, i, n, based ? cb : NULL, ob,
+							       err);
 			if (r == 0)
 				r = emit(dc, ob, n, pc->target_offset + done, inline_hash,
 					 err);
@@ -865,7 +820,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	if (!inline_hash) {
 		r = wait_turn(dc, index);
 		if (r == 0)
-			r = hash_back(dc, s, s->n_pieces, 0, ah, bw, cb, err);
+			r = hash_back(dc, s, s->n_pieces, 0, ah, cb, err);
 		if (r < 0) {
 			wsync_segment_free(s);
 			return r;
@@ -878,148 +833,6 @@ fail:
 	wsync_segment_decoder_free(sd);
 	wsync_segment_free(s);
 	wsync_error_prefix(err, "%s: segment at %" PRIu64, path, sg->target_offset);
-	return r;
-}
-
-static void *decode_worker(void *arg)
-{
-	struct decoder *dc = arg;
-	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 }, chunks = { 0 };
-	struct wsync_map_window bw = { 0 };
-	struct ahead ah = { 0 };
-	struct wsync_error err = { 0 };
-
-	for (;;) {
-		uint64_t i;
-		int r;
-
-		pthread_mutex_lock(&dc->mu);
-		if (dc->r < 0 || dc->next >= dc->e->file.n_segments) {
-			pthread_mutex_unlock(&dc->mu);
-			break;
-		}
-		i = dc->next++;
-		pthread_mutex_unlock(&dc->mu);
-		r = decode_one(dc, &dc->e->segments[i], &payload, &out, &bb, &chunks,
-			       &ah, &bw, &err);
-		if (r < 0) {
-			pthread_mutex_lock(&dc->mu);
-			if (dc->r == 0) {
-				dc->r = r;
-				dc->err = err;
-			}
-			pthread_cond_broadcast(&dc->turn);
-			pthread_mutex_unlock(&dc->mu);
-			break;
-		}
-	}
-	wsync_buf_free(&payload);
-	wsync_buf_free(&out);
-	wsync_buf_free(&bb);
-	wsync_buf_free(&chunks);
-	wsync_buf_free(&ah.t);
-	wsync_map_window_release(&bw);
-	return NULL;
-}
-
-/* Decode every segment of it's file into fd, and hash what was decoded
- * into *hash. */
-static int decode_file(struct applier *a, const struct item *it, int fd,
-		       struct wsync_hash128 *hash, struct wsync_hash128 *base_hash,
-		       struct wsync_error *err)
-{
-	const struct wsync_delta_file *f = &it->e->file;
-	struct decoder dc = { .d = a->d, .e = it->e, .fd = fd, .base_fd = -1 };
-	int bfd = -1, r = 0;
-	unsigned threads = a->threads;
-	pthread_t tids[MAX_THREADS];
-	unsigned started = 0;
-
-	if (wsync_hasher_new(&dc.hasher) < 0 ||
-	    (it->base_folded && wsync_hasher_new(&dc.bhasher) < 0)) {
-		wsync_hasher_free(dc.hasher);
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	}
-	if (f->n_segments == 0)
-		goto out;
-	if (f->flags & WSYNC_DELTA_FILE_HAS_BASE) {
-		struct stat st;
-
-		bfd = open_file(a->base_root, it->base_rel, err);
-		if (bfd < 0) {
-			r = bfd;
-			goto out;
-		}
-		if (fstat(bfd, &st) < 0 || (uint64_t)st.st_size != f->base_size) {
-			r = wsync_error_set(err, -EINVAL,
-					    "%s: base changed while applying", f->path);
-			goto out;
-		}
-		dc.base_fd = bfd;
-		dc.base_size = f->base_size;
-		dc.map_base = true;
-	}
-	if (pthread_mutex_init(&dc.mu, NULL) != 0) {
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	if (pthread_cond_init(&dc.turn, NULL) != 0) {
-		pthread_mutex_destroy(&dc.mu);
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	if (threads > f->n_segments)
-		threads = (unsigned)f->n_segments;
-	if (threads > MAX_THREADS)
-		threads = MAX_THREADS;
-	if (threads > 1) {
-		dc.ahead_cap = AHEAD_BUDGET / 2 / threads;
-		if (dc.ahead_cap > WSYNC_SEGMENT_TARGET_DEFAULT)
-			dc.ahead_cap = WSYNC_SEGMENT_TARGET_DEFAULT;
-		dc.ahead_cap -= dc.ahead_cap % DECODE_CHUNK;
-	}
-	if (threads <= 1) {
-		decode_worker(&dc);
-	} else {
-		for (; started < threads; started++) {
-			int e = pthread_create(&tids[started], NULL, decode_worker, &dc);
-
-			if (e) {
-				pthread_mutex_lock(&dc.mu);
-				if (dc.r == 0) {
-					dc.r = -e;
-					wsync_error_set(&dc.err, -e, "starting a thread: %s",
-							strerror(e));
-				}
-				pthread_mutex_unlock(&dc.mu);
-				break;
-			}
-		}
-		for (unsigned i = 0; i < started; i++)
-			pthread_join(tids[i], NULL);
-	}
-	pthread_cond_destroy(&dc.turn);
-	pthread_mutex_destroy(&dc.mu);
-	if (dc.r < 0) {
-		*err = dc.err;
-		r = dc.r;
-	}
-	/* the rest of the base hash: what was not read in order */
-	if (r == 0 && dc.bhasher && dc.base_pos < dc.base_size) {
-		r = base_read_failed(wsync_hasher_update_fd(dc.bhasher, bfd, dc.base_pos,
-							    dc.base_size - dc.base_pos),
-				     f->path, err);
-		dc.base_pos = dc.base_size;
-	}
-out:
-	if (r == 0)
-		wsync_hasher_digest(dc.hasher, hash);
-	if (r == 0 && dc.bhasher)
-		wsync_hasher_digest(dc.bhasher, base_hash);
-	wsync_hasher_free(dc.hasher);
-	wsync_hasher_free(dc.bhasher);
-	if (bfd >= 0)
-		(void)close(bfd);
 	return r;
 }
 
@@ -1113,8 +926,280 @@ static int check_folded_base(struct applier *a, const struct item *it, int r,
 	return r;
 }
 
-/* Build, verify, chmod and fsync one temp file. */
-static int build(struct applier *a, struct item *it, struct wsync_error *err)
+/* Open job dc (under the pool's mutex): its temp file, sized, and its
+ * base. */
+static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &dc->e->file;
+	struct item *it = dc->it;
+	int r;
+
+	dc->open = true;
+	r = make_temp(p->a, it, &dc->fd, err);
+	if (r < 0)
+		return r;
+	if (ftruncate(dc->fd, (off_t)f->target_size) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	if (wsync_hasher_new(&dc->hasher) < 0 ||
+	    (it->base_folded && wsync_hasher_new(&dc->bhasher) < 0))
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if ((f->flags & WSYNC_DELTA_FILE_HAS_BASE) && f->n_segments) {
+		struct stat st;
+
+		dc->base_fd = open_file(p->a->base_root, it->base_rel, err);
+		if (dc->base_fd < 0) {
+			r = dc->base_fd;
+			dc->base_fd = -1;
+			return r;
+		}
+		if (fstat(dc->base_fd, &st) < 0 || (uint64_t)st.st_size != f->base_size)
+			return wsync_error_set(err, -EINVAL,
+					       "%s: base changed while applying", f->path);
+		dc->base_size = f->base_size;
+	}
+	return 0;
+}
+
+/*
+ * Finish job dc, which no worker decodes any more (the caller alone owns
+ * it now): the rest of its base hash, the verdicts on base and result,
+ * mode and fsync; every fd closed.  Returns 0 or the job's failure.
+ */
+static int finish_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &dc->e->file;
+	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
+	struct wsync_hash128 h = { 0 }, bh = { 0 };
+	int r = dc->r;
+
+	if (r < 0)
+		*err = dc->err;
+	/* the rest of the base hash: what was not read in order */
+	if (r == 0 && dc->bhasher && dc->base_pos < dc->base_size) {
+		r = base_read_failed(wsync_hasher_update_fd(dc->bhasher, dc->base_fd,
+							    dc->base_pos,
+							    dc->base_size - dc->base_pos),
+				     f->path, err);
+		dc->base_pos = dc->base_size;
+	}
+	if (r == 0)
+		wsync_hasher_digest(dc->hasher, &h);
+	if (r == 0 && dc->bhasher)
+		wsync_hasher_digest(dc->bhasher, &bh);
+	if (dc->it->base_folded)
+		r = check_folded_base(p->a, dc->it, r, &bh, err);
+	if (r == 0 && !wsync_hash_equal(&h, &f->target_hash))
+		r = wsync_error_set(err, -EINVAL,
+			"%s: the rebuilt file does not match the delta's target "
+			"(expected size %" PRIu64 " xxh128 %s, got size %" PRIu64
+			" xxh128 %s)", f->path, f->target_size,
+			wsync_hash_hex(&f->target_hash, want, sizeof(want)),
+			f->target_size, wsync_hash_hex(&h, got, sizeof(got)));
+	/* Mode and fsync now rather than in the commit loop: the temp is
+	 * private until renamed, and syncing each as it is done overlaps the
+	 * writeback of one file with the decoding of the next. */
+	if (r == 0 && (fchmod(dc->fd, f->mode) < 0 || fsync(dc->fd) < 0))
+		r = wsync_error_set(err, -errno, "%s: %s", dc->it->dest_rel, strerror(errno));
+	if (dc->fd >= 0 && close(dc->fd) < 0 && r == 0)
+		r = wsync_error_set(err, -errno, "%s: %s", dc->it->dest_rel, strerror(errno));
+	dc->fd = -1;
+	if (dc->base_fd >= 0)
+		(void)close(dc->base_fd);
+	dc->base_fd = -1;
+	wsync_hasher_free(dc->hasher);
+	wsync_hasher_free(dc->bhasher);
+	dc->hasher = dc->bhasher = NULL;
+	return r;
+}
+
+/* Job j failed with r (under the mutex): the first failure in delta order
+ * is the one reported; the jobs after it stop. */
+static void job_failed(struct pool *p, size_t j, int r, const struct wsync_error *err)
+{
+	if (j >= p->failed)
+		return;
+	p->failed = j;
+	p->r = r;
+	p->err = *err;
+	for (size_t k = j + 1; k < p->opened; k++) {
+		if (p->jobs[k].r == 0) {
+			p->jobs[k].r = -ECANCELED;
+			wsync_error_set(&p->jobs[k].err, -ECANCELED, "cancelled");
+		}
+	}
+	pthread_cond_broadcast(&p->turn);
+}
+
+enum take { TAKE_NONE, TAKE_DECODE, TAKE_FINISH };
+
+/* What a worker does next (under the mutex), on which job. */
+static enum take pick(struct pool *p, struct decoder **ret)
+{
+	size_t limit = p->failed < p->opened ? p->failed : p->opened, best = SIZE_MAX;
+	uint64_t most = 0;
+
+	/* a failed job nobody is in any more: close it */
+	for (size_t j = 0; j < p->opened; j++) {
+		struct decoder *dc = &p->jobs[j];
+
+		if (!dc->finished && dc->active == 0 && dc->r < 0) {
+			*ret = dc;
+			return TAKE_FINISH;
+		}
+	}
+	/* an open file nobody works on */
+	for (size_t j = 0; j < limit; j++) {
+		struct decoder *dc = &p->jobs[j];
+
+		if (dc->r == 0 && !dc->finished && dc->active == 0 &&
+		    dc->next < dc->e->file.n_segments) {
+			*ret = dc;
+			return TAKE_DECODE;
+		}
+	}
+	/* the next file */
+	if (p->opened < p->n_jobs && p->failed == p->n_jobs) {
+		*ret = &p->jobs[p->opened++];
+		return TAKE_DECODE;
+	}
+	/* the file with the most segments left */
+	for (size_t j = 0; j < limit; j++) {
+		struct decoder *dc = &p->jobs[j];
+		uint64_t left = dc->e->file.n_segments - dc->next;
+
+		if (dc->r == 0 && !dc->finished && left > most) {
+			most = left;
+			best = j;
+		}
+	}
+	if (best == SIZE_MAX)
+		return TAKE_NONE;
+	*ret = &p->jobs[best];
+	return TAKE_DECODE;
+}
+
+static void *build_worker(void *arg)
+{
+	struct pool *p = arg;
+	struct wsync_buf payload = { 0 }, out = { 0 }, bb = { 0 }, chunks = { 0 };
+	struct ahead ah = { 0 };
+	struct wsync_error err = { 0 };
+	struct decoder *dc;
+	enum take t;
+
+	pthread_mutex_lock(&p->mu);
+	while ((t = pick(p, &dc)) != TAKE_NONE) {
+		size_t j = (size_t)(dc - p->jobs);
+		int r = 0;
+
+		if (t == TAKE_DECODE && !dc->open) {
+			r = open_job(p, dc, &err);
+			if (r < 0) {
+				dc->r = r;
+				dc->err = err;
+				job_failed(p, j, r, &err);
+				continue;	/* closed as TAKE_FINISH */
+			}
+		}
+		if (t == TAKE_DECODE && dc->next < dc->e->file.n_segments) {
+			uint64_t seg = dc->next++;
+
+			dc->active++;
+			pthread_mutex_unlock(&p->mu);
+			r = decode_one(dc, &dc->e->segments[seg], &payload, &out, &bb,
+				       &chunks, &ah, &err);
+			pthread_mutex_lock(&p->mu);
+			dc->active--;
+			if (r < 0 && dc->r == 0) {
+				dc->r = r;
+				dc->err = err;
+				pthread_cond_broadcast(&p->turn);
+			}
+		}
+		if (dc->finished || dc->active ||
+		    (dc->r == 0 && dc->next < dc->e->file.n_segments))
+			continue;
+		dc->finished = true;
+		pthread_mutex_unlock(&p->mu);
+		r = finish_job(p, dc, &err);
+		pthread_mutex_lock(&p->mu);
+		if (r < 0)
+			job_failed(p, j, r, &err);
+		else
+			p->a->st->bytes_written += dc->e->file.target_size;
+	}
+	pthread_mutex_unlock(&p->mu);
+	wsync_buf_free(&payload);
+	wsync_buf_free(&out);
+	wsync_buf_free(&bb);
+	wsync_buf_free(&chunks);
+	wsync_buf_free(&ah.t);
+	return NULL;
+}
+
+/* Rebuild every WRITE file into its temp, verified, on a->threads workers
+ * (the calling thread is one). */
+static int build_files(struct applier *a, struct wsync_error *err)
+{
+	struct pool p = { .a = a };
+	unsigned threads = a->threads > MAX_THREADS ? MAX_THREADS : a->threads;
+	uint64_t segments = 0;
+	pthread_t tids[MAX_THREADS];
+	unsigned started = 0;
+
+	for (size_t i = 0; i < a->n; i++)
+		if (a->items[i].e->file.op == WSYNC_DELTA_WRITE)
+			p.n_jobs++;
+	if (p.n_jobs == 0)
+		return 0;
+	p.jobs = calloc(p.n_jobs, sizeof(*p.jobs));
+	if (!p.jobs)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0, j = 0; i < a->n; i++) {
+		struct item *it = &a->items[i];
+
+		if (it->e->file.op != WSYNC_DELTA_WRITE)
+			continue;
+		p.jobs[j] = (struct decoder){ .d = a->d, .e = it->e, .it = it, .pool = &p,
+					      .base_fd = -1, .fd = -1 };
+		segments += it->e->file.n_segments;
+		j++;
+	}
+	p.failed = p.n_jobs;
+	if (threads > segments)
+		threads = segments ? (unsigned)segments : 1;
+	if (threads > 1) {
+		p.ahead_cap = AHEAD_BUDGET / threads;
+		if (p.ahead_cap > WSYNC_SEGMENT_TARGET_DEFAULT)
+			p.ahead_cap = WSYNC_SEGMENT_TARGET_DEFAULT;
+		p.ahead_cap -= p.ahead_cap % DECODE_CHUNK;
+	}
+	if (pthread_mutex_init(&p.mu, NULL) != 0) {
+		free(p.jobs);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	if (pthread_cond_init(&p.turn, NULL) != 0) {
+		pthread_mutex_destroy(&p.mu);
+		free(p.jobs);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	while (started + 1 < threads &&
+	       pthread_create(&tids[started], NULL, build_worker, &p) == 0)
+		started++;
+	build_worker(&p);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	pthread_cond_destroy(&p.turn);
+	pthread_mutex_destroy(&p.mu);
+	free(p.jobs);
+	if (p.r < 0)
+		*err = p.err;
+	return p.r;
+}
+
+/* Copy a kept file into its temp beside an out_dir's destination,
+ * verified, with its mode, fsynced. */
+static int copy_kept(struct applier *a, struct item *it, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
@@ -1129,40 +1214,21 @@ static int build(struct applier *a, struct item *it, struct wsync_error *err)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 		goto out;
 	}
-	/* A rebuilt file is hashed from the decoder's buffers as it is
-	 * written (the writes' own errors are checked); a copied one is read
-	 * back. */
-	if (f->op == WSYNC_DELTA_KEEP) {
-		r = copy_base(a, it, fd, err);
-		if (r == 0)
-			r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
-	} else {
-		struct wsync_hash128 bh;
-
-		r = decode_file(a, it, fd, &h, &bh, err);
-		size = f->target_size;
-		if (it->base_folded)
-			r = check_folded_base(a, it, r, &bh, err);
-	}
-	if (r < 0)
-		goto out;
-	if (size != f->target_size || !wsync_hash_equal(&h, &f->target_hash)) {
+	/* read back: the copy's own errors are not all seen by the copy */
+	r = copy_base(a, it, fd, err);
+	if (r == 0)
+		r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
+	if (r == 0 && (size != f->target_size || !wsync_hash_equal(&h, &f->target_hash)))
 		r = wsync_error_set(err, -EINVAL,
-			"%s: the rebuilt file does not match the delta's target "
+			"%s: the copied file does not match the delta's target "
 			"(expected size %" PRIu64 " xxh128 %s, got size %" PRIu64
 			" xxh128 %s)", f->path, f->target_size,
 			wsync_hash_hex(&f->target_hash, want, sizeof(want)), size,
 			wsync_hash_hex(&h, got, sizeof(got)));
-		goto out;
-	}
-	/* Mode and fsync now rather than in the commit loop: the temp is
-	 * private until renamed, and syncing each as it is done overlaps the
-	 * writeback of one file with the decoding of the next. */
-	if (fchmod(fd, f->mode) < 0 || fsync(fd) < 0) {
+	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
-		goto out;
-	}
-	a->st->bytes_written += f->target_size;
+	if (r == 0)
+		a->st->bytes_written += f->target_size;
 out:
 	if (close(fd) < 0 && r == 0)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
@@ -1460,10 +1526,11 @@ int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 			a.st->written++;
 		if (f->op == WSYNC_DELTA_DELETE)
 			a.st->deleted++;
-		if (f->op == WSYNC_DELTA_WRITE ||
-		    (f->op == WSYNC_DELTA_KEEP && !it->dest_is_base))
-			r = build(&a, it, err);
+		if (f->op == WSYNC_DELTA_KEEP && !it->dest_is_base)
+			r = copy_kept(&a, it, err);
 	}
+	if (r == 0)
+		r = build_files(&a, err);
 	if (r < 0)
 		goto out;
 

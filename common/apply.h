@@ -30,11 +30,8 @@
  * is refused, so nothing is read or written outside.
  *
  * Memory is bounded whatever the sizes: per worker one segment's payload
- * and decoded bytes (at most 64 MiB) plus the base pages it reads.  Bases
- * are read through mapped windows of WSYNC_MAP_WINDOW bytes (io.h; pread
- * where the file system cannot map), unmapped as the worker moves on; a
- * base cut short by someone else meanwhile fails the apply ("it shrank")
- * instead of killing the process with SIGBUS.
+ * and decoded bytes (at most 64 MiB) plus the base pages it reads, which
+ * are dropped again once decoded.
  */
 #ifndef WSYNC_APPLY_H
 #define WSYNC_APPLY_H

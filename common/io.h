@@ -5,7 +5,6 @@
 #ifndef WSYNC_IO_H
 #define WSYNC_IO_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -31,40 +30,5 @@ int wsync_fsync(int fd);
  * (-ENOMEM too).
  */
 int wsync_mkdir_p(const char *path, unsigned mode);
-
-/*
- * A read-only window onto a file, mapped so that a reader sees the page
- * cache itself instead of a copy.  wsync_map_window_get points *p at the
- * file's bytes [off, off + len) (inside a file of size bytes), mapping a
- * new window of at least WSYNC_MAP_WINDOW bytes from off when the current
- * one does not hold them; the previous window is unmapped, so what a
- * reader keeps mapped (and counted in its RSS) stays bounded.  Returns 0,
- * -EINVAL for a range outside the file, or the negative errno of mmap
- * (a file system without mmap: the caller reads with pread instead).
- * Reads through the pointer must run under wsync_guarded: a file cut
- * shorter by someone else meanwhile raises SIGBUS on access.
- */
-#define WSYNC_MAP_WINDOW (8ULL << 20)
-
-struct wsync_map_window {
-	const uint8_t *addr;		/* NULL: nothing mapped */
-	uint64_t off, len;		/* file range seen at addr */
-	void *map;			/* the mapping (page-aligned) */
-	size_t map_len;
-};
-
-int wsync_map_window_get(struct wsync_map_window *w, int fd, uint64_t size,
-			 uint64_t off, uint64_t len, const uint8_t **p);
-void wsync_map_window_release(struct wsync_map_window *w);
-
-/*
- * Run fn(arg) and return what it returns -- or -EFAULT when it touched a
- * mapped page past the end of its file (SIGBUS: the file shrank under
- * us), instead of the process being killed.  fn is abandoned where it was
- * (it must not hold locks or allocations it alone knows of, and must not
- * call wsync_guarded itself).  A SIGBUS outside a guarded call does what
- * it did before (the previous action is put back and the access retried).
- */
-int wsync_guarded(int (*fn)(void *arg), void *arg);
 
 #endif

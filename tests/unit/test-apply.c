@@ -103,7 +103,10 @@ struct fdesc {
 	bool forge_hash;	/* lie about the target hash */
 	bool bad_base_offset;	/* a COPY piece outside the base */
 	bool copy;		/* target == base, sent as one COPY piece */
+	unsigned segments;	/* LITERAL segments the target is cut in (0: 1) */
 };
+
+static unsigned apply_threads = 2;
 
 static int build_delta(const struct fdesc *files, size_t n, int fd)
 {
@@ -115,9 +118,10 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		const struct fdesc *d = &files[i];
 		size_t tl = strlen(d->target);
+		unsigned nseg = d->segments ? d->segments : 1;
 		struct wsync_delta_file f = { .path = (char *)d->path,
 					      .op = WSYNC_DELTA_WRITE, .mode = 0640,
-					      .target_size = tl, .n_segments = 1 };
+					      .target_size = tl, .n_segments = nseg };
 		struct wsync_piece_in in = { .method = WSYNC_PIECE_LITERAL,
 					     .target = (const uint8_t *)d->target,
 					     .len = tl };
@@ -139,12 +143,28 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 			in.base = (const uint8_t *)d->target;
 			in.base_offset = 1000;
 		}
-		wsync_buf_reset(&seg);
-		r = wsync_segment_encode(&in, 1, 0, NULL, &seg, NULL, &err);
-		if (r == 0)
-			r = wsync_delta_writer_file(w, &f, &err);
-		if (r == 0)
-			r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+		if (nseg == 1) {
+			wsync_buf_reset(&seg);
+			r = wsync_segment_encode(&in, 1, 0, NULL, &seg, NULL, &err);
+			if (r == 0)
+				r = wsync_delta_writer_file(w, &f, &err);
+			if (r == 0)
+				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+			continue;
+		}
+		/* several LITERAL segments tiling the target */
+		r = wsync_delta_writer_file(w, &f, &err);
+		for (unsigned k = 0; r == 0 && k < nseg; k++) {
+			size_t from = tl * k / nseg, to = tl * (k + 1) / nseg;
+			struct wsync_piece_in part = { .method = WSYNC_PIECE_LITERAL,
+						       .target = (const uint8_t *)d->target + from,
+						       .len = to - from };
+
+			wsync_buf_reset(&seg);
+			r = wsync_segment_encode(&part, 1, from, NULL, &seg, NULL, &err);
+			if (r == 0)
+				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+		}
 	}
 	if (r == 0)
 		r = wsync_delta_writer_finish(w, &err);
@@ -160,7 +180,7 @@ static int apply(const struct fdesc *files, size_t n, const char *out_dir,
 		 struct wsync_error *err)
 {
 	struct wsync_delta_reader *d = NULL;
-	struct wsync_apply_opts opts = { .threads = 2, .out_dir = out_dir };
+	struct wsync_apply_opts opts = { .threads = apply_threads, .out_dir = out_dir };
 	int fd = memfd_create("delta", MFD_CLOEXEC), r;
 
 	wsync_error_clear(err);
@@ -306,6 +326,52 @@ static void test_out_dir(void)
 	remove_tree(root);
 }
 
+/*
+ * Many files of several segments, on 1 to 5 workers (workers each take a
+ * file of their own, then join the one with the most segments left): the
+ * same result every time; a failing file in the middle fails the apply
+ * with its own error and nothing renamed; with two failing files the
+ * first in delta order is the one reported, whatever the worker count.
+ */
+static void test_many_files_on_workers(void)
+{
+	static char texts[7][200];
+	struct fdesc files[7], bad[7];
+	char want[4096] = "", got[4096] = "";
+	struct wsync_error err;
+
+	for (int i = 0; i < 7; i++) {
+		static char paths[7][32];
+
+		for (int k = 0; k < 150 + 7 * i; k++)
+			texts[i][k] = (char)('a' + (i * 31 + k * 7) % 26);
+		snprintf(paths[i], sizeof(paths[i]), i % 2 ? "f%d/x.txt" : "f%d.txt", i);
+		files[i] = (struct fdesc){ .path = paths[i], .base = NULL, .target = texts[i],
+					   .segments = 1 + (unsigned)(i * 3) % 5 };
+	}
+	files[0].base = "alpha";	/* a.txt replaced too */
+	files[0].path = "a.txt";
+	for (unsigned t = 1; t <= 5; t++) {
+		apply_threads = t;
+		make_root();
+		CHECK(apply(files, 7, NULL, &err) == 0);
+		got[0] = '\0';
+		listing(root, "", got, sizeof(got));
+		if (t == 1)
+			memcpy(want, got, sizeof(want));
+		CHECK_STR(got, want);
+		CHECK_CONTAINS(got, texts[6]);
+		remove_tree(root);
+
+		memcpy(bad, files, sizeof(bad));
+		bad[4].forge_hash = true;
+		expect_untouched(bad, 7, "f4.txt: the rebuilt file does not match");
+		bad[2].forge_hash = true;
+		expect_untouched(bad, 7, "f2.txt: the rebuilt file does not match");
+	}
+	apply_threads = 2;
+}
+
 int main(void)
 {
 	TEST(test_good_delta_applies);
@@ -315,5 +381,6 @@ int main(void)
 	TEST(test_wrong_base);
 	TEST(test_file_and_directory_of_same_name);
 	TEST(test_out_dir);
+	TEST(test_many_files_on_workers);
 	return tap_done();
 }
