@@ -311,7 +311,8 @@ struct plan {
 	size_t n_pieces, cap_pieces;
 	struct plan_seg *segs;
 	size_t n_segs, cap_segs;
-	uint64_t limit;		/* target bytes per segment */
+	uint64_t max;		/* target bytes per segment, at most */
+	uint64_t limit;		/* this file's (plan_balance) */
 	uint64_t seg_len;	/* of the open segment */
 	bool open;		/* a segment is being filled */
 };
@@ -328,6 +329,29 @@ static void plan_reset(struct plan *p)
 	p->n_pieces = p->n_segs = 0;
 	p->seg_len = 0;
 	p->open = false;
+}
+
+/*
+ * The segment size for a file of size bytes: not max bytes and a short
+ * rest, but an even number of segments of about equal size.  Segments are
+ * the unit of parallel work on both sides, so a file's last round keeps
+ * every worker of two busy (a short last segment left one idle for up to
+ * half a segment, file after file).  A little slack keeps the bytes by
+ * which element-boundary cuts end a segment short from spilling into a
+ * tiny extra one.  The plan stays a function of the file alone: the same
+ * delta whatever the thread count.
+ */
+static void plan_balance(struct plan *p, uint64_t size)
+{
+	uint64_t n = size / p->max + (size % p->max != 0), lim;
+
+	p->limit = p->max;
+	if (n <= 1)
+		return;
+	n += n & 1;
+	lim = size / n + (size % n != 0) + 256;
+	if (lim < p->max)
+		p->limit = lim;
 }
 
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
@@ -830,6 +854,7 @@ static int diff_changed(struct differ *d, struct src *o,
 	int r;
 
 	plan_reset(&d->plan);
+	plan_balance(&d->plan, n->size);
 	/* Tensor-aware only when both sides parse; anything else is bytes. */
 	if (o && n->size && o->size &&
 	    wsync_st_open(n->path, &n->st, &ignored) == 0 &&
@@ -1110,11 +1135,11 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	d.st = stats ? stats : &local;
 	memset(d.st, 0, sizeof(*d.st));
 	d.threads = opts && opts->threads ? opts->threads : 1;
-	d.plan.limit = opts && opts->segment_target ? opts->segment_target
-						    : WSYNC_SEGMENT_TARGET_DEFAULT;
-	if (d.plan.limit < 4 || d.plan.limit > WSYNC_SEGMENT_TARGET_MAX)
+	d.plan.max = opts && opts->segment_target ? opts->segment_target
+						  : WSYNC_SEGMENT_TARGET_DEFAULT;
+	if (d.plan.max < 4 || d.plan.max > WSYNC_SEGMENT_TARGET_MAX)
 		return wsync_error_set(err, -EINVAL, "segment size %" PRIu64
-				       " outside 4 B .. 64 MiB", d.plan.limit);
+				       " outside 4 B .. 64 MiB", d.plan.max);
 	if (stat(old_path, &ost) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", old_path, strerror(errno));
 	if (stat(new_path, &nst) < 0)

@@ -21,8 +21,10 @@
  *  - both, otherwise                           -> WRITE, XOR pieces when the
  *      sizes are equal, ZSTD pieces when not
  * Pieces are cut and grouped into segments of at most segment_target bytes
- * of target (FLOAT pieces on element boundaries), and segments are coded by
- * wsync_segment_encode, which may pick a cheaper method per piece.
+ * of target (FLOAT pieces on element boundaries) -- for a file of more than
+ * one, an even number of about equal size, so that two workers finish a
+ * file together -- and segments are coded by wsync_segment_encode, which
+ * may pick a cheaper method per piece.
  *
  * Memory stays bounded whatever the sizes: segments are read with pread
  * into reused buffers, and at most `threads` segments are in flight (being

@@ -304,20 +304,31 @@ check "-o: single file result equals NEW" cmp "$TMP/single-out.st" \
 	"$g/checkpoint-2/model-00001-of-00002.safetensors"
 
 # ---- --threads does not change the delta ----
-"$PYTHON3" "$TMP/mk.py" big "$TMP/big" 80
+"$PYTHON3" "$TMP/mk.py" big "$TMP/big" 150
 roundtrip "big-t1" "$TMP/big/old" "$TMP/big/new" --threads 1
 roundtrip "big-t2" "$TMP/big/old" "$TMP/big/new" --threads 2
-check "--threads 1 and 2 give identical deltas (3 segments)" cmp "$TMP/big-t1.wsd" "$TMP/big-t2.wsd"
+check "--threads 1 and 2 give identical deltas (6 segments)" cmp "$TMP/big-t1.wsd" "$TMP/big-t2.wsd"
+# 150 MiB is 5 segments of at most 32 MiB: cut as 6 of equal size instead
+# (an even number, no short last one: the last round keeps two workers busy)
+check "big: 6 segments of about equal size (within 256 B each)" "$PYTHON3" -c '
+import json, sys
+d = json.load(sys.stdin)
+seg = [s["length"] for f in d["files"] if f["path"] == "big.safetensors" for s in f["segments"]]
+sys.exit(0 if len(seg) == 6 and max(seg) - min(seg) <= 256 * 6 else 1)' \
+	< <("$WSYNC" inspect "$TMP/big-t1.wsd" --json)
 check "--threads 1 and 2 give identical deltas (generated series)" \
 	sh -c "'$WSYNC' diff '$g/checkpoint-1' '$g/checkpoint-2' -o '$TMP/t1.wsd' --threads 1 >/dev/null &&
 	       '$WSYNC' diff '$g/checkpoint-1' '$g/checkpoint-2' -o '$TMP/t3.wsd' --threads 3 >/dev/null &&
 	       cmp '$TMP/t1.wsd' '$TMP/t3.wsd'"
 expect_exit 0 "big: apply with --threads 2" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 2 -o "$TMP/big-t2-out"
 check "big: --threads 2 apply equals NEW" cmp "$TMP/big-t2-out/big.safetensors" "$TMP/big/new/big.safetensors"
-# three workers on three segments: those ahead of the hashing turn keep
-# what fits of their segment (21 MiB each) and read the rest back
+# three workers: those ahead of the hashing turn keep their whole segment
+# (25 MiB; 128 MiB / 3 each) and hash it when their turn comes
 expect_exit 0 "big: apply with --threads 3" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 3 -o "$TMP/big-t3-out"
 check "big: --threads 3 apply equals NEW" cmp "$TMP/big-t3-out/big.safetensors" "$TMP/big/new/big.safetensors"
+# six: they keep what fits (21 MiB of 25) and read the rest back
+expect_exit 0 "big: apply with --threads 6" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 6 -o "$TMP/big-t6-out"
+check "big: --threads 6 apply equals NEW" cmp "$TMP/big-t6-out/big.safetensors" "$TMP/big/new/big.safetensors"
 mkdir "$TMP/big-bad"
 cp "$TMP/big/old/"* "$TMP/big-bad/"
 "$PYTHON3" -c 'import sys
