@@ -221,22 +221,17 @@ static ALWAYS_INLINE int emit_change(struct wsync_float_lane *l, uint64_t pos, i
  * counting), and a plain `count[c]++` serialises on memory when classes
  * repeat.  So each block of BLOCK elements is counted in registers: every
  * element adds 1 << (8 * class) to a 128-bit word holding 16 byte-wide
- * counters, and the block total is then folded into 16-bit lanes (classes
- * in even and odd lanes of two words), which are flushed to the 64-bit
- * counts every FLUSH_BLOCKS blocks, before they can overflow.
+ * counters, and the block total is then widened into a vector of 16-bit
+ * lanes (one per class: no trip through general registers), which are
+ * flushed to the 64-bit counts every FLUSH_BLOCKS blocks, before they can
+ * overflow.
  */
 typedef unsigned __int128 u128;
 typedef uint8_t v16u8 __attribute__((vector_size(16)));
+typedef uint16_t v16u16 __attribute__((vector_size(32)));
 
 #define BLOCK 32
 #define FLUSH_BLOCKS 1024	/* 1024 * 32 < 65536 */
-#define BYTES_LO ((((u128)0x00ff00ff00ff00ffULL) << 64) | 0x00ff00ff00ff00ffULL)
-
-union lanes16 {
-	u128 v;
-	uint16_t h[8];
-};
-
 union bytes16 {
 	u128 v;
 	uint8_t b[16];
@@ -245,7 +240,7 @@ union bytes16 {
 
 struct class_counts {
 	uint64_t base[NCLS];	/* flushed counts */
-	union lanes16 even, odd; /* class 2m (even) / 2m+1 (odd) in 16-bit lane m */
+	v16u16 acc;		/* class c's count since the flush, in lane c */
 	unsigned blocks;	/* since the last flush */
 };
 
@@ -253,31 +248,29 @@ static void counts_init(struct class_counts *cc, const uint64_t *start)
 {
 	for (unsigned c = 0; c < NCLS; c++)
 		cc->base[c] = start[c];
-	cc->even.v = cc->odd.v = 0;
+	cc->acc = (v16u16){ 0 };
 	cc->blocks = 0;
 }
 
 static inline uint64_t counts_get(const struct class_counts *cc, unsigned c)
 {
-	/* a shift rather than a 16-bit load of the 128-bit word: that load
-	 * would wait for the word to reach memory first */
-	u128 v = (c & 1) ? cc->odd.v : cc->even.v;
-
-	return cc->base[c] + (uint16_t)(v >> (16 * (c >> 1)));
+	return cc->base[c] + cc->acc[c];
 }
 
 static void counts_flush(struct class_counts *cc)
 {
 	for (unsigned c = 0; c < NCLS; c++)
 		cc->base[c] = counts_get(cc, c);
-	cc->even.v = cc->odd.v = 0;
+	cc->acc = (v16u16){ 0 };
 	cc->blocks = 0;
 }
 
 static inline void counts_add_block(struct class_counts *cc, u128 bytes)
 {
-	cc->even.v += bytes & BYTES_LO;
-	cc->odd.v += (bytes >> 8) & BYTES_LO;
+	v16u8 b;
+
+	memcpy(&b, &bytes, sizeof(b));
+	cc->acc += __builtin_convertvector(b, v16u16);
 	if (++cc->blocks == FLUSH_BLOCKS)
 		counts_flush(cc);
 }
@@ -805,6 +798,23 @@ static inline uint8_t distance(const struct wsync_float_dec_lane *l,
 			       const struct class_counts *cc, unsigned c)
 {
 	return distance_from(l, counts_get(cc, c));
+}
+
+/* v with byte c set to x, in registers: a byte stored into a vector in
+ * memory would hold up the next whole-vector load of it until it left the
+ * store buffer (no forwarding from a narrow store to a wide load). */
+#define ONEHOT(c) { .b = { [c] = 0xff } }
+static const union bytes16 onehot[NCLS] = {
+	ONEHOT(0), ONEHOT(1), ONEHOT(2), ONEHOT(3), ONEHOT(4), ONEHOT(5),
+	ONEHOT(6), ONEHOT(7), ONEHOT(8), ONEHOT(9), ONEHOT(10), ONEHOT(11),
+	ONEHOT(12), ONEHOT(13), ONEHOT(14), ONEHOT(15),
+};
+
+static ALWAYS_INLINE v16u8 set_byte(v16u8 v, unsigned c, uint8_t x)
+{
+	v16u8 m = onehot[c].vec;
+
+	return (v & ~m) | (((v16u8){ 0 } + x) & m);
 }
 
 /* Classes (bit mask) whose count in this block exceeds their distance. */

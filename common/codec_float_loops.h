@@ -103,9 +103,12 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 		for (unsigned m = maybe; m; m &= m - 1) {
 			unsigned c = (unsigned)__builtin_ctz(m);
 
+			uint8_t d;
+
 			cnt[c] = counts_get(&cc, c);
-			dist.b[c] = distance_from(&lanes[c], cnt[c]);
-			if (bytes.b[c] <= dist.b[c])
+			d = distance_from(&lanes[c], cnt[c]);
+			dist.vec = set_byte(dist.vec, c, d);
+			if (bytes.b[c] <= d)
 				hits &= ~(1u << c);
 		}
 		/* Patch the changes of each class that has one here. */
@@ -150,7 +153,8 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 		for (unsigned m = hits; m; m &= m - 1) {
 			unsigned c = (unsigned)__builtin_ctz(m);
 
-			dist.b[c] = distance_from(&lanes[c], cnt[c] + bytes.b[c]);
+			dist.vec = set_byte(dist.vec, c,
+					    distance_from(&lanes[c], cnt[c] + bytes.b[c]));
 		}
 		counts_add_block(&cc, bytes.v);
 	}

@@ -162,6 +162,17 @@ for dtype in bf16 f16 f32; do
 done
 g="$TMP/gen-bf16"
 
+# ---- every instruction-set path codes and decodes the same ----
+# (the machine's best is what ran above; WSYNC_CODEC_ISA caps it)
+for dtype in bf16 f16 f32; do
+	for isa in plain avx2; do
+		WSYNC_CODEC_ISA=$isa roundtrip "isa-$isa-$dtype" \
+			"$TMP/gen-$dtype/checkpoint-1" "$TMP/gen-$dtype/checkpoint-2"
+		check "isa $isa, $dtype: the same delta as the default path" \
+			cmp "$TMP/isa-$isa-$dtype.wsd" "$TMP/gen-$dtype-1-2.wsd"
+	done
+done
+
 expect_exit 0 "diff --json" "$WSYNC" diff "$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/j.wsd" --json
 printf '%s' "$OUT" >"$TMP/summary.json"
 check "--json has the documented keys and sane figures" "$PYTHON3" - "$TMP/summary.json" "$TMP/j.wsd" <<'PY'
