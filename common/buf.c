@@ -64,6 +64,8 @@ int wsync_buf_put_u64(struct wsync_buf *b, uint64_t v)
 	return wsync_buf_append(b, p, 8);
 }
 
+#define HUGE_PAGE (2u << 20)
+
 int wsync_buf_scratch(struct wsync_buf *b, size_t n)
 {
 	void *p;
@@ -74,9 +76,12 @@ int wsync_buf_scratch(struct wsync_buf *b, size_t n)
 	free(b->data);
 	b->data = NULL;
 	b->cap = 0;
-	if (posix_memalign(&p, 2u << 20, n ? n : 1))
+	if (n > SIZE_MAX - HUGE_PAGE)
 		return -ENOMEM;
-	(void)madvise(p, n ? n : 1, MADV_HUGEPAGE);	/* a hint */
+	n = n ? (n + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1) : 1;
+	if (posix_memalign(&p, HUGE_PAGE, n))
+		return -ENOMEM;
+	(void)madvise(p, n, MADV_HUGEPAGE);	/* a hint */
 	b->data = p;
 	b->cap = n;
 	return 0;

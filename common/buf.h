@@ -26,7 +26,11 @@ void wsync_buf_reset(struct wsync_buf *b);	/* len = 0, keeps the memory */
  * Make b an empty scratch buffer of at least n bytes, on transparent huge
  * pages where the kernel offers them (THP "madvise" mode): one fault per
  * 2 MiB instead of per 4 KiB, and cheap to walk.  The contents are not
- * kept when it grows.  For the big per-worker buffers of the codecs.
+ * kept when it grows.  Its size is rounded up to whole huge pages, so a
+ * buffer asked for a few bytes more than the last time (segments of about
+ * equal size) is not freed and faulted in again: fresh pages cost their
+ * clearing, and on the virtual machines measured far more.  For the big
+ * per-worker buffers of the codecs.
  */
 int wsync_buf_scratch(struct wsync_buf *b, size_t n);
 void wsync_buf_free(struct wsync_buf *b);	/* frees and zeroes */
