@@ -26,16 +26,20 @@
  * file together -- and segments are coded by wsync_segment_encode, which
  * may pick a cheaper method per piece.
  *
- * Memory stays bounded whatever the sizes: segments are read with pread
- * into reused buffers, and at most `threads` segments are in flight (being
- * coded, or coded and waiting to be hashed and written in order).  Each
- * costs its target and base (2 x segment_target) plus the encoder's
- * scratch and output: measured at 2 threads, ~150-185 MiB peak RSS for
- * real checkpoints of any size, ~210 MiB for incompressible data (where
- * the encoder stages a LITERAL copy of every piece and then its output).
+ * Memory stays bounded whatever the sizes: both files are mapped and read
+ * in place (io.h; where they cannot be, with pread into reused buffers),
+ * the pages of a segment dropped from the mapping once it is coded and
+ * hashed, and at most `threads` + 1 segments are in flight (being coded,
+ * or coded and waiting to be hashed and written in order).  Each costs
+ * its target and base (2 x segment_target) plus the encoder's scratch and
+ * output: measured at 2 threads, ~135-185 MiB peak RSS for real
+ * checkpoints of any size, ~210 MiB for incompressible data (where the
+ * encoder stages a LITERAL copy of every piece and then its output).
  *
  * Files are read while they may be changing (a trainer still writing): a
- * file whose size changes between hashing and coding is an error (-EBUSY);
+ * file whose size changes between hashing and coding is an error (-EBUSY,
+ * "changed size while being read" -- also when it shrinks under the
+ * mapping mid-segment: the guard turns that SIGBUS into the same error);
  * a same-size change in between gives a delta whose target hash the
  * applier will refuse, never a wrong result.
  */

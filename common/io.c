@@ -3,8 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,5 +86,99 @@ int wsync_mkdir_p(const char *path, unsigned mode)
 	if (r == 0)
 		r = mkdir_durable(p, (mode_t)mode);
 	free(p);
+	return r;
+}
+
+/* ---- mapped files ---- */
+
+int wsync_map_file(int fd, uint64_t size, const uint8_t **p)
+{
+	void *m;
+
+	static int no_mmap = -1;	/* a benign race: every thread reads the same */
+
+	*p = NULL;
+	if (size == 0)
+		return 0;
+	if (no_mmap < 0)
+		no_mmap = getenv("WSYNC_NO_MMAP") != NULL;
+	if (no_mmap)
+		return -ENODEV;
+	if (size > SIZE_MAX)
+		return -EFBIG;
+	m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	*p = m;
+	return 0;
+}
+
+void wsync_map_drop(const uint8_t *p, uint64_t size, uint64_t off, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
+
+	if (!p || off >= size || len == 0)
+		return;
+	end = len > size - off ? size : off + len;
+	start = off - off % page;
+	/* a page shared with a neighbouring range is faulted in again if
+	 * that range still reads it: nothing is lost, the cache keeps it */
+	(void)madvise((void *)(uintptr_t)(p + start), (size_t)(end - start), MADV_DONTNEED);
+}
+
+void wsync_unmap_file(const uint8_t *p, uint64_t size)
+{
+	if (p)
+		(void)munmap((void *)(uintptr_t)p, (size_t)size);
+}
+
+/* ---- guarded reads of mapped files ---- */
+
+static __thread sigjmp_buf *guard_jump;
+static struct sigaction bus_previous;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static bool bus_installed;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+	sigjmp_buf *jb = guard_jump;
+
+	(void)sig;
+	(void)si;
+	(void)ctx;
+	if (jb) {
+		guard_jump = NULL;
+		siglongjmp(*jb, 1);
+	}
+	/* Not ours: the faulting access is retried under the old action. */
+	(void)sigaction(SIGBUS, &bus_previous, NULL);
+}
+
+static void bus_install(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	/* NODEFER: leaving the handler by siglongjmp (no mask saved) must
+	 * not leave SIGBUS blocked for the next guarded read. */
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	bus_installed = sigaction(SIGBUS, &sa, &bus_previous) == 0;
+}
+
+int wsync_guarded(int (*fn)(void *arg), void *arg)
+{
+	sigjmp_buf jb;
+	int r;
+
+	(void)pthread_once(&bus_once, bus_install);
+	if (!bus_installed)
+		return fn(arg);
+	if (sigsetjmp(jb, 0))
+		return -EFAULT;
+	guard_jump = &jb;
+	r = fn(arg);
+	guard_jump = NULL;
 	return r;
 }

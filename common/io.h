@@ -5,6 +5,7 @@
 #ifndef WSYNC_IO_H
 #define WSYNC_IO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -30,5 +31,33 @@ int wsync_fsync(int fd);
  * (-ENOMEM too).
  */
 int wsync_mkdir_p(const char *path, unsigned mode);
+
+/*
+ * Map a whole file read-only (shared, pages faulted in as they are read)
+ * so that a reader sees the page cache itself instead of a copy.  *p is
+ * NULL for an empty file.  Returns 0, or the negative errno of mmap (a
+ * file system that cannot: read with pread instead; WSYNC_NO_MMAP set in
+ * the environment makes every call fail so, for tests and diagnosis).
+ * Reads through the
+ * mapping must run under wsync_guarded: a file cut shorter by someone
+ * else meanwhile raises SIGBUS on access.  wsync_map_drop unmaps the
+ * pages of [off, off + len) from this process (they stay cached): what a
+ * reader is done with stops counting in its RSS, so memory stays bounded
+ * whatever the file size.
+ */
+int wsync_map_file(int fd, uint64_t size, const uint8_t **p);
+void wsync_map_drop(const uint8_t *p, uint64_t size, uint64_t off, uint64_t len);
+void wsync_unmap_file(const uint8_t *p, uint64_t size);
+
+/*
+ * Run fn(arg) and return what it returns -- or -EFAULT when it touched a
+ * mapped page past the end of its file (SIGBUS: the file shrank under
+ * us), instead of the process being killed.  fn is abandoned where it was:
+ * it must not hold locks, nor allocations its caller cannot reach (keep
+ * them in arg), and must not call wsync_guarded itself.  A SIGBUS outside
+ * a guarded call does what it did before (the previous action is put back
+ * and the access retried).
+ */
+int wsync_guarded(int (*fn)(void *arg), void *arg);
 
 #endif

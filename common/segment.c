@@ -328,15 +328,69 @@ static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
 	return 0;
 }
 
+void wsync_segment_scratch_free(struct wsync_segment_scratch *sc)
+{
+	ZSTD_freeCCtx(sc->cctx);
+	if (sc->fenc)
+		wsync_float_enc_free(sc->fenc);
+	free(sc->fenc);
+	free(sc->mark);
+	free(sc->po);
+	wsync_buf_free(&sc->table);
+	memset(sc, 0, sizeof(*sc));
+}
+
 int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 			 uint64_t target_offset,
 			 const struct wsync_segment_opts *opts,
 			 struct wsync_buf *out, struct wsync_segment_stats *stats,
 			 struct wsync_error *err)
 {
+	struct wsync_segment_scratch sc = { 0 };
+	int r = wsync_segment_encode_in(&sc, pieces, n, target_offset, opts, out, stats,
+					err);
+
+	wsync_segment_scratch_free(&sc);
+	return r;
+}
+
+/* Make sc ready for an encode of n pieces, whatever an earlier one left. */
+static int scratch_reset(struct wsync_segment_scratch *sc, size_t n)
+{
+	if (sc->cctx)
+		(void)ZSTD_CCtx_reset(sc->cctx, ZSTD_reset_session_and_parameters);
+	else
+		sc->cctx = ZSTD_createCCtx();
+	if (sc->fenc)
+		wsync_float_enc_free(sc->fenc);
+	else
+		sc->fenc = malloc(sizeof(*sc->fenc));
+	if (sc->fenc)
+		wsync_float_enc_init(sc->fenc);
+	if (!sc->mark)
+		sc->mark = malloc(sizeof(*sc->mark));
+	if (sc->po_cap < n) {
+		free(sc->po);
+		sc->po = malloc(n * sizeof(struct piece_out));
+		sc->po_cap = sc->po ? n : 0;
+	}
+	wsync_buf_reset(&sc->table);
+	if (!sc->cctx || !sc->fenc || !sc->mark || !sc->po)
+		return -ENOMEM;
+	memset(sc->po, 0, n * sizeof(struct piece_out));
+	return 0;
+}
+
+int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
+			    const struct wsync_piece_in *pieces, size_t n,
+			    uint64_t target_offset,
+			    const struct wsync_segment_opts *opts,
+			    struct wsync_buf *out, struct wsync_segment_stats *stats,
+			    struct wsync_error *err)
+{
 	struct encoder enc = { .level = opts && opts->zstd_level ? opts->zstd_level : 1 };
-	struct wsync_buf table = { 0 };
-	struct piece_out *po = NULL;
+	struct wsync_buf *table = &sc->table;
+	struct piece_out *po;
 	uint64_t total = 0;
 	uint32_t n_streams = 0;
 	size_t start = out->len, head_room;
@@ -351,14 +405,12 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 		return wsync_error_set(err, -EINVAL, "segment of %llu bytes (1..%llu)",
 				       (unsigned long long)total, WSYNC_SEGMENT_TARGET_MAX);
 
-	enc.cctx = ZSTD_createCCtx();
-	enc.fenc = malloc(sizeof(*enc.fenc));
-	enc.mark = malloc(sizeof(*enc.mark));
-	po = calloc(n, sizeof(*po));
-	if (!enc.cctx || !enc.fenc || !enc.mark || !po) {
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
+	if (scratch_reset(sc, n) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	enc.cctx = sc->cctx;
+	enc.fenc = sc->fenc;
+	enc.mark = sc->mark;
+	po = sc->po;
 	/*
 	 * Payloads are written straight into out, after room for the tables
 	 * (the stream table at its largest); once the streams are known the
@@ -372,20 +424,19 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 	}
 	out->len += head_room;
 	enc.payloads = out;
-	wsync_float_enc_init(enc.fenc);
 	for (size_t i = 0; i < n; i++) {
 		r = encode_piece(&enc, &pieces[i], &po[i], err);
 		if (r < 0)
 			goto fail;
 	}
-	r = wsync_float_enc_finish(enc.fenc, enc.level, &table, out, &n_streams);
+	r = wsync_float_enc_finish(enc.fenc, enc.level, table, out, &n_streams);
 	if (r < 0) {
 		wsync_error_set(err, r, "out of memory");
 		goto fail;
 	}
 	{
 		uint8_t *h = out->data + start, *e;
-		size_t tables = SEGMENT_FIXED + n * PIECE_ENTRY + table.len;
+		size_t tables = SEGMENT_FIXED + n * PIECE_ENTRY + table->len;
 
 		put64(h, target_offset);
 		put64(h + 8, total);
@@ -403,8 +454,8 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 				      ? 0 : po[i].base_offset);
 			put64(e + 24, po[i].payload_len);
 		}
-		if (table.len)
-			memcpy(e, table.data, table.len);
+		if (table->len)
+			memcpy(e, table->data, table->len);
 		memmove(h + tables, h + head_room, out->len - start - head_room);
 		out->len -= head_room - tables;
 	}
@@ -423,13 +474,6 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 fail:
 	out->len = start;
 out:
-	if (enc.fenc)
-		wsync_float_enc_free(enc.fenc);
-	free(enc.fenc);
-	free(enc.mark);
-	free(po);
-	ZSTD_freeCCtx(enc.cctx);
-	wsync_buf_free(&table);
 	return r;
 }
 

@@ -77,6 +77,35 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
 			 struct wsync_buf *out, struct wsync_segment_stats *stats,
 			 struct wsync_error *err);
 
+/*
+ * What an encode allocates, held by the caller instead: for one that
+ * encodes segment after segment, and above all for one that may abandon an
+ * encode midway (inputs mapped from files that can be cut short under it:
+ * io.h's wsync_guarded).  Everything an interrupted encode held is here;
+ * the next wsync_segment_encode_in resets it and
+ * wsync_segment_scratch_free frees it, whatever state it was left in.
+ * Zero-initialise before first use.
+ */
+struct wsync_float_enc;
+struct wsync_float_mark;
+
+struct wsync_segment_scratch {
+	void *cctx;			/* ZSTD_CCtx */
+	struct wsync_float_enc *fenc;
+	struct wsync_float_mark *mark;
+	void *po;			/* per-piece results */
+	size_t po_cap;
+	struct wsync_buf table;
+};
+
+int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
+			    const struct wsync_piece_in *pieces, size_t n,
+			    uint64_t target_offset,
+			    const struct wsync_segment_opts *opts,
+			    struct wsync_buf *out, struct wsync_segment_stats *stats,
+			    struct wsync_error *err);
+void wsync_segment_scratch_free(struct wsync_segment_scratch *sc);
+
 /* A parsed segment (points into the payload it was parsed from). */
 struct wsync_piece {
 	enum wsync_piece_method method;

@@ -314,6 +314,11 @@ expect_exit 0 "-o: single file into a file path" "$WSYNC" apply \
 check "-o: single file result equals NEW" cmp "$TMP/single-out.st" \
 	"$g/checkpoint-2/model-00001-of-00002.safetensors"
 
+# ---- files that cannot be mapped are read with pread: the same delta ----
+WSYNC_NO_MMAP=1 expect_exit 0 "diff with pread (WSYNC_NO_MMAP)" "$WSYNC" diff \
+	"$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/nommap.wsd" --threads 2
+check "pread and mapped reads give the same delta" cmp "$TMP/nommap.wsd" "$TMP/gen-bf16-1-2.wsd"
+
 # ---- --threads does not change the delta ----
 "$PYTHON3" "$TMP/mk.py" big "$TMP/big" 150
 roundtrip "big-t1" "$TMP/big/old" "$TMP/big/new" --threads 1
