@@ -818,7 +818,9 @@ static int write_job(struct wsync_delta_writer *w, struct job *j,
 
 /* Code every segment of the plan and write them in order, on threads
  * workers (none below two segments: the calling thread does it), with a
- * ring of up to threads + 1 of the slots (as many as there are). */
+ * ring of threads slots -- threads + 1 when the files are mapped: a slot
+ * then costs no buffers, and the one more lets a worker go on while the
+ * hashing of the segments before it catches up. */
 static int code_file(struct coder *c, unsigned threads, unsigned slots,
 		     struct wsync_delta_writer *w,
 		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
@@ -834,7 +836,9 @@ static int code_file(struct coder *c, unsigned threads, unsigned slots,
 	if (threads > 64)
 		threads = 64;
 	c->ring = ring;
-	c->ring_len = threads <= 1 ? 1 : threads + 1 < slots ? threads + 1 : slots;
+	c->ring_len = threads <= 1 ? 1 : threads + (c->tmap != NULL);
+	if (c->ring_len > slots)
+		c->ring_len = slots;
 	for (size_t i = 0; i < c->ring_len; i++) {
 		ring[i].tb = &c->scratch[2 * i];
 		ring[i].bb = &c->scratch[2 * i + 1];
@@ -1262,7 +1266,7 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	 * while the segment before its own is coded, but costs two segments
 	 * of memory (measured at 2 threads: 1.86 CPUs busy instead of 1.74,
 	 * and peak RSS 305 MiB instead of 212 on incompressible data). */
-	d.slots = d.threads <= 1 ? 1 : d.threads > 64 ? 64 : d.threads;
+	d.slots = d.threads <= 1 ? 1 : d.threads > 63 ? 64 : d.threads + 1;
 	d.ring = calloc(d.slots, sizeof(*d.ring));
 	d.scratch = calloc(2 * (size_t)d.slots, sizeof(*d.scratch));
 	if (!d.ring || !d.scratch)
