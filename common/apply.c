@@ -63,6 +63,7 @@ struct applier {
 	const struct wsync_delta_reader *d;
 	const char *target;		/* for messages */
 	unsigned threads;
+	uint64_t memory_limit;		/* 0: WSYNC_MEMORY_DEFAULT */
 	int base_root, dest_root;	/* directory fds */
 	bool same_root;			/* dest_root is base_root */
 	struct item *items;
@@ -1143,7 +1144,7 @@ static int build_files(struct applier *a, struct wsync_error *err)
 {
 	struct pool p = { .a = a };
 	unsigned threads = a->threads > MAX_THREADS ? MAX_THREADS : a->threads;
-	uint64_t segments = 0;
+	uint64_t segments = 0, seg_max = 0;
 	pthread_t tids[MAX_THREADS];
 	unsigned started = 0;
 
@@ -1163,11 +1164,24 @@ static int build_files(struct applier *a, struct wsync_error *err)
 		p.jobs[j] = (struct decoder){ .d = a->d, .e = it->e, .it = it, .pool = &p,
 					      .base_fd = -1, .fd = -1 };
 		segments += it->e->file.n_segments;
+		for (uint64_t k = 0; k < it->e->file.n_segments; k++)
+			if (it->e->segments[k].target_len > seg_max)
+				seg_max = it->e->segments[k].target_len;
 		j++;
 	}
 	p.failed = p.n_jobs;
 	if (threads > segments)
 		threads = segments ? (unsigned)segments : 1;
+	if (threads > 1) {
+		/* as many workers as memory_limit holds, three of the largest
+		 * segment each (payload, bytes kept ahead, a piece's base) */
+		uint64_t mem = a->memory_limit ? a->memory_limit : WSYNC_MEMORY_DEFAULT;
+		uint64_t per = 3 * seg_max + DECODE_CHUNK * 2, fit;
+
+		fit = mem > WSYNC_MEMORY_FIXED + per ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
+		if (threads > fit)
+			threads = (unsigned)fit;
+	}
 	if (threads > 1) {
 		p.ahead_cap = AHEAD_BUDGET / threads;
 		if (p.ahead_cap > WSYNC_SEGMENT_TARGET_DEFAULT)
@@ -1437,6 +1451,7 @@ int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 	a.st = stats ? stats : &local;
 	memset(a.st, 0, sizeof(*a.st));
 	a.threads = opts && opts->threads ? opts->threads : 1;
+	a.memory_limit = opts ? opts->memory_limit : 0;
 	if (lstat(target, &st) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
 	if (S_ISLNK(st.st_mode) && stat(target, &st) == 0 && S_ISREG(st.st_mode))

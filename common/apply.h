@@ -31,7 +31,9 @@
  *
  * Memory is bounded whatever the sizes: per worker one segment's payload
  * and decoded bytes (at most 64 MiB) plus the base pages it reads, which
- * are dropped again once decoded.
+ * are dropped again once decoded; and no more workers than memory_limit
+ * holds at three segments each (payload, decoded bytes kept ahead of the
+ * hashing turn, a ZSTD or XOR piece's base).
  */
 #ifndef WSYNC_APPLY_H
 #define WSYNC_APPLY_H
@@ -43,6 +45,9 @@
 
 struct wsync_apply_opts {
 	unsigned threads;	/* decoder threads; 0 means 1 */
+	/* About the most memory to use (diff.h's WSYNC_MEMORY_DEFAULT when
+	 * 0): fewer workers when that many do not fit in it. */
+	uint64_t memory_limit;
 	/*
 	 * Write the result here instead of over TARGET, which is then only
 	 * read.  For a directory TARGET: a directory (created if missing),

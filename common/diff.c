@@ -1266,7 +1266,27 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	 * while the segment before its own is coded, but costs two segments
 	 * of memory (measured at 2 threads: 1.86 CPUs busy instead of 1.74,
 	 * and peak RSS 305 MiB instead of 212 on incompressible data). */
-	d.slots = d.threads <= 1 ? 1 : d.threads > 63 ? 64 : d.threads + 1;
+	{
+		/* Threads: as many as memory_limit holds, each coding a
+		 * segment -- its target and base pages plus the encoder's
+		 * staging and output, measured up to ~2.75x the segment size
+		 * on incompressible data -- and the ring's one slot more when
+		 * a coded segment's pages (~0.75x) still fit beside them. */
+		uint64_t mem = opts && opts->memory_limit ? opts->memory_limit
+							  : WSYNC_MEMORY_DEFAULT;
+		uint64_t per = 2 * d.plan.max + 3 * d.plan.max / 4, extra = 3 * d.plan.max / 4;
+		uint64_t fit = mem > WSYNC_MEMORY_FIXED + per
+				       ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
+
+		if (fit > 63)
+			fit = 63;
+		if (d.threads > fit)
+			d.threads = (unsigned)fit;
+		d.slots = d.threads;
+		if (d.threads > 1 &&
+		    mem >= WSYNC_MEMORY_FIXED + d.threads * per + extra)
+			d.slots++;
+	}
 	d.ring = calloc(d.slots, sizeof(*d.ring));
 	d.scratch = calloc(2 * (size_t)d.slots, sizeof(*d.scratch));
 	if (!d.ring || !d.scratch)

@@ -26,11 +26,13 @@
  * file together -- and segments are coded by wsync_segment_encode, which
  * may pick a cheaper method per piece.
  *
- * Memory stays bounded whatever the sizes: both files are mapped and read
+ * Memory stays bounded whatever the sizes and thread count (memory_limit):
+ * both files are mapped and read
  * in place (io.h; where they cannot be, with pread into reused buffers),
  * the pages of a segment dropped from the mapping once it is coded and
  * hashed, and at most `threads` + 1 segments are in flight (being coded,
- * or coded and waiting to be hashed and written in order).  Each costs
+ * or coded and waiting to be hashed and written in order) -- fewer, and
+ * fewer threads, when memory_limit does not hold that many.  Each costs
  * its target and base (2 x segment_target) plus the encoder's scratch and
  * output: measured at 2 threads, ~135-185 MiB peak RSS for real
  * checkpoints of any size, ~210 MiB for incompressible data (where the
@@ -54,6 +56,7 @@ struct wsync_diff_opts {
 	unsigned threads;		/* encoder threads; 0 means 1 */
 	int zstd_level;			/* 0 means the segment coder's default */
 	uint64_t segment_target;	/* 0 means WSYNC_SEGMENT_TARGET_DEFAULT */
+	uint64_t memory_limit;		/* 0 means WSYNC_MEMORY_DEFAULT */
 };
 
 struct wsync_diff_stats {

@@ -18,6 +18,19 @@
 #define WSYNC_SEGMENT_TARGET_MAX (64ULL << 20)	/* decoder limit */
 #define WSYNC_SEGMENT_TARGET_DEFAULT (32ULL << 20) /* what encoders cut */
 #define WSYNC_SEGMENT_PIECES_MAX (1u << 20)
+
+/*
+ * The memory a diff or an apply may use, about (peak RSS, mapped file
+ * pages included), unless told otherwise: it bounds how many segments are
+ * in flight at once, so more threads than fit in it wait rather than
+ * growing the process.  A knob ([daemon] memory_limit, --memory;
+ * diff.h and apply.h: memory_limit).
+ */
+#define WSYNC_MEMORY_DEFAULT (256ULL << 20)
+/* What it takes before any segment: the program, tables, the delta
+ * writer or reader, the threads' stacks. */
+#define WSYNC_MEMORY_FIXED (24ULL << 20)
+
 #define WSYNC_FLOAT_CLASSES 16
 
 enum wsync_piece_method {

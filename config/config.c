@@ -54,6 +54,8 @@
 #include "url.h"
 
 #define THREADS_MAX 1024
+#define MEMORY_LIMIT_MIN (64 * MiB)	/* wsync diff/apply --memory: the same */
+#define MEMORY_LIMIT_MAX (1024 * 1024 * MiB)
 #define ANCHOR_EVERY_MAX 100000
 #define POLL_MIN_MS 100
 #define POLL_MAX_MS (24 * 3600 * 1000)
@@ -670,6 +672,8 @@ static const struct config_key config_keys[] = {
 	KEY("daemon", "runtime_dir", parse_path, format_string, runtime_dir),
 	KEY("daemon", "threads", parse_uint32, format_uint32, threads,
 	    .min = 1, .max = THREADS_MAX),
+	KEY("daemon", "memory_limit", parse_size, format_size, memory_limit,
+	    .min = MEMORY_LIMIT_MIN, .max = MEMORY_LIMIT_MAX),
 	KEY("daemon", "log_level", parse_log_level, format_log_level, log_level),
 	KEY("store", "url", parse_store_url, format_string, store_url),
 	KEY("store", "endpoint", parse_endpoint, format_string, endpoint,
@@ -1331,6 +1335,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->role = WSYNC_ROLE_UNSET;
 	cfg->threads = ncpu < 1 ? 1 : ncpu > THREADS_MAX ? THREADS_MAX : (uint32_t)ncpu;
+	cfg->memory_limit = 256 * MiB;	/* WSYNC_MEMORY_DEFAULT */
 	cfg->log_level = LOG_INFO;
 	cfg->anchor_every = 20;
 	cfg->complete_when = WSYNC_COMPLETE_MARKER;

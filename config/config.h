@@ -60,6 +60,7 @@ struct wsync_config {
 	char *state_dir;	/* default $STATE_DIRECTORY or /var/lib/wsync */
 	char *runtime_dir;	/* default $RUNTIME_DIRECTORY or /run/wsync */
 	uint32_t threads;	/* default: number of online cores; 1..1024 */
+	uint64_t memory_limit;	/* for encoding/applying; default 256MiB; 64MiB..1TiB */
 	int log_level;		/* syslog priority; default LOG_INFO */
 
 	/* [store] */

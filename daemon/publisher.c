@@ -1251,7 +1251,8 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 	pb->job = (struct pubjob_prepare){
 		.src_dir = pb->src_dir, .tree = &pb->tree, .hardlink = !p->inplace,
 		.pub_dir = p->pub_dir, .want_delta = pb->delta, .want_anchor = pb->anchor,
-		.version = v, .threads = p->cfg->threads, .pause_ms = p->test_pause_ms,
+		.version = v, .threads = p->cfg->threads,
+		.memory_limit = p->cfg->memory_limit, .pause_ms = p->test_pause_ms,
 	};
 	p->pub = pb;
 	if (skipped)

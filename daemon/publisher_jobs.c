@@ -241,7 +241,8 @@ static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
 		  struct wsync_hash128 *hash)
 {
-	struct wsync_diff_opts o = { .threads = j->threads };
+	struct wsync_diff_opts o = { .threads = j->threads,
+				     .memory_limit = j->memory_limit };
 	int fd, r;
 
 	fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

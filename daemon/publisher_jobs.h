@@ -42,6 +42,7 @@ struct pubjob_prepare {
 	bool want_delta, want_anchor;
 	uint64_t version;
 	unsigned threads;
+	uint64_t memory_limit;		/* for the encoder, 0: its default */
 	unsigned pause_ms;		/* tests: sleep this long before the snapshot */
 
 	/* out */

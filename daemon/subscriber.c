@@ -695,6 +695,7 @@ static void try_apply(struct wsync_subscriber *s)
 	j->object_path = strdup(st->path);
 	j->is_anchor = st->anchor;
 	j->threads = s->cfg->threads;
+	j->memory_limit = s->cfg->memory_limit;
 	j->m = &st->ms->m;
 	j->manifest_hash = st->ms->hash;
 	j->prev = &s->local;

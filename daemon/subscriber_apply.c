@@ -261,7 +261,8 @@ void sub_apply_work(void *data)
 	struct sub_apply_job *j = data;
 	struct wsync_delta_reader *d = NULL;
 	const struct wsync_manifest_file **mf = NULL;
-	struct wsync_apply_opts ao = { .threads = j->threads };
+	struct wsync_apply_opts ao = { .threads = j->threads,
+				       .memory_limit = j->memory_limit };
 	const char *dir = j->target_dir;	/* where the step is written */
 	char *state_path = NULL;
 	bool built = false;

@@ -159,6 +159,7 @@ struct sub_apply_job {
 	char *object_path;		/* the downloaded delta or anchor */
 	bool is_anchor;
 	unsigned threads;
+	uint64_t memory_limit;		/* for the decoder, 0: its default */
 	const struct wsync_manifest *m;	/* the version this step reaches */
 	struct wsync_hash128 manifest_hash;
 	const struct sub_local *prev;	/* the state before (anchor: what to delete) */

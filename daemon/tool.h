@@ -9,6 +9,8 @@
 #ifndef WSYNC_TOOL_H
 #define WSYNC_TOOL_H
 
+#include <stdint.h>
+
 enum {
 	WSYNC_EXIT_OK = 0,
 	WSYNC_EXIT_FAILURE = 1,	/* with a one-line reason on stderr */
@@ -31,5 +33,10 @@ unsigned tool_default_threads(void);
 
 /* --threads N: 1..1024; 0 or -EINVAL. */
 int tool_parse_threads(const char *s, unsigned *ret);
+
+/* --memory SIZE: 64MiB..1TiB (as [daemon] memory_limit); 0 or -EINVAL. */
+#define TOOL_MEMORY_MIN (64ULL << 20)
+#define TOOL_MEMORY_MAX (1ULL << 40)
+int tool_parse_memory(const char *s, uint64_t *ret);
 
 #endif

@@ -22,12 +22,15 @@
 
 static void apply_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync apply TARGET DELTA [-o OUTDIR] [--threads N] [--json]\n\n"
+	fprintf(f, "Usage: wsync apply TARGET DELTA [-o OUTDIR] [--threads N] [--memory SIZE]\n"
+		   "                   [--json]\n\n"
 		   "Apply DELTA to TARGET (a directory, or the file of a one-file delta).\n"
 		   "Every base is checked first and nothing is written unless all match;\n"
 		   "new files are built beside the old ones, verified, then renamed in.\n\n"
 		   "  -o, --output OUTDIR  write the result there, leaving TARGET as it is\n"
 		   "  --threads N          decoder threads (default: one per CPU)\n"
+		   "  --memory SIZE        about the most memory to use, e.g. 1GiB (default\n"
+		   "                       256MiB): fewer threads run when more do not fit\n"
 		   "  --json               print the summary as a JSON object\n"
 		   "  -h, --help           this text\n\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 corrupt delta or wrong base.\n");
@@ -74,6 +77,7 @@ int tool_apply(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "memory", required_argument, NULL, 'm' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -97,6 +101,13 @@ int tool_apply(int argc, char **argv)
 			if (tool_parse_threads(optarg, &aopts.threads) < 0) {
 				fprintf(stderr, "wsync apply: --threads: expected 1..1024, "
 					"not \"%s\"\n", optarg);
+				return WSYNC_EXIT_USAGE;
+			}
+			break;
+		case 'm':
+			if (tool_parse_memory(optarg, &aopts.memory_limit) < 0) {
+				fprintf(stderr, "wsync apply: --memory: expected a size from "
+					"64MiB to 1TiB, not \"%s\"\n", optarg);
 				return WSYNC_EXIT_USAGE;
 			}
 			break;

@@ -25,11 +25,14 @@
 
 static void diff_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync diff OLD NEW -o DELTA [--threads N] [--level N] [--json]\n\n"
+	fprintf(f, "Usage: wsync diff OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N]\n"
+		   "                  [--json]\n\n"
 		   "Write the delta that turns OLD into NEW: two files, or two directories\n"
 		   "(walked recursively; regular files only, symlinks are refused).\n\n"
 		   "  -o, --output DELTA  the delta file to write (replaced atomically)\n"
 		   "  --threads N         encoder threads (default: one per CPU)\n"
+		   "  --memory SIZE       about the most memory to use, e.g. 1GiB (default\n"
+		   "                      256MiB): fewer threads run when more do not fit\n"
 		   "  --level N           zstd level for byte pieces and symbol streams\n"
 		   "                      (1..19, default 1)\n"
 		   "  --json              print the summary as a JSON object\n"
@@ -85,6 +88,7 @@ int tool_diff(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "memory", required_argument, NULL, 'm' },
 		{ "level", required_argument, NULL, 'l' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -110,6 +114,13 @@ int tool_diff(int argc, char **argv)
 			if (tool_parse_threads(optarg, &dopts.threads) < 0) {
 				fprintf(stderr, "wsync diff: --threads: expected 1..1024, "
 					"not \"%s\"\n", optarg);
+				return WSYNC_EXIT_USAGE;
+			}
+			break;
+		case 'm':
+			if (tool_parse_memory(optarg, &dopts.memory_limit) < 0) {
+				fprintf(stderr, "wsync diff: --memory: expected a size from "
+					"64MiB to 1TiB, not \"%s\"\n", optarg);
 				return WSYNC_EXIT_USAGE;
 			}
 			break;

@@ -25,10 +25,10 @@ static const struct subcommand {
 	  "      list the tensors of a safetensors file or checkpoint directory,\n"
 	  "      or the files, segments and pieces of a delta" },
 	{ "diff", tool_diff,
-	  "OLD NEW -o DELTA [--threads N] [--level N] [--json]\n"
+	  "OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N] [--json]\n"
 	  "      write the delta that turns OLD into NEW (two files or two directories)" },
 	{ "apply", tool_apply,
-	  "TARGET DELTA [-o OUTDIR] [--threads N] [--json]\n"
+	  "TARGET DELTA [-o OUTDIR] [--threads N] [--memory SIZE] [--json]\n"
 	  "      apply a delta to TARGET, all or nothing" },
 	{ "store", tool_store,
 	  "put FILE URL | get URL FILE | ls URL | rm URL | head URL [--config F]\n"
@@ -61,6 +61,16 @@ int tool_parse_threads(const char *s, unsigned *ret)
 	if (wsync_parse_uint(s, &v) < 0 || v < 1 || v > 1024)
 		return -EINVAL;
 	*ret = (unsigned)v;
+	return 0;
+}
+
+int tool_parse_memory(const char *s, uint64_t *ret)
+{
+	uint64_t v;
+
+	if (wsync_parse_size(s, &v) < 0 || v < TOOL_MEMORY_MIN || v > TOOL_MEMORY_MAX)
+		return -EINVAL;
+	*ret = v;
 	return 0;
 }
 

@@ -338,6 +338,30 @@ check "--threads 1 and 2 give identical deltas (generated series)" \
 	       cmp '$TMP/t1.wsd' '$TMP/t3.wsd'"
 expect_exit 0 "big: apply with --threads 2" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 2 -o "$TMP/big-t2-out"
 check "big: --threads 2 apply equals NEW" cmp "$TMP/big-t2-out/big.safetensors" "$TMP/big/new/big.safetensors"
+# ---- memory_limit: more threads than fit wait instead of growing RSS ----
+# eight threads on six 25 MiB segments by default (256 MiB): peak RSS stays
+# under it and the delta is the one-thread delta; within 128 MiB one thread
+# codes; a size that is not one is a usage error
+expect_exit 0 "big: diff --threads 8 (default memory)" /usr/bin/time -f %M -o "$TMP/rss-t8" \
+	"$WSYNC" diff "$TMP/big/old" "$TMP/big/new" -o "$TMP/big-t8.wsd" --threads 8
+check "big: --threads 8 gives the same delta" cmp "$TMP/big-t8.wsd" "$TMP/big-t1.wsd"
+check "big: --threads 8 peak RSS <= 256 MiB ($(tail -1 "$TMP/rss-t8") KiB)" \
+	test "$(tail -1 "$TMP/rss-t8")" -le 262144
+expect_exit 0 "big: diff --threads 8 --memory 128MiB" /usr/bin/time -f %M -o "$TMP/rss-m128" \
+	"$WSYNC" diff "$TMP/big/old" "$TMP/big/new" -o "$TMP/big-m128.wsd" --threads 8 --memory 128MiB
+check "big: --memory 128MiB gives the same delta" cmp "$TMP/big-m128.wsd" "$TMP/big-t1.wsd"
+check "big: --memory 128MiB peak RSS <= 128 MiB ($(tail -1 "$TMP/rss-m128") KiB)" \
+	test "$(tail -1 "$TMP/rss-m128")" -le 131072
+expect_exit 0 "big: apply --threads 8 --memory 128MiB" /usr/bin/time -f %M -o "$TMP/rss-am128" \
+	"$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 8 --memory 128MiB -o "$TMP/big-am-out"
+check "big: apply --memory 128MiB equals NEW" cmp "$TMP/big-am-out/big.safetensors" "$TMP/big/new/big.safetensors"
+check "big: apply --memory 128MiB peak RSS <= 128 MiB ($(tail -1 "$TMP/rss-am128") KiB)" \
+	test "$(tail -1 "$TMP/rss-am128")" -le 131072
+expect_exit 2 "diff --memory lots: usage error" "$WSYNC" diff "$TMP/big/old" "$TMP/big/new" \
+	-o "$TMP/x.wsd" --memory lots
+expect_exit 2 "apply --memory 1MiB (below 64MiB): usage error" "$WSYNC" apply "$TMP/big/old" \
+	"$TMP/big-t1.wsd" --memory 1MiB -o "$TMP/x-out"
+
 # three workers: those ahead of the hashing turn keep their whole segment
 # (25 MiB; 128 MiB / 3 each) and hash it when their turn comes
 expect_exit 0 "big: apply with --threads 3" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 3 -o "$TMP/big-t3-out"

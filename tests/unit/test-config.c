@@ -680,7 +680,7 @@ static void test_unknown_section_and_key(void)
 	CHECK(l.errs.n == 8);
 	CHECK(has_issue(&l, 3, "[daemon] rol: unknown key (did you mean role?)"));
 	CHECK(has_issue(&l, 4, "[daemon] frobnicate: unknown key (valid keys in [daemon]: "
-			"role, state_dir, runtime_dir, threads or log_level)"));
+			"role, state_dir, runtime_dir, threads, memory_limit or log_level)"));
 	CHECK(has_issue(&l, 5, "[daemon] url: unknown key in [daemon]; url belongs in [store]"));
 	CHECK(has_issue(&l, 6, "[demon]: unknown section (did you mean [daemon]?)"));
 	CHECK(has_issue(&l, 8, "[metrics]: unknown section (valid sections: [daemon], [store], "
@@ -1176,7 +1176,8 @@ static void test_foreach_key(void)
 	struct key_seen keys[] = {
 		{ "daemon", "role", 0 },	 { "daemon", "state_dir", 0 },
 		{ "daemon", "runtime_dir", 0 },	 { "daemon", "threads", 0 },
-		{ "daemon", "log_level", 0 },	 { "store", "url", 0 },
+		{ "daemon", "memory_limit", 0 }, { "daemon", "log_level", 0 },
+		{ "store", "url", 0 },
 		{ "store", "endpoint", 0 },	 { "store", "region", 0 },
 		{ "store", "credentials", 0 },	 { "store", "path_style", 0 },
 		{ "store", "ca_file", 0 },	 { "store", "max_concurrency", 0 },
