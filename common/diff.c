@@ -182,6 +182,7 @@ struct src {
 	int fd;
 	uint64_t size;
 	uint32_t mode;
+	struct timespec mtime, ctime;	/* when opened: written to since? */
 	struct wsync_hash128 hash;
 	struct wsync_st_file *st;
 };
@@ -223,6 +224,8 @@ static int src_open(struct src *s, int rootfd, const char *root, const char *rel
 		return wsync_error_set(err, -EINVAL, "%s: not a regular file", s->path);
 	s->mode = (uint32_t)st.st_mode & 07777u;
 	s->size = (uint64_t)st.st_size;
+	s->mtime = st.st_mtim;
+	s->ctime = st.st_ctim;
 	return 0;
 }
 
@@ -289,6 +292,12 @@ static int src_check(const struct src *s, struct wsync_error *err)
 	if ((uint64_t)st.st_size != s->size ||
 	    (s->st && s->st->size != s->size))
 		return wsync_error_set(err, -EBUSY, "%s: changed size while being read",
+				       s->path);
+	/* Written to in place (same size): what was coded and what was
+	 * hashed may differ, so the delta would fail every applier. */
+	if (st.st_mtim.tv_sec != s->mtime.tv_sec || st.st_mtim.tv_nsec != s->mtime.tv_nsec ||
+	    st.st_ctim.tv_sec != s->ctime.tv_sec || st.st_ctim.tv_nsec != s->ctime.tv_nsec)
+		return wsync_error_set(err, -EBUSY, "%s: changed while being read",
 				       s->path);
 	return 0;
 }
@@ -1020,8 +1029,9 @@ static int diff_changed(struct differ *d, struct src *o,
 	pthread_mutex_destroy(&c.mu);
 	if (r == 0 && c.bh)
 		r = finish_base_hash(&c, err);
-	if (r == 0 && fold) {
-		/* the size may not have changed meanwhile (src_check again) */
+	if (r == 0) {
+		/* nothing may have changed meanwhile (src_check again): what
+		 * was hashed, before or while coding, is what was coded */
 		r = src_check(n, err);
 		if (r == 0 && o)
 			r = src_check(o, err);

@@ -39,11 +39,13 @@
  * encoder stages a LITERAL copy of every piece and then its output).
  *
  * Files are read while they may be changing (a trainer still writing): a
- * file whose size changes between hashing and coding is an error (-EBUSY,
- * "changed size while being read" -- also when it shrinks under the
- * mapping mid-segment: the guard turns that SIGBUS into the same error);
- * a same-size change in between gives a delta whose target hash the
- * applier will refuse, never a wrong result.
+ * file whose size changes between opening and the end of its coding is an
+ * error (-EBUSY, "changed size while being read" -- also when it shrinks
+ * under the mapping mid-segment: the guard turns that SIGBUS into the same
+ * error), and so is one written to in place meanwhile (its modification
+ * or change time moved: "changed while being read"), since what was hashed
+ * and what was coded could differ.  A change that moves neither would give
+ * a delta whose target hash the applier refuses, never a wrong result.
  */
 #ifndef WSYNC_DIFF_H
 #define WSYNC_DIFF_H

@@ -338,6 +338,23 @@ check "--threads 1 and 2 give identical deltas (generated series)" \
 	       cmp '$TMP/t1.wsd' '$TMP/t3.wsd'"
 expect_exit 0 "big: apply with --threads 2" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 2 -o "$TMP/big-t2-out"
 check "big: --threads 2 apply equals NEW" cmp "$TMP/big-t2-out/big.safetensors" "$TMP/big/new/big.safetensors"
+# ---- a file written to in place while diff reads it: refused, not coded ----
+# (same size: what was coded and what was hashed could differ).  The file
+# is rewritten a byte at a time for as long as the diff runs.
+mkdir -p "$TMP/chg"
+cp "$TMP/big/new/big.safetensors" "$TMP/chg/big.safetensors"
+"$WSYNC" diff "$TMP/big/old/big.safetensors" "$TMP/chg/big.safetensors" -o "$TMP/chg.wsd" \
+	--threads 1 >"$TMP/chg.out" 2>&1 &
+chg_pid=$!
+for _ in $(seq 5000); do
+	kill -0 "$chg_pid" 2>/dev/null || break
+	printf '\001' | dd of="$TMP/chg/big.safetensors" bs=1 seek=4000000 conv=notrunc status=none
+done
+wait "$chg_pid"
+chg_rc=$?
+check "diff of a file rewritten in place meanwhile fails (exit $chg_rc)" test "$chg_rc" -ne 0
+check "... saying it changed while being read" grep -q "changed.* while being read" "$TMP/chg.out"
+
 # ---- memory_limit: more threads than fit wait instead of growing RSS ----
 # eight threads on six 25 MiB segments by default (256 MiB): peak RSS stays
 # under it and the delta is the one-thread delta; within 128 MiB one thread
