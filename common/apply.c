@@ -292,6 +292,22 @@ static int check_base(struct applier *a, struct item *it,
 	return 0;
 }
 
+/* Run fn(arg) on threads workers, the calling thread one of them (fewer
+ * if threads cannot be started: the work is shared, not divided), and
+ * wait for all of them. */
+static void run_workers(void *(*fn)(void *), void *arg, unsigned threads)
+{
+	pthread_t tids[MAX_THREADS];
+	unsigned started = 0;
+
+	while (started + 1 < threads && started + 1 < MAX_THREADS &&
+	       pthread_create(&tids[started], NULL, fn, arg) == 0)
+		started++;
+	fn(arg);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+}
+
 /* Checking the bases on several threads: the shards of a checkpoint are
  * hashed side by side.  The error reported is that of the first failing
  * file in delta order, as a one-thread check would report it. */
@@ -338,8 +354,6 @@ static int check_bases(struct applier *a, struct wsync_error *err)
 {
 	struct base_check bc = { .a = a, .failed = a->n };
 	unsigned threads = a->threads > MAX_THREADS ? MAX_THREADS : a->threads;
-	pthread_t tids[MAX_THREADS];
-	unsigned started = 0;
 
 	if (threads > a->n)
 		threads = (unsigned)a->n;
@@ -350,13 +364,7 @@ static int check_bases(struct applier *a, struct wsync_error *err)
 			r = check_base(a, &a->items[i], err);
 		return r;
 	}
-	/* The calling thread is one of the workers. */
-	while (started + 1 < threads &&
-	       pthread_create(&tids[started], NULL, check_worker, &bc) == 0)
-		started++;
-	check_worker(&bc);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
+	run_workers(check_worker, &bc, threads);
 	pthread_mutex_destroy(&bc.mu);
 	if (bc.r < 0)
 		*err = bc.err;
@@ -927,6 +935,49 @@ static int check_folded_base(struct applier *a, const struct item *it, int r,
 	return r;
 }
 
+/* A temp file for it, of its target's size. */
+static int open_temp(struct applier *a, struct item *it, int *ret_fd,
+		     struct wsync_error *err)
+{
+	int r = make_temp(a, it, ret_fd, err);
+
+	if (r == 0 && ftruncate(*ret_fd, (off_t)it->e->file.target_size) < 0) {
+		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+		(void)close(*ret_fd);
+		*ret_fd = -1;
+	}
+	return r;
+}
+
+/*
+ * The end of a temp whose building gave r: unless that failed, the
+ * verdict on its size and hash h (what: "rebuilt", "copied"), then its
+ * mode and fsync -- now rather than in the commit loop: the temp is
+ * private until renamed, and syncing each as it is done overlaps the
+ * writeback of one file with the building of the next.  fd is closed
+ * whatever happens.  Returns r or the first failure here.
+ */
+static int seal_temp(struct item *it, int fd, int r, uint64_t size,
+		     const struct wsync_hash128 *h, const char *what,
+		     struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &it->e->file;
+	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
+
+	if (r == 0 && (size != f->target_size || !wsync_hash_equal(h, &f->target_hash)))
+		r = wsync_error_set(err, -EINVAL,
+			"%s: the %s file does not match the delta's target "
+			"(expected size %" PRIu64 " xxh128 %s, got size %" PRIu64
+			" xxh128 %s)", f->path, what, f->target_size,
+			wsync_hash_hex(&f->target_hash, want, sizeof(want)), size,
+			wsync_hash_hex(h, got, sizeof(got)));
+	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
+		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	if (fd >= 0 && close(fd) < 0 && r == 0)
+		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	return r;
+}
+
 /* Open job dc (under the pool's mutex): its temp file, sized, and its
  * base. */
 static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
@@ -936,11 +987,9 @@ static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 	int r;
 
 	dc->open = true;
-	r = make_temp(p->a, it, &dc->fd, err);
+	r = open_temp(p->a, it, &dc->fd, err);
 	if (r < 0)
 		return r;
-	if (ftruncate(dc->fd, (off_t)f->target_size) < 0)
-		return wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 	if (wsync_hasher_new(&dc->hasher) < 0 ||
 	    (it->base_folded && wsync_hasher_new(&dc->bhasher) < 0))
 		return wsync_error_set(err, -ENOMEM, "out of memory");
@@ -969,7 +1018,6 @@ static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 static int finish_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &dc->e->file;
-	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
 	struct wsync_hash128 h = { 0 }, bh = { 0 };
 	int r = dc->r;
 
@@ -989,20 +1037,8 @@ static int finish_job(struct pool *p, struct decoder *dc, struct wsync_error *er
 		wsync_hasher_digest(dc->bhasher, &bh);
 	if (dc->it->base_folded)
 		r = check_folded_base(p->a, dc->it, r, &bh, err);
-	if (r == 0 && !wsync_hash_equal(&h, &f->target_hash))
-		r = wsync_error_set(err, -EINVAL,
-			"%s: the rebuilt file does not match the delta's target "
-			"(expected size %" PRIu64 " xxh128 %s, got size %" PRIu64
-			" xxh128 %s)", f->path, f->target_size,
-			wsync_hash_hex(&f->target_hash, want, sizeof(want)),
-			f->target_size, wsync_hash_hex(&h, got, sizeof(got)));
-	/* Mode and fsync now rather than in the commit loop: the temp is
-	 * private until renamed, and syncing each as it is done overlaps the
-	 * writeback of one file with the decoding of the next. */
-	if (r == 0 && (fchmod(dc->fd, f->mode) < 0 || fsync(dc->fd) < 0))
-		r = wsync_error_set(err, -errno, "%s: %s", dc->it->dest_rel, strerror(errno));
-	if (dc->fd >= 0 && close(dc->fd) < 0 && r == 0)
-		r = wsync_error_set(err, -errno, "%s: %s", dc->it->dest_rel, strerror(errno));
+	/* the decoder wrote target_size bytes: the hash says the rest */
+	r = seal_temp(dc->it, dc->fd, r, f->target_size, &h, "rebuilt", err);
 	dc->fd = -1;
 	if (dc->base_fd >= 0)
 		(void)close(dc->base_fd);
@@ -1145,8 +1181,6 @@ static int build_files(struct applier *a, struct wsync_error *err)
 	struct pool p = { .a = a };
 	unsigned threads = a->threads > MAX_THREADS ? MAX_THREADS : a->threads;
 	uint64_t segments = 0, seg_max = 0;
-	pthread_t tids[MAX_THREADS];
-	unsigned started = 0;
 
 	for (size_t i = 0; i < a->n; i++)
 		if (a->items[i].e->file.op == WSYNC_DELTA_WRITE)
@@ -1197,12 +1231,7 @@ static int build_files(struct applier *a, struct wsync_error *err)
 		free(p.jobs);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	}
-	while (started + 1 < threads &&
-	       pthread_create(&tids[started], NULL, build_worker, &p) == 0)
-		started++;
-	build_worker(&p);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
+	run_workers(build_worker, &p, threads);
 	pthread_cond_destroy(&p.turn);
 	pthread_mutex_destroy(&p.mu);
 	free(p.jobs);
@@ -1215,37 +1244,20 @@ static int build_files(struct applier *a, struct wsync_error *err)
  * verified, with its mode, fsynced. */
 static int copy_kept(struct applier *a, struct item *it, struct wsync_error *err)
 {
-	const struct wsync_delta_file *f = &it->e->file;
-	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
-	struct wsync_hash128 h;
-	uint64_t size;
+	struct wsync_hash128 h = { 0 };
+	uint64_t size = 0;
 	int fd = -1, r;
 
-	r = make_temp(a, it, &fd, err);
+	r = open_temp(a, it, &fd, err);
 	if (r < 0)
 		return r;
-	if (ftruncate(fd, (off_t)f->target_size) < 0) {
-		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
-		goto out;
-	}
 	/* read back: the copy's own errors are not all seen by the copy */
 	r = copy_base(a, it, fd, err);
 	if (r == 0)
 		r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
-	if (r == 0 && (size != f->target_size || !wsync_hash_equal(&h, &f->target_hash)))
-		r = wsync_error_set(err, -EINVAL,
-			"%s: the copied file does not match the delta's target "
-			"(expected size %" PRIu64 " xxh128 %s, got size %" PRIu64
-			" xxh128 %s)", f->path, f->target_size,
-			wsync_hash_hex(&f->target_hash, want, sizeof(want)), size,
-			wsync_hash_hex(&h, got, sizeof(got)));
-	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
-		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	r = seal_temp(it, fd, r, size, &h, "copied", err);
 	if (r == 0)
-		a->st->bytes_written += f->target_size;
-out:
-	if (close(fd) < 0 && r == 0)
-		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+		a->st->bytes_written += it->e->file.target_size;
 	return r;
 }
 
