@@ -584,6 +584,17 @@ static void hash_job(struct coder *c, const struct job *j)
 	}
 }
 
+/* A guarded read of the mappings faulted: one of the files shrank under
+ * them.  The error read_at gives, for the one that did. */
+static int shrank(const struct coder *c, struct wsync_error *err)
+{
+	struct stat st;
+	bool base = c->base && fstat(c->base->fd, &st) == 0 &&
+		    (uint64_t)st.st_size < c->base->size;
+
+	return read_failed(base ? c->base : c->target, -ENODATA, err);
+}
+
 struct hash_call {
 	struct coder *c;
 	const struct job *j;
@@ -609,8 +620,7 @@ static int hash_mapped(struct coder *c, struct job *j)
 	}
 	if (wsync_guarded(hash_fn, &h) == 0)
 		return 0;
-	j->r = wsync_error_set(&j->err, -EBUSY, "%s: changed size while being read",
-			       c->target->path);
+	j->r = shrank(c, &j->err);
 	return j->r;
 }
 
@@ -711,6 +721,7 @@ static void code_segment(struct coder *c, struct job *j)
 	struct wsync_buf *tb = j->tb, *bb = j->bb;
 	struct encode_call call = { c, j };
 	struct wsync_piece_in *in;
+	const uint8_t *t, *b;		/* the segment's target, its base bytes */
 	uint64_t bpos = 0;
 
 	free(j->in);
@@ -718,62 +729,43 @@ static void code_segment(struct coder *c, struct job *j)
 	memset(&j->st, 0, sizeof(j->st));
 	wsync_buf_reset(&j->out);
 	wsync_error_clear(&j->err);
-	if (!in) {
+	if (!in || (!c->tmap && (wsync_buf_scratch(tb, (size_t)s->len) < 0 ||
+				 wsync_buf_scratch(bb, (size_t)s->len) < 0))) {
 		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
 		return;
 	}
-	if (c->tmap) {
-		for (size_t i = 0; i < s->n; i++) {
-			const struct plan_piece *pp = &c->plan->pieces[s->first + i];
-			bool based = pp->method != WSYNC_PIECE_ZSTD;
-
-			in[i] = (struct wsync_piece_in){
-				.method = pp->method,
-				.family = pp->family,
-				.target = c->tmap + pp->toff,
-				.base = based ? c->bmap + pp->boff : NULL,
-				.base_offset = based ? pp->boff : 0,
-				.len = pp->len,
-			};
-		}
-		j->r = wsync_guarded(encode_fn, &call);
-		if (j->r == -EFAULT) {
-			/* abandoned midway: what the encoder held is reset */
-			wsync_segment_scratch_free(&j->sc);
-			j->r = wsync_error_set(&j->err, -EBUSY,
-					       "%s: changed size while being read",
-					       c->target->path);
-		}
-		if (j->r < 0)
-			wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
-					   c->target->path, s->toff);
-		return;
-	}
-	if (wsync_buf_scratch(tb, (size_t)s->len) < 0 ||
-	    wsync_buf_scratch(bb, (size_t)s->len) < 0) {
-		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
-		return;
-	}
-	j->r = read_at(c->target, tb->data, s->len, s->toff, &j->err);
+	t = c->tmap ? c->tmap + s->toff : tb->data;
+	b = c->tmap ? c->bmap : bb->data;
+	j->r = c->tmap ? 0 : read_at(c->target, tb->data, s->len, s->toff, &j->err);
 	for (size_t i = 0; i < s->n && j->r == 0; i++) {
 		const struct plan_piece *pp = &c->plan->pieces[s->first + i];
 		bool based = pp->method != WSYNC_PIECE_ZSTD;
 
+		/* mapped, a base range is where it lies in the file; read,
+		 * where it was put in bb */
 		in[i] = (struct wsync_piece_in){
 			.method = pp->method,
 			.family = pp->family,
-			.target = tb->data + (pp->toff - s->toff),
-			.base = based ? bb->data + bpos : NULL,
+			.target = t + (pp->toff - s->toff),
+			.base = based ? b + (c->tmap ? pp->boff : bpos) : NULL,
 			.base_offset = based ? pp->boff : 0,
 			.len = pp->len,
 		};
-		if (based) {
+		if (based && !c->tmap)
 			j->r = read_at(c->base, bb->data + bpos, pp->len, pp->boff, &j->err);
+		if (based)
 			bpos += pp->len;
-		}
 	}
-	if (j->r == 0)
+	if (j->r == 0 && c->tmap) {
+		j->r = wsync_guarded(encode_fn, &call);
+		if (j->r == -EFAULT) {
+			/* abandoned midway: what the encoder held is reset */
+			wsync_segment_scratch_free(&j->sc);
+			j->r = shrank(c, &j->err);
+		}
+	} else if (j->r == 0) {
 		j->r = encode_fn(&call);
+	}
 	if (j->r < 0)
 		wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
 				   c->target->path, s->toff);

@@ -93,9 +93,8 @@ int wsync_mkdir_p(const char *path, unsigned mode)
 
 int wsync_map_file(int fd, uint64_t size, const uint8_t **p)
 {
-	void *m;
-
 	static int no_mmap = -1;	/* a benign race: every thread reads the same */
+	void *m;
 
 	*p = NULL;
 	if (size == 0)
