@@ -617,11 +617,6 @@ static int emit(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off
 	return r;
 }
 
-static bool based_method(enum wsync_piece_method m)
-{
-	return m == WSYNC_PIECE_COPY || m == WSYNC_PIECE_XOR || m == WSYNC_PIECE_FLOAT;
-}
-
 /*
  * What a worker decoded of its segment before its hashing turn came, kept
  * while it fits (a prefix of the segment, from its start).  Past the
@@ -669,7 +664,7 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 		const struct wsync_piece *pc = &s->pieces[i];
 		uint64_t lim = i < upto_piece ? pc->len : upto_done;
 
-		if (!based_method(pc->method))
+		if (!wsync_piece_needs_base(pc->method))
 			continue;
 		for (uint64_t done = 0; r == 0 && done < lim; done += DECODE_CHUNK) {
 			uint64_t n = lim - done < DECODE_CHUNK ? lim - done : DECODE_CHUNK;
@@ -745,7 +740,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	}
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
-		bool based = based_method(pc->method);
+		bool based = wsync_piece_needs_base(pc->method);
 
 		/* Ranges are checked against the real base first, so a hostile
 		 * delta cannot read past it. */

@@ -922,9 +922,7 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #undef LOOP_CHANGED_MASK
 #undef LOOP_SELECT
 
-/* Which loops this machine runs: 0 plain, 1 AVX2, 2 GFNI + AVX-512.
- * WSYNC_CODEC_ISA=plain|avx2 caps it (for tests of the other loops). */
-static int isa_level(void)
+int wsync_codec_isa(void)
 {
 	static int cached = -1;	/* a benign race: every thread computes the same */
 
@@ -950,7 +948,7 @@ static int isa_level(void)
 	return cached;
 }
 #else
-static int isa_level(void)
+int wsync_codec_isa(void)
 {
 	return 0;
 }
@@ -967,10 +965,10 @@ int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
 		return -EINVAL;
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
-	if (isa_level() == 2)
+	if (wsync_codec_isa() == 2)
 		return enc_piece_gfni(e->lane[f], tab, lo, base, target, nelem,
 				      &families[f], changed);
-	if (isa_level() == 1)
+	if (wsync_codec_isa() == 1)
 		return enc_piece_avx2(e->lane[f], tab, lo, base, target, nelem,
 				      &families[f], changed);
 #endif
@@ -988,10 +986,10 @@ int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
 		return wsync_error_set(err, -EINVAL, "bad float family %d", (int)f);
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
-	if (isa_level() == 2)
+	if (wsync_codec_isa() == 2)
 		return dec_piece_gfni(d->lane[f], tab, lo, base, out, nelem,
 				      &families[f], err);
-	if (isa_level() == 1)
+	if (wsync_codec_isa() == 1)
 		return dec_piece_avx2(d->lane[f], tab, lo, base, out, nelem,
 				      &families[f], err);
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * delta.c -- the delta container (common/FORMAT.md §1, §2, §5, §6).
+ * delta.c -- the delta container (common/FORMAT.md §1, §2, §6, §7).
  */
 #include "delta.h"
 
@@ -843,9 +843,10 @@ static int walk_all(struct walk *w, struct wsync_error *err)
 		return wsync_error_set(err, -EINVAL, "not a wsync delta (bad magic)");
 	version = wsync_le32(p + 8);
 	flags = wsync_le32(p + 12);
-	if (version != WSYNC_DELTA_VERSION)
+	if (version < WSYNC_DELTA_VERSION_MIN || version > WSYNC_DELTA_VERSION)
 		return wsync_error_set(err, -EINVAL, "unsupported delta version %" PRIu32,
 				       version);
+	r->version = version;
 	if (flags)
 		return wsync_error_set(err, -EINVAL,
 				       "unsupported delta flags 0x%" PRIx32, flags);

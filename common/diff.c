@@ -810,7 +810,7 @@ static int write_job(struct wsync_delta_writer *w, struct job *j,
 		return r;
 	file_st->elements += j->st.elements;
 	file_st->changed += j->st.changed;
-	for (int m = 0; m < 5; m++)
+	for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
 		st->method_bytes[m] += j->st.method_bytes[m];
 	if (j->out.cap > KEEP_BUFFER)
 		wsync_buf_free(&j->out);
@@ -1064,7 +1064,7 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	struct src o = { .fd = -1 }, n = { .fd = -1 };
 	struct wsync_delta_file f = { .path = (char *)rel };
 	struct wsync_segment_stats file_st = { 0 };
-	uint64_t method_bytes[5];
+	uint64_t method_bytes[WSYNC_PIECE_METHODS];
 	struct wsync_hasher *pre = NULL;	/* the equal prefix of both sides */
 	uint64_t prehashed = 0;
 	bool fold;

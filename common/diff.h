@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "segment.h"
 
 struct wsync_diff_opts {
 	unsigned threads;		/* encoder threads; 0 means 1 */
@@ -68,7 +69,7 @@ struct wsync_diff_stats {
 	uint64_t coded_bytes;		/* of which coded in segments */
 	uint64_t delta_bytes;		/* size of the delta */
 	uint64_t elements, changed;	/* float elements coded, of which changed */
-	uint64_t method_bytes[5];	/* target bytes per piece method chosen */
+	uint64_t method_bytes[WSYNC_PIECE_METHODS];	/* target bytes per piece method chosen */
 	double seconds;			/* wall time of the whole diff */
 };
 

@@ -12,6 +12,7 @@
 
 #include <zstd.h>
 
+#include "codec_dense.h"
 #include "codec_float.h"
 
 #define PIECE_ENTRY 32
@@ -24,13 +25,20 @@
  * everything changes, positions carry no information and a byte coder is
  * as good. */
 #define DENSE_PERMILLE 50
+/* From this share of changed elements (in a sample) on, a BF16 or F16
+ * piece of at least DENSE16_MIN elements is coded DENSE: positions are
+ * then nearly free, and coding a step per element runs at memory speed
+ * where coding each change costs ~20 ns (measured: scripts/bench-codec.sh). */
+#define DENSE16_PERMILLE 100
+#define DENSE16_MIN (1u << 14)
 
-static const char *const method_names[] = { "COPY", "LITERAL", "ZSTD", "XOR", "FLOAT" };
+static const char *const method_names[] = { "COPY", "LITERAL", "ZSTD", "XOR", "FLOAT",
+					     "DENSE" };
 static const char *const family_names[] = { "-", "BF16", "F16", "F32" };
 
 const char *wsync_piece_method_name(enum wsync_piece_method m)
 {
-	return (unsigned)m < 5 ? method_names[m] : "?";
+	return (unsigned)m < WSYNC_PIECE_METHODS ? method_names[m] : "?";
 }
 
 const char *wsync_float_family_name(enum wsync_float_family f)
@@ -190,8 +198,60 @@ struct encoder {
 	struct wsync_float_enc *fenc;
 	struct wsync_float_mark *mark;
 	struct wsync_buf *payloads;	/* the output: payloads go straight in */
+	struct wsync_buf *escapes;	/* scratch for DENSE pieces */
 	struct wsync_segment_stats st;
 };
+
+static int put_literal(struct encoder *enc, const struct wsync_piece_in *p,
+		       struct piece_out *po)
+{
+	po->method = WSYNC_PIECE_LITERAL;
+	po->family = WSYNC_FAMILY_NONE;
+	po->lo = 0;
+	po->base_offset = 0;
+	po->payload_off = enc->payloads->len;
+	po->payload_len = (size_t)p->len;
+	return wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
+}
+
+/*
+ * A BF16 or F16 piece where many elements changed, coded DENSE.  *taken
+ * is false (nothing added) where DENSE does not pay: a quarter of the
+ * changes or more escape its four bits (large steps, which FLOAT's
+ * bucket codes or XOR carry better), or it would not be smaller than the
+ * raw bytes.
+ */
+static int encode_dense(struct encoder *enc, const struct wsync_piece_in *p,
+			struct piece_out *po, bool *taken)
+{
+	uint64_t nelem = p->len / 2, changed, escapes;
+	size_t before = enc->payloads->len;
+	bool useless;
+	int r;
+
+	*taken = false;
+	r = wsync_dense_encode(enc->cctx, p->base, p->target, nelem, enc->payloads,
+			       enc->escapes, &changed, &escapes, &useless);
+	if (r < 0 || useless)
+		return r;
+	if (escapes * 4 > changed) {
+		enc->payloads->len = before;
+		return 0;
+	}
+	*taken = true;
+	enc->st.elements += nelem;
+	enc->st.changed += changed;
+	if (changed == 0) {
+		enc->payloads->len = before;
+		po->method = WSYNC_PIECE_COPY;
+		return 0;
+	}
+	po->method = WSYNC_PIECE_DENSE;
+	po->family = p->family;
+	po->payload_off = before;
+	po->payload_len = enc->payloads->len - before;
+	return 0;
+}
 
 /* Choose and produce the coding of one FLOAT piece. */
 static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
@@ -205,6 +265,12 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	bool same;
 	int r;
 
+	if (p->family != WSYNC_FAMILY_F32 && nelem >= DENSE16_MIN &&
+	    wsync_dense_sample_permille(p->base, p->target, nelem) >= DENSE16_PERMILLE) {
+		r = encode_dense(enc, p, po, &same);
+		if (r < 0 || same)
+			return r;
+	}
 	wsync_float_enc_mark(enc->fenc, enc->mark);
 	r = wsync_float_enc_piece(enc->fenc, p->family, lo, p->base, p->target,
 				  nelem, &changed);
@@ -244,14 +310,7 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	}
 	if (alone >= (double)p->len) {
 		wsync_float_enc_rollback(enc->fenc, enc->mark);
-		r = wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
-		po->method = WSYNC_PIECE_LITERAL;
-		po->family = WSYNC_FAMILY_NONE;
-		po->lo = 0;
-		po->base_offset = 0;
-		po->payload_off = before;
-		po->payload_len = (size_t)p->len;
-		return r;
+		return put_literal(enc, p, po);
 	}
 	return 0;
 }
@@ -337,6 +396,7 @@ void wsync_segment_scratch_free(struct wsync_segment_scratch *sc)
 	free(sc->mark);
 	free(sc->po);
 	wsync_buf_free(&sc->table);
+	wsync_buf_free(&sc->escapes);
 	memset(sc, 0, sizeof(*sc));
 }
 
@@ -410,6 +470,7 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 	enc.cctx = sc->cctx;
 	enc.fenc = sc->fenc;
 	enc.mark = sc->mark;
+	enc.escapes = &sc->escapes;
 	po = sc->po;
 	/*
 	 * Payloads are written straight into out, after room for the tables
@@ -466,7 +527,7 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 		stats->changed += enc.st.changed;
 		stats->bytes_in += enc.st.bytes_in;
 		stats->bytes_out += enc.st.bytes_out;
-		for (int m = 0; m < 5; m++)
+		for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
 			stats->method_bytes[m] += enc.st.method_bytes[m];
 	}
 	r = 0;
@@ -539,11 +600,15 @@ int wsync_segment_parse(const uint8_t *payload, size_t len,
 		pc->len = wsync_le64(p + 8);
 		pc->base_offset = wsync_le64(p + 16);
 		pc->payload_len = wsync_le64(p + 24);
-		if (pc->method > WSYNC_PIECE_FLOAT || !all_zero(p + 3, 5) ||
+		if (pc->method >= WSYNC_PIECE_METHODS || !all_zero(p + 3, 5) ||
 		    (pc->method == WSYNC_PIECE_FLOAT
 			     ? (pc->family == 0 || pc->family >= WSYNC_FAMILY_COUNT ||
 				pc->len % wsync_float_elem_size(pc->family) ||
 				pc->payload_len != 0)
+		     : pc->method == WSYNC_PIECE_DENSE
+			     ? ((pc->family != WSYNC_FAMILY_BF16 &&
+				 pc->family != WSYNC_FAMILY_F16) ||
+				pc->lo != 0 || pc->len % 2 || pc->payload_len < 8)
 			     : (pc->family != 0 || pc->lo != 0)) ||
 		    (pc->method == WSYNC_PIECE_COPY && pc->payload_len != 0) ||
 		    (pc->method == WSYNC_PIECE_LITERAL && pc->payload_len != pc->len) ||
@@ -638,6 +703,7 @@ static int zstd_exact(const struct wsync_piece *pc, uint8_t *out,
 struct wsync_segment_decoder {
 	const struct wsync_segment *s;
 	struct wsync_float_dec *fdec;	/* NULL when the segment has no streams */
+	struct wsync_dense_dec dense;	/* the DENSE piece being decoded */
 	size_t piece;			/* the piece being decoded */
 	uint64_t done;			/* bytes of it decoded so far */
 };
@@ -685,12 +751,14 @@ void wsync_segment_decoder_free(struct wsync_segment_decoder *d)
 		wsync_float_dec_free(d->fdec);
 		free(d->fdec);
 	}
+	wsync_dense_dec_free(&d->dense);
 	free(d);
 }
 
-static bool needs_base(enum wsync_piece_method m)
+bool wsync_piece_needs_base(enum wsync_piece_method m)
 {
-	return m == WSYNC_PIECE_COPY || m == WSYNC_PIECE_XOR || m == WSYNC_PIECE_FLOAT;
+	return m == WSYNC_PIECE_COPY || m == WSYNC_PIECE_XOR || m == WSYNC_PIECE_FLOAT ||
+	       m == WSYNC_PIECE_DENSE;
 }
 
 int wsync_segment_decode_piece(struct wsync_segment_decoder *d, size_t i,
@@ -706,10 +774,12 @@ int wsync_segment_decode_piece(struct wsync_segment_decoder *d, size_t i,
 	if (len == 0 || len > pc->len - d->done ||
 	    (pc->method == WSYNC_PIECE_FLOAT &&
 	     len % wsync_float_elem_size(pc->family)) ||
+	    (pc->method == WSYNC_PIECE_DENSE &&
+	     (len % 2 || (len % 128 && len != pc->len - d->done))) ||
 	    ((pc->method == WSYNC_PIECE_ZSTD || pc->method == WSYNC_PIECE_XOR) &&
 	     len != pc->len))
 		return wsync_error_set(err, -EINVAL, "piece %zu decoded in a bad range", i);
-	if (needs_base(pc->method) && !base)
+	if (wsync_piece_needs_base(pc->method) && !base)
 		return wsync_error_set(err, -EINVAL, "%s piece without a base",
 				       wsync_piece_method_name(pc->method));
 	switch (pc->method) {
@@ -736,6 +806,15 @@ int wsync_segment_decode_piece(struct wsync_segment_decoder *d, size_t i,
 		}
 		r = wsync_float_dec_piece(d->fdec, pc->family, pc->lo, base, out,
 					  len / wsync_float_elem_size(pc->family), err);
+		break;
+	case WSYNC_PIECE_DENSE:
+		if (d->done == 0)
+			r = wsync_dense_dec_start(&d->dense, pc->payload, pc->payload_len,
+						  pc->len / 2, err);
+		if (r == 0)
+			r = wsync_dense_dec_run(&d->dense, base, out, len / 2, err);
+		if (r == 0 && d->done + len == pc->len)
+			r = wsync_dense_dec_end(&d->dense, err);
 		break;
 	}
 	if (r < 0)
@@ -765,7 +844,7 @@ int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
 
-		if (needs_base(pc->method) &&
+		if (wsync_piece_needs_base(pc->method) &&
 		    (!base || pc->base_offset > base_size ||
 		     pc->len > base_size - pc->base_offset))
 			return wsync_error_set(err, -EINVAL,
@@ -782,7 +861,7 @@ int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
 		const struct wsync_piece *pc = &s->pieces[i];
 
 		r = wsync_segment_decode_piece(d, i, pc->len,
-					       needs_base(pc->method) ? base + pc->base_offset
+					       wsync_piece_needs_base(pc->method) ? base + pc->base_offset
 								      : NULL,
 					       out + (pc->target_offset - s->target_offset),
 					       err);

@@ -9,6 +9,7 @@
 #ifndef WSYNC_SEGMENT_H
 #define WSYNC_SEGMENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,7 +40,9 @@ enum wsync_piece_method {
 	WSYNC_PIECE_ZSTD = 2,
 	WSYNC_PIECE_XOR = 3,
 	WSYNC_PIECE_FLOAT = 4,
+	WSYNC_PIECE_DENSE = 5,
 };
+#define WSYNC_PIECE_METHODS 6
 
 enum wsync_float_family {
 	WSYNC_FAMILY_NONE = 0,
@@ -52,8 +55,8 @@ enum wsync_float_family {
 /*
  * What the encoder is asked to code.  The encoder picks the cheapest
  * method it may use for each piece: a piece asked as FLOAT may come out as
- * COPY (nothing changed), FLOAT, XOR or ZSTD (dense changes) or LITERAL
- * (incompressible); XOR may come out as COPY, XOR or LITERAL; ZSTD as
+ * COPY (nothing changed), FLOAT, DENSE (BF16 and F16 where many elements
+ * changed), XOR (dense changes) or LITERAL (incompressible); XOR may come out as COPY, XOR or LITERAL; ZSTD as
  * ZSTD or LITERAL.  COPY and LITERAL are taken as asked.
  */
 struct wsync_piece_in {
@@ -71,7 +74,7 @@ struct wsync_segment_stats {
 	uint64_t changed;		/* of which changed */
 	uint64_t bytes_in;		/* target bytes covered */
 	uint64_t bytes_out;		/* payload bytes written */
-	uint64_t method_bytes[5];	/* target bytes per method chosen */
+	uint64_t method_bytes[WSYNC_PIECE_METHODS]; /* target bytes per method chosen */
 };
 
 struct wsync_segment_opts {
@@ -109,6 +112,7 @@ struct wsync_segment_scratch {
 	void *po;			/* per-piece results */
 	size_t po_cap;
 	struct wsync_buf table;
+	struct wsync_buf escapes;	/* DENSE pieces' */
 };
 
 int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
@@ -170,15 +174,20 @@ int wsync_segment_decode(const struct wsync_segment *s, const uint8_t *base,
  * The same, a piece or part of a piece at a time, for callers that stream
  * a segment through small buffers: pieces in order, each one in
  * consecutive ranges; a FLOAT range a whole number of elements (its
- * coder carries on where the last range stopped), COPY and LITERAL any
+ * coder carries on where the last range stopped), a DENSE range whole
+ * groups of 64 elements but for the piece's last, COPY and LITERAL any
  * length, ZSTD and XOR whole.  base holds the range's base bytes (COPY,
- * XOR, FLOAT; the caller checks the piece's base range against the base
- * file) and is NULL otherwise.  new sets up the symbol streams (-EINVAL
- * when they are corrupt, -ENOMEM); decode_piece returns 0 or -EINVAL;
+ * XOR, FLOAT, DENSE; the caller checks the piece's base range against the
+ * base file) and is NULL otherwise.  new sets up the symbol streams
+ * (-EINVAL when they are corrupt, -ENOMEM); decode_piece returns 0,
+ * -EINVAL, or -ENOMEM (a DENSE piece's zstd decoders);
  * finish checks that every piece was decoded and every stream used up
  * exactly; free accepts NULL.
  */
 struct wsync_segment_decoder;
+
+/* Whether pieces of method m are decoded from base bytes. */
+bool wsync_piece_needs_base(enum wsync_piece_method m);
 
 int wsync_segment_decoder_new(const struct wsync_segment *s,
 			      struct wsync_segment_decoder **ret,

@@ -20,6 +20,7 @@
 
 #include "buf.h"
 #include "checkpoint.h"
+#include "codec_dense.h"
 #include "delta.h"
 #include "safetensors.h"
 #include "segment.h"
@@ -111,17 +112,31 @@ static unsigned family_bytes(enum wsync_float_family f)
 }
 
 /* What a parsed segment says about itself: changed elements are the GAP
- * symbols (one per change), elements those of its FLOAT pieces. */
-static void segment_counts(const struct wsync_segment *s, uint64_t *changed,
-			   uint64_t *elements)
+ * symbols (one per change) and the non-zero codes of DENSE pieces,
+ * elements those of its FLOAT and DENSE pieces. */
+static int segment_counts(const struct wsync_segment *s, uint64_t *changed,
+			  uint64_t *elements, struct wsync_error *err)
 {
 	*changed = *elements = 0;
 	for (size_t i = 0; i < s->n_streams; i++)
 		if (s->streams[i].kind == 1)
 			*changed += s->streams[i].nsyms;
-	for (size_t i = 0; i < s->n_pieces; i++)
-		if (s->pieces[i].method == WSYNC_PIECE_FLOAT)
-			*elements += s->pieces[i].len / family_bytes(s->pieces[i].family);
+	for (size_t i = 0; i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+		uint64_t n = pc->len / family_bytes(pc->family), c;
+		int r;
+
+		if (pc->method == WSYNC_PIECE_FLOAT)
+			*elements += n;
+		if (pc->method != WSYNC_PIECE_DENSE)
+			continue;
+		r = wsync_dense_count(pc->payload, pc->payload_len, n, &c, err);
+		if (r < 0)
+			return r;
+		*elements += n;
+		*changed += c;
+	}
+	return 0;
 }
 
 static json_t *hash_json(const struct wsync_hash128 *h)
@@ -181,17 +196,19 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 	for (uint64_t i = 0; i < f->n_segments && r == 0; i++) {
 		const struct wsync_delta_segment *sg = &e->segments[i];
 		struct wsync_segment *s = NULL;
-		uint64_t changed, elements;
+		uint64_t changed = 0, elements = 0;
 		json_t *so = NULL, *pieces = NULL;
 
 		r = wsync_delta_reader_segment(d, sg, payload, err);
 		if (r == 0)
 			r = wsync_segment_parse(payload->data, payload->len, &s, err);
+		if (r == 0)
+			r = segment_counts(s, &changed, &elements, err);
 		if (r < 0) {
+			wsync_segment_free(s);
 			wsync_error_prefix(err, "%s: segment %" PRIu64, f->path, i);
 			break;
 		}
-		segment_counts(s, &changed, &elements);
 		if (json) {
 			so = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
 				"offset", (json_int_t)s->target_offset,
@@ -225,12 +242,11 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 					"method", wsync_piece_method_name(pc->method),
 					"payload_bytes", (json_int_t)pc->payload_len);
 
-				if (pc->method == WSYNC_PIECE_FLOAT)
+				if (pc->method == WSYNC_PIECE_FLOAT ||
+				    pc->method == WSYNC_PIECE_DENSE)
 					json_object_set_new(po, "family", json_string(
 						wsync_float_family_name(pc->family)));
-				if (pc->method == WSYNC_PIECE_COPY ||
-				    pc->method == WSYNC_PIECE_XOR ||
-				    pc->method == WSYNC_PIECE_FLOAT)
+				if (wsync_piece_needs_base(pc->method))
 					json_object_set_new(po, "base_offset",
 						json_integer((json_int_t)pc->base_offset));
 				json_array_append_new(pieces, po);
@@ -238,7 +254,8 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 				printf("    [%" PRIu64 ", +%" PRIu64 ")  %-7s %-4s  %" PRIu64
 				       " bytes\n", pc->target_offset, pc->len,
 				       wsync_piece_method_name(pc->method),
-				       pc->method == WSYNC_PIECE_FLOAT
+				       pc->method == WSYNC_PIECE_FLOAT ||
+				       pc->method == WSYNC_PIECE_DENSE
 					       ? wsync_float_family_name(pc->family) : "",
 				       pc->payload_len);
 			}
@@ -270,14 +287,14 @@ static int inspect_delta(const char *path, bool json)
 	}
 	if (json) {
 		root = json_pack("{s:s, s:s, s:i, s:I, s:I}", "path", path,
-				 "format", "wsync-delta", "version", WSYNC_DELTA_VERSION,
+				 "format", "wsync-delta", "version", (int)d->version,
 				 "bytes", (json_int_t)d->size,
 				 "write_bytes", (json_int_t)d->write_bytes);
 		files = json_array();
 		json_object_set_new(root, "files", files);
 	} else {
 		printf("%s: wsync delta version %d, %s, %zu files, writes %s\n", path,
-		       WSYNC_DELTA_VERSION, wsync_format_bytes(h1, sizeof(h1), d->size),
+		       (int)d->version, wsync_format_bytes(h1, sizeof(h1), d->size),
 		       d->n_files, wsync_format_bytes(h2, sizeof(h2), d->write_bytes));
 	}
 	for (size_t i = 0; i < d->n_files && r == 0; i++)

@@ -173,6 +173,33 @@ for dtype in bf16 f16 f32; do
 	done
 done
 
+# ---- a high-density step (a quarter of the weights move): DENSE pieces ----
+for dtype in bf16 f16; do
+	"$GEN" --params 2M --steps 2 --lr 1e-4 --dtype "$dtype" --quiet \
+		--out "$TMP/hi-$dtype" >/dev/null 2>&1
+	roundtrip "hi-$dtype" "$TMP/hi-$dtype/checkpoint-1" "$TMP/hi-$dtype/checkpoint-2"
+	expect_exit 0 "hi-$dtype: inspect" "$WSYNC" inspect "$TMP/hi-$dtype.wsd"
+	contains "hi-$dtype: coded as DENSE pieces" "$OUT" "DENSE   ${dtype^^}"
+	expect_exit 0 "hi-$dtype: inspect --json" "$WSYNC" inspect --json "$TMP/hi-$dtype.wsd"
+	printf '%s' "$OUT" >"$TMP/hi-$dtype.json"
+	check "hi-$dtype: the changes counted from the DENSE codes are the diff's" \
+		"$PYTHON3" - "$TMP/hi-$dtype.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+n = 0
+for f in d["files"]:
+    if f["op"] == "WRITE" and f["elements"]:
+        assert sum(s["changed"] for s in f["segments"]) == f["changed"], f["path"]
+        assert f["changed"] > f["elements"] / 10, f["path"]
+        n += 1
+assert n > 0
+PY
+	WSYNC_CODEC_ISA=plain roundtrip "hi-$dtype-plain" \
+		"$TMP/hi-$dtype/checkpoint-1" "$TMP/hi-$dtype/checkpoint-2"
+	check "hi-$dtype: the plain path gives the same DENSE delta" \
+		cmp "$TMP/hi-$dtype-plain.wsd" "$TMP/hi-$dtype.wsd"
+done
+
 expect_exit 0 "diff --json" "$WSYNC" diff "$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/j.wsd" --json
 printf '%s' "$OUT" >"$TMP/summary.json"
 check "--json has the documented keys and sane figures" "$PYTHON3" - "$TMP/summary.json" "$TMP/j.wsd" <<'PY'
@@ -198,7 +225,7 @@ printf '%s' "$OUT" >"$TMP/inspect.json"
 check "inspect --json: pieces tile each file, methods known" "$PYTHON3" - "$TMP/inspect.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["format"] == "wsync-delta" and d["version"] == 1
+assert d["format"] == "wsync-delta" and d["version"] == 2
 seen = set()
 for f in d["files"]:
     pos = 0
@@ -206,7 +233,7 @@ for f in d["files"]:
         assert s["offset"] == pos
         for p in s["pieces"]:
             assert p["offset"] == pos, (f["path"], p)
-            assert p["method"] in ("COPY", "LITERAL", "ZSTD", "XOR", "FLOAT")
+            assert p["method"] in ("COPY", "LITERAL", "ZSTD", "XOR", "FLOAT", "DENSE")
             seen.add(p["method"])
             pos += p["length"]
         assert pos == s["offset"] + s["length"]

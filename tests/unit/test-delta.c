@@ -346,7 +346,7 @@ static void test_round_trip_fd_and_mem(void)
 	int fd = memfd();
 
 	CHECK(len > 100);
-	CHECK(memcmp(img, "WSYNCDLT\x01\0\0\0\0\0\0\0", 16) == 0);
+	CHECK(memcmp(img, "WSYNCDLT\x02\0\0\0\0\0\0\0", 16) == 0);
 	CHECK(pwrite(fd, img, len, 0) == (ssize_t)len);
 	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
 	if (r) {
@@ -577,16 +577,24 @@ static void test_version_and_flags(void)
 	uint8_t *img;
 	size_t len = sample_delta(&img);
 
-	img[8] = 2;
-	expect_refused(img, len, "unsupported delta version 2");
+	img[8] = 3;
+	expect_refused(img, len, "unsupported delta version 3");
 	img[8] = 0;
+	expect_refused(img, len, "unsupported delta version 0");
 	img[11] = 1;
 	expect_refused(img, len, "unsupported delta version 16777216");
-	img[8] = 1;
+	img[8] = 2;
 	img[11] = 0;
 	img[12] = 4;
 	expect_refused(img, len, "flags");
 	img[12] = 0;
+	{
+		struct wsync_error err;
+
+		img[8] = 1;	/* version 1 (before DENSE pieces) still reads */
+		CHECK(open_mem(img, len, &err) == 0);
+		img[8] = 2;
+	}
 	img[0] = 'X';
 	expect_refused(img, len, "bad magic");
 	free(img);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec_dense.h"
 #include "codec_float.h"
 #include "io.h"
 #include "segment.h"
@@ -314,6 +315,222 @@ static void test_corruption(void)
 	wsync_buf_free(&out);
 }
 
+/* The first piece's method in an encoded segment. */
+static enum wsync_piece_method first_method(const struct wsync_buf *out)
+{
+	struct wsync_segment *s = NULL;
+	struct wsync_error err;
+	enum wsync_piece_method m = WSYNC_PIECE_COPY;
+
+	if (wsync_segment_parse(out->data, out->len, &s, &err) == 0)
+		m = s->pieces[0].method;
+	wsync_segment_free(s);
+	return m;
+}
+
+/* Decode a one-piece segment in ranges of `range` bytes (the last one
+ * what is left) with the streaming decoder. */
+static int decode_in_ranges(const struct wsync_buf *out, const uint8_t *base,
+			    uint8_t *dec, uint64_t range, struct wsync_error *err)
+{
+	struct wsync_segment *s = NULL;
+	struct wsync_segment_decoder *d = NULL;
+	int r = wsync_segment_parse(out->data, out->len, &s, err);
+
+	if (r == 0)
+		r = wsync_segment_decoder_new(s, &d, err);
+	for (uint64_t done = 0; r == 0 && done < s->target_len; done += range) {
+		uint64_t n = s->target_len - done < range ? s->target_len - done : range;
+
+		r = wsync_segment_decode_piece(d, 0, n, base + done, dec + done, err);
+	}
+	if (r == 0)
+		r = wsync_segment_decoder_finish(d, err);
+	wsync_segment_decoder_free(d);
+	wsync_segment_free(s);
+	return r;
+}
+
+/*
+ * BF16 and F16 pieces where a large share changed are coded DENSE: every
+ * size around the 64-element groups, steps in and out of the four-bit
+ * range (escapes), decoded whole and in streamed ranges, the changes
+ * counted as the encoder counted them.
+ */
+static void test_dense(void)
+{
+	static const uint64_t sizes[] = { 16384, 16385, 16384 + 31, 16384 + 33,
+					  100000 + 63, 3 * 65536 };
+	static const enum wsync_float_family fams[] = { WSYNC_FAMILY_BF16,
+							WSYNC_FAMILY_F16 };
+
+	for (size_t fi = 0; fi < 2; fi++)
+		for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+			uint64_t n = sizes[si], diff = 0, counted = 0;
+			uint8_t *base = malloc(2 * n), *target = malloc(2 * n);
+			uint8_t *dec = malloc(2 * n);
+			struct wsync_segment_stats st = { 0 };
+			struct wsync_piece_in p = { WSYNC_PIECE_FLOAT, fams[fi], target, base, 0,
+						    2 * n };
+			struct wsync_buf out = { 0 };
+			struct wsync_segment *s = NULL;
+			struct wsync_error err;
+
+			make_pair(fams[fi], base, target, n, 30000);
+			/* the extremes of the key ring: -0 <-> +0, largest <-> smallest */
+			memcpy(target, "\x00\x80", 2);
+			memcpy(base, "\x00\x00", 2);
+			memcpy(target + 2, "\xff\x7f", 2);
+			memcpy(base + 2, "\xff\xff", 2);
+			for (uint64_t i = 0; i < n; i++)
+				diff += memcmp(base + 2 * i, target + 2 * i, 2) != 0;
+			CHECK(wsync_segment_encode(&p, 1, 0, NULL, &out, &st, &err) == 0);
+			CHECK(first_method(&out) == WSYNC_PIECE_DENSE);
+			CHECK(st.changed == diff && st.elements == n);
+			CHECK(st.method_bytes[WSYNC_PIECE_DENSE] == 2 * n);
+			CHECK(out.len < n);	/* under a byte per element at 30% */
+			CHECK(wsync_segment_parse(out.data, out.len, &s, &err) == 0);
+			if (s) {
+				CHECK(wsync_segment_decode(s, base, 2 * n, dec, &err) == 0);
+				CHECK(memcmp(dec, target, 2 * n) == 0);
+				CHECK(wsync_dense_count(s->pieces[0].payload,
+							s->pieces[0].payload_len, n, &counted,
+							&err) == 0);
+				CHECK(counted == diff);
+			}
+			wsync_segment_free(s);
+			for (uint64_t range = 128; range <= 4096; range *= 32) {
+				memset(dec, 0, 2 * n);
+				CHECK(decode_in_ranges(&out, base, dec, range, &err) == 0);
+				CHECK(memcmp(dec, target, 2 * n) == 0);
+			}
+			/* ranges must be whole groups of 64 elements */
+			CHECK(decode_in_ranges(&out, base, dec, 126, &err) == -EINVAL);
+			CHECK_CONTAINS(err.msg, "bad range");
+			printf("# DENSE %s n=%llu: %llu changed, %zu bytes\n",
+			       wsync_float_family_name(fams[fi]), (unsigned long long)n,
+			       (unsigned long long)diff, out.len);
+			wsync_buf_free(&out);
+			free(base);
+			free(target);
+			free(dec);
+		}
+}
+
+/* Where most steps do not fit in four bits (moves of hundreds of ULPs,
+ * unrelated bytes), DENSE gives way to FLOAT, XOR or LITERAL, and what
+ * comes out still decodes. */
+static void test_dense_large_steps(void)
+{
+	enum { N = 50000 };
+	uint8_t *base = malloc(2 * N), *target = malloc(2 * N), *dec = malloc(2 * N);
+	struct wsync_piece_in p = { WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16, target, base, 0,
+				    2 * N };
+	struct wsync_buf out = { 0 };
+	struct wsync_error err;
+
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < N; i++) {
+			uint16_t b = (uint16_t)rnd(), t = b;
+
+			if (round == 0 && i % 2)	/* half move by hundreds of ULPs */
+				t = (uint16_t)(b + 100 + rnd() % 900);
+			else if (round == 1)		/* unrelated bytes */
+				t = (uint16_t)rnd();
+			memcpy(base + 2 * i, &b, 2);
+			memcpy(target + 2 * i, &t, 2);
+		}
+		wsync_buf_reset(&out);
+		CHECK(wsync_segment_encode(&p, 1, 0, NULL, &out, NULL, &err) == 0);
+		CHECK(first_method(&out) != WSYNC_PIECE_DENSE);
+		CHECK(out.len <= 2 * N + 200);
+		CHECK(decode_in_ranges(&out, base, dec, 2 * N, &err) == 0);
+		CHECK(memcmp(dec, target, 2 * N) == 0);
+	}
+	wsync_buf_free(&out);
+	free(base);
+	free(target);
+	free(dec);
+}
+
+/* A DENSE payload damaged in its header, frames or padding is refused
+ * (or decodes to bytes the file hash would catch), never crashes. */
+static void test_dense_corruption(void)
+{
+	enum { N = 16384 + 17 };
+	uint8_t *base = malloc(2 * N), *target = malloc(2 * N), *dec = malloc(2 * N);
+	struct wsync_piece_in p = { WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16, target, base, 0,
+				    2 * N };
+	struct wsync_buf out = { 0 };
+	struct wsync_segment *s = NULL;
+	struct wsync_error err;
+	unsigned refused = 0, wrong = 0;
+	size_t payload;
+
+	make_pair(WSYNC_FAMILY_BF16, base, target, N, 40000);
+	CHECK(wsync_segment_encode(&p, 1, 0, NULL, &out, NULL, &err) == 0);
+	CHECK(first_method(&out) == WSYNC_PIECE_DENSE);
+	CHECK(wsync_segment_parse(out.data, out.len, &s, &err) == 0);
+	payload = s ? (size_t)(s->pieces[0].payload - out.data) : out.len;
+	wsync_segment_free(s);
+	for (size_t i = payload; i < out.len; i += 3) {
+		out.data[i] ^= 0x21;
+		if (decode_in_ranges(&out, base, dec, 2 * N, &err) < 0)
+			refused++;
+		else if (memcmp(dec, target, 2 * N) != 0)
+			wrong++;
+		out.data[i] ^= 0x21;
+	}
+	printf("# DENSE flips: %u refused, %u undetected here\n", refused, wrong);
+	CHECK(refused > 0);
+	/* the code frame's length pointing past the payload, or at nothing */
+	for (int k = 0; k < 2; k++) {
+		uint8_t keep[8];
+
+		memcpy(keep, out.data + payload, 8);
+		memset(out.data + payload, k ? 0 : 0xff, 8);
+		CHECK(decode_in_ranges(&out, base, dec, 2 * N, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "code frame length");
+		memcpy(out.data + payload, keep, 8);
+	}
+	/* fewer elements than coded: a group less is refused by the frame's
+	 * size, an element less by its padding code */
+	{
+		struct wsync_dense_dec d = { 0 };
+		const uint8_t *pl = out.data + payload;
+		size_t pl_len = out.len - payload;
+
+		CHECK(wsync_dense_dec_start(&d, pl, pl_len, N - 17 - 64, &err) == -EINVAL);
+		CHECK(wsync_dense_dec_start(&d, pl, pl_len, N, &err) == 0);
+		CHECK(wsync_dense_dec_run(&d, base, dec, N - 1, &err) == -EINVAL);
+		CHECK(wsync_dense_dec_end(&d, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "not decoded to its end");
+		wsync_dense_dec_free(&d);
+		/* N - 1 elements: same groups, but the code of element N - 1 is
+		 * padding that must be zero (it changed, so it is not) */
+		if (memcmp(base + 2 * (N - 1), target + 2 * (N - 1), 2) != 0) {
+			CHECK(wsync_dense_dec_start(&d, pl, pl_len, N - 1, &err) == 0);
+			CHECK(wsync_dense_dec_run(&d, base, dec, N - 1, &err) == -EINVAL);
+			CHECK_CONTAINS(err.msg, "code after the last element");
+			wsync_dense_dec_free(&d);
+		}
+	}
+	/* the payload cut short at every length */
+	for (size_t l = 0; l < out.len - payload; l++) {
+		struct wsync_dense_dec d = { 0 };
+
+		if (wsync_dense_dec_start(&d, out.data + payload, l, N, &err) == 0 &&
+		    wsync_dense_dec_run(&d, base, dec, N, &err) == 0 &&
+		    wsync_dense_dec_end(&d, &err) == 0)
+			CHECK(!"a truncated DENSE payload decoded");
+		wsync_dense_dec_free(&d);
+	}
+	wsync_buf_free(&out);
+	free(base);
+	free(target);
+	free(dec);
+}
+
 static void test_encoder_rejects(void)
 {
 	uint8_t b[6] = { 0 };
@@ -451,6 +668,9 @@ int main(void)
 	TEST(test_float_specials);
 	TEST(test_mixed_methods);
 	TEST(test_corruption);
+	TEST(test_dense);
+	TEST(test_dense_large_steps);
+	TEST(test_dense_corruption);
 	TEST(test_encoder_rejects);
 	TEST(test_abandoned_encode);
 	return tap_done();
