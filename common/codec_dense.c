@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include <zstd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "codec_float.h"
 
@@ -71,12 +74,6 @@ static inline size_t code_bytes(uint64_t m)
 static inline unsigned code_of(uint16_t z)
 {
 	return z < ESCAPE ? z : ESCAPE;
-}
-
-/* The low bit of each nibble of w that is all ones (an escape code). */
-static inline uint64_t escape_bits(uint64_t w)
-{
-	return w & (w >> 1) & (w >> 2) & (w >> 3) & 0x1111111111111111ull;
 }
 
 /* ---- encoder ---- */
@@ -159,26 +156,63 @@ static uint64_t code_run(const uint8_t *b, const uint8_t *t, size_t m, uint8_t *
 	return code_run_plain(b, t, m, nb);
 }
 
-/* Where a run's escape codes are (element indices, in order); how many. */
-static size_t find_escapes(const uint8_t *nb, size_t nbytes, uint32_t *pos)
+/* Bit i set: element GROUP * g + i of the group whose codes are ng
+ * escapes. */
+static ALWAYS_INLINE uint64_t group_escapes_plain(const uint8_t *ng)
+{
+	uint64_t m = 0;
+
+	for (unsigned k = 0; k < GROUP / 2; k++)
+		m |= (uint64_t)((ng[k] & 15) == ESCAPE) << k |
+		     (uint64_t)((ng[k] >> 4) == ESCAPE) << (k + GROUP / 2);
+	return m;
+}
+
+#if defined(__SSE2__)
+static inline uint64_t mask_of(__m128i codes)
+{
+	return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(codes, _mm_set1_epi8(ESCAPE)));
+}
+
+static ALWAYS_INLINE uint64_t group_escapes_sse2(const uint8_t *ng)
+{
+	const __m128i f = _mm_set1_epi8(15);
+	__m128i v0 = _mm_loadu_si128((const __m128i *)(const void *)ng);
+	__m128i v1 = _mm_loadu_si128((const __m128i *)(const void *)(ng + 16));
+
+	return mask_of(_mm_and_si128(v0, f)) | mask_of(_mm_and_si128(v1, f)) << 16 |
+	       mask_of(_mm_and_si128(_mm_srli_epi16(v0, 4), f)) << 32 |
+	       mask_of(_mm_and_si128(_mm_srli_epi16(v1, 4), f)) << 48;
+}
+#endif
+
+static ALWAYS_INLINE size_t find_escapes_body(const uint8_t *nb, size_t nbytes,
+					      uint32_t *pos, bool sse2)
 {
 	size_t n = 0;
 
-	/* nibble q of the little-endian word at byte j: byte j + q / 2 of
-	 * the codes, its high half when q is odd */
-	for (size_t j = 0; j < nbytes; j += 8) {
-		uint64_t w = 0, m;
+	for (size_t g = 0; g < nbytes / (GROUP / 2); g++) {
+		const uint8_t *ng = nb + g * (GROUP / 2);
+		uint64_t m;
 
-		memcpy(&w, nb + j, nbytes - j < 8 ? nbytes - j : 8);
-		for (m = escape_bits(w); m; m &= m - 1) {
-			unsigned q = (unsigned)__builtin_ctzll(m) / 4;
-			size_t byte = j + q / 2;
-
-			pos[n++] = (uint32_t)(byte / (GROUP / 2) * GROUP + byte % (GROUP / 2) +
-					      (q & 1) * (GROUP / 2));
-		}
+#if defined(__SSE2__)
+		m = sse2 ? group_escapes_sse2(ng) : group_escapes_plain(ng);
+#else
+		m = group_escapes_plain(ng);
+#endif
+		for (; m; m &= m - 1)
+			pos[n++] = (uint32_t)(g * GROUP + (unsigned)__builtin_ctzll(m));
 	}
 	return n;
+}
+
+/* Where a run's escape codes are (element indices, in element order),
+ * from nbytes of codes (whole groups); how many. */
+static size_t find_escapes(const uint8_t *nb, size_t nbytes, uint32_t *pos)
+{
+	if (wsync_codec_isa() >= 1)
+		return find_escapes_body(nb, nbytes, pos, true);
+	return find_escapes_body(nb, nbytes, pos, false);
 }
 
 static int setup_cctx(ZSTD_CCtx *c, uint64_t pledged)
