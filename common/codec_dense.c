@@ -256,21 +256,23 @@ static int feed(ZSTD_CCtx *c, const void *src, size_t n, bool last,
 
 int wsync_dense_encode(void *cctx, const uint8_t *base, const uint8_t *target,
 		       uint64_t nelem, struct wsync_buf *out, struct wsync_buf *esc,
-		       uint64_t *changed, uint64_t *escapes, bool *useless)
+		       struct wsync_buf *scratch, uint64_t *changed, uint64_t *escapes,
+		       bool *useless)
 {
 	ZSTD_CCtx *c = cctx;
 	size_t start = out->len, limit;
 	uint8_t nb[RUN / 2];
-	uint32_t *pos = malloc(RUN * sizeof(*pos));
+	uint32_t *pos;
 	int r;
 
 	*changed = *escapes = 0;
 	*useless = false;
 	wsync_buf_reset(esc);
-	if (!pos || nelem > SIZE_MAX / 4 || wsync_buf_reserve(out, 8) < 0) {
-		free(pos);
+	wsync_buf_reset(scratch);
+	if (nelem > SIZE_MAX / 4 || wsync_buf_reserve(scratch, RUN * sizeof(*pos)) < 0 ||
+	    wsync_buf_reserve(out, 8) < 0)
 		return -ENOMEM;
-	}
+	pos = (uint32_t *)(void *)scratch->data;
 	limit = start + (size_t)(2 * nelem);
 	out->len += 8;
 	r = setup_cctx(c, code_bytes(nelem));
@@ -306,7 +308,6 @@ int wsync_dense_encode(void *cctx, const uint8_t *base, const uint8_t *target,
 	}
 	if (r < 0 || *useless)
 		out->len = start;
-	free(pos);
 	return r;
 }
 

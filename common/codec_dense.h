@@ -25,8 +25,9 @@
 
 /*
  * Append the DENSE payload of nelem 16-bit elements (target over base) to
- * out, with cctx (its parameters are reset).  esc is scratch for the
- * escaped steps.  *changed gets the changed elements, *escapes those whose
+ * out, with cctx (its parameters are reset).  esc (the escaped steps) and
+ * scratch are the caller's, so an encode abandoned midway (inputs cut
+ * short under a mapping) leaks nothing.  *changed gets the changed elements, *escapes those whose
  * step did not fit in four bits.  Returns 0, -ENOMEM; *useless is set (and
  * nothing appended) once the payload would not be smaller than the raw
  * 2 * nelem bytes, or more than a quarter of the elements escape (DENSE
@@ -34,7 +35,8 @@
  */
 int wsync_dense_encode(void *cctx, const uint8_t *base, const uint8_t *target,
 		       uint64_t nelem, struct wsync_buf *out, struct wsync_buf *esc,
-		       uint64_t *changed, uint64_t *escapes, bool *useless);
+		       struct wsync_buf *scratch, uint64_t *changed, uint64_t *escapes,
+		       bool *useless);
 
 /*
  * Share of changed elements (per mille) in an even sample of nelem 16-bit

@@ -198,7 +198,7 @@ struct encoder {
 	struct wsync_float_enc *fenc;
 	struct wsync_float_mark *mark;
 	struct wsync_buf *payloads;	/* the output: payloads go straight in */
-	struct wsync_buf *escapes;	/* scratch for DENSE pieces */
+	struct wsync_buf *escapes, *dense;	/* scratch for DENSE pieces */
 	struct wsync_segment_stats st;
 };
 
@@ -231,7 +231,7 @@ static int encode_dense(struct encoder *enc, const struct wsync_piece_in *p,
 
 	*taken = false;
 	r = wsync_dense_encode(enc->cctx, p->base, p->target, nelem, enc->payloads,
-			       enc->escapes, &changed, &escapes, &useless);
+			       enc->escapes, enc->dense, &changed, &escapes, &useless);
 	if (r < 0 || useless)
 		return r;
 	if (escapes * 4 > changed) {
@@ -267,8 +267,10 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 
 	if (p->family != WSYNC_FAMILY_F32 && nelem >= DENSE16_MIN &&
 	    wsync_dense_sample_permille(p->base, p->target, nelem) >= DENSE16_PERMILLE) {
-		r = encode_dense(enc, p, po, &same);
-		if (r < 0 || same)
+		bool dense;
+
+		r = encode_dense(enc, p, po, &dense);
+		if (r < 0 || dense)
 			return r;
 	}
 	wsync_float_enc_mark(enc->fenc, enc->mark);
@@ -397,6 +399,7 @@ void wsync_segment_scratch_free(struct wsync_segment_scratch *sc)
 	free(sc->po);
 	wsync_buf_free(&sc->table);
 	wsync_buf_free(&sc->escapes);
+	wsync_buf_free(&sc->dense);
 	memset(sc, 0, sizeof(*sc));
 }
 
@@ -471,6 +474,7 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 	enc.fenc = sc->fenc;
 	enc.mark = sc->mark;
 	enc.escapes = &sc->escapes;
+	enc.dense = &sc->dense;
 	po = sc->po;
 	/*
 	 * Payloads are written straight into out, after room for the tables

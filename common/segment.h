@@ -112,7 +112,7 @@ struct wsync_segment_scratch {
 	void *po;			/* per-piece results */
 	size_t po_cap;
 	struct wsync_buf table;
-	struct wsync_buf escapes;	/* DENSE pieces' */
+	struct wsync_buf escapes, dense;	/* DENSE pieces' */
 };
 
 int wsync_segment_encode_in(struct wsync_segment_scratch *sc,

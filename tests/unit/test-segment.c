@@ -598,7 +598,8 @@ static int guarded_encode_fn(void *arg)
  * scratch -- freed without a leak (LeakSanitizer) or reused for the next
  * encode, which comes out the same as a fresh one.
  */
-static void test_abandoned_encode(void)
+/* One changed element in `every`, coded as `expect`. */
+static void abandoned_encode(unsigned every, enum wsync_piece_method expect)
 {
 	const size_t n = 4u << 20;	/* elements: 8 MiB of BF16 per side */
 	char tpath[] = "/tmp/wsync-test-seg.XXXXXX", bpath[] = "/tmp/wsync-test-seg.XXXXXX";
@@ -614,7 +615,7 @@ static void test_abandoned_encode(void)
 		goto out;
 	for (size_t i = 0; i < n; i++) {
 		b[i] = bf16(gauss() * 0.02f);
-		t[i] = (rnd() % 50) ? b[i] : (uint16_t)(b[i] + 1);
+		t[i] = (rnd() % every) ? b[i] : (uint16_t)(b[i] + 1 + rnd() % 3);
 	}
 	CHECK(write(tfd, t, n * 2) == (ssize_t)(n * 2) && write(bfd, b, n * 2) == (ssize_t)(n * 2));
 	CHECK(wsync_map_file(tfd, n * 2, &tm) == 0 && wsync_map_file(bfd, n * 2, &bm) == 0);
@@ -628,6 +629,7 @@ static void test_abandoned_encode(void)
 		struct guarded_encode g = { &sc, &in, &out, &err };
 
 		CHECK(wsync_guarded(guarded_encode_fn, &g) == 0);	/* whole: fine */
+		CHECK(first_method(&out) == expect);
 		CHECK(ftruncate(bfd, 4096) == 0);
 		for (int k = 0; k < 2; k++)
 			CHECK(wsync_guarded(guarded_encode_fn, &g) == -EFAULT);
@@ -658,6 +660,12 @@ out:
 		(void)close(bfd);
 		(void)unlink(bpath);
 	}
+}
+
+static void test_abandoned_encode(void)
+{
+	abandoned_encode(50, WSYNC_PIECE_FLOAT);	/* 2% */
+	abandoned_encode(3, WSYNC_PIECE_DENSE);		/* 33% */
 }
 
 int main(void)
