@@ -485,25 +485,36 @@ static bool padding_clear(const uint8_t *nb, size_t m)
 	return true;
 }
 
+/* The codes of the next m elements into d->nib (checked), where their
+ * escapes are into d->pos and the escaped steps into d->esc; *e gets how
+ * many escape. */
+static int next_run(struct wsync_dense_dec *d, size_t m, size_t *e,
+		    struct wsync_error *err)
+{
+	size_t nbytes = code_bytes(m);
+	int r = pull(d, 0, d->nib, nbytes, err);
+
+	*e = 0;
+	if (r < 0)
+		return r;
+	if (!padding_clear(d->nib, m))
+		return corrupt(err, "code after the last element");
+	*e = find_escapes(d->nib, nbytes, d->pos);
+	return *e ? pull(d, 1, d->esc, 2 * *e, err) : 0;
+}
+
 int wsync_dense_dec_run(struct wsync_dense_dec *d, const uint8_t *base, uint8_t *out,
 			uint64_t n, struct wsync_error *err)
 {
 	if (n > d->left || (n % GROUP && n != d->left))
 		return corrupt(err, "decoded in a bad range");
 	while (n) {
-		size_t m = n < RUN ? (size_t)n : RUN, nbytes = code_bytes(m), e;
-		int r = pull(d, 0, d->nib, nbytes, err);
+		size_t m = n < RUN ? (size_t)n : RUN, e;
+		int r = next_run(d, m, &e, err);
 
 		if (r < 0)
 			return r;
-		if (!padding_clear(d->nib, m))
-			return corrupt(err, "code after the last element");
 		apply_run(d->nib, base, out, m);
-		e = find_escapes(d->nib, nbytes, d->pos);
-		if (e)
-			r = pull(d, 1, d->esc, 2 * e, err);
-		if (r < 0)
-			return r;
 		for (size_t k = 0; k < e; k++) {
 			uint32_t i = d->pos[k];
 
@@ -544,20 +555,11 @@ int wsync_dense_count(const uint8_t *payload, uint64_t len, uint64_t nelem,
 
 	*changed = 0;
 	while (r == 0 && d.left) {
-		size_t m = d.left < RUN ? (size_t)d.left : RUN, nbytes = code_bytes(m), e;
+		size_t m = d.left < RUN ? (size_t)d.left : RUN, e;
 
-		r = pull(&d, 0, d.nib, nbytes, err);
-		if (r < 0)
-			break;
-		if (!padding_clear(d.nib, m)) {
-			r = corrupt(err, "code after the last element");
-			break;
-		}
-		e = find_escapes(d.nib, nbytes, d.pos);
-		for (size_t j = 0; j < nbytes; j++)
+		r = next_run(&d, m, &e, err);
+		for (size_t j = 0; r == 0 && j < code_bytes(m); j++)
 			*changed += (uint64_t)((d.nib[j] & 15) != 0) + (uint64_t)((d.nib[j] >> 4) != 0);
-		if (e)
-			r = pull(&d, 1, d.esc, 2 * e, err);
 		d.left -= m;
 	}
 	if (r == 0)
