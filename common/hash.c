@@ -19,8 +19,8 @@
  * XXH_DISPATCH_AVX512 hooks, as its xxh_x86dispatch.c uses), picked at run
  * time with the codec's instruction set (codec_float.h's wsync_codec_isa,
  * so WSYNC_CODEC_ISA=plain|avx2 caps both): AVX-512 where the codec takes
- * its GFNI/AVX-512 loops (measured on 256 KiB chunks in cache: 34 GB/s
- * with AVX2, 44 GB/s with AVX-512, 12-20 GB/s in Debian's library).
+ * its GFNI/AVX-512 loops (measured on 256 KiB chunks in cache: 38 GB/s
+ * with AVX2, 41-46 GB/s with AVX-512, 12-20 GB/s in Debian's library).
  */
 #define XXH_INLINE_ALL
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -33,12 +33,13 @@
 #include <immintrin.h>
 #include "codec_float.h"
 #endif
-/* The streaming update must work on the state in place: its on-stack copy
- * of the accumulators is aligned for SSE2 (16 bytes) only, and the AVX2
- * loop loads them 32 bytes at a time (a crash where the stack falls
- * wrong, always under ASan on libuv's pool threads).  The state itself is
- * 64-byte aligned (posix_memalign). */
-#define XXH3_STREAM_USE_STACK 0
+/* The streaming update keeps the accumulators in a local copy (xxHash's
+ * XXH3_STREAM_USE_STACK, its default with gcc): worked on in the state in
+ * place, every 64-byte stripe stores them back and reloads them (15 GB/s
+ * against 40).  XXH_ACC_ALIGN 64 above aligns that copy for the AVX2 and
+ * AVX-512 loads (xxHash's default for an SSE2 build is 16, which crashed
+ * the AVX2 loop where the stack fell wrong). */
+#define XXH3_STREAM_USE_STACK 1
 #include <xxhash.h>
 
 struct wsync_hasher {
@@ -109,6 +110,19 @@ static void canonical(XXH128_hash_t h, struct wsync_hash128 *ret)
 
 void wsync_hash_mem(const void *p, size_t len, struct wsync_hash128 *ret)
 {
+#ifdef HAVE_XXH_AVX2
+	/* xxHash's one-shot call is its baseline (SSE2) loop: objects of the
+	 * store (deltas, anchors) take the vector loops above, the same
+	 * digest */
+	if (len >= (64u << 10) && wsync_codec_isa() >= 1) {
+		struct wsync_hasher h;	/* 64-byte aligned: its type says so */
+
+		(void)XXH3_128bits_reset(&h.st);
+		wsync_hasher_update(&h, p, len);
+		wsync_hasher_digest(&h, ret);
+		return;
+	}
+#endif
 	canonical(XXH3_128bits(p, len), ret);
 }
 
