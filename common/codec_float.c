@@ -265,14 +265,21 @@ static void counts_flush(struct class_counts *cc)
 	cc->blocks = 0;
 }
 
+static inline void counts_add_wide(struct class_counts *cc, const v16u16 *wide)
+{
+	cc->acc += *wide;
+	if (++cc->blocks == FLUSH_BLOCKS)
+		counts_flush(cc);
+}
+
 static inline void counts_add_block(struct class_counts *cc, u128 bytes)
 {
 	v16u8 b;
 
 	memcpy(&b, &bytes, sizeof(b));
-	cc->acc += __builtin_convertvector(b, v16u16);
-	if (++cc->blocks == FLUSH_BLOCKS)
-		counts_flush(cc);
+	v16u16 wide = __builtin_convertvector(b, v16u16);
+
+	counts_add_wide(cc, &wide);
 }
 
 /* inc[e] = 1 << (8 * class(e)) for the piece's class table. */
@@ -408,15 +415,25 @@ block_counts_avx2(const uint8_t *bp, unsigned width, unsigned shift,
 	return ((u128)hi64 << 64) | lo64;
 }
 
-static inline __attribute__((target("avx2"), always_inline)) void
-class_masks_avx2(const uint8_t *bp, unsigned width, unsigned shift,
-		 unsigned mask, unsigned lo, uint32_t masks[NCLS])
+/* The classes of a tail block of k < BLOCK elements, as classes_avx2
+ * gives them; the bytes past k hold no class (0xff). */
+static inline __attribute__((target("avx2"), always_inline)) __m256i
+classes_tail_avx2(const uint8_t *bp, unsigned k, const uint8_t *tab, unsigned width,
+		  unsigned shift, unsigned mask)
 {
-	__m256i cls = classes_avx2(bp, width, shift, mask, lo);
+	uint8_t b[BLOCK];
 
-	for (unsigned c = 0; c < NCLS; c++)
-		masks[c] = (uint32_t)_mm256_movemask_epi8(
-			_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
+	memset(b, 0xff, sizeof(b));
+	for (unsigned j = 0; j < k; j++)
+		b[j] = tab[(load(bp + j * width, width) >> shift) & mask];
+	return _mm256_loadu_si256((const __m256i *)b);
+}
+
+/* Bit j set when element j of the block has class c. */
+static inline __attribute__((target("avx2"), always_inline)) uint32_t
+class_mask_avx2(__m256i cls, unsigned c)
+{
+	return (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
 }
 
 static inline __attribute__((target("avx2"), always_inline)) uint32_t
@@ -501,20 +518,6 @@ block_counts_gfni(const uint8_t *bp, unsigned width, unsigned shift,
 	return ret;
 }
 
-static inline __attribute__((target(GFNI_TARGET), always_inline)) void
-class_masks_gfni(const uint8_t *bp, unsigned width, unsigned shift,
-		 unsigned mask, unsigned lo, uint32_t masks[NCLS])
-{
-	/* mask c = byte c of groups 0..3, little-endian */
-	const __m256i gather = _mm256_setr_epi8(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18,
-						26, 3, 11, 19, 27, 4, 12, 20, 28, 5, 13,
-						21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
-	__m256i plo, phi;
-
-	class_planes_gfni(bp, width, shift, mask, lo, &plo, &phi);
-	_mm256_storeu_si256((__m256i *)masks, _mm256_permutexvar_epi8(gather, plo));
-	_mm256_storeu_si256((__m256i *)(masks + 8), _mm256_permutexvar_epi8(gather, phi));
-}
 #endif
 
 static ALWAYS_INLINE bool block_differs(const uint8_t *a, const uint8_t *b,
@@ -766,12 +769,14 @@ int wsync_float_dec_init(struct wsync_float_dec *d, const struct wsync_stream *s
 	return 0;
 }
 
-/* Apply the next step of lane l to base element o. */
+/* Apply lane l's next step to base element o, and read the gap to its
+ * next change: *gap members of its class lie between the two, UINT64_MAX
+ * when it has no more. */
 static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
-				    unsigned width, uint32_t *t)
+				    unsigned width, uint32_t *t, uint64_t *gap)
 {
 	uint8_t sym = l->step_syms[l->i];
-	uint32_t mag;
+	uint32_t mag, g;
 	int64_t d;
 
 	if (!wsync_bucket_decode(sym >> 1, &l->step_bits, &mag))
@@ -781,61 +786,83 @@ static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
 		d = -d;
 	if (!from_key(to_key(o, width) + d, width, t))
 		return false;
-	l->i++;
-	return lane_advance(l, l->count + 1);
+	if (++l->i >= l->nsyms) {
+		*gap = UINT64_MAX;
+		return true;
+	}
+	if (!wsync_bucket_decode(l->gap_syms[l->i], &l->gap_bits, &g))
+		return false;
+	*gap = g;
+	return true;
 }
 
-/* min(next - cnt, 255) for a lane whose class has cnt members so far: a
- * lower bound on how many more members it has before its next change. */
-static inline uint8_t distance_from(const struct wsync_float_dec_lane *l, uint64_t cnt)
-{
-	if (l->next < cnt)	/* cannot happen with the checks in take_step */
-		return 0;
-	return l->next - cnt > 255 ? 255 : (uint8_t)(l->next - cnt);
-}
+/*
+ * The decoder's distances: lane c of a vector of 16-bit lanes holds how
+ * many more members class c has before its next change, exactly while
+ * below DIST_CLAMP.  A class whose next change is further (or that has
+ * none) holds DIST_CLAMP, a lower bound that shrinks block by block like
+ * the others; when it runs out, the true distance is worked out again
+ * from the lane's absolute position.  Signed lanes: every value lies in
+ * [0, DIST_CLAMP], and a block adds at most BLOCK to a class.
+ */
+typedef int16_t v16i16 __attribute__((vector_size(32)));
+#define DIST_CLAMP 32767
 
-static inline uint8_t distance(const struct wsync_float_dec_lane *l,
-			       const struct class_counts *cc, unsigned c)
-{
-	return distance_from(l, counts_get(cc, c));
-}
-
-/* v with byte c set to x, in registers: a byte stored into a vector in
+/* Lane c of v set to x, in registers: a narrow store into a vector in
  * memory would hold up the next whole-vector load of it until it left the
  * store buffer (no forwarding from a narrow store to a wide load). */
-#define ONEHOT(c) { .b = { [c] = 0xff } }
-static const union bytes16 onehot[NCLS] = {
-	ONEHOT(0), ONEHOT(1), ONEHOT(2), ONEHOT(3), ONEHOT(4), ONEHOT(5),
-	ONEHOT(6), ONEHOT(7), ONEHOT(8), ONEHOT(9), ONEHOT(10), ONEHOT(11),
-	ONEHOT(12), ONEHOT(13), ONEHOT(14), ONEHOT(15),
+union lanes16 {
+	int16_t h[NCLS];
+	v16i16 vec;
 };
 
-static ALWAYS_INLINE v16u8 set_byte(v16u8 v, unsigned c, uint8_t x)
-{
-	v16u8 m = onehot[c].vec;
+#define ONEHOT16(c) { .h = { [c] = -1 } }
+static const union lanes16 onehot16[NCLS] = {
+	ONEHOT16(0), ONEHOT16(1), ONEHOT16(2), ONEHOT16(3), ONEHOT16(4), ONEHOT16(5),
+	ONEHOT16(6), ONEHOT16(7), ONEHOT16(8), ONEHOT16(9), ONEHOT16(10), ONEHOT16(11),
+	ONEHOT16(12), ONEHOT16(13), ONEHOT16(14), ONEHOT16(15),
+};
 
-	return (v & ~m) | (((v16u8){ 0 } + x) & m);
+static ALWAYS_INLINE void set_lane(v16i16 *v, unsigned c, int16_t x)
+{
+	v16i16 m = onehot16[c].vec;
+
+	*v = (*v & ~m) | (((v16i16){ 0 } + x) & m);
 }
 
-/* Classes (bit mask) whose count in this block exceeds their distance. */
-static inline unsigned block_hits(const union bytes16 *counts,
-				  const union bytes16 *dist)
+/* Classes (bit mask) with more members in this block than their distance. */
+static ALWAYS_INLINE unsigned block_hits(const v16i16 *counts, const v16i16 *dist)
 {
-	union bytes16 gt;
+	v16i16 gt = (v16i16)(*counts > *dist);
+#if defined(__x86_64__) && defined(__SSE2__)
+	__m128i lo, hi;
+
+	/* one byte-sign mask of the 16 lanes narrowed to bytes */
+	memcpy(&lo, &gt, 16);
+	memcpy(&hi, (const char *)&gt + 16, 16);
+	return (unsigned)_mm_movemask_epi8(_mm_packs_epi16(lo, hi));
+#else
 	unsigned m = 0;
 
-	gt.vec = (v16u8)(counts->vec > dist->vec);
-#if defined(__x86_64__) && defined(__SSE2__)
-	/* one byte-sign mask instruction (SSE2 is part of x86-64) */
-	(void)m;
-	return (unsigned)_mm_movemask_epi8((__m128i)gt.vec);
-#else
-	if (gt.v == 0)
-		return 0;
 	for (unsigned c = 0; c < NCLS; c++)
-		m |= (unsigned)(gt.b[c] & 1) << c;
+		m |= (unsigned)(gt[c] & 1) << c;
 	return m;
 #endif
+}
+
+/* A block's byte counters widened to 16-bit lanes. */
+static ALWAYS_INLINE void widen(u128 bytes, v16i16 *wide)
+{
+	v16u8 b;
+
+	memcpy(&b, &bytes, sizeof(b));
+	*wide = __builtin_convertvector(b, v16i16);
+}
+
+/* The distance of lane l, whose class has cnt members so far. */
+static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt)
+{
+	return l->next - cnt >= DIST_CLAMP ? DIST_CLAMP : (int16_t)(l->next - cnt);
 }
 
 /* ---- the loops, instantiated per instruction set ---- */
@@ -843,14 +870,18 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_NAME(x) x##_plain
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	block_counts(bp, k, inc, width, shift, mask)
-#define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
-	class_masks(bp, k, tab, width, shift, mask, masks)
+#define LOOP_CLS_T struct { uint32_t m[NCLS]; }
+#define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
+	class_masks(bp, k, tab, width, shift, mask, (cls).m)
+#define LOOP_CLASS_MASK(cls, c) ((cls).m[c])
 #define LOOP_CHANGED_MASK(bp, tp, k, width) changed_mask(bp, tp, k, width)
 #define LOOP_SELECT(m, r) select_bit(m, r)
 #include "codec_float_loops.h"
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
-#undef LOOP_CLASS_MASKS
+#undef LOOP_CLS_T
+#undef LOOP_CLASSES
+#undef LOOP_CLASS_MASK
 #undef LOOP_CHANGED_MASK
 #undef LOOP_SELECT
 
@@ -859,13 +890,11 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	((k) == BLOCK ? block_counts_avx2(bp, width, shift, mask, lo)          \
 		      : block_counts(bp, k, inc, width, shift, mask))
-#define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
-	do {                                                                  \
-		if ((k) == BLOCK)                                             \
-			class_masks_avx2(bp, width, shift, mask, lo, masks);  \
-		else                                                          \
-			class_masks(bp, k, tab, width, shift, mask, masks);   \
-	} while (0)
+#define LOOP_CLS_T __m256i
+#define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
+	((cls) = (k) == BLOCK ? classes_avx2(bp, width, shift, mask, lo)       \
+			      : classes_tail_avx2(bp, k, tab, width, shift, mask))
+#define LOOP_CLASS_MASK(cls, c) class_mask_avx2(cls, c)
 #define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
 	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
 		      : changed_mask(bp, tp, k, width))
@@ -884,7 +913,9 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #endif
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
-#undef LOOP_CLASS_MASKS
+#undef LOOP_CLS_T
+#undef LOOP_CLASSES
+#undef LOOP_CLASS_MASK
 #undef LOOP_CHANGED_MASK
 #undef LOOP_SELECT
 
@@ -892,13 +923,11 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	((k) == BLOCK ? block_counts_gfni(bp, width, shift, mask, lo)          \
 		      : block_counts(bp, k, inc, width, shift, mask))
-#define LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, masks)           \
-	do {                                                                  \
-		if ((k) == BLOCK)                                             \
-			class_masks_gfni(bp, width, shift, mask, lo, masks);  \
-		else                                                          \
-			class_masks(bp, k, tab, width, shift, mask, masks);   \
-	} while (0)
+#define LOOP_CLS_T __m256i
+#define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
+	((cls) = (k) == BLOCK ? classes_avx2(bp, width, shift, mask, lo)       \
+			      : classes_tail_avx2(bp, k, tab, width, shift, mask))
+#define LOOP_CLASS_MASK(cls, c) class_mask_avx2(cls, c)
 #define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
 	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
 		      : changed_mask(bp, tp, k, width))
@@ -918,7 +947,9 @@ static inline unsigned block_hits(const union bytes16 *counts,
 #endif
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
-#undef LOOP_CLASS_MASKS
+#undef LOOP_CLS_T
+#undef LOOP_CLASSES
+#undef LOOP_CLASS_MASK
 #undef LOOP_CHANGED_MASK
 #undef LOOP_SELECT
 

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codec_float_loops.h -- the inner loops of codec_float.c, included there
- * once per instruction set (plain, and AVX2 where the compiler and the
- * machine have it), with LOOP_NAME(x) naming this instantiation's
- * functions and LOOP_BLOCK_COUNTS counting one block's classes.  Not a
- * public header: it only makes sense inside codec_float.c.
+ * once per instruction set (plain, AVX2, GFNI + AVX-512), with
+ * LOOP_NAME(x) naming this instantiation's functions, LOOP_BLOCK_COUNTS
+ * counting one block's classes, LOOP_CLASSES / LOOP_CLASS_MASK giving a
+ * block's classes (of type LOOP_CLS_T) and the members of one of them,
+ * LOOP_CHANGED_MASK and LOOP_SELECT.  Not a public header: it only makes
+ * sense inside codec_float.c.
  */
 
 static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
@@ -32,9 +34,10 @@ static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 			continue;
 		}
 		/* Slow path: rank each changed element within its class. */
-		uint32_t cm[NCLS], chg = LOOP_CHANGED_MASK(bp, tp, k, width);
+		uint32_t chg = LOOP_CHANGED_MASK(bp, tp, k, width);
+		LOOP_CLS_T cls;
 
-		LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
+		LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls);
 		for (; chg; chg &= chg - 1) {
 			unsigned j = (unsigned)__builtin_ctz(chg);
 			uint32_t o = load(bp + j * width, width);
@@ -43,7 +46,8 @@ static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 
 			r = emit_change(&lanes[c],
 					counts_get(&cc, c) +
-						(unsigned)__builtin_popcount(cm[c] & ((1u << j) - 1)),
+						(unsigned)__builtin_popcount(LOOP_CLASS_MASK(cls, c) &
+									     ((1u << j) - 1)),
 					to_key(t, width) - to_key(o, width));
 			if (r < 0)
 				return r;
@@ -66,15 +70,18 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 {
 	struct class_counts cc;
 	uint64_t start[NCLS];
-	union bytes16 dist, bytes;
+	unsigned clamped = 0;	/* classes whose distance is a lower bound */
+	v16i16 dist = { 0 };
 	u128 inc[256];
 
-	for (unsigned c = 0; c < NCLS; c++)
+	for (unsigned c = 0; c < NCLS; c++) {
 		start[c] = lanes[c].count;
+		set_lane(&dist, c, dist_of(&lanes[c], start[c]));
+		if (dist[c] == DIST_CLAMP)
+			clamped |= 1u << c;
+	}
 	counts_init(&cc, start);
 	class_incs(tab, mask, inc);
-	for (unsigned c = 0; c < NCLS; c++)
-		dist.b[c] = distance(&lanes[c], &cc, c);
 	/* Unchanged elements are the base's: each block is copied as its
 	 * classes are counted (one read of the base), then only the changes
 	 * are patched in. */
@@ -82,85 +89,76 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
 		const uint8_t *bp = base + i * width;
 		uint8_t *op = out + i * width;
+		v16i16 wide;
 		unsigned hits;
 
-		bytes.v = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
+		widen(LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo), &wide);
 		if (k == BLOCK)	/* a constant size: a few vector moves */
 			memcpy(op, bp, (size_t)BLOCK * width);
 		else
 			memcpy(op, bp, (size_t)k * width);
-		hits = block_hits(&bytes, &dist);
+		hits = block_hits(&wide, &dist);
 		if (!hits) {	/* the common case: nothing changes here */
-			dist.vec -= bytes.vec;
-			counts_add_block(&cc, bytes.v);
+			dist -= wide;
+			counts_add_wide(&cc, (const v16u16 *)&wide);
 			continue;
 		}
-		/* A hit may only mean a clamped distance ran low: refresh.  The
-		 * class counts at the block's start are read once. */
-		uint64_t cnt[NCLS];
-		unsigned maybe = hits;
+		/* Class c's next change is its dist[c]-th member here (counted
+		 * from 0), unless its distance was only a lower bound. */
+		v16i16 after = dist - wide;	/* right for the classes not hit */
+		LOOP_CLS_T cls;
 
-		for (unsigned m = maybe; m; m &= m - 1) {
-			unsigned c = (unsigned)__builtin_ctz(m);
-
-			uint8_t d;
-
-			cnt[c] = counts_get(&cc, c);
-			d = distance_from(&lanes[c], cnt[c]);
-			dist.vec = set_byte(dist.vec, c, d);
-			if (bytes.b[c] <= d)
-				hits &= ~(1u << c);
-		}
-		/* Patch the changes of each class that has one here. */
-		if (hits) {
-			uint32_t cm[NCLS];
-
-			LOOP_CLASS_MASKS(bp, k, tab, width, shift, mask, lo, cm);
-			for (unsigned m = hits; m; m &= m - 1) {
-				unsigned c = (unsigned)__builtin_ctz(m);
-				uint64_t pos0 = cnt[c];
-				uint32_t mm = cm[c];
-				uint64_t end = pos0 + (unsigned)__builtin_popcount(mm);
-				struct wsync_float_dec_lane *l = &lanes[c];
-
-				/* Jump straight to each change among this class's
-				 * members in the block: the (next - pos0)-th set bit
-				 * of its mask.  next never falls behind pos0: every
-				 * change of an earlier block was taken there. */
-				while (l->next < end) {
-					uint64_t pos = l->next;
-					unsigned j;
-					uint32_t o, t;
-
-					if (pos < pos0)
-						return wsync_error_set(err, -EINVAL,
-								       "corrupt gap stream "
-								       "(element %llu)",
-								       (unsigned long long)i);
-					j = LOOP_SELECT(mm, (unsigned)(pos - pos0));
-					o = load(bp + j * width, width);
-					l->count = pos;
-					if (!take_step(l, o, width, &t))
-						return wsync_error_set(err, -EINVAL,
-								       "corrupt step stream "
-								       "(element %llu)",
-								       (unsigned long long)(i + j));
-					store(op + j * width, t, width);
-				}
-			}
-		}
-		dist.vec -= bytes.vec;	/* no wrap: bytes <= dist outside hits */
+		LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls);
 		for (unsigned m = hits; m; m &= m - 1) {
 			unsigned c = (unsigned)__builtin_ctz(m);
+			struct wsync_float_dec_lane *l = &lanes[c];
+			uint64_t d = (uint64_t)dist[c], here = (uint64_t)wide[c];
 
-			dist.vec = set_byte(dist.vec, c,
-					    distance_from(&lanes[c], cnt[c] + bytes.b[c]));
+			if (clamped & (1u << c)) {
+				/* the lower bound ran out: the real distance */
+				d = l->next - counts_get(&cc, c);
+				if (d >= here) {
+					set_lane(&after, c, dist_of(l, counts_get(&cc, c) + here));
+					if (after[c] < DIST_CLAMP)
+						clamped &= ~(1u << c);
+					continue;
+				}
+				clamped &= ~(1u << c);
+			}
+			uint32_t cm = LOOP_CLASS_MASK(cls, c);
+
+			do {
+				unsigned j = LOOP_SELECT(cm, (unsigned)d);
+				uint32_t t;
+				uint64_t gap;
+
+				if (!take_step(l, load(bp + j * width, width), width, &t, &gap))
+					return wsync_error_set(err, -EINVAL,
+							       "corrupt step or gap stream "
+							       "(element %llu)",
+							       (unsigned long long)(i + j));
+				store(op + j * width, t, width);
+				d = gap == UINT64_MAX ? UINT64_MAX : d + 1 + gap;
+			} while (d < here);
+			if (d - here < DIST_CLAMP) {	/* d is not UINT64_MAX */
+				set_lane(&after, c, (int16_t)(d - here));
+				continue;
+			}
+			/* the next change is too far for a lane (or there is
+			 * none): kept in absolute terms */
+			l->next = d == UINT64_MAX ? UINT64_MAX : counts_get(&cc, c) + d;
+			set_lane(&after, c, DIST_CLAMP);
+			clamped |= 1u << c;
 		}
-		counts_add_block(&cc, bytes.v);
+		dist = after;
+		counts_add_wide(&cc, (const v16u16 *)&wide);
 	}
 	counts_flush(&cc);
-	for (unsigned c = 0; c < NCLS; c++)
+	for (unsigned c = 0; c < NCLS; c++) {
 		lanes[c].count = cc.base[c];
+		if (!(clamped & (1u << c)))
+			lanes[c].next = cc.base[c] + (uint64_t)dist[c];
+	}
 	return 0;
 }
 
