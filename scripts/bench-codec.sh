@@ -26,7 +26,9 @@
 #
 # MB/s are 10^6 bytes of the target checkpoint (every file of it) per
 # second.  wsync and bench-peers report their own codec time (best of
-# --runs runs, each a fresh process); the CLI tools are timed whole by
+# --runs rounds, each a fresh process; a round runs every method at 1 and
+# 2 threads in turn, so drift of the machine's speed over the minutes
+# falls on all of them alike); the CLI tools are timed whole by
 # /usr/bin/time, once (zstd -19 runs at ~1 MB/s: by default only on the
 # first pair).  Peak RSS is /usr/bin/time's %M, the most over all runs.
 set -euo pipefail
@@ -293,12 +295,19 @@ for p in "${pairs[@]}"; do
 		"$label" "$old" "$new" "$full" "$(other_busy)" >"$out/meta.json"
 	say "pair $i: $label"
 
+	# Rounds, not blocks of runs: each round runs every method at 1 and
+	# 2 threads in turn, so a machine that gets slower or faster over the
+	# minutes (a shared VM does) weighs on every method and thread count
+	# alike, and the best of the rounds compares like with like.
 	if [ "$have_wsync" = 1 ]; then
-		say "  wsync diff / apply"
 		rm -rf "$work/tmp/base"
 		cp -a "$old" "$work/tmp/base"
+	fi
+	mkdir -p "$work/tmp/peer-out"
+	for r in $(seq "$runs"); do
+		say "  round $r of $runs: wsync diff / apply, bench-peers xor-zstd, int32, uint16 (1 and 2 threads)"
 		for t in 1 2; do
-			for r in $(seq "$runs"); do
+			if [ "$have_wsync" = 1 ]; then
 				timed "$out/wsync-diff-t$t-r$r" "$WSYNC" diff "$old" "$new" \
 					-o "$work/tmp/delta.wsd" --threads "$t" --json ||
 					die "wsync diff failed: $(tail -5 "$out/wsync-diff-t$t-r$r.err")"
@@ -307,24 +316,20 @@ for p in "${pairs[@]}"; do
 					"$work/tmp/delta.wsd" -o "$work/tmp/out" --threads "$t" --json ||
 					die "wsync apply failed: $(tail -5 "$out/wsync-apply-t$t-r$r.err")"
 				same_tree "$new" "$work/tmp/out" "wsync apply --threads $t"
-			done
-		done
-		same_tree "$old" "$work/tmp/base" "wsync apply -o left its TARGET"
-		cp "$work/tmp/delta.wsd" "$out/wsync.delta" # for the durable write
-		rm -rf "$work/tmp/out" "$work/tmp/base"
-	fi
-
-	mkdir -p "$work/tmp/peer-out"
-	for m in xor-zstd int32 uint16; do
-		say "  bench-peers --method $m"
-		for t in 1 2; do
-			for r in $(seq "$runs"); do
+				rm -rf "$work/tmp/out"
+			fi
+			for m in xor-zstd int32 uint16; do
 				timed "$out/peer-$m-t$t-r$r" "$PEERS" "$old" "$new" --method "$m" \
 					--threads "$t" --write-dir "$work/tmp/peer-out" --json ||
 					die "bench-peers --method $m failed: $(tail -5 "$out/peer-$m-t$t-r$r.err")"
 			done
 		done
 	done
+	if [ "$have_wsync" = 1 ]; then
+		same_tree "$old" "$work/tmp/base" "wsync apply -o left its TARGET"
+		cp "$work/tmp/delta.wsd" "$out/wsync.delta" # for the durable write
+		rm -rf "$work/tmp/base"
+	fi
 
 	say "  xdelta3 -9 (one thread: xdelta3 has no others)"
 	cli_peer xdelta3 1 "$old" "$new" "$out/xdelta3-t1"
