@@ -886,10 +886,7 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 #undef LOOP_SELECT
 
 #ifdef HAVE_AVX2_PATH
-#define LOOP_NAME(x) x##_avx2
-#define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
-	((k) == BLOCK ? block_counts_avx2(bp, width, shift, mask, lo)          \
-		      : block_counts(bp, k, inc, width, shift, mask))
+/* The AVX2 and the GFNI instantiations differ only in their block counts. */
 #define LOOP_CLS_T __m256i
 #define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
 	((cls) = (k) == BLOCK ? classes_avx2(bp, width, shift, mask, lo)       \
@@ -899,6 +896,11 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
 		      : changed_mask(bp, tp, k, width))
 #define LOOP_SELECT(m, r) select_bit_bmi2(m, r)
+
+#define LOOP_NAME(x) x##_avx2
+#define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
+	((k) == BLOCK ? block_counts_avx2(bp, width, shift, mask, lo)          \
+		      : block_counts(bp, k, inc, width, shift, mask))
 #ifdef __clang__
 #pragma clang attribute push(__attribute__((target("avx2,popcnt,bmi,bmi2"))), apply_to = function)
 #else
@@ -913,25 +915,11 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 #endif
 #undef LOOP_NAME
 #undef LOOP_BLOCK_COUNTS
-#undef LOOP_CLS_T
-#undef LOOP_CLASSES
-#undef LOOP_CLASS_MASK
-#undef LOOP_CHANGED_MASK
-#undef LOOP_SELECT
 
 #define LOOP_NAME(x) x##_gfni
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	((k) == BLOCK ? block_counts_gfni(bp, width, shift, mask, lo)          \
 		      : block_counts(bp, k, inc, width, shift, mask))
-#define LOOP_CLS_T __m256i
-#define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
-	((cls) = (k) == BLOCK ? classes_avx2(bp, width, shift, mask, lo)       \
-			      : classes_tail_avx2(bp, k, tab, width, shift, mask))
-#define LOOP_CLASS_MASK(cls, c) class_mask_avx2(cls, c)
-#define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
-	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
-		      : changed_mask(bp, tp, k, width))
-#define LOOP_SELECT(m, r) select_bit_bmi2(m, r)
 #ifdef __clang__
 #pragma clang attribute push(__attribute__((target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt,bmi,bmi2"))), apply_to = function)
 #else
