@@ -352,6 +352,85 @@ static int decode_in_ranges(const struct wsync_buf *out, const uint8_t *base,
 }
 
 /*
+ * Changes far apart within a class: the decoder keeps each class's
+ * distance to its next change in 16 bits, exactly below 32767 members and
+ * as a lower bound from there on.  Gaps just under, at and past that
+ * bound, a class without changes beside the changing one, neighbours in
+ * one block and the last element; decoded whole and in streamed ranges of
+ * several sizes (not multiples of the 32-element blocks).
+ */
+static void test_float_far_changes(void)
+{
+	const uint64_t n = 700000;
+	uint8_t *base = malloc(2 * n), *target = malloc(2 * n), *dec = malloc(2 * n);
+	uint64_t pos[24], np = 0, p = 5;
+	/* just past the bound, the change lands in the block where the
+	 * bound runs out, at one offset or another within it */
+	static const uint64_t gaps[] = { 0,     1,     32766, 32767, 32768, 32769, 32772,
+					 32777, 32783, 32790, 32798, 40000, 100000 };
+	static const uint64_t ranges[] = { 2, 2 * 33, 2 * 4099, 2 * 65536, 2 * 700000 };
+	struct wsync_piece_in pc = { WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16, target, base, 0,
+				     2 * n };
+	struct wsync_segment_stats st = { 0 };
+	struct wsync_buf out = { 0 };
+	struct wsync_error err = { 0 };
+
+	CHECK(base && target && dec);
+	if (!base || !target || !dec)
+		goto out;
+	/* every 7th element in another class (2.0), the rest 1.0 */
+	for (uint64_t i = 0; i < n; i++) {
+		uint16_t v = i % 7 == 3 ? 0x4000 : 0x3f80;
+
+		memcpy(base + 2 * i, &v, 2);
+	}
+	memcpy(target, base, 2 * n);
+	/* p counts members of the 1.0 class; element i holds member i - i/7
+	 * (about): walk elements to place each change gaps[k] members on */
+	for (size_t k = 0; k < sizeof(gaps) / sizeof(gaps[0]); k++) {
+		uint64_t members = 0, i = p;
+
+		while (i < n && members < gaps[k]) {
+			i++;
+			members += i % 7 != 3;
+		}
+		while (i < n && i % 7 == 3)
+			i++;
+		if (i >= n - 1)
+			break;
+		pos[np++] = p = i;
+	}
+	CHECK_EQ_U64(np, sizeof(gaps) / sizeof(gaps[0]));
+	pos[np++] = n - 1;	/* the last element (not of the 2.0 class) */
+	CHECK((n - 1) % 7 != 3);
+	for (uint64_t k = 0; k < np; k++) {
+		uint16_t v;
+
+		memcpy(&v, base + 2 * pos[k], 2);
+		v = (uint16_t)(v + (k % 2 ? 1 : -1));	/* +-1 ULP */
+		memcpy(target + 2 * pos[k], &v, 2);
+	}
+	CHECK(roundtrip(&pc, 1, base, 2 * n, target, 2 * n, &st) > 0);
+	CHECK_EQ_U64(st.changed, np);
+	CHECK(wsync_segment_encode(&pc, 1, 0, NULL, &out, NULL, &err) == 0);
+	CHECK(first_method(&out) == WSYNC_PIECE_FLOAT);
+	for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
+		memset(dec, 0, 2 * n);
+		CHECK(decode_in_ranges(&out, base, dec, ranges[r], &err) == 0);
+		if (memcmp(dec, target, 2 * n) != 0) {
+			printf("# ranges of %llu bytes: decoded bytes differ\n",
+			       (unsigned long long)ranges[r]);
+			CHECK(0);
+		}
+	}
+out:
+	wsync_buf_free(&out);
+	free(base);
+	free(target);
+	free(dec);
+}
+
+/*
  * BF16 and F16 pieces where a large share changed are coded DENSE: every
  * size around the 64-element groups, steps in and out of the four-bit
  * range (escapes), decoded whole and in streamed ranges, the changes
@@ -674,6 +753,7 @@ int main(void)
 	TEST(test_float_densities);
 	TEST(test_bf16_compact);
 	TEST(test_float_specials);
+	TEST(test_float_far_changes);
 	TEST(test_mixed_methods);
 	TEST(test_corruption);
 	TEST(test_dense);
