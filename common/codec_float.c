@@ -232,12 +232,6 @@ typedef uint16_t v16u16 __attribute__((vector_size(32)));
 
 #define BLOCK 32
 #define FLUSH_BLOCKS 1024	/* 1024 * 32 < 65536 */
-union bytes16 {
-	u128 v;
-	uint8_t b[16];
-	v16u8 vec;
-};
-
 struct class_counts {
 	uint64_t base[NCLS];	/* flushed counts */
 	v16u16 acc;		/* class c's count since the flush, in lane c */
@@ -677,19 +671,19 @@ static int unpack_syms(const struct wsync_stream *s, const uint8_t **syms,
 	return 0;
 }
 
-/* Read the next gap of lane l and set l->next; UINT64_MAX when done. */
-static ALWAYS_INLINE bool lane_advance(struct wsync_float_dec_lane *l,
-					uint64_t from)
+/* Read lane l's next gap (the members of its class before its next
+ * change) into *gap; UINT64_MAX when it has no more changes. */
+static ALWAYS_INLINE bool next_gap(struct wsync_float_dec_lane *l, uint64_t *gap)
 {
 	uint32_t g;
 
 	if (l->i >= l->nsyms) {
-		l->next = UINT64_MAX;
+		*gap = UINT64_MAX;
 		return true;
 	}
 	if (!wsync_bucket_decode(l->gap_syms[l->i], &l->gap_bits, &g))
 		return false;
-	l->next = from + g;
+	*gap = g;
 	return true;
 }
 
@@ -763,7 +757,7 @@ int wsync_float_dec_init(struct wsync_float_dec *d, const struct wsync_stream *s
 			}
 			if (r < 0)
 				return r;
-			if (!lane_advance(l, 0))
+			if (!next_gap(l, &l->next))	/* members counted from 0 */
 				return wsync_error_set(err, -EINVAL, "corrupt gap stream");
 		}
 	return 0;
@@ -776,7 +770,7 @@ static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
 				    unsigned width, uint32_t *t, uint64_t *gap)
 {
 	uint8_t sym = l->step_syms[l->i];
-	uint32_t mag, g;
+	uint32_t mag;
 	int64_t d;
 
 	if (!wsync_bucket_decode(sym >> 1, &l->step_bits, &mag))
@@ -786,14 +780,8 @@ static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
 		d = -d;
 	if (!from_key(to_key(o, width) + d, width, t))
 		return false;
-	if (++l->i >= l->nsyms) {
-		*gap = UINT64_MAX;
-		return true;
-	}
-	if (!wsync_bucket_decode(l->gap_syms[l->i], &l->gap_bits, &g))
-		return false;
-	*gap = g;
-	return true;
+	l->i++;
+	return next_gap(l, gap);
 }
 
 /*
