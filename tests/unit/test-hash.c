@@ -15,16 +15,14 @@
 
 #include "codec_float.h"
 #include "hash.h"
+#include "rng.h"
 #include "tap.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint64_t next(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return xorshift64(&rng);
 }
 
 /* The library's digest of p[0, len) in wsync's byte order. */

@@ -11,16 +11,14 @@
 #include <string.h>
 
 #include "rans.h"
+#include "rng.h"
 #include "tap.h"
 
 static uint64_t seed = 88172645463325252ULL;
 
 static uint64_t rnd(void)
 {
-	seed ^= seed << 13;
-	seed ^= seed >> 7;
-	seed ^= seed << 17;
-	return seed;
+	return xorshift64(&seed);
 }
 
 /* Round trip n symbols; returns the coded size. */

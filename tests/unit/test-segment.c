@@ -18,16 +18,14 @@
 #include "codec_float.h"
 #include "io.h"
 #include "segment.h"
+#include "rng.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 
 static uint64_t rnd(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return xorshift64(&rng_state);
 }
 
 /* bf16 bits of a float (round to nearest even) */
