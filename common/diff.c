@@ -31,6 +31,8 @@
  * new one: keeps the piece table of a segment to a couple of MiB, far
  * inside the format's 2^20. */
 #define PIECES_PER_SEGMENT (1u << 16)
+/* The smallest segment plan_limit cuts at a file's end. */
+#define TAIL_MIN (4u << 20)
 /* Output buffers that grew past this are freed once written rather than
  * kept for the next segment, so one incompressible stretch does not pin
  * memory for the rest of the run. */
@@ -321,7 +323,8 @@ struct plan {
 	struct plan_seg *segs;
 	size_t n_segs, cap_segs;
 	uint64_t max;		/* target bytes per segment, at most */
-	uint64_t limit;		/* this file's (plan_balance) */
+	uint64_t size;		/* of the file planned */
+	uint64_t limit;		/* of the open segment (plan_limit) */
 	uint64_t seg_len;	/* of the open segment */
 	bool open;		/* a segment is being filled */
 };
@@ -341,26 +344,27 @@ static void plan_reset(struct plan *p)
 }
 
 /*
- * The segment size for a file of size bytes: not max bytes and a short
- * rest, but an even number of segments of about equal size.  Segments are
- * the unit of parallel work on both sides, so a file's last round keeps
- * every worker of two busy (a short last segment left one idle for up to
- * half a segment, file after file).  A little slack keeps the bytes by
- * which element-boundary cuts end a segment short from spilling into a
- * tiny extra one.  The plan stays a function of the file alone: the same
- * delta whatever the thread count.
+ * The size of a segment that starts at toff: max while at least two more
+ * fit before the end of the file, then half of what is left each time, and
+ * the rest whole once half of it would be under TAIL_MIN.  Segments are
+ * the unit of parallel work on both sides, and workers take them in order:
+ * a file's last segment is coded while the other workers, done with
+ * theirs, wait for it (a 30 MiB one left one of two idle for ~10 ms, file
+ * after file).  Shrinking ones at the end let them finish together.  The
+ * plan stays a function of the file alone: the same delta whatever the
+ * thread count.
  */
-static void plan_balance(struct plan *p, uint64_t size)
+static uint64_t plan_limit(const struct plan *p, uint64_t toff)
 {
-	uint64_t n = size / p->max + (size % p->max != 0), lim;
+	uint64_t rem = toff < p->size ? p->size - toff : 1, lim;
 
-	p->limit = p->max;
-	if (n <= 1)
-		return;
-	n += n & 1;
-	lim = size / n + (size % n != 0) + 256;
-	if (lim < p->max)
-		p->limit = lim;
+	if (rem / 2 >= p->max)
+		return p->max;
+	lim = rem / 2 + (rem & 1);
+	if (lim < TAIL_MIN)
+		lim = rem;
+	/* at least 4 bytes (an element of every family, as max is) */
+	return lim > p->max ? p->max : lim < 4 ? 4 : lim;
 }
 
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
@@ -397,7 +401,8 @@ static int plan_add(struct plan *p, enum wsync_piece_method method,
 								 : WSYNC_FAMILY_NONE);
 
 	while (len) {
-		uint64_t room = p->limit - p->seg_len, take = len < room ? len : room;
+		uint64_t limit = p->open ? p->limit : plan_limit(p, toff);
+		uint64_t room = limit - p->seg_len, take = len < room ? len : room;
 		struct plan_seg *s;
 
 		if (take < len)
@@ -415,6 +420,7 @@ static int plan_add(struct plan *p, enum wsync_piece_method method,
 								  .toff = toff };
 			p->open = true;
 			p->seg_len = 0;
+			p->limit = limit;
 		}
 		if (grow((void **)&p->pieces, &p->cap_pieces, p->n_pieces,
 			 sizeof(*p->pieces)) < 0)
@@ -957,7 +963,7 @@ static int diff_changed(struct differ *d, struct src *o,
 	int r;
 
 	plan_reset(&d->plan);
-	plan_balance(&d->plan, n->size);
+	d->plan.size = n->size;
 	/* Tensor-aware only when both sides parse; anything else is bytes. */
 	if (o && n->size && o->size &&
 	    wsync_st_open(n->path, &n->st, &ignored) == 0 &&

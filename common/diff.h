@@ -21,9 +21,9 @@
  *  - both, otherwise                           -> WRITE, XOR pieces when the
  *      sizes are equal, ZSTD pieces when not
  * Pieces are cut and grouped into segments of at most segment_target bytes
- * of target (FLOAT pieces on element boundaries) -- for a file of more than
- * one, an even number of about equal size, so that two workers finish a
- * file together -- and segments are coded by wsync_segment_encode, which
+ * of target (FLOAT pieces on element boundaries) -- shrinking ones, half of
+ * the rest each, at the end of a file, so that the workers finish it
+ * together -- and segments are coded by wsync_segment_encode, which
  * may pick a cheaper method per piece.
  *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):

@@ -350,14 +350,17 @@ check "pread and mapped reads give the same delta" cmp "$TMP/nommap.wsd" "$TMP/g
 "$PYTHON3" "$TMP/mk.py" big "$TMP/big" 150
 roundtrip "big-t1" "$TMP/big/old" "$TMP/big/new" --threads 1
 roundtrip "big-t2" "$TMP/big/old" "$TMP/big/new" --threads 2
-check "--threads 1 and 2 give identical deltas (6 segments)" cmp "$TMP/big-t1.wsd" "$TMP/big-t2.wsd"
-# 150 MiB is 5 segments of at most 32 MiB: cut as 6 of equal size instead
-# (an even number, no short last one: the last round keeps two workers busy)
-check "big: 6 segments of about equal size (within 256 B each)" "$PYTHON3" -c '
+check "--threads 1 and 2 give identical deltas (7 segments)" cmp "$TMP/big-t1.wsd" "$TMP/big-t2.wsd"
+# 150 MiB: 32 MiB segments while two more fit, then half of the rest each
+# time (27, 13.5, 6.75 MiB), and the last 6.75 MiB whole (its half would be
+# under 4 MiB), so the workers finish a file together
+check "big: 32 MiB segments, then shrinking ones at the end" "$PYTHON3" -c '
 import json, sys
 d = json.load(sys.stdin)
 seg = [s["length"] for f in d["files"] if f["path"] == "big.safetensors" for s in f["segments"]]
-sys.exit(0 if len(seg) == 6 and max(seg) - min(seg) <= 256 * 6 else 1)' \
+want = [32, 32, 32, 27, 13.5, 6.75, 6.75]
+sys.exit(0 if len(seg) == len(want) and
+         all(abs(a - w * 2**20) <= 4096 for a, w in zip(seg, want)) else 1)' \
 	< <("$WSYNC" inspect "$TMP/big-t1.wsd" --json)
 check "--threads 1 and 2 give identical deltas (generated series)" \
 	sh -c "'$WSYNC' diff '$g/checkpoint-1' '$g/checkpoint-2' -o '$TMP/t1.wsd' --threads 1 >/dev/null &&
