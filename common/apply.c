@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -40,14 +39,6 @@
  * turn comes instead of read back from the files.  Each worker keeps at
  * most a segment of each (WSYNC_SEGMENT_TARGET_DEFAULT). */
 #define AHEAD_BUDGET (128u << 20)
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* One file of the delta and where it goes. */
 struct item {
@@ -1451,7 +1442,7 @@ int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 	const char *out = opts ? opts->out_dir : NULL;
 	char *tdir = NULL, *tname = NULL, *odir = NULL, *oname = NULL;
 	bool single, made_out = false, committed = false;
-	double t0 = now_seconds();
+	double t0 = wsync_monotonic_seconds();
 	struct stat st;
 	int r = 0;
 
@@ -1579,6 +1570,6 @@ out:
 		(void)close(a.base_root);
 	if (a.dest_root >= 0)
 		(void)close(a.dest_root);
-	a.st->seconds = now_seconds() - t0;
+	a.st->seconds = wsync_monotonic_seconds() - t0;
 	return r;
 }

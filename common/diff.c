@@ -44,14 +44,6 @@
 /* Reads of the comparison that finds an unchanged file without coding it. */
 #define SAME_CHUNK (1u << 20)
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- listing the trees ---- */
 
 struct file_list {
@@ -1247,7 +1239,7 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	struct differ d = { .opts = opts, .old_fd = -1, .new_fd = -1,
 			    .old_root = old_path, .new_root = new_path };
 	struct stat ost, nst;
-	double t0 = now_seconds();
+	double t0 = wsync_monotonic_seconds();
 	char *name = NULL;
 	int r;
 
@@ -1324,7 +1316,7 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		d.st->delta_bytes = wsync_delta_writer_size(d.w);
 	}
 out:
-	d.st->seconds = now_seconds() - t0;
+	d.st->seconds = wsync_monotonic_seconds() - t0;
 	for (unsigned i = 0; d.ring && i < d.slots; i++) {
 		wsync_buf_free(&d.ring[i].out);
 		wsync_segment_scratch_free(&d.ring[i].sc);

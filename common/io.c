@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -180,4 +181,12 @@ int wsync_guarded(int (*fn)(void *arg), void *arg)
 	r = fn(arg);
 	guard_jump = NULL;
 	return r;
+}
+
+double wsync_monotonic_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * io.h -- small I/O helpers shared by the readers and the codecs.
+ * io.h -- small I/O helpers shared by the readers and the codecs, and the
+ * clock their durations are taken on.
  */
 #ifndef WSYNC_IO_H
 #define WSYNC_IO_H
@@ -59,5 +60,8 @@ void wsync_unmap_file(const uint8_t *p, uint64_t size);
  * and the access retried).
  */
 int wsync_guarded(int (*fn)(void *arg), void *arg);
+
+/* Seconds on the monotonic clock (for durations: MB/s, job times). */
+double wsync_monotonic_seconds(void);
 
 #endif

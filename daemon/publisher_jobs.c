@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "io.h"
 #include "publisher_jobs.h"
 
 /* snprintf into a fixed buffer; a path too long for it is cut (and then
@@ -33,14 +33,6 @@ int pubjob_pathf(char *buf, size_t n, const char *fmt, ...)
 	r = vsnprintf(buf, n, fmt, ap);
 	va_end(ap);
 	return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -263,7 +255,7 @@ void pubjob_prepare_work(void *data)
 {
 	struct pubjob_prepare *j = data;
 	char staging[PATH_MAX], base[PATH_MAX], empty[PATH_MAX], out[PATH_MAX], p[PATH_MAX];
-	double t0 = now_s();
+	double t0 = wsync_monotonic_seconds();
 	struct wsync_checkpoint *ck = NULL;
 	int r;
 
@@ -362,7 +354,7 @@ void pubjob_prepare_work(void *data)
 		if (!j->want_delta)
 			j->delta_stats = st;
 	}
-	j->seconds = now_s() - t0;
+	j->seconds = wsync_monotonic_seconds() - t0;
 	j->result = 0;
 }
 

@@ -10,13 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "apply.h"
 #include "delta.h"
+#include "io.h"
 #include "tool.h"
 #include "units.h"
 
@@ -34,14 +34,6 @@ static void apply_usage(FILE *f)
 		   "  --json               print the summary as a JSON object\n"
 		   "  -h, --help           this text\n\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 corrupt delta or wrong base.\n");
-}
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void print_summary(const struct wsync_apply_stats *st, double seconds,
@@ -88,7 +80,7 @@ int tool_apply(int argc, char **argv)
 	struct wsync_error err = { 0 };
 	const char *delta;
 	bool json = false;
-	double t0 = now_seconds();
+	double t0 = wsync_monotonic_seconds();
 	int c, fd, r;
 
 	optind = 1;
@@ -143,7 +135,7 @@ int tool_apply(int argc, char **argv)
 		fprintf(stderr, "wsync apply: %s\n", wsync_error_str(&err));
 		return r == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
-	print_summary(&st, now_seconds() - t0, json);
+	print_summary(&st, wsync_monotonic_seconds() - t0, json);
 	if (fflush(stdout) != 0) {
 		fprintf(stderr, "wsync apply: writing the output: %s\n", strerror(errno));
 		return WSYNC_EXIT_FAILURE;
