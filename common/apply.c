@@ -66,9 +66,40 @@ struct applier {
 
 /* ---- safe paths ---- */
 
+/* wsync_open_parent's make: create the directory, remembered in a (to
+ * remove it on failure). */
+static int make_dir(void *arg, int dfd, const char *comp, const char *rel, size_t len)
+{
+	struct applier *a = arg;
+	char *made = strndup(rel, len);
+	int e;
+
+	if (!made)
+		return -ENOMEM;
+	if (mkdirat(dfd, comp, 0755) < 0) {
+		e = errno;
+		free(made);
+		return -e;
+	}
+	if (a->n_made == a->cap_made) {
+		size_t cap = a->cap_made ? 2 * a->cap_made : 16;
+		char **m = realloc(a->made_dirs, cap * sizeof(*m));
+
+		if (!m) {
+			(void)unlinkat(dfd, comp, AT_REMOVEDIR);
+			free(made);
+			return -ENOMEM;
+		}
+		a->made_dirs = m;
+		a->cap_made = cap;
+	}
+	a->made_dirs[a->n_made++] = made;
+	return 0;
+}
+
 /*
- * Open the directory holding rel (relative to root), one component at a
- * time with O_NOFOLLOW, so a symbolic link anywhere on the way is refused
+ * Open the directory holding rel (relative to root) through
+ * wsync_open_parent: a symbolic link anywhere on the way is refused
  * instead of followed out of the tree.  With a non-NULL a, missing
  * directories are created (and remembered, to remove them on failure).
  * *name points at rel's last component.  Returns the directory fd, or a
@@ -78,70 +109,19 @@ struct applier {
 static int open_parent(int root, const char *rel, struct applier *a,
 		       const char **name, struct wsync_error *err)
 {
-	const char *p = rel, *slash;
-	int fd = dup(root);
+	size_t bad;
+	int fd = wsync_open_parent(root, rel, name, &bad, a ? make_dir : NULL, a);
 
-	if (fd < 0)
-		return wsync_error_set(err, -errno, "%s", strerror(errno));
-	while ((slash = strchr(p, '/'))) {
-		char comp[256];
-		size_t len = (size_t)(slash - p);
-		int sub;
-
-		if (len >= sizeof(comp)) {
-			(void)close(fd);
-			return wsync_error_set(err, -ENAMETOOLONG, "%s: %s", rel,
-					       strerror(ENAMETOOLONG));
-		}
-		memcpy(comp, p, len);
-		comp[len] = '\0';
-		sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub < 0 && errno == ENOENT && a) {
-			char *made = strndup(rel, (size_t)(slash - rel));
-
-			if (!made || mkdirat(fd, comp, 0755) < 0) {
-				int e = made ? errno : ENOMEM;
-
-				free(made);
-				(void)close(fd);
-				return wsync_error_set(err, -e, "%.*s: %s",
-						       (int)(slash - rel), rel,
-						       strerror(e));
-			}
-			if (a->n_made == a->cap_made) {
-				size_t cap = a->cap_made ? 2 * a->cap_made : 16;
-				char **m = realloc(a->made_dirs, cap * sizeof(*m));
-
-				if (!m) {
-					(void)unlinkat(fd, comp, AT_REMOVEDIR);
-					free(made);
-					(void)close(fd);
-					return wsync_error_set(err, -ENOMEM, "out of memory");
-				}
-				a->made_dirs = m;
-				a->cap_made = cap;
-			}
-			a->made_dirs[a->n_made++] = made;
-			sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		}
-		if (sub < 0) {
-			int e = errno;
-
-			(void)close(fd);
-			if (e == ELOOP || e == ENOTDIR)
-				return wsync_error_set(err, -EINVAL,
-					"%.*s: a symbolic link or not a directory "
-					"(refused: paths stay inside the target)",
-					(int)(slash - rel), rel);
-			return wsync_error_set(err, -e, "%.*s: %s",
-					       (int)(slash - rel), rel, strerror(e));
-		}
-		(void)close(fd);
-		fd = sub;
-		p = slash + 1;
-	}
-	*name = p;
-	return fd;
+	if (fd >= 0)
+		return fd;
+	if (fd == -ELOOP)
+		return wsync_error_set(err, -EINVAL,
+				       "%.*s: a symbolic link or not a directory "
+				       "(refused: paths stay inside the target)",
+				       (int)bad, rel);
+	if (fd == -ENAMETOOLONG || bad == 0)
+		return wsync_error_set(err, fd, "%s: %s", rel, strerror(-fd));
+	return wsync_error_set(err, fd, "%.*s: %s", (int)bad, rel, strerror(-fd));
 }
 
 /* Open rel for reading, refusing symlinks on the way and at the end. */

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
@@ -189,4 +189,51 @@ double wsync_monotonic_seconds(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int wsync_open_parent(int root, const char *rel, const char **name, size_t *bad,
+		      int (*make)(void *arg, int dfd, const char *comp, const char *rel,
+				  size_t len),
+		      void *arg)
+{
+	const char *p = rel, *slash;
+	int fd = dup(root);
+
+	if (bad)
+		*bad = 0;
+	if (fd < 0)
+		return -errno;
+	while ((slash = strchr(p, '/'))) {
+		size_t len = (size_t)(slash - p), upto = (size_t)(slash - rel);
+		char comp[256];
+		int sub, e;
+
+		if (bad)
+			*bad = upto;
+		if (len >= sizeof(comp)) {
+			(void)close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, p, len);
+		comp[len] = '\0';
+		sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0 && errno == ENOENT && make) {
+			e = make(arg, fd, comp, rel, upto);
+			if (e < 0) {
+				(void)close(fd);
+				return e;
+			}
+			sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		if (sub < 0) {
+			e = errno;
+			(void)close(fd);
+			return e == ENOTDIR ? -ELOOP : -e;
+		}
+		(void)close(fd);
+		fd = sub;
+		p = slash + 1;
+	}
+	*name = p;
+	return fd;
 }

@@ -61,6 +61,23 @@ void wsync_unmap_file(const uint8_t *p, uint64_t size);
  */
 int wsync_guarded(int (*fn)(void *arg), void *arg);
 
+/*
+ * Open the directory that holds rel (relative to the directory root), one
+ * component at a time with O_NOFOLLOW, so a symbolic link anywhere on the
+ * way is refused instead of followed out of the tree; *name gets rel's
+ * last component.  With make, a missing directory is created by
+ * make(arg, dfd, comp, rel, len): component comp in dfd, named by rel's
+ * first len bytes; 0 or a negative errno, which is returned.  Returns the
+ * fd, or -ENOENT (a directory on the way is missing), -ELOOP (one is a
+ * symbolic link or not a directory), -ENAMETOOLONG, another negative
+ * errno; *bad (when not NULL) then holds the length of the prefix of rel
+ * that failed, 0 when none does.
+ */
+int wsync_open_parent(int root, const char *rel, const char **name, size_t *bad,
+		      int (*make)(void *arg, int dfd, const char *comp, const char *rel,
+				  size_t len),
+		      void *arg);
+
 /* Seconds on the monotonic clock (for durations: MB/s, job times). */
 double wsync_monotonic_seconds(void);
 

@@ -24,6 +24,7 @@
 
 #include "delta.h"
 #include "hash.h"
+#include "io.h"
 #include "subscriber_local.h"
 
 #define STATE_FORMAT "wsync-subscriber-state"
@@ -256,35 +257,7 @@ fail:
 
 int sub_open_parent(int root, const char *rel, const char **name)
 {
-	const char *p = rel, *slash;
-	int fd = dup(root);
-
-	if (fd < 0)
-		return -errno;
-	while ((slash = strchr(p, '/'))) {
-		char comp[256];
-		size_t len = (size_t)(slash - p);
-		int sub;
-
-		if (len >= sizeof(comp)) {
-			(void)close(fd);
-			return -ENAMETOOLONG;
-		}
-		memcpy(comp, p, len);
-		comp[len] = '\0';
-		sub = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub < 0) {
-			int e = errno;
-
-			(void)close(fd);
-			return e == ENOTDIR ? -ELOOP : -e;
-		}
-		(void)close(fd);
-		fd = sub;
-		p = slash + 1;
-	}
-	*name = p;
-	return fd;
+	return wsync_open_parent(root, rel, name, NULL, NULL, NULL);
 }
 
 int sub_stat_rel(int root, const char *rel, struct stat *st)
