@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -156,10 +157,105 @@ static void test_unguarded_sigbus_still_kills(void)
 	      (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3));
 }
 
+/* make for wsync_open_parent: creates the directory and counts it; fails
+ * with -EDQUOT once *arg calls were made. */
+struct made {
+	int n, limit;
+	char last[64];
+};
+
+static int make_dir(void *arg, int dfd, const char *comp, const char *rel, size_t len)
+{
+	struct made *m = arg;
+
+	if (m->n == m->limit)
+		return -EDQUOT;
+	snprintf(m->last, sizeof(m->last), "%.*s", (int)len, rel);
+	m->n++;
+	return mkdirat(dfd, comp, 0755) < 0 ? -errno : 0;
+}
+
+/* The walk to a path's directory: component by component, symbolic links
+ * refused wherever they stand, missing directories -ENOENT or made, the
+ * failing prefix named. */
+static void test_open_parent(void)
+{
+	char dir[] = "/tmp/wsync-test-parent.XXXXXX";
+	const char *name = NULL;
+	struct made m = { .limit = 100 };
+	struct stat st;
+	size_t bad = 99;
+	char longname[300];
+	int root, fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(root >= 0);
+	if (root < 0)
+		return;
+	CHECK(mkdirat(root, "a", 0755) == 0 && mkdirat(root, "a/b", 0755) == 0);
+	CHECK(symlinkat("/tmp", root, "a/link") == 0);
+	CHECK(symlinkat("b", root, "a/rel") == 0);
+	CHECK(close(openat(root, "a/file", O_CREAT | O_WRONLY, 0644)) == 0);
+
+	/* a top-level name: the root itself (a dup), name untouched */
+	fd = wsync_open_parent(root, "top", &name, &bad, NULL, NULL);
+	CHECK(fd >= 0 && fd != root && strcmp(name, "top") == 0 && bad == 0);
+	(void)close(fd);
+	fd = wsync_open_parent(root, "a/b/x.bin", &name, &bad, NULL, NULL);
+	CHECK(fd >= 0 && strcmp(name, "x.bin") == 0);
+	CHECK(fd >= 0 && mkdirat(fd, "here", 0755) == 0 &&
+	      fstatat(root, "a/b/here", &st, 0) == 0);
+	(void)close(fd);
+
+	/* symbolic links on the way, absolute or relative, and files */
+	CHECK_EQ_U64((uint64_t)-wsync_open_parent(root, "a/link/x", &name, &bad, NULL, NULL),
+		     ELOOP);
+	CHECK_EQ_U64(bad, 6);	/* "a/link" */
+	CHECK_EQ_U64((uint64_t)-wsync_open_parent(root, "a/rel/x", &name, &bad, make_dir, &m),
+		     ELOOP);
+	CHECK_EQ_U64((uint64_t)-wsync_open_parent(root, "a/file/x", &name, &bad, NULL, NULL),
+		     ELOOP);
+	CHECK_EQ_U64(bad, 6);
+	CHECK(m.n == 0);
+
+	/* missing: -ENOENT, or made one by one (and opened) */
+	CHECK_EQ_U64((uint64_t)-wsync_open_parent(root, "a/new/deeper/x", &name, &bad, NULL,
+						  NULL),
+		     ENOENT);
+	CHECK_EQ_U64(bad, 5);	/* "a/new" */
+	fd = wsync_open_parent(root, "a/new/deeper/x", &name, &bad, make_dir, &m);
+	CHECK(fd >= 0 && strcmp(name, "x") == 0 && m.n == 2 &&
+	      strcmp(m.last, "a/new/deeper") == 0);
+	CHECK(fstatat(root, "a/new/deeper", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	      S_ISDIR(st.st_mode));
+	(void)close(fd);
+	/* make's error is returned as it is */
+	m.limit = m.n;
+	CHECK_EQ_U64((uint64_t)-wsync_open_parent(root, "a/other/x", &name, &bad, make_dir, &m),
+		     EDQUOT);
+	CHECK_EQ_U64(bad, 7);
+
+	/* a component longer than a name can be */
+	memset(longname, 'n', sizeof(longname));
+	memcpy(longname + 280, "/x", 3);
+	CHECK_EQ_U64((uint64_t)-wsync_open_parent(root, longname, &name, &bad, NULL, NULL),
+		     ENAMETOOLONG);
+
+	(void)close(root);
+	{
+		char cmd[96];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		CHECK(system(cmd) == 0);
+	}
+}
+
 int main(void)
 {
 	TEST(test_map_and_drop);
 	TEST(test_guard_catches_sigbus);
 	TEST(test_unguarded_sigbus_still_kills);
+	TEST(test_open_parent);
 	return tap_done();
 }
