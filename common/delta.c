@@ -13,6 +13,8 @@
 
 #include <xxhash.h>
 
+#include "text.h"
+
 /* Writer buffer: records smaller than this are gathered, bigger ones go
  * straight to the file after what is buffered. */
 #define WRITE_BUFFER (1u << 20)
@@ -49,39 +51,6 @@ static bool hash_is_zero(const struct wsync_hash128 *h)
 
 /* ---- paths ---- */
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes) and its code
- * point, or 0 if it is not valid (overlong, surrogate, > U+10FFFF, cut). */
-static size_t utf8_next(const uint8_t *p, size_t n, uint32_t *cp)
-{
-	uint32_t c = p[0], min;
-	size_t len;
-
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	if ((c & 0xE0) == 0xC0) {
-		len = 2, c &= 0x1F, min = 0x80;
-	} else if ((c & 0xF0) == 0xE0) {
-		len = 3, c &= 0x0F, min = 0x800;
-	} else if ((c & 0xF8) == 0xF0) {
-		len = 4, c &= 0x07, min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3F);
-	}
-	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-		return 0;
-	*cp = c;
-	return len;
-}
-
 int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err)
 {
 	const uint8_t *p = (const uint8_t *)path;
@@ -117,7 +86,7 @@ int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err
 			comp = ++i;
 			continue;
 		}
-		n = utf8_next(p + i, len - i, &cp);
+		n = wsync_utf8_next(p + i, len - i, &cp);
 		if (n == 0)
 			return wsync_error_set(err, -EINVAL,
 					       "path is not valid UTF-8 (byte %zu)", i);

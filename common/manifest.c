@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "delta.h"
+#include "text.h"
 #include "url.h"
 
 #define MANIFEST_FORMAT "wsync-manifest"
@@ -152,35 +153,6 @@ static int jr_peek(struct jr *j)
 	return j->p < j->end ? *j->p : -1;
 }
 
-/* Length of the valid UTF-8 sequence at p (not a C0 control, which JSON
- * strings cannot hold raw anyway), or 0. */
-static size_t utf8_len(const uint8_t *p, size_t n)
-{
-	uint32_t c = p[0], min;
-	size_t len;
-
-	if (c < 0x80)
-		return 1;
-	if ((c & 0xE0) == 0xC0)
-		len = 2, c &= 0x1F, min = 0x80;
-	else if ((c & 0xF0) == 0xE0)
-		len = 3, c &= 0x0F, min = 0x800;
-	else if ((c & 0xF8) == 0xF0)
-		len = 4, c &= 0x07, min = 0x10000;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3F);
-	}
-	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-		return 0;
-	return len;
-}
-
 static size_t put_utf8(char *d, uint32_t cp)
 {
 	if (cp < 0x80) {
@@ -205,23 +177,13 @@ static size_t put_utf8(char *d, uint32_t cp)
 	return 4;
 }
 
-static int hex_val(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /* Four hex digits of a \u escape at p (6 bytes available). */
 static int hex4(const uint8_t *p, uint32_t *v)
 {
 	*v = 0;
 	for (int i = 0; i < 4; i++) {
-		int h = hex_val(p[i]);
+		int h = wsync_hex_digit(p[i]);
 
 		if (h < 0)
 			return -1;
@@ -274,6 +236,7 @@ static int jr_string(struct jr *j, char **out, size_t *out_len)
 	j->p++;
 	while (j->p < j->end) {
 		uint8_t c = *j->p;
+		uint32_t u;
 		size_t l;
 
 		/* room for the longest step below (4 bytes) and the NUL */
@@ -327,7 +290,7 @@ static int jr_string(struct jr *j, char **out, size_t *out_len)
 		}
 		if (c < 0x20)
 			return jr_syntax(j, "control character in a string");
-		l = utf8_len(j->p, (size_t)(j->end - j->p));
+		l = wsync_utf8_next(j->p, (size_t)(j->end - j->p), &u);
 		if (l == 0)
 			return jr_syntax(j, "invalid UTF-8 in a string");
 		if (out) {
@@ -589,8 +552,8 @@ static int read_hash(struct jr *j, const char *name, struct wsync_hash128 *h)
 		goto bad;
 	for (size_t i = 0; i < sizeof(h->b); i++) {
 		uint8_t a = (uint8_t)s[2 * i], b = (uint8_t)s[2 * i + 1];
-		int hi = a >= 'A' && a <= 'F' ? -1 : hex_val(a);	/* lowercase only */
-		int lo = b >= 'A' && b <= 'F' ? -1 : hex_val(b);
+		int hi = a >= 'A' && a <= 'F' ? -1 : wsync_hex_digit(a);	/* lowercase only */
+		int lo = b >= 'A' && b <= 'F' ? -1 : wsync_hex_digit(b);
 
 		if (hi < 0 || lo < 0)
 			goto bad;
@@ -1161,7 +1124,8 @@ static int check_writer(const char *w, struct wsync_error *err)
 		return wsync_error_set(err, -EINVAL, "\"writer\" is %zu bytes (at most %u)",
 				       n, WSYNC_MANIFEST_WRITER_MAX);
 	for (size_t i = 0; i < n;) {
-		size_t l = utf8_len((const uint8_t *)w + i, n - i);
+		uint32_t cp;
+		size_t l = wsync_utf8_next((const uint8_t *)w + i, n - i, &cp);
 		uint8_t c = (uint8_t)w[i];
 
 		if (l == 0)

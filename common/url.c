@@ -18,6 +18,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "text.h"
+
 #define URL_KEY_MAX 1024	/* S3 and Hugging Face: bytes of UTF-8 */
 #define S3_BUCKET_MIN 3
 #define S3_BUCKET_MAX 63
@@ -321,17 +323,6 @@ static int parse_hf(const char *rest, struct wsync_url *url, struct wsync_error 
 	return parse_prefix(*end ? end + 1 : end, url, err);
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decode %XX escapes of s into a new string.  A raw '?' or '#' would start
  * a query or fragment, which a directory has no use for: refuse rather than
  * guess (the operator can write %3F / %23). */
@@ -345,7 +336,7 @@ static int percent_decode(const char *s, char **ret, struct wsync_error *err)
 		unsigned char c = (unsigned char)*p;
 
 		if (c == '%') {
-			int hi = hex_value(p[1]), lo = hi >= 0 ? hex_value(p[2]) : -1;
+			int hi = wsync_hex_digit(p[1]), lo = hi >= 0 ? wsync_hex_digit(p[2]) : -1;
 
 			if (hi < 0 || lo < 0) {
 				free(out);

@@ -32,6 +32,7 @@
 
 #include "config.h"
 #include "store.h"
+#include "text.h"
 #include "tool.h"
 #include "units.h"
 #include "url.h"
@@ -390,20 +391,13 @@ static int cat_and_remove(const char *path)
 
 /* ---- the run -------------------------------------------------------------- */
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' :
-	       c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* 32 hex digits into 16 bytes, big-endian as xxh128sum prints them. */
 static int parse_hex128(const char *s, uint8_t out[16])
 {
 	if (strlen(s) != 32)
 		return -EINVAL;
 	for (int i = 0; i < 16; i++) {
-		int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+		int hi = wsync_hex_digit(s[2 * i]), lo = wsync_hex_digit(s[2 * i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return -EINVAL;
