@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -236,4 +237,49 @@ int wsync_open_parent(int root, const char *rel, const char **name, size_t *bad,
 	}
 	*name = p;
 	return fd;
+}
+
+int wsync_read_file(const char *path, uint64_t max, char **buf_ret, size_t *len_ret,
+		    struct wsync_error *err)
+{
+	struct stat st;
+	char *buf;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		r = wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = wsync_error_set(err, -EINVAL, "%s: not a regular file", path);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max) {
+		r = wsync_error_set(err, -EFBIG, "%s: %llu bytes, more than the %llu it may hold",
+				    path, (unsigned long long)st.st_size,
+				    (unsigned long long)max);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = wsync_error_set(err, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	r = wsync_pread_all(fd, buf, (uint64_t)st.st_size, 0);
+	if (r < 0) {
+		explicit_bzero(buf, (size_t)st.st_size);
+		free(buf);
+		r = wsync_error_set(err, r == -ENODATA ? -EIO : r, "%s: %s", path,
+				    r == -ENODATA ? "it shrank while read" : strerror(-r));
+		goto out;
+	}
+	buf[st.st_size] = '\0';
+	*buf_ret = buf;
+	*len_ret = (size_t)st.st_size;
+out:
+	(void)close(fd);
+	return r;
 }

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "error.h"
+
 /*
  * Read exactly len bytes at offset off of fd into buf, retrying short reads
  * and EINTR.  Returns 0, -ENODATA when the file ends first (it shrank under
@@ -60,6 +62,17 @@ void wsync_unmap_file(const uint8_t *p, uint64_t size);
  * and the access retried).
  */
 int wsync_guarded(int (*fn)(void *arg), void *arg);
+
+/*
+ * Read the whole of path, a regular file of at most max bytes, into a
+ * malloc'd buffer (*buf, freed by the caller) with a NUL after its *len
+ * bytes.  Returns 0, or a negative errno with err naming path: -EINVAL
+ * not a regular file, -EFBIG larger than max, -EIO it shrank while read,
+ * others from open or read.  On failure nothing stays allocated, and what
+ * was read is wiped first (key files come this way).
+ */
+int wsync_read_file(const char *path, uint64_t max, char **buf, size_t *len,
+		    struct wsync_error *err);
 
 /*
  * Open the directory that holds rel (relative to the directory root), one

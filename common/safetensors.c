@@ -773,39 +773,18 @@ int wsync_st_index_parse(const char *buf, size_t len,
 int wsync_st_index_load(const char *path, struct wsync_st_index **ret,
 			struct wsync_error *err)
 {
-	struct stat st;
+	size_t len;
 	char *buf;
-	int fd, r;
+	int r;
 
 	*ret = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		r = wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > WSYNC_ST_HEADER_MAX) {
-		r = wsync_error_set(err, -EINVAL, "%s: not a regular file of at "
-				    "most %llu bytes", path, WSYNC_ST_HEADER_MAX);
-		goto out_close;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = wsync_error_set(err, -ENOMEM, "%s: out of memory", path);
-		goto out_close;
-	}
-	r = pread_full(fd, buf, (size_t)st.st_size, 0);
+	r = wsync_read_file(path, WSYNC_ST_HEADER_MAX, &buf, &len, err);
 	if (r < 0)
-		wsync_error_set(err, r, "%s: %s", path, strerror(-r));
-	else {
-		r = wsync_st_index_parse(buf, (size_t)st.st_size, ret, err);
-		if (r < 0)
-			wsync_error_prefix(err, "%s", path);
-	}
+		return r == -EFBIG ? -EINVAL : r;	/* not an index, as before */
+	r = wsync_st_index_parse(buf, len, ret, err);
+	if (r < 0)
+		wsync_error_prefix(err, "%s", path);
 	free(buf);
-out_close:
-	(void)close(fd);
 	return r;
 }
 

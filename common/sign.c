@@ -116,54 +116,6 @@ void wsync_sign_key_public_raw(const struct wsync_sign_key *k,
 	memcpy(out, k->pub, WSYNC_SIGN_RAW_LEN);
 }
 
-/* Read a whole PEM file (regular, at most WSYNC_SIGN_PEM_MAX) into a
- * NUL-terminated malloc'd buffer.  The caller wipes and frees it. */
-static int read_pem(const char *path, char **buf_ret, size_t *len_ret,
-		    struct wsync_error *err)
-{
-	struct stat st;
-	char *buf;
-	int fd, r;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		r = wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = wsync_error_set(err, -EINVAL, "%s: not a regular file", path);
-		goto out;
-	}
-	if ((uint64_t)st.st_size > WSYNC_SIGN_PEM_MAX) {
-		r = wsync_error_set(err, -EFBIG, "%s: %llu bytes, too large for a "
-				    "key file (at most %u)", path,
-				    (unsigned long long)st.st_size, WSYNC_SIGN_PEM_MAX);
-		goto out;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = wsync_error_set(err, -ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
-	r = wsync_pread_all(fd, buf, (uint64_t)st.st_size, 0);
-	if (r < 0) {
-		explicit_bzero(buf, (size_t)st.st_size);
-		free(buf);
-		r = wsync_error_set(err, r, "%s: %s", path,
-				    r == -ENODATA ? "file shrank while read" : strerror(-r));
-		goto out;
-	}
-	buf[st.st_size] = '\0';
-	*buf_ret = buf;
-	*len_ret = (size_t)st.st_size;
-	r = 0;
-out:
-	close(fd);
-	return r;
-}
-
 /* Never prompt for a passphrase: a daemon has no terminal. */
 static int no_passphrase(char *buf, int size, int rwflag, void *u)
 {
@@ -181,7 +133,8 @@ static int load_key(const char *path, bool priv, struct wsync_sign_key **ret,
 	int r;
 
 	*ret = NULL;
-	r = read_pem(path, &pem, &len, err);
+	/* a regular file of at most WSYNC_SIGN_PEM_MAX (wiped after use) */
+	r = wsync_read_file(path, WSYNC_SIGN_PEM_MAX, &pem, &len, err);
 	if (r < 0)
 		return r;
 	if (priv && strstr(pem, "-----BEGIN ENCRYPTED PRIVATE KEY-----")) {
