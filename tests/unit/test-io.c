@@ -251,11 +251,53 @@ static void test_open_parent(void)
 	}
 }
 
+/* A whole small file into memory: its bytes and a NUL; a directory, one
+ * over the cap, a missing one refused with errors naming them. */
+static void test_read_file(void)
+{
+	char dir[] = "/tmp/wsync-test-read.XXXXXX", p[64], *buf = NULL;
+	struct wsync_error err = { 0 };
+	size_t len = 0;
+	int fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(p, sizeof(p), "%s/f", dir);
+	fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	CHECK(fd >= 0 && write(fd, "hello\0world", 11) == 11);
+	(void)close(fd);
+
+	CHECK(wsync_read_file(p, 11, &buf, &len, &err) == 0);
+	CHECK(buf && len == 11 && memcmp(buf, "hello\0world", 12) == 0);
+	free(buf);
+	buf = NULL;
+	CHECK_EQ_U64((uint64_t)-wsync_read_file(p, 10, &buf, &len, &err), EFBIG);
+	CHECK(buf == NULL);
+	CHECK_CONTAINS(err.msg, p);
+	CHECK_CONTAINS(err.msg, "11 bytes");
+	CHECK_EQ_U64((uint64_t)-wsync_read_file(dir, 1 << 20, &buf, &len, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "not a regular file");
+	snprintf(p, sizeof(p), "%s/missing", dir);
+	CHECK_EQ_U64((uint64_t)-wsync_read_file(p, 1 << 20, &buf, &len, &err), ENOENT);
+	CHECK_CONTAINS(err.msg, "missing");
+	/* an empty file: a buffer holding just the NUL */
+	snprintf(p, sizeof(p), "%s/empty", dir);
+	(void)close(open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+	CHECK(wsync_read_file(p, 0, &buf, &len, &err) == 0 && buf && len == 0 && buf[0] == 0);
+	free(buf);
+	{
+		char cmd[96];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		CHECK(system(cmd) == 0);
+	}
+}
+
 int main(void)
 {
 	TEST(test_map_and_drop);
 	TEST(test_guard_catches_sigbus);
 	TEST(test_unguarded_sigbus_still_kills);
 	TEST(test_open_parent);
+	TEST(test_read_file);
 	return tap_done();
 }
