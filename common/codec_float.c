@@ -37,6 +37,8 @@ static const struct family_info families[WSYNC_FAMILY_COUNT] = {
 	[WSYNC_FAMILY_BF16] = { 2, 7, 0xff },
 	[WSYNC_FAMILY_F16] = { 2, 10, 0x1f },
 	[WSYNC_FAMILY_F32] = { 4, 23, 0xff },
+	[WSYNC_FAMILY_F8_E4M3] = { 1, 3, 0xf },
+	[WSYNC_FAMILY_F8_E5M2] = { 1, 2, 0x1f },
 };
 
 unsigned wsync_float_elem_size(enum wsync_float_family f)
@@ -46,7 +48,9 @@ unsigned wsync_float_elem_size(enum wsync_float_family f)
 
 static ALWAYS_INLINE uint32_t load(const uint8_t *p, unsigned width)
 {
-	if (width == 2) {
+	if (width == 1) {
+		return *p;
+	} else if (width == 2) {
 		uint16_t v;
 
 		memcpy(&v, p, 2);
@@ -61,7 +65,9 @@ static ALWAYS_INLINE uint32_t load(const uint8_t *p, unsigned width)
 
 static ALWAYS_INLINE void store(uint8_t *p, uint32_t v, unsigned width)
 {
-	if (width == 2) {
+	if (width == 1) {
+		*p = (uint8_t)v;
+	} else if (width == 2) {
 		uint16_t s = (uint16_t)v;
 
 		memcpy(p, &s, 2);
@@ -71,9 +77,14 @@ static ALWAYS_INLINE void store(uint8_t *p, uint32_t v, unsigned width)
 }
 
 /* Keys order the values: adjacent keys are one ULP apart (FORMAT.md §4). */
+static ALWAYS_INLINE uint32_t sign_bit(unsigned width)
+{
+	return 1u << (8 * width - 1);
+}
+
 static ALWAYS_INLINE int64_t to_key(uint32_t x, unsigned width)
 {
-	uint32_t sign = width == 2 ? 0x8000u : 0x80000000u;
+	uint32_t sign = sign_bit(width);
 
 	/* without a branch (signs are random): negative values are
 	 * -1 - magnitude, i.e. the magnitude's complement */
@@ -82,7 +93,7 @@ static ALWAYS_INLINE int64_t to_key(uint32_t x, unsigned width)
 
 static ALWAYS_INLINE bool from_key(int64_t k, unsigned width, uint32_t *x)
 {
-	uint32_t sign = width == 2 ? 0x8000u : 0x80000000u;
+	uint32_t sign = sign_bit(width);
 	int64_t neg = k >> 63;		/* -1 for a negative key, else 0 */
 	int64_t mag = k ^ neg;		/* k, or -1 - k */
 
@@ -350,7 +361,15 @@ classes_avx2(const uint8_t *bp, unsigned width, unsigned shift, unsigned mask,
 {
 	const __m128i sh = _mm_cvtsi32_si128((int)shift);
 
-	if (width == 2) {
+	if (width == 1) {
+		/* no byte shift: shift the 16-bit pairs, then mask each byte
+		 * (the bits a byte gets from its neighbour lie above mask) */
+		__m256i x = _mm256_loadu_si256((const __m256i *)bp);
+
+		x = _mm256_and_si256(_mm256_srl_epi16(x, sh), _mm256_set1_epi8((char)mask));
+		return _mm256_min_epu8(_mm256_subs_epu8(x, _mm256_set1_epi8((char)lo)),
+				       _mm256_set1_epi8(NCLS - 1));
+	} else if (width == 2) {
 		const __m256i m = _mm256_set1_epi16((short)mask);
 		const __m256i l = _mm256_set1_epi16((short)lo);
 		const __m256i top = _mm256_set1_epi16(NCLS - 1);
@@ -435,7 +454,10 @@ changed_mask_avx2(const uint8_t *bp, const uint8_t *tp, unsigned width)
 {
 	__m256i e;
 
-	if (width == 2) {
+	if (width == 1) {
+		e = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)bp),
+				      _mm256_loadu_si256((const __m256i *)tp));
+	} else if (width == 2) {
 		__m256i a0 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)bp),
 						_mm256_loadu_si256((const __m256i *)tp));
 		__m256i a1 = _mm256_cmpeq_epi16(

@@ -20,7 +20,7 @@
 #include "error.h"
 #include "segment.h"
 
-/* Element size in bytes of a family (2 or 4), 0 for NONE. */
+/* Element size in bytes of a family (1, 2 or 4), 0 for NONE. */
 unsigned wsync_float_elem_size(enum wsync_float_family f);
 
 struct wsync_float_lane {		/* one (family, class) */

@@ -169,6 +169,9 @@ static int LOOP_NAME(enc_piece)(struct wsync_float_lane *lanes, const uint8_t *t
 				uint64_t n, const struct family_info *fi,
 				uint64_t *changed)
 {
+	if (fi->width == 1)
+		return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 1,
+					   fi->exp_shift, fi->exp_mask, changed);
 	if (fi->width == 2)
 		return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 2,
 					   fi->exp_shift, fi->exp_mask, changed);
@@ -181,6 +184,9 @@ static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_
 				uint64_t n, const struct family_info *fi,
 				struct wsync_error *err)
 {
+	if (fi->width == 1)
+		return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 1,
+					   fi->exp_shift, fi->exp_mask, err);
 	if (fi->width == 2)
 		return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 2,
 					   fi->exp_shift, fi->exp_mask, err);

@@ -29,8 +29,9 @@
 #include "hash.h"
 
 #define WSYNC_DELTA_MAGIC "WSYNCDLT"		/* 8 bytes, no NUL */
-#define WSYNC_DELTA_VERSION 2		/* what writers write */
-#define WSYNC_DELTA_VERSION_MIN 1	/* the oldest readers read (no DENSE pieces) */
+#define WSYNC_DELTA_VERSION 3		/* what writers write */
+#define WSYNC_DELTA_VERSION_MIN 1	/* the oldest readers read: 1 has no DENSE
+					 * pieces, 1 and 2 no F8 families */
 #define WSYNC_DELTA_PREAMBLE_LEN 16
 #define WSYNC_DELTA_RECORD_HEADER_LEN 24
 #define WSYNC_DELTA_PAYLOAD_MAX (1ULL << 30)	/* §6 */
@@ -207,7 +208,7 @@ struct wsync_delta_reader {
  * until wsync_delta_reader_free) or in len bytes of memory (not copied,
  * must outlive the reader).  Every segment payload is read once to verify
  * its checksum; nothing is decoded.  Returns 0 with *ret set, -EINVAL for
- * a bad delta (reason in err: "unsupported delta version 3", "truncated:
+ * a bad delta (reason in err: "unsupported delta version 4", "truncated:
  * no END record", ...), -ENOMEM, or a read error.
  */
 int wsync_delta_reader_open_fd(int fd, struct wsync_delta_reader **ret,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "codec_float.h"
 #include "delta.h"
 #include "hash.h"
 #include "io.h"
@@ -377,7 +378,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size)
 
 static unsigned family_size(enum wsync_float_family f)
 {
-	return f == WSYNC_FAMILY_F32 ? 4 : f == WSYNC_FAMILY_NONE ? 1 : 2;
+	return f == WSYNC_FAMILY_NONE ? 1 : wsync_float_elem_size(f);
 }
 
 /*
@@ -444,6 +445,10 @@ static enum wsync_float_family dtype_family(enum wsync_dtype t)
 		return WSYNC_FAMILY_F16;
 	case WSYNC_DTYPE_F32:
 		return WSYNC_FAMILY_F32;
+	case WSYNC_DTYPE_F8_E4M3:
+		return WSYNC_FAMILY_F8_E4M3;
+	case WSYNC_DTYPE_F8_E5M2:
+		return WSYNC_FAMILY_F8_E5M2;
 	default:
 		return WSYNC_FAMILY_NONE;
 	}

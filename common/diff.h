@@ -16,8 +16,9 @@
  *  - both, and both parse as safetensors       -> WRITE, tensor by tensor:
  *      the header bytes as one piece (XOR against the old header when the
  *      lengths are equal, else ZSTD), then each tensor in file order as FLOAT
- *      (BF16, F16, F32) or XOR (other dtypes) against the old tensor of the
- *      same name, dtype and element count, ZSTD when there is none
+ *      (BF16, F16, F32, F8_E4M3, F8_E5M2) or XOR (other dtypes) against the
+ *      old tensor of the same name, dtype and element count, ZSTD when
+ *      there is none
  *  - both, otherwise                           -> WRITE, XOR pieces when the
  *      sizes are equal, ZSTD pieces when not
  * Pieces are cut and grouped into segments of at most segment_target bytes

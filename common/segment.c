@@ -34,7 +34,8 @@
 
 static const char *const method_names[] = { "COPY", "LITERAL", "ZSTD", "XOR", "FLOAT",
 					     "DENSE" };
-static const char *const family_names[] = { "-", "BF16", "F16", "F32" };
+static const char *const family_names[] = { "-", "BF16", "F16", "F32", "F8_E4M3",
+					     "F8_E5M2" };
 
 const char *wsync_piece_method_name(enum wsync_piece_method m)
 {
@@ -265,7 +266,8 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 	bool same;
 	int r;
 
-	if (p->family != WSYNC_FAMILY_F32 && nelem >= DENSE16_MIN &&
+	if ((p->family == WSYNC_FAMILY_BF16 || p->family == WSYNC_FAMILY_F16) &&
+	    nelem >= DENSE16_MIN &&
 	    wsync_dense_sample_permille(p->base, p->target, nelem) >= DENSE16_PERMILLE) {
 		bool dense;
 

@@ -49,8 +49,10 @@ enum wsync_float_family {
 	WSYNC_FAMILY_BF16 = 1,
 	WSYNC_FAMILY_F16 = 2,
 	WSYNC_FAMILY_F32 = 3,
+	WSYNC_FAMILY_F8_E4M3 = 4,	/* delta format 3 on */
+	WSYNC_FAMILY_F8_E5M2 = 5,
 };
-#define WSYNC_FAMILY_COUNT 4
+#define WSYNC_FAMILY_COUNT 6
 
 /*
  * What the encoder is asked to code.  The encoder picks the cheapest

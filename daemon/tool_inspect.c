@@ -21,6 +21,7 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "codec_dense.h"
+#include "codec_float.h"
 #include "delta.h"
 #include "safetensors.h"
 #include "segment.h"
@@ -106,11 +107,6 @@ static const char *kind_name(enum wsync_delta_kind k)
 	return k == WSYNC_DELTA_KIND_SAFETENSORS ? "safetensors" : "bytes";
 }
 
-static unsigned family_bytes(enum wsync_float_family f)
-{
-	return f == WSYNC_FAMILY_F32 ? 4 : 2;
-}
-
 /* What a parsed segment says about itself: changed elements are the GAP
  * symbols (one per change) and the non-zero codes of DENSE pieces,
  * elements those of its FLOAT and DENSE pieces. */
@@ -123,9 +119,12 @@ static int segment_counts(const struct wsync_segment *s, uint64_t *changed,
 			*changed += s->streams[i].nsyms;
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
-		uint64_t n = pc->len / family_bytes(pc->family), c;
+		uint64_t n, c;
 		int r;
 
+		if (pc->method != WSYNC_PIECE_FLOAT && pc->method != WSYNC_PIECE_DENSE)
+			continue;	/* no elements: family NONE */
+		n = pc->len / wsync_float_elem_size(pc->family);
 		if (pc->method == WSYNC_PIECE_FLOAT)
 			*elements += n;
 		if (pc->method != WSYNC_PIECE_DENSE)
@@ -251,7 +250,7 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 						json_integer((json_int_t)pc->base_offset));
 				json_array_append_new(pieces, po);
 			} else {
-				printf("    [%" PRIu64 ", +%" PRIu64 ")  %-7s %-4s  %" PRIu64
+				printf("    [%" PRIu64 ", +%" PRIu64 ")  %-7s %-7s  %" PRIu64
 				       " bytes\n", pc->target_offset, pc->len,
 				       wsync_piece_method_name(pc->method),
 				       pc->method == WSYNC_PIECE_FLOAT ||

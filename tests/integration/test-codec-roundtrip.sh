@@ -154,7 +154,7 @@ roundtrip() {
 }
 
 # ---- generated checkpoint series ----
-for dtype in bf16 f16 f32; do
+for dtype in bf16 f16 f32 f8_e4m3 f8_e5m2; do
 	"$GEN" --params 2M --steps 3 --shards 2 --dtype "$dtype" --quiet \
 		--out "$TMP/gen-$dtype" >/dev/null 2>&1
 	roundtrip "gen-$dtype-1-2" "$TMP/gen-$dtype/checkpoint-1" "$TMP/gen-$dtype/checkpoint-2"
@@ -162,9 +162,15 @@ for dtype in bf16 f16 f32; do
 done
 g="$TMP/gen-bf16"
 
+# FP8 matrices take the float coder (FLOAT pieces of their family), not XOR
+for dtype in f8_e4m3 f8_e5m2; do
+	expect_exit 0 "gen-$dtype: inspect" "$WSYNC" inspect "$TMP/gen-$dtype-1-2.wsd"
+	contains "gen-$dtype: FLOAT pieces of family ${dtype^^}" "$OUT" "FLOAT   ${dtype^^}"
+done
+
 # ---- every instruction-set path codes and decodes the same ----
 # (the machine's best is what ran above; WSYNC_CODEC_ISA caps it)
-for dtype in bf16 f16 f32; do
+for dtype in bf16 f16 f32 f8_e4m3 f8_e5m2; do
 	for isa in plain avx2; do
 		WSYNC_CODEC_ISA=$isa roundtrip "isa-$isa-$dtype" \
 			"$TMP/gen-$dtype/checkpoint-1" "$TMP/gen-$dtype/checkpoint-2"
@@ -225,7 +231,7 @@ printf '%s' "$OUT" >"$TMP/inspect.json"
 check "inspect --json: pieces tile each file, methods known" "$PYTHON3" - "$TMP/inspect.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["format"] == "wsync-delta" and d["version"] == 2
+assert d["format"] == "wsync-delta" and d["version"] == 3
 seen = set()
 for f in d["files"]:
     pos = 0

@@ -37,6 +37,29 @@ static uint16_t bf16(float f)
 	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
+/* FP8 bits of a float with ebits exponent bits (E4M3: 4, E5M2: 5), round to
+ * nearest even, saturating at the largest finite value (0x7e, 0x7b). */
+static uint8_t f8(float v, int ebits)
+{
+	int mbits = 7 - ebits, bias = (1 << (ebits - 1)) - 1, e;
+	double a = fabs((double)v), q;
+	unsigned code;
+
+	(void)frexp(a, &e);
+	e -= 1;			/* a = 1.m * 2^e */
+	if (a == 0)
+		code = 0;
+	else if (e < 1 - bias)	/* subnormal: steps of 2^(1 - bias - mbits) */
+		code = (unsigned)nearbyint(a / ldexp(1, 1 - bias - mbits));
+	else			/* a carry out of the mantissa bumps the exponent */
+		code = (unsigned)((e + bias) << mbits) +
+		       (unsigned)nearbyint(a / ldexp(1, e - mbits)) - (1u << mbits);
+	q = ebits == 4 ? 0x7e : 0x7b;
+	if (code > q)
+		code = (unsigned)q;
+	return (uint8_t)(code | (v < 0 ? 0x80u : 0));
+}
+
 static float gauss(void)
 {
 	double u1 = ((double)(rnd() >> 11) + 1) / 9007199254740993.0;
@@ -58,6 +81,10 @@ static void make_pair(enum wsync_float_family f, uint8_t *base, uint8_t *target,
 
 		if (f == WSYNC_FAMILY_BF16) {
 			x = bf16(v);
+		} else if (f == WSYNC_FAMILY_F8_E4M3) {	/* scaled: 4 sigma at 448 */
+			x = f8(v * (448.0f / 0.08f), 4);
+		} else if (f == WSYNC_FAMILY_F8_E5M2) {
+			x = f8(v * (57344.0f / 0.08f), 5);
 		} else if (f == WSYNC_FAMILY_F32) {
 			memcpy(&x, &v, 4);
 		} else { /* crude f16: reuse bf16 bits shifted into range */
@@ -70,8 +97,8 @@ static void make_pair(enum wsync_float_family f, uint8_t *base, uint8_t *target,
 			if (rnd() % 10 == 0)
 				step *= (int)(rnd() % 40 + 1);
 			x = (uint32_t)((int64_t)x + step);	/* stays in range here */
-			if (w == 2)
-				x &= 0xffff;
+			if (w < 4)
+				x &= (1u << (8 * w)) - 1;
 		}
 		memcpy(target + i * w, &x, w);
 	}
@@ -127,9 +154,11 @@ static void test_float_densities(void)
 	static const unsigned dens[] = { 0, 100, 1000, 10000, 100000 };
 	static const enum wsync_float_family fams[] = { WSYNC_FAMILY_BF16,
 							WSYNC_FAMILY_F16,
-							WSYNC_FAMILY_F32 };
+							WSYNC_FAMILY_F32,
+							WSYNC_FAMILY_F8_E4M3,
+							WSYNC_FAMILY_F8_E5M2 };
 
-	for (size_t fi = 0; fi < 3; fi++)
+	for (size_t fi = 0; fi < sizeof(fams) / sizeof(fams[0]); fi++)
 		for (size_t di = 0; di < 5; di++) {
 			size_t size;
 			uint64_t changed, n = 300007; /* odd, not a block multiple */
@@ -159,6 +188,34 @@ static void test_bf16_compact(void)
 	float_family_density(WSYNC_FAMILY_BF16, 1000, 2000000, &size, &changed);
 	CHECK(changed > 15000);
 	CHECK((double)size / (double)changed < 2.0);
+}
+
+/* FP8 pays: at an RL-like density the float coder (positions by the old
+ * exponent, steps in ULPs) must beat XOR + zstd of the same bytes clearly --
+ * the reason the F8 families exist. */
+static void test_f8_compact(void)
+{
+	static const enum wsync_float_family fams[] = { WSYNC_FAMILY_F8_E4M3,
+							WSYNC_FAMILY_F8_E5M2 };
+
+	for (size_t fi = 0; fi < 2; fi++) {
+		enum { N = 2000000 };
+		uint8_t *base = malloc(N), *target = malloc(N);
+		struct wsync_segment_stats st = { 0 };
+		struct wsync_piece_in pf = { WSYNC_PIECE_FLOAT, fams[fi], target, base, 0, N };
+		struct wsync_piece_in px = { WSYNC_PIECE_XOR, 0, target, base, 0, N };
+		size_t fsize, xsize;
+
+		make_pair(fams[fi], base, target, N, 300);	/* 0.3% */
+		fsize = roundtrip(&pf, 1, base, N, target, N, &st);
+		CHECK(st.changed > 5000);
+		xsize = roundtrip(&px, 1, base, N, target, N, &st);
+		printf("# %s 0.3%%: FLOAT %zu bytes, XOR+zstd %zu bytes\n",
+		       wsync_float_family_name(fams[fi]), fsize, xsize);
+		CHECK(fsize * 3 < xsize * 2);
+		free(base);
+		free(target);
+	}
 }
 
 /* Specials: NaN payloads, infinities, ±0, sign flips, the extreme keys. */
@@ -212,6 +269,34 @@ static void test_float_specials(void)
 	struct wsync_piece_in p32 = { WSYNC_PIECE_FLOAT, WSYNC_FAMILY_F32, t32, b32, 0,
 				      sizeof(b32) };
 	roundtrip(&p32, 1, b32, sizeof(b32), t32, sizeof(t32), &st);
+
+	/* FP8: E4M3's NaN (0x7f, 0xff) and largest (0x7e), E5M2's infinities
+	 * (0x7c, 0xfc) and NaNs, ±0, the ends of the key ring; every block
+	 * size, the 32-element vector blocks and the tails after them */
+	static const uint8_t pairs8[][2] = {
+		{ 0x00, 0x80 }, { 0x80, 0x00 }, { 0x7f, 0xff }, { 0x7e, 0x7f },
+		{ 0xff, 0x00 }, { 0x7f, 0x80 }, { 0x01, 0xff }, { 0x7c, 0xfc },
+		{ 0x7d, 0x7b }, { 0x00, 0x7f },
+	};
+	uint8_t b8[10 * 40], t8[10 * 40];
+
+	for (int i = 0; i < 10 * 40; i++) {
+		uint8_t o = (uint8_t)(0x30 + i % 23), t = o;
+
+		if (i % 40 == 33) {
+			o = pairs8[i / 40][0];
+			t = pairs8[i / 40][1];
+		}
+		b8[i] = o;
+		t8[i] = t;
+	}
+	for (int f = WSYNC_FAMILY_F8_E4M3; f <= WSYNC_FAMILY_F8_E5M2; f++)
+		for (size_t len = 1; len <= sizeof(b8); len += len < 70 ? 1 : 33) {
+			struct wsync_piece_in p8 = { WSYNC_PIECE_FLOAT, (enum wsync_float_family)f,
+						     t8, b8, 0, len };
+
+			roundtrip(&p8, 1, b8, len, t8, len, &st);
+		}
 }
 
 /* Every method in one segment, with pieces at base offsets. */
@@ -750,6 +835,7 @@ int main(void)
 	TEST(test_bucket_code);
 	TEST(test_float_densities);
 	TEST(test_bf16_compact);
+	TEST(test_f8_compact);
 	TEST(test_float_specials);
 	TEST(test_float_far_changes);
 	TEST(test_mixed_methods);
