@@ -2,8 +2,9 @@
 /*
  * codec_float.c -- see codec_float.h and FORMAT.md §4.
  *
- * The inner loops are written once for both element widths and
- * specialised by the compiler (always_inline with a constant width).
+ * The inner loops are written once for the three element widths (1, 2, 4
+ * bytes) and specialised by the compiler (always_inline with a constant
+ * width).
  * Per element they do one table lookup for the class and one counter
  * increment; only changed elements (about 1% in RL fine-tuning) take the
  * slower path that emits symbols.

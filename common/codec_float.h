@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codec_float.h -- the FLOAT piece coder of FORMAT.md §4: changed elements
- * of 16- and 32-bit float tensors coded as gaps within exponent classes of
- * the base values, plus signed steps in units in the last place.
+ * of 8-, 16- and 32-bit float tensors (FP8, BF16 and F16, F32) coded as
+ * gaps within exponent classes of the base values, plus signed steps in
+ * units in the last place.
  *
  * All FLOAT pieces of one segment share one encoder (and one decoder): the
  * per-(family, class) symbol streams pool their statistics over the
