@@ -81,17 +81,10 @@ static int make_dir(void *arg, int dfd, const char *comp, const char *rel, size_
 		free(made);
 		return -e;
 	}
-	if (a->n_made == a->cap_made) {
-		size_t cap = a->cap_made ? 2 * a->cap_made : 16;
-		char **m = realloc(a->made_dirs, cap * sizeof(*m));
-
-		if (!m) {
-			(void)unlinkat(dfd, comp, AT_REMOVEDIR);
-			free(made);
-			return -ENOMEM;
-		}
-		a->made_dirs = m;
-		a->cap_made = cap;
+	if (WSYNC_GROW(a->made_dirs, a->cap_made, a->n_made, 16) < 0) {
+		(void)unlinkat(dfd, comp, AT_REMOVEDIR);
+		free(made);
+		return -ENOMEM;
 	}
 	a->made_dirs[a->n_made++] = made;
 	return 0;

@@ -27,6 +27,29 @@ int wsync_buf_reserve(struct wsync_buf *b, size_t extra)
 	return 0;
 }
 
+int wsync_grow(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	size_t c;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	c = *cap ? *cap : first ? first : 1;
+	while (c <= n) {
+		if (c > SIZE_MAX / 2)
+			return -ENOMEM;
+		c *= 2;
+	}
+	if (elem && c > SIZE_MAX / elem)
+		return -ENOMEM;
+	p = realloc(*arr, c * elem);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = c;
+	return 0;
+}
+
 int wsync_buf_append(struct wsync_buf *b, const void *p, size_t n)
 {
 	int r = wsync_buf_reserve(b, n);

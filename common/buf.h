@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * buf.h -- a growable byte buffer for building records in memory.
- * Sizes are 64-bit; growth doubles; a failed allocation leaves the buffer
- * as it was and returns -ENOMEM.
+ * buf.h -- a growable byte buffer for building records in memory, and
+ * growable arrays.  Sizes are 64-bit; growth doubles; a failed allocation
+ * leaves the buffer (or array) as it was and returns -ENOMEM.
  */
 #ifndef WSYNC_BUF_H
 #define WSYNC_BUF_H
@@ -34,6 +34,17 @@ void wsync_buf_reset(struct wsync_buf *b);	/* len = 0, keeps the memory */
  */
 int wsync_buf_scratch(struct wsync_buf *b, size_t n);
 void wsync_buf_free(struct wsync_buf *b);	/* frees and zeroes */
+
+/*
+ * Room for element n of the array *arr of elem-byte elements, *cap of them
+ * allocated: once n reaches *cap, *cap doubles (first when the array is
+ * empty) and the array is reallocated.  Returns 0, or -ENOMEM with the
+ * array as it was (out of memory, or a size that would overflow).
+ * WSYNC_GROW(a, cap, n, first) for an array a with its capacity cap.
+ */
+int wsync_grow(void **arr, size_t *cap, size_t n, size_t elem, size_t first);
+#define WSYNC_GROW(a, cap, n, first) \
+	wsync_grow((void **)&(a), &(cap), (n), sizeof(*(a)), (first))
 
 /* One byte, inline: the codecs append symbols one at a time. */
 static inline int wsync_buf_put_u8(struct wsync_buf *b, uint8_t v)

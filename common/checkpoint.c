@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "buf.h"
+
 static char *path_join(const char *dir, const char *name)
 {
 	char *p;
@@ -51,16 +53,9 @@ static int list_safetensors(const char *dir, char ***ret, size_t *n_ret,
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(st.st_mode))
 			continue;
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 8;
-			char **nn = realloc(names, ncap * sizeof(*nn));
-
-			if (!nn) {
-				r = -ENOMEM;
-				break;
-			}
-			names = nn;
-			cap = ncap;
+		if (WSYNC_GROW(names, cap, n, 8) < 0) {
+			r = -ENOMEM;
+			break;
 		}
 		names[n] = strdup(de->d_name);
 		if (!names[n]) {

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buf.h"
+
 #define KEY_ACCESS "aws_access_key_id"
 #define KEY_SECRET "aws_secret_access_key"
 #define KEY_TOKEN "aws_session_token"
@@ -65,15 +67,8 @@ static struct section *section_get(struct ini *ini, const char *name)
 		if ((!name && !ini->s[i].name) ||
 		    (name && ini->s[i].name && strcmp(name, ini->s[i].name) == 0))
 			return &ini->s[i];
-	if (ini->n == ini->cap) {
-		size_t cap = ini->cap ? 2 * ini->cap : 4;
-		struct section *s = realloc(ini->s, cap * sizeof(*s));
-
-		if (!s)
-			return NULL;
-		ini->s = s;
-		ini->cap = cap;
-	}
+	if (WSYNC_GROW(ini->s, ini->cap, ini->n, 4) < 0)
+		return NULL;
 	ini->s[ini->n] = (struct section){ .name = name };
 	return &ini->s[ini->n++];
 }

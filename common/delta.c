@@ -13,6 +13,7 @@
 
 #include <xxhash.h>
 
+#include "buf.h"
 #include "text.h"
 
 /* Writer buffer: records smaller than this are gathered, bigger ones go
@@ -689,15 +690,8 @@ static int walk_segment(struct walk *w, uint64_t hdr_off, uint64_t len,
 			") but must continue at %" PRIu64 " of %" PRIu64
 			" bytes (at most 64 MiB, tiling the file)", e->file.path,
 			w->segs_seen, off, tlen, w->next_offset, e->file.target_size);
-	if (w->segs_seen == w->cap_segs) {
-		size_t cap = w->cap_segs ? 2 * w->cap_segs : 16;
-
-		s = realloc(e->segments, cap * sizeof(*s));
-		if (!s)
-			return wsync_error_set(err, -ENOMEM, "out of memory");
-		e->segments = s;
-		w->cap_segs = cap;
-	}
+	if (WSYNC_GROW(e->segments, w->cap_segs, w->segs_seen, 16) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
 	s = &e->segments[w->segs_seen];
 	s->payload_offset = hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN;
 	s->payload_len = len;
@@ -720,15 +714,8 @@ static int walk_file(struct walk *w, uint64_t hdr_off, const uint8_t *p,
 	if (r->n_files >= WSYNC_DELTA_FILES_MAX)
 		return wsync_error_set(err, -EINVAL, "more than %d files",
 				       WSYNC_DELTA_FILES_MAX);
-	if (r->n_files == w->cap_files) {
-		size_t cap = w->cap_files ? 2 * w->cap_files : 16;
-
-		e = realloc(r->files, cap * sizeof(*e));
-		if (!e)
-			return wsync_error_set(err, -ENOMEM, "out of memory");
-		r->files = e;
-		w->cap_files = cap;
-	}
+	if (WSYNC_GROW(r->files, w->cap_files, r->n_files, 16) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
 	e = &r->files[r->n_files];
 	memset(e, 0, sizeof(*e));
 	rc = wsync_delta_file_decode(p, (size_t)len, &e->file, err);

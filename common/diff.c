@@ -62,15 +62,8 @@ static void list_free(struct file_list *l)
 
 static int list_add(struct file_list *l, char *path)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		char **p = realloc(l->paths, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		l->paths = p;
-		l->cap = cap;
-	}
+	if (WSYNC_GROW(l->paths, l->cap, l->n, 64) < 0)
+		return -ENOMEM;
 	l->paths[l->n++] = path;
 	return 0;
 }
@@ -360,21 +353,6 @@ static uint64_t plan_limit(const struct plan *p, uint64_t toff)
 	return lim > p->max ? p->max : lim < 4 ? 4 : lim;
 }
 
-static int grow(void **arr, size_t *cap, size_t n, size_t size)
-{
-	void *a;
-	size_t c;
-
-	if (n < *cap)
-		return 0;
-	c = *cap ? 2 * *cap : 64;
-	a = realloc(*arr, c * size);
-	if (!a)
-		return -ENOMEM;
-	*arr = a;
-	*cap = c;
-	return 0;
-}
 
 static unsigned family_size(enum wsync_float_family f)
 {
@@ -406,8 +384,7 @@ static int plan_add(struct plan *p, enum wsync_piece_method method,
 			continue;
 		}
 		if (!p->open) {
-			if (grow((void **)&p->segs, &p->cap_segs, p->n_segs,
-				 sizeof(*p->segs)) < 0)
+			if (WSYNC_GROW(p->segs, p->cap_segs, p->n_segs, 64) < 0)
 				return -ENOMEM;
 			p->segs[p->n_segs++] = (struct plan_seg){ .first = p->n_pieces,
 								  .toff = toff };
@@ -415,8 +392,7 @@ static int plan_add(struct plan *p, enum wsync_piece_method method,
 			p->seg_len = 0;
 			p->limit = limit;
 		}
-		if (grow((void **)&p->pieces, &p->cap_pieces, p->n_pieces,
-			 sizeof(*p->pieces)) < 0)
+		if (WSYNC_GROW(p->pieces, p->cap_pieces, p->n_pieces, 64) < 0)
 			return -ENOMEM;
 		p->pieces[p->n_pieces++] = (struct plan_piece){
 			.method = method, .family = family, .toff = toff,

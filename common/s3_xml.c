@@ -161,14 +161,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size)
 		return 0;
 	if (n >= WSYNC_S3_LIST_PAGE_MAX)
 		return -E2BIG;
-	size_t c = *cap ? *cap * 2 : 64;
-	void *p = realloc(*arr, c * size);
-
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = c;
-	return 0;
+	return wsync_grow(arr, cap, n, size, 64);
 }
 
 static int list_leaf(struct walker *w, const char *path, const char *text)

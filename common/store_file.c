@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "hash.h"
 #include "io.h"
 
@@ -716,15 +717,8 @@ static int list_add(struct list_walk *w, const char *key, const struct stat *st)
 	struct wsync_store_entry *e;
 	char etag[ETAG_MAX];
 
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-
-		e = realloc(w->v, cap * sizeof(*e));
-		if (!e)
-			return -ENOMEM;
-		w->v = e;
-		w->cap = cap;
-	}
+	if (WSYNC_GROW(w->v, w->cap, w->n, 64) < 0)
+		return -ENOMEM;
 	make_etag(st, etag, sizeof(etag));
 	e = &w->v[w->n];
 	e->key = strdup(key);

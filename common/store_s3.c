@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "credentials.h"
 #include "hash.h"
 #include "http.h"
@@ -1096,15 +1097,8 @@ static int list_page(struct s3_op *op, const char *prefix, const char *token)
 
 static int list_push(struct s3_op *op, char *s)
 {
-	if (op->n_pending == op->cap_pending) {
-		size_t c = op->cap_pending ? op->cap_pending * 2 : 16;
-		char **p = realloc(op->pending, c * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		op->pending = p;
-		op->cap_pending = c;
-	}
+	if (WSYNC_GROW(op->pending, op->cap_pending, op->n_pending, 16) < 0)
+		return -ENOMEM;
 	op->pending[op->n_pending++] = s;
 	return 0;
 }
@@ -1141,16 +1135,9 @@ static void list_done(struct s3_xfer *x)
 			op_fail(op, -E2BIG, "list %s: more than %d keys", op->req->key, LIST_MAX);
 			goto out;
 		}
-		if (op->n_entries == op->cap_entries) {
-			size_t c = op->cap_entries ? op->cap_entries * 2 : 256;
-			struct wsync_store_entry *p = realloc(op->entries, c * sizeof(*p));
-
-			if (!p) {
-				r = -ENOMEM;
-				goto out;
-			}
-			op->entries = p;
-			op->cap_entries = c;
+		if (WSYNC_GROW(op->entries, op->cap_entries, op->n_entries, 256) < 0) {
+			r = -ENOMEM;
+			goto out;
 		}
 		struct wsync_store_entry *d = &op->entries[op->n_entries];
 

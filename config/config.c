@@ -48,6 +48,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "error.h"
 #include "store.h"
 #include "units.h"
@@ -865,17 +866,10 @@ static void add_issue(struct parse_state *st, unsigned line, const char *fmt, ..
 		st->oom = true;
 		return;
 	}
-	if (errs->n == errs->cap) {
-		size_t cap = errs->cap ? errs->cap * 2 : 8;
-		struct wsync_config_issue *items = realloc(errs->items, cap * sizeof(*items));
-
-		if (!items) {
-			free(text);
-			st->oom = true;
-			return;
-		}
-		errs->items = items;
-		errs->cap = cap;
+	if (WSYNC_GROW(errs->items, errs->cap, errs->n, 8) < 0) {
+		free(text);
+		st->oom = true;
+		return;
 	}
 	errs->items[errs->n].line = line;
 	errs->items[errs->n].text = text;

@@ -40,15 +40,8 @@ static int split_globs(const char *s, char ***out, size_t *n)
 	*out = NULL;
 	*n = 0;
 	for (char *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-		if (*n == cap) {
-			size_t nc = cap ? 2 * cap : 8;
-			char **g = realloc(*out, nc * sizeof(*g));
-
-			if (!g)
-				goto oom;
-			*out = g;
-			cap = nc;
-		}
+		if (WSYNC_GROW(*out, cap, *n, 8) < 0)
+			goto oom;
 		if (!((*out)[*n] = strdup(tok)))
 			goto oom;
 		(*n)++;
@@ -155,15 +148,8 @@ static int add_file(struct walk *w, const char *rel, const struct stat *st)
 {
 	struct ckscan_tree *t = w->t;
 
-	if (t->n == w->cap) {
-		size_t nc = w->cap ? 2 * w->cap : 32;
-		struct ckscan_file *nf = realloc(t->files, nc * sizeof(*nf));
-
-		if (!nf)
-			return -ENOMEM;
-		t->files = nf;
-		w->cap = nc;
-	}
+	if (WSYNC_GROW(t->files, w->cap, t->n, 32) < 0)
+		return -ENOMEM;
 	struct ckscan_file *cf = &t->files[t->n];
 
 	if (!(cf->path = strdup(rel)))

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "watch.h"
 
 #define WATCH_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM | \
@@ -66,15 +67,8 @@ static int add_tree(struct wsync_watch *w, const char *path, int depth)
 	if (wd < 0)
 		return -errno;
 	if (!find_wd(w, wd)) {
-		if (w->n == w->cap) {
-			size_t nc = w->cap ? 2 * w->cap : 16;
-			struct wdir *nd = realloc(w->dirs, nc * sizeof(*nd));
-
-			if (!nd)
-				return -ENOMEM;
-			w->dirs = nd;
-			w->cap = nc;
-		}
+		if (WSYNC_GROW(w->dirs, w->cap, w->n, 16) < 0)
+			return -ENOMEM;
 		char *p = strdup(path);
 
 		if (!p)
