@@ -861,6 +861,19 @@ static void get_complete(struct s3_op *op)
 
 static void get_probed(struct s3_xfer *x);
 
+/* A 304 to a conditional get: the object is what the caller has; the
+ * op ends with not_modified and the ETag it answered for. */
+static void get_not_modified(struct s3_op *op, struct s3_xfer *x)
+{
+	const char *etag = x->h.etag[0] ? x->h.etag : op->req->if_none_match;
+
+	op->req->res.not_modified = true;
+	free(op->etag);
+	op->etag = strdup(etag);
+	xfer_free(x);
+	op_end(op);
+}
+
 static void get_done(struct s3_xfer *x)
 {
 	struct s3_op *op = x->op;
@@ -879,11 +892,7 @@ static void get_done(struct s3_xfer *x)
 		return;
 	}
 	if (first && h->err == 0 && h->status == 304) {
-		req->res.not_modified = true;
-		free(op->etag);
-		op->etag = strdup(h->etag[0] ? h->etag : req->if_none_match);
-		xfer_free(x);
-		op_end(op);
+		get_not_modified(op, x);
 		return;
 	}
 	if (h->err < 0 || !ok_status(h->status)) {
@@ -947,11 +956,7 @@ static void get_probed(struct s3_xfer *x)
 	uint64_t ps = op->s3->store->opt.part_size;
 
 	if (h->err == 0 && h->status == 304) {
-		req->res.not_modified = true;
-		free(op->etag);
-		op->etag = strdup(h->etag[0] ? h->etag : req->if_none_match);
-		xfer_free(x);
-		op_end(op);
+		get_not_modified(op, x);
 		return;
 	}
 	if (h->err == 0 && h->status >= 400 && h->status < 500) {
