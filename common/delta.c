@@ -376,9 +376,12 @@ void wsync_delta_writer_free(struct wsync_delta_writer *w)
 	free(w);
 }
 
-/* The current file must have had all its segments. */
+/* The current file must have had all its segments; a finished delta
+ * takes nothing more. */
 static int writer_close_file(struct wsync_delta_writer *w, struct wsync_error *err)
 {
+	if (w->finished)
+		return wsync_error_set(err, -EINVAL, "delta already finished");
 	if (!w->in_file)
 		return 0;
 	if (w->segs_seen != w->cur.n_segments)
@@ -396,8 +399,6 @@ int wsync_delta_writer_file(struct wsync_delta_writer *w,
 	char *path;
 	int r;
 
-	if (w->finished)
-		return wsync_error_set(err, -EINVAL, "delta already finished");
 	r = writer_close_file(w, err);
 	if (r < 0)
 		return r;
@@ -554,8 +555,6 @@ int wsync_delta_writer_finish(struct wsync_delta_writer *w,
 	uint8_t end[WSYNC_DELTA_END_LEN];
 	int r;
 
-	if (w->finished)
-		return wsync_error_set(err, -EINVAL, "delta already finished");
 	r = writer_close_file(w, err);
 	if (r < 0)
 		return r;
