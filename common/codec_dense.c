@@ -79,7 +79,7 @@ static inline unsigned code_of(uint16_t z)
 /* ---- encoder ---- */
 
 unsigned wsync_dense_sample_permille(const uint8_t *base, const uint8_t *target,
-				     uint64_t nelem)
+				     uint64_t nelem, unsigned width)
 {
 	const uint64_t runs = 64, len = 256;
 	uint64_t step, seen = 0, changed = 0;
@@ -90,7 +90,8 @@ unsigned wsync_dense_sample_permille(const uint8_t *base, const uint8_t *target,
 	for (uint64_t r0 = 0; r0 < nelem; r0 += step)
 		for (uint64_t i = r0; i < nelem && i < r0 + (step == nelem ? nelem : len);
 		     i++, seen++)
-			changed += ld16(base + 2 * i) != ld16(target + 2 * i);
+			changed += width == 1 ? base[i] != target[i]
+					      : ld16(base + 2 * i) != ld16(target + 2 * i);
 	return (unsigned)(changed * 1000 / seen);
 }
 

@@ -39,12 +39,12 @@ int wsync_dense_encode(void *cctx, const uint8_t *base, const uint8_t *target,
 		       bool *useless);
 
 /*
- * Share of changed elements (per mille) in an even sample of nelem 16-bit
- * elements: whether a piece is worth coding DENSE, for the cost of a few
- * pages.
+ * Share of changed elements (per mille) in an even sample of nelem
+ * elements of width bytes (1 or 2): whether a piece is worth coding DENSE
+ * (or, for one-byte floats, XOR), for the cost of a few pages.
  */
 unsigned wsync_dense_sample_permille(const uint8_t *base, const uint8_t *target,
-				     uint64_t nelem);
+				     uint64_t nelem, unsigned width);
 
 /* Decoding one DENSE piece, in consecutive ranges. */
 struct wsync_dense_dec {

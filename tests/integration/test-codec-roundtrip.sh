@@ -205,6 +205,19 @@ PY
 	check "hi-$dtype: the plain path gives the same DENSE delta" \
 		cmp "$TMP/hi-$dtype-plain.wsd" "$TMP/hi-$dtype.wsd"
 done
+# FP8 has no DENSE form: where a tenth or more changed, its pieces go XOR
+"$GEN" --params 2M --steps 2 --lr 1e-3 --dtype f8_e4m3 --quiet \
+	--out "$TMP/hi-f8" >/dev/null 2>&1
+roundtrip "hi-f8" "$TMP/hi-f8/checkpoint-1" "$TMP/hi-f8/checkpoint-2"
+expect_exit 0 "hi-f8: inspect" "$WSYNC" inspect "$TMP/hi-f8.wsd"
+printf '%s\n' "$OUT" >"$TMP/hi-f8.txt"
+check "hi-f8: no FP8 piece is coded FLOAT, and the matrices are XOR pieces" \
+	"$PYTHON3" - "$TMP/hi-f8.txt" <<'PY'
+import sys
+t = open(sys.argv[1]).read()
+assert "FLOAT   F8_E4M3" not in t, "a FLOAT F8 piece"
+assert t.count("  XOR  ") > 10, t.count("  XOR  ")
+PY
 
 expect_exit 0 "diff --json" "$WSYNC" diff "$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/j.wsd" --json
 printf '%s' "$OUT" >"$TMP/summary.json"

@@ -411,6 +411,40 @@ static enum wsync_piece_method first_method(const struct wsync_buf *out)
 	return m;
 }
 
+/* FP8 has no DENSE form: a piece where a tenth or more of the elements
+ * changed is coded XOR (applying it runs at XOR + zstd's speed), its
+ * elements and changes still counted; below that it stays FLOAT. */
+static void test_f8_dense_xor(void)
+{
+	static const struct {
+		unsigned per100k;
+		enum wsync_piece_method want;
+	} cases[] = { { 30000, WSYNC_PIECE_XOR }, { 3000, WSYNC_PIECE_FLOAT } };
+
+	for (size_t k = 0; k < 2; k++) {
+		enum { N = 100003 };
+		uint8_t *base = malloc(N), *target = malloc(N);
+		struct wsync_segment_stats st = { 0 };
+		struct wsync_piece_in p = { WSYNC_PIECE_FLOAT, WSYNC_FAMILY_F8_E4M3, target,
+					    base, 0, N };
+		struct wsync_buf out = { 0 };
+		struct wsync_error err;
+		uint64_t diff = 0;
+
+		make_pair(WSYNC_FAMILY_F8_E4M3, base, target, N, cases[k].per100k);
+		for (size_t i = 0; i < N; i++)
+			diff += base[i] != target[i];
+		CHECK(wsync_segment_encode(&p, 1, 0, NULL, &out, &st, &err) == 0);
+		CHECK(first_method(&out) == cases[k].want);
+		CHECK(st.changed == diff && st.elements == N);
+		wsync_buf_free(&out);
+		memset(&st, 0, sizeof(st));
+		roundtrip(&p, 1, base, N, target, N, &st);
+		free(base);
+		free(target);
+	}
+}
+
 /* Decode a one-piece segment in ranges of `range` bytes (the last one
  * what is left) with the streaming decoder. */
 static int decode_in_ranges(const struct wsync_buf *out, const uint8_t *base,
@@ -836,6 +870,7 @@ int main(void)
 	TEST(test_float_densities);
 	TEST(test_bf16_compact);
 	TEST(test_f8_compact);
+	TEST(test_f8_dense_xor);
 	TEST(test_float_specials);
 	TEST(test_float_far_changes);
 	TEST(test_mixed_methods);
