@@ -38,6 +38,7 @@
 
 #include "buf.h"
 #include "credentials.h"
+#include "curl_lazy.h"
 #include "hash.h"
 #include "http.h"
 #include "s3_xml.h"
@@ -1475,6 +1476,9 @@ static int s3_init(struct wsync_store *store, struct wsync_error *err)
 		.connect_timeout_ms = o->connect_timeout_ms,
 		.ca_file = o->ca_file,
 	};
+	r = wsync_curl_load(err);
+	if (r < 0)
+		goto fail;
 	r = wsync_http_new(store->loop, &ho, &s3->http);
 	if (r < 0) {
 		wsync_error_set(err, r, "cannot start the HTTP engine");

@@ -1537,9 +1537,9 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 				    "or wsync pull" : strerror(-r));
 		goto fail;
 	}
-	r = sub_hooks_init(&s->hooks, d->loop, cfg, on_hooks_idle, s);
+	r = sub_hooks_init(&s->hooks, d->loop, cfg, on_hooks_idle, s, err);
 	if (r < 0) {
-		r = wsync_error_set(err, r, "cannot set up the hooks: %s", strerror(-r));
+		wsync_error_prefix(err, "cannot set up the hooks");
 		goto fail;
 	}
 	s->hooks_init = true;

@@ -39,6 +39,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "curl_lazy.h"
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_local.h"
@@ -352,8 +353,10 @@ static void run_notify(struct sub_hooks *h)
 /* ---- the interface ---- */
 
 int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_config *cfg,
-		   void (*idle)(void *owner), void *owner)
+		   void (*idle)(void *owner), void *owner, struct wsync_error *err)
 {
+	int r;
+
 	memset(h, 0, sizeof(*h));
 	h->loop = loop;
 	h->cfg = cfg;
@@ -362,8 +365,14 @@ int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_conf
 	h->idle = idle;
 	h->owner = owner;
 	if (cfg->notify_url) {
+		r = wsync_curl_load(err);
+		if (r < 0) {
+			wsync_error_prefix(err, "notify_url");
+			return r;
+		}
 		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-			return -ENOMEM;
+			return wsync_error_set(err, -ENOMEM, "notify_url: libcurl "
+					       "cannot start");
 		h->curl_init = true;
 	}
 	return 0;

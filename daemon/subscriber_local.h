@@ -254,9 +254,10 @@ struct sub_hooks {
 	bool notify_running, notify_pending;
 };
 
-/* Set up (no handle is opened yet).  0 or -ENOMEM. */
+/* Set up (no handle is opened yet; a notify_url loads libcurl).  0, or
+ * a negative errno with the reason in err. */
 int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_config *cfg,
-		   void (*idle)(void *owner), void *owner);
+		   void (*idle)(void *owner), void *owner, struct wsync_error *err);
 /* version was applied: run what is configured, or queue it behind the run
  * in progress (only the newest queued version is kept).  dir: what
  * WSYNC_DIR says (copied), NULL for target_dir. */

@@ -63,7 +63,8 @@ if [ -d "$stage/usr/local" ]; then
 	exit 1
 fi
 
-# Library dependencies, as dh_shlibdeps finds them.
+# Library dependencies, as dh_shlibdeps finds them; libcurl is loaded with
+# dlopen when first used (common/curl_lazy.h), so it is named by hand.
 mkdir -p "$work/debian"
 printf 'Source: wsync\n\nPackage: wsync\nArchitecture: any\n' >"$work/debian/control"
 shlibs=$(cd "$work" && dpkg-shlibdeps -O -e"$stage/usr/sbin/wsyncd" -e"$stage/usr/bin/wsync" 2>/dev/null |
@@ -77,7 +78,7 @@ Maintainer: wsync developers <wsync@localhost>
 Section: net
 Priority: optional
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
-Depends: $shlibs, systemd | systemd-sysusers
+Depends: $shlibs, libcurl4 (>= 7.88) | libcurl3-gnutls (>= 7.88), systemd | systemd-sysusers
 Homepage: https://github.com/wsync/wsync
 Description: keep LLM weights in sync across the nodes of a training cluster
  wsyncd ships only what changed between checkpoints: a publisher on the

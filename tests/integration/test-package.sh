@@ -47,6 +47,9 @@ echo "# $deb"
 info=$(dpkg-deb -I "$deb")
 contains "control names the package" "$info" "Package: wsync"
 contains "dependencies come from dpkg-shlibdeps" "$info" "libuv1"
+contains "libcurl, loaded when first used, is a dependency too" "$info" "libcurl4 (>= 7.88)"
+check "the programs do not link libcurl (it is loaded when first used)" \
+	bash -c "! readelf -d '$build/daemon/wsync' '$build/daemon/wsyncd' | grep -q 'NEEDED.*libcurl'"
 contains "/etc/wsync/*.ini are conffiles" "$(dpkg-deb -I "$deb" conffiles)" "/etc/wsync/publisher.ini"
 check "nothing under /usr/local" bash -c "! dpkg-deb -c '$deb' | grep -q 'usr/local'"
 
