@@ -46,7 +46,7 @@ struct item {
 	const char *base_rel;		/* relative to base_root */
 	const char *dest_rel;		/* relative to dest_root */
 	bool dest_is_base;		/* the result replaces the base itself */
-	bool base_folded;		/* base hashed while decoding, not before */
+	bool base_deferred;		/* base judged by the rebuilt file's hash */
 	char *tmp;			/* temp file name in dest's directory */
 };
 
@@ -197,9 +197,15 @@ static int base_mismatch(const struct wsync_delta_file *f, uint64_t size,
 
 /*
  * Check one base.  The base of a rebuilt file (WRITE) of the right size is
- * only marked base_folded here: decode_file hashes it from its own reads
- * and build compares the hash before the result can be used, so a wrong
- * base still fails the apply with this same error and nothing replaced.
+ * only marked base_deferred here: the rebuilt file's XXH3-128 is compared
+ * with the delta's target before it can be used, and each base byte a
+ * piece reads shows in the result one to one (COPY, XOR, FLOAT and DENSE
+ * pieces change a byte or element by what the delta says, never drop
+ * one), so when the pieces read the whole base, in order, and the result
+ * matches, the base was the delta's.  Otherwise (a base the pieces skip
+ * parts of, a result that does not match, a decoding that failed) it is
+ * hashed whole at the end, check_deferred_base: a wrong base fails the
+ * apply with this same error and nothing replaced.
  */
 static int check_base(struct applier *a, struct item *it,
 		      struct wsync_error *err)
@@ -243,7 +249,7 @@ static int check_base(struct applier *a, struct item *it,
 
 		if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == f->base_size) {
 			(void)close(fd);
-			it->base_folded = true;
+			it->base_deferred = true;
 			return 0;
 		}
 	}
@@ -461,8 +467,7 @@ struct pool;
 
 /* Decoding one file's segments (a job of the pool), shared by the workers
  * on it.  Everything that changes is guarded by the pool's mutex, except
- * the hashers and base_pos: only the worker holding the file's hashing
- * turn touches those. */
+ * the hasher: only the worker holding the file's hashing turn touches it. */
 struct decoder {
 	const struct wsync_delta_reader *d;
 	const struct wsync_delta_entry *e;
@@ -476,8 +481,8 @@ struct decoder {
 	uint64_t next;			/* next segment to take */
 	uint64_t hashed;		/* segments hashed so far, in order */
 	struct wsync_hasher *hasher;	/* of the rebuilt file */
-	struct wsync_hasher *bhasher;	/* of the base (folded), or NULL */
-	uint64_t base_pos;		/* base bytes hashed so far, in order */
+	uint64_t base_read;		/* base bytes [0, base_read) read in order */
+	bool base_skipped;		/* a piece read out of that order */
 	int r;				/* first failure */
 	struct wsync_error err;
 };
@@ -525,6 +530,47 @@ static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
 	return base_read_failed(wsync_pread_all(fd, p, len, off), what, err);
 }
 
+/*
+ * The base bytes segment s reads, if its pieces read one contiguous range
+ * [*lo, *hi) in order (false when they read none or jump).
+ */
+static bool segment_base_range(const struct wsync_segment *s, uint64_t *lo, uint64_t *hi,
+			       bool *jumps)
+{
+	bool any = false;
+
+	*jumps = false;
+	for (size_t i = 0; i < s->n_pieces; i++) {
+		const struct wsync_piece *pc = &s->pieces[i];
+
+		if (!wsync_piece_needs_base(pc->method))
+			continue;
+		if (!any) {
+			*lo = pc->base_offset;
+			*hi = pc->base_offset + pc->len;
+			any = true;
+		} else if (pc->base_offset == *hi) {
+			*hi += pc->len;
+		} else {
+			*jumps = true;
+		}
+	}
+	return any && !*jumps;
+}
+
+/* Segment s was decoded (the caller holds its hashing turn, so segments
+ * come in order): extend the in-order run of base bytes read. */
+static void note_base_read(struct decoder *dc, const struct wsync_segment *s)
+{
+	uint64_t lo = 0, hi = 0;
+	bool jumps;
+
+	if (segment_base_range(s, &lo, &hi, &jumps) && lo == dc->base_read)
+		dc->base_read = hi;
+	else if (jumps || hi != lo)
+		dc->base_skipped = true;
+}
+
 /* Wait until segment i is the next to hash (every one before it hashed).
  * Returns 0, or -ECANCELED when another worker failed meanwhile. */
 static int wait_turn(struct decoder *dc, uint64_t i)
@@ -558,17 +604,6 @@ static void pass_turn(struct decoder *dc)
 	pthread_mutex_unlock(&dc->pool->mu);
 }
 
-/* Base bytes [off, off+len) were read: hash them if they continue the
- * base in order (the caller holds the hashing turn).  What is read out of
- * order or never is hashed at the end of the file. */
-static void hash_base(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off)
-{
-	if (dc->bhasher && off == dc->base_pos) {
-		wsync_hasher_update(dc->bhasher, p, (size_t)len);
-		dc->base_pos += len;
-	}
-}
-
 /* Write one decoded range at off, and hash it when the segment is being
  * hashed as it goes. */
 static int emit(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off,
@@ -592,12 +627,11 @@ struct ahead {
 };
 
 /*
- * Catch the hashes up with what this worker decoded of segment s before
- * its turn came: the target from the segment's start to piece upto_piece
- * (bytes upto_done into it), and the base ranges of those pieces that
- * continue the base in order.  What ah kept of the target is hashed from
- * memory, the rest is read back from the temp file; the base is read
- * again.  The caller holds the turn; buf is a free DECODE_CHUNK buffer.
+ * Catch the hash up with what this worker decoded of segment s before its
+ * turn came: the target from the segment's start to piece upto_piece
+ * (bytes upto_done into it).  What ah kept is hashed from memory, the rest
+ * is read back from the temp file.  The caller holds the turn; buf is a
+ * free DECODE_CHUNK buffer.
  */
 static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 		     size_t upto_piece, uint64_t upto_done, const struct ahead *ah,
@@ -623,23 +657,6 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 					    strerror(r == -ENODATA ? EIO : -r));
 		else
 			wsync_hasher_update(dc->hasher, buf, (size_t)n);
-	}
-	for (size_t i = 0; r == 0 && dc->bhasher && i <= upto_piece && i < s->n_pieces; i++) {
-		const struct wsync_piece *pc = &s->pieces[i];
-		uint64_t lim = i < upto_piece ? pc->len : upto_done;
-
-		if (!wsync_piece_needs_base(pc->method))
-			continue;
-		for (uint64_t done = 0; r == 0 && done < lim; done += DECODE_CHUNK) {
-			uint64_t n = lim - done < DECODE_CHUNK ? lim - done : DECODE_CHUNK;
-			uint64_t off = pc->base_offset + done;
-
-			if (off != dc->base_pos)
-				continue;	/* out of order: hashed at the end */
-			r = pread_all(dc->base_fd, buf, n, off, dc->e->file.path, err);
-			if (r == 0)
-				hash_base(dc, buf, n, off);
-		}
 	}
 	return r;
 }
@@ -734,8 +751,6 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			if (based)
 				r = pread_all(dc->base_fd, bb->data, pc->len, pc->base_offset,
 					      path, err);
-			if (r == 0 && based && inline_hash)
-				hash_base(dc, bb->data, pc->len, pc->base_offset);
 			if (r == 0)
 				r = wsync_segment_decode_piece(sd, i, pc->len,
 							       based ? bb->data : NULL,
@@ -766,8 +781,6 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 				ob = ah->t.data + ah->t.len;
 			if (based)
 				r = pread_all(dc->base_fd, cb, n, boff, path, err);
-			if (r == 0 && based && inline_hash)
-				hash_base(dc, cb, n, boff);
 			if (r == 0)
 				r = wsync_segment_decode_piece(sd, i, n, based ? cb : NULL, ob,
 							       err);
@@ -794,6 +807,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			return r;
 		}
 	}
+	note_base_read(dc, s);
 	pass_turn(dc);
 	wsync_segment_free(s);
 	return 0;
@@ -865,32 +879,34 @@ out:
 }
 
 /*
- * The verdict on a base that was hashed while decoding (r is decode_file's
- * result, bh the hash it took): a base that is not the delta's fails as
- * check_base would have failed it, whatever else went wrong meanwhile --
- * when the decoding failed, the base is hashed again whole to tell.
+ * The verdict on a base left to the result (check_base): r is the decoding
+ * and the result's check, read_whole whether the pieces read every base
+ * byte in order.  A matching result made from the whole base vouches for
+ * it; otherwise the base is hashed now, and one that is not the delta's
+ * fails as check_base would have failed it, whatever else went wrong
+ * meanwhile.
  */
-static int check_folded_base(struct applier *a, const struct item *it, int r,
-			     const struct wsync_hash128 *bh, struct wsync_error *err)
+static int check_deferred_base(struct applier *a, const struct item *it, int r,
+			       bool read_whole, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
-	struct wsync_error ignored;
+	struct wsync_error ignored, *e = r == 0 ? err : &ignored;
 	struct wsync_hash128 h;
 	uint64_t size = f->base_size;
-	int fd;
+	int fd, hr;
 
-	if (r == 0)
-		return wsync_hash_equal(bh, &f->base_hash) ? 0
-							   : base_mismatch(f, size, bh, err);
-	if (r == -ECANCELED || r == -ENOMEM)
+	if ((r == 0 && read_whole) || r == -ECANCELED || r == -ENOMEM)
 		return r;
-	fd = open_file(a->base_root, it->base_rel, &ignored);
+	/* a failure to hash is the verdict only when nothing else failed */
+	fd = open_file(a->base_root, it->base_rel, e);
 	if (fd < 0)
-		return r;
-	if (wsync_hash_fd(fd, it->base_rel, &h, &size, &ignored) == 0 &&
-	    (size != f->base_size || !wsync_hash_equal(&h, &f->base_hash)))
-		r = base_mismatch(f, size, &h, err);
+		return r < 0 ? r : fd;
+	hr = wsync_hash_fd(fd, it->base_rel, &h, &size, e);
 	(void)close(fd);
+	if (hr < 0)
+		return r < 0 ? r : hr;
+	if (size != f->base_size || !wsync_hash_equal(&h, &f->base_hash))
+		return base_mismatch(f, size, &h, err);
 	return r;
 }
 
@@ -908,17 +924,11 @@ static int open_temp(struct applier *a, struct item *it, int *ret_fd,
 	return r;
 }
 
-/*
- * The end of a temp whose building gave r: unless that failed, the
- * verdict on its size and hash h (what: "rebuilt", "copied"), then its
- * mode and fsync -- now rather than in the commit loop: the temp is
- * private until renamed, and syncing each as it is done overlaps the
- * writeback of one file with the building of the next.  fd is closed
- * whatever happens.  Returns r or the first failure here.
- */
-static int seal_temp(struct item *it, int fd, int r, uint64_t size,
-		     const struct wsync_hash128 *h, const char *what,
-		     struct wsync_error *err)
+/* Unless r says the building failed, the verdict on a temp's size and
+ * hash h (what: "rebuilt", "copied").  Returns r or the mismatch. */
+static int check_result(struct item *it, int r, uint64_t size,
+			const struct wsync_hash128 *h, const char *what,
+			struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 	char want[WSYNC_HASH_HEX_LEN + 1], got[WSYNC_HASH_HEX_LEN + 1];
@@ -930,6 +940,24 @@ static int seal_temp(struct item *it, int fd, int r, uint64_t size,
 			" xxh128 %s)", f->path, what, f->target_size,
 			wsync_hash_hex(&f->target_hash, want, sizeof(want)), size,
 			wsync_hash_hex(h, got, sizeof(got)));
+	return r;
+}
+
+/*
+ * The end of a temp whose building gave r: unless that failed, the
+ * verdict on its size and hash h (check_result), then its mode and fsync
+ * -- now rather than in the commit loop: the temp is private until
+ * renamed, and syncing each as it is done overlaps the writeback of one
+ * file with the building of the next.  fd is closed whatever happens.
+ * Returns r or the first failure here.
+ */
+static int seal_temp(struct item *it, int fd, int r, uint64_t size,
+		     const struct wsync_hash128 *h, const char *what,
+		     struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &it->e->file;
+
+	r = check_result(it, r, size, h, what, err);
 	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 	if (fd >= 0 && close(fd) < 0 && r == 0)
@@ -949,8 +977,7 @@ static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 	r = open_temp(p->a, it, &dc->fd, err);
 	if (r < 0)
 		return r;
-	if (wsync_hasher_new(&dc->hasher) < 0 ||
-	    (it->base_folded && wsync_hasher_new(&dc->bhasher) < 0))
+	if (wsync_hasher_new(&dc->hasher) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	if ((f->flags & WSYNC_DELTA_FILE_HAS_BASE) && f->n_segments) {
 		struct stat st;
@@ -971,40 +998,32 @@ static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 
 /*
  * Finish job dc, which no worker decodes any more (the caller alone owns
- * it now): the rest of its base hash, the verdicts on base and result,
- * mode and fsync; every fd closed.  Returns 0 or the job's failure.
+ * it now): the verdicts on result and base, mode and fsync; every fd
+ * closed.  Returns 0 or the job's failure.
  */
 static int finish_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &dc->e->file;
-	struct wsync_hash128 h = { 0 }, bh = { 0 };
+	struct wsync_hash128 h = { 0 };
 	int r = dc->r;
 
 	if (r < 0)
 		*err = dc->err;
-	/* the rest of the base hash: what was not read in order */
-	if (r == 0 && dc->bhasher && dc->base_pos < dc->base_size) {
-		r = base_read_failed(wsync_hasher_update_fd(dc->bhasher, dc->base_fd,
-							    dc->base_pos,
-							    dc->base_size - dc->base_pos),
-				     f->path, err);
-		dc->base_pos = dc->base_size;
-	}
 	if (r == 0)
 		wsync_hasher_digest(dc->hasher, &h);
-	if (r == 0 && dc->bhasher)
-		wsync_hasher_digest(dc->bhasher, &bh);
-	if (dc->it->base_folded)
-		r = check_folded_base(p->a, dc->it, r, &bh, err);
 	/* the decoder wrote target_size bytes: the hash says the rest */
+	r = check_result(dc->it, r, f->target_size, &h, "rebuilt", err);
+	if (dc->it->base_deferred)
+		r = check_deferred_base(p->a, dc->it, r,
+					!dc->base_skipped && dc->base_read == dc->base_size,
+					err);
 	r = seal_temp(dc->it, dc->fd, r, f->target_size, &h, "rebuilt", err);
 	dc->fd = -1;
 	if (dc->base_fd >= 0)
 		(void)close(dc->base_fd);
 	dc->base_fd = -1;
 	wsync_hasher_free(dc->hasher);
-	wsync_hasher_free(dc->bhasher);
-	dc->hasher = dc->bhasher = NULL;
+	dc->hasher = NULL;
 	return r;
 }
 

@@ -103,6 +103,8 @@ struct fdesc {
 	bool forge_hash;	/* lie about the target hash */
 	bool bad_base_offset;	/* a COPY piece outside the base */
 	bool copy;		/* target == base, sent as one COPY piece */
+	size_t copy_prefix;	/* the target's first bytes COPY from the base's,
+				 * the rest LITERAL (one segment) */
 	unsigned segments;	/* LITERAL segments the target is cut in (0: 1) */
 };
 
@@ -142,6 +144,23 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 			in.method = WSYNC_PIECE_COPY;
 			in.base = (const uint8_t *)d->target;
 			in.base_offset = 1000;
+		}
+		if (d->copy_prefix) {
+			struct wsync_piece_in two[2] = {
+				{ .method = WSYNC_PIECE_COPY, .target = in.target,
+				  .base = (const uint8_t *)d->base, .len = d->copy_prefix },
+				{ .method = WSYNC_PIECE_LITERAL,
+				  .target = in.target + d->copy_prefix,
+				  .len = tl - d->copy_prefix },
+			};
+
+			wsync_buf_reset(&seg);
+			r = wsync_segment_encode(two, 2, 0, NULL, &seg, NULL, &err);
+			if (r == 0)
+				r = wsync_delta_writer_file(w, &f, &err);
+			if (r == 0)
+				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
+			continue;
 		}
 		if (nseg == 1) {
 			wsync_buf_reset(&seg);
@@ -279,7 +298,7 @@ static void test_wrong_base(void)
 	};
 
 	/* a base of the right size that decodes into the wrong target: the
-	 * base is what is reported (it is hashed while decoding) */
+	 * base is what is reported (hashed when the result does not match) */
 	static const struct fdesc copied[] = {
 		{ .path = "a.txt", .base = "alpha", .target = "alpha", .copy = true },
 		{ .path = "b.txt", .base = "BRAVO", .target = "BRAVO", .copy = true },
@@ -290,6 +309,36 @@ static void test_wrong_base(void)
 			 "xxh128");
 	expect_untouched(exists, 1, "b.txt: base does not match the delta (the delta creates");
 	expect_untouched(missing, 1, "zulu.txt: base does not match the delta (expected size 4");
+}
+
+/*
+ * A rebuilt file's base is vouched for by the result only when the pieces
+ * read all of it: damage where no piece reads still fails the apply, by
+ * the base's own hash, though the result would match.
+ */
+static void test_base_partly_read(void)
+{
+	static const struct fdesc files[] = {
+		{ .path = "b.txt", .base = "bravo", .target = "braXYZ", .copy_prefix = 3 },
+	};
+	char before[4096] = "", after[4096] = "";
+	struct wsync_error err;
+
+	make_root();
+	CHECK(apply(files, 1, NULL, &err) == 0);
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, "a.txt=alpha;b.txt=braXYZ;");
+	remove_tree(root);
+
+	make_root();
+	write_file(root, "b.txt", "braWO");	/* only bytes 3-4 differ */
+	listing(root, "", before, sizeof(before));
+	after[0] = '\0';
+	CHECK(apply(files, 1, NULL, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "b.txt: base does not match the delta (expected size 5");
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, before);
+	remove_tree(root);
 }
 
 static void test_file_and_directory_of_same_name(void)
@@ -379,6 +428,7 @@ int main(void)
 	TEST(test_later_file_fails);
 	TEST(test_segment_outside_base);
 	TEST(test_wrong_base);
+	TEST(test_base_partly_read);
 	TEST(test_file_and_directory_of_same_name);
 	TEST(test_out_dir);
 	TEST(test_many_files_on_workers);
