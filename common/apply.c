@@ -198,14 +198,15 @@ static int base_mismatch(const struct wsync_delta_file *f, uint64_t size,
 /*
  * Check one base.  The base of a rebuilt file (WRITE) of the right size is
  * only marked base_deferred here: the rebuilt file's XXH3-128 is compared
- * with the delta's target before it can be used, and each base byte a
- * piece reads shows in the result one to one (COPY, XOR, FLOAT and DENSE
- * pieces change a byte or element by what the delta says, never drop
- * one), so when the pieces read the whole base, in order, and the result
- * matches, the base was the delta's.  Otherwise (a base the pieces skip
- * parts of, a result that does not match, a decoding that failed) it is
- * hashed whole at the end, check_deferred_base: a wrong base fails the
- * apply with this same error and nothing replaced.
+ * with the delta's target before it can be used, and a base byte a piece
+ * reads shows in the result (COPY and XOR map bytes one to one; FLOAT and
+ * DENSE step an element from its own value, keeping the rest), so a base
+ * that differs from the delta's where it is read gives a result that does
+ * not match.  When the pieces read the whole base, in order, and the
+ * result matches, the base is taken as checked; otherwise (a base the
+ * pieces skip parts of, a result that does not match, a decoding that
+ * failed) it is hashed whole at the end, check_deferred_base: a wrong base
+ * fails the apply with this same error and nothing replaced.
  */
 static int check_base(struct applier *a, struct item *it,
 		      struct wsync_error *err)
