@@ -140,4 +140,24 @@ printf '[store]\nurl = file:///x\nmax_concurrency = 0\n' >"$TMP/bad.ini"
 expect_exit 78 "a bad --config is exit 78" "$WSYNC" store --config "$TMP/bad.ini" ls "$U"
 contains "the bad key is named with its line" "$OUT" "bad.ini:3: [store] max_concurrency"
 
+# libcurl is loaded only for s3:// and hf:// buckets (common/curl_lazy.c):
+# with a libcurl.so.4 that lacks its functions first on the library path,
+# those say so clearly, and file:// buckets and the codec need none.
+if [ -n "${WSYNC_FAKECURL_DIR:-}" ] && [ -e "$WSYNC_FAKECURL_DIR/libcurl.so.4" ]; then
+	fake() { LD_LIBRARY_PATH="$WSYNC_FAKECURL_DIR" "$@"; }
+	expect_exit 1 "an s3:// bucket with a broken libcurl fails" \
+		fake "$WSYNC" store ls s3://my-bucket/v/ --endpoint http://127.0.0.1:9
+	contains "the reason names libcurl and the missing function" "$OUT" \
+		"libcurl has no curl_global_init (wsync needs libcurl 7.88 or later)"
+	expect_exit 0 "a file:// bucket needs no libcurl" fake "$WSYNC" store ls "$U/v/"
+	contains "and lists as before" "$OUT" "000001.delta"
+	printf 'one' >"$TMP/d1"
+	printf 'two' >"$TMP/d2"
+	expect_exit 0 "wsync diff needs no libcurl" fake "$WSYNC" diff "$TMP/d1" "$TMP/d2" -o "$TMP/d.wsd"
+	expect_exit 0 "wsync apply needs no libcurl" fake "$WSYNC" apply "$TMP/d1" "$TMP/d.wsd" -o "$TMP/dout"
+	check "and the result is right" cmp "$TMP/d2" "$TMP/dout"
+else
+	tap_result 1 "the fake libcurl is built (WSYNC_FAKECURL_DIR: ${WSYNC_FAKECURL_DIR:-unset})"
+fi
+
 tap_done
