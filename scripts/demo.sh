@@ -10,19 +10,27 @@
 #   WSYNC_DEMO_PARAMS=20M   model size of the generated checkpoints
 #   WSYNC_DEMO_STEPS=5      number of checkpoints
 #   WSYNC_DEMO_KEEP=1       keep the temp dir (bucket, logs) afterwards
+#   WSYNC_DEMO_BUILD=DIR    use the programs of this meson build directory
+#                           (already built) instead of setting up ./build
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 params=${WSYNC_DEMO_PARAMS:-20M}
 steps=${WSYNC_DEMO_STEPS:-5}
 
-scripts/setup.sh
-if [ ! -d build/meson-private ]; then
-	meson setup build -Dbuildtype=release >/dev/null
+if [ -n "${WSYNC_DEMO_BUILD:-}" ]; then
+	build=$WSYNC_DEMO_BUILD
+else
+	scripts/setup.sh
+	if [ ! -d build/meson-private ]; then
+		meson setup build -Dbuildtype=release >/dev/null
+	fi
+	ninja -C build >/dev/null
+	build=$root/build
 fi
-ninja -C build >/dev/null
-WSYNC=$root/build/daemon/wsync
-WSYNCD=$root/build/daemon/wsyncd
+WSYNC=$build/daemon/wsync
+WSYNCD=$build/daemon/wsyncd
+[ -x "$WSYNC" ] && [ -x "$WSYNCD" ] || { echo "demo: no wsync/wsyncd in $build/daemon" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wsync-demo.XXXXXX")
 pids=()
@@ -112,7 +120,10 @@ echo "  bucket: $(ls "$work/bucket/anchors" | wc -l) anchors, $(ls "$work/bucket
 	"($shipped bytes of deltas for $((steps - 1)) steps; one checkpoint is $full bytes)"
 echo
 echo "== inspect the newest delta"
-"$WSYNC" inspect "$(ls "$work"/bucket/deltas/*.wsd | tail -1)" | head -12
+# (into a file first: head closing the pipe early would end the demo
+# with SIGPIPE under pipefail)
+"$WSYNC" inspect "$(ls "$work"/bucket/deltas/*.wsd | tail -1)" >"$work/inspect.txt"
+head -12 "$work/inspect.txt"
 [ "$bad" -eq 0 ] && grep -q "version $steps (step" "$work/subscriber.log" || {
 	echo "demo FAILED: see the logs (WSYNC_DEMO_KEEP=1 keeps them)" >&2
 	exit 1
