@@ -24,6 +24,9 @@
 #                          [--runs 3] [--zstd first|all|none] [--shards 2]
 #                          [--disk-dir /var/tmp] [--keep] [--quick]
 #
+# WSYNC_BENCH_BUILD=DIR takes wsync and bench-peers from that meson build
+# directory, already built, instead of building build-bench (release).
+#
 # MB/s are 10^6 bytes of the target checkpoint (every file of it) per
 # second.  wsync and bench-peers report their own codec time (best of
 # --runs rounds, each a fresh process; a round runs every method at 1 and
@@ -81,6 +84,9 @@ xdelta3) on every consecutive pair and one high-density pair.
   --quick        smoke run: 50M parameters, one run per figure, no zstd
                  (add --zstd first to include it: ~4 more minutes)
   -h, --help     this text
+
+WSYNC_BENCH_BUILD=DIR uses the wsync and bench-peers already built in
+that meson build directory instead of building build-bench (release).
 EOF
 }
 
@@ -118,19 +124,26 @@ for tool in zstd xdelta3 /usr/bin/time /usr/bin/python3 cmp; do
 	command -v "$tool" >/dev/null || die "$tool is missing after scripts/setup.sh"
 done
 
-say "building (build-bench, release)"
-if [ ! -d build-bench/meson-private ]; then
-	setup_log=$(mktemp)
-	meson setup build-bench -Dbuildtype=release >"$setup_log" 2>&1 ||
-		{ cat "$setup_log"; rm -f "$setup_log"; die "meson setup failed"; }
-	mv "$setup_log" build-bench/setup.log
+if [ -n "${WSYNC_BENCH_BUILD:-}" ]; then
+	# a build directory already built (the smoke test's): no build here
+	say "using the programs of $WSYNC_BENCH_BUILD"
+	WSYNC=$WSYNC_BENCH_BUILD/daemon/wsync
+	PEERS=$WSYNC_BENCH_BUILD/tests/bench/bench-peers
+else
+	say "building (build-bench, release)"
+	if [ ! -d build-bench/meson-private ]; then
+		setup_log=$(mktemp)
+		meson setup build-bench -Dbuildtype=release >"$setup_log" 2>&1 ||
+			{ cat "$setup_log"; rm -f "$setup_log"; die "meson setup failed"; }
+		mv "$setup_log" build-bench/setup.log
+	fi
+	# only the two programs measured: a test another change breaks does
+	# not stop the benchmark
+	ninja -C build-bench daemon/wsync tests/bench/bench-peers >build-bench/build.log 2>&1 ||
+		{ tail -40 build-bench/build.log; die "build failed"; }
+	WSYNC=$root/build-bench/daemon/wsync
+	PEERS=$root/build-bench/tests/bench/bench-peers
 fi
-# only the two programs measured: a test another change breaks does not
-# stop the benchmark
-ninja -C build-bench daemon/wsync tests/bench/bench-peers >build-bench/build.log 2>&1 ||
-	{ tail -40 build-bench/build.log; die "build failed"; }
-WSYNC=$root/build-bench/daemon/wsync
-PEERS=$root/build-bench/tests/bench/bench-peers
 [ -x "$PEERS" ] || die "$PEERS was not built"
 have_wsync=0
 if "$WSYNC" --help 2>/dev/null | grep -qE '^ +diff ' &&
