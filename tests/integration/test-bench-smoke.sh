@@ -9,11 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 
 build=$(cd "$(dirname "$WSYNC")/.." && pwd)
-out=$(cd "$WSYNC_SOURCE_ROOT" && WSYNC_BENCH_BUILD="$build" timeout 300 \
-	scripts/bench-codec.sh --quick --params 10M --high-lr 1e-4 2>&1)
-rc=$?
-[ $rc -eq 0 ] || printf '%s\n' "$out" | tail -30 | sed 's/^/# /'
-tap_result $rc "bench-codec.sh --quick exits 0"
+expect_exit 0 "bench-codec.sh --quick exits 0" env WSYNC_BENCH_BUILD="$build" timeout 300 \
+	"$WSYNC_SOURCE_ROOT/scripts/bench-codec.sh" --quick --params 10M --high-lr 1e-4
+out=$OUT
 contains "it uses this build" "$out" "using the programs of $build"
 contains "a table row for wsync" "$out" "| wsync | 0."
 contains "a table row for XOR+zstd -1" "$out" "| XOR+zstd -1 (slime) |"
@@ -28,11 +26,10 @@ check "at least 2x smaller than XOR+zstd -1 on both RL pairs" test "$n" -eq 2
 contains "not larger than XOR+zstd -1 at 10-50% density" "$out" \
 	"PASS not larger than XOR+zstd -1 at 10-50% density"
 
-out=$(WSYNC="$WSYNC" WSYNCD="$WSYNCD" timeout 300 "$WSYNC_SOURCE_ROOT/scripts/bench-e2e.sh" \
-	--quick --params 10M --steps 2 --backend file --subscribers 1 --dir "$TMP/e2e" 2>&1)
-rc=$?
-[ $rc -eq 0 ] || printf '%s\n' "$out" | tail -30 | sed 's/^/# /'
-tap_result $rc "bench-e2e.sh --quick exits 0"
+expect_exit 0 "bench-e2e.sh --quick exits 0" env WSYNC="$WSYNC" WSYNCD="$WSYNCD" timeout 300 \
+	"$WSYNC_SOURCE_ROOT/scripts/bench-e2e.sh" --quick --params 10M --steps 2 \
+	--backend file --subscribers 1 --dir "$TMP/e2e"
+out=$OUT
 contains "a row per delta step" "$out" "| 2 |"
 contains "the bytes moved against a full copy" "$out" "bytes moved over 2 delta steps"
 contains "the daemons' CPU and peak RSS" "$out" "| subscriber s1 |"

@@ -9,11 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 
 build=$(cd "$(dirname "$WSYNC")/.." && pwd)
-out=$(WSYNC_DEMO_BUILD="$build" WSYNC_DEMO_STEPS=4 \
-	TMPDIR="$TMP" timeout 300 "$WSYNC_SOURCE_ROOT/scripts/demo.sh" 2>&1)
-rc=$?
-[ $rc -eq 0 ] || printf '%s\n' "$out" | tail -30 | sed 's/^/# /'
-tap_result $rc "scripts/demo.sh exits 0"
+expect_exit 0 "scripts/demo.sh exits 0" env WSYNC_DEMO_BUILD="$build" WSYNC_DEMO_STEPS=4 \
+	TMPDIR="$TMP" timeout 300 "$WSYNC_SOURCE_ROOT/scripts/demo.sh"
+out=$OUT
 contains "it says every version was published, applied and verified" "$out" \
 	"demo ok: every version published, applied and verified"
 contains "no file differs" "$out" "files compared, 0 differ"
