@@ -10,10 +10,10 @@
  * fails the way libcurl itself would fail to start (CURLE_FAILED_INIT,
  * NULL, -1).
  *
- * The three variadic setters take one argument whose type libcurl reads
+ * The two variadic setters take one argument whose type libcurl reads
  * from the option's number (CURLOPTTYPE_*): long, an object pointer, a
  * function pointer, a curl_off_t or a blob pointer.  Each is read here by
- * that type and passed on as such.  Add a libcurl function by adding it to
+ * that type and passed on as such; the getter's is always a pointer.  Add a libcurl function by adding it to
  * CURL_FUNCS and writing its trampoline.
  */
 #define CURL_DISABLE_TYPECHECK	/* here the setters are functions, not macros */
