@@ -531,45 +531,21 @@ static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
 	return base_read_failed(wsync_pread_all(fd, p, len, off), what, err);
 }
 
-/*
- * The base bytes segment s reads, if its pieces read one contiguous range
- * [*lo, *hi) in order (false when they read none or jump).
- */
-static bool segment_base_range(const struct wsync_segment *s, uint64_t *lo, uint64_t *hi,
-			       bool *jumps)
+/* Segment s was decoded (the caller holds its hashing turn, so segments
+ * come in order): its based pieces extend the run of base bytes read in
+ * order from 0, or break it. */
+static void note_base_read(struct decoder *dc, const struct wsync_segment *s)
 {
-	bool any = false;
-
-	*jumps = false;
 	for (size_t i = 0; i < s->n_pieces; i++) {
 		const struct wsync_piece *pc = &s->pieces[i];
 
-		if (!wsync_piece_needs_base(pc->method))
+		if (!wsync_piece_needs_base(pc->method) || pc->len == 0)
 			continue;
-		if (!any) {
-			*lo = pc->base_offset;
-			*hi = pc->base_offset + pc->len;
-			any = true;
-		} else if (pc->base_offset == *hi) {
-			*hi += pc->len;
-		} else {
-			*jumps = true;
-		}
+		if (pc->base_offset == dc->base_read)
+			dc->base_read += pc->len;
+		else
+			dc->base_skipped = true;
 	}
-	return any && !*jumps;
-}
-
-/* Segment s was decoded (the caller holds its hashing turn, so segments
- * come in order): extend the in-order run of base bytes read. */
-static void note_base_read(struct decoder *dc, const struct wsync_segment *s)
-{
-	uint64_t lo = 0, hi = 0;
-	bool jumps;
-
-	if (segment_base_range(s, &lo, &hi, &jumps) && lo == dc->base_read)
-		dc->base_read = hi;
-	else if (jumps || hi != lo)
-		dc->base_skipped = true;
 }
 
 /* Wait until segment i is the next to hash (every one before it hashed).
@@ -945,20 +921,16 @@ static int check_result(struct item *it, int r, uint64_t size,
 }
 
 /*
- * The end of a temp whose building gave r: unless that failed, the
- * verdict on its size and hash h (check_result), then its mode and fsync
- * -- now rather than in the commit loop: the temp is private until
- * renamed, and syncing each as it is done overlaps the writeback of one
- * file with the building of the next.  fd is closed whatever happens.
- * Returns r or the first failure here.
+ * The end of a temp whose building and verdict (check_result) gave r:
+ * unless that failed, its mode and fsync -- now rather than in the commit
+ * loop: the temp is private until renamed, and syncing each as it is done
+ * overlaps the writeback of one file with the building of the next.  fd
+ * is closed whatever happens.  Returns r or the first failure here.
  */
-static int seal_temp(struct item *it, int fd, int r, uint64_t size,
-		     const struct wsync_hash128 *h, const char *what,
-		     struct wsync_error *err)
+static int seal_temp(struct item *it, int fd, int r, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 
-	r = check_result(it, r, size, h, what, err);
 	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 	if (fd >= 0 && close(fd) < 0 && r == 0)
@@ -1018,7 +990,7 @@ static int finish_job(struct pool *p, struct decoder *dc, struct wsync_error *er
 		r = check_deferred_base(p->a, dc->it, r,
 					!dc->base_skipped && dc->base_read == dc->base_size,
 					err);
-	r = seal_temp(dc->it, dc->fd, r, f->target_size, &h, "rebuilt", err);
+	r = seal_temp(dc->it, dc->fd, r, err);
 	dc->fd = -1;
 	if (dc->base_fd >= 0)
 		(void)close(dc->base_fd);
@@ -1234,7 +1206,8 @@ static int copy_kept(struct applier *a, struct item *it, struct wsync_error *err
 	r = copy_base(a, it, fd, err);
 	if (r == 0)
 		r = wsync_hash_fd(fd, it->dest_rel, &h, &size, err);
-	r = seal_temp(it, fd, r, size, &h, "copied", err);
+	r = check_result(it, r, size, &h, "copied", err);
+	r = seal_temp(it, fd, r, err);
 	if (r == 0)
 		a->st->bytes_written += it->e->file.target_size;
 	return r;

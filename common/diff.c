@@ -353,7 +353,6 @@ static uint64_t plan_limit(const struct plan *p, uint64_t toff)
 	return lim > p->max ? p->max : lim < 4 ? 4 : lim;
 }
 
-
 static unsigned family_size(enum wsync_float_family f)
 {
 	return f == WSYNC_FAMILY_NONE ? 1 : wsync_float_elem_size(f);
