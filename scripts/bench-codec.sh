@@ -25,7 +25,8 @@
 #                          [--disk-dir /var/tmp] [--keep] [--quick]
 #
 # WSYNC_BENCH_BUILD=DIR takes wsync and bench-peers from that meson build
-# directory, already built, instead of building build-bench (release).
+# directory, already built, instead of building build-bench (release), and
+# does not run scripts/setup.sh.
 #
 # MB/s are 10^6 bytes of the target checkpoint (every file of it) per
 # second.  wsync and bench-peers report their own codec time (best of
@@ -86,7 +87,8 @@ xdelta3) on every consecutive pair and one high-density pair.
   -h, --help     this text
 
 WSYNC_BENCH_BUILD=DIR uses the wsync and bench-peers already built in
-that meson build directory instead of building build-bench (release).
+that meson build directory instead of building build-bench (release),
+and skips scripts/setup.sh (the tools it needs must be there).
 EOF
 }
 
@@ -118,8 +120,12 @@ case $zstd_mode in first | all | none) ;; *) echo "bench-codec: --zstd first|all
 say() { printf '== %s\n' "$*" >&2; }
 die() { printf 'bench-codec: %s\n' "$*" >&2; exit 1; }
 
-say "installing what is missing"
-scripts/setup.sh
+# A given build (WSYNC_BENCH_BUILD) was set up with its tools already;
+# running setup.sh again there would race a test suite's own dpkg use.
+if [ -z "${WSYNC_BENCH_BUILD:-}" ]; then
+	say "installing what is missing"
+	scripts/setup.sh
+fi
 for tool in zstd xdelta3 /usr/bin/time /usr/bin/python3 cmp; do
 	command -v "$tool" >/dev/null || die "$tool is missing after scripts/setup.sh"
 done
