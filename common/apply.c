@@ -786,6 +786,8 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	}
 	note_base_read(dc, s);
 	pass_turn(dc);
+	/* the disk can take the segment while the next one decodes */
+	wsync_writeback_start(dc->fd, s->target_offset, s->target_len);
 	wsync_segment_free(s);
 	return 0;
 fail:
@@ -812,6 +814,7 @@ static int copy_base(struct applier *a, const struct item *it, int fd,
 								    : (size_t)(size - off), 0);
 
 		if (n > 0) {
+			wsync_writeback_start(fd, off, (uint64_t)n);
 			off += (uint64_t)n;
 			continue;
 		}
@@ -847,6 +850,7 @@ static int copy_base(struct applier *a, const struct item *it, int fd,
 		r = pwrite_all(fd, buf, (size_t)n, off, it->dest_rel, err);
 		if (r < 0)
 			goto out;
+		wsync_writeback_start(fd, off, (uint64_t)n);
 		off += (uint64_t)n;
 	}
 out:

@@ -43,6 +43,13 @@ int wsync_fsync(int fd)
 	return -errno;
 }
 
+void wsync_writeback_start(int fd, uint64_t off, uint64_t len)
+{
+	/* errors show in the fsync that follows, if they are real */
+	if (len && off <= INT64_MAX && len <= (uint64_t)INT64_MAX - off)
+		(void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+}
+
 /* mkdir p; when it made it, fsync its parent so that the new entry
  * survives a power loss as what is later written inside it does.  A
  * parent we may write but not read, or a filesystem without directory

@@ -26,6 +26,15 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
 int wsync_fsync(int fd);
 
 /*
+ * Start writing [off, off + len) of fd out to its disk now, without
+ * waiting (sync_file_range SYNC_FILE_RANGE_WRITE), so that the disk works
+ * while the writer produces what comes next, and a later fsync finds
+ * little left to do.  A hint only: it makes nothing durable, and where the
+ * file system has no such thing (tmpfs, some FUSE ones) it does nothing.
+ */
+void wsync_writeback_start(int fd, uint64_t off, uint64_t len);
+
+/*
  * mkdir -p: create path and every missing parent with mode (existing ones
  * are left as they are), fsyncing the parent of each one it creates (so a
  * target_dir or state_dir made here survives a power loss with the files
