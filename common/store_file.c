@@ -204,7 +204,28 @@ static void sweep_stale_tmps(int dirfd)
 	(void)closedir(d);
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len, const struct file_job *job)
+/*
+ * A fresh file being filled from its start: what was written, and how
+ * much of it was handed to the disk (wsync_writeback_start, every KICK
+ * bytes), so that a big object goes out while the rest is copied and its
+ * fsync finds little left.
+ */
+#define KICK (8u << 20)
+struct out_pos {
+	uint64_t written, kicked;
+};
+
+static void out_wrote(int fd, struct out_pos *o, uint64_t n)
+{
+	o->written += n;
+	if (o->written - o->kicked >= KICK) {
+		wsync_writeback_start(fd, o->kicked, o->written - o->kicked);
+		o->kicked = o->written;
+	}
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len, struct out_pos *o,
+		     const struct file_job *job)
 {
 	while (len > 0) {
 		ssize_t n;
@@ -216,6 +237,7 @@ static int write_all(int fd, const uint8_t *p, size_t len, const struct file_job
 			continue;
 		if (n < 0)
 			return -errno;
+		out_wrote(fd, o, (uint64_t)n);
 		p += n;
 		len -= (size_t)n;
 	}
@@ -223,13 +245,14 @@ static int write_all(int fd, const uint8_t *p, size_t len, const struct file_job
 }
 
 /*
- * Copy len bytes of in from offset off to out's current position:
- * copy_file_range() (in the kernel, a reflink where the filesystem can),
- * else read/write through a buffer.  Returns 0, -ENODATA when in ends
- * first, -ECANCELED, or another negative errno.
+ * Copy len bytes of in from offset off into out, a fresh file, from its
+ * start: copy_file_range() (in the kernel, a reflink where the filesystem
+ * can), else read/write through a buffer.  Returns 0, -ENODATA when in
+ * ends first, -ECANCELED, or another negative errno.
  */
 static int copy_fd(int in, uint64_t off, int out, uint64_t len, const struct file_job *job)
 {
+	struct out_pos o = { 0, 0 };
 	bool use_cfr = true;
 	uint8_t *buf = NULL;
 	int r = 0;
@@ -243,10 +266,11 @@ static int copy_fd(int in, uint64_t off, int out, uint64_t len, const struct fil
 			break;
 		}
 		if (use_cfr) {
-			loff_t o = (loff_t)off;
+			loff_t from = (loff_t)off;
 
-			n = copy_file_range(in, &o, out, NULL, chunk, 0);
+			n = copy_file_range(in, &from, out, NULL, chunk, 0);
 			if (n > 0) {
+				out_wrote(out, &o, (uint64_t)n);
 				off += (uint64_t)n;
 				len -= (uint64_t)n;
 				continue;
@@ -279,7 +303,7 @@ static int copy_fd(int in, uint64_t off, int out, uint64_t len, const struct fil
 			r = -ENODATA;
 			break;
 		}
-		r = write_all(out, buf, (size_t)n, job);
+		r = write_all(out, buf, (size_t)n, &o, job);
 		if (r < 0)
 			break;
 		off += (uint64_t)n;
@@ -437,7 +461,13 @@ static int op_put(struct file_job *job, int bucket)
 		goto out;
 	}
 	tmp_made = true;
-	r = src >= 0 ? copy_fd(src, 0, fd, size, job) : write_all(fd, req->buf, size, job);
+	if (src >= 0) {
+		r = copy_fd(src, 0, fd, size, job);
+	} else {
+		struct out_pos o = { 0, 0 };
+
+		r = write_all(fd, req->buf, size, &o, job);
+	}
 	if (r == -ENODATA)
 		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->path);
 	else if (r < 0 && r != -ECANCELED)
