@@ -23,9 +23,12 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "io.h"
 
 /* Bodies of error responses kept for messages when the sink is a file. */
 #define ERROR_BODY_MAX (64u << 10)
+/* A file sink hands what it received to the disk in steps of this. */
+#define SINK_KICK (8u << 20)
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -204,6 +207,13 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 		done += (size_t)w;
 		req->received += (uint64_t)w;
 	}
+	/* a big download goes out to the disk as it comes, not all at the
+	 * fsync that ends it */
+	if (req->received - req->sink_kicked >= SINK_KICK) {
+		wsync_writeback_start(req->sink_fd, req->sink_offset + req->sink_kicked,
+				      req->received - req->sink_kicked);
+		req->sink_kicked = req->received;
+	}
 	return n;
 }
 
@@ -274,6 +284,7 @@ static void reset_response(struct wsync_http_req *req)
 	req->status = 0;
 	req->resp.len = 0;
 	req->received = 0;
+	req->sink_kicked = 0;
 	req->etag[0] = req->content_range[0] = req->last_modified[0] = '\0';
 	req->request_id[0] = req->location[0] = '\0';
 	req->content_length = -1;

@@ -109,6 +109,7 @@ struct wsync_http_req {
 	char *redirect_url;
 	uint64_t body_pos;		/* bytes of the body sent this attempt */
 	int sink_err;			/* why a read/write callback stopped the transfer */
+	uint64_t sink_kicked;		/* SINK_FD: received bytes handed to the disk */
 	uint64_t wake_ms;		/* backing off until then (uv_now) */
 	struct wsync_http_req *next;	/* the queue or the waiting list */
 	bool cancelled;
