@@ -83,6 +83,9 @@ only() { [ -z "${HOSTILE_ONLY:-}" ] || [[ " $HOSTILE_ONLY " == *" $1 "* ]]; }
 VF=$(mid VERIFY_FAILED)
 marker() { cat "$TMP/$1/target/.wsync/state.json" 2>/dev/null; }
 no_temps() { ! find "$1" -name '.*.wsync-*' | grep -q .; }
+# The same while the subscriber may be retrying (every retry makes its
+# temp files and removes them on failure): none may stay, within 10 s.
+wait_no_temps() { for _ in $(seq 100); do no_temps "$1" && return 0; sleep 0.1; done; return 1; }
 
 # ---- 1. bucket content ------------------------------------------------
 if only 1; then
@@ -574,7 +577,7 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64m tmpfs "$TMP/mnt" 2>/dev/null
 		echo "# last_error: $(field df last_error)"
 		check "$1: target still equals checkpoint $(($2 - 1))" same "$CK-$(($2 - 1))" "$TMP/mnt/target"
 		check "$1: state marker unchanged" test "$(cat "$TMP/mnt/target/.wsync/state.json")" = "$before"
-		check "$1: no temp file left" no_temps "$TMP/mnt/target"
+		check "$1: no temp file left" wait_no_temps "$TMP/mnt/target"
 		check "$1: the daemon keeps running" kill -0 "$PID_df"
 	}
 	free=$(df -B1 --output=avail "$TMP/mnt" | tail -1)
