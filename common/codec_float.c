@@ -231,19 +231,21 @@ static ALWAYS_INLINE int emit_change(struct wsync_float_lane *l, uint64_t pos, i
  * Per-block class counting.  Counting every element into its class is the
  * cost of this codec (about 99% of elements are unchanged and only need
  * counting), and a plain `count[c]++` serialises on memory when classes
- * repeat.  So each block of BLOCK elements is counted in registers: every
- * element adds 1 << (8 * class) to a 128-bit word holding 16 byte-wide
- * counters, and the block total is then widened into a vector of 16-bit
- * lanes (one per class: no trip through general registers), which are
- * flushed to the 64-bit counts every FLUSH_BLOCKS blocks, before they can
- * overflow.
+ * repeat.  So each block of BLOCK (or BLOCK_WIDE) elements is counted in
+ * registers: every element adds 1 << (8 * class) to a 128-bit word holding
+ * 16 byte-wide counters (the vector paths get the same word from their
+ * compares or bit transpose), and the block total is then widened into a
+ * vector of 16-bit lanes (one per class: no trip through general
+ * registers), which are flushed to the 64-bit counts every FLUSH_BLOCKS
+ * blocks, before they can overflow.
  */
 typedef unsigned __int128 u128;
 typedef uint8_t v16u8 __attribute__((vector_size(16)));
 typedef uint16_t v16u16 __attribute__((vector_size(32)));
 
-#define BLOCK 32
-#define FLUSH_BLOCKS 1024	/* 1024 * 32 < 65536 */
+#define BLOCK 32		/* elements of a block (BLOCK_WIDE with AVX-512) */
+#define BLOCK_WIDE 64
+#define FLUSH_BLOCKS 1023	/* 1023 * 64 < 65536 */
 struct class_counts {
 	uint64_t base[NCLS];	/* flushed counts */
 	v16u16 acc;		/* class c's count since the flush, in lane c */
@@ -324,14 +326,14 @@ static ALWAYS_INLINE void class_masks(const uint8_t *bp, unsigned k,
 		masks[tab[(load(bp + j * width, width) >> shift) & mask]] |= 1u << j;
 }
 
-/* Bit j set when element j differs between the two blocks. */
-static ALWAYS_INLINE uint32_t changed_mask(const uint8_t *bp, const uint8_t *tp,
+/* Bit j set when element j differs between the two blocks (k <= 64). */
+static ALWAYS_INLINE uint64_t changed_mask(const uint8_t *bp, const uint8_t *tp,
 					   unsigned k, unsigned width)
 {
-	uint32_t m = 0;
+	uint64_t m = 0;
 
 	for (unsigned j = 0; j < k; j++)
-		m |= (uint32_t)(load(bp + j * width, width) != load(tp + j * width, width))
+		m |= (uint64_t)(load(bp + j * width, width) != load(tp + j * width, width))
 		     << j;
 	return m;
 }
@@ -429,17 +431,24 @@ block_counts_avx2(const uint8_t *bp, unsigned width, unsigned shift,
 	return ((u128)hi64 << 64) | lo64;
 }
 
-/* The classes of a tail block of k < BLOCK elements, as classes_avx2
- * gives them; the bytes past k hold no class (0xff). */
+/* The classes of a tail block of k < n elements into b[0..n), as the
+ * vector paths give them; the bytes past k hold no class (0xff). */
+static ALWAYS_INLINE void classes_tail(const uint8_t *bp, unsigned k, const uint8_t *tab,
+				       unsigned width, unsigned shift, unsigned mask,
+				       uint8_t *b, size_t n)
+{
+	memset(b, 0xff, n);
+	for (unsigned j = 0; j < k; j++)
+		b[j] = tab[(load(bp + j * width, width) >> shift) & mask];
+}
+
 static inline __attribute__((target("avx2"), always_inline)) __m256i
 classes_tail_avx2(const uint8_t *bp, unsigned k, const uint8_t *tab, unsigned width,
 		  unsigned shift, unsigned mask)
 {
 	uint8_t b[BLOCK];
 
-	memset(b, 0xff, sizeof(b));
-	for (unsigned j = 0; j < k; j++)
-		b[j] = tab[(load(bp + j * width, width) >> shift) & mask];
+	classes_tail(bp, k, tab, width, shift, mask, b, sizeof(b));
 	return _mm256_loadu_si256((const __m256i *)b);
 }
 
@@ -482,57 +491,140 @@ changed_mask_avx2(const uint8_t *bp, const uint8_t *tp, unsigned width)
 }
 
 /*
- * Where the machine has GFNI and AVX-512 (BW, VL, BITALG, VBMI), the 16
- * compares per block give way to a bit transpose: each element's class
- * becomes a one-hot bit (classes 0-7 in one vector, 8-15 in another), and
- * one GF(2) affine product per vector turns every 8 elements x 8 classes
- * bit matrix around, so that byte c of each 8-element group is the mask
- * of the group's members of class c.  Counts are then byte popcounts
- * summed over the four groups, and the 32-bit class masks one byte
- * permutation away.
+ * Where the machine has GFNI and AVX-512 (BW, VL, BITALG, VBMI), blocks are
+ * BLOCK_WIDE elements: twice the elements per block halves what a block
+ * costs beyond its elements (the hit test, the distances, the loop), and a
+ * block's 64 classes fit one register.  Each element's class is worked out
+ * at its own width, then narrowed to a byte (vpmovwb / vpmovdb).  The 16
+ * compares per block of the AVX2 path give way to a bit transpose: each
+ * element's class becomes a one-hot bit (classes 0-7 in one vector, 8-15
+ * in another), and one GF(2) affine product per vector turns every 8
+ * elements x 8 classes bit matrix around, so that byte c of each 8-element
+ * group is the mask of the group's members of class c.  Counts are then
+ * byte popcounts summed over the eight groups; a class's 64-bit mask is
+ * one byte compare.
  */
 #define GFNI_TARGET "avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi"
 #define HAVE_GFNI_PATH 1
 
-static inline __attribute__((target(GFNI_TARGET), always_inline)) void
-class_planes_gfni(const uint8_t *bp, unsigned width, unsigned shift,
-		  unsigned mask, unsigned lo, __m256i *plo, __m256i *phi)
+/* The classes of a full wide block as 64 bytes in element order. */
+static inline __attribute__((target(GFNI_TARGET), always_inline)) __m512i
+classes_avx512(const uint8_t *bp, unsigned width, unsigned shift, unsigned mask,
+	       unsigned lo)
 {
-	/* reverse each 8-byte group: the affine product reads its matrix
-	 * rows last byte first */
-	const __m256i rev = _mm256_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12,
-					     11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15,
-					     14, 13, 12, 11, 10, 9, 8);
-	const __m256i olo = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0,
-					     0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
-					     0, 0, 0, 0, 0, 0, 0, 0);
-	const __m256i ohi = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16,
-					     32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2,
-					     4, 8, 16, 32, 64, -128);
-	const __m256i unit = _mm256_set1_epi64x(0x8040201008040201LL);
-	__m256i cls = _mm256_shuffle_epi8(classes_avx2(bp, width, shift, mask, lo), rev);
+	const __m128i sh = _mm_cvtsi32_si128((int)shift);
+	__m512i x;
 
-	*plo = _mm256_gf2p8affine_epi64_epi8(unit, _mm256_shuffle_epi8(olo, cls), 0);
-	*phi = _mm256_gf2p8affine_epi64_epi8(unit, _mm256_shuffle_epi8(ohi, cls), 0);
+	if (width == 1) {
+		/* no byte shift: shift the 16-bit pairs (the bits a byte gets
+		 * from its neighbour lie above mask) */
+		x = _mm512_srl_epi16(_mm512_loadu_si512((const void *)bp), sh);
+	} else if (width == 2) {
+		/* narrowing keeps the low byte: the exponent, and above it
+		 * whatever mask clears */
+		x = _mm512_inserti64x4(
+			_mm512_castsi256_si512(_mm512_cvtepi16_epi8(
+				_mm512_srl_epi16(_mm512_loadu_si512((const void *)bp), sh))),
+			_mm512_cvtepi16_epi8(
+				_mm512_srl_epi16(_mm512_loadu_si512((const void *)(bp + 64)), sh)),
+			1);
+	} else {
+		__m128i q[4];
+
+		for (int i = 0; i < 4; i++)
+			q[i] = _mm512_cvtepi32_epi8(_mm512_srl_epi32(
+				_mm512_loadu_si512((const void *)(bp + 64 * i)), sh));
+		x = _mm512_inserti64x4(
+			_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])),
+			_mm256_set_m128i(q[3], q[2]), 1);
+	}
+	if (mask != 0xff || width == 1)
+		x = _mm512_and_si512(x, _mm512_set1_epi8((char)mask));
+	return _mm512_min_epu8(_mm512_subs_epu8(x, _mm512_set1_epi8((char)lo)),
+			       _mm512_set1_epi8(NCLS - 1));
 }
 
-static inline __attribute__((target(GFNI_TARGET), always_inline)) u128
-block_counts_gfni(const uint8_t *bp, unsigned width, unsigned shift,
-		  unsigned mask, unsigned lo)
+static inline __attribute__((target(GFNI_TARGET), always_inline)) __m512i
+classes_tail_avx512(const uint8_t *bp, unsigned k, const uint8_t *tab, unsigned width,
+		    unsigned shift, unsigned mask)
 {
-	__m256i plo, phi, sum;
-	__m128i s;
+	uint8_t b[BLOCK_WIDE];
+
+	classes_tail(bp, k, tab, width, shift, mask, b, sizeof(b));
+	return _mm512_loadu_si512((const void *)b);
+}
+
+/* The byte counters of a full wide block: the bit transpose on eight
+ * groups of 8, then the groups summed. */
+static inline __attribute__((target(GFNI_TARGET), always_inline)) u128
+block_counts_gfni64(const uint8_t *bp, unsigned width, unsigned shift,
+		    unsigned mask, unsigned lo)
+{
+	const __m512i rev = _mm512_broadcast_i32x4(_mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0,
+								 15, 14, 13, 12, 11, 10, 9,
+								 8));
+	const __m512i olo = _mm512_broadcast_i32x4(_mm_setr_epi8(1, 2, 4, 8, 16, 32, 64,
+								 -128, 0, 0, 0, 0, 0, 0, 0,
+								 0));
+	const __m512i ohi = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1,
+								 2, 4, 8, 16, 32, 64,
+								 -128));
+	const __m512i unit = _mm512_set1_epi64(0x8040201008040201LL);
+	__m512i cls = _mm512_shuffle_epi8(classes_avx512(bp, width, shift, mask, lo), rev);
+	__m512i plo = _mm512_popcnt_epi8(
+		_mm512_gf2p8affine_epi64_epi8(unit, _mm512_shuffle_epi8(olo, cls), 0));
+	__m512i phi = _mm512_popcnt_epi8(
+		_mm512_gf2p8affine_epi64_epi8(unit, _mm512_shuffle_epi8(ohi, cls), 0));
+	/* per 128-bit lane [lo groups 0+1 | hi groups 0+1], then the lanes */
+	__m512i sum = _mm512_add_epi8(_mm512_unpacklo_epi64(plo, phi),
+				      _mm512_unpackhi_epi64(plo, phi));
+	__m256i half = _mm256_add_epi8(_mm512_castsi512_si256(sum),
+				       _mm512_extracti64x4_epi64(sum, 1));
+	__m128i s = _mm_add_epi8(_mm256_castsi256_si128(half),
+				 _mm256_extracti128_si256(half, 1));
 	u128 ret;
 
-	class_planes_gfni(bp, width, shift, mask, lo, &plo, &phi);
-	plo = _mm256_popcnt_epi8(plo);
-	phi = _mm256_popcnt_epi8(phi);
-	/* per lane [lo groups 0+1 | hi groups 0+1], then the two lanes */
-	sum = _mm256_add_epi8(_mm256_unpacklo_epi64(plo, phi),
-			      _mm256_unpackhi_epi64(plo, phi));
-	s = _mm_add_epi8(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
 	memcpy(&ret, &s, sizeof(ret));
 	return ret;
+}
+
+/* Bit j set when element j of the wide block has class c. */
+static inline __attribute__((target(GFNI_TARGET), always_inline)) uint64_t
+class_mask_avx512(__m512i cls, unsigned c)
+{
+	return _mm512_cmpeq_epi8_mask(cls, _mm512_set1_epi8((char)c));
+}
+
+static inline __attribute__((target(GFNI_TARGET), always_inline)) uint64_t
+changed_mask_avx512(const uint8_t *bp, const uint8_t *tp, unsigned width)
+{
+	if (width == 1)
+		return _mm512_cmpneq_epi8_mask(_mm512_loadu_si512((const void *)bp),
+					       _mm512_loadu_si512((const void *)tp));
+	if (width == 2)
+		return (uint64_t)_mm512_cmpneq_epi16_mask(
+			       _mm512_loadu_si512((const void *)bp),
+			       _mm512_loadu_si512((const void *)tp)) |
+		       (uint64_t)_mm512_cmpneq_epi16_mask(
+			       _mm512_loadu_si512((const void *)(bp + 64)),
+			       _mm512_loadu_si512((const void *)(tp + 64)))
+			       << 32;
+
+	uint64_t m = 0;
+
+	for (int q = 0; q < 4; q++)
+		m |= (uint64_t)_mm512_cmpneq_epi32_mask(
+			     _mm512_loadu_si512((const void *)(bp + 64 * q)),
+			     _mm512_loadu_si512((const void *)(tp + 64 * q)))
+		     << (16 * q);
+	return m;
+}
+
+/* select_bit_bmi2 on 64 bits. */
+static inline __attribute__((target("bmi,bmi2"), always_inline)) unsigned
+select_bit64_bmi2(uint64_t m, unsigned r)
+{
+	return (unsigned)_tzcnt_u64(_pdep_u64(1ull << r, m));
 }
 
 #endif
@@ -814,7 +906,7 @@ static ALWAYS_INLINE bool take_step(struct wsync_float_dec_lane *l, uint32_t o,
  * none) holds DIST_CLAMP, a lower bound that shrinks block by block like
  * the others; when it runs out, the true distance is worked out again
  * from the lane's absolute position.  Signed lanes: every value lies in
- * [0, DIST_CLAMP], and a block adds at most BLOCK to a class.
+ * [0, DIST_CLAMP], and a block adds at most BLOCK_WIDE to a class.
  */
 typedef int16_t v16i16 __attribute__((vector_size(32)));
 #define DIST_CLAMP 32767
@@ -870,6 +962,20 @@ static ALWAYS_INLINE void widen(u128 bytes, v16i16 *wide)
 	*wide = __builtin_convertvector(b, v16i16);
 }
 
+#ifdef HAVE_AVX2_PATH
+/* The same in one instruction (the generic conversion takes four). */
+static inline __attribute__((target("avx2"), always_inline)) void
+widen_avx2(u128 bytes, v16i16 *wide)
+{
+	__m128i b;
+	__m256i w;
+
+	memcpy(&b, &bytes, sizeof(b));
+	w = _mm256_cvtepu8_epi16(b);
+	memcpy(wide, &w, sizeof(w));
+}
+#endif
+
 /* The distance of lane l, whose class has cnt members so far. */
 static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt)
 {
@@ -878,26 +984,46 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 
 /* ---- the loops, instantiated per instruction set ---- */
 
+/* A family's element width, exponent shift and mask, as constants. */
+#define FAMILY_ARGS(f) families[f].width, families[f].exp_shift, families[f].exp_mask
+/* return fn(args..., FAMILY_ARGS(f)) with f one of the families (constant
+ * in each case: a loop of its own per family), else return bad. */
+#define BY_FAMILY(f, bad, fn, ...)                                              \
+	do {                                                                    \
+		switch (f) {                                                    \
+		case WSYNC_FAMILY_BF16:                                         \
+			return fn(__VA_ARGS__, FAMILY_ARGS(WSYNC_FAMILY_BF16)); \
+		case WSYNC_FAMILY_F16:                                          \
+			return fn(__VA_ARGS__, FAMILY_ARGS(WSYNC_FAMILY_F16));  \
+		case WSYNC_FAMILY_F32:                                          \
+			return fn(__VA_ARGS__, FAMILY_ARGS(WSYNC_FAMILY_F32));  \
+		case WSYNC_FAMILY_F8_E4M3:                                      \
+			return fn(__VA_ARGS__, FAMILY_ARGS(WSYNC_FAMILY_F8_E4M3)); \
+		case WSYNC_FAMILY_F8_E5M2:                                      \
+			return fn(__VA_ARGS__, FAMILY_ARGS(WSYNC_FAMILY_F8_E5M2)); \
+		default:                                                        \
+			return bad;                                             \
+		}                                                               \
+	} while (0)
+
 #define LOOP_NAME(x) x##_plain
+#define LOOP_BLOCK BLOCK
+#define LOOP_MASK_T uint32_t
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	block_counts(bp, k, inc, width, shift, mask)
 #define LOOP_CLS_T struct { uint32_t m[NCLS]; }
 #define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
 	class_masks(bp, k, tab, width, shift, mask, (cls).m)
 #define LOOP_CLASS_MASK(cls, c) ((cls).m[c])
-#define LOOP_CHANGED_MASK(bp, tp, k, width) changed_mask(bp, tp, k, width)
+#define LOOP_CHANGED_MASK(bp, tp, k, width) ((uint32_t)changed_mask(bp, tp, k, width))
 #define LOOP_SELECT(m, r) select_bit(m, r)
+#define LOOP_WIDEN(bytes, wide) widen(bytes, wide)
 #include "codec_float_loops.h"
-#undef LOOP_NAME
-#undef LOOP_BLOCK_COUNTS
-#undef LOOP_CLS_T
-#undef LOOP_CLASSES
-#undef LOOP_CLASS_MASK
-#undef LOOP_CHANGED_MASK
-#undef LOOP_SELECT
 
 #ifdef HAVE_AVX2_PATH
-/* The AVX2 and the GFNI instantiations differ only in their block counts. */
+#define LOOP_NAME(x) x##_avx2
+#define LOOP_BLOCK BLOCK
+#define LOOP_MASK_T uint32_t
 #define LOOP_CLS_T __m256i
 #define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
 	((cls) = (k) == BLOCK ? classes_avx2(bp, width, shift, mask, lo)       \
@@ -905,10 +1031,9 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 #define LOOP_CLASS_MASK(cls, c) class_mask_avx2(cls, c)
 #define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
 	((k) == BLOCK ? changed_mask_avx2(bp, tp, width)                       \
-		      : changed_mask(bp, tp, k, width))
+		      : (uint32_t)changed_mask(bp, tp, k, width))
 #define LOOP_SELECT(m, r) select_bit_bmi2(m, r)
-
-#define LOOP_NAME(x) x##_avx2
+#define LOOP_WIDEN(bytes, wide) widen_avx2(bytes, wide)
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
 	((k) == BLOCK ? block_counts_avx2(bp, width, shift, mask, lo)          \
 		      : block_counts(bp, k, inc, width, shift, mask))
@@ -924,13 +1049,23 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 #else
 #pragma GCC pop_options
 #endif
-#undef LOOP_NAME
-#undef LOOP_BLOCK_COUNTS
 
 #define LOOP_NAME(x) x##_gfni
+#define LOOP_BLOCK BLOCK_WIDE
+#define LOOP_MASK_T uint64_t
+#define LOOP_CLS_T __m512i
+#define LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls)                 \
+	((cls) = (k) == BLOCK_WIDE ? classes_avx512(bp, width, shift, mask, lo) \
+				   : classes_tail_avx512(bp, k, tab, width, shift, mask))
+#define LOOP_CLASS_MASK(cls, c) class_mask_avx512(cls, c)
+#define LOOP_CHANGED_MASK(bp, tp, k, width)                                   \
+	((k) == BLOCK_WIDE ? changed_mask_avx512(bp, tp, width)                \
+			   : changed_mask(bp, tp, k, width))
+#define LOOP_SELECT(m, r) select_bit64_bmi2(m, r)
+#define LOOP_WIDEN(bytes, wide) widen_avx2(bytes, wide)
 #define LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo)                 \
-	((k) == BLOCK ? block_counts_gfni(bp, width, shift, mask, lo)          \
-		      : block_counts(bp, k, inc, width, shift, mask))
+	((k) == BLOCK_WIDE ? block_counts_gfni64(bp, width, shift, mask, lo)   \
+			   : block_counts(bp, k, inc, width, shift, mask))
 #ifdef __clang__
 #pragma clang attribute push(__attribute__((target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt,bmi,bmi2"))), apply_to = function)
 #else
@@ -944,13 +1079,6 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 #else
 #pragma GCC pop_options
 #endif
-#undef LOOP_NAME
-#undef LOOP_BLOCK_COUNTS
-#undef LOOP_CLS_T
-#undef LOOP_CLASSES
-#undef LOOP_CLASS_MASK
-#undef LOOP_CHANGED_MASK
-#undef LOOP_SELECT
 
 int wsync_codec_isa(void)
 {
@@ -996,14 +1124,13 @@ int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
 	if (wsync_codec_isa() == 2)
-		return enc_piece_gfni(e->lane[f], tab, lo, base, target, nelem,
-				      &families[f], changed);
+		return enc_piece_gfni(e->lane[f], tab, lo, base, target, nelem, f,
+				      changed);
 	if (wsync_codec_isa() == 1)
-		return enc_piece_avx2(e->lane[f], tab, lo, base, target, nelem,
-				      &families[f], changed);
+		return enc_piece_avx2(e->lane[f], tab, lo, base, target, nelem, f,
+				      changed);
 #endif
-	return enc_piece_plain(e->lane[f], tab, lo, base, target, nelem, &families[f],
-			       changed);
+	return enc_piece_plain(e->lane[f], tab, lo, base, target, nelem, f, changed);
 }
 
 int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
@@ -1017,13 +1144,11 @@ int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
 	if (wsync_codec_isa() == 2)
-		return dec_piece_gfni(d->lane[f], tab, lo, base, out, nelem,
-				      &families[f], err);
+		return dec_piece_gfni(d->lane[f], tab, lo, base, out, nelem, f, err);
 	if (wsync_codec_isa() == 1)
-		return dec_piece_avx2(d->lane[f], tab, lo, base, out, nelem,
-				      &families[f], err);
+		return dec_piece_avx2(d->lane[f], tab, lo, base, out, nelem, f, err);
 #endif
-	return dec_piece_plain(d->lane[f], tab, lo, base, out, nelem, &families[f], err);
+	return dec_piece_plain(d->lane[f], tab, lo, base, out, nelem, f, err);
 }
 
 int wsync_float_dec_finish(struct wsync_float_dec *d, struct wsync_error *err)

@@ -2,18 +2,20 @@
 /*
  * codec_float_loops.h -- the inner loops of codec_float.c, included there
  * once per instruction set (plain, AVX2, GFNI + AVX-512), with
- * LOOP_NAME(x) naming this instantiation's functions, LOOP_BLOCK_COUNTS
- * counting one block's classes, LOOP_CLASSES / LOOP_CLASS_MASK giving a
- * block's classes (of type LOOP_CLS_T) and the members of one of them,
- * LOOP_CHANGED_MASK and LOOP_SELECT.  Not a public header: it only makes
- * sense inside codec_float.c.
+ * LOOP_NAME(x) naming this instantiation's functions, LOOP_BLOCK its
+ * elements per block (32 or 64) and LOOP_MASK_T a mask of a block's
+ * elements, LOOP_BLOCK_COUNTS counting one block's classes, LOOP_CLASSES /
+ * LOOP_CLASS_MASK giving a block's classes (of type LOOP_CLS_T) and the
+ * members of one of them, LOOP_CHANGED_MASK, LOOP_SELECT and LOOP_WIDEN
+ * (a block's byte counters to 16-bit lanes).  Not a public
+ * header: it only makes sense inside codec_float.c, and it undefines
+ * those macros at its end, ready for the next instantiation.
  */
 
 static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 				  const uint8_t *tab, unsigned lo, const uint8_t *base,
-				  const uint8_t *target, uint64_t n,
-				  unsigned width, unsigned shift, unsigned mask,
-				  uint64_t *changed)
+				  const uint8_t *target, uint64_t n, uint64_t *changed,
+				  unsigned width, unsigned shift, unsigned mask)
 {
 	struct class_counts cc;
 	uint64_t start[NCLS], ch = 0;
@@ -24,30 +26,30 @@ static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 		start[c] = lanes[c].count;
 	counts_init(&cc, start);
 	class_incs(tab, mask, inc);
-	for (uint64_t i = 0; i < n; i += BLOCK) {
-		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
+	for (uint64_t i = 0; i < n; i += LOOP_BLOCK) {
+		unsigned k = n - i < LOOP_BLOCK ? (unsigned)(n - i) : LOOP_BLOCK;
 		const uint8_t *bp = base + i * width, *tp = target + i * width;
 		u128 bytes = LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo);
 
-		if (k == BLOCK && !block_differs(bp, tp, (size_t)BLOCK * width)) {
+		if (k == LOOP_BLOCK && !block_differs(bp, tp, (size_t)LOOP_BLOCK * width)) {
 			counts_add_block(&cc, bytes);
 			continue;
 		}
 		/* Slow path: rank each changed element within its class. */
-		uint32_t chg = LOOP_CHANGED_MASK(bp, tp, k, width);
+		LOOP_MASK_T chg = LOOP_CHANGED_MASK(bp, tp, k, width);
 		LOOP_CLS_T cls;
 
 		LOOP_CLASSES(bp, k, tab, width, shift, mask, lo, cls);
 		for (; chg; chg &= chg - 1) {
-			unsigned j = (unsigned)__builtin_ctz(chg);
+			unsigned j = (unsigned)__builtin_ctzll(chg);
 			uint32_t o = load(bp + j * width, width);
 			uint32_t t = load(tp + j * width, width);
 			unsigned c = tab[(o >> shift) & mask];
 
 			r = emit_change(&lanes[c],
 					counts_get(&cc, c) +
-						(unsigned)__builtin_popcount(LOOP_CLASS_MASK(cls, c) &
-									     ((1u << j) - 1)),
+						(unsigned)__builtin_popcountll(LOOP_CLASS_MASK(cls, c) &
+									       (((LOOP_MASK_T)1 << j) - 1)),
 					to_key(t, width) - to_key(o, width));
 			if (r < 0)
 				return r;
@@ -64,9 +66,8 @@ static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 
 static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 				  const uint8_t *tab, unsigned lo, const uint8_t *base,
-				  uint8_t *out, uint64_t n, unsigned width,
-				  unsigned shift, unsigned mask,
-				  struct wsync_error *err)
+				  uint8_t *out, uint64_t n, struct wsync_error *err,
+				  unsigned width, unsigned shift, unsigned mask)
 {
 	struct class_counts cc;
 	uint64_t start[NCLS];
@@ -85,16 +86,16 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 	/* Unchanged elements are the base's: each block is copied as its
 	 * classes are counted (one read of the base), then only the changes
 	 * are patched in. */
-	for (uint64_t i = 0; i < n; i += BLOCK) {
-		unsigned k = n - i < BLOCK ? (unsigned)(n - i) : BLOCK;
+	for (uint64_t i = 0; i < n; i += LOOP_BLOCK) {
+		unsigned k = n - i < LOOP_BLOCK ? (unsigned)(n - i) : LOOP_BLOCK;
 		const uint8_t *bp = base + i * width;
 		uint8_t *op = out + i * width;
 		v16i16 wide;
 		unsigned hits;
 
-		widen(LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo), &wide);
-		if (k == BLOCK)	/* a constant size: a few vector moves */
-			memcpy(op, bp, (size_t)BLOCK * width);
+		LOOP_WIDEN(LOOP_BLOCK_COUNTS(bp, k, inc, width, shift, mask, lo), &wide);
+		if (k == LOOP_BLOCK)	/* a constant size: a few vector moves */
+			memcpy(op, bp, (size_t)LOOP_BLOCK * width);
 		else
 			memcpy(op, bp, (size_t)k * width);
 		hits = block_hits(&wide, &dist);
@@ -125,7 +126,7 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 				}
 				clamped &= ~(1u << c);
 			}
-			uint32_t cm = LOOP_CLASS_MASK(cls, c);
+			LOOP_MASK_T cm = LOOP_CLASS_MASK(cls, c);
 
 			do {
 				unsigned j = LOOP_SELECT(cm, (unsigned)d);
@@ -163,33 +164,32 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 }
 
 
-/* Entry points of this instantiation, one per element width. */
+/* Entry points of this instantiation: one loop per family, its element
+ * width, exponent shift and mask constants there (BY_FAMILY). */
 static int LOOP_NAME(enc_piece)(struct wsync_float_lane *lanes, const uint8_t *tab,
 				unsigned lo, const uint8_t *base, const uint8_t *target,
-				uint64_t n, const struct family_info *fi,
-				uint64_t *changed)
+				uint64_t n, enum wsync_float_family f, uint64_t *changed)
 {
-	if (fi->width == 1)
-		return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 1,
-					   fi->exp_shift, fi->exp_mask, changed);
-	if (fi->width == 2)
-		return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 2,
-					   fi->exp_shift, fi->exp_mask, changed);
-	return LOOP_NAME(enc_loop)(lanes, tab, lo, base, target, n, 4, fi->exp_shift,
-				   fi->exp_mask, changed);
+	BY_FAMILY(f, -EINVAL, LOOP_NAME(enc_loop), lanes, tab, lo, base, target, n,
+		  changed);
 }
 
 static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
 				unsigned lo, const uint8_t *base, uint8_t *out,
-				uint64_t n, const struct family_info *fi,
+				uint64_t n, enum wsync_float_family f,
 				struct wsync_error *err)
 {
-	if (fi->width == 1)
-		return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 1,
-					   fi->exp_shift, fi->exp_mask, err);
-	if (fi->width == 2)
-		return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 2,
-					   fi->exp_shift, fi->exp_mask, err);
-	return LOOP_NAME(dec_loop)(lanes, tab, lo, base, out, n, 4, fi->exp_shift,
-				   fi->exp_mask, err);
+	BY_FAMILY(f, wsync_error_set(err, -EINVAL, "bad float family %d", (int)f),
+		  LOOP_NAME(dec_loop), lanes, tab, lo, base, out, n, err);
 }
+
+#undef LOOP_NAME
+#undef LOOP_BLOCK
+#undef LOOP_MASK_T
+#undef LOOP_CLS_T
+#undef LOOP_CLASSES
+#undef LOOP_CLASS_MASK
+#undef LOOP_CHANGED_MASK
+#undef LOOP_SELECT
+#undef LOOP_WIDEN
+#undef LOOP_BLOCK_COUNTS
