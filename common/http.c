@@ -27,8 +27,6 @@
 
 /* Bodies of error responses kept for messages when the sink is a file. */
 #define ERROR_BODY_MAX (64u << 10)
-/* A file sink hands what it received to the disk in steps of this. */
-#define SINK_KICK (8u << 20)
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -209,11 +207,8 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 	}
 	/* a big download goes out to the disk as it comes, not all at the
 	 * fsync that ends it */
-	if (req->received - req->sink_kicked >= SINK_KICK) {
-		wsync_writeback_start(req->sink_fd, req->sink_offset + req->sink_kicked,
-				      req->received - req->sink_kicked);
-		req->sink_kicked = req->received;
-	}
+	wsync_writeback_progress(req->sink_fd, req->sink_offset, req->received,
+				 &req->sink_kicked);
 	return n;
 }
 

@@ -50,6 +50,17 @@ void wsync_writeback_start(int fd, uint64_t off, uint64_t len)
 		(void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
 }
 
+#define WRITEBACK_STEP (8u << 20)
+
+void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
+			      uint64_t *kicked)
+{
+	if (written > *kicked && written - *kicked >= WRITEBACK_STEP) {
+		wsync_writeback_start(fd, start + *kicked, written - *kicked);
+		*kicked = written;
+	}
+}
+
 /* mkdir p; when it made it, fsync its parent so that the new entry
  * survives a power loss as what is later written inside it does.  A
  * parent we may write but not read, or a filesystem without directory

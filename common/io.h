@@ -35,6 +35,14 @@ int wsync_fsync(int fd);
 void wsync_writeback_start(int fd, uint64_t off, uint64_t len);
 
 /*
+ * For a stream of bytes being written to fd from offset start, written of
+ * them so far: hand what lies past *kicked (bytes of the stream already
+ * handed) to the disk once that reaches 8 MiB, and move *kicked on.
+ */
+void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
+			      uint64_t *kicked);
+
+/*
  * mkdir -p: create path and every missing parent with mode (existing ones
  * are left as they are), fsyncing the parent of each one it creates (so a
  * target_dir or state_dir made here survives a power loss with the files

@@ -206,11 +206,10 @@ static void sweep_stale_tmps(int dirfd)
 
 /*
  * A fresh file being filled from its start: what was written, and how
- * much of it was handed to the disk (wsync_writeback_start, every KICK
- * bytes), so that a big object goes out while the rest is copied and its
- * fsync finds little left.
+ * much of it was handed to the disk (wsync_writeback_progress), so that a
+ * big object goes out while the rest is copied and its fsync finds little
+ * left.
  */
-#define KICK (8u << 20)
 struct out_pos {
 	uint64_t written, kicked;
 };
@@ -218,10 +217,7 @@ struct out_pos {
 static void out_wrote(int fd, struct out_pos *o, uint64_t n)
 {
 	o->written += n;
-	if (o->written - o->kicked >= KICK) {
-		wsync_writeback_start(fd, o->kicked, o->written - o->kicked);
-		o->kicked = o->written;
-	}
+	wsync_writeback_progress(fd, 0, o->written, &o->kicked);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t len, struct out_pos *o,

@@ -320,6 +320,19 @@ static void test_writeback_start(void)
 	wsync_writeback_start(pipefd[1], 0, 4096);
 	(void)close(pipefd[0]);
 	(void)close(pipefd[1]);
+	/* the stream's progress: handed in steps of 8 MiB, never backwards */
+	uint64_t kicked = 0;
+
+	wsync_writeback_progress(fd, 0, (8u << 20) - 1, &kicked);
+	CHECK(kicked == 0);
+	wsync_writeback_progress(fd, 0, 8u << 20, &kicked);
+	CHECK(kicked == 8u << 20);
+	wsync_writeback_progress(fd, 0, (12u << 20), &kicked);
+	CHECK(kicked == 8u << 20);
+	wsync_writeback_progress(fd, 4096, FILE_SIZE - 4096, &kicked);
+	CHECK(kicked == FILE_SIZE - 4096);
+	wsync_writeback_progress(fd, 0, 1, &kicked);	/* a stream restarted */
+	CHECK(kicked == FILE_SIZE - 4096);
 	CHECK(wsync_fsync(fd) == 0);
 	for (uint64_t off = 0; off < FILE_SIZE && same; off += 1u << 20) {
 		CHECK(wsync_pread_all(fd, buf, 1u << 20, off) == 0);
