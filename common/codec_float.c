@@ -555,14 +555,13 @@ classes_tail_avx512(const uint8_t *bp, unsigned k, const uint8_t *tab, unsigned 
 }
 
 /* The byte counters of a full wide block: the bit transpose on eight
- * groups of 8, then the groups summed. */
+ * groups of 8, then the groups summed.  (The product reads its matrix rows
+ * last byte first, so bit i of a class's byte stands for element 7 - i of
+ * the group: no matter to a count.) */
 static inline __attribute__((target(GFNI_TARGET), always_inline)) u128
 block_counts_gfni64(const uint8_t *bp, unsigned width, unsigned shift,
 		    unsigned mask, unsigned lo)
 {
-	const __m512i rev = _mm512_broadcast_i32x4(_mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0,
-								 15, 14, 13, 12, 11, 10, 9,
-								 8));
 	const __m512i olo = _mm512_broadcast_i32x4(_mm_setr_epi8(1, 2, 4, 8, 16, 32, 64,
 								 -128, 0, 0, 0, 0, 0, 0, 0,
 								 0));
@@ -570,7 +569,7 @@ block_counts_gfni64(const uint8_t *bp, unsigned width, unsigned shift,
 								 2, 4, 8, 16, 32, 64,
 								 -128));
 	const __m512i unit = _mm512_set1_epi64(0x8040201008040201LL);
-	__m512i cls = _mm512_shuffle_epi8(classes_avx512(bp, width, shift, mask, lo), rev);
+	__m512i cls = classes_avx512(bp, width, shift, mask, lo);
 	__m512i plo = _mm512_popcnt_epi8(
 		_mm512_gf2p8affine_epi64_epi8(unit, _mm512_shuffle_epi8(olo, cls), 0));
 	__m512i phi = _mm512_popcnt_epi8(
