@@ -7,9 +7,9 @@
  * elements, LOOP_BLOCK_COUNTS counting one block's classes, LOOP_CLASSES /
  * LOOP_CLASS_MASK giving a block's classes (of type LOOP_CLS_T) and the
  * members of one of them, LOOP_CHANGED_MASK, LOOP_SELECT and LOOP_WIDEN
- * (a block's byte counters to 16-bit lanes).  Not a public
- * header: it only makes sense inside codec_float.c, and it undefines
- * those macros at its end, ready for the next instantiation.
+ * (a block's byte counters to 16-bit lanes).  Not a public header: it
+ * only makes sense inside codec_float.c, and it undefines those macros at
+ * its end, ready for the next instantiation.
  */
 
 static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
