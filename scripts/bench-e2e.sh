@@ -16,6 +16,11 @@
 #   --backend       default both (s3 needs tests/s3rver: npm ci --prefix tests/s3rver)
 #   --dir DIR       work dir (default a temp dir under /var/tmp)
 #
+# The programs measured are built from this tree first (build-bench,
+# release, as scripts/bench-codec.sh does), so the figures are those of
+# the commit the header names; WSYNC and WSYNCD in the environment (both)
+# run those programs instead, unbuilt.
+#
 # Per delta step:
 #   e2e      checkpoint complete (trainer_state.json's mtime) to the last
 #            subscriber's "version V ... applied" log line (ms timestamps)
@@ -31,8 +36,8 @@
 # /proc just before SIGTERM; goal: peak RSS < 256 MiB for a 2 GB checkpoint.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-: "${WSYNC:=$root/build/daemon/wsync}"
-: "${WSYNCD:=$root/build/daemon/wsyncd}"
+prebuilt=0
+[ -n "${WSYNC:-}" ] && [ -n "${WSYNCD:-}" ] && prebuilt=1
 PYTHON3=${PYTHON3:-/usr/bin/python3}
 GEN=$root/scripts/gen-checkpoints
 
@@ -73,7 +78,20 @@ trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ $prebuilt = 0 ]; then
+	# a build left from an older tree would run under this commit's name
+	echo "# building build-bench (release): wsync, wsyncd" >&2
+	if [ ! -d "$root/build-bench/meson-private" ]; then
+		(cd "$root" && meson setup build-bench -Dbuildtype=release) >"$WORK/setup.log" 2>&1 ||
+			{ cat "$WORK/setup.log" >&2; echo "bench-e2e.sh: meson setup failed" >&2; exit 1; }
+	fi
+	ninja -C "$root/build-bench" daemon/wsync daemon/wsyncd >"$WORK/build.log" 2>&1 ||
+		{ tail -40 "$WORK/build.log" >&2; echo "bench-e2e.sh: build failed" >&2; exit 1; }
+	WSYNC=$root/build-bench/daemon/wsync
+	WSYNCD=$root/build-bench/daemon/wsyncd
+fi
+
+commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 echo "# bench-e2e: params $params (bf16), $steps delta steps (+1 anchor), $subs subscribers," \
 	"backends: $backend; source commit $commit, wsyncd $WSYNCD; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# work dir $WORK ($(df -h --output=fstype "$WORK" | tail -1 | tr -d ' '))"
