@@ -28,10 +28,9 @@
  * may pick a cheaper method per piece.
  *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):
- * both files are mapped and read
- * in place (io.h; where they cannot be, with pread into reused buffers),
- * the pages of a segment dropped from the mapping once it is coded and
- * hashed, and at most `threads` + 1 segments are in flight (being coded,
+ * both files are read with pread into reused buffers of a segment each
+ * (or, with WSYNC_MMAP=1, mapped and read in place, the pages of a segment
+ * dropped from the mapping once it is coded and hashed), and at most `threads` + 1 segments are in flight (being coded,
  * or coded and waiting to be hashed and written in order) -- fewer, and
  * fewer threads, when memory_limit does not hold that many.  Each costs
  * its target and base (2 x segment_target) plus the encoder's scratch and

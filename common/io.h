@@ -56,9 +56,7 @@ int wsync_mkdir_p(const char *path, unsigned mode);
  * Map a whole file read-only (shared, pages faulted in as they are read)
  * so that a reader sees the page cache itself instead of a copy.  *p is
  * NULL for an empty file.  Returns 0, or the negative errno of mmap (a
- * file system that cannot: read with pread instead; WSYNC_NO_MMAP set in
- * the environment makes every call fail so, for tests and diagnosis).
- * Reads through the
+ * file system that cannot: read with pread instead).  Reads through the
  * mapping must run under wsync_guarded: a file cut shorter by someone
  * else meanwhile raises SIGBUS on access.  wsync_map_drop unmaps the
  * pages of [off, off + len) from this process (they stay cached): what a

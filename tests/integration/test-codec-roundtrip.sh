@@ -360,10 +360,13 @@ expect_exit 0 "-o: single file into a file path" "$WSYNC" apply \
 check "-o: single file result equals NEW" cmp "$TMP/single-out.st" \
 	"$g/checkpoint-2/model-00001-of-00002.safetensors"
 
-# ---- files that cannot be mapped are read with pread: the same delta ----
-WSYNC_NO_MMAP=1 expect_exit 0 "diff with pread (WSYNC_NO_MMAP)" "$WSYNC" diff \
-	"$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/nommap.wsd" --threads 2
-check "pread and mapped reads give the same delta" cmp "$TMP/nommap.wsd" "$TMP/gen-bf16-1-2.wsd"
+# ---- files read through mappings (WSYNC_MMAP=1): the same delta ----
+WSYNC_MMAP=1 expect_exit 0 "diff through mappings (WSYNC_MMAP=1)" "$WSYNC" diff \
+	"$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/mmap.wsd" --threads 2
+check "mapped and pread reads give the same delta" cmp "$TMP/mmap.wsd" "$TMP/gen-bf16-1-2.wsd"
+WSYNC_MMAP=1 expect_exit 0 "diff through mappings, one thread" "$WSYNC" diff \
+	"$g/checkpoint-1" "$g/checkpoint-2" -o "$TMP/mmap1.wsd" --threads 1
+check "mapped, one thread: the same delta" cmp "$TMP/mmap1.wsd" "$TMP/gen-bf16-1-2.wsd"
 
 # ---- --threads does not change the delta ----
 "$PYTHON3" "$TMP/mk.py" big "$TMP/big" 150
