@@ -46,6 +46,9 @@
 # Publisher on file://: objects durable before their manifest, the
 # manifest durable before HEAD.
 #
+# A file cut short while `wsync diff` reads it (the shim's
+# WSYNC_SHRINK_AT): a clean failure naming it, no delta, no temp.
+#
 # Disk full mid-apply (the shim's WSYNC_FAIL_AT: the Nth write into a
 # temp in target_dir and every later one fail with ENOSPC, past the
 # free-space check): wsync pull fails cleanly naming ENOSPC, the old
@@ -344,6 +347,48 @@ enospc() {
 enospc D 1
 enospc D 6
 enospc A 3
+
+# ---- a file cut short while `wsync diff` reads it (the shim's
+# WSYNC_SHRINK_AT: the new shard is truncated to half just before the Nth
+# pread of it -- the first reads its header; a later one is the coder's,
+# whose error names the segment): a clean failure naming the file, no
+# delta and no temp left.  Past its last read nothing is cut and the delta
+# is the one made without the shim.
+cut_short() {
+	local n=$1 d=$TMP/cut$1 rc
+	mkdir -p "$d"
+	cp -a "$CK/checkpoint-2" "$d/new"
+	timeout -s KILL 60 env WSYNC_CRASH_LOG="$d/shim.log" WSYNC_SHRINK_AT="pread:$n:new/model-00002" \
+		LD_PRELOAD="$WSYNC_CRASHSHIM" "$WSYNC" diff "$CK/checkpoint-1" "$d/new" \
+		-o "$d/out.wsd" --threads 2 >"$d/diff.log" 2>&1
+	rc=$?
+	echo "# diff, shard cut at its pread $n: exit $rc: $(tail -1 "$d/diff.log" | cut -c1-160)"
+	if [ "$2" = reached ]; then
+		check "diff, shard cut at its pread $n: the cut was made" \
+			grep -qP "^SHRINK\tpread\t$n\t.*new/model-00002" "$d/shim.log"
+		check "diff, shard cut at its pread $n: exit 1 naming the file" \
+			sh -c '[ "$1" = 1 ] && grep -q "new/model-00002-of-00003.safetensors.*changed size while being read" "$2"' \
+			_ "$rc" "$d/diff.log"
+		check "diff, shard cut at its pread $n: no delta, no temp" \
+			test -z "$(ls -A "$d" | grep -v -x -e new -e shim.log -e diff.log)"
+	else
+		check "diff, shard not cut (pread $n never came): exit 0" test "$rc" = 0
+		"$WSYNC" diff "$CK/checkpoint-1" "$CK/checkpoint-2" -o "$d/plain.wsd" >/dev/null 2>&1
+		check "diff, shard not cut: the same delta as without the shim" cmp "$d/out.wsd" "$d/plain.wsd"
+	fi
+}
+cut_short 1 reached
+CODER_CUT=
+for n in 2 3 4 5 6 7 8; do
+	cut_short "$n" reached
+	if grep -q "segment at 0: .*changed size while being read" "$TMP/cut$n/diff.log"; then
+		CODER_CUT=$n
+		break
+	fi
+done
+check "diff: a cut while the coder reads the shard was among its first 8 preads (pread ${CODER_CUT:-none})" \
+	test -n "$CODER_CUT"
+cut_short 1000 not-reached
 
 # the bucket on s3rver: objects downloaded by curl into state_dir
 if have_s3rver; then

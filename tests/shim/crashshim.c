@@ -37,6 +37,11 @@
  *                          ENOSPC, writing nothing (a disk that filled up);
  *                          the first failure logs FAIL TAB write TAB N TAB
  *                          PATH.
+ *   WSYNC_SHRINK_AT=pread:N:SUBSTR
+ *                          just before the Nth pread of a file whose path
+ *                          contains SUBSTR, the file is cut to half its
+ *                          size (a writer truncating it under a reader);
+ *                          logs SHRINK TAB pread TAB N TAB PATH.
  *
  * The counters are atomics and the log line is built on the stack and
  * written with the raw syscall: no lock, no malloc, nothing the caller's
@@ -98,6 +103,13 @@ static struct {
 	char sub[256];
 } fail;
 static atomic_ulong fail_hits;
+/* WSYNC_SHRINK_AT */
+static struct {
+	bool on;
+	unsigned long n;
+	char sub[256];
+} shrink;
+static atomic_ulong shrink_hits;
 
 /* ---- small async-signal-safe formatting ---- */
 
@@ -233,6 +245,24 @@ __attribute__((constructor)) static void shim_init(void)
 			snprintf(fail.sub, sizeof(fail.sub), "%s", s);
 		} else {
 			static const char msg[] = "crashshim: bad WSYNC_FAIL_AT\n";
+
+			(void)syscall(SYS_write, 2, msg, sizeof(msg) - 1);
+		}
+	}
+	at = getenv("WSYNC_SHRINK_AT");
+	if (at && *at) {
+		char buf[400], *save = NULL, *k, *n, *s;
+
+		snprintf(buf, sizeof(buf), "%s", at);
+		k = strtok_r(buf, ":", &save);
+		n = strtok_r(NULL, ":", &save);
+		s = strtok_r(NULL, ":", &save);
+		shrink.n = n ? strtoul(n, NULL, 10) : 0;
+		shrink.on = k && strcmp(k, "pread") == 0 && shrink.n && s;
+		if (shrink.on) {
+			snprintf(shrink.sub, sizeof(shrink.sub), "%s", s);
+		} else {
+			static const char msg[] = "crashshim: bad WSYNC_SHRINK_AT\n";
 
 			(void)syscall(SYS_write, 2, msg, sizeof(msg) - 1);
 		}
@@ -502,6 +532,45 @@ static bool wrote(int fd)
 	if (chosen(K_WRITE, p, NULL))
 		die(K_WRITE, p, NULL);
 	return true;
+}
+
+/* ---- reads: WSYNC_SHRINK_AT ---- */
+
+/* Before a pread of fd: the chosen one cuts its file to half its size. */
+static void reading(int fd)
+{
+	char p[PATH_BUF];
+	struct stat st;
+
+	if (!shrink.on)
+		return;
+	fd_path(fd, p);
+	if (!strstr(p, shrink.sub) || atomic_fetch_add(&shrink_hits, 1) + 1 != shrink.n)
+		return;
+	if (fstat(fd, &st) == 0 && syscall(SYS_truncate, p, st.st_size / 2) == 0) {
+		struct line l = { .n = 0 };
+
+		put(&l, "SHRINK\tpread\t");
+		put_long(&l, (long)shrink.n);
+		put(&l, "\t");
+		put(&l, p);
+		emit(&l);
+	}
+}
+
+REAL(ssize_t, pread, int, void *, size_t, off_t)
+REAL(ssize_t, pread64, int, void *, size_t, off_t)
+
+EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	reading(fd);
+	return get_pread()(fd, buf, n, off);
+}
+
+EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	reading(fd);
+	return get_pread64()(fd, buf, n, off);
 }
 
 REAL(ssize_t, write, int, const void *, size_t)
