@@ -29,12 +29,13 @@
  *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):
  * both files are read with pread into reused buffers of a segment each
- * (or, with WSYNC_MMAP=1, mapped and read in place, the pages of a segment
- * dropped from the mapping once it is coded and hashed), and at most `threads` + 1 segments are in flight (being coded,
- * or coded and waiting to be hashed and written in order) -- fewer, and
- * fewer threads, when memory_limit does not hold that many.  Each costs
- * its target and base (2 x segment_target) plus the encoder's scratch and
- * output: measured at 2 threads, ~135-185 MiB peak RSS for real
+ * (or, with WSYNC_MMAP=1, mapped and read in place, the pages of a
+ * segment dropped from the mapping once it is coded and hashed), and at
+ * most `threads` segments are in flight (`threads` + 1 when mapped: being
+ * coded, or coded and waiting to be hashed and written in order) --
+ * fewer, and fewer threads, when memory_limit does not hold that many.
+ * Each costs its target and base (2 x segment_target) plus the encoder's
+ * scratch and output: measured at 2 threads, ~135-185 MiB peak RSS for real
  * checkpoints of any size, ~210 MiB for incompressible data (where the
  * encoder stages a LITERAL copy of every piece and then its output).
  *
