@@ -36,7 +36,7 @@
  * fewer, and fewer threads, when memory_limit does not hold that many.
  * Each costs its target and base (2 x segment_target) plus the encoder's
  * scratch and output: measured at 2 threads, ~135-185 MiB peak RSS for real
- * checkpoints of any size, ~210 MiB for incompressible data (where the
+ * checkpoints of any size, ~240 MiB for incompressible data (where the
  * encoder stages a LITERAL copy of every piece and then its output).
  *
  * Files are read while they may be changing (a trainer still writing): a
