@@ -494,6 +494,18 @@ EXPORT int mkstemp64(char *tmpl)
 	return mkostemp(tmpl, 0);
 }
 
+/* The log line of an injected fault: HEAD N TAB PATH. */
+static void log_fault(const char *head, unsigned long n, const char *path)
+{
+	struct line l = { .n = 0 };
+
+	put(&l, head);
+	put_long(&l, (long)n);
+	put(&l, "\t");
+	put(&l, path);
+	emit(&l);
+}
+
 /* ---- writes: counted per fd, not logged one by one ---- */
 
 /* Before a write to fd: counts it, the crash point; false when
@@ -510,15 +522,8 @@ static bool wrote(int fd)
 			unsigned long h = atomic_fetch_add(&fail_hits, 1) + 1;
 
 			if (h >= fail.n) {
-				if (h == fail.n) {
-					struct line l = { .n = 0 };
-
-					put(&l, "FAIL\twrite\t");
-					put_long(&l, (long)fail.n);
-					put(&l, "\t");
-					put(&l, p);
-					emit(&l);
-				}
+				if (h == fail.n)
+					log_fault("FAIL\twrite\t", fail.n, p);
 				errno = ENOSPC;
 				return false;
 			}
@@ -547,15 +552,8 @@ static void reading(int fd)
 	fd_path(fd, p);
 	if (!strstr(p, shrink.sub) || atomic_fetch_add(&shrink_hits, 1) + 1 != shrink.n)
 		return;
-	if (fstat(fd, &st) == 0 && syscall(SYS_truncate, p, st.st_size / 2) == 0) {
-		struct line l = { .n = 0 };
-
-		put(&l, "SHRINK\tpread\t");
-		put_long(&l, (long)shrink.n);
-		put(&l, "\t");
-		put(&l, p);
-		emit(&l);
-	}
+	if (fstat(fd, &st) == 0 && syscall(SYS_truncate, p, st.st_size / 2) == 0)
+		log_fault("SHRINK\tpread\t", shrink.n, p);
 }
 
 REAL(ssize_t, pread, int, void *, size_t, off_t)
