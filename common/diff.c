@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -45,6 +46,9 @@
 /* Reads of the comparison that finds an unchanged file without coding it. */
 #define SAME_CHUNK (1u << 20)
 #define SAME_FIRST (64u << 10)	/* same_prefix's first read, doubling to SAME_CHUNK */
+/* Reading this much on its own, the writer lets the workers start on the
+ * files queued (see pool_kick). */
+#define LONG_READ (4u << 20)
 
 /* ---- listing the trees ---- */
 
@@ -323,13 +327,6 @@ static void plan_free(struct plan *p)
 	memset(p, 0, sizeof(*p));
 }
 
-static void plan_reset(struct plan *p)
-{
-	p->n_pieces = p->n_segs = 0;
-	p->seg_len = 0;
-	p->open = false;
-}
-
 /*
  * The size of a segment that starts at toff: max while at least two more
  * fit before the end of the file, then half of what is left each time, and
@@ -464,51 +461,97 @@ static int plan_tensors(struct plan *p, const struct wsync_st_header *oh,
 	return r;
 }
 
-/* ---- coding segments ---- */
+/* ---- coding files ---- */
 
-struct job {
-	const struct plan_seg *seg;
+/* One segment of a file being coded: its output, until written. */
+struct seg_out {
 	struct wsync_buf out;
-	struct wsync_segment_scratch sc;	/* the encoder's, kept slot by slot */
-	struct wsync_buf *tb, *bb;	/* its slot's buffers: target, base bytes */
-	struct wsync_piece_in *in;	/* its pieces, kept until hashed */
 	struct wsync_segment_stats st;
 	struct wsync_error err;
 	int r;
-	bool coded;			/* coded, its hashing still to do */
-	bool done;			/* coded and hashed: for the writer */
+	bool coded;			/* out (or the failure) is ready */
+	uint64_t reserved;		/* of the pool's budget, until coded */
 };
 
-/* Coding one file: the plan, both sides, and the ring of jobs shared with
- * the workers.  Jobs are filled, taken, hashed and written in segment
- * order; a slot of the ring (a job and its two buffers) is filled again
- * once written. */
-struct coder {
-	const struct plan *plan;
-	const struct src *target, *base;	/* base NULL for a new file */
-	const uint8_t *tmap, *bmap;		/* both mapped, or NULL: pread */
-	struct wsync_segment_opts sopts;
+/*
+ * A path of the delta, in delta order: a record written as it is (KEEP,
+ * DELETE), or a file to code (WRITE: both sides open, its plan, and its
+ * segments, which workers take in order).  The calling thread prepares
+ * items a few files ahead of the one it writes, so that with several
+ * changed files (the shards of a checkpoint) each worker codes a file of
+ * its own: its own hashing order, nobody waiting on another's turn, and
+ * nothing but its output kept for the writer.
+ */
+struct item {
+	struct wsync_delta_file f;	/* its record (path owned) */
+	bool coded_file;		/* a WRITE to code; else f is all */
+	struct src o, n;		/* o.fd < 0: a new file */
+	bool has_base;
+	struct plan plan;
+	const uint8_t *tmap, *bmap;	/* both mapped, or NULL: pread */
+	/* Hashing both sides from the coder's reads (NULL: hashed before,
+	 * in a pass of their own).  Segments are hashed in order, each by
+	 * the worker that coded it, from its buffers, when its turn comes. */
+	struct wsync_hasher *th, *bh;	/* target, base (bh NULL: none) */
+	struct wsync_hasher *pre;	/* the equal prefix of both sides */
+	uint64_t prehashed;		/* target bytes in th before coding */
+	uint64_t base_pos;		/* base bytes hashed so far */
+	bool hash_failed;		/* a segment failed: hash no more */
+	int hash_r;			/* a file cut short under the hashing */
+	struct wsync_error hash_err;
+	struct seg_out *segs;
+	size_t next;			/* segments taken */
+	size_t hashed;			/* segments hashed (or passed), in order */
+	unsigned active;		/* workers on it */
+	uint64_t held;			/* output coded, not written (bytes) */
+	unsigned ratio;			/* expected output per input, in 1/1000 */
+	bool seen;			/* ratio is from a coded segment */
+};
 
+/* A worker's own: the encoder's scratch and the segment it codes. */
+struct worker {
+	struct pool *p;
+	struct wsync_segment_scratch sc;
+	struct wsync_buf tb, bb;	/* target and base bytes (pread) */
+	struct wsync_buf out;		/* the encoder's output, reused */
+	struct wsync_piece_in *in;	/* the pieces, kept until hashed */
+	size_t in_cap;
+};
+
+/*
+ * The workers and the items they share with the writer (the calling
+ * thread).  A worker goes to a file nobody codes first, in delta order;
+ * only when every file prepared has a worker does one join the file with
+ * the most segments left.
+ *
+ * Coded output waits in its item until written.  The budget bounds all
+ * output, held or reserved by the segments being coded (what they are
+ * expected to code to).  A segment of the file being written (the head)
+ * is taken while its expected output fits, or whenever none of the
+ * head's is held or being coded, so that it always moves on (the writer
+ * drains its output).  A segment of a later file is taken only while,
+ * beside its own, every worker could still take one of the head's: a
+ * sparse step's segments code to ~0.2 MiB, so each worker gets a file of
+ * its own; a new or incompressible file's to about their size, so the
+ * workers share the head, as segments of one file.  The expectation is
+ * the largest ratio of output to input among the file's coded segments;
+ * before the first, 1/10 for a tensor file with a base, 1 for the rest
+ * -- a segment coding to more than expected exceeds the budget by the
+ * difference until it is written.
+ */
+struct pool {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct job *ring;
-	size_t ring_len;
-	size_t filled, taken;			/* jobs handed out, picked up */
+	struct item **q;		/* [head, tail) in delta order */
+	size_t head, tail, cap;
+	uint64_t pending, budget;	/* output held and reserved, and
+					 * how much may be */
 	bool stop;
-	struct wsync_buf *scratch;		/* two per slot, kept across files */
-
-	/* Hashing both sides from the coder's own reads (NULL: hashed
-	 * before, in a pass of their own).  Segments are hashed in order
-	 * from their slots' buffers, by one worker at a time: the one that
-	 * finds the next segment coded when it finishes its own (a worker
-	 * ahead of the others leaves its segment to it and goes back to the
-	 * ring, where a slot more would let it go on). */
-	struct wsync_hasher *th, *bh;		/* target, base (bh NULL: none) */
-	uint64_t prehashed;			/* target bytes in th before coding */
-	uint64_t hashed;			/* segments hashed so far */
-	uint64_t base_pos;			/* base bytes hashed so far */
-	bool hashing;				/* a worker is hashing */
-	bool hash_failed;			/* a segment failed: hash no more */
+	struct wsync_segment_opts sopts;
+	struct worker *w;
+	unsigned n_workers, started;
+	pthread_t tids[64];
+	bool ready;			/* mutex and condition made */
 };
 
 /* r, from reading s: 0, or the error in err (a file that ends early
@@ -531,157 +574,121 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 }
 
 /*
- * Add a coded segment's bytes, still in its slot's buffers, to the file's
+ * Add segment k's bytes, still in w's buffers (or mapped), to the file's
  * hashes: the target's range (past what was hashed before coding), and
  * each base range that continues the base in order (what the plan skips
  * or reads out of order is read again at the end, see finish_base_hash).
- * The caller holds the hashing role and every earlier segment is hashed.
+ * The caller holds k's turn: every earlier segment is hashed.
  */
-static void hash_job(struct coder *c, const struct job *j)
+static void hash_seg(struct item *it, size_t k, const struct worker *w)
 {
-	const struct plan_seg *s = j->seg;
+	const struct plan_seg *s = &it->plan.segs[k];
 
-	if (c->prehashed < s->toff + s->len) {
-		uint64_t skip = c->prehashed > s->toff ? c->prehashed - s->toff : 0;
+	if (it->prehashed < s->toff + s->len) {
+		uint64_t skip = it->prehashed > s->toff ? it->prehashed - s->toff : 0;
+		const uint8_t *t = it->tmap ? it->tmap + s->toff : w->tb.data;
 
-		const uint8_t *t = c->tmap ? c->tmap + s->toff : j->tb->data;
-
-		wsync_hasher_update(c->th, t + skip, (size_t)(s->len - skip));
+		wsync_hasher_update(it->th, t + skip, (size_t)(s->len - skip));
 	}
 	/* each base range that continues the hashed base (or reaches past
 	 * where it stands) adds what lies past it */
-	for (size_t i = 0; c->bh && i < s->n; i++) {
-		const struct wsync_piece_in *in = &j->in[i];
+	for (size_t i = 0; it->bh && i < s->n; i++) {
+		const struct wsync_piece_in *in = &w->in[i];
 
-		if (in->base && in->base_offset <= c->base_pos &&
-		    c->base_pos - in->base_offset < in->len) {
-			uint64_t skip = c->base_pos - in->base_offset;
+		if (in->base && in->base_offset <= it->base_pos &&
+		    it->base_pos - in->base_offset < in->len) {
+			uint64_t skip = it->base_pos - in->base_offset;
 
-			wsync_hasher_update(c->bh, in->base + skip, (size_t)(in->len - skip));
-			c->base_pos += in->len - skip;
+			wsync_hasher_update(it->bh, in->base + skip, (size_t)(in->len - skip));
+			it->base_pos += in->len - skip;
 		}
 	}
 }
 
 /* A guarded read of the mappings faulted: one of the files shrank under
  * them.  The error read_at gives, for the one that did. */
-static int shrank(const struct coder *c, struct wsync_error *err)
+static int shrank(const struct item *it, struct wsync_error *err)
 {
 	struct stat st;
-	bool base = c->base && fstat(c->base->fd, &st) == 0 &&
-		    (uint64_t)st.st_size < c->base->size;
+	bool base = it->has_base && fstat(it->o.fd, &st) == 0 &&
+		    (uint64_t)st.st_size < it->o.size;
 
-	return read_failed(base ? c->base : c->target, -ENODATA, err);
+	return read_failed(base ? &it->o : &it->n, -ENODATA, err);
 }
 
-struct hash_call {
-	struct coder *c;
-	const struct job *j;
+struct guarded_call {
+	struct item *it;
+	size_t k;
+	struct worker *w;
+	struct seg_out *so;
 };
 
 static int hash_fn(void *arg)
 {
-	struct hash_call *h = arg;
+	struct guarded_call *g = arg;
 
-	hash_job(h->c, h->j);
+	hash_seg(g->it, g->k, g->w);
 	return 0;
 }
 
-/* hash_job, under the guard when the bytes are mapped: -EBUSY (with j's
- * error set) when a file shrank under the mapping. */
-static int hash_mapped(struct coder *c, struct job *j)
+static int encode_fn(void *arg)
 {
-	struct hash_call h = { c, j };
+	struct guarded_call *g = arg;
+	const struct plan_seg *s = &g->it->plan.segs[g->k];
 
-	if (!c->tmap) {
-		hash_job(c, j);
-		return 0;
-	}
-	if (wsync_guarded(hash_fn, &h) == 0)
-		return 0;
-	j->r = shrank(c, &j->err);
-	return j->r;
+	return wsync_segment_encode_in(&g->w->sc, g->w->in, s->n, s->toff,
+				       &g->w->p->sopts, &g->w->out, &g->so->st,
+				       &g->so->err);
 }
 
-/* A job's mapped bytes are used up (coded and hashed): out of the RSS. */
-static void drop_job(struct coder *c, const struct job *j)
+/* Segment k's mapped bytes are used up (coded and hashed): out of the
+ * RSS. */
+static void drop_seg(struct item *it, size_t k, const struct worker *w)
 {
-	const struct plan_seg *s = j->seg;
+	const struct plan_seg *s = &it->plan.segs[k];
 
-	if (!c->tmap)
+	if (!it->tmap)
 		return;
-	wsync_map_drop(c->tmap, c->target->size, s->toff, s->len);
-	for (size_t i = 0; c->bmap && i < s->n; i++)
-		if (j->in[i].base)
-			wsync_map_drop(c->bmap, c->base->size, j->in[i].base_offset,
-				       j->in[i].len);
+	wsync_map_drop(it->tmap, it->n.size, s->toff, s->len);
+	for (size_t i = 0; it->bmap && i < s->n; i++)
+		if (w->in[i].base)
+			wsync_map_drop(it->bmap, it->o.size, w->in[i].base_offset,
+				       w->in[i].len);
 }
 
 /*
- * j is coded (or failed): hand it on.  Without hashing it is done.  With
- * hashing, the worker that finds no other hashing takes the role and
- * hashes every coded segment next in order, its own or others'; a failed
- * segment ends the hashing (the writer stops at its error first).
+ * Hash segment k, its turn come (a failed segment, or one after it, ends
+ * the file's hashing: the writer stops at the failure first), and let its
+ * mapped bytes go.  A file cut short under the mapping fails the item
+ * (hash_r: the writer may be writing the segment meanwhile).
  */
-static void finish_job(struct coder *c, struct job *j)
+static void hash_turn(struct item *it, size_t k, struct worker *w)
 {
-	if (!c->th)
-		drop_job(c, j);
-	pthread_mutex_lock(&c->mu);
-	j->coded = true;
-	if (!c->th)
-		j->done = true;
-	if (!c->th || c->hashing) {
-		pthread_cond_broadcast(&c->cv);
-		pthread_mutex_unlock(&c->mu);
-		return;
-	}
-	c->hashing = true;
-	while (c->hashed < c->filled) {
-		struct job *h = &c->ring[c->hashed % c->ring_len];
-		bool stop = c->stop;
+	struct seg_out *so = &it->segs[k];
+	struct guarded_call g = { it, k, w, so };
 
-		if (!h->coded)
-			break;
-		pthread_mutex_unlock(&c->mu);
-		if (h->r < 0 || stop)
-			c->hash_failed = true;
-		if (!c->hash_failed && hash_mapped(c, h) < 0)
-			c->hash_failed = true;
-		drop_job(c, h);
-		pthread_mutex_lock(&c->mu);
-		h->coded = false;
-		h->done = true;
-		c->hashed++;
-		pthread_cond_broadcast(&c->cv);
+	if (so->r < 0)
+		it->hash_failed = true;
+	if (it->th && !it->hash_failed) {
+		if (!it->tmap)
+			hash_seg(it, k, w);
+		else if (wsync_guarded(hash_fn, &g) != 0) {
+			it->hash_failed = true;
+			it->hash_r = shrank(it, &it->hash_err);
+		}
 	}
-	c->hashing = false;
-	pthread_mutex_unlock(&c->mu);
+	drop_seg(it, k, w);
 }
 
 /* The rest of the base hash: what the segments did not read in order. */
-static int finish_base_hash(struct coder *c, struct wsync_error *err)
+static int finish_base_hash(struct item *it, struct wsync_error *err)
 {
-	int r = wsync_hasher_update_fd(c->bh, c->base->fd, c->base_pos,
-				       c->base->size - c->base_pos);
+	int r = wsync_hasher_update_fd(it->bh, it->o.fd, it->base_pos,
+				       it->o.size - it->base_pos);
 
 	if (r == 0)
-		c->base_pos = c->base->size;
-	return read_failed(c->base, r, err);
-}
-
-struct encode_call {
-	struct coder *c;
-	struct job *j;
-};
-
-static int encode_fn(void *arg)
-{
-	struct encode_call *e = arg;
-	const struct plan_seg *s = e->j->seg;
-
-	return wsync_segment_encode_in(&e->j->sc, e->j->in, s->n, s->toff, &e->c->sopts,
-				       &e->j->out, &e->j->st, &e->j->err);
+		it->base_pos = it->o.size;
+	return read_failed(&it->o, r, err);
 }
 
 /*
@@ -706,190 +713,226 @@ static bool read_mapped(void)
 }
 
 /*
- * Code one segment.  Its bytes are read with pread into two buffers of
- * one segment per worker, or, with read_mapped, through the files'
- * mappings (the page cache itself) under the guard against a file cut
- * short meanwhile.  Memory stays bounded either way: the buffers are
- * reused, and what a segment mapped is dropped once it is coded and
- * hashed (drop_job).
+ * Code segment k of it into so->out.  Its bytes are read with pread into
+ * w's two buffers of a segment, or, when mapped, used where they lie (the
+ * page cache itself) under the guard against a file cut short meanwhile.
+ * The encoder's output goes to w->out, reused segment after segment, and
+ * with hand is handed to so: copied when small (a sparse step's), else
+ * the buffer itself.
  */
-static void code_segment(struct coder *c, struct job *j)
+static void code_segment(struct item *it, size_t k, struct worker *w, bool hand)
 {
-	const struct plan_seg *s = j->seg;
-	struct wsync_buf *tb = j->tb, *bb = j->bb;
-	struct encode_call call = { c, j };
-	struct wsync_piece_in *in;
+	const struct plan_seg *s = &it->plan.segs[k];
+	struct seg_out *so = &it->segs[k];
+	struct guarded_call g = { it, k, w, so };
 	const uint8_t *t, *b;		/* the segment's target, its base bytes */
 	uint64_t bpos = 0;
+	int r = 0;
 
-	free(j->in);
-	in = j->in = calloc(s->n, sizeof(*in));
-	memset(&j->st, 0, sizeof(j->st));
-	wsync_buf_reset(&j->out);
-	wsync_error_clear(&j->err);
-	if (!in || (!c->tmap && (wsync_buf_scratch(tb, (size_t)s->len) < 0 ||
-				 wsync_buf_scratch(bb, (size_t)s->len) < 0))) {
-		j->r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
-		return;
+	memset(&so->st, 0, sizeof(so->st));
+	wsync_error_clear(&so->err);
+	wsync_buf_reset(&w->out);
+	if (WSYNC_GROW(w->in, w->in_cap, s->n - 1, 64) < 0 ||
+	    (!it->tmap && (wsync_buf_scratch(&w->tb, (size_t)s->len) < 0 ||
+			   wsync_buf_scratch(&w->bb, (size_t)s->len) < 0))) {
+		so->r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
+		goto out;
 	}
-	t = c->tmap ? c->tmap + s->toff : tb->data;
-	b = c->tmap ? c->bmap : bb->data;
-	j->r = c->tmap ? 0 : read_at(c->target, tb->data, s->len, s->toff, &j->err);
-	for (size_t i = 0; i < s->n && j->r == 0; i++) {
-		const struct plan_piece *pp = &c->plan->pieces[s->first + i];
+	t = it->tmap ? it->tmap + s->toff : w->tb.data;
+	b = it->tmap ? it->bmap : w->bb.data;
+	r = it->tmap ? 0 : read_at(&it->n, w->tb.data, s->len, s->toff, &so->err);
+	for (size_t i = 0; i < s->n && r == 0; i++) {
+		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
 		bool based = pp->method != WSYNC_PIECE_ZSTD;
 
 		/* mapped, a base range is where it lies in the file; read,
 		 * where it was put in bb */
-		in[i] = (struct wsync_piece_in){
+		w->in[i] = (struct wsync_piece_in){
 			.method = pp->method,
 			.family = pp->family,
 			.target = t + (pp->toff - s->toff),
-			.base = based ? b + (c->tmap ? pp->boff : bpos) : NULL,
+			.base = based ? b + (it->tmap ? pp->boff : bpos) : NULL,
 			.base_offset = based ? pp->boff : 0,
 			.len = pp->len,
 		};
-		if (based && !c->tmap)
-			j->r = read_at(c->base, bb->data + bpos, pp->len, pp->boff, &j->err);
+		if (based && !it->tmap)
+			r = read_at(&it->o, w->bb.data + bpos, pp->len, pp->boff, &so->err);
 		if (based)
 			bpos += pp->len;
 	}
-	if (j->r == 0 && c->tmap) {
-		j->r = wsync_guarded(encode_fn, &call);
-		if (j->r == -EFAULT) {
+	if (r == 0 && it->tmap) {
+		r = wsync_guarded(encode_fn, &g);
+		if (r == -EFAULT) {
 			/* abandoned midway: what the encoder held is reset */
-			wsync_segment_scratch_free(&j->sc);
-			j->r = shrank(c, &j->err);
+			wsync_segment_scratch_free(&w->sc);
+			r = shrank(it, &so->err);
 		}
-	} else if (j->r == 0) {
-		j->r = encode_fn(&call);
+	} else if (r == 0) {
+		r = encode_fn(&g);
 	}
-	if (j->r < 0)
-		wsync_error_prefix(&j->err, "%s: segment at %" PRIu64,
-				   c->target->path, s->toff);
+	if (r == 0 && !hand) {
+		/* the caller writes it from w->out */
+	} else if (r == 0 && w->out.len <= KEEP_BUFFER) {
+		/* in huge pages from 1 MiB on: output waiting for the writer
+		 * is fresh memory, and its 4 KiB pages took ~8 ms to fault in
+		 * for a dense step's 3.3 MiB segment */
+		r = w->out.len >= (1u << 20)
+			    ? wsync_buf_scratch(&so->out, w->out.len)
+			    : wsync_buf_reserve(&so->out, w->out.len);
+		if (r < 0) {
+			r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
+		} else if (w->out.len) {
+			memcpy(so->out.data, w->out.data, w->out.len);
+			so->out.len = w->out.len;
+		}
+	} else if (r == 0) {
+		so->out = w->out;
+		w->out = (struct wsync_buf){ 0 };
+	}
+	so->r = r;
+out:
+	if (so->r < 0)
+		wsync_error_prefix(&so->err, "%s: segment at %" PRIu64, it->n.path, s->toff);
 }
 
-static void *coder_worker(void *arg)
+static bool has_work(const struct item *it)
 {
-	struct coder *c = arg;
+	return it->coded_file && it->next < it->plan.n_segs;
+}
 
-	pthread_mutex_lock(&c->mu);
-	for (;;) {
-		struct job *j;
+/* The output the next segment of it is expected to code to. */
+static uint64_t expected_out(const struct item *it)
+{
+	return it->plan.segs[it->next].len / 1000 * it->ratio;
+}
 
-		while (!c->stop && c->taken == c->filled &&
-		       c->filled < c->plan->n_segs)
-			pthread_cond_wait(&c->cv, &c->mu);
-		if (c->stop || c->taken >= c->plan->n_segs)
-			break;
-		j = &c->ring[c->taken++ % c->ring_len];
-		pthread_mutex_unlock(&c->mu);
-		code_segment(c, j);
-		finish_job(c, j);
-		pthread_mutex_lock(&c->mu);
+/* The item a worker takes a segment of next (under the mutex), or NULL. */
+static struct item *pick(struct pool *p)
+{
+	struct item *best = NULL, *head = p->head < p->tail ? p->q[p->head % p->cap] : NULL;
+	uint64_t room = head && has_work(head) ? p->n_workers * expected_out(head) : 0;
+
+	for (size_t i = p->head; i < p->tail; i++) {
+		struct item *it = p->q[i % p->cap];
+
+		uint64_t est;
+
+		if (!has_work(it))
+			continue;
+		est = expected_out(it);
+		if (it == head ? p->pending + est > p->budget && (it->active || it->held)
+			       : p->pending + est + room > p->budget)
+			continue;
+		if (it->active == 0)
+			return it;
+		if (!best || it->plan.n_segs - it->next > best->plan.n_segs - best->next)
+			best = it;
 	}
-	pthread_mutex_unlock(&c->mu);
+	return best;
+}
+
+/*
+ * Take segment next of it (under the mutex), code it, and hash it when
+ * its turn comes -- at once on a file of one's own; behind the worker on
+ * the segment before it otherwise.  Returns with the mutex held.
+ */
+static void work_on(struct pool *p, struct item *it, struct worker *w)
+{
+	size_t k = it->next;
+	struct seg_out *so = &it->segs[k];
+	unsigned ratio;
+
+	so->reserved = expected_out(it);
+	p->pending += so->reserved;
+	it->next++;
+	it->active++;
+	pthread_mutex_unlock(&p->mu);
+	code_segment(it, k, w, true);
+	pthread_mutex_lock(&p->mu);
+	so->coded = true;
+	p->pending += so->out.len - so->reserved;
+	so->reserved = 0;
+	it->held += so->out.len;
+	ratio = (unsigned)(so->out.len * 1000 / it->plan.segs[k].len) + 1;
+	if (!it->seen || ratio > it->ratio)
+		it->ratio = ratio;
+	it->seen = true;
+	pthread_cond_broadcast(&p->cv);
+	while (it->hashed != k)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+	hash_turn(it, k, w);
+	pthread_mutex_lock(&p->mu);
+	it->hashed++;
+	it->active--;
+	pthread_cond_broadcast(&p->cv);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct pool *p = w->p;
+
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		struct item *it = NULL;
+
+		while (!p->stop && !(it = pick(p)))
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (p->stop)
+			break;
+		work_on(p, it, w);
+	}
+	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
-/* Hand a coded job to the writer and add its figures. */
-static int write_job(struct wsync_delta_writer *w, struct job *j,
-		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
-		     struct wsync_error *err)
+/* Start the workers, once there is a file to code (none when the calling
+ * thread codes alone). */
+static int pool_start(struct pool *p, struct wsync_error *err)
 {
-	int r;
+	while (p->started < p->n_workers && p->n_workers > 1) {
+		int e = pthread_create(&p->tids[p->started], NULL, worker_main,
+				       &p->w[p->started]);
 
-	if (j->r < 0) {
-		*err = j->err;
-		return j->r;
+		if (e && p->started == 0)
+			return wsync_error_set(err, -e, "starting a thread: %s", strerror(e));
+		if (e)
+			break;		/* fewer: the work is shared, not divided */
+		p->started++;
 	}
-	r = wsync_delta_writer_segment(w, j->out.data, j->out.len, err);
-	if (r < 0)
-		return r;
-	file_st->elements += j->st.elements;
-	file_st->changed += j->st.changed;
-	for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
-		st->method_bytes[m] += j->st.method_bytes[m];
-	if (j->out.cap > KEEP_BUFFER)
-		wsync_buf_free(&j->out);
 	return 0;
 }
 
-/* Code every segment of the plan and write them in order, on threads
- * workers (none below two segments: the calling thread does it), with a
- * ring of threads slots -- threads + 1 when the files are mapped: a slot
- * then costs no buffers, and the one more lets a worker go on while the
- * hashing of the segments before it catches up. */
-static int code_file(struct coder *c, unsigned threads, unsigned slots,
-		     struct wsync_delta_writer *w,
-		     struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
-		     struct job *ring, struct wsync_error *err)
+static void pool_stop(struct pool *p)
 {
-	size_t n = c->plan->n_segs, written = 0;
-	pthread_t tids[64];
-	unsigned started = 0;
-	int r = 0;
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (unsigned i = 0; i < p->started; i++)
+		pthread_join(p->tids[i], NULL);
+	p->started = 0;
+}
 
-	if (threads > n)
-		threads = (unsigned)n;
-	if (threads > 64)
-		threads = 64;
-	c->ring = ring;
-	c->ring_len = threads <= 1 ? 1 : threads + (c->tmap != NULL);
-	if (c->ring_len > slots)
-		c->ring_len = slots;
-	for (size_t i = 0; i < c->ring_len; i++) {
-		ring[i].tb = &c->scratch[2 * i];
-		ring[i].bb = &c->scratch[2 * i + 1];
-		ring[i].coded = ring[i].done = false;
-	}
-	c->filled = c->taken = 0;
-	c->stop = false;
-	if (threads <= 1) {
-		for (size_t i = 0; i < n && r == 0; i++) {
-			ring[0].seg = &c->plan->segs[i];
-			ring[0].coded = ring[0].done = false;
-			c->filled = i + 1;
-			code_segment(c, &ring[0]);
-			finish_job(c, &ring[0]);
-			r = write_job(w, &ring[0], st, file_st, err);
-		}
-		return r;
-	}
-
-	for (; started < threads; started++) {
-		int e = pthread_create(&tids[started], NULL, coder_worker, c);
-
-		if (e) {
-			r = wsync_error_set(err, -e, "starting a thread: %s", strerror(e));
-			break;
-		}
-	}
-	pthread_mutex_lock(&c->mu);
-	while (r == 0 && written < n) {
-		struct job *j;
-
-		while (c->filled < n && c->filled - written < c->ring_len) {
-			j = &c->ring[c->filled % c->ring_len];
-			j->seg = &c->plan->segs[c->filled];
-			j->coded = j->done = false;
-			c->filled++;
-		}
-		pthread_cond_broadcast(&c->cv);
-		j = &c->ring[written % c->ring_len];
-		while (!j->done)
-			pthread_cond_wait(&c->cv, &c->mu);
-		pthread_mutex_unlock(&c->mu);
-		r = write_job(w, j, st, file_st, err);
-		written++;
-		pthread_mutex_lock(&c->mu);
-	}
-	c->stop = true;
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
-	return r;
+static void item_free(struct item *it)
+{
+	if (!it)
+		return;
+	for (size_t k = 0; it->segs && k < it->plan.n_segs; k++)
+		wsync_buf_free(&it->segs[k].out);
+	free(it->segs);
+	wsync_unmap_file(it->tmap, it->n.size);
+	if (it->has_base)
+		wsync_unmap_file(it->bmap, it->o.size);
+	wsync_hasher_free(it->th);
+	wsync_hasher_free(it->bh);
+	wsync_hasher_free(it->pre);
+	plan_free(&it->plan);
+	src_close(&it->o);
+	src_close(&it->n);
+	free(it->f.path);
+	free(it);
 }
 
 /* ---- the whole diff ---- */
@@ -898,14 +941,243 @@ struct differ {
 	const struct wsync_diff_opts *opts;
 	struct wsync_diff_stats *st;
 	struct wsync_delta_writer *w;
-	struct plan plan;
-	struct job *ring;		/* slots jobs, reused file to file */
-	struct wsync_buf *scratch;	/* 2 x slots segment buffers, likewise */
-	unsigned threads, slots;
+	struct pool pool;
+	unsigned threads;
+	uint64_t seg_max;		/* target bytes per segment, at most */
+	size_t ahead;			/* files to code queued at most */
 	bool single;			/* two files, not two directories */
 	int old_fd, new_fd;		/* the roots (-1 when single) */
 	const char *old_root, *new_root;
 };
+
+/*
+ * Plan a changed file and make it ready for the workers.  With it->th, its
+ * hashes are taken from the coder's reads rather than before (the record
+ * is patched with them once written), going on from it->pre (NULL: from
+ * nothing), which holds the first prehashed bytes of both sides.
+ */
+static int plan_file(struct differ *d, struct item *it, bool fold,
+		     struct wsync_error *err)
+{
+	struct src *o = it->has_base ? &it->o : NULL, *n = &it->n;
+	struct wsync_error ignored;
+	int r;
+
+	it->plan.max = d->seg_max;
+	it->plan.size = n->size;
+	/* Tensor-aware only when both sides parse; anything else is bytes. */
+	if (o && n->size && o->size &&
+	    wsync_st_open(n->path, &n->st, &ignored) == 0 &&
+	    wsync_st_open(o->path, &o->st, &ignored) == 0) {
+		it->f.kind = WSYNC_DELTA_KIND_SAFETENSORS;
+	} else {
+		wsync_st_close(n->st);
+		n->st = NULL;
+	}
+	r = src_check(n, err);
+	if (r == 0 && o)
+		r = src_check(o, err);
+	if (r < 0)
+		return r;
+	if (it->f.kind == WSYNC_DELTA_KIND_SAFETENSORS)
+		r = plan_tensors(&it->plan, o->st->hdr, n->st->hdr);
+	else if (o && o->size == n->size)
+		r = plan_add(&it->plan, WSYNC_PIECE_XOR, WSYNC_FAMILY_NONE, 0,
+			     n->size, 0);
+	else
+		r = plan_add(&it->plan, WSYNC_PIECE_ZSTD, WSYNC_FAMILY_NONE, 0,
+			     n->size, 0);
+	if (r == 0 && it->plan.n_segs)
+		it->segs = calloc(it->plan.n_segs, sizeof(*it->segs));
+	if (r < 0 || (it->plan.n_segs && !it->segs))
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	it->f.n_segments = it->plan.n_segs;
+	it->coded_file = true;
+	it->ratio = o && it->f.kind == WSYNC_DELTA_KIND_SAFETENSORS ? 100 : 1000;
+	/* both sides mapped, or neither (pread) */
+	if (!read_mapped() || wsync_map_file(n->fd, n->size, &it->tmap) < 0 ||
+	    (o && wsync_map_file(o->fd, o->size, &it->bmap) < 0) || !it->tmap) {
+		wsync_unmap_file(it->tmap, n->size);
+		it->tmap = it->bmap = NULL;
+	}
+	if (fold && (wsync_hasher_new(&it->th) < 0 || (o && wsync_hasher_new(&it->bh) < 0)))
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (fold && it->pre) {
+		wsync_hasher_copy(it->th, it->pre);
+		if (it->bh)
+			wsync_hasher_copy(it->bh, it->pre);
+		it->base_pos = it->prehashed;
+	}
+	return 0;
+}
+
+/* The figures of a file written as WRITE. */
+static void count_written(struct differ *d, const struct wsync_segment_stats *file_st,
+			  uint64_t size)
+{
+	d->st->written++;
+	d->st->elements += file_st->elements;
+	d->st->changed += file_st->changed;
+	d->st->coded_bytes += size;
+}
+
+/* Files to code in the queue (the writer's own view: only it adds and
+ * removes items). */
+static size_t queued_files(const struct pool *p)
+{
+	size_t n = 0;
+
+	for (size_t i = p->head; i < p->tail; i++)
+		n += p->q[i % p->cap]->coded_file;
+	return n;
+}
+
+/*
+ * Start the workers once there is work for them: when the queue holds a
+ * file for each, or when the writer is about to wait or to read on its
+ * own for a while.  Not at the first file: the next ones are found within
+ * milliseconds, and a worker that finds only one file joins its
+ * neighbour there instead of taking a file of its own.
+ */
+static int pool_kick(struct differ *d, size_t at_least, struct wsync_error *err)
+{
+	if (d->pool.started || queued_files(&d->pool) < at_least ||
+	    queued_files(&d->pool) == 0)
+		return 0;
+	return pool_start(&d->pool, err);
+}
+
+/* Write segment k of it, waiting for it to be coded (coding it here when
+ * no worker runs), and add its figures. */
+static int write_seg(struct differ *d, struct item *it, size_t k,
+		     struct wsync_segment_stats *file_st, struct wsync_error *err)
+{
+	struct pool *p = &d->pool;
+	struct seg_out *so = &it->segs[k];
+	const struct wsync_buf *out = &so->out;
+	int r;
+
+	if (p->started == 0) {
+		/* coding alone: written from the worker's own buffer */
+		it->next++;
+		out = &p->w[0].out;
+		code_segment(it, k, &p->w[0], false);
+		so->coded = true;
+		hash_turn(it, k, &p->w[0]);
+		it->hashed++;
+	} else {
+		pthread_mutex_lock(&p->mu);
+		while (!so->coded)
+			pthread_cond_wait(&p->cv, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
+	if (so->r < 0) {
+		*err = so->err;
+		return so->r;
+	}
+	r = wsync_delta_writer_segment(d->w, out->data, out->len, err);
+	pthread_mutex_lock(&p->mu);
+	p->pending -= so->out.len;
+	it->held -= so->out.len;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	wsync_buf_free(&so->out);
+	if (p->started == 0 && p->w[0].out.cap > KEEP_BUFFER)
+		wsync_buf_free(&p->w[0].out);
+	if (r < 0)
+		return r;
+	file_st->elements += so->st.elements;
+	file_st->changed += so->st.changed;
+	for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
+		d->st->method_bytes[m] += so->st.method_bytes[m];
+	return 0;
+}
+
+/*
+ * Write a changed file: its FILE record, its segments as they are coded,
+ * then the hashes taken while coding and the counts.  One that proves
+ * unchanged after all is taken back and written as KEEP.
+ */
+static int write_file(struct differ *d, struct item *it, struct wsync_error *err)
+{
+	struct pool *p = &d->pool;
+	struct wsync_segment_stats file_st = { 0 };
+	uint64_t method_bytes[WSYNC_PIECE_METHODS];
+	struct src *o = it->has_base ? &it->o : NULL, *n = &it->n;
+	int r;
+
+	memcpy(method_bytes, d->st->method_bytes, sizeof(method_bytes));
+	r = wsync_delta_writer_file(d->w, &it->f, err);
+	for (size_t k = 0; r == 0 && k < it->plan.n_segs; k++)
+		r = write_seg(d, it, k, &file_st, err);
+	if (r < 0)
+		return r;
+	/* every segment hashed, and no worker on the file any more */
+	pthread_mutex_lock(&p->mu);
+	while (it->hashed < it->plan.n_segs || it->active)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+	if (it->hash_r < 0) {
+		*err = it->hash_err;
+		return it->hash_r;
+	}
+	if (it->bh)
+		r = finish_base_hash(it, err);
+	/* nothing may have changed meanwhile (src_check again): what was
+	 * hashed, before or while coding, is what was coded */
+	if (r == 0)
+		r = src_check(n, err);
+	if (r == 0 && o)
+		r = src_check(o, err);
+	if (r == 0 && it->th) {
+		wsync_hasher_digest(it->th, &n->hash);
+		if (it->bh)
+			wsync_hasher_digest(it->bh, &o->hash);
+		r = wsync_delta_writer_file_hashes(d->w, o ? &o->hash : NULL, &n->hash,
+						   err);
+	}
+	if (r == 0 && file_st.elements)
+		r = wsync_delta_writer_file_counts(d->w, file_st.changed,
+						   file_st.elements, err);
+	if (r < 0)
+		return r;
+	if (it->th && o && o->size == n->size && o->mode == n->mode &&
+	    wsync_hash_equal(&o->hash, &n->hash)) {
+		/* unchanged after all: KEEP, as if hashed first */
+		memcpy(d->st->method_bytes, method_bytes, sizeof(method_bytes));
+		r = wsync_delta_writer_drop_file(d->w, err);
+		it->f.op = WSYNC_DELTA_KEEP;
+		it->f.n_segments = 0;
+		it->f.kind = 0;
+		it->f.base_hash = o->hash;
+		it->f.target_hash = n->hash;
+		d->st->kept++;
+		return r < 0 ? r : wsync_delta_writer_file(d->w, &it->f, err);
+	}
+	count_written(d, &file_st, n->size);
+	return 0;
+}
+
+/* Write the first item waiting, and let it go. */
+static int write_head(struct differ *d, struct wsync_error *err)
+{
+	struct pool *p = &d->pool;
+	struct item *it = p->q[p->head % p->cap];
+	int r = pool_kick(d, 1, err);
+
+	if (r < 0)
+		return r;
+	r = it->coded_file ? write_file(d, it, err)
+			   : wsync_delta_writer_file(d->w, &it->f, err);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&p->mu);
+	p->head++;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	item_free(it);
+	return 0;
+}
 
 /*
  * Before coding a file of the same size as its base: compare the two from
@@ -913,7 +1185,7 @@ struct differ {
  * into h until they differ.  *same gets the bytes found equal, the whole
  * file when it did not change: then it is KEEP without a coding pass.
  */
-static int same_prefix(const struct src *o, const struct src *n,
+static int same_prefix(struct differ *d, const struct src *o, const struct src *n,
 		       struct wsync_hasher *h, uint64_t *same, struct wsync_error *err)
 {
 	uint8_t *a = malloc(2 * (size_t)SAME_CHUNK), *b = a + SAME_CHUNK;
@@ -937,233 +1209,130 @@ static int same_prefix(const struct src *o, const struct src *n,
 		off += len;
 		if (chunk < SAME_CHUNK)
 			chunk *= 2;
+		/* a long read ahead, likely the whole file: the files
+		 * queued before it need not wait for it */
+		if (off >= LONG_READ && off - len < LONG_READ)
+			r = pool_kick(d, 1, err);
+		if (r < 0)
+			break;
 	}
 	free(a);
 	*same = off;
 	return r;
 }
 
-/*
- * Code a changed file (its FILE record first).  With fold, the file's
- * hashes are taken from the coder's reads rather than before, and the
- * record is patched with them at the end (o->hash, n->hash set), going
- * on from pre (NULL: from nothing), which holds the first prehashed bytes
- * of both sides; file_st gets the file's figures, for the caller to count.
- */
-static int diff_changed(struct differ *d, struct src *o,
-			struct src *n, struct wsync_delta_file *f, bool fold,
-			const struct wsync_hasher *pre, uint64_t prehashed,
-			struct wsync_segment_stats *file_st, struct wsync_error *err)
+/* Queue it for the writer (and the workers); write what is ready, so
+ * that no more than d->ahead files to code wait beside the one written. */
+static int push_item(struct differ *d, struct item *it, struct wsync_error *err)
 {
-	struct wsync_error ignored;
-	struct coder c = { .scratch = d->scratch };
-	int r;
+	struct pool *p = &d->pool;
+	size_t coding;
+	int r = 0;
 
-	plan_reset(&d->plan);
-	d->plan.size = n->size;
-	/* Tensor-aware only when both sides parse; anything else is bytes. */
-	if (o && n->size && o->size &&
-	    wsync_st_open(n->path, &n->st, &ignored) == 0 &&
-	    wsync_st_open(o->path, &o->st, &ignored) == 0) {
-		f->kind = WSYNC_DELTA_KIND_SAFETENSORS;
-	} else {
-		wsync_st_close(n->st);
-		n->st = NULL;
+	if (!it->coded_file) {
+		/* a record: nothing more to read */
+		src_close(&it->o);
+		src_close(&it->n);
 	}
-	r = src_check(n, err);
-	if (r == 0 && o)
-		r = src_check(o, err);
-	if (r < 0)
-		return r;
-	if (f->kind == WSYNC_DELTA_KIND_SAFETENSORS)
-		r = plan_tensors(&d->plan, o->st->hdr, n->st->hdr);
-	else if (o && o->size == n->size)
-		r = plan_add(&d->plan, WSYNC_PIECE_XOR, WSYNC_FAMILY_NONE, 0,
-			     n->size, 0);
-	else
-		r = plan_add(&d->plan, WSYNC_PIECE_ZSTD, WSYNC_FAMILY_NONE, 0,
-			     n->size, 0);
-	if (r < 0)
-		return wsync_error_set(err, r, "out of memory");
-
-	f->n_segments = d->plan.n_segs;
-	r = wsync_delta_writer_file(d->w, f, err);
-	if (r < 0)
-		return r;
-	c.plan = &d->plan;
-	c.target = n;
-	c.base = o;
-	/* both sides mapped, or neither (pread) */
-	if (!read_mapped() || wsync_map_file(n->fd, n->size, &c.tmap) < 0 ||
-	    (o && wsync_map_file(o->fd, o->size, &c.bmap) < 0) || !c.tmap) {
-		wsync_unmap_file(c.tmap, n->size);
-		c.tmap = c.bmap = NULL;
+	pthread_mutex_lock(&p->mu);
+	p->q[p->tail++ % p->cap] = it;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	coding = queued_files(p);
+	r = pool_kick(d, p->n_workers, err);
+	while (r == 0 && p->head < p->tail &&
+	       (coding > d->ahead || p->tail - p->head == p->cap ||
+		!p->q[p->head % p->cap]->coded_file)) {
+		coding -= p->q[p->head % p->cap]->coded_file;
+		r = write_head(d, err);
 	}
-	c.sopts.zstd_level = d->opts && d->opts->zstd_level ? d->opts->zstd_level : 1;
-	if (fold && (wsync_hasher_new(&c.th) < 0 || (o && wsync_hasher_new(&c.bh) < 0))) {
-		wsync_hasher_free(c.th);
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	}
-	if (fold && pre) {
-		wsync_hasher_copy(c.th, pre);
-		if (c.bh)
-			wsync_hasher_copy(c.bh, pre);
-		c.prehashed = c.base_pos = prehashed;
-	}
-	if (pthread_mutex_init(&c.mu, NULL) != 0) {
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	if (pthread_cond_init(&c.cv, NULL) != 0) {
-		pthread_mutex_destroy(&c.mu);
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	r = code_file(&c, d->threads, d->slots, d->w, d->st, file_st, d->ring, err);
-	pthread_cond_destroy(&c.cv);
-	pthread_mutex_destroy(&c.mu);
-	if (r == 0 && c.bh)
-		r = finish_base_hash(&c, err);
-	if (r == 0) {
-		/* nothing may have changed meanwhile (src_check again): what
-		 * was hashed, before or while coding, is what was coded */
-		r = src_check(n, err);
-		if (r == 0 && o)
-			r = src_check(o, err);
-	}
-	if (r == 0 && fold) {
-		wsync_hasher_digest(c.th, &n->hash);
-		if (c.bh)
-			wsync_hasher_digest(c.bh, &o->hash);
-		r = wsync_delta_writer_file_hashes(d->w, o ? &o->hash : NULL, &n->hash,
-						   err);
-	}
-	if (r == 0 && file_st->elements)
-		r = wsync_delta_writer_file_counts(d->w, file_st->changed,
-						   file_st->elements, err);
-out:
-	wsync_unmap_file(c.tmap, n->size);
-	if (o)
-		wsync_unmap_file(c.bmap, o->size);
-	wsync_hasher_free(c.th);
-	wsync_hasher_free(c.bh);
 	return r;
-}
-
-/* The figures of a file written as WRITE. */
-static void count_written(struct differ *d, const struct wsync_segment_stats *file_st,
-			  uint64_t size)
-{
-	d->st->written++;
-	d->st->elements += file_st->elements;
-	d->st->changed += file_st->changed;
-	d->st->coded_bytes += size;
 }
 
 /* One path: in OLD, NEW or both. */
 static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new,
 		     struct wsync_error *err)
 {
-	struct src o = { .fd = -1 }, n = { .fd = -1 };
-	struct wsync_delta_file f = { .path = (char *)rel };
-	struct wsync_segment_stats file_st = { 0 };
-	uint64_t method_bytes[WSYNC_PIECE_METHODS];
-	struct wsync_hasher *pre = NULL;	/* the equal prefix of both sides */
-	uint64_t prehashed = 0;
+	struct item *it = calloc(1, sizeof(*it));
+	struct src *o, *n;
 	bool fold;
 	int r = 0;
 
+	if (!it)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	o = &it->o;
+	n = &it->n;
+	o->fd = n->fd = -1;
+	it->has_base = in_old;
+	it->f.path = strdup(rel);
+	if (!it->f.path) {
+		item_free(it);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
 	if (in_old)
-		r = src_open(&o, d->old_fd, d->old_root, rel, d->single, err);
+		r = src_open(o, d->old_fd, d->old_root, rel, d->single, err);
 	if (r == 0 && in_new)
-		r = src_open(&n, d->new_fd, d->new_root, rel, d->single, err);
+		r = src_open(n, d->new_fd, d->new_root, rel, d->single, err);
 	/* A file in NEW is hashed as it is coded (the FILE record is patched
 	 * afterwards); one that then proves unchanged is taken back and
 	 * written as KEEP.  Files of different sizes or modes are never
 	 * KEEP; a DELETE needs the base hash first. */
-	fold = in_new && n.size >= FOLD_MIN;
+	fold = in_new && n->size >= FOLD_MIN;
+	if (r == 0 && !fold && o->size + n->size >= LONG_READ)
+		r = pool_kick(d, 1, err);
 	if (r == 0 && !fold && in_old && in_new)
-		r = src_hash_pair(&o, &n, d->threads > 1 && o.size + n.size >= (64u << 20),
+		r = src_hash_pair(o, n, d->threads > 1 && o->size + n->size >= (64u << 20),
 				  err);
 	else if (r == 0 && !fold)
-		r = src_hash(in_old ? &o : &n, err);
+		r = src_hash(in_old ? o : n, err);
 	if (r < 0)
-		goto out;
+		goto fail;
 	if (in_old) {
-		f.flags = WSYNC_DELTA_FILE_HAS_BASE;
-		f.base_size = o.size;
-		f.base_hash = o.hash;
+		it->f.flags = WSYNC_DELTA_FILE_HAS_BASE;
+		it->f.base_size = o->size;
+		it->f.base_hash = o->hash;
 	}
 	if (!in_new) {
-		f.op = WSYNC_DELTA_DELETE;
+		it->f.op = WSYNC_DELTA_DELETE;
 		d->st->deleted++;
-		r = wsync_delta_writer_file(d->w, &f, err);
-		goto out;
+		return push_item(d, it, err);
 	}
-	f.mode = n.mode;
-	f.target_size = n.size;
-	f.target_hash = n.hash;	/* zero while fold: patched after coding */
-	d->st->target_bytes += n.size;
-	if (!fold && in_old && o.size == n.size && o.mode == n.mode &&
-	    wsync_hash_equal(&o.hash, &n.hash)) {
-		f.op = WSYNC_DELTA_KEEP;
+	it->f.mode = n->mode;
+	it->f.target_size = n->size;
+	it->f.target_hash = n->hash;	/* zero while fold: patched after coding */
+	d->st->target_bytes += n->size;
+	if (!fold && in_old && o->size == n->size && o->mode == n->mode &&
+	    wsync_hash_equal(&o->hash, &n->hash)) {
+		it->f.op = WSYNC_DELTA_KEEP;
 		d->st->kept++;
-		r = wsync_delta_writer_file(d->w, &f, err);
-		goto out;
+		return push_item(d, it, err);
 	}
 	/* A mode-only change is a WRITE too: its pieces come out as COPY, and
 	 * the applier's atomic replace sets the mode. */
-	f.op = WSYNC_DELTA_WRITE;
-	if (!fold) {
-		r = diff_changed(d, in_old ? &o : NULL, &n, &f, false, NULL, 0, &file_st,
-				 err);
-		if (r == 0)
-			count_written(d, &file_st, n.size);
-		goto out;
-	}
-	if (in_old && o.size == n.size && o.mode == n.mode) {
-		if (wsync_hasher_new(&pre) < 0) {
+	it->f.op = WSYNC_DELTA_WRITE;
+	if (fold && in_old && o->size == n->size && o->mode == n->mode) {
+		if (wsync_hasher_new(&it->pre) < 0) {
 			r = wsync_error_set(err, -ENOMEM, "out of memory");
-			goto out;
+			goto fail;
 		}
-		r = same_prefix(&o, &n, pre, &prehashed, err);
-		if (r == 0 && prehashed == n.size) {
-			/* unchanged: KEEP, as if hashed first */
-			wsync_hasher_digest(pre, &n.hash);
-			f.op = WSYNC_DELTA_KEEP;
-			f.base_hash = f.target_hash = n.hash;
-			d->st->kept++;
-			r = wsync_delta_writer_file(d->w, &f, err);
-			goto out;
-		}
+		r = same_prefix(d, o, n, it->pre, &it->prehashed, err);
 		if (r < 0)
-			goto out;
+			goto fail;
+		if (it->prehashed == n->size) {
+			/* unchanged: KEEP, as if hashed first */
+			wsync_hasher_digest(it->pre, &n->hash);
+			it->f.op = WSYNC_DELTA_KEEP;
+			it->f.base_hash = it->f.target_hash = n->hash;
+			d->st->kept++;
+			return push_item(d, it, err);
+		}
 	}
-	memcpy(method_bytes, d->st->method_bytes, sizeof(method_bytes));
-	r = diff_changed(d, in_old ? &o : NULL, &n, &f, true, pre, prehashed, &file_st,
-			 err);
+	r = plan_file(d, it, fold, err);
 	if (r < 0)
-		goto out;
-	if (in_old && o.size == n.size && o.mode == n.mode &&
-	    wsync_hash_equal(&o.hash, &n.hash)) {
-		/* unchanged after all: KEEP, as if hashed first */
-		memcpy(d->st->method_bytes, method_bytes, sizeof(method_bytes));
-		r = wsync_delta_writer_drop_file(d->w, err);
-		f = (struct wsync_delta_file){ .path = (char *)rel, .op = WSYNC_DELTA_KEEP,
-					       .flags = WSYNC_DELTA_FILE_HAS_BASE,
-					       .base_size = o.size, .base_hash = o.hash,
-					       .mode = n.mode, .target_size = n.size,
-					       .target_hash = n.hash };
-		d->st->kept++;
-		if (r == 0)
-			r = wsync_delta_writer_file(d->w, &f, err);
-		goto out;
-	}
-	count_written(d, &file_st, n.size);
-out:
-	wsync_hasher_free(pre);
-	src_close(&o);
-	src_close(&n);
+		goto fail;
+	return push_item(d, it, err);
+fail:
+	item_free(it);
 	return r;
 }
 
@@ -1236,6 +1405,67 @@ out:
 	return r;
 }
 
+/*
+ * glibc raises its mmap threshold each time a mapped block is freed (up to
+ * 32 MiB), after which blocks of that size come from the heaps, which
+ * keep what is freed resident: the segment outputs a diff frees then held
+ * up to 60 MiB more than it used (peak RSS 251-286 MiB at 2 threads on
+ * incompressible data against 208-211 with the threshold fixed at 1 MiB).
+ * Fixed once for the process: large blocks are mapped and unmapped.
+ */
+static void fix_mmap_threshold(void)
+{
+	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
+}
+
+/* The pool's workers and queue, for threads workers (the calling thread
+ * codes alone when there is one). */
+static int pool_init(struct pool *p, unsigned threads, uint64_t budget, int zstd_level)
+{
+	p->n_workers = threads;
+	p->budget = budget;
+	p->sopts.zstd_level = zstd_level;
+	p->cap = 2 * (size_t)threads + 64;
+	p->q = calloc(p->cap, sizeof(*p->q));
+	p->w = calloc(threads, sizeof(*p->w));
+	if (!p->q || !p->w)
+		return -ENOMEM;
+	for (unsigned i = 0; i < threads; i++)
+		p->w[i].p = p;
+	if (pthread_mutex_init(&p->mu, NULL) != 0)
+		return -ENOMEM;
+	if (pthread_cond_init(&p->cv, NULL) != 0) {
+		pthread_mutex_destroy(&p->mu);
+		return -ENOMEM;
+	}
+	p->ready = true;
+	return 0;
+}
+
+/* Stop the workers and free everything the pool holds, items not written
+ * included. */
+static void pool_free(struct pool *p)
+{
+	if (p->ready) {
+		pool_stop(p);
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->mu);
+	}
+	for (size_t i = p->head; p->q && i < p->tail; i++)
+		item_free(p->q[i % p->cap]);
+	for (unsigned i = 0; p->w && i < p->n_workers; i++) {
+		struct worker *w = &p->w[i];
+
+		wsync_segment_scratch_free(&w->sc);
+		wsync_buf_free(&w->tb);
+		wsync_buf_free(&w->bb);
+		wsync_buf_free(&w->out);
+		free(w->in);
+	}
+	free(p->w);
+	free(p->q);
+}
+
 int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	       const struct wsync_diff_opts *opts, struct wsync_diff_stats *stats,
 	       struct wsync_error *err)
@@ -1245,17 +1475,18 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 			    .old_root = old_path, .new_root = new_path };
 	struct stat ost, nst;
 	double t0 = wsync_monotonic_seconds();
+	uint64_t budget;
 	char *name = NULL;
 	int r;
 
 	d.st = stats ? stats : &local;
 	memset(d.st, 0, sizeof(*d.st));
 	d.threads = opts && opts->threads ? opts->threads : 1;
-	d.plan.max = opts && opts->segment_target ? opts->segment_target
-						  : WSYNC_SEGMENT_TARGET_DEFAULT;
-	if (d.plan.max < 4 || d.plan.max > WSYNC_SEGMENT_TARGET_MAX)
+	d.seg_max = opts && opts->segment_target ? opts->segment_target
+						 : WSYNC_SEGMENT_TARGET_DEFAULT;
+	if (d.seg_max < 4 || d.seg_max > WSYNC_SEGMENT_TARGET_MAX)
 		return wsync_error_set(err, -EINVAL, "segment size %" PRIu64
-				       " outside 4 B .. 64 MiB", d.plan.max);
+				       " outside 4 B .. 64 MiB", d.seg_max);
 	if (stat(old_path, &ost) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", old_path, strerror(errno));
 	if (stat(new_path, &nst) < 0)
@@ -1266,39 +1497,41 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 			S_ISDIR(ost.st_mode) ? old_path : new_path, "directory",
 			S_ISDIR(ost.st_mode) ? new_path : old_path);
 	d.single = !S_ISDIR(nst.st_mode);
+	{
+		static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-	/* One slot per worker: a slot more would let a worker ahead go on
-	 * while the segment before its own is coded, but costs two segments
-	 * of memory (measured at 2 threads: 1.86 CPUs busy instead of 1.74,
-	 * and peak RSS 305 MiB instead of 212 on incompressible data). */
+		(void)pthread_once(&once, fix_mmap_threshold);
+	}
+
 	{
 		/* Threads: as many as memory_limit holds, each coding a
-		 * segment -- its target and base pages plus the encoder's
+		 * segment -- its target and base bytes plus the encoder's
 		 * staging and output, measured up to ~2.75x the segment size
-		 * on incompressible data -- and, for mapped reads, the ring's
-		 * one slot more when a coded segment's mapped pages (its
-		 * target and base, every page of them on incompressible data:
-		 * 273 MiB peak RSS at 2 threads when this counted 0.75x) still
-		 * fit beside them. */
+		 * on incompressible data (mapped, its target and base pages,
+		 * every page of them there).  What is left beside 2.5x a
+		 * segment per worker (its bytes and the encoder's staging)
+		 * is the budget for output, coded or being coded (see struct
+		 * pool): at the default and two threads, 72 MiB. */
 		uint64_t mem = opts && opts->memory_limit ? opts->memory_limit
 							  : WSYNC_MEMORY_DEFAULT;
-		uint64_t per = 2 * d.plan.max + 3 * d.plan.max / 4, extra = 2 * d.plan.max;
+		uint64_t per = 2 * d.seg_max + 3 * d.seg_max / 4, held = 2 * d.seg_max + d.seg_max / 2;
 		uint64_t fit = mem > WSYNC_MEMORY_FIXED + per
 				       ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
 
-		if (fit > 63)
-			fit = 63;
+		if (fit > 64)
+			fit = 64;
 		if (d.threads > fit)
 			d.threads = (unsigned)fit;
-		d.slots = d.threads;
-		if (d.threads > 1 &&
-		    mem >= WSYNC_MEMORY_FIXED + d.threads * per + extra)
-			d.slots++;
+		budget = mem > WSYNC_MEMORY_FIXED + d.threads * held
+				 ? mem - WSYNC_MEMORY_FIXED - d.threads * held : 0;
 	}
-	d.ring = calloc(d.slots, sizeof(*d.ring));
-	d.scratch = calloc(2 * (size_t)d.slots, sizeof(*d.scratch));
-	if (!d.ring || !d.scratch)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
+	/* a file for each worker, and one more for the first done */
+	d.ahead = d.threads > 1 ? d.threads + 1 : 0;
+	if (pool_init(&d.pool, d.threads, budget,
+		      opts && opts->zstd_level ? opts->zstd_level : 1) < 0) {
+		r = wsync_error_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
 	r = wsync_delta_writer_new(out_fd, &d.w, err);
 	if (r < 0)
 		goto out;
@@ -1317,6 +1550,8 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		else
 			r = diff_trees(&d, err);
 	}
+	while (r == 0 && d.pool.head < d.pool.tail)
+		r = write_head(&d, err);
 	if (r == 0)
 		r = wsync_delta_writer_finish(d.w, err);
 	if (r == 0) {
@@ -1324,18 +1559,9 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		d.st->delta_bytes = wsync_delta_writer_size(d.w);
 	}
 out:
+	pool_free(&d.pool);
 	d.st->seconds = wsync_monotonic_seconds() - t0;
-	for (unsigned i = 0; d.ring && i < d.slots; i++) {
-		wsync_buf_free(&d.ring[i].out);
-		wsync_segment_scratch_free(&d.ring[i].sc);
-		free(d.ring[i].in);
-	}
-	for (unsigned i = 0; d.scratch && i < 2 * d.slots; i++)
-		wsync_buf_free(&d.scratch[i]);
-	free(d.scratch);
-	free(d.ring);
 	free(name);
-	plan_free(&d.plan);
 	wsync_delta_writer_free(d.w);
 	if (d.old_fd >= 0)
 		(void)close(d.old_fd);

@@ -27,17 +27,22 @@
  * together -- and segments are coded by wsync_segment_encode, which
  * may pick a cheaper method per piece.
  *
+ * Threads: each worker takes a changed file of its own where there are
+ * several (the shards of a checkpoint), coding its segments in order and
+ * hashing them as it goes, and only then joins another worker's file;
+ * the calling thread writes the files in delta order, what is coded
+ * ahead of it waiting in memory.
+ *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):
- * both files are read with pread into reused buffers of a segment each
- * (or, with WSYNC_MMAP=1, mapped and read in place, the pages of a
- * segment dropped from the mapping once it is coded and hashed), and at
- * most `threads` segments are in flight (`threads` + 1 when mapped: being
- * coded, or coded and waiting to be hashed and written in order) --
- * fewer, and fewer threads, when memory_limit does not hold that many.
- * Each costs its target and base (2 x segment_target) plus the encoder's
- * scratch and output: measured at 2 threads, ~135-185 MiB peak RSS for real
- * checkpoints of any size, ~240 MiB for incompressible data (where the
- * encoder stages a LITERAL copy of every piece and then its output).
+ * both files are read with pread into each worker's reused buffers of a
+ * segment (or, with WSYNC_MMAP=1, mapped and read in place, the pages of
+ * a segment dropped from the mapping once it is coded and hashed), one
+ * segment per worker is in flight, and output coded ahead of the writer
+ * is held only while it fits in what memory_limit leaves beside the
+ * workers (see diff.c, struct pool) -- fewer threads when memory_limit
+ * does not hold that many.  Measured at 2 threads: ~135-185 MiB peak RSS
+ * for real checkpoints of any size, ~210-235 MiB for incompressible data
+ * (output as large as the input).
  *
  * Files are read while they may be changing (a trainer still writing): a
  * file whose size changes between opening and the end of its coding is an

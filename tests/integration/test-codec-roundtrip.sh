@@ -388,6 +388,30 @@ check "--threads 1 and 2 give identical deltas (generated series)" \
 	sh -c "'$WSYNC' diff '$g/checkpoint-1' '$g/checkpoint-2' -o '$TMP/t1.wsd' --threads 1 >/dev/null &&
 	       '$WSYNC' diff '$g/checkpoint-1' '$g/checkpoint-2' -o '$TMP/t3.wsd' --threads 3 >/dev/null &&
 	       cmp '$TMP/t1.wsd' '$TMP/t3.wsd'"
+# A tree of every kind of path, coded by workers that each take a file of
+# their own (and share the last ones): the 150 MiB tensor file and two
+# shards changed, an unchanged 12 MB file (read whole before it proves
+# unchanged, while the workers code the files before it), one deleted,
+# one new; the delta does not depend on the thread count.
+mkdir -p "$TMP/mix/old" "$TMP/mix/new"
+cp "$g/checkpoint-1"/* "$TMP/mix/old/"
+cp "$g/checkpoint-2"/* "$TMP/mix/new/"
+cp "$TMP/big/old/big.safetensors" "$TMP/mix/old/"
+cp "$TMP/big/new/big.safetensors" "$TMP/mix/new/"
+head -c 12000000 /dev/urandom >"$TMP/mix/old/same.bin"
+cp "$TMP/mix/old/same.bin" "$TMP/mix/new/same.bin"
+head -c 6000000 /dev/urandom >"$TMP/mix/old/gone.bin"
+head -c 6000000 /dev/urandom >"$TMP/mix/new/fresh.bin"
+for t in 1 2 3; do
+	expect_exit 0 "mixed tree: diff --threads $t" \
+		"$WSYNC" diff "$TMP/mix/old" "$TMP/mix/new" -o "$TMP/mix-t$t.wsd" --threads "$t"
+done
+check "mixed tree: --threads 1 and 2 give identical deltas" cmp "$TMP/mix-t1.wsd" "$TMP/mix-t2.wsd"
+check "mixed tree: --threads 1 and 3 give identical deltas" cmp "$TMP/mix-t1.wsd" "$TMP/mix-t3.wsd"
+cp -a "$TMP/mix/old" "$TMP/mix/target"
+expect_exit 0 "mixed tree: apply --threads 2" "$WSYNC" apply "$TMP/mix/target" "$TMP/mix-t2.wsd" --threads 2
+check "mixed tree: result equals NEW" diff <(tree_sums "$TMP/mix/target") <(tree_sums "$TMP/mix/new")
+rm -rf "$TMP/mix" "$TMP"/mix-t*.wsd
 expect_exit 0 "big: apply with --threads 2" "$WSYNC" apply "$TMP/big/old" "$TMP/big-t1.wsd" --threads 2 -o "$TMP/big-t2-out"
 check "big: --threads 2 apply equals NEW" cmp "$TMP/big-t2-out/big.safetensors" "$TMP/big/new/big.safetensors"
 # ---- a file written to in place while diff reads it: refused, not coded ----
@@ -440,6 +464,36 @@ expect_exit 2 "diff --memory lots: usage error" "$WSYNC" diff "$TMP/big/old" "$T
 	-o "$TMP/x.wsd" --memory lots
 expect_exit 2 "apply --memory 1MiB (below 64MiB): usage error" "$WSYNC" apply "$TMP/big/old" \
 	"$TMP/big-t1.wsd" --memory 1MiB -o "$TMP/x-out"
+
+# Several changed files, each worker on a file of its own: what a worker
+# codes ahead of the file being written waits in memory, so incompressible
+# files (output as large as the input) must not take the RSS past the
+# limit.  Three random 72 MB files (3 segments each), two and three threads.
+mkdir -p "$TMP/rnd/old" "$TMP/rnd/new"
+for f in a b c; do
+	head -c 72000000 /dev/urandom >"$TMP/rnd/old/$f"
+	head -c 72000000 /dev/urandom >"$TMP/rnd/new/$f"
+done
+expect_exit 0 "random files: diff --threads 1" \
+	"$WSYNC" diff "$TMP/rnd/old" "$TMP/rnd/new" -o "$TMP/rnd-t1.wsd" --threads 1
+for t in 2 3; do
+	expect_exit 0 "random files: diff --threads $t" /usr/bin/time -f %M -o "$TMP/rss-rnd$t" \
+		"$WSYNC" diff "$TMP/rnd/old" "$TMP/rnd/new" -o "$TMP/rnd-t$t.wsd" --threads "$t"
+	check "random files: --threads $t gives the same delta" cmp "$TMP/rnd-t$t.wsd" "$TMP/rnd-t1.wsd"
+	check "random files: --threads $t peak RSS <= 256 MiB ($(tail -1 "$TMP/rss-rnd$t") KiB)" \
+		test "$(tail -1 "$TMP/rss-rnd$t")" -le 262144
+done
+expect_exit 0 "random files: diff --threads 2 --memory 128MiB" /usr/bin/time -f %M -o "$TMP/rss-rnd-m128" \
+	"$WSYNC" diff "$TMP/rnd/old" "$TMP/rnd/new" -o "$TMP/rnd-m128.wsd" --threads 2 --memory 128MiB
+check "random files: --memory 128MiB gives the same delta" cmp "$TMP/rnd-m128.wsd" "$TMP/rnd-t1.wsd"
+check "random files: --memory 128MiB peak RSS <= 128 MiB ($(tail -1 "$TMP/rss-rnd-m128") KiB)" \
+	test "$(tail -1 "$TMP/rss-rnd-m128")" -le 131072
+expect_exit 0 "random files: apply --threads 2" \
+	"$WSYNC" apply "$TMP/rnd/old" "$TMP/rnd-t1.wsd" --threads 2 -o "$TMP/rnd-out"
+for f in a b c; do
+	check "random files: apply gives NEW's $f" cmp "$TMP/rnd-out/$f" "$TMP/rnd/new/$f"
+done
+rm -rf "$TMP/rnd" "$TMP/rnd-out" "$TMP"/rnd-*.wsd
 
 # three workers: those ahead of the hashing turn keep their whole segment
 # (25 MiB; 128 MiB / 3 each) and hash it when their turn comes
