@@ -527,9 +527,13 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 	out->len += head_room;
 	enc.payloads = out;
 	for (size_t i = 0; i < n; i++) {
-		r = encode_piece(&enc, &pieces[i], &po[i], err);
+		r = opts && opts->fill ? opts->fill(opts->arg, i, err) : 0;
+		if (r == 0)
+			r = encode_piece(&enc, &pieces[i], &po[i], err);
 		if (r < 0)
 			goto fail;
+		if (opts && opts->done)
+			opts->done(opts->arg, i);
 	}
 	r = wsync_float_enc_finish(enc.fenc, enc.level, table, out, &n_streams);
 	if (r < 0) {

@@ -81,6 +81,16 @@ struct wsync_segment_stats {
 
 struct wsync_segment_opts {
 	int zstd_level;			/* for ZSTD/XOR pieces and symbol streams; default 1 */
+	/*
+	 * Optional, for a caller that streams a segment's bytes through
+	 * buffers of a piece: fill(arg, i, err) is called just before piece
+	 * i is coded and may set its target and base pointers then (they
+	 * need only hold until done); done(arg, i) just after.  A fill
+	 * that fails (its error in err) fails the encode.
+	 */
+	int (*fill)(void *arg, size_t i, struct wsync_error *err);
+	void (*done)(void *arg, size_t i);
+	void *arg;
 };
 
 /*
