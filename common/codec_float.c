@@ -12,6 +12,7 @@
 #include "codec_float.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1081,9 +1082,12 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 
 int wsync_codec_isa(void)
 {
-	static int cached = -1;	/* a benign race: every thread computes the same */
+	/* every thread computes the same; atomic, so that two doing it at
+	 * once (the diff's workers starting together) is no data race */
+	static _Atomic int cached = -1;
+	int c = cached;
 
-	if (cached < 0) {
+	if (c < 0) {
 		const char *cap = getenv("WSYNC_CODEC_ISA");
 		int level = 0;
 
@@ -1100,9 +1104,9 @@ int wsync_codec_isa(void)
 			level = 0;
 		else if (cap && strcmp(cap, "avx2") == 0 && level > 1)
 			level = 1;
-		cached = level;
+		cached = c = level;
 	}
-	return cached;
+	return c;
 }
 #else
 int wsync_codec_isa(void)

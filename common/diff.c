@@ -522,8 +522,7 @@ struct item {
 struct worker {
 	struct pool *p;
 	struct wsync_segment_scratch sc;
-	struct wsync_buf tb, bb;	/* target and base bytes (pread) */
-	struct wsync_buf pt, pb;	/* the same, a piece at a time */
+	struct wsync_buf pt, pb;	/* a piece's target and base bytes */
 	struct wsync_buf out;		/* the encoder's output, reused */
 	struct wsync_piece_in *in;	/* the pieces, kept until hashed */
 	size_t in_cap;
@@ -585,8 +584,7 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 }
 
 /*
- * Add segment k's bytes, still in w's buffers (or mapped), to the file's
- * hashes: the target's range (past what was hashed before coding), and
+ * Add segment k's bytes, mapped, to the file's hashes: the target's range (past what was hashed before coding), and
  * each base range that continues the base in order (what the plan skips
  * or reads out of order is read again at the end, see finish_base_hash).
  * The caller holds k's turn: every earlier segment is hashed.
@@ -597,9 +595,8 @@ static void hash_seg(struct item *it, size_t k, const struct worker *w)
 
 	if (it->prehashed < s->toff + s->len) {
 		uint64_t skip = it->prehashed > s->toff ? it->prehashed - s->toff : 0;
-		const uint8_t *t = it->tmap ? it->tmap + s->toff : w->tb.data;
 
-		wsync_hasher_update(it->th, t + skip, (size_t)(s->len - skip));
+		wsync_hasher_update(it->th, it->tmap + s->toff + skip, (size_t)(s->len - skip));
 	}
 	/* each base range that continues the hashed base (or reaches past
 	 * where it stands) adds what lies past it */
@@ -667,30 +664,6 @@ static void drop_seg(struct item *it, size_t k, const struct worker *w)
 				       w->in[i].len);
 }
 
-/*
- * Hash segment k, its turn come (a failed segment, or one after it, ends
- * the file's hashing: the writer stops at the failure first), and let its
- * mapped bytes go.  A file cut short under the mapping fails the item
- * (hash_r: the writer may be writing the segment meanwhile).
- */
-static void hash_turn(struct item *it, size_t k, struct worker *w)
-{
-	struct seg_out *so = &it->segs[k];
-	struct guarded_call g = { it, k, w, so };
-
-	if (so->r < 0)
-		it->hash_failed = true;
-	if (it->th && !it->hash_failed) {
-		if (!it->tmap)
-			hash_seg(it, k, w);
-		else if (wsync_guarded(hash_fn, &g) != 0) {
-			it->hash_failed = true;
-			it->hash_r = shrank(it, &it->hash_err);
-		}
-	}
-	drop_seg(it, k, w);
-}
-
 /* The rest of the base hash: what the segments did not read in order. */
 static int finish_base_hash(struct item *it, struct wsync_error *err)
 {
@@ -748,6 +721,7 @@ struct stream_call {
 	struct item *it;
 	size_t k;
 	struct worker *w;
+	bool hash;			/* hash each piece once coded */
 };
 
 /* Read piece i into the worker's piece buffers, just before it is coded. */
@@ -771,22 +745,56 @@ static void stream_done(void *arg, size_t i)
 {
 	struct stream_call *c = arg;
 
-	if (c->it->th && !c->it->hash_failed)
+	if (c->hash && c->it->th && !c->it->hash_failed)
 		hash_piece(c->it, c->k, i, c->w);
 }
 
 /*
+ * Hash segment k, coded ahead of its turn, now that the turn has come: its
+ * pieces are read again, a piece at a time (the page cache holds them;
+ * keeping a whole segment instead cost 64 MiB of fresh memory per worker),
+ * or, mapped, hashed where they lie.  A failed segment, or one after it,
+ * ends the file's hashing (the writer stops at the failure first); a file
+ * cut short meanwhile fails the item (hash_r: the writer may be writing
+ * the segment meanwhile).
+ */
+static void hash_turn(struct item *it, size_t k, struct worker *w)
+{
+	struct seg_out *so = &it->segs[k];
+	struct guarded_call g = { it, k, w, so };
+	struct stream_call c = { it, k, w, true };
+
+	if (so->r < 0)
+		it->hash_failed = true;
+	if (it->th && !it->hash_failed && it->tmap &&
+	    wsync_guarded(hash_fn, &g) != 0) {
+		it->hash_failed = true;
+		it->hash_r = shrank(it, &it->hash_err);
+	}
+	for (size_t i = 0; it->th && !it->hash_failed && !it->tmap &&
+			   i < it->plan.segs[k].n; i++) {
+		it->hash_r = stream_fill(&c, i, &it->hash_err);
+		if (it->hash_r < 0)
+			it->hash_failed = true;
+		else
+			hash_piece(it, k, i, w);
+	}
+	drop_seg(it, k, w);
+}
+
+/*
  * Code segment k of it into w->out, a piece at a time: each is read into
- * w's two piece buffers just before it is coded and hashed just after,
- * so the bytes go through the cache once and a worker touches two pieces
- * of memory, not two segments.  Only for a worker holding the file's
- * hashing turn from the segment's start (its own file, or coding alone).
+ * w's two piece buffers just before it is coded and, with hash (the
+ * worker holds the file's hashing turn from the segment's start: its own
+ * file, or coding alone), hashed just after, so the bytes go through the
+ * cache once and a worker touches two pieces of memory, not two
+ * segments.  Without, hash_turn reads them again when the turn comes.
  */
 static int stream_segment(struct item *it, size_t k, struct worker *w,
-			  struct seg_out *so)
+			  struct seg_out *so, bool hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
-	struct stream_call c = { it, k, w };
+	struct stream_call c = { it, k, w, hash };
 	struct wsync_segment_opts opts = w->p->sopts;
 	int r;
 
@@ -809,29 +817,25 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 	opts.arg = &c;
 	r = wsync_segment_encode_in(&w->sc, w->in, s->n, s->toff, &opts, &w->out,
 				    &so->st, &so->err);
-	if (r < 0)
+	if (r < 0 && hash)
 		it->hash_failed = true;	/* hashed partly: the writer stops here */
 	return r;
 }
 
 /*
- * Code segment k of it into so->out.  With stream (the caller holds the
- * file's hashing turn: its own file, or coding alone), a piece at a time,
- * hashed as it goes (stream_segment).  Else its bytes are read with pread
- * into w's two buffers of a segment, or, when mapped, used where they lie
+ * Code segment k of it into so->out: read a piece at a time, hashed as it
+ * goes with hash (stream_segment), or, when mapped, where its bytes lie
  * (the page cache itself) under the guard against a file cut short
- * meanwhile, and kept there until the turn comes.  The encoder's output
- * goes to w->out, reused segment after segment, and with hand is handed
- * to so: copied when small (a sparse step's), else the buffer itself.
+ * meanwhile.  The encoder's output goes to w->out, reused segment after
+ * segment, and with hand is handed to so: copied when small (a sparse
+ * step's), else the buffer itself.
  */
 static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
-			 bool stream)
+			 bool hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
 	struct seg_out *so = &it->segs[k];
 	struct guarded_call g = { it, k, w, so };
-	const uint8_t *t, *b;		/* the segment's target, its base bytes */
-	uint64_t bpos = 0;
 	int r = 0;
 
 	memset(&so->st, 0, sizeof(so->st));
@@ -841,46 +845,28 @@ static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 		so->r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	if (stream && !it->tmap) {
-		r = stream_segment(it, k, w, so);
+	if (!it->tmap) {
+		r = stream_segment(it, k, w, so, hash);
 		goto coded;
 	}
-	if (!it->tmap && (wsync_buf_scratch(&w->tb, (size_t)s->len) < 0 ||
-			  wsync_buf_scratch(&w->bb, (size_t)s->len) < 0)) {
-		so->r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	t = it->tmap ? it->tmap + s->toff : w->tb.data;
-	b = it->tmap ? it->bmap : w->bb.data;
-	r = it->tmap ? 0 : read_at(&it->n, w->tb.data, s->len, s->toff, &so->err);
-	for (size_t i = 0; i < s->n && r == 0; i++) {
+	for (size_t i = 0; i < s->n; i++) {
 		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
 		bool based = pp->method != WSYNC_PIECE_ZSTD;
 
-		/* mapped, a base range is where it lies in the file; read,
-		 * where it was put in bb */
 		w->in[i] = (struct wsync_piece_in){
 			.method = pp->method,
 			.family = pp->family,
-			.target = t + (pp->toff - s->toff),
-			.base = based ? b + (it->tmap ? pp->boff : bpos) : NULL,
+			.target = it->tmap + pp->toff,
+			.base = based ? it->bmap + pp->boff : NULL,
 			.base_offset = based ? pp->boff : 0,
 			.len = pp->len,
 		};
-		if (based && !it->tmap)
-			r = read_at(&it->o, w->bb.data + bpos, pp->len, pp->boff, &so->err);
-		if (based)
-			bpos += pp->len;
 	}
-	if (r == 0 && it->tmap) {
-		r = wsync_guarded(encode_fn, &g);
-		if (r == -EFAULT) {
-			/* abandoned midway: what the encoder held is reset */
-			wsync_segment_scratch_free(&w->sc);
-			r = shrank(it, &so->err);
-		}
-	} else if (r == 0) {
-		r = encode_fn(&g);
+	r = wsync_guarded(encode_fn, &g);
+	if (r == -EFAULT) {
+		/* abandoned midway: what the encoder held is reset */
+		wsync_segment_scratch_free(&w->sc);
+		r = shrank(it, &so->err);
 	}
 coded:
 	if (r == 0 && !hand) {
@@ -954,7 +940,7 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 {
 	size_t k = it->next;
 	struct seg_out *so = &it->segs[k];
-	bool stream = it->hashed == k && !it->tmap;
+	bool stream = it->hashed == k && !it->tmap;	/* hashed as coded */
 	unsigned ratio;
 
 	so->reserved = expected_out(it);
@@ -1004,11 +990,11 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Start the workers, once there is a file to code (none when the calling
- * thread codes alone). */
-static int pool_start(struct pool *p, struct wsync_error *err)
+/* Start workers up to want, once there is a file to code (none when the
+ * calling thread codes alone). */
+static int pool_start(struct pool *p, unsigned want, struct wsync_error *err)
 {
-	while (p->started < p->n_workers && p->n_workers > 1) {
+	while (p->started < want && p->n_workers > 1) {
 		int e = pthread_create(&p->tids[p->started], NULL, worker_main,
 				       &p->w[p->started]);
 
@@ -1150,18 +1136,26 @@ static size_t queued_files(const struct pool *p)
 }
 
 /*
- * Start the workers once there is work for them: when the queue holds a
- * file for each, or when the writer is about to wait or to read on its
- * own for a while.  Not at the first file: the next ones are found within
- * milliseconds, and a worker that finds only one file joins its
- * neighbour there instead of taking a file of its own.
+ * Start the workers once there is a file for each: one per file queued as
+ * the writer prepares them, leaving it a CPU, and the rest when it is
+ * about to wait (for the file it writes) or to read on its own for a
+ * while (a large file that may prove unchanged).  Not all at the first
+ * file: a worker that finds only one file joins its neighbour there
+ * instead of taking a file of its own.  Nor all while the writer still
+ * prepares the small files: three threads on two CPUs, its preparing took
+ * 25 ms instead of 8, and the first segments 51 ms instead of 26-38.
  */
-static int pool_kick(struct differ *d, size_t at_least, struct wsync_error *err)
+static int pool_kick(struct differ *d, bool all, struct wsync_error *err)
 {
-	if (d->pool.started || queued_files(&d->pool) < at_least ||
-	    queued_files(&d->pool) == 0)
+	struct pool *p = &d->pool;
+	size_t files = queued_files(p);
+	unsigned want = all ? p->n_workers : p->n_workers - 1;
+
+	if (files == 0)
 		return 0;
-	return pool_start(&d->pool, err);
+	if (!all && files < want)
+		want = (unsigned)files;
+	return p->started < want ? pool_start(p, want, err) : 0;
 }
 
 /* Write segment k of it, waiting for it to be coded (coding it here when
@@ -1281,7 +1275,7 @@ static int write_head(struct differ *d, struct wsync_error *err)
 {
 	struct pool *p = &d->pool;
 	struct item *it = p->q[p->head % p->cap];
-	int r = pool_kick(d, 1, err);
+	int r = pool_kick(d, true, err);
 
 	if (r < 0)
 		return r;
@@ -1330,7 +1324,7 @@ static int same_prefix(struct differ *d, const struct src *o, const struct src *
 		/* a long read ahead, likely the whole file: the files
 		 * queued before it need not wait for it */
 		if (off >= LONG_READ && off - len < LONG_READ)
-			r = pool_kick(d, 1, err);
+			r = pool_kick(d, true, err);
 		if (r < 0)
 			break;
 	}
@@ -1357,7 +1351,8 @@ static int push_item(struct differ *d, struct item *it, struct wsync_error *err)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	coding = queued_files(p);
-	r = pool_kick(d, p->n_workers, err);
+	if (it->coded_file)
+		r = pool_kick(d, false, err);
 	while (r == 0 && p->head < p->tail &&
 	       (coding > d->ahead || p->tail - p->head == p->cap ||
 		!p->q[p->head % p->cap]->coded_file)) {
@@ -1397,7 +1392,7 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	 * KEEP; a DELETE needs the base hash first. */
 	fold = in_new && n->size >= FOLD_MIN;
 	if (r == 0 && !fold && o->size + n->size >= LONG_READ)
-		r = pool_kick(d, 1, err);
+		r = pool_kick(d, true, err);
 	if (r == 0 && !fold && in_old && in_new)
 		r = src_hash_pair(o, n, d->threads > 1 && o->size + n->size >= (64u << 20),
 				  err);
@@ -1575,8 +1570,6 @@ static void pool_free(struct pool *p)
 		struct worker *w = &p->w[i];
 
 		wsync_segment_scratch_free(&w->sc);
-		wsync_buf_free(&w->tb);
-		wsync_buf_free(&w->bb);
 		wsync_buf_free(&w->pt);
 		wsync_buf_free(&w->pb);
 		wsync_buf_free(&w->out);
@@ -1625,16 +1618,18 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 
 	{
 		/* Threads: as many as memory_limit holds, each coding a
-		 * segment -- its target and base bytes plus the encoder's
-		 * staging and output, measured up to ~2.75x the segment size
-		 * on incompressible data (mapped, its target and base pages,
-		 * every page of them there).  What is left beside 2.5x a
-		 * segment per worker (its bytes and the encoder's staging)
-		 * is the budget for output, coded or being coded (see struct
-		 * pool): at the default and two threads, 72 MiB. */
+		 * segment -- two pieces of its bytes (mapped: the segment's
+		 * target and base pages, every page of them on
+		 * incompressible data), the encoder's staging (~half a
+		 * segment) and its output (up to a segment).  What is left
+		 * beside the bytes and the staging of every worker is the
+		 * budget for output, coded or being coded (see struct pool):
+		 * at the default and two threads, 184 MiB (72 mapped). */
 		uint64_t mem = opts && opts->memory_limit ? opts->memory_limit
 							  : WSYNC_MEMORY_DEFAULT;
-		uint64_t per = 2 * d.seg_max + 3 * d.seg_max / 4, held = 2 * d.seg_max + d.seg_max / 2;
+		uint64_t held = (read_mapped() ? 2 * d.seg_max : 2 * (uint64_t)PIECE_MAX) +
+				d.seg_max / 2;
+		uint64_t per = held + d.seg_max + d.seg_max / 4;
 		uint64_t fit = mem > WSYNC_MEMORY_FIXED + per
 				       ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
 

@@ -34,18 +34,18 @@
  * ahead of it waiting in memory.
  *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):
- * both files are read with pread into each worker's reused buffers -- of
- * a piece (4 MiB at most) for a worker that holds its file's hashing turn
- * and so hashes each piece as soon as it is coded, of a segment for one
- * that codes ahead of that turn and keeps the bytes until it comes (or,
- * with WSYNC_MMAP=1, mapped and read in place, the pages of a segment
- * dropped from the mapping once it is coded and hashed) -- one segment
- * per worker is in flight, and output coded ahead of the writer is held
- * only while it fits in what memory_limit leaves beside the workers (see
- * diff.c, struct pool); fewer threads when memory_limit does not hold
- * that many.  Measured: 16 MiB peak RSS at one thread and 63 MiB at two
- * on a 500 MB sparse step, ~220-230 MiB at two on incompressible data
- * (output as large as the input).
+ * both files are read with pread a piece (4 MiB at most) at a time into
+ * each worker's two reused buffers, and each piece is hashed as soon as
+ * it is coded -- by a worker that codes ahead of its file's hashing turn,
+ * read again when the turn comes -- (or, with WSYNC_MMAP=1, mapped and
+ * read in place, the pages of a segment dropped from the mapping once it
+ * is coded and hashed); one segment per worker is in flight, and output
+ * coded ahead of the writer is held only while it fits in what
+ * memory_limit leaves beside the workers (see diff.c, struct pool);
+ * fewer threads when memory_limit does not hold that many.  Measured:
+ * 16 MiB peak RSS at one thread and ~60 MiB at two on a 500 MB sparse
+ * step, ~180 MiB at two on incompressible data (output as large as the
+ * input).
  *
  * Files are read while they may be changing (a trainer still writing): a
  * file whose size changes between opening and the end of its coding is an

@@ -17,7 +17,7 @@
 #include "error.h"
 
 /* Window of the streaming reads. */
-#define WSYNC_HASH_WINDOW (4u << 20)
+#define WSYNC_HASH_WINDOW (256u << 10)
 
 /* Characters of the hex form, without the NUL. */
 #define WSYNC_HASH_HEX_LEN 32
