@@ -501,7 +501,8 @@ struct item {
 	const uint8_t *tmap, *bmap;	/* both mapped, or NULL: pread */
 	/* Hashing both sides from the coder's reads (NULL: hashed before,
 	 * in a pass of their own).  Segments are hashed in order, each by
-	 * the worker that coded it, from its buffers, when its turn comes. */
+	 * the worker that coded it: piece by piece as it codes them when it
+	 * holds the turn, else read again when the turn comes. */
 	struct wsync_hasher *th, *bh;	/* target, base (bh NULL: none) */
 	struct wsync_hasher *pre;	/* the equal prefix of both sides */
 	uint64_t prehashed;		/* target bytes in th before coding */
@@ -584,32 +585,29 @@ static int read_at(const struct src *s, uint8_t *p, uint64_t len, uint64_t off,
 }
 
 /*
- * Add segment k's bytes, mapped, to the file's hashes: the target's range (past what was hashed before coding), and
- * each base range that continues the base in order (what the plan skips
- * or reads out of order is read again at the end, see finish_base_hash).
- * The caller holds k's turn: every earlier segment is hashed.
+ * Add piece i of segment k, its bytes where w->in[i] points (the worker's
+ * piece buffers, or the mappings), to the file's hashes: the target's
+ * range, past what was hashed before coding, and the base range when it
+ * continues the base in order (what the plan skips or reads out of order
+ * is read again at the end, see finish_base_hash).  The caller holds the
+ * segment's turn: everything before it is hashed.
  */
-static void hash_seg(struct item *it, size_t k, const struct worker *w)
+static void hash_piece(struct item *it, size_t k, size_t i, const struct worker *w)
 {
-	const struct plan_seg *s = &it->plan.segs[k];
+	const struct plan_piece *pp = &it->plan.pieces[it->plan.segs[k].first + i];
+	const struct wsync_piece_in *in = &w->in[i];
 
-	if (it->prehashed < s->toff + s->len) {
-		uint64_t skip = it->prehashed > s->toff ? it->prehashed - s->toff : 0;
+	if (it->prehashed < pp->toff + pp->len) {
+		uint64_t skip = it->prehashed > pp->toff ? it->prehashed - pp->toff : 0;
 
-		wsync_hasher_update(it->th, it->tmap + s->toff + skip, (size_t)(s->len - skip));
+		wsync_hasher_update(it->th, in->target + skip, (size_t)(pp->len - skip));
 	}
-	/* each base range that continues the hashed base (or reaches past
-	 * where it stands) adds what lies past it */
-	for (size_t i = 0; it->bh && i < s->n; i++) {
-		const struct wsync_piece_in *in = &w->in[i];
+	if (it->bh && in->base && in->base_offset <= it->base_pos &&
+	    it->base_pos - in->base_offset < in->len) {
+		uint64_t skip = it->base_pos - in->base_offset;
 
-		if (in->base && in->base_offset <= it->base_pos &&
-		    it->base_pos - in->base_offset < in->len) {
-			uint64_t skip = it->base_pos - in->base_offset;
-
-			wsync_hasher_update(it->bh, in->base + skip, (size_t)(in->len - skip));
-			it->base_pos += in->len - skip;
-		}
+		wsync_hasher_update(it->bh, in->base + skip, (size_t)(in->len - skip));
+		it->base_pos += in->len - skip;
 	}
 }
 
@@ -635,7 +633,8 @@ static int hash_fn(void *arg)
 {
 	struct guarded_call *g = arg;
 
-	hash_seg(g->it, g->k, g->w);
+	for (size_t i = 0; i < g->it->plan.segs[g->k].n; i++)
+		hash_piece(g->it, g->k, i, g->w);
 	return 0;
 }
 
@@ -694,27 +693,6 @@ static bool read_mapped(void)
 	const char *v = getenv("WSYNC_MMAP");
 
 	return v && *v && strcmp(v, "0") != 0;
-}
-
-/* Add piece i of segment k, its bytes in w->pt and w->pb (in[i] points
- * there), to the file's hashes: as hash_seg does for a whole segment. */
-static void hash_piece(struct item *it, size_t k, size_t i, const struct worker *w)
-{
-	const struct plan_piece *pp = &it->plan.pieces[it->plan.segs[k].first + i];
-	const struct wsync_piece_in *in = &w->in[i];
-
-	if (it->prehashed < pp->toff + pp->len) {
-		uint64_t skip = it->prehashed > pp->toff ? it->prehashed - pp->toff : 0;
-
-		wsync_hasher_update(it->th, in->target + skip, (size_t)(pp->len - skip));
-	}
-	if (it->bh && in->base && in->base_offset <= it->base_pos &&
-	    it->base_pos - in->base_offset < in->len) {
-		uint64_t skip = it->base_pos - in->base_offset;
-
-		wsync_hasher_update(it->bh, in->base + skip, (size_t)(in->len - skip));
-		it->base_pos += in->len - skip;
-	}
 }
 
 struct stream_call {
