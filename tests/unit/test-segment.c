@@ -339,6 +339,101 @@ static void test_mixed_methods(void)
 	free(rand_bytes);
 }
 
+/* The fill/done callbacks of wsync_segment_encode_in: pieces whose bytes
+ * are supplied one at a time, into one reused pair of buffers, code to the
+ * same payload as pieces given whole; done follows each fill, in order;
+ * a failing fill fails the encode with its error and leaves out as it was. */
+struct feed {
+	const uint8_t *target, *base;	/* the whole bytes, to copy from */
+	struct wsync_piece_in *in;
+	uint64_t *toff;			/* each piece's offset in target */
+	uint8_t *tbuf, *bbuf;		/* the one pair of buffers */
+	size_t filled, done, fail_at;
+	bool in_order;
+};
+
+static int feed_fill(void *arg, size_t i, struct wsync_error *err)
+{
+	struct feed *f = arg;
+	struct wsync_piece_in *in = &f->in[i];
+
+	f->in_order &= i == f->filled && f->done == f->filled;
+	f->filled++;
+	if (i == f->fail_at)
+		return wsync_error_set(err, -EIO, "piece %zu: no bytes", i);
+	memset(f->tbuf, 0xee, 1u << 16);	/* what the last piece left */
+	memcpy(f->tbuf, f->target + f->toff[i], (size_t)in->len);
+	in->target = f->tbuf;
+	if (in->method != WSYNC_PIECE_ZSTD && in->method != WSYNC_PIECE_LITERAL) {
+		memcpy(f->bbuf, f->base + in->base_offset, (size_t)in->len);
+		in->base = f->bbuf;
+	}
+	return 0;
+}
+
+static void feed_done(void *arg, size_t i)
+{
+	struct feed *f = arg;
+
+	f->in_order &= i + 1 == f->filled && f->done == i;
+	f->done++;
+}
+
+static void test_fill_callbacks(void)
+{
+	enum { N = 20000 };	/* elements of each bf16 piece */
+	uint8_t *base = malloc(6 * N), *target = malloc(6 * N);
+	uint8_t *tbuf = malloc(1u << 16), *bbuf = malloc(1u << 16);
+	struct wsync_buf whole = { 0 }, fed = { 0 };
+	struct wsync_segment_scratch sc = { 0 };
+	struct wsync_error err;
+	uint64_t toff[3] = { 0, 2 * N, 4 * N };
+
+	for (size_t i = 0; i < 3 * N; i++) {
+		uint16_t v = bf16(gauss() * 0.02f);
+
+		memcpy(base + 2 * i, &v, 2);
+		v = (uint16_t)(v + (rnd() % 100 == 0));	/* 1% move by one ULP */
+		memcpy(target + 2 * i, &v, 2);
+	}
+	struct wsync_piece_in p[3] = {
+		{ WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16, target, base, 0, 2 * N },
+		{ WSYNC_PIECE_XOR, 0, target + 2 * N, base + 2 * N, 2 * N, 2 * N },
+		{ WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16, target + 4 * N, base + 4 * N, 4 * N, 2 * N },
+	};
+	struct wsync_piece_in q[3];
+	struct feed f = { target, base, q, toff, tbuf, bbuf, 0, 0, SIZE_MAX, true };
+	struct wsync_segment_opts opts = { .fill = feed_fill, .done = feed_done, .arg = &f };
+
+	CHECK(wsync_segment_encode(p, 3, 0, NULL, &whole, NULL, &err) == 0);
+	for (size_t i = 0; i < 3; i++)
+		q[i] = (struct wsync_piece_in){ p[i].method, p[i].family, NULL, NULL,
+						p[i].base_offset, p[i].len };
+	CHECK(wsync_segment_encode_in(&sc, q, 3, 0, &opts, &fed, NULL, &err) == 0);
+	CHECK(f.filled == 3 && f.done == 3 && f.in_order);
+	CHECK(fed.len == whole.len && memcmp(fed.data, whole.data, whole.len) == 0);
+
+	/* a fill that fails: the encode fails with its error, out unchanged */
+	wsync_buf_reset(&fed);
+	CHECK(wsync_buf_append(&fed, "kept", 4) == 0);
+	for (size_t i = 0; i < 3; i++)
+		q[i].target = q[i].base = NULL;
+	f = (struct feed){ target, base, q, toff, tbuf, bbuf, 0, 0, 1, true };
+	wsync_error_clear(&err);
+	CHECK(wsync_segment_encode_in(&sc, q, 3, 0, &opts, &fed, NULL, &err) == -EIO);
+	CHECK(strstr(err.msg, "piece 1: no bytes") != NULL);
+	CHECK(f.filled == 2 && f.done == 1);
+	CHECK(fed.len == 4 && memcmp(fed.data, "kept", 4) == 0);
+
+	wsync_segment_scratch_free(&sc);
+	wsync_buf_free(&whole);
+	wsync_buf_free(&fed);
+	free(base);
+	free(target);
+	free(tbuf);
+	free(bbuf);
+}
+
 /* Flip every byte of a small valid segment in turn, and truncate it at
  * every length: decoding must fail cleanly or (where the flip lands in
  * bytes that do not change the meaning) still produce the right output. */
@@ -874,6 +969,7 @@ int main(void)
 	TEST(test_float_specials);
 	TEST(test_float_far_changes);
 	TEST(test_mixed_methods);
+	TEST(test_fill_callbacks);
 	TEST(test_corruption);
 	TEST(test_dense);
 	TEST(test_dense_large_steps);
