@@ -774,12 +774,12 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 	const struct plan_seg *s = &it->plan.segs[k];
 	struct stream_call c = { it, k, w, hash };
 	struct wsync_segment_opts opts = w->p->sopts;
-	int r;
+	int r = 0;
 
 	if (wsync_buf_scratch(&w->pt, PIECE_MAX) < 0 ||
 	    wsync_buf_scratch(&w->pb, PIECE_MAX) < 0)
-		return wsync_error_set(&so->err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < s->n; i++) {
+		r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
+	for (size_t i = 0; r == 0 && i < s->n; i++) {
 		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
 		bool based = pp->method != WSYNC_PIECE_ZSTD;
 
@@ -793,8 +793,9 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 	opts.fill = stream_fill;
 	opts.done = stream_done;
 	opts.arg = &c;
-	r = wsync_segment_encode_in(&w->sc, w->in, s->n, s->toff, &opts, &w->out,
-				    &so->st, &so->err);
+	if (r == 0)
+		r = wsync_segment_encode_in(&w->sc, w->in, s->n, s->toff, &opts, &w->out,
+					    &so->st, &so->err);
 	if (r < 0 && hash)
 		it->hash_failed = true;	/* hashed partly: the writer stops here */
 	return r;
