@@ -20,7 +20,7 @@
  * straight to the file after what is buffered. */
 #define WRITE_BUFFER (1u << 20)
 /* Reader window for verifying big payloads' checksums. */
-#define READ_WINDOW (4u << 20)
+#define READ_WINDOW (256u << 10)
 
 /* ---- little-endian stores ---- */
 

@@ -41,9 +41,10 @@
 #define PIECE_MAX (4u << 20)
 /* The smallest segment plan_limit cuts at a file's end. */
 #define TAIL_MIN (4u << 20)
-/* Output buffers that grew past this are freed once written rather than
- * kept for the next segment, so one incompressible stretch does not pin
- * memory for the rest of the run. */
+/* A worker's output up to this size is copied for the writer and its
+ * buffer kept for the next segment; a larger one is handed over whole (the
+ * worker's next buffer is then fresh memory, but no segment's output is
+ * copied twice). */
 #define KEEP_BUFFER (8u << 20)
 /* Files from this size on are hashed from the coder's reads rather than in
  * a pass of their own (smaller ones are not worth a FILE record taken back
@@ -1173,8 +1174,6 @@ static int write_seg(struct differ *d, struct item *it, size_t k,
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	wsync_buf_free(&so->out);
-	if (p->started == 0 && p->w[0].out.cap > KEEP_BUFFER)
-		wsync_buf_free(&p->w[0].out);
 	if (r < 0)
 		return r;
 	file_st->elements += so->st.elements;
@@ -1597,18 +1596,24 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 
 	{
 		/* Threads: as many as memory_limit holds, each coding a
-		 * segment -- two pieces of its bytes (mapped: the segment's
-		 * target and base pages, every page of them on
-		 * incompressible data), the encoder's staging (~half a
-		 * segment) and its output (up to a segment).  What is left
-		 * beside the bytes and the staging of every worker is the
-		 * budget for output, coded or being coded (see struct pool):
-		 * at the default and two threads, 184 MiB (72 mapped). */
+		 * segment -- two pieces of its bytes, the encoder's staging
+		 * (3/4 of a segment: with 1/2, three threads on three
+		 * incompressible 72 MB files peaked at 212-221 MiB while
+		 * other tests ran, 178 with 3/4) and its output (up to a
+		 * segment); mapped, the segment's target and base pages
+		 * (every page of them on incompressible data) and staging,
+		 * 2.5 segments, and 2.75 with the output, as measured before
+		 * pieces were streamed.
+		 * What is left beside the bytes and the staging of every
+		 * worker is the budget for output, coded or being coded (see
+		 * struct pool): at the default and two threads, 168 MiB (72
+		 * mapped). */
 		uint64_t mem = opts && opts->memory_limit ? opts->memory_limit
 							  : WSYNC_MEMORY_DEFAULT;
-		uint64_t held = (read_mapped() ? 2 * d.seg_max : 2 * (uint64_t)PIECE_MAX) +
-				d.seg_max / 2;
-		uint64_t per = held + d.seg_max + d.seg_max / 4;
+		bool mapped = read_mapped();
+		uint64_t held = mapped ? 2 * d.seg_max + d.seg_max / 2
+				       : 2 * (uint64_t)PIECE_MAX + 3 * d.seg_max / 4;
+		uint64_t per = held + (mapped ? d.seg_max / 4 : d.seg_max);
 		uint64_t fit = mem > WSYNC_MEMORY_FIXED + per
 				       ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
 
