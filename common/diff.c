@@ -1238,7 +1238,7 @@ static int write_file(struct differ *d, struct item *it, struct wsync_error *err
 		r = wsync_delta_writer_drop_file(d->w, err);
 		it->f.op = WSYNC_DELTA_KEEP;
 		it->f.n_segments = 0;
-		it->f.kind = 0;
+		it->f.kind = WSYNC_DELTA_KIND_BYTES;
 		it->f.base_hash = o->hash;
 		it->f.target_hash = n->hash;
 		d->st->kept++;
