@@ -246,6 +246,7 @@ typedef uint16_t v16u16 __attribute__((vector_size(32)));
 
 #define BLOCK 32		/* elements of a block (BLOCK_WIDE with AVX-512) */
 #define BLOCK_WIDE 64
+#define DEC_BATCH 64		/* blocks the decoder counts before it looks at them */
 #define FLUSH_BLOCKS 1023	/* 1023 * 64 < 65536 */
 struct class_counts {
 	uint64_t base[NCLS];	/* flushed counts */
