@@ -983,6 +983,96 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 	return l->next - cnt >= DIST_CLAMP ? DIST_CLAMP : (int16_t)(l->next - cnt);
 }
 
+/* The decoders' state at the start of a piece: the lanes' counts and
+ * distances. */
+static ALWAYS_INLINE void lanes_open(const struct wsync_float_dec_lane *lanes,
+				     struct class_counts *cc, v16i16 *dist,
+				     unsigned *clamped)
+{
+	uint64_t start[NCLS];
+
+	*dist = (v16i16){ 0 };
+	*clamped = 0;
+	for (unsigned c = 0; c < NCLS; c++) {
+		start[c] = lanes[c].count;
+		set_lane(dist, c, dist_of(&lanes[c], start[c]));
+		if ((*dist)[c] == DIST_CLAMP)
+			*clamped |= 1u << c;
+	}
+	counts_init(cc, start);
+}
+
+/* ... and back into the lanes at its end. */
+static ALWAYS_INLINE void lanes_close(struct wsync_float_dec_lane *lanes,
+				      struct class_counts *cc, v16i16 dist,
+				      unsigned clamped)
+{
+	counts_flush(cc);
+	for (unsigned c = 0; c < NCLS; c++) {
+		lanes[c].count = cc->base[c];
+		if (!(clamped & (1u << c)))
+			lanes[c].next = cc->base[c] + (uint64_t)dist[c];
+	}
+}
+
+/*
+ * Class c has more members in a span (here of them; seen before it) than
+ * its distance: *d (its distance) is where its next change lies in the
+ * span, true; unless the distance was only a lower bound, and the real
+ * one, from the lane's absolute position, lies past the span: false, with
+ * the class's distance after the span in *after.
+ */
+static ALWAYS_INLINE bool lane_hit(const struct wsync_float_dec_lane *l, unsigned c,
+				   uint64_t seen, uint64_t here, uint64_t *d,
+				   v16i16 *after, unsigned *clamped)
+{
+	if (!(*clamped & (1u << c)))
+		return true;
+	*clamped &= ~(1u << c);
+	*d = l->next - seen;
+	if (*d < here)
+		return true;
+	set_lane(after, c, dist_of(l, seen + here));
+	if ((*after)[c] == DIST_CLAMP)
+		*clamped |= 1u << c;
+	return false;
+}
+
+/* Patch element j of a block (its first element the piece's i-th) with
+ * lane l's next change, and move *d (members of the class from the span's
+ * start) on to the lane's next change. */
+static ALWAYS_INLINE int lane_patch(struct wsync_float_dec_lane *l, const uint8_t *bp,
+				    uint8_t *op, unsigned j, uint64_t i, uint64_t *d,
+				    unsigned width, struct wsync_error *err)
+{
+	uint32_t t;
+	uint64_t gap;
+
+	if (!take_step(l, load(bp + j * width, width), width, &t, &gap))
+		return wsync_error_set(err, -EINVAL,
+				       "corrupt step or gap stream (element %llu)",
+				       (unsigned long long)(i + j));
+	store(op + j * width, t, width);
+	*d = gap == UINT64_MAX ? UINT64_MAX : *d + 1 + gap;
+	return 0;
+}
+
+/* Class c's next change is d members from the span's start, past its
+ * here members: its distance after the span into *after, or, too far for
+ * a lane (or none), in absolute terms in the lane. */
+static ALWAYS_INLINE void lane_next(struct wsync_float_dec_lane *l, unsigned c,
+				    uint64_t seen, uint64_t here, uint64_t d,
+				    v16i16 *after, unsigned *clamped)
+{
+	if (d - here < DIST_CLAMP) {	/* d is not UINT64_MAX */
+		set_lane(after, c, (int16_t)(d - here));
+		return;
+	}
+	l->next = d == UINT64_MAX ? UINT64_MAX : seen + d;
+	set_lane(after, c, DIST_CLAMP);
+	*clamped |= 1u << c;
+}
+
 /* ---- the loops, instantiated per instruction set ---- */
 
 /* A family's element width, exponent shift and mask, as constants. */
@@ -1074,7 +1164,182 @@ static inline int16_t dist_of(const struct wsync_float_dec_lane *l, uint64_t cnt
 /* GFNI_TARGET, spelled out: the pragma takes string literals only */
 #pragma GCC target("avx2,gfni,avx512f,avx512vl,avx512bw,avx512bitalg,avx512vbmi,popcnt,bmi,bmi2")
 #endif
+#define LOOP_OWN_DECODER 1
 #include "codec_float_loops.h"
+
+/*
+ * The GFNI path's decoder goes a class at a time rather than a block at a
+ * time.  A batch of CW_BLOCKS wide blocks is counted and copied first;
+ * then, for each class whose next change lies in the batch, the running
+ * totals of its members over the batch's blocks (a prefix sum in a vector)
+ * give the block holding its d-th member by one compare, and the block's
+ * classes the element.  The block-at-a-time loop (codec_float_loops.h)
+ * asks every block whether any class changes there -- about half do at RL
+ * densities, an unpredictable branch each -- where this one branches once
+ * per class and change.  Lanes are independent (each reads its own
+ * elements of the base and writes its own of the output), so the order in
+ * which classes are patched does not matter.
+ */
+#define CW_BLOCKS 64
+
+/* rows[c][b] = counts[b][c] for the batch's 64 blocks of 16 counters. */
+static ALWAYS_INLINE void transpose_counts(const uint8_t counts[CW_BLOCKS][NCLS],
+					   uint8_t rows[NCLS][CW_BLOCKS])
+{
+	/* within four blocks' 64 bytes, class-major: byte 4c + j = block j's
+	 * counter of class c */
+	static const uint8_t by_class[64] = {
+#define BYC(c) 16 * 0 + (c), 16 * 1 + (c), 16 * 2 + (c), 16 * 3 + (c)
+		BYC(0), BYC(1), BYC(2), BYC(3), BYC(4), BYC(5), BYC(6), BYC(7),
+		BYC(8), BYC(9), BYC(10), BYC(11), BYC(12), BYC(13), BYC(14), BYC(15),
+#undef BYC
+	};
+	const __m512i idx = _mm512_loadu_si512((const void *)by_class);
+	__m512i r[16], t[16], u[16];
+
+	/* then a 16 x 16 transpose of those 4-byte groups */
+	for (int q = 0; q < 16; q++)
+		r[q] = _mm512_permutexvar_epi8(idx, _mm512_loadu_si512((const void *)counts[4 * q]));
+	for (int p = 0; p < 8; p++) {
+		t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
+		t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+	}
+	for (int g = 0; g < 4; g++) {
+		u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+		u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+		u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+		u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+	}
+	for (int j = 0; j < 4; j++) {
+		__m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
+		__m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+		__m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+		__m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+
+		_mm512_storeu_si512((void *)rows[j], _mm512_shuffle_i32x4(v0, v2, 0x88));
+		_mm512_storeu_si512((void *)rows[8 + j], _mm512_shuffle_i32x4(v0, v2, 0xdd));
+		_mm512_storeu_si512((void *)rows[4 + j], _mm512_shuffle_i32x4(v1, v3, 0x88));
+		_mm512_storeu_si512((void *)rows[12 + j], _mm512_shuffle_i32x4(v1, v3, 0xdd));
+	}
+}
+
+/* Inclusive prefix sum of 32 16-bit lanes. */
+static ALWAYS_INLINE __m512i prefix_u16(__m512i v)
+{
+	const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+					      19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7,
+					      6, 5, 4, 3, 2, 1, 0);
+
+	for (int s = 1; s < 32; s *= 2)
+		v = _mm512_add_epi16(v, _mm512_maskz_permutexvar_epi16(
+						(__mmask32)(0xffffffffu << s),
+						_mm512_sub_epi16(iota, _mm512_set1_epi16((short)s)), v));
+	return v;
+}
+
+static ALWAYS_INLINE int dec_loop_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
+				       unsigned lo, const uint8_t *base, uint8_t *out,
+				       uint64_t n, struct wsync_error *err, unsigned width,
+				       unsigned shift, unsigned mask)
+{
+	struct class_counts cc;
+	unsigned clamped;	/* classes whose distance is a lower bound */
+	v16i16 dist;
+	u128 inc[256];
+	uint8_t counts[CW_BLOCKS][NCLS] __attribute__((aligned(64)));
+	uint8_t rows[NCLS][CW_BLOCKS] __attribute__((aligned(64)));
+	uint16_t before[1 + CW_BLOCKS];	/* a class's members before block b */
+
+	lanes_open(lanes, &cc, &dist, &clamped);
+	class_incs(tab, mask, inc);
+	before[0] = 0;
+	for (uint64_t i0 = 0; i0 < n; i0 += (uint64_t)CW_BLOCKS * BLOCK_WIDE) {
+		uint64_t bn = n - i0 < (uint64_t)CW_BLOCKS * BLOCK_WIDE
+				      ? n - i0
+				      : (uint64_t)CW_BLOCKS * BLOCK_WIDE;
+		unsigned nblk = (unsigned)((bn + BLOCK_WIDE - 1) / BLOCK_WIDE);
+		v16i16 tot = { 0 }, after;
+		unsigned hits;
+
+		for (unsigned b = 0; b < nblk; b++) {
+			uint64_t i = i0 + (uint64_t)b * BLOCK_WIDE;
+			const uint8_t *bp = base + i * width;
+			uint8_t *op = out + i * width;
+			u128 c8;
+			v16i16 w;
+
+			if (n - i >= BLOCK_WIDE) {	/* constant sizes: vector moves */
+				c8 = block_counts_gfni64(bp, width, shift, mask, lo);
+				memcpy(op, bp, (size_t)BLOCK_WIDE * width);
+			} else {
+				c8 = block_counts(bp, (unsigned)(n - i), inc, width, shift, mask);
+				memcpy(op, bp, (size_t)(n - i) * width);
+			}
+			memcpy(counts[b], &c8, NCLS);
+			widen_avx2(c8, &w);
+			tot += w;
+		}
+		if (cc.blocks + nblk > FLUSH_BLOCKS)	/* before a lane could overflow */
+			counts_flush(&cc);
+		cc.blocks += nblk;
+		hits = block_hits(&tot, &dist);
+		after = dist - tot;	/* right for the classes not hit */
+		if (hits) {
+			if (nblk < CW_BLOCKS)
+				memset(counts[nblk], 0, (size_t)(CW_BLOCKS - nblk) * NCLS);
+			transpose_counts(counts, rows);
+		}
+		for (unsigned m = hits; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+			struct wsync_float_dec_lane *l = &lanes[c];
+			uint64_t d = (uint64_t)dist[c], here = (uint64_t)tot[c];
+			uint64_t seen = counts_get(&cc, c);
+
+			if (!lane_hit(l, c, seen, here, &d, &after, &clamped))
+				continue;
+			/* members of class c up to the end of each block */
+			__m512i row = _mm512_loadu_si512((const void *)rows[c]);
+			__m512i upto_lo = prefix_u16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(row)));
+			__m512i upto_hi = _mm512_add_epi16(
+				prefix_u16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(row, 1))),
+				_mm512_permutexvar_epi16(_mm512_set1_epi16(31), upto_lo));
+
+			_mm512_storeu_si512((void *)(before + 1), upto_lo);
+			_mm512_storeu_si512((void *)(before + 33), upto_hi);
+			do {	/* d < here <= 4096: a 16-bit lane */
+				__m512i dv = _mm512_set1_epi16((short)d);
+				uint64_t past = (uint64_t)_mm512_cmpgt_epu16_mask(upto_lo, dv) |
+						(uint64_t)_mm512_cmpgt_epu16_mask(upto_hi, dv) << 32;
+				unsigned b = (unsigned)__builtin_ctzll(past);
+				uint64_t i = i0 + (uint64_t)b * BLOCK_WIDE;
+				unsigned k = n - i < BLOCK_WIDE ? (unsigned)(n - i) : BLOCK_WIDE;
+				const uint8_t *bp = base + i * width;
+				__m512i cls = k == BLOCK_WIDE
+						      ? classes_avx512(bp, width, shift, mask, lo)
+						      : classes_tail_avx512(bp, k, tab, width, shift, mask);
+				unsigned j = select_bit64_bmi2(class_mask_avx512(cls, c),
+							       (unsigned)d - before[b]);
+				int r = lane_patch(l, bp, out + i * width, j, i, &d, width, err);
+
+				if (r < 0)
+					return r;
+			} while (d < here);
+			lane_next(l, c, seen, here, d, &after, &clamped);
+		}
+		dist = after;
+		cc.acc += (v16u16)tot;
+	}
+	lanes_close(lanes, &cc, dist, clamped);
+	return 0;
+}
+
+static int dec_piece_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
+			  unsigned lo, const uint8_t *base, uint8_t *out, uint64_t n,
+			  enum wsync_float_family f, struct wsync_error *err)
+{
+	BY_FAMILY(f, wsync_error_set(err, -EINVAL, "bad float family %d", (int)f),
+		  dec_loop_gfni, lanes, tab, lo, base, out, n, err);
+}
 #ifdef __clang__
 #pragma clang attribute pop
 #else

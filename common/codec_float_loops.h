@@ -64,24 +64,18 @@ static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
 	return 0;
 }
 
+#ifndef LOOP_OWN_DECODER
 static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 				  const uint8_t *tab, unsigned lo, const uint8_t *base,
 				  uint8_t *out, uint64_t n, struct wsync_error *err,
 				  unsigned width, unsigned shift, unsigned mask)
 {
 	struct class_counts cc;
-	uint64_t start[NCLS];
-	unsigned clamped = 0;	/* classes whose distance is a lower bound */
-	v16i16 dist = { 0 };
+	unsigned clamped;	/* classes whose distance is a lower bound */
+	v16i16 dist;
 	u128 inc[256];
 
-	for (unsigned c = 0; c < NCLS; c++) {
-		start[c] = lanes[c].count;
-		set_lane(&dist, c, dist_of(&lanes[c], start[c]));
-		if (dist[c] == DIST_CLAMP)
-			clamped |= 1u << c;
-	}
-	counts_init(&cc, start);
+	lanes_open(lanes, &cc, &dist, &clamped);
 	class_incs(tab, mask, inc);
 	/*
 	 * Unchanged elements are the base's.  A batch of blocks is counted
@@ -147,59 +141,32 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 				unsigned c = (unsigned)__builtin_ctz(m);
 				struct wsync_float_dec_lane *l = &lanes[c];
 				uint64_t d = (uint64_t)dist[c], here = (uint64_t)wide[c];
+				uint64_t seen = counts_get(&cc, c);
 
-				if (clamped & (1u << c)) {
-					/* the lower bound ran out: the real distance */
-					d = l->next - counts_get(&cc, c);
-					if (d >= here) {
-						set_lane(&after, c,
-							 dist_of(l, counts_get(&cc, c) + here));
-						if (after[c] < DIST_CLAMP)
-							clamped &= ~(1u << c);
-						continue;
-					}
-					clamped &= ~(1u << c);
-				}
+				if (!lane_hit(l, c, seen, here, &d, &after, &clamped))
+					continue;
 				LOOP_MASK_T cm = LOOP_CLASS_MASK(cls, c);
 
 				do {
-					unsigned j = LOOP_SELECT(cm, (unsigned)d);
-					uint32_t t;
-					uint64_t gap;
+					int r = lane_patch(l, bp, op, LOOP_SELECT(cm, (unsigned)d), i,
+							   &d, width, err);
 
-					if (!take_step(l, load(bp + j * width, width), width, &t,
-						       &gap))
-						return wsync_error_set(err, -EINVAL,
-								       "corrupt step or gap stream "
-								       "(element %llu)",
-								       (unsigned long long)(i + j));
-					store(op + j * width, t, width);
-					d = gap == UINT64_MAX ? UINT64_MAX : d + 1 + gap;
+					if (r < 0)
+						return r;
 				} while (d < here);
-				if (d - here < DIST_CLAMP) {	/* d is not UINT64_MAX */
-					set_lane(&after, c, (int16_t)(d - here));
-					continue;
-				}
-				/* the next change is too far for a lane (or there
-				 * is none): kept in absolute terms */
-				l->next = d == UINT64_MAX ? UINT64_MAX : counts_get(&cc, c) + d;
-				set_lane(&after, c, DIST_CLAMP);
-				clamped |= 1u << c;
+				lane_next(l, c, seen, here, d, &after, &clamped);
 			}
 			cc.acc += (v16u16)wide;
 			dist = synced = after;
 		}
 		cc.acc += (v16u16)(synced - dist);
 	}
-	counts_flush(&cc);
-	for (unsigned c = 0; c < NCLS; c++) {
-		lanes[c].count = cc.base[c];
-		if (!(clamped & (1u << c)))
-			lanes[c].next = cc.base[c] + (uint64_t)dist[c];
-	}
+	lanes_close(lanes, &cc, dist, clamped);
 	return 0;
 }
 
+
+#endif /* LOOP_OWN_DECODER */
 
 /* Entry points of this instantiation: one loop per family, its element
  * width, exponent shift and mask constants there (BY_FAMILY). */
@@ -211,6 +178,7 @@ static int LOOP_NAME(enc_piece)(struct wsync_float_lane *lanes, const uint8_t *t
 		  changed);
 }
 
+#ifndef LOOP_OWN_DECODER
 static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
 				unsigned lo, const uint8_t *base, uint8_t *out,
 				uint64_t n, enum wsync_float_family f,
@@ -219,6 +187,8 @@ static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_
 	BY_FAMILY(f, wsync_error_set(err, -EINVAL, "bad float family %d", (int)f),
 		  LOOP_NAME(dec_loop), lanes, tab, lo, base, out, n, err);
 }
+
+#endif
 
 #undef LOOP_NAME
 #undef LOOP_BLOCK
@@ -230,3 +200,4 @@ static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_
 #undef LOOP_SELECT
 #undef LOOP_WIDEN
 #undef LOOP_BLOCK_COUNTS
+#undef LOOP_OWN_DECODER
