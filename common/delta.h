@@ -201,6 +201,7 @@ struct wsync_delta_reader {
 	/* private */
 	int fd;
 	const uint8_t *mem;
+	bool segments_later;		/* WSYNC_DELTA_SEGMENTS_LATER */
 };
 
 /*
@@ -216,6 +217,19 @@ int wsync_delta_reader_open_fd(int fd, struct wsync_delta_reader **ret,
 int wsync_delta_reader_open_mem(const void *data, size_t len,
 				struct wsync_delta_reader **ret,
 				struct wsync_error *err);
+
+/*
+ * The same with flags.  WSYNC_DELTA_SEGMENTS_LATER: SEGMENT payloads are
+ * not read at open (their checksums are checked by
+ * wsync_delta_reader_segment when each is read, with the same error), only
+ * their first 16 bytes (target range) -- for a caller that reads every
+ * segment before anything it does is kept, as wsync_apply does (a damaged
+ * segment fails the apply and replaces nothing), and spares a delta's
+ * whole extra read before any work starts.
+ */
+#define WSYNC_DELTA_SEGMENTS_LATER 0x1u
+int wsync_delta_reader_open_fd_as(int fd, unsigned flags, struct wsync_delta_reader **ret,
+				  struct wsync_error *err);
 
 void wsync_delta_reader_free(struct wsync_delta_reader *r);
 

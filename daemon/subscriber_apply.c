@@ -276,7 +276,9 @@ void sub_apply_work(void *data)
 		r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 		goto out;
 	}
-	r = wsync_delta_reader_open_fd(fd, &d, &j->err);
+	/* the object was checked against its manifest's size and xxh3 when it
+	 * came, and wsync_apply checks each segment as it reads it */
+	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r < 0)

@@ -124,7 +124,9 @@ int tool_apply(int argc, char **argv)
 		fprintf(stderr, "wsync apply: %s: %s\n", delta, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
-	r = wsync_delta_reader_open_fd(fd, &d, &err);
+	/* wsync_apply checks each segment as it reads it, before anything
+	 * is replaced: no read of the whole delta first */
+	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &err);
 	if (r < 0)
 		wsync_error_prefix(&err, "%s", delta);
 	else

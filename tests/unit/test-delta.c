@@ -9,6 +9,7 @@
  * the 4 MiB read window.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -550,6 +551,59 @@ static void test_every_flipped_byte_refused(void)
 	free(img);
 }
 
+/* Opened with WSYNC_DELTA_SEGMENTS_LATER, a flipped byte of a SEGMENT
+ * payload passes the open (but for its target range, read there) and is
+ * refused by wsync_delta_reader_segment, with the same message; any other
+ * flipped byte is still refused at open. */
+static int open_later_and_read(const uint8_t *img, size_t len, bool *at_open,
+			       struct wsync_error *err)
+{
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_buf payload = { 0 };
+	int fd = memfd(), rc;
+
+	CHECK(write(fd, img, len) == (ssize_t)len);
+	wsync_error_clear(err);
+	rc = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &r, err);
+	*at_open = rc < 0;
+	for (size_t i = 0; rc == 0 && i < r->n_files; i++)
+		for (uint64_t k = 0; rc == 0 && k < r->files[i].file.n_segments; k++)
+			rc = wsync_delta_reader_segment(r, &r->files[i].segments[k], &payload,
+							err);
+	wsync_buf_free(&payload);
+	wsync_delta_reader_free(r);
+	close(fd);
+	return rc;
+}
+
+static void test_segments_checked_later(void)
+{
+	struct wsync_error err;
+	uint8_t *img;
+	size_t len = sample_delta(&img);
+	size_t accepted = 0, later = 0, later_msgs = 0;
+	bool at_open;
+
+	CHECK(open_later_and_read(img, len, &at_open, &err) == 0);
+	for (size_t i = 0; i < len; i++) {
+		if (i == 8)	/* the version byte: see above */
+			continue;
+		img[i] ^= 0x80;
+		if (open_later_and_read(img, len, &at_open, &err) != -EINVAL) {
+			accepted++;
+			printf("# flipping byte %zu was accepted\n", i);
+		} else if (!at_open) {
+			later++;
+			later_msgs += strstr(err.msg, "checksum mismatch") != NULL;
+		}
+		img[i] ^= 0x80;
+	}
+	CHECK_EQ_U64(accepted, 0);
+	CHECK(later > 0);		/* payload bytes past the target range */
+	CHECK_EQ_U64(later_msgs, later);
+	free(img);
+}
+
 static void test_every_truncation_refused(void)
 {
 	struct wsync_error err;
@@ -817,6 +871,7 @@ int main(void)
 	TEST(test_writer_hashes_and_drop);
 	TEST(test_writer_refuses_disorder);
 	TEST(test_every_flipped_byte_refused);
+	TEST(test_segments_checked_later);
 	TEST(test_every_truncation_refused);
 	TEST(test_trailing_bytes_refused);
 	TEST(test_version_and_flags);
