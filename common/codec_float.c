@@ -1004,14 +1004,14 @@ static ALWAYS_INLINE void lanes_open(const struct wsync_float_dec_lane *lanes,
 
 /* ... and back into the lanes at its end. */
 static ALWAYS_INLINE void lanes_close(struct wsync_float_dec_lane *lanes,
-				      struct class_counts *cc, v16i16 dist,
+				      struct class_counts *cc, const v16i16 *dist,
 				      unsigned clamped)
 {
 	counts_flush(cc);
 	for (unsigned c = 0; c < NCLS; c++) {
 		lanes[c].count = cc->base[c];
 		if (!(clamped & (1u << c)))
-			lanes[c].next = cc->base[c] + (uint64_t)dist[c];
+			lanes[c].next = cc->base[c] + (uint64_t)(*dist)[c];
 	}
 }
 
@@ -1329,7 +1329,7 @@ static ALWAYS_INLINE int dec_loop_gfni(struct wsync_float_dec_lane *lanes, const
 		dist = after;
 		cc.acc += (v16u16)tot;
 	}
-	lanes_close(lanes, &cc, dist, clamped);
+	lanes_close(lanes, &cc, &dist, clamped);
 	return 0;
 }
 

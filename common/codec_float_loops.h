@@ -161,7 +161,7 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 		}
 		cc.acc += (v16u16)(synced - dist);
 	}
-	lanes_close(lanes, &cc, dist, clamped);
+	lanes_close(lanes, &cc, &dist, clamped);
 	return 0;
 }
 
