@@ -817,8 +817,9 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
  * (the page cache itself) under the guard against a file cut short
  * meanwhile.  The encoder's output goes to w->out, reused segment after
  * segment, and with hand is handed to so: the buffer itself when it is
- * modest (SPARE_MAX: the worker takes a spare for the next), else copied
- * when small (keeping the big buffer), else the buffer itself.
+ * modest (SPARE_MAX) and not much bigger than the output (the worker
+ * takes a spare for the next), else copied when small (keeping the
+ * buffer), else the buffer itself.
  */
 static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 			 bool hash)
@@ -861,8 +862,11 @@ static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 coded:
 	if (r == 0 && !hand) {
 		/* the caller writes it from w->out */
-	} else if (r == 0 && w->out.cap <= SPARE_MAX) {
-		so->out = w->out;	/* the worker takes a spare next */
+	} else if (r == 0 && w->out.cap <= SPARE_MAX &&
+		   w->out.cap <= 2 * w->out.len + (256u << 10)) {
+		/* the worker takes a spare next; a buffer far bigger than its
+		 * output is not held for it (the budget counts lengths) */
+		so->out = w->out;
 		w->out = (struct wsync_buf){ 0 };
 	} else if (r == 0 && w->out.len <= KEEP_BUFFER) {
 		/* in huge pages from 1 MiB on: output waiting for the writer
