@@ -15,7 +15,9 @@
 # compared with cmp).  For each consecutive pair of checkpoints, and one
 # high-density pair, it prints a markdown table: bytes per changed element,
 # delta bytes, ratio to the full checkpoint, encode and apply MB/s with 1
-# and 2 threads, peak RSS; then a line checking wsync's goals.  Speeds are
+# and 2 threads, peak RSS; the same reading and writing with no codec
+# (bench-peers --method io: how far this machine's memory and page cache
+# let two threads scale at all); then a line checking wsync's goals.  Speeds are
 # the codecs': everything lives on tmpfs (/dev/shm when it has room).  The
 # time to apply onto a real disk, fsyncs included, is reported apart
 # ("durable write").
@@ -328,29 +330,40 @@ for p in "${pairs[@]}"; do
 	say "pair $i: $label"
 
 	# Rounds, not blocks of runs: each round runs every method at 1 and
-	# 2 threads in turn, so a machine that gets slower or faster over the
-	# minutes (a shared VM does) weighs on every method and thread count
-	# alike, and the best of the rounds compares like with like.
+	# 2 threads, so a machine that gets slower or faster over the minutes
+	# (a shared VM does) weighs on every method and thread count alike,
+	# and the best of the rounds compares like with like.  A method's two
+	# runs are back to back (the scaling pairs them), one thread first in
+	# odd rounds, two in even ones (what a run leaves behind -- cached
+	# pages, freed memory the host takes back -- falls on both alike).
 	if [ "$have_wsync" = 1 ]; then
 		rm -rf "$work/tmp/base"
 		cp -a "$old" "$work/tmp/base"
 	fi
 	mkdir -p "$work/tmp/peer-out"
 	for r in $(seq "$runs"); do
-		say "  round $r of $runs: wsync diff / apply, bench-peers xor-zstd, int32, uint16 (1 and 2 threads)"
-		for t in 1 2; do
-			if [ "$have_wsync" = 1 ]; then
+		say "  round $r of $runs: wsync diff / apply, bench-peers xor-zstd, int32, uint16, io (1 and 2 threads)"
+		order="1 2"
+		[ $((r % 2)) = 1 ] || order="2 1"
+		if [ "$have_wsync" = 1 ]; then
+			for t in $order; do
 				timed "$out/wsync-diff-t$t-r$r" "$WSYNC" diff "$old" "$new" \
 					-o "$work/tmp/delta.wsd" --threads "$t" --json ||
 					die "wsync diff failed: $(tail -5 "$out/wsync-diff-t$t-r$r.err")"
-				rm -rf "$work/tmp/out"
+			done
+			rm -rf "$work/tmp/out-t1" "$work/tmp/out-t2"
+			for t in $order; do
 				timed "$out/wsync-apply-t$t-r$r" "$WSYNC" apply "$work/tmp/base" \
-					"$work/tmp/delta.wsd" -o "$work/tmp/out" --threads "$t" --json ||
+					"$work/tmp/delta.wsd" -o "$work/tmp/out-t$t" --threads "$t" --json ||
 					die "wsync apply failed: $(tail -5 "$out/wsync-apply-t$t-r$r.err")"
-				same_tree "$new" "$work/tmp/out" "wsync apply --threads $t"
-				rm -rf "$work/tmp/out"
-			fi
-			for m in xor-zstd int32 uint16; do
+			done
+			for t in 1 2; do
+				same_tree "$new" "$work/tmp/out-t$t" "wsync apply --threads $t"
+				rm -rf "$work/tmp/out-t$t"
+			done
+		fi
+		for m in xor-zstd int32 uint16 io; do
+			for t in $order; do
 				timed "$out/peer-$m-t$t-r$r" "$PEERS" "$old" "$new" --method "$m" \
 					--threads "$t" --write-dir "$work/tmp/peer-out" --json ||
 					die "bench-peers --method $m failed: $(tail -5 "$out/peer-$m-t$t-r$r.err")"
@@ -474,7 +487,7 @@ for pair_dir in sorted(glob.glob(os.path.join(res, "pair*")), key=lambda d: int(
     # the peers in bench-peers: exact changed-element counts come from here
     changed = elements = None
     peer = {}
-    for m in ("xor-zstd", "int32", "uint16"):
+    for m in ("xor-zstd", "int32", "uint16", "io"):
         r = {}
         for t in (1, 2):
             rr = runs(pair_dir, f"peer-{m}-t{t}")
@@ -515,6 +528,13 @@ for pair_dir in sorted(glob.glob(os.path.join(res, "pair*")), key=lambda d: int(
              for k, i in (("enc", 0), ("app", 1))})
     else:
         rows.append(dict(name="wsync", missing="not built yet"))
+
+    # io: the reading and writing alone, what no codec can scale past
+    io = peer["io"]
+    io_scale = {k: paired([j[f] for j, _ in io[1]], [j[f] for j, _ in io[2]])
+                for k, f in (("enc", "encode_s"), ("app", "apply_files_s"))}
+    io_mbs = {k: {t: mbs(full, best(j[f] for j, _ in io[t])) for t in (1, 2)}
+              for k, f in (("enc", "encode_s"), ("app", "apply_files_s"))}
 
     names = {"xor-zstd": "XOR+zstd -1 (slime)", "int32": "int32 idx + values (TRL)",
              "uint16": "uint16 gaps + values (TRL)"}
@@ -569,6 +589,14 @@ for pair_dir in sorted(glob.glob(os.path.join(res, "pair*")), key=lambda d: int(
               f"| {fmt_mbs(r['app_mem'][1])} | {fmt_mbs(r['app_mem'][2])} "
               f"| {rs(1)} | {rs(2)} |" + (f" {r['note']}" if r["note"] else ""))
 
+    print()
+    print(f"Reading and writing alone (bench-peers io, no codec, as in an encode: "
+          f"OLD and NEW read; as in an apply to files: NEW read and written): "
+          f"encode {fmt_mbs(io_mbs['enc'][1])} / {fmt_mbs(io_mbs['enc'][2])} MB/s at 1 / 2 "
+          f"threads, scaling {io_scale['enc'] or 0:.2f}x; apply "
+          f"{fmt_mbs(io_mbs['app'][1])} / {fmt_mbs(io_mbs['app'][2])} MB/s, scaling "
+          f"{io_scale['app'] or 0:.2f}x")
+
     # goal checks
     by = {r["name"]: r for r in rows if "missing" not in r}
     ws = by.get("wsync")
@@ -605,7 +633,8 @@ for pair_dir in sorted(glob.glob(os.path.join(res, "pair*")), key=lambda d: int(
         xs2 = xz["scale"].get(xkey) or 0
         check(s2 >= 1.7, f"{what} 2-thread scaling {s2:.2f}x >= 1.7x "
               f"(median of the rounds' ratios, {b2:.2f}x from the best figures, "
-              f"XOR+zstd -1 scales {xs2:.2f}x here)")
+              f"XOR+zstd -1 scales {xs2:.2f}x here, its reading and writing "
+              f"alone {io_scale[key] or 0:.2f}x)")
     rss = max(ws["rss"].values())
     check(rss <= 256, f"peak RSS {rss:,.0f} MiB <= 256 MiB")
     print()

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * bench-peers OLD_DIR NEW_DIR --method xor-zstd|int32|uint16 [--threads N]
+ * bench-peers OLD_DIR NEW_DIR --method xor-zstd|int32|uint16|io [--threads N]
  *             [--repeat N] [--write-dir DIR] [--json]
  *
  * The delta codecs RL users run today, implemented as plain C so that
@@ -15,6 +15,11 @@
  *   uint16    TRL's later revision: the index gaps as uint16, a gap over
  *             65535 escaped as a uint16 0 followed by the uint32 gap (so it
  *             costs 2+4 bytes), then the values.
+ *   io        no codec: the reading and writing every delta codec does at
+ *             least, for scale.  Encode reads OLD and NEW; apply reads
+ *             NEW (as many bytes as an apply reads of OLD) 256 KiB at a
+ *             time and, to files, writes them.  No delta; verify checks
+ *             the bytes read.
  *
  * Each delta is a safetensors-like file: an 8-byte length, a JSON header
  * with one entry per stored blob (name, dtype, shape, data offsets, padded
@@ -86,12 +91,13 @@
 #define BLOCK (256u << 10)	/* read size: stays in L2 */
 #define GAP_ESCAPE 0		/* a uint16 gap of 0 announces a uint32 gap */
 
-enum method { M_XOR_ZSTD, M_INT32, M_UINT16 };
+enum method { M_XOR_ZSTD, M_INT32, M_UINT16, M_IO, M_COUNT };
 
 static const char *const method_names[] = {
 	[M_XOR_ZSTD] = "xor-zstd",
 	[M_INT32] = "int32",
 	[M_UINT16] = "uint16",
+	[M_IO] = "io",
 };
 
 enum phase { PH_ENCODE, PH_APPLY, PH_VERIFY };
@@ -595,7 +601,7 @@ static int verify(struct worker *w, const struct pair *p)
 		}
 		changed += (uint64_t)diff_scan(w->ob, w->nb, len, p->esize, 0, NULL, NULL);
 	}
-	if (w->b->method != M_XOR_ZSTD && changed != p->n_idx) {
+	if ((w->b->method == M_INT32 || w->b->method == M_UINT16) && changed != p->n_idx) {
 		fail(w->b, "%s: %s stored %" PRIu64 " elements, %" PRIu64 " changed",
 		     p->nt->name, method_names[w->b->method], p->n_idx, changed);
 		return -EIO;
@@ -611,14 +617,10 @@ static int verify(struct worker *w, const struct pair *p)
 
 /* ---- workers -------------------------------------------------------- */
 
-/* The rebuilt tensor into its shard's file under --write-dir, at the
- * offset it has in NEW (the shard's header is not written: a hole). */
-static int write_tensor(struct worker *w, const struct pair *p)
+/* len bytes of buf into p's shard file under --write-dir, at off. */
+static int write_range(struct worker *w, const struct pair *p, const uint8_t *buf,
+		       uint64_t off, size_t len)
 {
-	const uint8_t *buf = w->out;
-	uint64_t off = p->nt->offset;
-	size_t len = (size_t)p->nt->size;
-
 	while (len) {
 		ssize_t n = pwrite(w->b->out_fds[p->shard], buf, len, (off_t)off);
 
@@ -636,14 +638,55 @@ static int write_tensor(struct worker *w, const struct pair *p)
 	return 0;
 }
 
+/* The rebuilt tensor into its shard's file under --write-dir, at the
+ * offset it has in NEW (the shard's header is not written: a hole). */
+static int write_tensor(struct worker *w, const struct pair *p)
+{
+	return write_range(w, p, w->out, p->nt->offset, (size_t)p->nt->size);
+}
+
+/* io's apply: NEW read a block at a time (the bytes an apply reads of
+ * OLD), through a buffer that stays in the cache as an apply's would, and
+ * written when writing. */
+static int copy_through(struct worker *w, const struct pair *p)
+{
+	for (uint64_t off = 0; off < p->nt->size; off += BLOCK) {
+		size_t len = block_len(p->nt->size, off, BLOCK);
+
+		if (read_new(w, p, off, len, w->nb) < 0 ||
+		    (w->b->writing && write_range(w, p, w->nb, p->nt->offset + off, len) < 0))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* io's encode: both sides of the tensor read, nothing coded. */
+static int read_both(struct worker *w, const struct pair *p)
+{
+	for (uint64_t off = 0; off < p->nt->size; off += BLOCK) {
+		size_t len = block_len(p->nt->size, off, BLOCK);
+
+		if (read_old(w, p, off, len, w->ob) < 0 || read_new(w, p, off, len, w->nb) < 0)
+			return -EIO;
+	}
+	return 0;
+}
+
 static int do_pair(struct worker *w, struct pair *p, enum phase ph)
 {
 	struct bench *b = w->b;
 	int r;
 
 	if (ph == PH_ENCODE) {
-		r = b->method == M_XOR_ZSTD ? encode_xor_zstd(w, p)
-					    : encode_index(w, p, b->method);
+		r = b->method == M_IO	      ? read_both(w, p)
+		    : b->method == M_XOR_ZSTD ? encode_xor_zstd(w, p)
+					      : encode_index(w, p, b->method);
+	} else if (b->method == M_IO && ph != PH_VERIFY) {
+		r = copy_through(w, p);
+	} else if (b->method == M_IO) {
+		r = read_new(w, p, 0, (size_t)p->nt->size, w->out);
+		if (r == 0)
+			r = verify(w, p);
 	} else {
 		/* the old tensor into the output buffer, then the delta over it */
 		r = read_old(w, p, 0, (size_t)p->nt->size, w->out);
@@ -804,7 +847,7 @@ static int make_pairs(struct bench *b, const struct wsync_checkpoint *oldc,
 			p->shard = s;
 			p->esize = bits < 8 ? 1 : bits / 8;
 			p->nelem = nt->size / p->esize;
-			if (b->method != M_XOR_ZSTD &&
+			if ((b->method == M_INT32 || b->method == M_UINT16) &&
 			    p->nelem > (b->method == M_INT32 ? (uint64_t)INT32_MAX
 							      : (uint64_t)UINT32_MAX)) {
 				snprintf(msg, msglen, "%s has %" PRIu64 " elements: more "
@@ -895,11 +938,12 @@ out:
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: bench-peers OLD_DIR NEW_DIR --method xor-zstd|int32|uint16\n"
+	fprintf(f, "Usage: bench-peers OLD_DIR NEW_DIR --method xor-zstd|int32|uint16|io\n"
 		   "                   [--threads N] [--repeat N] [--write-dir DIR] [--json]\n\n"
 		   "Encodes the delta OLD -> NEW the way a peer tool does, times\n"
 		   "encode and apply, and checks the round trip byte for byte.\n\n"
-		   "  -m, --method M   xor-zstd (slime), int32 (TRL), uint16 (TRL gaps)\n"
+		   "  -m, --method M   xor-zstd (slime), int32 (TRL), uint16 (TRL gaps),\n"
+		   "                   io (no codec: reading and writing alone)\n"
 		   "  -t, --threads N  workers, one tensor at a time each (default 1)\n"
 		   "  -r, --repeat N   time each pass N times and keep the fastest\n"
 		   "      --write-dir D  apply also writes the rebuilt tensors to files\n"
@@ -931,7 +975,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "m:t:r:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
-			for (int i = 0; i < 3; i++)
+			for (int i = 0; i < M_COUNT; i++)
 				if (strcmp(optarg, method_names[i]) == 0)
 					b.method = (enum method)i;
 			if ((int)b.method < 0) {
