@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # test-bench-smoke: the two benchmark scripts README's figures come from
 # still run end to end, on this build's programs and a small model
-# (10M parameters): scripts/bench-codec.sh --quick prints its tables and
-# goal lines, and its size goals hold (they depend on the data, not on
-# the machine: speeds here mean nothing and are not checked);
+# (10M parameters): scripts/bench-codec.sh --quick prints its tables, the
+# I/O-alone line and goal lines, and its size goals hold (they depend on
+# the data, not on the machine: speeds here mean nothing and are not
+# checked);
 # scripts/bench-e2e.sh --quick on a file:// bucket prints its step table.
 . "$(dirname "$0")/lib.sh"
 
@@ -18,6 +19,9 @@ contains "a table row for XOR+zstd -1" "$out" "| XOR+zstd -1 (slime) |"
 contains "rows for TRL's two layouts" "$out" "| uint16 gaps + values (TRL) |"
 contains "a row for xdelta3" "$out" "| xdelta3 -9 |"
 contains "the high-density pair" "$out" "### Pair 3: high density"
+contains "the reading and writing alone, for scale" "$out" \
+	"Reading and writing alone (bench-peers io, no codec"
+contains "... beside each scaling goal line" "$out" "its reading and writing alone"
 contains "the goal lines are counted" "$out" "goal checks:"
 n=$(printf '%s\n' "$out" | grep -c "PASS B/changed")
 check "bytes per changed element <= 1.25 on both RL pairs" test "$n" -eq 2
