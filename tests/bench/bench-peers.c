@@ -645,28 +645,18 @@ static int write_tensor(struct worker *w, const struct pair *p)
 	return write_range(w, p, w->out, p->nt->offset, (size_t)p->nt->size);
 }
 
-/* io's apply: NEW read a block at a time (the bytes an apply reads of
- * OLD), through a buffer that stays in the cache as an apply's would, and
- * written when writing. */
-static int copy_through(struct worker *w, const struct pair *p)
+/* io's encode and apply, a block at a time through buffers that stay in
+ * the cache as a codec's would: encode reads both sides; apply reads NEW
+ * (as many bytes as an apply reads of OLD) and, when writing, writes it. */
+static int io_pass(struct worker *w, const struct pair *p, enum phase ph)
 {
 	for (uint64_t off = 0; off < p->nt->size; off += BLOCK) {
 		size_t len = block_len(p->nt->size, off, BLOCK);
 
-		if (read_new(w, p, off, len, w->nb) < 0 ||
-		    (w->b->writing && write_range(w, p, w->nb, p->nt->offset + off, len) < 0))
-			return -EIO;
-	}
-	return 0;
-}
-
-/* io's encode: both sides of the tensor read, nothing coded. */
-static int read_both(struct worker *w, const struct pair *p)
-{
-	for (uint64_t off = 0; off < p->nt->size; off += BLOCK) {
-		size_t len = block_len(p->nt->size, off, BLOCK);
-
-		if (read_old(w, p, off, len, w->ob) < 0 || read_new(w, p, off, len, w->nb) < 0)
+		if ((ph == PH_ENCODE && read_old(w, p, off, len, w->ob) < 0) ||
+		    read_new(w, p, off, len, w->nb) < 0 ||
+		    (ph == PH_APPLY && w->b->writing &&
+		     write_range(w, p, w->nb, p->nt->offset + off, len) < 0))
 			return -EIO;
 	}
 	return 0;
@@ -677,12 +667,11 @@ static int do_pair(struct worker *w, struct pair *p, enum phase ph)
 	struct bench *b = w->b;
 	int r;
 
-	if (ph == PH_ENCODE) {
-		r = b->method == M_IO	      ? read_both(w, p)
-		    : b->method == M_XOR_ZSTD ? encode_xor_zstd(w, p)
-					      : encode_index(w, p, b->method);
-	} else if (b->method == M_IO && ph != PH_VERIFY) {
-		r = copy_through(w, p);
+	if (b->method == M_IO && ph != PH_VERIFY) {
+		r = io_pass(w, p, ph);
+	} else if (ph == PH_ENCODE) {
+		r = b->method == M_XOR_ZSTD ? encode_xor_zstd(w, p)
+					    : encode_index(w, p, b->method);
 	} else if (b->method == M_IO) {
 		r = read_new(w, p, 0, (size_t)p->nt->size, w->out);
 		if (r == 0)
