@@ -21,7 +21,7 @@
  *      there is none
  *  - both, otherwise                           -> WRITE, XOR pieces when the
  *      sizes are equal, ZSTD pieces when not
- * Pieces are cut at 4 MiB and grouped into segments of at most
+ * Pieces are cut at 2 MiB and grouped into segments of at most
  * segment_target bytes of target (FLOAT pieces on element boundaries) --
  * shrinking ones, half of the rest each, at the end of a file, so that
  * the workers finish it together -- and segments are coded by
@@ -34,7 +34,7 @@
  * ahead of it waiting in memory.
  *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):
- * both files are read with pread a piece (4 MiB at most) at a time into
+ * both files are read with pread a piece (2 MiB at most) at a time into
  * each worker's two reused buffers, and each piece is hashed as soon as
  * it is coded -- by a worker that codes ahead of its file's hashing turn,
  * read again when the turn comes -- (or, with WSYNC_MMAP=1, mapped and

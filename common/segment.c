@@ -481,6 +481,30 @@ static int scratch_reset(struct wsync_segment_scratch *sc, size_t n)
 	return 0;
 }
 
+/*
+ * Fold runs of COPY pieces that read consecutive base bytes into one
+ * entry (pieces tile the segment, so their targets are consecutive too):
+ * an unchanged stretch of a big file costs one 32-byte entry per segment,
+ * not one per piece, however finely the pieces were cut for reading.
+ * Returns the entries left in po.
+ */
+static size_t merge_copies(struct piece_out *po, size_t n)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct piece_out *last = m ? &po[m - 1] : NULL;
+
+		if (last && last->method == WSYNC_PIECE_COPY &&
+		    po[i].method == WSYNC_PIECE_COPY &&
+		    last->base_offset + last->len == po[i].base_offset)
+			last->len += po[i].len;
+		else
+			po[m++] = po[i];
+	}
+	return m;
+}
+
 int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 			    const struct wsync_piece_in *pieces, size_t n,
 			    uint64_t target_offset,
@@ -542,14 +566,15 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 	}
 	{
 		uint8_t *h = out->data + start, *e;
-		size_t tables = SEGMENT_FIXED + n * PIECE_ENTRY + table->len;
+		size_t m = merge_copies(po, n);
+		size_t tables = SEGMENT_FIXED + m * PIECE_ENTRY + table->len;
 
 		put64(h, target_offset);
 		put64(h + 8, total);
-		put32(h + 16, (uint32_t)n);
+		put32(h + 16, (uint32_t)m);
 		put32(h + 20, n_streams);
 		e = h + SEGMENT_FIXED;
-		for (size_t i = 0; i < n; i++, e += PIECE_ENTRY) {
+		for (size_t i = 0; i < m; i++, e += PIECE_ENTRY) {
 			memset(e, 0, 8);
 			e[0] = (uint8_t)po[i].method;
 			e[1] = (uint8_t)po[i].family;

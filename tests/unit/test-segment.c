@@ -339,6 +339,73 @@ static void test_mixed_methods(void)
 	free(rand_bytes);
 }
 
+/* The piece methods of out, in order, into m (at most cap); their count. */
+static size_t piece_methods(const struct wsync_buf *out, enum wsync_piece_method *m,
+			    size_t cap, uint64_t *len)
+{
+	struct wsync_segment *s = NULL;
+	struct wsync_error err;
+	size_t n = 0;
+
+	if (wsync_segment_parse(out->data, out->len, &s, &err) == 0)
+		for (n = 0; n < s->n_pieces && n < cap; n++) {
+			m[n] = s->pieces[n].method;
+			len[n] = s->pieces[n].len;
+		}
+	wsync_segment_free(s);
+	return n;
+}
+
+/*
+ * Unchanged pieces next to each other, reading consecutive base bytes,
+ * come out as one COPY entry (a big unchanged stretch cut into many
+ * pieces costs one entry); COPY pieces whose base bytes are not
+ * consecutive, or with a changed piece between them, stay apart.  Each
+ * result decodes to the target.
+ */
+static void test_copy_runs(void)
+{
+	enum { P = 8192 };
+	uint8_t *basefile = malloc(8 * P), *target = malloc(6 * P);
+	struct wsync_buf out = { 0 };
+	struct wsync_error err = { 0 };
+	enum wsync_piece_method m[8];
+	uint64_t len[8];
+	size_t n;
+
+	for (size_t i = 0; i < 8 * P; i++)
+		basefile[i] = (uint8_t)(i * 131 + (i >> 7));
+	/* target: base [0, 3P) unchanged as three pieces (FLOAT, XOR, COPY,
+	 * all found unchanged), then [3P, 4P) changed, then base [5P, 6P)
+	 * and [4P, 5P) (swapped: not consecutive) unchanged */
+	memcpy(target, basefile, 4 * P);
+	target[3 * P + 100] ^= 1;
+	memcpy(target + 4 * P, basefile + 5 * P, P);
+	memcpy(target + 5 * P, basefile + 4 * P, P);
+	struct wsync_piece_in p[6] = {
+		{ WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16, target, basefile, 0, P },
+		{ WSYNC_PIECE_XOR, 0, target + P, basefile + P, P, P },
+		{ WSYNC_PIECE_COPY, 0, target + 2 * P, basefile + 2 * P, 2 * P, P },
+		{ WSYNC_PIECE_XOR, 0, target + 3 * P, basefile + 3 * P, 3 * P, P },
+		{ WSYNC_PIECE_XOR, 0, target + 4 * P, basefile + 5 * P, 5 * P, P },
+		{ WSYNC_PIECE_COPY, 0, target + 5 * P, basefile + 4 * P, 4 * P, P },
+	};
+	struct wsync_segment_stats st = { 0 };
+
+	roundtrip(p, 6, basefile, 8 * P, target, 6 * P, &st);
+	CHECK(st.method_bytes[WSYNC_PIECE_COPY] == 5 * P);	/* counted per piece */
+	CHECK(wsync_segment_encode(p, 6, 0, NULL, &out, NULL, &err) == 0);
+	n = piece_methods(&out, m, 8, len);
+	CHECK(n == 4);
+	CHECK(n >= 1 && m[0] == WSYNC_PIECE_COPY && len[0] == 3 * P);
+	CHECK(n >= 2 && m[1] == WSYNC_PIECE_XOR && len[1] == P);
+	CHECK(n >= 4 && m[2] == WSYNC_PIECE_COPY && m[3] == WSYNC_PIECE_COPY &&
+	      len[2] == P && len[3] == P);
+	wsync_buf_free(&out);
+	free(basefile);
+	free(target);
+}
+
 /* The fill/done callbacks of wsync_segment_encode_in: pieces whose bytes
  * are supplied one at a time, into one reused pair of buffers, code to the
  * same payload as pieces given whole; done follows each fill, in order;
@@ -969,6 +1036,7 @@ int main(void)
 	TEST(test_float_specials);
 	TEST(test_float_far_changes);
 	TEST(test_mixed_methods);
+	TEST(test_copy_runs);
 	TEST(test_fill_callbacks);
 	TEST(test_corruption);
 	TEST(test_dense);
