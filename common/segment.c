@@ -70,7 +70,7 @@ struct piece_out {
 	enum wsync_float_family family;
 	uint8_t lo;
 	uint64_t len, base_offset;
-	size_t payload_off, payload_len;	/* in the output buffer */
+	size_t payload_len;		/* in the output buffer */
 };
 
 /* zstd of src appended to out; returns the frame size, or 0 when the frame
@@ -214,7 +214,6 @@ static int put_literal(struct encoder *enc, const struct wsync_piece_in *p,
 	po->family = WSYNC_FAMILY_NONE;
 	po->lo = 0;
 	po->base_offset = 0;
-	po->payload_off = enc->payloads->len;
 	po->payload_len = (size_t)p->len;
 	return wsync_buf_append(enc->payloads, p->target, (size_t)p->len);
 }
@@ -253,7 +252,6 @@ static int encode_dense(struct encoder *enc, const struct wsync_piece_in *p,
 	}
 	po->method = WSYNC_PIECE_DENSE;
 	po->family = p->family;
-	po->payload_off = before;
 	po->payload_len = enc->payloads->len - before;
 	return 0;
 }
@@ -310,7 +308,6 @@ static int encode_float(struct encoder *enc, const struct wsync_piece_in *p,
 			po->method = WSYNC_PIECE_XOR;
 			po->family = WSYNC_FAMILY_NONE;
 			po->lo = 0;
-			po->payload_off = before;
 			po->payload_len = xor_frame;
 			return 0;
 		}
@@ -360,7 +357,7 @@ static uint64_t count_changed(const uint8_t *a, const uint8_t *b, size_t n)
 static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
 			struct piece_out *po, struct wsync_error *err)
 {
-	size_t before = enc->payloads->len, frame;
+	size_t frame;
 	int r = 0;
 
 	po->method = p->method;
@@ -368,7 +365,6 @@ static int encode_piece(struct encoder *enc, const struct wsync_piece_in *p,
 	po->lo = 0;
 	po->len = p->len;
 	po->base_offset = p->base_offset;
-	po->payload_off = before;
 	po->payload_len = 0;
 
 	if (p->method != WSYNC_PIECE_LITERAL && p->method != WSYNC_PIECE_ZSTD && !p->base)
