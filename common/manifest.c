@@ -676,13 +676,55 @@ static int missing_field(struct jr *j, uint32_t seen, const char *const *names, 
 	return 0;
 }
 
+/* One known field of an object, idx its index in the object's names. */
+typedef int (*field_fn)(struct jr *j, int idx, void *arg);
+
+/*
+ * The members of an object, its '{' consumed, to its '}': each field
+ * named in names read by field(j, its index, arg), once at most; the
+ * others skipped (depth as for jr_skip: how deep the object lies).
+ * *seen gets a bit per field read.
+ */
+static int read_fields(struct jr *j, const char *const *names, size_t n, int depth,
+		       field_fn field, void *arg, uint32_t *seen)
+{
+	bool first = true;
+	int r, idx = -1;
+
+	*seen = 0;
+	while ((r = jr_member(j, &first, names, n, &idx)) > 0) {
+		if (idx < 0)
+			r = jr_skip(j, depth);
+		else if ((r = seen_field(j, seen, idx, names)) == 0)
+			r = field(j, idx, arg);
+		if (r < 0)
+			return r;
+	}
+	return r;
+}
+
+/* A nested object ("name" must be one: type says what kind) with every
+ * field of names present, read as read_fields does. */
+static int read_record(struct jr *j, const char *name, const char *type,
+		       const char *const *names, size_t n, int depth, field_fn field,
+		       void *arg)
+{
+	uint32_t seen = 0;
+	int r = jr_open(j, '{', name, type);
+
+	if (r == 0)
+		r = read_fields(j, names, n, depth, field, arg, &seen);
+	return r < 0 ? r : missing_field(j, seen, names, n);
+}
+
 /* {"key", "size", "xxh128"}, unknown fields skipped. */
 enum { R_KEY, R_SIZE, R_HASH, R_N };
 static const char *const ref_fields[] = { "key", "size", "xxh128" };
 
-/* One field of a ref; idx from ref_fields. */
-static int read_ref_field(struct jr *j, int idx, struct wsync_manifest_ref *ref)
+/* One field of a ref (a struct wsync_manifest_ref); idx from ref_fields. */
+static int read_ref_field(struct jr *j, int idx, void *arg)
 {
+	struct wsync_manifest_ref *ref = arg;
 	size_t len;
 
 	switch (idx) {
@@ -697,24 +739,8 @@ static int read_ref_field(struct jr *j, int idx, struct wsync_manifest_ref *ref)
 
 static int read_ref(struct jr *j, const char *name, int depth, struct wsync_manifest_ref *ref)
 {
-	bool first = true;
-	uint32_t seen = 0;
-	int r, idx = -1;
-
-	r = jr_open(j, '{', name, "an object");
-	if (r < 0)
-		return r;
-	while ((r = jr_member(j, &first, ref_fields, R_N, &idx)) > 0) {
-		if (idx < 0)
-			r = jr_skip(j, depth + 1);
-		else if ((r = seen_field(j, &seen, idx, ref_fields)) == 0)
-			r = read_ref_field(j, idx, ref);
-		if (r < 0)
-			return r;
-	}
-	if (r < 0)
-		return r;
-	return missing_field(j, seen, ref_fields, R_N);
+	return read_record(j, name, "an object", ref_fields, R_N, depth + 1, read_ref_field,
+			   ref);
 }
 
 /* Grow an array of n elements of size sz by one, up to max: *slot is the
@@ -799,51 +825,47 @@ struct arrays {
 enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_N };
 static const char *const object_fields[] = { "role", "key", "size", "xxh128" };
 
-static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
-{
+struct object_read {
 	struct wsync_manifest_object *o;
-	bool first = true, keep = true;
-	uint32_t seen = 0;
+	bool keep;		/* false: a role of a later format, skipped */
+};
+
+static int read_object_field(struct jr *j, int idx, void *arg)
+{
+	struct object_read *rd = arg;
 	size_t len;
 	char *role;
-	int r, idx = -1;
+	int r;
+
+	if (idx != O_ROLE)
+		return read_ref_field(j, idx - 1, &rd->o->ref);
+	r = read_temp_string(j, "role", &role, &len);
+	if (r == 0 && strcmp(role, "delta") == 0)
+		rd->o->role = WSYNC_MANIFEST_ROLE_DELTA;
+	else if (r == 0 && strcmp(role, "anchor") == 0)
+		rd->o->role = WSYNC_MANIFEST_ROLE_ANCHOR;
+	else
+		rd->keep = false;
+	return r;
+}
+
+static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
+{
+	struct object_read rd = { .keep = true };
+	int r;
 
 	if (++a->objects_seen > WSYNC_MANIFEST_OBJECTS_MAX)
 		return wsync_error_set(j->err, -EINVAL, "more than %u objects",
 				       WSYNC_MANIFEST_OBJECTS_MAX);
-	r = grow(j, (void **)&m->objects, &m->n_objects, &a->objects_cap, sizeof(*o),
-		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&o);
-	if (r < 0)
-		return r;
-	r = jr_open(j, '{', "objects[]", "an array of objects");
-	if (r < 0)
-		return r;
-	while ((r = jr_member(j, &first, object_fields, O_N, &idx)) > 0) {
-		if (idx < 0) {
-			r = jr_skip(j, 3);
-		} else if ((r = seen_field(j, &seen, idx, object_fields)) < 0) {
-			;
-		} else if (idx == O_ROLE) {
-			r = read_temp_string(j, "role", &role, &len);
-			if (r == 0 && strcmp(role, "delta") == 0)
-				o->role = WSYNC_MANIFEST_ROLE_DELTA;
-			else if (r == 0 && strcmp(role, "anchor") == 0)
-				o->role = WSYNC_MANIFEST_ROLE_ANCHOR;
-			else
-				keep = false;	/* a role of a later format: skipped */
-		} else {
-			r = read_ref_field(j, idx - 1, &o->ref);
-		}
-		if (r < 0)
-			return r;
-	}
-	if (r < 0)
-		return r;
-	r = missing_field(j, seen, object_fields, O_N);
-	if (r == 0 && !keep) {
+	r = grow(j, (void **)&m->objects, &m->n_objects, &a->objects_cap, sizeof(*rd.o),
+		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&rd.o);
+	if (r == 0)
+		r = read_record(j, "objects[]", "an array of objects", object_fields, O_N, 3,
+				read_object_field, &rd);
+	if (r == 0 && !rd.keep) {
 		/* Skipped, but its key must still be a key (and it did count
 		 * against the limit). */
-		r = check_ref(&o->ref, j->err);
+		r = check_ref(&rd.o->ref, j->err);
 		m->n_objects--;
 	}
 	return r;
@@ -852,72 +874,48 @@ static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 enum { F_PATH, F_SIZE, F_HASH, F_N };
 static const char *const file_fields[] = { "path", "size", "xxh128" };
 
+static int read_file_field(struct jr *j, int idx, void *arg)
+{
+	struct wsync_manifest_file *f = arg;
+	size_t len;
+
+	if (idx == F_PATH)
+		return read_string(j, "path", &f->path, &len);
+	if (idx == F_SIZE)
+		return read_u64(j, "size", 0, INT64_MAX, &f->size);
+	return read_hash(j, "xxh128", &f->hash);
+}
+
 static int read_file(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 {
 	struct wsync_manifest_file *f;
-	bool first = true;
-	uint32_t seen = 0;
-	size_t len;
-	int r, idx = -1;
+	int r = grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
+		     WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
 
-	r = grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
-		 WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
-	if (r < 0)
-		return r;
-	r = jr_open(j, '{', "files[]", "an array of objects");
-	if (r < 0)
-		return r;
-	while ((r = jr_member(j, &first, file_fields, F_N, &idx)) > 0) {
-		if (idx < 0)
-			r = jr_skip(j, 3);
-		else if ((r = seen_field(j, &seen, idx, file_fields)) < 0)
-			;
-		else if (idx == F_PATH)
-			r = read_string(j, "path", &f->path, &len);
-		else if (idx == F_SIZE)
-			r = read_u64(j, "size", 0, INT64_MAX, &f->size);
-		else
-			r = read_hash(j, "xxh128", &f->hash);
-		if (r < 0)
-			return r;
-	}
-	if (r < 0)
-		return r;
-	return missing_field(j, seen, file_fields, F_N);
+	return r < 0 ? r : read_record(j, "files[]", "an array of objects", file_fields, F_N,
+				       3, read_file_field, f);
 }
 
 enum { A_VERSION, A_MANIFEST, A_N };
 static const char *const anchor_fields[] = { "version", "manifest" };
 
+static int read_anchor_field(struct jr *j, int idx, void *arg)
+{
+	struct wsync_manifest_anchor *an = arg;
+
+	if (idx == A_VERSION)
+		return read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &an->version);
+	return read_ref(j, "manifest", 3, &an->manifest);
+}
+
 static int read_anchor(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 {
 	struct wsync_manifest_anchor *an;
-	bool first = true;
-	uint32_t seen = 0;
-	int r, idx = -1;
+	int r = grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap, sizeof(*an),
+		     WSYNC_MANIFEST_ANCHORS_MAX, "anchors", (void **)&an);
 
-	r = grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap, sizeof(*an),
-		 WSYNC_MANIFEST_ANCHORS_MAX, "anchors", (void **)&an);
-	if (r < 0)
-		return r;
-	r = jr_open(j, '{', "anchors[]", "an array of objects");
-	if (r < 0)
-		return r;
-	while ((r = jr_member(j, &first, anchor_fields, A_N, &idx)) > 0) {
-		if (idx < 0)
-			r = jr_skip(j, 3);
-		else if ((r = seen_field(j, &seen, idx, anchor_fields)) < 0)
-			;
-		else if (idx == A_VERSION)
-			r = read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &an->version);
-		else
-			r = read_ref(j, "manifest", 3, &an->manifest);
-		if (r < 0)
-			return r;
-	}
-	if (r < 0)
-		return r;
-	return missing_field(j, seen, anchor_fields, A_N);
+	return r < 0 ? r : read_record(j, "anchors[]", "an array of objects", anchor_fields,
+				       A_N, 3, read_anchor_field, an);
 }
 
 /* An array field whose elements each() reads; errors get "name[i]: ". */
@@ -943,80 +941,81 @@ static int read_array(struct jr *j, const char *name, struct wsync_manifest *m,
 	return r;
 }
 
-static int read_manifest(struct jr *j, struct wsync_manifest *m)
+struct manifest_read {
+	struct wsync_manifest *m;
+	struct arrays a;
+};
+
+static int read_manifest_field(struct jr *j, int idx, void *arg)
 {
-	struct arrays a = { 0 };
-	bool first = true;
-	uint32_t seen = 0;
+	struct manifest_read *rd = arg;
+	struct wsync_manifest *m = rd->m;
 	size_t len;
 	char *s;
-	int r, idx = -1;
+	int r;
+
+	switch (idx) {
+	case M_FORMAT:
+		r = read_format(j, MANIFEST_FORMAT, "manifest");
+		break;
+	case M_FORMAT_VERSION:
+		r = read_format_version(j, "manifest");
+		break;
+	case M_VERSION:
+		r = read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &m->version);
+		break;
+	case M_STEP:
+		r = read_int(j, "step", INT64_MIN, INT64_MAX, &m->step);
+		break;
+	case M_CREATED:
+		r = read_time(j, "created", &m->created);
+		break;
+	case M_KIND:
+		r = read_temp_string(j, "kind", &s, &len);
+		if (r < 0)
+			break;
+		if (strcmp(s, "delta") == 0)
+			m->kind = WSYNC_MANIFEST_DELTA;
+		else if (strcmp(s, "anchor") == 0)
+			m->kind = WSYNC_MANIFEST_ANCHOR;
+		else
+			r = wsync_error_set(j->err, -EINVAL, "\"kind\" must be "
+					    "\"delta\" or \"anchor\", not \"%.40s\"", s);
+		break;
+	case M_BASE_VERSION:
+		r = read_u64(j, "base_version", 1, WSYNC_MANIFEST_VERSION_MAX,
+			     &m->base_version);
+		break;
+	case M_ANCHOR_VERSION:
+		r = read_u64(j, "anchor_version", 1, WSYNC_MANIFEST_VERSION_MAX,
+			     &m->anchor_version);
+		break;
+	case M_OBJECTS:
+		r = read_array(j, "objects", m, &rd->a, read_object);
+		break;
+	case M_FILES:
+		r = read_array(j, "files", m, &rd->a, read_file);
+		break;
+	case M_ANCHORS:
+		r = read_array(j, "anchors", m, &rd->a, read_anchor);
+		break;
+	default:
+		r = read_string(j, "writer", &m->writer, &len);
+		break;
+	}
+	return r;
+}
+
+static int read_manifest(struct jr *j, struct wsync_manifest *m)
+{
+	struct manifest_read rd = { .m = m };
+	uint32_t seen = 0;
+	int r;
 
 	if (jr_peek(j) != '{')
 		return jr_syntax(j, "expected a JSON object");
 	j->p++;
-	while ((r = jr_member(j, &first, manifest_fields, M_N, &idx)) > 0) {
-		if (idx < 0) {
-			r = jr_skip(j, 1);
-			if (r < 0)
-				return r;
-			continue;
-		}
-		r = seen_field(j, &seen, idx, manifest_fields);
-		if (r < 0)
-			return r;
-		switch (idx) {
-		case M_FORMAT:
-			r = read_format(j, MANIFEST_FORMAT, "manifest");
-			break;
-		case M_FORMAT_VERSION:
-			r = read_format_version(j, "manifest");
-			break;
-		case M_VERSION:
-			r = read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &m->version);
-			break;
-		case M_STEP:
-			r = read_int(j, "step", INT64_MIN, INT64_MAX, &m->step);
-			break;
-		case M_CREATED:
-			r = read_time(j, "created", &m->created);
-			break;
-		case M_KIND:
-			r = read_temp_string(j, "kind", &s, &len);
-			if (r < 0)
-				break;
-			if (strcmp(s, "delta") == 0)
-				m->kind = WSYNC_MANIFEST_DELTA;
-			else if (strcmp(s, "anchor") == 0)
-				m->kind = WSYNC_MANIFEST_ANCHOR;
-			else
-				r = wsync_error_set(j->err, -EINVAL, "\"kind\" must be "
-						    "\"delta\" or \"anchor\", not \"%.40s\"", s);
-			break;
-		case M_BASE_VERSION:
-			r = read_u64(j, "base_version", 1, WSYNC_MANIFEST_VERSION_MAX,
-				     &m->base_version);
-			break;
-		case M_ANCHOR_VERSION:
-			r = read_u64(j, "anchor_version", 1, WSYNC_MANIFEST_VERSION_MAX,
-				     &m->anchor_version);
-			break;
-		case M_OBJECTS:
-			r = read_array(j, "objects", m, &a, read_object);
-			break;
-		case M_FILES:
-			r = read_array(j, "files", m, &a, read_file);
-			break;
-		case M_ANCHORS:
-			r = read_array(j, "anchors", m, &a, read_anchor);
-			break;
-		default:
-			r = read_string(j, "writer", &m->writer, &len);
-			break;
-		}
-		if (r < 0)
-			return r;
-	}
+	r = read_fields(j, manifest_fields, M_N, 1, read_manifest_field, &rd, &seen);
 	if (r < 0)
 		return r;
 	r = jr_end(j);
@@ -1275,33 +1274,33 @@ static const char *const head_fields[] = {
 	"format", "format_version", "version", "manifest", "created",
 };
 
+static int read_head_field(struct jr *j, int idx, void *arg)
+{
+	struct wsync_manifest_head *h = arg;
+
+	switch (idx) {
+	case H_FORMAT:
+		return read_format(j, HEAD_FORMAT, "HEAD");
+	case H_FORMAT_VERSION:
+		return read_format_version(j, "HEAD");
+	case H_VERSION:
+		return read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &h->version);
+	case H_MANIFEST:
+		return read_ref(j, "manifest", 1, &h->manifest);
+	default:
+		return read_time(j, "created", &h->created);
+	}
+}
+
 static int read_head(struct jr *j, struct wsync_manifest_head *h)
 {
-	bool first = true;
 	uint32_t seen = 0;
-	int r, idx = -1;
+	int r;
 
 	if (jr_peek(j) != '{')
 		return jr_syntax(j, "expected a JSON object");
 	j->p++;
-	while ((r = jr_member(j, &first, head_fields, H_N, &idx)) > 0) {
-		if (idx < 0)
-			r = jr_skip(j, 1);
-		else if ((r = seen_field(j, &seen, idx, head_fields)) < 0)
-			;
-		else if (idx == H_FORMAT)
-			r = read_format(j, HEAD_FORMAT, "HEAD");
-		else if (idx == H_FORMAT_VERSION)
-			r = read_format_version(j, "HEAD");
-		else if (idx == H_VERSION)
-			r = read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &h->version);
-		else if (idx == H_MANIFEST)
-			r = read_ref(j, "manifest", 1, &h->manifest);
-		else
-			r = read_time(j, "created", &h->created);
-		if (r < 0)
-			return r;
-	}
+	r = read_fields(j, head_fields, H_N, 1, read_head_field, h, &seen);
 	if (r < 0)
 		return r;
 	r = jr_end(j);
