@@ -888,7 +888,7 @@ static int read_file_field(struct jr *j, int idx, void *arg)
 
 static int read_file(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 {
-	struct wsync_manifest_file *f;
+	struct wsync_manifest_file *f = NULL;
 	int r = grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
 		     WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
 
@@ -910,7 +910,7 @@ static int read_anchor_field(struct jr *j, int idx, void *arg)
 
 static int read_anchor(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 {
-	struct wsync_manifest_anchor *an;
+	struct wsync_manifest_anchor *an = NULL;
 	int r = grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap, sizeof(*an),
 		     WSYNC_MANIFEST_ANCHORS_MAX, "anchors", (void **)&an);
 
