@@ -49,6 +49,8 @@ struct wsync_float_mark {
 
 void wsync_float_enc_init(struct wsync_float_enc *e);
 void wsync_float_enc_free(struct wsync_float_enc *e);
+/* Empty every lane for the next segment, keeping the memory. */
+void wsync_float_enc_reset(struct wsync_float_enc *e);
 void wsync_float_enc_mark(const struct wsync_float_enc *e, struct wsync_float_mark *m);
 void wsync_float_enc_rollback(struct wsync_float_enc *e, const struct wsync_float_mark *m);
 

@@ -457,12 +457,13 @@ static int scratch_reset(struct wsync_segment_scratch *sc, size_t n)
 		(void)ZSTD_CCtx_reset(sc->cctx, ZSTD_reset_session_and_parameters);
 	else
 		sc->cctx = ZSTD_createCCtx();
-	if (sc->fenc)
-		wsync_float_enc_free(sc->fenc);
-	else
+	if (sc->fenc) {
+		wsync_float_enc_reset(sc->fenc);
+	} else {
 		sc->fenc = malloc(sizeof(*sc->fenc));
-	if (sc->fenc)
-		wsync_float_enc_init(sc->fenc);
+		if (sc->fenc)
+			wsync_float_enc_init(sc->fenc);
+	}
 	if (!sc->mark)
 		sc->mark = malloc(sizeof(*sc->mark));
 	if (sc->po_cap < n) {
