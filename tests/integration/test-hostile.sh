@@ -518,7 +518,16 @@ head_version() {
 	"$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read())["version"])' \
 		"$TMP/bk-pubd/HEAD" 2>/dev/null || echo 0
 }
-wait_head() { for _ in $(seq 300); do [ "$(head_version)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+# wait_head V: HEAD names version V within 60 s (a loaded CI machine runs
+# the other tests beside this one); else what the publisher last said
+wait_head() {
+	for _ in $(seq 600); do [ "$(head_version)" = "$1" ] && return 0; sleep 0.1; done
+	echo "HEAD names version $(head_version), not $1; the publisher's last messages:"
+	"$PYTHON3" -c 'import json, sys
+for line in open(sys.argv[1]).readlines()[-8:]:
+    print(json.loads(line).get("MESSAGE", ""))' "$TMP/pubd/journal.jsonl" 2>&1
+	return 1
+}
 # put STEP DAMAGE: checkpoint-STEP into the watch dir, damaged, marker last
 put() {
 	local d=$W5/checkpoint-$1 s1=model-00001-of-00002.safetensors
