@@ -717,6 +717,34 @@ static int read_record(struct jr *j, const char *name, const char *type,
 	return r < 0 ? r : missing_field(j, seen, names, n);
 }
 
+/*
+ * A whole document: one object, nothing after it, read as read_fields
+ * does.  Its field 0 must be "format" (without it, it is not a wsync
+ * what, the verdict that stands) and every other field present but
+ * those in optional.
+ */
+static int read_document(struct jr *j, const char *what, const char *const *names,
+			 size_t n, uint32_t optional, field_fn field, void *arg)
+{
+	uint32_t seen = 0;
+	int r;
+
+	if (jr_peek(j) != '{')
+		return jr_syntax(j, "expected a JSON object");
+	j->p++;
+	r = read_fields(j, names, n, 1, field, arg, &seen);
+	if (r == 0)
+		r = jr_end(j);
+	if (r < 0)
+		return r;
+	if (!(seen & 1u)) {
+		j->verdict = true;
+		return wsync_error_set(j->err, -EINVAL, "not a wsync %s: no \"format\" field",
+				       what);
+	}
+	return missing_field(j, seen | optional, names, n);
+}
+
 /* {"key", "size", "xxh128"}, unknown fields skipped. */
 enum { R_KEY, R_SIZE, R_HASH, R_N };
 static const char *const ref_fields[] = { "key", "size", "xxh128" };
@@ -1009,24 +1037,10 @@ static int read_manifest_field(struct jr *j, int idx, void *arg)
 static int read_manifest(struct jr *j, struct wsync_manifest *m)
 {
 	struct manifest_read rd = { .m = m };
-	uint32_t seen = 0;
-	int r;
 
-	if (jr_peek(j) != '{')
-		return jr_syntax(j, "expected a JSON object");
-	j->p++;
-	r = read_fields(j, manifest_fields, M_N, 1, read_manifest_field, &rd, &seen);
-	if (r < 0)
-		return r;
-	r = jr_end(j);
-	if (r < 0)
-		return r;
-	if (!(seen & (1u << M_FORMAT))) {
-		j->verdict = true;
-		return wsync_error_set(j->err, -EINVAL, "not a wsync manifest: no "
-				       "\"format\" field");
-	}
-	return missing_field(j, seen | M_OPTIONAL, manifest_fields, M_N);
+	_Static_assert(M_FORMAT == 0, "read_document takes field 0 for \"format\"");
+	return read_document(j, "manifest", manifest_fields, M_N, M_OPTIONAL,
+			     read_manifest_field, &rd);
 }
 
 /* ---- cross-field rules, shared by parse and serialize ---- */
@@ -1294,24 +1308,8 @@ static int read_head_field(struct jr *j, int idx, void *arg)
 
 static int read_head(struct jr *j, struct wsync_manifest_head *h)
 {
-	uint32_t seen = 0;
-	int r;
-
-	if (jr_peek(j) != '{')
-		return jr_syntax(j, "expected a JSON object");
-	j->p++;
-	r = read_fields(j, head_fields, H_N, 1, read_head_field, h, &seen);
-	if (r < 0)
-		return r;
-	r = jr_end(j);
-	if (r < 0)
-		return r;
-	if (!(seen & (1u << H_FORMAT))) {
-		j->verdict = true;
-		return wsync_error_set(j->err, -EINVAL, "not a wsync HEAD: no \"format\" "
-				       "field");
-	}
-	return missing_field(j, seen, head_fields, H_N);
+	_Static_assert(H_FORMAT == 0, "read_document takes field 0 for \"format\"");
+	return read_document(j, "HEAD", head_fields, H_N, 0, read_head_field, h);
 }
 
 static int check_head(const struct wsync_manifest_head *h, struct wsync_error *err)
