@@ -663,6 +663,7 @@ static void test_hostile_heads_refused(void)
 {
 	static const struct bad bad_heads[] = {
 		{ "\"wsync-head\"", "\"wsync-manifest\"", -EINVAL, "HEAD: not a wsync HEAD: format is \"wsync-manifest\"" },
+		{ "  \"format\": \"wsync-head\",\n", "", -EINVAL, "HEAD: not a wsync HEAD: no \"format\" field" },
 		{ "\"format_version\": 1", "\"format_version\": 7", -EPROTONOSUPPORT, "unsupported HEAD format_version 7" },
 		{ "\"version\": 42", "\"version\": 0", -EINVAL, "HEAD: \"version\" must be an integer from 1" },
 		{ "\"version\": 42", "\"version\": 42.5", -EINVAL, "no fraction" },
