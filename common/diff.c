@@ -569,11 +569,13 @@ struct pool {
 	unsigned n_workers, started;
 	pthread_t tids[64];
 	bool ready;			/* mutex and condition made */
-	/* Output buffers of at most SPARE_MAX: a worker hands its own over
-	 * with the output and takes one written before, if any (at most
-	 * n_workers wait here), instead of copying the output into fresh
-	 * memory -- 50 MB for a dense step, ~40 huge pages to fault in and
-	 * clear at two threads. */
+	/* Output buffers of at most SPARE_MAX, written before (at most
+	 * n_workers wait here): a worker hands its own over with the output
+	 * and takes one, instead of copying the output into fresh memory --
+	 * 50 MB for a dense step, ~40 huge pages to fault in and clear at two
+	 * threads; a small output (an RL step's ~180 KB per segment) is
+	 * copied into one rather than into fresh heap, 4 KiB pages at ~12 us
+	 * each to fault in on the VM measured. */
 	struct wsync_buf *spare;
 	unsigned n_spare;
 };
@@ -814,6 +816,14 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 	return r;
 }
 
+static void swap_bufs(struct wsync_buf *a, struct wsync_buf *b)
+{
+	struct wsync_buf t = *a;
+
+	*a = *b;
+	*b = t;
+}
+
 /*
  * Code segment k of it into so->out: read a piece at a time, hashed as it
  * goes with hash (stream_segment), or, when mapped, where its bytes lie
@@ -821,8 +831,9 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
  * meanwhile.  The encoder's output goes to w->out, reused segment after
  * segment, and with hand is handed to so: the buffer itself when it is
  * modest (SPARE_MAX) and not much bigger than the output (the worker
- * takes a spare for the next), else copied when small (keeping the
- * buffer), else the buffer itself.
+ * keeps the spare work_on put in so->out, if any, for the next), else
+ * copied when small (into that spare, keeping the buffer), else the
+ * buffer itself.
  */
 static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 			 bool hash)
@@ -867,14 +878,15 @@ coded:
 		/* the caller writes it from w->out */
 	} else if (r == 0 && w->out.cap <= SPARE_MAX &&
 		   w->out.cap <= 2 * w->out.len + (256u << 10)) {
-		/* the worker takes a spare next; a buffer far bigger than its
-		 * output is not held for it (the budget counts lengths) */
-		so->out = w->out;
-		w->out = (struct wsync_buf){ 0 };
+		/* the buffer itself, the worker keeping the spare work_on
+		 * took, if any; a buffer far bigger than its output is not
+		 * held for it (the budget counts lengths) */
+		swap_bufs(&so->out, &w->out);
 	} else if (r == 0 && w->out.len <= KEEP_BUFFER) {
-		/* in huge pages from 1 MiB on: output waiting for the writer
-		 * is fresh memory, and its 4 KiB pages took ~8 ms to fault in
-		 * for a dense step's 3.3 MiB segment */
+		/* copied into the spare work_on took, if any, else into
+		 * memory of its own, in huge pages from 1 MiB on: output
+		 * waiting for the writer is fresh memory, and its 4 KiB pages
+		 * took ~8 ms to fault in for a dense step's 3.3 MiB segment */
 		r = w->out.len >= (1u << 20)
 			    ? wsync_buf_scratch(&so->out, w->out.len)
 			    : wsync_buf_reserve(&so->out, w->out.len);
@@ -885,8 +897,7 @@ coded:
 			so->out.len = w->out.len;
 		}
 	} else if (r == 0) {
-		so->out = w->out;
-		w->out = (struct wsync_buf){ 0 };
+		swap_bufs(&so->out, &w->out);
 	}
 	so->r = r;
 out:
@@ -949,6 +960,8 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	it->active++;
 	if (!w->out.cap && p->n_spare)
 		w->out = p->spare[--p->n_spare];
+	if (p->n_spare)
+		so->out = p->spare[--p->n_spare];	/* where a small output is copied */
 	pthread_mutex_unlock(&p->mu);
 	if (!w->out.cap && so->reserved >= (1u << 20) && so->reserved <= SPARE_MAX)
 		(void)wsync_buf_scratch(&w->out, so->reserved);	/* else it grows */
