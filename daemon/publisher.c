@@ -365,6 +365,27 @@ static void store_failed(struct wsync_publisher *p, const char *what,
 		uv_timer_start(&p->retry_timer, on_retry, p->retry_ms, 0);
 }
 
+/*
+ * A publication's upload (what) ended: false when it went well, else true
+ * once handled -- when stopping, the publication ends there (a manifest
+ * already written is what the next start points HEAD at), otherwise the
+ * step is retried after a backoff.
+ */
+static bool put_failed(struct wsync_publisher *p, const struct wsync_store_result *res,
+		       const char *what, enum pub_state again)
+{
+	if (res->err >= 0)
+		return false;
+	if (p->stopping) {
+		end_publication(p);
+		set_state(p, PUB_IDLE);
+		advance(p);
+	} else {
+		store_failed(p, what, res, again);
+	}
+	return true;
+}
+
 static void store_ok(struct wsync_publisher *p)
 {
 	if (!p->store_ok) {
@@ -1373,13 +1394,7 @@ static void object_put_done(struct wsync_store_result *res, void *data)
 
 		PATHF(r2.error.msg, "%s", p->last_error);
 		r2.error.code = pb->put_error;
-		if (p->stopping) {
-			end_publication(p);
-			set_state(p, PUB_IDLE);
-			advance(p);
-			return;
-		}
-		store_failed(p, "uploading objects", &r2, PUB_UPLOAD);
+		(void)put_failed(p, &r2, "uploading objects", PUB_UPLOAD);
 		return;
 	}
 	store_ok(p);
@@ -1535,16 +1550,8 @@ static void manifest_put_done(struct wsync_store_result *res, void *data)
 	struct publication *pb = p->pub;
 	int r;
 
-	if (res->err < 0) {
-		if (p->stopping) {
-			end_publication(p);
-			set_state(p, PUB_IDLE);
-			advance(p);
-			return;
-		}
-		store_failed(p, "writing the manifest", res, PUB_MANIFEST);
+	if (put_failed(p, res, "writing the manifest", PUB_MANIFEST))
 		return;
-	}
 	store_ok(p);
 	/* From here on version V exists (BUCKET.md §2 rule 1): HEAD must
 	 * follow, even when stopping -- it is one small request. */
@@ -1570,17 +1577,8 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 	uint64_t ms, bytes;
 	int r;
 
-	if (res->err < 0) {
-		if (p->stopping) {
-			/* The manifest is there: the next start points HEAD at it. */
-			end_publication(p);
-			set_state(p, PUB_IDLE);
-			advance(p);
-			return;
-		}
-		store_failed(p, "writing HEAD", res, PUB_HEAD);
+	if (put_failed(p, res, "writing HEAD", PUB_HEAD))
 		return;
-	}
 	store_ok(p);
 	ms = now_ms(p) - pb->started_ms;
 	bytes = (pb->job.has_delta ? pb->job.delta_size : 0) +
