@@ -30,7 +30,9 @@
  * is refused, so nothing is read or written outside.
  *
  * Memory is bounded whatever the sizes: per worker one segment's payload
- * and decoded bytes (at most 64 MiB) plus the base pages it reads, which
+ * (about its coded size from wsync diff; up to the 1 GiB a record may
+ * claim in a delta crafted otherwise) and decoded bytes (at most 64 MiB)
+ * plus the base pages it reads, which
  * are dropped again once decoded; and no more workers than memory_limit
  * holds at three segments each (payload, decoded bytes kept ahead of the
  * hashing turn, a ZSTD or XOR piece's base).

@@ -950,9 +950,9 @@ static void on_manifest(struct wsync_store_result *res, void *userdata)
 		store_worked(s);
 		r = wsync_manifest_parse(res->data, res->data_len, s->verify, &ms->m, &err);
 		if (r == 0 && ms->m.version != v) {
-			wsync_manifest_free(&ms->m);
 			r = wsync_error_set(&err, -EINVAL, "manifests/%012" PRIu64 ".json is "
 					    "the manifest of version %" PRIu64, v, ms->m.version);
+			wsync_manifest_free(&ms->m);
 		}
 		if (r < 0) {
 			verify_failed(s, v, err_text(&err, r));
@@ -1217,9 +1217,9 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	if (r == 0)
 		r = wsync_manifest_parse(res->data, res->data_len, s->verify, &m, &err);
 	if (r == 0 && m.version != h) {
-		wsync_manifest_free(&m);
 		r = wsync_error_set(&err, -EINVAL, "HEAD names version %" PRIu64 " but its "
 				    "manifest is of version %" PRIu64, h, m.version);
+		wsync_manifest_free(&m);
 	}
 	if (r < 0) {
 		verify_failed(s, h, err_text(&err, r));
@@ -1590,7 +1590,7 @@ fail:
 static void startup_work(void *data)
 {
 	struct wsync_subscriber *s = data;
-	int n = sub_remove_stray_temps(s->cfg->target_dir);
+	int n = sub_remove_stray_temps(s->cfg->target_dir), dirs;
 	char *tmp = NULL;
 
 	/* A state save killed between its temp and the rename. */
@@ -1599,9 +1599,9 @@ static void startup_work(void *data)
 	free(tmp);
 	/* layout = symlink: version directories a killed step left */
 	if (s->cfg->layout == WSYNC_LAYOUT_SYMLINK && s->local.version > 0 &&
-	    (n = sub_layout_prune(s->cfg->target_dir, s->local.version)) > 0)
+	    (dirs = sub_layout_prune(s->cfg->target_dir, s->local.version)) > 0)
 		log_notice("%s: removed %d old or unfinished version directories",
-			   s->cfg->target_dir, n);
+			   s->cfg->target_dir, dirs);
 
 	if (n > 0)
 		log_notice("%s: removed %d temp files an interrupted apply left behind",

@@ -264,7 +264,7 @@ void sub_apply_work(void *data)
 	struct wsync_apply_opts ao = { .threads = j->threads,
 				       .memory_limit = j->memory_limit };
 	const char *dir = j->target_dir;	/* where the step is written */
-	char *state_path = NULL;
+	char *state_path = NULL, *build = NULL;
 	bool built = false;
 	int fd = -1, root = -1, r;
 
@@ -284,12 +284,16 @@ void sub_apply_work(void *data)
 	if (r < 0)
 		goto out;
 	if (j->symlink_layout) {
-		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor, &j->err);
+		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor, &build,
+				     &j->err);
 		if (r < 0)
 			goto out;
 		built = true;
-		dir = j->version_dir;
+		dir = build;
 	}
+	if (getenv("WSYNC_TEST_APPLY_PAUSE_MS"))	/* tests: what readers see meanwhile */
+		(void)usleep((useconds_t)strtoul(getenv("WSYNC_TEST_APPLY_PAUSE_MS"), NULL, 10) *
+			     1000);
 	mf = sub_sorted_files(j->m);
 	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!mf || root < 0) {
@@ -354,7 +358,7 @@ void sub_apply_work(void *data)
 	if (r == 0)
 		r = sub_local_save(state_path ? state_path : j->state_path, &j->next, &j->err);
 	if (r == 0 && j->symlink_layout) {
-		r = sub_layout_flip(j->target_dir, dir, &j->err);
+		r = sub_layout_commit(j->target_dir, build, j->version_dir, &j->err);
 		if (r == 0) {
 			built = false;	/* it is the current version now */
 			(void)sub_layout_prune(j->target_dir, j->m->version);
@@ -362,7 +366,8 @@ void sub_apply_work(void *data)
 	}
 out:
 	if (built && r < 0)
-		(void)sub_rm_rf(j->version_dir);	/* the link still names the old version */
+		(void)sub_rm_rf(build);	/* the link still names the old version */
+	free(build);
 	free(state_path);
 	if (r < 0)
 		sub_local_free(&j->next);

@@ -26,6 +26,13 @@
  * names the previous version, intact.  Killed anywhere, a restart finds
  * the link naming a complete version whose .wsync/state.json describes it,
  * and prunes what a killed step left.
+ *
+ * A repair rebuilds the version the link names (its files were found
+ * damaged, and the newest anchor is that version): its directory is the
+ * one readers see, so the step is built beside it instead, in
+ * ".<target>.v<N>.wsync-rebuild", and the two directories are exchanged
+ * at once (renameat2 RENAME_EXCHANGE; where the file system lacks it, two
+ * renames) -- the link never names a missing or half-built directory.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -169,11 +176,42 @@ static int link_tree(int from, int to, unsigned depth)
 	return r;
 }
 
+/* Whether target is a link naming vdir (by its base name, as flips make it). */
+static bool names(const char *target, const char *vdir)
+{
+	const char *vbase = strrchr(vdir, '/') ? strrchr(vdir, '/') + 1 : vdir;
+	char buf[4096];
+	ssize_t n = readlink(target, buf, sizeof(buf) - 1);
+
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	return strcmp(buf, vbase) == 0;
+}
+
+/* Where a step rebuilding the directory the link names is built, beside it. */
+static char *rebuild_dir(const char *vdir, const char *suffix)
+{
+	char *dir, *base, *p;
+
+	if (split(vdir, &dir, &base) < 0)
+		return NULL;
+	if (asprintf(&p, "%s/.%s.%s", dir, base, suffix) < 0)
+		p = NULL;
+	free(dir);
+	free(base);
+	return p;
+}
+
 int sub_layout_begin(const char *target, const char *vdir, bool from_current,
-		     struct wsync_error *err)
+		     char **build, struct wsync_error *err)
 {
 	int from = -1, to = -1, r;
 
+	*build = names(target, vdir) ? rebuild_dir(vdir, "wsync-rebuild") : strdup(vdir);
+	if (!*build)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	vdir = *build;
 	r = sub_rm_rf(vdir);
 	if (r < 0)
 		return wsync_error_set(err, r, "%s: removing a leftover: %s", vdir, strerror(-r));
@@ -199,6 +237,54 @@ int sub_layout_begin(const char *target, const char *vdir, bool from_current,
 				       target, vdir, strerror(-r));
 	}
 	return 0;
+}
+
+/* Put the directory built at build in vdir's place, the link (naming vdir)
+ * untouched; what vdir held is removed. */
+static int exchange(const char *build, const char *vdir, struct wsync_error *err)
+{
+	char *dir = NULL, *base = NULL, *old = NULL;
+	int r = 0, fd;
+
+	if (renameat2(AT_FDCWD, build, AT_FDCWD, vdir, RENAME_EXCHANGE) == 0) {
+		old = strdup(build);
+	} else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+		/* no exchange here: the version is missing between the renames */
+		old = rebuild_dir(vdir, "wsync-old");
+		if (old && (sub_rm_rf(old) < 0 || rename(vdir, old) < 0)) {
+			r = -errno;
+		} else if (old && rename(build, vdir) < 0) {
+			r = -errno;
+			(void)rename(old, vdir);
+		}
+	} else {
+		r = -errno;
+	}
+	if (!old && r == 0)
+		r = -ENOMEM;
+	if (r == 0 && split(vdir, &dir, &base) < 0)
+		r = -ENOMEM;
+	if (r == 0) {
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) < 0)
+			r = -errno;
+		if (fd >= 0)
+			(void)close(fd);
+	}
+	if (r == 0)
+		(void)sub_rm_rf(old);	/* the damaged tree; prune retries a leftover */
+	free(old);
+	free(dir);
+	free(base);
+	return r < 0 ? wsync_error_set(err, r, "%s: replacing it with the rebuilt %s: %s",
+				       vdir, build, strerror(-r)) : 0;
+}
+
+int sub_layout_commit(const char *target, const char *build, const char *vdir,
+		      struct wsync_error *err)
+{
+	return strcmp(build, vdir) == 0 ? sub_layout_flip(target, vdir, err)
+					: exchange(build, vdir, err);
 }
 
 int sub_layout_flip(const char *target, const char *vdir, struct wsync_error *err)
@@ -241,6 +327,20 @@ out:
 	return r;
 }
 
+/* name is "<base>.v<N>.wsync-rebuild" or ".wsync-old" (after its dot):
+ * what a repair killed before its end left beside the version directories. */
+static bool leftover(const char *name, const char *base, size_t bl)
+{
+	const char *v = name + bl + 2;
+	char *end;
+
+	if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".v", 2) != 0 ||
+	    *v < '0' || *v > '9')
+		return false;
+	(void)strtoull(v, &end, 10);
+	return strcmp(end, ".wsync-rebuild") == 0 || strcmp(end, ".wsync-old") == 0;
+}
+
 int sub_layout_prune(const char *target, uint64_t keep)
 {
 	char *dir, *base;
@@ -271,6 +371,10 @@ int sub_layout_prune(const char *target, uint64_t keep)
 			char *end;
 			uint64_t n;
 
+			if (pass == 1 && de->d_name[0] == '.' && leftover(de->d_name + 1, base, bl)) {
+				removed += rm_rf_at(dirfd(d), de->d_name, 0) == 0;
+				continue;
+			}
 			if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".v", 2) ||
 			    *v < '0' || *v > '9')
 				continue;

@@ -213,13 +213,22 @@ char *sub_version_dir(const char *target, uint64_t version);
 /* Remove path and everything below it, never following a link.  0 (also
  * when missing) or a negative errno. */
 int sub_rm_rf(const char *path);
-/* Make vdir fresh; from_current: hardlink the current version (through
- * target) into it.  0 or a negative errno with err set (vdir removed). */
+/* Make the directory the step builds fresh, *build (malloc'd): vdir, or,
+ * when target already names vdir (a repair of the current version), a
+ * sibling that sub_layout_commit exchanges with it.  from_current:
+ * hardlink the current version (through target) into it.  0 or a negative
+ * errno with err set (*build removed). */
 int sub_layout_begin(const char *target, const char *vdir, bool from_current,
-		     struct wsync_error *err);
+		     char **build, struct wsync_error *err);
 /* Point target at vdir atomically (temp link + rename), fsync the parent. */
 int sub_layout_flip(const char *target, const char *vdir, struct wsync_error *err);
-/* Remove version directories but keep and the newest one below it.
+/* Make the version built in build current: flip target to it (build is
+ * vdir), or exchange build and vdir, which target names, and remove the
+ * old tree.  0 or a negative errno with err set. */
+int sub_layout_commit(const char *target, const char *build, const char *vdir,
+		      struct wsync_error *err);
+/* Remove version directories but keep and the newest one below it, and
+ * what a killed repair left (".<target>.v<N>.wsync-rebuild", "-old").
  * Returns how many went, or a negative errno. */
 int sub_layout_prune(const char *target, uint64_t keep);
 /* At start-up: a missing target or a symlink is fine; a directory with a

@@ -4,7 +4,11 @@
  * what the local wsyncd says about itself, from runtime_dir/status.json
  * (written by the role: subscriber.c documents the subscriber's fields,
  * the publisher writes role, state, version, step, last_published,
- * last_error, store_ok, skipped).
+ * last_error, store_ok, skipped).  With --config FILE and no status
+ * file in runtime_dir itself, runtime_dir/NAME/status.json, NAME being
+ * FILE's name without ".ini": where wsyncd@NAME.service runs it
+ * (RuntimeDirectory=wsync/%i, --config /etc/wsync/%i.ini), since a shell
+ * has no RUNTIME_DIRECTORY to point the configuration's default there.
  *
  * Exit codes, for scripts and health checks:
  *   0  the daemon reports itself healthy
@@ -34,9 +38,32 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n\n"
-		   "Show what the local wsyncd reports in RUNTIME_DIR/status.json.\n"
+		   "Show what the local wsyncd reports in RUNTIME_DIR/status.json\n"
+		   "(with --config /etc/wsync/NAME.ini, also RUNTIME_DIR/NAME/status.json:\n"
+		   "the wsyncd@NAME service's).\n"
 		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
 		   "3 not running.\n");
+}
+
+/* The status file of the wsyncd@NAME instance that runs with config
+ * (runtime_dir/NAME/status.json), when it exists; else NULL. */
+static char *instance_status(const char *runtime_dir, const char *config)
+{
+	const char *name = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
+	size_t len = strlen(name);
+	char *path = NULL;
+
+	if (len > 4 && strcmp(name + len - 4, ".ini") == 0)
+		len -= 4;
+	if (len == 0 || (len == 1 && name[0] == '.') || (len == 2 && !strncmp(name, "..", 2)))
+		return NULL;
+	if (asprintf(&path, "%s/%.*s/status.json", runtime_dir, (int)len, name) < 0)
+		return NULL;
+	if (access(path, F_OK) < 0) {
+		free(path);
+		return NULL;
+	}
+	return path;
 }
 
 static const char *str(json_t *o, const char *k)
@@ -163,6 +190,14 @@ int tool_status(int argc, char **argv)
 		wsync_config_free(&cfg);
 		fprintf(stderr, "wsync status: out of memory\n");
 		return WSYNC_EXIT_FAILURE;
+	}
+	if (config && access(path, F_OK) < 0 && errno == ENOENT) {
+		char *inst = instance_status(cfg.runtime_dir, config);
+
+		if (inst) {
+			free(path);
+			path = inst;
+		}
 	}
 	wsync_config_free(&cfg);
 	o = json_load_file(path, 0, &je);

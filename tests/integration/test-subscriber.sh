@@ -11,7 +11,10 @@
 # beyond the retained chain catches up from the newest anchor; a rollback
 # HEAD, an unsigned HEAD (with verify_key) and a manifest with a "../"
 # path are refused with nothing written outside the target; SIGTERM stops
-# it with exit 0.  Every wait is bounded.
+# it with exit 0; wsync status finds a wsyncd@NAME instance's status from
+# NAME.ini; with layout = symlink, repairing the version the link names
+# never leaves the link naming a missing or partial directory.  Every wait
+# is bounded.
 . "$(dirname "$0")/lib.sh"
 
 "$GEN" --params 2M --steps 7 --shards 1 --no-trainer-files --quiet --out "$TMP/ck" >/dev/null ||
@@ -90,6 +93,17 @@ if "$WSYNC" status --help >/dev/null 2>&1; then
 	contains "wsync status shows the version" "$OUT" "version:        7"
 	expect_exit 0 "wsync status --json" "$WSYNC" status --runtime-dir "$TMP/s1/run" --json
 	contains "the JSON has the role" "$OUT" '"role": "subscriber"'
+	# As wsyncd@subscriber.service lays it out: --config .../subscriber.ini,
+	# the status in RUNTIME_DIR/subscriber/ (RuntimeDirectory=wsync/%i).
+	mkdir -p "$TMP/inst/run/subscriber"
+	cp "$TMP/s1/run/status.json" "$TMP/inst/run/subscriber/"
+	sed "s|^runtime_dir = .*|runtime_dir = $TMP/inst/run|" "$TMP/s1/wsyncd.ini" >"$TMP/inst/subscriber.ini"
+	expect_exit 0 "wsync status --config NAME.ini finds the wsyncd@NAME instance's status" \
+		"$WSYNC" status --config "$TMP/inst/subscriber.ini"
+	contains "... and shows its version" "$OUT" "version:        7"
+	sed "s|^runtime_dir = .*|runtime_dir = $TMP/inst/run|" "$TMP/s1/wsyncd.ini" >"$TMP/inst/other.ini"
+	expect_exit 3 "wsync status --config for another instance: not running" \
+		"$WSYNC" status --config "$TMP/inst/other.ini"
 fi
 stop s1 >/dev/null
 if "$WSYNC" status --help >/dev/null 2>&1; then
@@ -215,5 +229,46 @@ expect_exit 0 "layout = symlink: the next version" timeout 60 "$WSYNC" pull --co
 check "the link is flipped to target.v7" test "$(readlink "$TMP/s4/target")" = target.v7
 check "it holds checkpoint 7" same "$CK-7" "$TMP/s4/target"
 check "the previous version directory is intact" same "$CK-6" "$TMP/s4/target.v6"
+
+# ---- layout = symlink: repairing the version the link names ----
+# HEAD is an anchor (version 1), applied; a file touched afterwards fails
+# the quick check, and the repair rebuilds version 1 from that anchor --
+# beside target.v1, which readers keep seeing whole until the exchange.
+B5="$TMP/bucket5"
+pub "$B5" 1 "$CK-1" --anchor --sign
+conf s5 "$B5"
+echo "layout = symlink" >>"$TMP/s5/wsyncd.ini"
+expect_exit 0 "layout = symlink, HEAD an anchor: wsync pull reaches it" \
+	timeout 60 "$WSYNC" pull --config "$TMP/s5/wsyncd.ini"
+check "target_dir names target.v1" test "$(readlink "$TMP/s5/target")" = target.v1
+big=$(cd "$CK-1" && ls -S | head -1)
+touch -d "2001-01-01" "$TMP/s5/target/$big"
+WSYNC_TEST_APPLY_PAUSE_MS=3000 timeout 60 "$WSYNC" pull --config "$TMP/s5/wsyncd.ini" \
+	>"$TMP/s5/pull.out" 2>&1 &
+pull_pid=$!
+in_flight() { # the anchor is downloaded: its step starts, then pauses 3 s
+	for _ in $(seq 200); do
+		[ -n "$(ls -A "$TMP/s5/state/subscriber/downloads" 2>/dev/null)" ] &&
+			sleep 1 && return 0
+		sleep 0.05
+	done
+	return 1
+}
+check "the repair's step is under way" in_flight
+check "meanwhile the link still names target.v1" test "$(readlink "$TMP/s5/target")" = target.v1
+check "meanwhile target.v1 holds the whole version" same "$CK-1" "$TMP/s5/target"
+check "the repair builds beside it" test -d "$TMP/s5/.target.v1.wsync-rebuild"
+wait "$pull_pid"
+tap_result $? "the repair's wsync pull exits 0"
+check "after it the link names target.v1" test "$(readlink "$TMP/s5/target")" = target.v1
+check "it holds checkpoint 1" same "$CK-1" "$TMP/s5/target"
+check "the rebuilt file has its own mtime again" test "$(stat -c %Y "$TMP/s5/target/$big")" -gt 978307200
+check "no rebuild directory is left beside it" test -z "$(ls -A "$TMP/s5" | grep -E "wsync-(rebuild|old)")"
+# what a repair killed mid-way leaves is removed at the next start
+mkdir -p "$TMP/s5/.target.v1.wsync-rebuild/sub" "$TMP/s5/.target.v1.wsync-old"
+echo partial >"$TMP/s5/.target.v1.wsync-rebuild/sub/f"
+expect_exit 0 "wsync pull at HEAD after a killed repair" timeout 60 "$WSYNC" pull --config "$TMP/s5/wsyncd.ini"
+check "the killed repair's directories are gone" test -z "$(ls -A "$TMP/s5" | grep -E "wsync-(rebuild|old)")"
+check "the version is untouched" same "$CK-1" "$TMP/s5/target"
 
 tap_done
