@@ -355,6 +355,19 @@ static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 
 	if (dfd < 0)
 		return dfd;
+	{
+		/* A directory where the file goes (-o onto an older tree
+		 * that had one there): its rename would fail in the commit,
+		 * after other files were replaced.  Refused now, whole. */
+		struct stat st;
+
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+			(void)close(dfd);
+			return wsync_error_set(err, -EISDIR, "%s: a directory is in the way "
+					       "of the file the delta writes there",
+					       it->dest_rel);
+		}
+	}
 	nlen = strlen(name);
 	it->tmp = malloc(1 + TEMP_NAME_KEEP + sizeof(".wsync-XXXXXX"));
 	if (!it->tmp) {

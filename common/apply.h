@@ -12,7 +12,8 @@
  *     ("base does not match the delta (expected size .. xxh128 .., found
  *     ..)"): applying to the wrong version must leave it as it was.
  *  2. Each WRITE file is built in a temp file beside its destination
- *     (".<name>.wsync-XXXXXX", same directory so the rename is atomic),
+ *     (".<name>.wsync-XXXXXX", same directory so the rename is atomic; a
+ *     directory where the file goes is refused here, -EISDIR),
  *     its segments decoded on worker threads and written at their offsets
  *     (all-zero pages are left as holes); what was decoded is hashed in
  *     file order from the decoders' buffers (not read back) and compared

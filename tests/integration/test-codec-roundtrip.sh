@@ -601,6 +601,22 @@ expect_exit 65 "diff of a file against a directory: 65" "$WSYNC" diff "$TMP/ln/o
 expect_exit 1 "apply of a missing delta fails with 1" "$WSYNC" apply "$TMP/ln/old" "$TMP/nope.wsd"
 expect_exit 65 "apply of a file that is no delta: 65" "$WSYNC" apply "$TMP/ln/old" "$TMP/ln/old/a"
 
+# ---- -o onto an older tree with a directory where a file now is ----
+# (the subscriber applies anchors this way): refused before anything is
+# replaced, not half-way through the renames.
+dw="$TMP/dirway"
+mkdir -p "$dw/empty" "$dw/new" "$dw/out/x"
+echo "a, new" >"$dw/new/a.txt"
+echo "x is a file now" >"$dw/new/x"
+echo "a, old" >"$dw/out/a.txt"
+echo "under x" >"$dw/out/x/f"
+expect_exit 0 "dir in the way: the anchor is made" "$WSYNC" diff "$dw/empty" "$dw/new" -o "$dw/a.wsd"
+expect_exit 1 "dir in the way: apply -o is refused" "$WSYNC" apply "$dw/empty" "$dw/a.wsd" -o "$dw/out"
+contains "dir in the way: the error names it" "$OUT" "x: a directory is in the way"
+check "dir in the way: the files before it are not replaced" grep -q "a, old" "$dw/out/a.txt"
+check "dir in the way: no temp is left" test -z "$(find "$dw/out" -name '.*wsync-*')"
+rm -rf "$dw"
+
 # ---- a sparse safetensors file over 4 GiB, in bounded memory ----
 # One BF16 tensor of 2.2e9 elements (4.4 GB, all holes); NEW changes a few
 # elements, two of them past 4 GiB.  RSS is checked against 256 MiB.
