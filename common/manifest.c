@@ -540,7 +540,9 @@ static int read_temp_string(struct jr *j, const char *name, char **s, size_t *le
 	return r;
 }
 
-static int read_hash(struct jr *j, const char *name, struct wsync_hash128 *h)
+/* A digest of n bytes as 2n lowercase hex digits (what names it). */
+static int read_digest(struct jr *j, const char *name, uint8_t *out, size_t n,
+		       const char *what)
 {
 	size_t len;
 	char *s;
@@ -548,21 +550,26 @@ static int read_hash(struct jr *j, const char *name, struct wsync_hash128 *h)
 
 	if (r < 0)
 		return r;
-	if (len != 2 * sizeof(h->b))
+	if (len != 2 * n)
 		goto bad;
-	for (size_t i = 0; i < sizeof(h->b); i++) {
+	for (size_t i = 0; i < n; i++) {
 		uint8_t a = (uint8_t)s[2 * i], b = (uint8_t)s[2 * i + 1];
 		int hi = a >= 'A' && a <= 'F' ? -1 : wsync_hex_digit(a);	/* lowercase only */
 		int lo = b >= 'A' && b <= 'F' ? -1 : wsync_hex_digit(b);
 
 		if (hi < 0 || lo < 0)
 			goto bad;
-		h->b[i] = (uint8_t)(hi << 4 | lo);
+		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return 0;
 bad:
-	return wsync_error_set(j->err, -EINVAL, "\"%s\" must be 32 lowercase hex digits "
-			       "(an XXH3-128)", name);
+	return wsync_error_set(j->err, -EINVAL, "\"%s\" must be %zu lowercase hex digits "
+			       "(%s)", name, 2 * n, what);
+}
+
+static int read_hash(struct jr *j, const char *name, struct wsync_hash128 *h)
+{
+	return read_digest(j, name, h->b, sizeof(h->b), "an XXH3-128");
 }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
@@ -705,16 +712,23 @@ static int read_fields(struct jr *j, const char *const *names, size_t n, int dep
 
 /* A nested object ("name" must be one: type says what kind) with every
  * field of names present, read as read_fields does. */
-static int read_record(struct jr *j, const char *name, const char *type,
-		       const char *const *names, size_t n, int depth, field_fn field,
-		       void *arg)
+static int read_record_opt(struct jr *j, const char *name, const char *type,
+			   const char *const *names, size_t n, uint32_t optional, int depth,
+			   field_fn field, void *arg)
 {
 	uint32_t seen = 0;
 	int r = jr_open(j, '{', name, type);
 
 	if (r == 0)
 		r = read_fields(j, names, n, depth, field, arg, &seen);
-	return r < 0 ? r : missing_field(j, seen, names, n);
+	return r < 0 ? r : missing_field(j, seen | optional, names, n);
+}
+
+static int read_record(struct jr *j, const char *name, const char *type,
+		       const char *const *names, size_t n, int depth, field_fn field,
+		       void *arg)
+{
+	return read_record_opt(j, name, type, names, n, 0, depth, field, arg);
 }
 
 /*
@@ -850,8 +864,8 @@ struct arrays {
 	size_t objects_seen;	/* skipped ones included: the limit counts all */
 };
 
-enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_N };
-static const char *const object_fields[] = { "role", "key", "size", "xxh128" };
+enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_SHA256, O_N };
+static const char *const object_fields[] = { "role", "key", "size", "xxh128", "sha256" };
 
 struct object_read {
 	struct wsync_manifest_object *o;
@@ -865,6 +879,11 @@ static int read_object_field(struct jr *j, int idx, void *arg)
 	char *role;
 	int r;
 
+	if (idx == O_SHA256) {
+		rd->o->has_sha256 = true;
+		return read_digest(j, "sha256", rd->o->sha256, sizeof(rd->o->sha256),
+				   "a SHA-256");
+	}
 	if (idx != O_ROLE)
 		return read_ref_field(j, idx - 1, &rd->o->ref);
 	r = read_temp_string(j, "role", &role, &len);
@@ -888,8 +907,8 @@ static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 	r = grow(j, (void **)&m->objects, &m->n_objects, &a->objects_cap, sizeof(*rd.o),
 		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&rd.o);
 	if (r == 0)
-		r = read_record(j, "objects[]", "an array of objects", object_fields, O_N, 3,
-				read_object_field, &rd);
+		r = read_record_opt(j, "objects[]", "an array of objects", object_fields, O_N,
+				    1u << O_SHA256, 3, read_object_field, &rd);
 	if (r == 0 && !rd.keep) {
 		/* Skipped, but its key must still be a key (and it did count
 		 * against the limit). */
@@ -1666,6 +1685,13 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 		jw_fmt(&w, "    {\"role\": \"%s\", ",
 		       o->role == WSYNC_MANIFEST_ROLE_DELTA ? "delta" : "anchor");
 		jw_ref(&w, &o->ref);
+		if (o->has_sha256) {
+			char hex[2 * sizeof(o->sha256) + 1];
+
+			for (size_t k = 0; k < sizeof(o->sha256); k++)
+				snprintf(hex + 2 * k, 3, "%02x", o->sha256[k]);
+			jw_fmt(&w, ", \"sha256\": \"%s\"", hex);
+		}
 		jw_str(&w, i + 1 < m->n_objects ? "},\n" : "}\n");
 	}
 	jw_str(&w, m->n_files ? "  ],\n  \"files\": [\n" : "  ],\n  \"files\": [");

@@ -93,9 +93,14 @@ enum wsync_manifest_role {
 	WSYNC_MANIFEST_ROLE_ANCHOR = 2,	/* the whole checkpoint at version */
 };
 
+/* A delta or anchor; with sha256 (when the manifest gives one, as wsync
+ * 0.1's publisher always does) bound to the signed manifest against a
+ * bucket writer who could forge an XXH3 (BUCKET.md §3). */
 struct wsync_manifest_object {
 	enum wsync_manifest_role role;
 	struct wsync_manifest_ref ref;
+	bool has_sha256;
+	uint8_t sha256[32];
 };
 
 struct wsync_manifest_file {

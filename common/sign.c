@@ -499,3 +499,41 @@ int wsync_sign_doc_check(const struct wsync_sign_key *verify, const void *doc,
 				       "configured key %s", t->key_id, verify->id);
 	return wsync_sign_verify(verify, doc, *body_len, t->sig, err);
 }
+
+int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
+		    struct wsync_error *err)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	uint8_t *buf = malloc(1u << 20);
+	unsigned int len = 0;
+	uint64_t off = 0;
+	int r = 0;
+
+	if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		r = wsync_error_set(err, -ENOMEM, "%s: SHA-256: out of memory", what);
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = pread(fd, buf, 1u << 20, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = wsync_error_set(err, -errno, "%s: read: %s", what, strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) {
+			r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
+			goto out;
+		}
+		off += (uint64_t)n;
+	}
+	if (EVP_DigestFinal_ex(ctx, out, &len) != 1 || len != WSYNC_SHA256_LEN)
+		r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
+out:
+	EVP_MD_CTX_free(ctx);
+	free(buf);
+	return r;
+}

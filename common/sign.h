@@ -30,6 +30,7 @@
 #define WSYNC_SIGN_RAW_LEN 32		/* raw Ed25519 public key or seed */
 #define WSYNC_SIGN_SIG_LEN 64		/* raw Ed25519 signature */
 #define WSYNC_SIGN_PEM_MAX (64u << 10)	/* a key file larger than this is refused */
+#define WSYNC_SHA256_LEN 32		/* bytes of a SHA-256 digest */
 
 /* Opaque: an Ed25519 public key, with its private half when loaded from a
  * private key.  Immutable once made, so one key may be shared by threads. */
@@ -140,5 +141,13 @@ int wsync_sign_doc_split(const void *doc, size_t len, size_t *body_len,
 int wsync_sign_doc_check(const struct wsync_sign_key *verify, const void *doc,
 			 size_t len, size_t *body_len, struct wsync_sign_trailer *t,
 			 struct wsync_error *err);
+
+/*
+ * SHA-256 of everything fd holds from offset 0 to its end (pread, in
+ * windows): what binds a bucket object to its signed manifest
+ * (BUCKET.md §3 "sha256").  0, or a negative errno with err naming what.
+ */
+int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
+		    struct wsync_error *err);
 
 #endif

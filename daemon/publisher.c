@@ -1446,6 +1446,16 @@ static void put_objects(struct wsync_publisher *p)
 static void manifest_put_done(struct wsync_store_result *res, void *data);
 static void head_put_done(struct wsync_store_result *res, void *data);
 
+/* A manifest's entry for an object this publication uploads. */
+static void object_entry(struct wsync_manifest_object *o, enum wsync_manifest_role role,
+			 char *key, uint64_t size, const struct wsync_hash128 *hash,
+			 const uint8_t sha256[WSYNC_SHA256_LEN])
+{
+	*o = (struct wsync_manifest_object){ .role = role, .ref = { key, size, *hash },
+					     .has_sha256 = true };
+	memcpy(o->sha256, sha256, WSYNC_SHA256_LEN);
+}
+
 static void put_manifest(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
@@ -1467,13 +1477,11 @@ static void put_manifest(struct wsync_publisher *p)
 	m.anchor_version = pb->job.has_anchor ? pb->version :
 			   (prev ? prev->anchor_version : pb->version);
 	if (pb->job.has_anchor)
-		objs[m.n_objects++] = (struct wsync_manifest_object){
-			WSYNC_MANIFEST_ROLE_ANCHOR,
-			{ pb->anchor_key, pb->job.anchor_size, pb->job.anchor_hash } };
+		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_ANCHOR, pb->anchor_key,
+			     pb->job.anchor_size, &pb->job.anchor_hash, pb->job.anchor_sha256);
 	if (pb->job.has_delta)
-		objs[m.n_objects++] = (struct wsync_manifest_object){
-			WSYNC_MANIFEST_ROLE_DELTA,
-			{ pb->delta_key, pb->job.delta_size, pb->job.delta_hash } };
+		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_DELTA, pb->delta_key,
+			     pb->job.delta_size, &pb->job.delta_hash, pb->job.delta_sha256);
 	m.objects = objs;
 	m.files = pb->job.files;
 	m.n_files = pb->job.n_files;

@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "io.h"
 #include "publisher_jobs.h"
+#include "sign.h"
 
 /* snprintf into a fixed buffer; a path too long for it is cut (and then
  * simply not found), which -Wformat-truncation wants acknowledged. */
@@ -231,7 +232,7 @@ static int take_file(struct pubjob_prepare *j, const char *staging, const struct
 
 static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
-		  struct wsync_hash128 *hash)
+		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN])
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
 				     .memory_limit = j->memory_limit };
@@ -243,6 +244,8 @@ static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 	r = wsync_diff(old, new, fd, &o, stats, &j->err);
 	if (r == 0)
 		r = wsync_hash_fd(fd, out, hash, size, &j->err);
+	if (r == 0)
+		r = wsync_sha256_fd(fd, out, sha256, &j->err);
 	close(fd);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
@@ -334,7 +337,8 @@ void pubjob_prepare_work(void *data)
 	/* 4. the objects */
 	if (j->want_delta) {
 		PATHF(p, "%s/delta.wsd", out);
-		r = encode(j, base, staging, p, &j->delta_stats, &j->delta_size, &j->delta_hash);
+		r = encode(j, base, staging, p, &j->delta_stats, &j->delta_size, &j->delta_hash,
+			   j->delta_sha256);
 		if (r < 0) {
 			j->result = r;
 			return;
@@ -345,7 +349,8 @@ void pubjob_prepare_work(void *data)
 		struct wsync_diff_stats st;
 
 		PATHF(p, "%s/anchor.wsa", out);
-		r = encode(j, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash);
+		r = encode(j, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash,
+			   j->anchor_sha256);
 		if (r < 0) {
 			j->result = r;
 			return;

@@ -56,6 +56,7 @@ struct pubjob_prepare {
 	bool has_delta, has_anchor;
 	uint64_t delta_size, anchor_size;
 	struct wsync_hash128 delta_hash, anchor_hash;
+	uint8_t delta_sha256[32], anchor_sha256[32];	/* of the same objects */
 	struct wsync_diff_stats delta_stats;
 	double seconds;
 	unsigned copies;		/* files that could not be hardlinked */

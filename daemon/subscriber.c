@@ -693,6 +693,7 @@ static void try_apply(struct wsync_subscriber *s)
 	j->empty_dir = s->empty_dir;
 	j->state_path = s->state_path;
 	j->object_path = strdup(st->path);
+	j->obj = st->obj;
 	j->is_anchor = st->anchor;
 	j->threads = s->cfg->threads;
 	j->memory_limit = s->cfg->memory_limit;

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sign.h"
 #include "subscriber_local.h"
 
 static int cmp_file_ptr(const void *a, const void *b)
@@ -277,7 +278,20 @@ void sub_apply_work(void *data)
 		goto out;
 	}
 	/* the object was checked against its manifest's size and xxh3 when it
-	 * came, and wsync_apply checks each segment as it reads it */
+	 * came, and wsync_apply checks each segment as it reads it; the
+	 * SHA-256 is what binds it to a signed manifest (XXH3 is no defence
+	 * against a bucket writer who can forge one) */
+	if (j->obj && j->obj->has_sha256) {
+		uint8_t got[WSYNC_SHA256_LEN];
+
+		r = wsync_sha256_fd(fd, j->object_path, got, &j->err);
+		if (r == 0 && memcmp(got, j->obj->sha256, sizeof(got)) != 0) {
+			r = wsync_error_set(&j->err, -EINVAL, "its SHA-256 is not the manifest's");
+			j->verify_failed = true;
+		}
+		if (r < 0)
+			goto out;
+	}
 	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;

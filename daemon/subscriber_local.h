@@ -157,6 +157,7 @@ struct sub_apply_job {
 	const char *empty_dir;		/* an empty directory: an anchor's "base" */
 	const char *state_path;		/* target_dir/.wsync/state.json */
 	char *object_path;		/* the downloaded delta or anchor */
+	const struct wsync_manifest_object *obj;	/* what the manifest says of it */
 	bool is_anchor;
 	unsigned threads;
 	uint64_t memory_limit;		/* for the decoder, 0: its default */

@@ -18,6 +18,9 @@ and $EMPTY (an empty directory).
   --file-size N      the first "files" entry claims N bytes
   --bad-path PATH     one more "files" entry with this path (JSON escapes
                       allowed: "\\u0000")
+  --bad-sha256        the objects' "sha256" is not their SHA-256 (size and
+                      xxh128 right)
+  --no-sha256         objects without "sha256" (as a publisher before it)
 Damage after the hashes went into the manifest or HEAD (the good object
 is kept beside it as NAME.good):
   --flip              a flipped byte in the middle of the delta
@@ -41,6 +44,13 @@ def xxh(p):
 def ref(key):
     p = os.path.join(bucket, key)
     return {"key": key, "size": os.path.getsize(p), "xxh128": xxh(p)}
+def objref(key):   # objects[] entries also carry the SHA-256 (BUCKET.md §3)
+    r = ref(key)
+    if flag("--no-sha256"):
+        return r
+    h = hashlib.sha256(open(os.path.join(bucket, key), "rb").read()).hexdigest()
+    r["sha256"] = "0" * 64 if flag("--bad-sha256") else h
+    return r
 def sign(body):
     if not flag("--sign"):
         return body
@@ -92,7 +102,7 @@ if val("--prev"):
     else:
         subprocess.run([W, "diff", val("--prev"), ckpt, "-o", out],
                        check=True, stdout=subprocess.DEVNULL)
-    objects.append(dict(role="delta", **ref("deltas/%s.wsd" % V)))
+    objects.append(dict(role="delta", **objref("deltas/%s.wsd" % V)))
     if flag("--flip"):
         damage("deltas/%s.wsd" % V, "flip")
     if flag("--truncate"):
@@ -101,7 +111,7 @@ is_anchor = flag("--anchor")
 if is_anchor:
     subprocess.run([W, "diff", EMPTY, ckpt, "-o", os.path.join(bucket, "anchors", V + ".wsa")],
                    check=True, stdout=subprocess.DEVNULL)
-    objects.append(dict(role="anchor", **ref("anchors/%s.wsa" % V)))
+    objects.append(dict(role="anchor", **objref("anchors/%s.wsa" % V)))
     if flag("--flip-anchor"):
         damage("anchors/%s.wsa" % V, "flip")
 files = []

@@ -122,6 +122,9 @@ put_ckpt 1
 check "checkpoint-1 is published as version 1" wait_version 1
 check "version 1 is an anchor" test "$(mfield 1 'm["kind"]')" = anchor
 check "version 1 has anchors/000000000001.wsa" test -s "$B/$(key anchors 1 wsa)"
+check "version 1's anchor carries its SHA-256 in the manifest" test \
+	"$(mfield 1 '[o["sha256"] for o in m["objects"] if o["role"] == "anchor"][0]')" = \
+	"$(sha256sum "$B/$(key anchors 1 wsa)" | cut -d" " -f1)"
 check "version 1's manifest: format, step, anchors" \
 	test "$(mfield 1 '(m["format"], m["format_version"], m["step"], m["anchor_version"], [a["version"] for a in m["anchors"]])')" = "('wsync-manifest', 1, 1, 1, [1])"
 check "HEAD names manifests/000000000001.json with its size and hash" "$PYTHON3" - "$B" <<'PY'
@@ -152,6 +155,9 @@ check "version 2 is a delta from version 1" \
 	test "$(mfield 2 '(m["kind"], m["base_version"], m["step"], m["anchor_version"])')" = "('delta', 1, 2, 1)"
 check "the delta object is there with the size the manifest gives" \
 	test "$(stat -c %s "$B/$(key deltas 2 wsd)")" = "$(mfield 2 '[o["size"] for o in m["objects"] if o["role"]=="delta"][0]')"
+check "version 2's delta carries its SHA-256 in the manifest" test \
+	"$(mfield 2 '[o["sha256"] for o in m["objects"] if o["role"] == "delta"][0]')" = \
+	"$(sha256sum "$B/$(key deltas 2 wsd)" | cut -d" " -f1)"
 check "the delta is much smaller than the anchor" \
 	test "$(stat -c %s "$B/$(key deltas 2 wsd)")" -lt "$(( $(stat -c %s "$B/$(key anchors 1 wsa)") / 3 ))"
 

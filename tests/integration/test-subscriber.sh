@@ -271,4 +271,23 @@ expect_exit 0 "wsync pull at HEAD after a killed repair" timeout 60 "$WSYNC" pul
 check "the killed repair's directories are gone" test -z "$(ls -A "$TMP/s5" | grep -E "wsync-(rebuild|old)")"
 check "the version is untouched" same "$CK-1" "$TMP/s5/target"
 
+# ---- objects bound to the signed manifest by SHA-256 ----
+B6="$TMP/bucket6"
+pub "$B6" 1 "$CK-1" --anchor --sign
+conf s6 "$B6" verify
+expect_exit 0 "sha256: the anchor applies" timeout 60 "$WSYNC" pull --config "$TMP/s6/wsyncd.ini"
+contains "sha256: the test manifest gives one" "$(cat "$B6/manifests/000000000001.json")" '"sha256": "'
+pub "$B6" 2 "$CK-2" --prev "$CK-1" --sign --bad-sha256
+expect_exit 65 "sha256: a delta whose SHA-256 is not the signed manifest's is refused" \
+	timeout 60 "$WSYNC" pull --config "$TMP/s6/wsyncd.ini"
+contains "sha256: the refusal says why" "$OUT" "SHA-256 is not the manifest's"
+check "sha256: the target still holds checkpoint 1" same "$CK-1" "$TMP/s6/target"
+pub "$B6" 2 "$CK-2" --prev "$CK-1" --sign
+expect_exit 0 "sha256: the right one applies" timeout 60 "$WSYNC" pull --config "$TMP/s6/wsyncd.ini"
+check "sha256: checkpoint 2" same "$CK-2" "$TMP/s6/target"
+pub "$B6" 3 "$CK-3" --prev "$CK-2" --sign --no-sha256
+expect_exit 0 "sha256: a manifest without (an older publisher's) still applies" \
+	timeout 60 "$WSYNC" pull --config "$TMP/s6/wsyncd.ini"
+check "sha256: checkpoint 3" same "$CK-3" "$TMP/s6/target"
+
 tap_done

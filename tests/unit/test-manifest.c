@@ -60,7 +60,8 @@ static void sample(struct wsync_manifest *m)
 	m->base_version = 41;
 	m->anchor_version = 40;
 	s_objects[0] = (struct wsync_manifest_object){
-		WSYNC_MANIFEST_ROLE_DELTA, { "deltas/000000000042.wsd", 81234567, hpat(1) } };
+		.role = WSYNC_MANIFEST_ROLE_DELTA,
+		.ref = { "deltas/000000000042.wsd", 81234567, hpat(1) } };
 	m->objects = s_objects;
 	m->n_objects = 1;
 	s_files[0] = (struct wsync_manifest_file){ "config.json", 654, hpat(2) };
@@ -184,7 +185,10 @@ static int same_manifest(const struct wsync_manifest *a, const struct wsync_mani
 		return 0;
 	for (size_t i = 0; i < a->n_objects; i++)
 		if (a->objects[i].role != b->objects[i].role ||
-		    !same_ref(&a->objects[i].ref, &b->objects[i].ref))
+		    !same_ref(&a->objects[i].ref, &b->objects[i].ref) ||
+		    a->objects[i].has_sha256 != b->objects[i].has_sha256 ||
+		    (a->objects[i].has_sha256 &&
+		     memcmp(a->objects[i].sha256, b->objects[i].sha256, 32) != 0))
 			return 0;
 	for (size_t i = 0; i < a->n_files; i++)
 		if (strcmp(a->files[i].path, b->files[i].path) != 0 ||
@@ -263,17 +267,31 @@ static void test_anchor_manifests_round_trip(void)
 	m.kind = WSYNC_MANIFEST_ANCHOR;
 	m.base_version = 39;
 	m.anchor_version = 40;
-	objs[0] = (struct wsync_manifest_object){ WSYNC_MANIFEST_ROLE_ANCHOR,
-		{ "anchors/000000000040.wsa", 7000000000, hpat(9) } };
-	objs[1] = (struct wsync_manifest_object){ WSYNC_MANIFEST_ROLE_DELTA,
-		{ "deltas/000000000040.wsd", 1000, hpat(10) } };
+	objs[0] = (struct wsync_manifest_object){ .role = WSYNC_MANIFEST_ROLE_ANCHOR,
+		.ref = { "anchors/000000000040.wsa", 7000000000, hpat(9) },
+		.has_sha256 = true };
+	memset(objs[0].sha256, 0xab, sizeof(objs[0].sha256));
+	objs[1] = (struct wsync_manifest_object){ .role = WSYNC_MANIFEST_ROLE_DELTA,
+		.ref = { "deltas/000000000040.wsd", 1000, hpat(10) } };
 	m.objects = objs;
 	m.n_objects = 2;
 	CHECK(wsync_manifest_serialize(&m, NULL, &a, &err) == 0);
+	CHECK_CONTAINS(cstr(&a), "\"sha256\": \"abababababababababababababababab"
+				 "abababababababababababababababab\"}");
 	CHECK(wsync_manifest_parse(a.data, a.len, NULL, &p, &err) == 0);
 	CHECK(same_manifest(&m, &p));
+	CHECK(p.objects[0].has_sha256 && !p.objects[1].has_sha256);
 	CHECK(wsync_manifest_find_object(&p, WSYNC_MANIFEST_ROLE_ANCHOR) == &p.objects[0]);
 	wsync_manifest_free(&p);
+	{
+		/* a sha256 that is no SHA-256: refused, naming the field */
+		char *bad = strdup(cstr(&a)), *at = strstr(bad, "abab");
+
+		at[0] = 'A';
+		CHECK(wsync_manifest_parse(bad, strlen(bad), NULL, &p, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "\"sha256\" must be 64 lowercase hex digits");
+		free(bad);
+	}
 
 	/* version 1: the anchor alone, no files, no writer, extreme values */
 	sample(&m);

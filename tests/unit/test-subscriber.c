@@ -184,6 +184,21 @@ static void ref_of(const char *path, const char *key, struct wsync_manifest_ref 
 	ref->key = (char *)key;
 }
 
+/* An object entry for the file at path: ref_of, and its SHA-256 as
+ * wsync's publisher gives it. */
+static void object_of(const char *path, const char *key, enum wsync_manifest_role role,
+		      struct wsync_manifest_object *o)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	memset(o, 0, sizeof(*o));
+	ref_of(path, key, &o->ref);
+	o->role = role;
+	o->has_sha256 = fd >= 0 && wsync_sha256_fd(fd, path, o->sha256, NULL) == 0;
+	if (fd >= 0)
+		close(fd);
+}
+
 /* The files of the current checkpoint dir (known layout). */
 static size_t list_files(struct ctx *c, struct wsync_manifest_file *f, char names[][32])
 {
@@ -265,15 +280,13 @@ static int publish(struct ctx *c, unsigned n, bool anchor, bool bad_path)
 		r = diff_to(prev, c->ckpt, dp);
 		if (r < 0)
 			return r;
-		ref_of(dp, dkey, &objs[no].ref);
-		objs[no++].role = WSYNC_MANIFEST_ROLE_DELTA;
+		object_of(dp, dkey, WSYNC_MANIFEST_ROLE_DELTA, &objs[no++]);
 	}
 	if (anchor || v == 1) {
 		r = diff_to(c->empty, c->ckpt, ap);
 		if (r < 0)
 			return r;
-		ref_of(ap, akey, &objs[no].ref);
-		objs[no++].role = WSYNC_MANIFEST_ROLE_ANCHOR;
+		object_of(ap, akey, WSYNC_MANIFEST_ROLE_ANCHOR, &objs[no++]);
 	}
 	m.version = v;
 	m.step = n * 100;
