@@ -247,21 +247,23 @@ static int exchange(const char *build, const char *vdir, struct wsync_error *err
 	int r = 0, fd;
 
 	if (renameat2(AT_FDCWD, build, AT_FDCWD, vdir, RENAME_EXCHANGE) == 0) {
-		old = strdup(build);
+		old = strdup(build);	/* build now holds the replaced tree */
+		if (!old)
+			r = -ENOMEM;
 	} else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
 		/* no exchange here: the version is missing between the renames */
 		old = rebuild_dir(vdir, "wsync-old");
-		if (old && (sub_rm_rf(old) < 0 || rename(vdir, old) < 0)) {
+		if (!old)
+			r = -ENOMEM;
+		else if ((r = sub_rm_rf(old)) == 0 && rename(vdir, old) < 0)
 			r = -errno;
-		} else if (old && rename(build, vdir) < 0) {
+		else if (r == 0 && rename(build, vdir) < 0) {
 			r = -errno;
 			(void)rename(old, vdir);
 		}
 	} else {
 		r = -errno;
 	}
-	if (!old && r == 0)
-		r = -ENOMEM;
 	if (r == 0 && split(vdir, &dir, &base) < 0)
 		r = -ENOMEM;
 	if (r == 0) {
