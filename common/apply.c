@@ -1407,24 +1407,6 @@ static int split_path(const char *path, char **dir, char **base,
 	return 0;
 }
 
-/* fsync the directory holding path: the entry of a directory made there. */
-static int sync_parent(const char *path, struct wsync_error *err)
-{
-	char *dir, *name;
-	int r = split_path(path, &dir, &name, err), fd;
-
-	if (r < 0)
-		return r;
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		r = wsync_error_set(err, -errno, "%s: fsync: %s", dir, strerror(errno));
-	if (fd >= 0)
-		(void)close(fd);
-	free(dir);
-	free(name);
-	return r;
-}
-
 static bool same_inode(int a, int b)
 {
 	struct stat sa, sb;
@@ -1551,8 +1533,9 @@ int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 	/* 3. Swap them in. */
 	r = commit(&a, err);
 	committed = true;
-	if (r == 0 && made_out)		/* -o's new directory: durable too */
-		r = sync_parent(out, err);
+	if (r == 0 && made_out && (r = wsync_fsync_parent(out)) < 0)	/* -o's new directory */
+		wsync_error_set(err, r, "%s: fsync of the directory holding it: %s", out,
+				strerror(-r));
 out:
 	if (r < 0) {
 		cleanup(&a);

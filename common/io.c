@@ -43,6 +43,24 @@ int wsync_fsync(int fd)
 	return -errno;
 }
 
+int wsync_fsync_parent(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
+			   : strndup(path, (size_t)(slash - path));
+	int fd, r = 0;
+
+	if (!dir)
+		return -ENOMEM;
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		r = -errno;
+	if (fd >= 0)
+		(void)close(fd);
+	free(dir);
+	return r;
+}
+
 void wsync_writeback_start(int fd, uint64_t off, uint64_t len)
 {
 	/* errors show in the fsync that follows, if they are real */

@@ -26,6 +26,13 @@ int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
 int wsync_fsync(int fd);
 
 /*
+ * fsync the directory that holds path (its last component's parent: "."
+ * for a bare name), so that an entry renamed or made there is durable.
+ * 0 or the negative errno of the open or the fsync.
+ */
+int wsync_fsync_parent(const char *path);
+
+/*
  * Start writing [off, off + len) of fd out to its disk now, without
  * waiting (sync_file_range SYNC_FILE_RANGE_WRITE), so that the disk works
  * while the writer produces what comes next, and a later fsync finds

@@ -243,8 +243,8 @@ int sub_layout_begin(const char *target, const char *vdir, bool from_current,
  * untouched; what vdir held is removed. */
 static int exchange(const char *build, const char *vdir, struct wsync_error *err)
 {
-	char *dir = NULL, *base = NULL, *old = NULL;
-	int r = 0, fd;
+	char *old = NULL;
+	int r = 0;
 
 	if (renameat2(AT_FDCWD, build, AT_FDCWD, vdir, RENAME_EXCHANGE) == 0) {
 		old = strdup(build);	/* build now holds the replaced tree */
@@ -264,20 +264,11 @@ static int exchange(const char *build, const char *vdir, struct wsync_error *err
 	} else {
 		r = -errno;
 	}
-	if (r == 0 && split(vdir, &dir, &base) < 0)
-		r = -ENOMEM;
-	if (r == 0) {
-		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0 || fsync(fd) < 0)
-			r = -errno;
-		if (fd >= 0)
-			(void)close(fd);
-	}
+	if (r == 0)
+		r = wsync_fsync_parent(vdir);
 	if (r == 0)
 		(void)sub_rm_rf(old);	/* the damaged tree; prune retries a leftover */
 	free(old);
-	free(dir);
-	free(base);
 	return r < 0 ? wsync_error_set(err, r, "%s: replacing it with the rebuilt %s: %s",
 				       vdir, build, strerror(-r)) : 0;
 }
@@ -292,7 +283,7 @@ int sub_layout_commit(const char *target, const char *build, const char *vdir,
 int sub_layout_flip(const char *target, const char *vdir, struct wsync_error *err)
 {
 	char *dir, *base, *vdir_dir, *vbase, *tmp = NULL;
-	int r = split(target, &dir, &base), fd;
+	int r = split(target, &dir, &base);
 
 	if (r < 0)
 		return wsync_error_set(err, r, "out of memory");
@@ -315,11 +306,9 @@ int sub_layout_flip(const char *target, const char *vdir, struct wsync_error *er
 		(void)unlink(tmp);
 		goto out;
 	}
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		r = wsync_error_set(err, -errno, "%s: fsync: %s", dir, strerror(errno));
-	if (fd >= 0)
-		(void)close(fd);
+	r = wsync_fsync_parent(target);
+	if (r < 0)
+		wsync_error_set(err, r, "%s: fsync: %s", dir, strerror(-r));
 out:
 	free(tmp);
 	free(dir);

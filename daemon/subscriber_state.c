@@ -146,29 +146,6 @@ out:
 	return r;
 }
 
-static int fsync_dir_of(const char *path)
-{
-	char *dir = strdup(path), *slash;
-	int fd, r = 0;
-
-	if (!dir)
-		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = '\0';
-	else if (slash)
-		*slash = '\0';
-	else
-		strcpy(dir, ".");
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		r = -errno;
-	if (fd >= 0)
-		(void)close(fd);
-	free(dir);
-	return r;
-}
-
 int sub_local_save(const char *path, const struct sub_local *s, struct wsync_error *err)
 {
 	char hex[WSYNC_HASH_HEX_LEN + 1], *text = NULL, *tmp = NULL;
@@ -235,7 +212,7 @@ int sub_local_save(const char *path, const struct sub_local *s, struct wsync_err
 		r = -errno;
 		goto fail;
 	}
-	r = fsync_dir_of(path);
+	r = wsync_fsync_parent(path);
 	if (r < 0)
 		goto fail;
 	free(tmp);
