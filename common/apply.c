@@ -1321,18 +1321,24 @@ static int prune_dirs(struct applier *a, const char *rel, struct wsync_error *er
 	return r;
 }
 
+/* Two passes: every new file renamed into place first, in path order
+ * (model-00001-of-00003.safetensors before model.safetensors.index.json),
+ * then the files the version drops deleted -- so a reader of an in-place
+ * target never finds it without weights, nor an index naming a shard
+ * already gone, even when a resharding renames every shard. */
 static int commit(struct applier *a, struct wsync_error *err)
 {
 	const char *last_dir = NULL;
 	size_t renamed = 0;
 	int r = 0;
 
-	for (size_t i = 0; i < a->n && r == 0; i++) {
-		struct item *it = &a->items[i];
+	for (size_t k = 0; k < 2 * a->n && r == 0; k++) {
+		struct item *it = &a->items[k % a->n];
+		bool deletes = k >= a->n;
 		const char *name;
 		int dfd;
 
-		if (!it->tmp && it->e->file.op != WSYNC_DELTA_DELETE)
+		if (deletes ? it->tmp || it->e->file.op != WSYNC_DELTA_DELETE : !it->tmp)
 			continue;
 		dfd = open_parent(a->dest_root, it->dest_rel, NULL, &name, err);
 		if (dfd == -ENOENT && !it->tmp)

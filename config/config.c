@@ -705,6 +705,8 @@ static const struct config_key config_keys[] = {
 	KEY("publisher", "marker", parse_file_name, format_string, marker, .max = 255),
 	KEY("publisher", "quiet_period", parse_duration, format_duration, quiet_period_ms,
 	    .min = 1000, .max = 86400000),
+	KEY("publisher", "settle_time", parse_duration, format_duration, settle_time_ms,
+	    .min = 0, .max = 3600000),
 	KEY("publisher", "watch_mode", parse_watch_mode, format_watch_mode, watch_mode),
 	KEY("publisher", "rescan_interval", parse_duration, format_duration,
 	    rescan_interval_ms, .min = 100, .max = 86400000),
@@ -1334,6 +1336,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->anchor_every = 20;
 	cfg->complete_when = WSYNC_COMPLETE_MARKER;
 	cfg->quiet_period_ms = 30000;
+	cfg->settle_time_ms = 2000;
 	cfg->watch_mode = WSYNC_WATCH_INOTIFY;
 	cfg->rescan_interval_ms = 30000;
 	cfg->keep_anchors = 2;

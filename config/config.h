@@ -85,6 +85,8 @@ struct wsync_config {
 	enum wsync_complete complete_when; /* default marker */
 	char *marker;		/* default "trainer_state.json" */
 	uint64_t quiet_period_ms; /* default 30s; 1s..1d */
+	uint64_t settle_time_ms; /* a complete checkpoint unchanged this long is
+				  * published; default 2s; 0..1h */
 	enum wsync_watch_mode watch_mode; /* default inotify */
 	uint64_t rescan_interval_ms; /* default 30s (poll mode: the poll period); 100ms..1d */
 	char *include;		/* space-separated globs; default "*" */

@@ -73,21 +73,4 @@ int ckscan_step_from_name(const char *name, int64_t *step);
  * (no such integer in it). */
 int ckscan_read_global_step(const char *dir, int64_t *step);
 
-/*
- * Is the safetensors file at path, of size bytes, whole?  Reads its header:
- * 1 when the size is exactly what the header implies and the header is
- * valid, 0 when the file is shorter than that (still being written), or
- * -EINVAL with err set when it is malformed or longer than its header
- * says.  -ENOENT etc. when it cannot be read.
- */
-int ckscan_shard_whole(const char *path, uint64_t size, struct wsync_error *err);
-
-/*
- * complete_when = index: every shard that dir/model.safetensors.index.json
- * names (or dir/model.safetensors when there is no index) exists and is
- * whole.  1 complete, 0 not yet, -EINVAL broken (err says why: a malformed
- * index or shard).
- */
-int ckscan_index_complete(const char *dir, struct wsync_error *err);
-
 #endif

@@ -45,6 +45,9 @@
  *   "rejected_count"   checkpoints rejected as broken since start
  *   "store_ok"         false while the bucket is unreachable
  *   "last_error"       the last error, "" if none since the last publication
+ *   "waiting"          what the newest checkpoint not yet published waits
+ *                      for ("/w/checkpoint-4/model-00002-of-00002.safetensors
+ *                      short (...)"), "" when none waits
  *   "updated"          Unix seconds when this file was written
  */
 #include <dirent.h>
@@ -62,6 +65,7 @@
 
 #include <jansson.h>
 
+#include "checkpoint_complete.h"
 #include "checkpoint_scan.h"
 #include "log-messages.h"
 #include "io.h"
@@ -118,6 +122,7 @@ struct seen {
 	uint64_t fingerprint;	/* of the last scan */
 	uint64_t since_ms;	/* when that fingerprint was first seen */
 	uint64_t rejected_fp;	/* broken at this fingerprint (0: not rejected) */
+	char wait_key[256];	/* what it waits for, as last logged ("": nothing) */
 	bool present;		/* seen by the current scan */
 };
 
@@ -212,6 +217,7 @@ struct wsync_publisher {
 	double last_lag;		/* seconds; < 0: none yet */
 	unsigned published, skipped, rejected;
 	char last_error[512];
+	char waiting[WSYNC_ERROR_MSG_MAX + 64];	/* what the newest checkpoint waits for */
 };
 
 static void advance(struct wsync_publisher *p);
@@ -267,6 +273,7 @@ static void write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "rejected_count", json_integer(p->rejected));
 	json_object_set_new(o, "store_ok", json_boolean(p->store_ok));
 	json_object_set_new(o, "last_error", json_string(p->last_error));
+	json_object_set_new(o, "waiting", json_string(p->waiting));
 	json_object_set_new(o, "updated", json_integer((json_int_t)time(NULL)));
 	text = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
@@ -960,22 +967,71 @@ struct candidate {
 	struct ckscan_tree tree;
 };
 
-/* Look at one checkpoint directory: 1 complete (c filled), 0 not (yet),
- * and *wake_ms lowered to when a quiet checkpoint would become complete. */
+/* What the newest checkpoint not yet published waits for, as a scan
+ * finds it. */
+struct waiting {
+	char text[WSYNC_ERROR_MSG_MAX + 64];
+	int64_t newest_mtime_ns;
+	bool set;
+};
+
+/* The step of a complete checkpoint: the trailing digits of its name,
+ * else trainer_state.json's global_step, else one past the last. */
+static int64_t step_of(struct wsync_publisher *p, const char *name, const char *dir)
+{
+	int64_t step;
+
+	if (!*name || ckscan_step_from_name(name, &step) < 0) {
+		if (ckscan_read_global_step(dir, &step) < 0)
+			step = p->has_step ? p->step + 1 : 1;
+	}
+	return step;
+}
+
+/* Checkpoint dir waits (why): the journal hears of it once per file and
+ * kind of wait (not at every byte a shard grows), the scan's summary
+ * (status) of the newest one. */
+static void note_waiting(struct wsync_publisher *p, struct seen *s, const char *dir,
+			 const struct ckscan_tree *t, const char *why, struct waiting *w)
+{
+	size_t key = strcspn(why, "(");
+
+	if (strlen(s->wait_key) != key || strncmp(s->wait_key, why, key) != 0) {
+		snprintf(s->wait_key, sizeof(s->wait_key), "%.*s", (int)key, why);
+		log_info("checkpoint %s is not complete yet: %s", dir, why);
+	}
+	if (!w->set || t->newest_mtime_ns > w->newest_mtime_ns) {
+		snprintf(w->text, sizeof(w->text), "%s", why);
+		w->newest_mtime_ns = t->newest_mtime_ns;
+		w->set = true;
+	}
+}
+
+/* Look at one checkpoint directory: 1 complete and settled (c filled), 0
+ * not (yet): *wake_ms lowered to when it would have settled, w told what
+ * it waits for.  A checkpoint is published once, when it is a complete
+ * model (checkpoint_complete.h) whose shipped files have not changed for
+ * settle_time (quiet_period for complete_when = quiet) since a scan saw
+ * them so; one that settles broken is rejected once, and judged again
+ * when its files change. */
 static int judge(struct wsync_publisher *p, const char *name, const char *dir,
-		 struct candidate *c, uint64_t *wake_ms)
+		 struct candidate *c, uint64_t *wake_ms, struct waiting *w)
 {
 	const struct wsync_config *cfg = p->cfg;
-	struct wsync_error err = { 0 };
+	struct ckcomplete_opts o = {
+		.marker = cfg->complete_when == WSYNC_COMPLETE_MARKER ? cfg->marker : NULL,
+		.marker_last = p->inplace,
+	};
+	struct wsync_error why = { 0 };
 	struct ckscan_tree t;
+	uint64_t settle = cfg->settle_time_ms, now = now_ms(p);
 	struct seen *s;
-	int64_t step = 0;
 	int r;
 
-	r = ckscan_tree_read(dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &err);
+	r = ckscan_tree_read(dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
 	if (r < 0) {
 		if (r != -ENOENT)
-			log_debug("%s", wsync_error_str(&err));
+			log_debug("%s", wsync_error_str(&why));
 		return 0;
 	}
 	if (t.n == 0)
@@ -986,7 +1042,7 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir,
 	s->present = true;
 	if (s->fingerprint != t.fingerprint) {
 		s->fingerprint = t.fingerprint;
-		s->since_ms = now_ms(p);
+		s->since_ms = now;
 	}
 	/* Published already, or older than what was. */
 	if (t.fingerprint == p->source_fp ||
@@ -995,67 +1051,70 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir,
 	if (s->rejected_fp == t.fingerprint)
 		goto no;	/* broken, and unchanged since */
 
-	switch (cfg->complete_when) {
-	case WSYNC_COMPLETE_MARKER: {
-		char mp[PATH_MAX];
-		struct stat st;
+	r = ckcomplete_judge(dir, &t, &o, &why);
+	if (r == -ENOMEM)
+		goto no;
+	if (cfg->complete_when == WSYNC_COMPLETE_QUIET && cfg->quiet_period_ms > settle)
+		settle = cfg->quiet_period_ms;
+	if (r == 0) {
+		note_waiting(p, s, dir, &t, wsync_error_str(&why), w);
+		goto no;
+	}
+	if (now - s->since_ms < settle) {
+		/* complete or broken: either way, let it settle first */
+		char text[WSYNC_ERROR_MSG_MAX + 64];
 
-		PATHF(mp, "%s/%s", dir, cfg->marker);
-		if (stat(mp, &st) < 0)
-			goto no;
-		/* In place the old marker stays while the next save is written:
-		 * only a marker at least as new as every file counts. */
-		if (p->inplace &&
-		    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec <
-			    t.newest_mtime_ns)
-			goto no;
-		break;
-	}
-	case WSYNC_COMPLETE_INDEX:
-		r = ckscan_index_complete(dir, &err);
-		if (r == 0)
-			goto no;
-		if (r < 0) {
-			/* a half-written index does not parse either: reject only
-			 * once it has been still for a moment */
-			if (now_ms(p) - s->since_ms < 2000) {
-				if (s->since_ms + 2000 < *wake_ms)
-					*wake_ms = s->since_ms + 2000;
-				goto no;
-			}
-			s->rejected_fp = t.fingerprint;
-			p->rejected++;
-			log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
-							.file = name),
-				  "checkpoint %s rejected: %s", *name ? name : dir,
-				  wsync_error_str(&err));
-			goto no;
+		if (s->since_ms + settle < *wake_ms)
+			*wake_ms = s->since_ms + settle;
+		snprintf(text, sizeof(text), "%s to settle (unchanged for %.1f of %.1f s)%s%s",
+			 dir, (double)(now - s->since_ms) / 1000, (double)settle / 1000,
+			 r < 0 ? ": " : "", r < 0 ? wsync_error_str(&why) : "");
+		if (!w->set || t.newest_mtime_ns > w->newest_mtime_ns) {
+			snprintf(w->text, sizeof(w->text), "%s", text);
+			w->newest_mtime_ns = t.newest_mtime_ns;
+			w->set = true;
 		}
-		break;
-	case WSYNC_COMPLETE_QUIET:
-		if (now_ms(p) - s->since_ms < cfg->quiet_period_ms) {
-			if (s->since_ms + cfg->quiet_period_ms < *wake_ms)
-				*wake_ms = s->since_ms + cfg->quiet_period_ms;
-			goto no;
-		}
-		break;
+		goto no;
 	}
-	/* The step: trailing digits of the name, else trainer_state.json,
-	 * else one past the last. */
-	if (!*name || ckscan_step_from_name(name, &step) < 0) {
-		if (ckscan_read_global_step(dir, &step) < 0)
-			step = p->has_step ? p->step + 1 : 1;
+	if (r < 0) {
+		s->rejected_fp = t.fingerprint;
+		s->wait_key[0] = '\0';
+		p->rejected++;
+		set_error(p, "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
+		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
+						.file = dir),
+			  "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
+		goto no;
 	}
+	s->wait_key[0] = '\0';
 	c->name = strdup(name);
 	if (!c->name)
 		goto no;
 	PATHF(c->dir, "%s", dir);
-	c->step = step;
+	c->step = step_of(p, name, dir);
 	c->tree = t;
 	return 1;
 no:
 	ckscan_tree_free(&t);
 	return 0;
+}
+
+/* The status line while idle: what the newest checkpoint waits for, or
+ * the version published. */
+static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
+{
+	const char *text = w->set ? w->text : "";
+
+	if (strcmp(p->waiting, text) == 0)
+		return;
+	snprintf(p->waiting, sizeof(p->waiting), "%s", text);
+	if (*text)
+		status(p, "waiting for %s", text);
+	else if (p->head_version)
+		status(p, "version %" PRIu64 " published (step %" PRId64 "), idle",
+		       p->head_version, p->step);
+	else
+		status(p, "idle, nothing published yet");
 }
 
 static void start_publication(struct wsync_publisher *p, struct candidate *c, char *skipped);
@@ -1067,6 +1126,7 @@ static void scan_once(struct wsync_publisher *p);
 static void scan(struct wsync_publisher *p)
 {
 	struct candidate *cs = NULL, best;
+	struct waiting w = { .set = false };
 	size_t n = 0, bi = 0;
 	uint64_t wake = UINT64_MAX;
 
@@ -1078,7 +1138,7 @@ static void scan(struct wsync_publisher *p)
 	if (p->inplace) {
 		struct candidate c;
 
-		if (judge(p, "", p->watch_dir, &c, &wake) == 1) {
+		if (judge(p, "", p->watch_dir, &c, &wake, &w) == 1) {
 			cs = malloc(sizeof(*cs));
 			if (cs)
 				cs[n++] = c;
@@ -1106,7 +1166,7 @@ static void scan(struct wsync_publisher *p)
 			PATHF(dir, "%s/%s", p->watch_dir, de->d_name);
 			if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 				continue;
-			if (judge(p, de->d_name, dir, &c, &wake) != 1)
+			if (judge(p, de->d_name, dir, &c, &wake, &w) != 1)
 				continue;
 			nc = realloc(cs, (n + 1) * sizeof(*cs));
 			if (!nc) {
@@ -1125,8 +1185,10 @@ static void scan(struct wsync_publisher *p)
 		schedule_scan(p, wake > now_ms(p) ? wake - now_ms(p) : 1);
 	if (n == 0) {
 		free(cs);
+		status_waiting(p, &w);
 		return;
 	}
+	p->waiting[0] = '\0';
 	/* The newest: the most recently written. */
 	for (size_t i = 1; i < n; i++)
 		if (cs[i].tree.newest_mtime_ns > cs[bi].tree.newest_mtime_ns)
@@ -1176,34 +1238,30 @@ static void scan_once(struct wsync_publisher *p)
 		once_finish(p, 0, "already published");
 		return;
 	}
-	switch (p->cfg->complete_when) {
-	case WSYNC_COMPLETE_MARKER: {
-		char mp[PATH_MAX];
-		struct stat st;
+	/* The completeness rules of the daemon, without the wait: what is
+	 * missing now is an error. */
+	{
+		struct ckcomplete_opts o = {
+			.marker = p->cfg->complete_when == WSYNC_COMPLETE_MARKER ?
+					  p->cfg->marker : NULL,
+		};
 
-		PATHF(mp, "%s/%s", dir, p->cfg->marker);
-		if (stat(mp, &st) < 0) {
-			set_error(p, "%s is not complete: no %s", dir, p->cfg->marker);
+		r = ckcomplete_judge(dir, &c.tree, &o, &err);
+		if (r == 0) {
+			set_error(p, "%s is not complete: %s", dir, wsync_error_str(&err));
 			goto bad;
 		}
-		break;
-	}
-	case WSYNC_COMPLETE_INDEX:
-		r = ckscan_index_complete(dir, &err);
-		if (r <= 0) {
-			if (r == 0)
-				set_error(p, "%s is not complete: a shard its index names is "
-					  "missing or short", dir);
-			else
-				set_error(p, "%s: %s", dir, wsync_error_str(&err));
+		if (r < 0) {
+			set_error(p, "%s: %s", dir, wsync_error_str(&err));
+			if (r != -EINVAL) {
+				ckscan_tree_free(&c.tree);
+				once_finish(p, r, NULL);
+				return;
+			}
 			goto bad;
 		}
-		break;
-	case WSYNC_COMPLETE_QUIET:
-		break;	/* the caller says it is done */
 	}
-	if (ckscan_step_from_name(name, &step) < 0 && ckscan_read_global_step(dir, &step) < 0)
-		step = p->has_step ? p->step + 1 : 1;
+	step = step_of(p, name, dir);
 	c.name = strdup(name);
 	if (!c.name) {
 		ckscan_tree_free(&c.tree);

@@ -230,6 +230,27 @@ static int take_file(struct pubjob_prepare *j, const char *staging, const struct
 	return 0;
 }
 
+/* Replace every "from" in err's message by "to" (as far as it fits). */
+static void rebase_message(struct wsync_error *err, const char *from, const char *to)
+{
+	char out[sizeof(err->msg)];
+	size_t fl = strlen(from), o = 0;
+	const char *s = err->msg, *hit;
+
+	if (!fl)
+		return;
+	while ((hit = strstr(s, from)) && o < sizeof(out)) {
+		int k = snprintf(out + o, sizeof(out) - o, "%.*s%s", (int)(hit - s), s, to);
+
+		o = k < 0 ? sizeof(out) : o + (size_t)k;
+		s = hit + fl;
+	}
+	if (o < sizeof(out))
+		snprintf(out + o, sizeof(out) - o, "%s", s);
+	out[sizeof(out) - 1] = '\0';
+	memcpy(err->msg, out, sizeof(out));
+}
+
 static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
 		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN])
@@ -299,6 +320,8 @@ void pubjob_prepare_work(void *data)
 	}
 	wsync_checkpoint_free(ck);
 	if (r < 0) {
+		/* Say it of the trainer's files, not of our copy. */
+		rebase_message(&j->err, staging, j->src_dir);
 		/* EFBIG: a header over the parser's limits is the trainer's too */
 		if (r == -EINVAL || r == -ENODATA || r == -EFBIG)
 			r = -EINVAL;

@@ -69,6 +69,18 @@ contains() {
 	esac
 }
 
+# wait_for SECONDS COMMAND...: run COMMAND every 0.1 s until it exits 0,
+# at most SECONDS; the exit status of its last run.
+wait_for() {
+	local secs=$1 i
+	shift
+	for ((i = 0; i < secs * 10; i++)); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	"$@"
+}
+
 tap_done() {
 	echo "1..$TAP_N"
 	[ "$TAP_FAILED" -eq 0 ]

@@ -222,7 +222,10 @@ check "version 4 carries step 1 and is a delta from 3" \
 check "version 4's anchors entry for 3 carries manifest 3's real size" \
 	test "$(mfield 4 'm["anchors"][0]["manifest"]["size"]')" = "$(stat -c %s "$B/$(key manifests 3 json)")"
 
-# 8. a truncated shard is rejected, the next good step published
+# 8. a truncated shard (marker present) waits -- it may still be being
+#    written -- and says so once; a shard longer than its header says is
+#    rejected once it has settled, naming the trainer's file; the next
+#    good step is published
 mkdir -p "$W/checkpoint-5"
 for f in "$SRC/checkpoint-5"/*; do
 	[ "$(basename "$f")" = trainer_state.json ] || cp "$f" "$W/checkpoint-5/"
@@ -230,11 +233,26 @@ done
 shard=$(ls "$W/checkpoint-5"/model-*.safetensors | head -1)
 truncate -s $(( $(stat -c %s "$shard") / 2 )) "$shard"
 cp "$SRC/checkpoint-5/trainer_state.json" "$W/checkpoint-5/"
-check "a truncated shard is rejected with a log line" wait_log "checkpoint-5 (step 5) rejected"
-check "the rejection names the shard" grep -q "rejected: .*model-0000" "$LOG"
+check "a truncated shard makes its checkpoint wait, with a log line naming it" \
+	wait_log "checkpoint $W/checkpoint-5 is not complete yet: $shard short"
+check "status.json says what it waits for" wait_for 30 "$PYTHON3" -c "
+import json, sys; s = json.load(open('$R/status.json'))
+sys.exit(0 if '$shard short' in s['waiting'] and s['state'] == 'idle' else 1)"
+said=$(grep -c "checkpoint-5 is not complete yet" "$LOG")
+sleep 2.5
+check "the short checkpoint is not published" test "$(head_version)" = 4
+check "it is said once, not again at every rescan (rescan_interval 1 s)" \
+	test "$(grep -c "checkpoint-5 is not complete yet" "$LOG")" = "$said"
+check "waiting is not an error" test "$(grep -c 'checkpoint-5.*rejected' "$LOG")" = 0
+cp "$SRC/checkpoint-5/$(basename "$shard")" "$shard"
+printf 'tail' >>"$shard"
+check "a shard longer than its header says is rejected with a log line" \
+	wait_log "checkpoint $W/checkpoint-5 rejected: $shard: "
+check "the rejection names the trainer's file, never the staging copy" \
+	sh -c "! grep -q 'rejected: .*/publisher/staging' '$LOG'"
 sleep 2.5
 check "the rejected checkpoint is not published" test "$(head_version)" = 4
-check "it is rejected once, not again at every rescan" test "$(grep -c 'checkpoint-5 (step 5) rejected' "$LOG")" = 1
+check "it is rejected once, not again at every rescan" test "$(grep -c 'checkpoint-5 rejected' "$LOG")" = 1
 put_ckpt 6
 check "the next good checkpoint is published" wait_version 5
 check "version 5 is step 6" test "$(mfield 5 'm["step"]')" = 6
@@ -381,7 +399,17 @@ mkdir -p "$TMP/half"
 cp "$SRC/checkpoint-3"/*.safetensors "$TMP/half/"
 expect_exit 65 "a directory without its marker exits 65" \
 	"$WSYNC" publish --config "$TMP/pub.ini" "$TMP/half"
-contains "... naming what is missing" "$OUT" "no trainer_state.json"
+contains "... naming what is missing" "$OUT" "trainer_state.json not written yet"
+mkdir -p "$TMP/marker-only"
+cp "$SRC/checkpoint-3/trainer_state.json" "$TMP/marker-only/"
+expect_exit 65 "a directory holding only the marker exits 65" \
+	"$WSYNC" publish --config "$TMP/pub.ini" "$TMP/marker-only"
+contains "... saying it has no weight file" "$OUT" "no weight file"
+cp "$SRC/checkpoint-3"/* "$TMP/marker-only/"
+rm "$TMP/marker-only/model-00002-of-00002.safetensors"
+expect_exit 65 "a directory missing a shard exits 65" \
+	"$WSYNC" publish --config "$TMP/pub.ini" "$TMP/marker-only"
+contains "... naming the shard" "$OUT" "$TMP/marker-only/model-00002-of-00002.safetensors missing"
 expect_exit 65 "a missing directory exits 65" "$WSYNC" publish --config "$TMP/pub.ini" "$TMP/nonexistent"
 check "no progress line when stderr is not a terminal" sh -c "! grep -q \"\$(printf '\\r')\" '$LOG'"
 sed -i "s|^url = .*|url = file://$TMP/half/model-00001-of-00002.safetensors/bucket|" "$TMP/pub.ini"

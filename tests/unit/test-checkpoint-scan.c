@@ -4,8 +4,9 @@
  * (daemon/checkpoint_scan.h) and hears of it (daemon/watch.h): the
  * include/exclude globs (a pattern without '/' matches a name at any
  * depth, excluded folders are pruned), step numbers from names and
- * trainer_state.json, whole / short / malformed safetensors shards, index
- * completeness, and inotify events for files in new subfolders.
+* trainer_state.json, whole / short / malformed safetensors shards, what
+ * makes a checkpoint a complete model (markers, indexes, shard-name sets,
+ * formats without a header), and inotify events for files in new subfolders.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 
 #include <uv.h>
 
+#include "checkpoint_complete.h"
 #include "checkpoint_scan.h"
 #include "tap.h"
 #include "watch.h"
@@ -135,45 +137,233 @@ static void test_tree(void)
 	ckscan_filter_free(&f);
 }
 
-static void test_shards(void)
+/* A one-tensor safetensors file holding tensor name (4 bytes of F32). */
+static size_t make_named(uint8_t *buf, const char *name)
+{
+	char hdr[128];
+
+	snprintf(hdr, sizeof(hdr), "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],"
+		 "\"data_offsets\":[0,4]}}", name);
+	return make_st(buf, hdr);
+}
+
+static void put_st(const char *rel, const char *tensor)
+{
+	uint8_t buf[256];
+	size_t n = make_named(buf, tensor);
+
+	write_file(rel, buf, n);
+}
+
+/* ckcomplete_judge on tmpdir/sub with everything shipped (exclude: what
+ * the pattern says); why's message in why_out. */
+static int judge_dir(const char *sub, const char *exclude, const char *marker,
+		     bool marker_last, char *why_out, size_t why_len)
+{
+	struct ckcomplete_opts o = { .marker = marker, .marker_last = marker_last };
+	struct wsync_error why = { 0 };
+	struct ckscan_filter f;
+	struct ckscan_tree t;
+	char dir[512];
+	int r;
+
+	snprintf(dir, sizeof(dir), "%s/%s", tmpdir, sub);
+	if (ckscan_filter_init(&f, "*", exclude) < 0)
+		return -ENOMEM;
+	r = ckscan_tree_read(dir, &f, NULL, &t, &why);
+	if (r == 0)
+		r = ckcomplete_judge(dir, &t, &o, &why);
+	ckscan_tree_free(&t);
+	ckscan_filter_free(&f);
+	snprintf(why_out, why_len, "%s", why.msg);
+	return r;
+}
+
+#define JUDGE(sub, want, text)                                                         \
+	do {                                                                           \
+		char w_[600];                                                          \
+		int r_ = judge_dir((sub), "", NULL, false, w_, sizeof(w_));            \
+		CHECK(r_ == (want));                                                   \
+		CHECK(strstr(w_, (text)) != NULL);                                     \
+		if (r_ != (want) || !strstr(w_, (text)))                               \
+			printf("# %s: got %d \"%s\", want %d \"%s\"\n", (sub), r_, w_,     \
+			       (want), (text));                                        \
+	} while (0)
+
+static void test_shard_whole(void)
 {
 	uint8_t buf[256];
 	size_t n = make_st(buf, HDR);
 	struct wsync_error err = { 0 };
-	char p[512], dir[512];
+	char p[512];
 
 	mkdir_rel("sh");
-	snprintf(dir, sizeof(dir), "%s/sh", tmpdir);
 	snprintf(p, sizeof(p), "%s/sh/model.safetensors", tmpdir);
-	/* no shard yet: incomplete */
-	CHECK(ckscan_index_complete(dir, &err) == 0);
 	write_file("sh/model.safetensors", buf, n - 2);		/* short */
-	CHECK(ckscan_shard_whole(p, n - 2, &err) == 0);
-	CHECK(ckscan_index_complete(dir, &err) == 0);
+	CHECK(ckcomplete_shard_whole(p, n - 2, &err) == 0);
+	write_file("sh/model.safetensors", buf, 5);		/* no header length yet */
+	CHECK(ckcomplete_shard_whole(p, 5, &err) == 0);
 	write_file("sh/model.safetensors", buf, n);		/* whole */
-	CHECK(ckscan_shard_whole(p, n, &err) == 1);
-	CHECK(ckscan_index_complete(dir, &err) == 1);
+	CHECK(ckcomplete_shard_whole(p, n, &err) == 1);
 	buf[n] = 0;
 	write_file("sh/model.safetensors", buf, n + 1);		/* too long */
-	CHECK(ckscan_shard_whole(p, n + 1, &err) == -EINVAL);
+	CHECK(ckcomplete_shard_whole(p, n + 1, &err) == -EINVAL);
 	n = make_st(buf, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}");
 	write_file("sh/model.safetensors", buf, n);		/* shape disagrees */
-	CHECK(ckscan_shard_whole(p, n, &err) == -EINVAL);
-	write_file("sh/model.safetensors", "not json at all!", 16);
-	CHECK(ckscan_shard_whole(p, 16, &err) <= 0);
+	CHECK(ckcomplete_shard_whole(p, n, &err) == -EINVAL);
+	write_file("sh/model.safetensors", "{\"__metadata__\":{}}!!!!!!!!!!", 28);
+	CHECK(ckcomplete_shard_whole(p, 28, &err) == -EINVAL);	/* a JSON file */
+	CHECK(strstr(err.msg, "not a safetensors file") != NULL);
+	CHECK(ckcomplete_is_weight_name("a/model-00001-of-00002.safetensors"));
+	CHECK(ckcomplete_is_weight_name("pytorch_model.bin"));
+	CHECK(ckcomplete_is_weight_name("m.gguf") && ckcomplete_is_weight_name("x.pth"));
+	CHECK(!ckcomplete_is_weight_name("config.json"));
+	CHECK(!ckcomplete_is_weight_name(".model.safetensors"));
+	CHECK(!ckcomplete_is_weight_name(".safetensors"));
+}
 
-	/* with an index naming a shard that is not there (yet) */
-	n = make_st(buf, HDR);
-	write_file("sh/model-1.safetensors", buf, n);
-	const char *idx = "{\"metadata\":{},\"weight_map\":{\"w\":\"model-1.safetensors\","
-			  "\"v\":\"model-2.safetensors\"}}";
+static void set_mtime(const char *rel, long sec)
+{
+	char p[512];
+	struct timespec ts[2] = { { sec, 0 }, { sec, 0 } };
 
-	write_file("sh/model.safetensors.index.json", idx, strlen(idx));
-	CHECK(ckscan_index_complete(dir, &err) == 0);
-	write_file("sh/model-2.safetensors", buf, n);
-	CHECK(ckscan_index_complete(dir, &err) == 1);
-	write_file("sh/model.safetensors.index.json", "{\"weight_", 9);	/* half written */
-	CHECK(ckscan_index_complete(dir, &err) == -EINVAL);
+	snprintf(p, sizeof(p), "%s/%s", tmpdir, rel);
+	CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
+}
+
+/* What makes a checkpoint a complete model (checkpoint_complete.h). */
+static void test_complete(void)
+{
+	uint8_t buf[256];
+	size_t n = make_named(buf, "a");
+	char why[600];
+
+	/* nothing, or nothing but configuration: no weight file */
+	mkdir_rel("c0");
+	JUDGE("c0", -EINVAL, "no weight file");
+	write_file("c0/config.json", "{}", 2);
+	write_file("c0/trainer_state.json", "{}", 2);
+	JUDGE("c0", -EINVAL, "no weight file");
+
+	/* one file without an index: short, whole, too long */
+	mkdir_rel("c1");
+	write_file("c1/model.safetensors", buf, n - 1);
+	JUDGE("c1", 0, "c1/model.safetensors short");
+	write_file("c1/model.safetensors", buf, n);
+	JUDGE("c1", 1, "");
+	buf[n] = 0;
+	write_file("c1/model.safetensors", buf, n + 3);
+	JUDGE("c1", -EINVAL, "c1/model.safetensors: ");
+
+	/* the marker */
+	mkdir_rel("c2");
+	put_st("c2/model.safetensors", "a");
+	CHECK(judge_dir("c2", "", "trainer_state.json", false, why, sizeof(why)) == 0);
+	CHECK(strstr(why, "c2/trainer_state.json not written yet") != NULL);
+	write_file("c2/trainer_state.json", "{}", 2);
+	CHECK(judge_dir("c2", "", "trainer_state.json", false, why, sizeof(why)) == 1);
+	/* in place: the marker must be the newest */
+	set_mtime("c2/trainer_state.json", 1000);
+	set_mtime("c2/model.safetensors", 2000);
+	CHECK(judge_dir("c2", "", "trainer_state.json", true, why, sizeof(why)) == 0);
+	CHECK(strstr(why, "is older than model.safetensors") != NULL);
+	CHECK(strstr(why, "write the marker last") != NULL);
+	CHECK(judge_dir("c2", "", "trainer_state.json", false, why, sizeof(why)) == 1);
+	set_mtime("c2/trainer_state.json", 3000);
+	CHECK(judge_dir("c2", "", "trainer_state.json", true, why, sizeof(why)) == 1);
+
+	/* an index written before its shards */
+	mkdir_rel("c3");
+	const char *idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+			  "\"b\":\"model-00002-of-00002.safetensors\"}}";
+
+	write_file("c3/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("c3", 0, "c3/model-00001-of-00002.safetensors missing (named by "
+		       "model.safetensors.index.json)");
+	put_st("c3/model-00001-of-00002.safetensors", "a");
+	JUDGE("c3", 0, "c3/model-00002-of-00002.safetensors missing");
+	write_file("c3/model-00002-of-00002.safetensors", buf, 9);	/* being written */
+	JUDGE("c3", 0, "model-00002-of-00002.safetensors short");
+	put_st("c3/model-00002-of-00002.safetensors", "b");
+	JUDGE("c3", 1, "");
+	/* a shard holding a tensor the index puts elsewhere */
+	put_st("c3/model-00002-of-00002.safetensors", "a");
+	JUDGE("c3", -EINVAL, "tensor \"a\" is put in another shard by");
+	/* a shard lacking a tensor the index maps to it */
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+	      "\"b\":\"model-00002-of-00002.safetensors\",\"c\":\"model-00002-of-00002.safetensors\"}}";
+	put_st("c3/model-00002-of-00002.safetensors", "b");
+	write_file("c3/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("c3", -EINVAL, "puts tensor \"c\" here, but it does not hold it");
+	/* a shard's tensor the index does not know */
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+	      "\"z\":\"model-00002-of-00002.safetensors\"}}";
+	write_file("c3/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("c3", -EINVAL, "tensor \"b\" is missing from model.safetensors.index.json");
+	/* a shard the index does not name */
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\"}}";
+	write_file("c3/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("c3", -EINVAL, "c3/model-00002-of-00002.safetensors is not named by "
+			     "model.safetensors.index.json");
+	/* ... but another model's file beside it is not a shard of it */
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+	      "\"b\":\"model-00002-of-00002.safetensors\"}}";
+	write_file("c3/model.safetensors.index.json", idx, strlen(idx));
+	put_st("c3/model-00002-of-00002.safetensors", "b");
+	put_st("c3/adapter_model.safetensors", "lora");
+	put_st("c3/modelling.safetensors", "x");
+	JUDGE("c3", 1, "");
+	/* half written */
+	write_file("c3/model.safetensors.index.json", "{\"weight_", 9);
+	JUDGE("c3", -EINVAL, "not a readable index");
+	/* a shard the index names, left out by exclude */
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+	      "\"b\":\"model-00002-of-00002.safetensors\"}}";
+	write_file("c3/model.safetensors.index.json", idx, strlen(idx));
+	CHECK(judge_dir("c3", "model-00002*", NULL, false, why, sizeof(why)) == -EINVAL);
+	CHECK(strstr(why, "not shipped") != NULL);
+
+	/* shard names promise their set: no index */
+	mkdir_rel("c4");
+	put_st("c4/model-00001-of-00003.safetensors", "a");
+	put_st("c4/model-00003-of-00003.safetensors", "c");
+	JUDGE("c4", 0, "c4/model-00002-of-00003.safetensors missing (model-00001-of-00003"
+		       ".safetensors promises 3 shards)");
+	put_st("c4/model-00002-of-00003.safetensors", "b");
+	JUDGE("c4", 1, "");
+	/* a new sharding beside the old one */
+	put_st("c4/model-00001-of-00002.safetensors", "a");
+	JUDGE("c4", -EINVAL, "two shardings side by side");
+
+	/* formats without a header: the pattern and the index judge them */
+	mkdir_rel("c5");
+	write_file("c5/pytorch_model-00001-of-00002.bin", "xx", 2);
+	JUDGE("c5", 0, "pytorch_model-00002-of-00002.bin missing");
+	write_file("c5/pytorch_model-00002-of-00002.bin", "", 0);
+	JUDGE("c5", 1, "");
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"pytorch_model-00001-of-00002.bin\","
+	      "\"b\":\"weights/extra.data\",\"c\":\"pytorch_model-00002-of-00002.bin\"}}";
+	write_file("c5/pytorch_model.bin.index.json", idx, strlen(idx));
+	JUDGE("c5", 0, "c5/weights/extra.data missing (named by pytorch_model.bin.index.json)");
+	mkdir_rel("c5/weights");
+	write_file("c5/weights/extra.data", "x", 1);
+	JUDGE("c5", 1, "");
+
+	/* an index in a subfolder names shards beside it; "-of-" in a prefix */
+	mkdir_rel("c6");
+	mkdir_rel("c6/text_encoder");
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"out-of-core-00001-of-00001.safetensors\"}}";
+	write_file("c6/text_encoder/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("c6", 0, "c6/text_encoder/out-of-core-00001-of-00001.safetensors missing");
+	put_st("c6/out-of-core-00001-of-00001.safetensors", "a");	/* wrong folder */
+	JUDGE("c6", 0, "text_encoder/out-of-core-00001-of-00001.safetensors missing");
+	put_st("c6/text_encoder/out-of-core-00001-of-00001.safetensors", "a");
+	JUDGE("c6", 1, "");
+
+	/* one gguf file is a model */
+	mkdir_rel("c7");
+	write_file("c7/model-q4.gguf", "GGUF", 4);
+	JUDGE("c7", 1, "");
 }
 
 struct watch_ctx {
@@ -252,7 +442,8 @@ int main(void)
 	TEST(test_filter);
 	TEST(test_steps);
 	TEST(test_tree);
-	TEST(test_shards);
+	TEST(test_shard_whole);
+	TEST(test_complete);
 	TEST(test_watch);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)

@@ -1,0 +1,597 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * checkpoint_complete.c -- judge whether a checkpoint directory is a
+ * complete model (checkpoint_complete.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "checkpoint_complete.h"
+#include "io.h"
+#include "publisher_jobs.h"
+#include "safetensors.h"
+
+#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+
+/* A set of more shards than this is not a shard-name promise we check
+ * (real models have hundreds; the bound keeps a crafted name cheap). */
+#define SHARD_SET_MAX 100000u
+
+static const char *const weight_exts[] = { ".safetensors", ".bin", ".pt", ".pth", ".gguf" };
+#define N_WEIGHT_EXTS (sizeof(weight_exts) / sizeof(weight_exts[0]))
+#define INDEX_SUFFIX ".index.json"
+
+static bool has_suffix(const char *s, size_t n, const char *suffix)
+{
+	size_t k = strlen(suffix);
+
+	return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+static const char *weight_ext(const char *s, size_t n)
+{
+	for (size_t i = 0; i < N_WEIGHT_EXTS; i++)
+		if (has_suffix(s, n, weight_exts[i]) && n > strlen(weight_exts[i]))
+			return weight_exts[i];
+	return NULL;
+}
+
+bool ckcomplete_is_weight_name(const char *rel)
+{
+	const char *b = strrchr(rel, '/');
+
+	b = b ? b + 1 : rel;
+	return *b != '.' && weight_ext(b, strlen(b)) != NULL;
+}
+
+/* model.safetensors.index.json, pytorch_model.bin.index.json, ... */
+static bool is_index_name(const char *rel)
+{
+	const char *b = strrchr(rel, '/');
+	size_t n;
+
+	b = b ? b + 1 : rel;
+	n = strlen(b);
+	return *b != '.' && has_suffix(b, n, INDEX_SUFFIX) &&
+	       weight_ext(b, n - strlen(INDEX_SUFFIX)) != NULL;
+}
+
+static const struct ckscan_file *tree_find(const struct ckscan_tree *t, const char *rel)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(t->files[mid].path, rel);
+
+		if (c == 0)
+			return &t->files[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ---- one safetensors file ---- */
+
+/* Read the header of the safetensors file at path, size bytes: 1 whole
+ * (*ret set when ret is not NULL), 0 shorter than its header says (why
+ * says how short), -EINVAL malformed or longer, another negative errno
+ * when it cannot be read. */
+static int read_whole(const char *path, const char *name, uint64_t size,
+		      struct wsync_st_header **ret, struct wsync_error *why)
+{
+	uint8_t lenbuf[8], *buf;
+	uint64_t n, need = 0;
+	json_t *root, *val;
+	json_error_t je;
+	const char *key;
+	int fd, r;
+
+	if (ret)
+		*ret = NULL;
+	if (size < 8)
+		return wsync_error_set(why, 0, "%s short (%" PRIu64 " bytes, no header yet)", name,
+				       size), 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return wsync_error_set(why, -errno, "%s: %s", name, strerror(errno));
+	r = wsync_pread_all(fd, lenbuf, 8, 0);
+	if (r < 0) {
+		close(fd);
+		return r == -ENODATA ? (wsync_error_set(why, 0, "%s short", name), 0) :
+				       wsync_error_set(why, r, "%s: %s", name, strerror(-r));
+	}
+	n = wsync_le64(lenbuf);
+	if (n > WSYNC_ST_HEADER_MAX) {
+		close(fd);
+		return wsync_error_set(why, -EINVAL, "%s: header length %" PRIu64 " is over the "
+				       "limit: not a safetensors file", name, n);
+	}
+	if (8 + n > size) {
+		close(fd);
+		return wsync_error_set(why, 0, "%s short (%" PRIu64 " bytes, its header alone "
+				       "is %" PRIu64 ")", name, size, 8 + n), 0;
+	}
+	buf = malloc(8 + n + 1);
+	if (!buf) {
+		close(fd);
+		return wsync_error_set(why, -ENOMEM, "out of memory");
+	}
+	memcpy(buf, lenbuf, 8);
+	r = wsync_pread_all(fd, buf + 8, n, 8);
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r == -ENODATA ? (wsync_error_set(why, 0, "%s short", name), 0) :
+				       wsync_error_set(why, r, "%s: %s", name, strerror(-r));
+	}
+	/* The size the header implies, leniently: a file still being written
+	 * is short, not malformed. */
+	root = json_loadb((const char *)buf + 8, n, 0, &je);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		free(buf);
+		return wsync_error_set(why, -EINVAL, "%s: the safetensors header is not a JSON "
+				       "object (%s)", name, je.text);
+	}
+	json_object_foreach(root, key, val) {
+		json_t *off = json_object_get(val, "data_offsets");
+		json_t *end = json_is_array(off) && json_array_size(off) == 2 ?
+				      json_array_get(off, 1) : NULL;
+
+		if (strcmp(key, "__metadata__") != 0 && json_is_integer(end) &&
+		    json_integer_value(end) >= 0 && (uint64_t)json_integer_value(end) > need)
+			need = (uint64_t)json_integer_value(end);
+	}
+	json_decref(root);
+	need += 8 + n;
+	if (size != need) {
+		free(buf);
+		if (size < need)
+			return wsync_error_set(why, 0, "%s short (%" PRIu64 " of %" PRIu64 " bytes)",
+					       name, size, need), 0;
+		return wsync_error_set(why, -EINVAL, "%s: %" PRIu64 " bytes, but its header "
+				       "describes %" PRIu64, name, size, need);
+	}
+	/* Whole by size: now the strict check. */
+	{
+		struct wsync_st_header *h = NULL;
+
+		r = wsync_st_parse_header(buf, 8 + n, size, &h, NULL, why);
+		free(buf);
+		if (r < 0) {
+			wsync_error_prefix(why, "%s", name);
+			return r == -ENOMEM ? r : (why->code = -EINVAL);
+		}
+		if (ret)
+			*ret = h;
+		else
+			wsync_st_header_free(h);
+	}
+	return 1;
+}
+
+int ckcomplete_shard_whole(const char *path, uint64_t size, struct wsync_error *err)
+{
+	return read_whole(path, path, size, NULL, err);
+}
+
+/* ---- the judgement ---- */
+
+struct index {
+	char *rel;		/* of the index file */
+	size_t dir_len;		/* its folder's part of rel, '/' included */
+	struct wsync_st_index *idx;
+	uint64_t *per_shard;	/* tensors the index maps to each shard */
+};
+
+struct judge {
+	const char *dir;
+	const struct ckscan_tree *t;
+	struct index *ix;
+	size_t n_ix;
+	uint64_t weights;	/* weight files seen */
+	struct wsync_error wait;	/* the first thing missing (code 0 if none) */
+	struct wsync_error broken;	/* the first thing wrong (code 0 if none) */
+	bool waiting;
+};
+
+static void note_wait(struct judge *j, const struct wsync_error *e)
+{
+	if (!j->waiting) {
+		j->wait = *e;
+		j->waiting = true;
+	}
+}
+
+static void note_broken(struct judge *j, const struct wsync_error *e)
+{
+	if (!j->broken.code) {
+		j->broken = *e;
+		j->broken.code = -EINVAL;
+	}
+}
+
+static void waitf(struct judge *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void waitf(struct judge *j, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (j->waiting)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(j->wait.msg, sizeof(j->wait.msg), fmt, ap);
+	va_end(ap);
+	j->waiting = true;
+}
+
+static void brokenf(struct judge *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void brokenf(struct judge *j, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (j->broken.code)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(j->broken.msg, sizeof(j->broken.msg), fmt, ap);
+	va_end(ap);
+	j->broken.code = -EINVAL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Load every shipped index.  -ENOMEM only; an unreadable index is noted. */
+static int load_indexes(struct judge *j)
+{
+	size_t cap = 0;
+
+	for (size_t i = 0; i < j->t->n; i++) {
+		const char *rel = j->t->files[i].path, *slash = strrchr(rel, '/');
+		struct wsync_error e = { 0 };
+		char path[PATH_MAX];
+		struct index *x;
+		int r;
+
+		if (!is_index_name(rel))
+			continue;
+		if (WSYNC_GROW(j->ix, cap, j->n_ix, 4) < 0)
+			return -ENOMEM;
+		x = &j->ix[j->n_ix];
+		memset(x, 0, sizeof(*x));
+		if (!(x->rel = strdup(rel)))
+			return -ENOMEM;
+		j->n_ix++;
+		x->dir_len = slash ? (size_t)(slash - rel) + 1 : 0;
+		PATHF(path, "%s/%s", j->dir, rel);
+		r = wsync_st_index_load(path, &x->idx, &e);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0) {
+			/* Half written, or not an index at all: only stability
+			 * tells the two apart, and that is the caller's. */
+			wsync_error_set(&e, -EINVAL, "%s: not a readable index (%s)", path,
+					wsync_error_str(&e));
+			note_broken(j, &e);
+			continue;
+		}
+		x->per_shard = calloc(x->idx->n_shards ? x->idx->n_shards : 1,
+				      sizeof(*x->per_shard));
+		if (!x->per_shard)
+			return -ENOMEM;
+		for (size_t e2 = 0; e2 < x->idx->n; e2++) {
+			const char *s = x->idx->entries[e2].shard;
+			const char **hit = bsearch(&s, x->idx->shards, x->idx->n_shards,
+						   sizeof(*x->idx->shards), cmp_str);
+
+			if (hit)
+				x->per_shard[hit - x->idx->shards]++;
+		}
+	}
+	return 0;
+}
+
+/* A shipped file beside index x whose name says it is one of x's shards
+ * (model-00003-of-00003.safetensors beside model.safetensors.index.json:
+ * PREFIX-*EXT or PREFIX.EXT, the names save_pretrained gives) but that x
+ * does not name: the model x describes lacks its tensors. */
+static void check_unindexed(struct judge *j, const struct index *x)
+{
+	const char *base = x->rel + x->dir_len;
+	size_t bl = strlen(base) - strlen(INDEX_SUFFIX);
+	const char *ext = weight_ext(base, bl);
+	size_t stem = bl - strlen(ext);
+
+	for (size_t i = 0; i < j->t->n; i++) {
+		const char *rel = j->t->files[i].path, *name = rel + x->dir_len, **hit;
+		size_t nl = strlen(name);
+
+		if (strncmp(rel, x->rel, x->dir_len) != 0 || strchr(name, '/') ||
+		    strncmp(name, base, stem) != 0 || !has_suffix(name, nl, ext) ||
+		    (name[stem] != '-' && strcmp(name + stem, ext) != 0))
+			continue;
+		hit = bsearch(&name, x->idx->shards, x->idx->n_shards, sizeof(*x->idx->shards),
+			      cmp_str);
+		if (!hit)
+			brokenf(j, "%s/%s is not named by %s", j->dir, rel, x->rel);
+	}
+}
+
+/* Every shard an index names is shipped, and every shipped file named as
+ * one of its shards is in it. */
+static void check_index_shards(struct judge *j)
+{
+	for (size_t i = 0; i < j->n_ix; i++) {
+		const struct index *x = &j->ix[i];
+
+		if (x->idx)
+			check_unindexed(j, x);
+
+		for (size_t s = 0; x->idx && s < x->idx->n_shards; s++) {
+			char rel[PATH_MAX], path[PATH_MAX];
+			struct stat st;
+
+			if (PATHF(rel, "%.*s%s", (int)x->dir_len, x->rel, x->idx->shards[s]) < 0 ||
+			    PATHF(path, "%s/%s", j->dir, rel) < 0) {
+				brokenf(j, "%s names a shard whose path is too long", x->rel);
+				continue;
+			}
+			if (tree_find(j->t, rel))
+				continue;
+			if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+				brokenf(j, "%s is named by %s but not shipped (include/exclude "
+					"leave it out)", path, x->rel);
+			else
+				waitf(j, "%s missing (named by %s)", path, x->rel);
+		}
+	}
+}
+
+/* A whole safetensors file at rel against every index naming it: it holds
+ * exactly the tensors the index maps to it. */
+static void check_against_indexes(struct judge *j, const char *rel, const char *path,
+				  const struct wsync_st_header *h)
+{
+	for (size_t i = 0; i < j->n_ix; i++) {
+		const struct index *x = &j->ix[i];
+		const char *shard = rel + x->dir_len, **hit;
+
+		if (!x->idx || strncmp(rel, x->rel, x->dir_len) != 0)
+			continue;
+		hit = bsearch(&shard, x->idx->shards, x->idx->n_shards, sizeof(*x->idx->shards),
+			      cmp_str);
+		if (!hit)
+			continue;
+		for (size_t t = 0; t < h->n_tensors; t++) {
+			const char *want = wsync_st_index_shard(x->idx, h->tensors[t].name);
+
+			if (!want || strcmp(want, shard) != 0) {
+				brokenf(j, "%s: tensor \"%s\" is %s %s", path, h->tensors[t].name,
+					want ? "put in another shard by" : "missing from", x->rel);
+				return;
+			}
+		}
+		if (x->per_shard[hit - x->idx->shards] != h->n_tensors) {
+			/* Fewer here than the index maps to this shard: name one. */
+			for (size_t e = 0; e < x->idx->n; e++)
+				if (strcmp(x->idx->entries[e].shard, shard) == 0 &&
+				    !wsync_st_find(h, x->idx->entries[e].tensor)) {
+					brokenf(j, "%s: %s puts tensor \"%s\" here, but it does "
+						"not hold it", path, x->rel, x->idx->entries[e].tensor);
+					return;
+				}
+		}
+	}
+}
+
+/* Every shipped safetensors file is whole; the ones an index names hold
+ * what it says. */
+static int check_safetensors(struct judge *j)
+{
+	for (size_t i = 0; i < j->t->n; i++) {
+		const struct ckscan_file *f = &j->t->files[i];
+		struct wsync_st_header *h = NULL;
+		struct wsync_error e = { 0 };
+		char path[PATH_MAX];
+		int r;
+
+		if (!ckcomplete_is_weight_name(f->path))
+			continue;
+		j->weights++;
+		if (!has_suffix(f->path, strlen(f->path), ".safetensors"))
+			continue;
+		PATHF(path, "%s/%s", j->dir, f->path);
+		r = read_whole(path, path, f->size, &h, &e);
+		if (r == -ENOMEM)
+			return r;
+		if (r == 1) {
+			check_against_indexes(j, f->path, path, h);
+			wsync_st_header_free(h);
+		} else if (r == -EINVAL) {
+			note_broken(j, &e);
+		} else {
+			note_wait(j, &e);	/* short, or unreadable right now */
+		}
+	}
+	return 0;
+}
+
+/* PREFIX-K-of-M.EXT */
+struct set {
+	const char *path;	/* the first file of the set seen */
+	size_t stem_len;	/* PREFIX's length, folder included */
+	size_t width;		/* digits of K */
+	const char *m_str;	/* M as the name spells it, m_len digits */
+	size_t m_len;
+	uint32_t m;
+	const char *ext;
+};
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* Parse a shard-set name; false when rel is not one. */
+static bool parse_set(const char *rel, struct set *s)
+{
+	const char *b = strrchr(rel, '/'), *of = NULL, *kp, *mp, *ext;
+	uint64_t k = 0, m = 0;
+
+	b = b ? b + 1 : rel;
+	if (!(ext = weight_ext(b, strlen(b))))
+		return false;
+	for (const char *q = b; (q = strstr(q, "-of-")); q++)
+		of = q;	/* the last one: a prefix may hold "-of-" too */
+	if (!of)
+		return false;
+	for (kp = of; kp > b && is_digit(kp[-1]); kp--)
+		;
+	if (kp == of || kp == b || kp[-1] != '-' || of - kp > 9)
+		return false;
+	for (const char *q = kp; q < of; q++)
+		k = k * 10 + (uint64_t)(*q - '0');
+	for (mp = of + 4; is_digit(*mp) && mp - (of + 4) < 9; mp++)
+		m = m * 10 + (uint64_t)(*mp - '0');
+	if (mp == of + 4 || strcmp(mp, ext) != 0 || k < 1 || m < k || m > SHARD_SET_MAX)
+		return false;
+	*s = (struct set){ .path = rel, .stem_len = (size_t)(kp - 1 - rel),
+			   .width = (size_t)(of - kp), .m_str = of + 4,
+			   .m_len = (size_t)(mp - (of + 4)), .m = (uint32_t)m, .ext = ext };
+	return true;
+}
+
+/* Every shard a set's names promise is shipped; one sharding per prefix. */
+static int check_sets(struct judge *j)
+{
+	struct set *sets = NULL;
+	size_t n = 0, cap = 0;
+
+	for (size_t i = 0; i < j->t->n; i++) {
+		struct set s;
+		bool known = false;
+
+		if (!parse_set(j->t->files[i].path, &s))
+			continue;
+		for (size_t k = 0; k < n && !known; k++) {
+			const struct set *o = &sets[k];
+
+			if (o->stem_len != s.stem_len || strncmp(o->path, s.path, s.stem_len) != 0 ||
+			    strcmp(o->ext, s.ext) != 0)
+				continue;
+			known = true;
+			if (o->m != s.m || o->width != s.width || o->m_len != s.m_len)
+				brokenf(j, "%s/%s and %s: two shardings side by side", j->dir,
+					o->path, s.path);
+		}
+		if (known)
+			continue;
+		if (WSYNC_GROW(sets, cap, n, 4) < 0) {
+			free(sets);
+			return -ENOMEM;
+		}
+		sets[n++] = s;
+	}
+	for (size_t k = 0; k < n; k++) {
+		const struct set *s = &sets[k];
+
+		for (uint32_t i = 1; i <= s->m; i++) {
+			char rel[PATH_MAX];
+
+			if (PATHF(rel, "%.*s-%0*u-of-%.*s%s", (int)s->stem_len, s->path,
+				  (int)s->width, i, (int)s->m_len, s->m_str, s->ext) < 0)
+				break;
+			if (!tree_find(j->t, rel)) {
+				waitf(j, "%s/%s missing (%s promises %u shards)", j->dir, rel,
+				      s->path, s->m);
+				break;
+			}
+		}
+	}
+	free(sets);
+	return 0;
+}
+
+static void check_marker(struct judge *j, const struct ckcomplete_opts *o)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int64_t mt;
+
+	if (!o->marker || !*o->marker)
+		return;
+	PATHF(path, "%s/%s", j->dir, o->marker);
+	if (stat(path, &st) < 0) {
+		waitf(j, "%s not written yet", path);
+		return;
+	}
+	mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	if (o->marker_last && mt < j->t->newest_mtime_ns) {
+		const char *newest = "a shipped file";
+
+		for (size_t i = 0; i < j->t->n; i++)
+			if (j->t->files[i].mtime_ns == j->t->newest_mtime_ns)
+				newest = j->t->files[i].path;
+		waitf(j, "%s is older than %s: in place, the trainer must write the marker "
+		      "last", path, newest);
+	}
+}
+
+int ckcomplete_judge(const char *dir, const struct ckscan_tree *t,
+		     const struct ckcomplete_opts *o, struct wsync_error *why)
+{
+	struct judge j = { .dir = dir, .t = t };
+	int r;
+
+	r = load_indexes(&j);
+	if (r == 0)
+		r = check_safetensors(&j);
+	if (r == 0) {
+		check_index_shards(&j);
+		r = check_sets(&j);
+	}
+	if (r == 0) {
+		for (size_t i = 0; i < j.n_ix; i++)	/* an index's word makes one */
+			j.weights += j.ix[i].idx ? j.ix[i].idx->n_shards : 0;
+		if (j.weights == 0)
+			brokenf(&j, "no weight file (*.safetensors, *.bin, *.pt, *.pth, *.gguf, "
+				"or a file an index names)");
+		check_marker(&j, o);
+	}
+	for (size_t i = 0; i < j.n_ix; i++) {
+		free(j.ix[i].rel);
+		free(j.ix[i].per_shard);
+		wsync_st_index_free(j.ix[i].idx);
+	}
+	free(j.ix);
+	if (r < 0)
+		return wsync_error_set(why, r, "out of memory");
+	if (j.broken.code) {
+		*why = j.broken;
+		return -EINVAL;
+	}
+	if (j.waiting) {
+		*why = j.wait;
+		why->code = 0;
+		return 0;
+	}
+	wsync_error_clear(why);
+	return 1;
+}

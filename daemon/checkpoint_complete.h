@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * checkpoint_complete.h -- is a checkpoint directory a complete model?
+ *
+ * A trainer may write its files in any order: trainer_state.json first,
+ * the index before the shards, a folder copied in file by file.  The
+ * marker alone cannot say that the weights are all there, so the
+ * publisher asks this module, on every scan of a checkpoint it has not
+ * published, whether the files it would ship form a whole model:
+ *
+ *   - weight files are the shipped *.safetensors, *.bin, *.pt, *.pth and
+ *     *.gguf files, and every file an index names;
+ *   - an index is a shipped file named <weights>.index.json
+ *     (model.safetensors.index.json, pytorch_model.bin.index.json, ...);
+ *     every shard it names (relative to the index's folder) is shipped,
+ *     and a safetensors shard holds exactly the tensors the index maps
+ *     to it;
+ *   - a name of the form PREFIX-00002-of-00005.EXT promises the other
+ *     shards of its set (00001 to 00005, same prefix, width and
+ *     extension); two sets with one prefix are two shardings at once;
+ *   - every shipped safetensors file is whole by its own header (its size
+ *     is exactly what the header describes); formats without such a
+ *     header are judged by the index, the shard-name pattern and, by the
+ *     caller, stability;
+ *   - there is at least one weight file;
+ *   - the marker, when one is asked for, exists -- and in place (where
+ *     last step's marker stays while the next step is written) it is at
+ *     least as new as every shipped file.
+ *
+ * Stability (nothing changed for [publisher] settle_time) is the
+ * caller's part: it alone knows when it last saw each file.
+ *
+ * Small synchronous file work (stat, safetensors headers, index files),
+ * no tensor data.
+ */
+#ifndef WSYNC_CHECKPOINT_COMPLETE_H
+#define WSYNC_CHECKPOINT_COMPLETE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "checkpoint_scan.h"
+#include "error.h"
+
+struct ckcomplete_opts {
+	const char *marker;	/* a path relative to the checkpoint that must
+				 * exist; NULL: none */
+	bool marker_last;	/* in place: the marker must be at least as new
+				 * as every shipped file */
+};
+
+/*
+ * Judge the checkpoint in dir whose shipped files are t (as
+ * ckscan_tree_read listed them).  Returns
+ *   1        a complete model;
+ *   0        not yet: why says what is missing ("model-00002-of-00002.safetensors
+ *            short (1048576 of 2097160 bytes)"), files named by
+ *            their paths under dir;
+ *   -EINVAL  it will not become complete by more writing (a malformed
+ *            header or index, tensors the index puts elsewhere, no weight
+ *            file at all, two shardings): why says what; the caller
+ *            rejects it once it has settled, and waits before that;
+ *   -ENOMEM.
+ * A file that cannot be read (vanished, being replaced) counts as not
+ * yet.
+ */
+int ckcomplete_judge(const char *dir, const struct ckscan_tree *t,
+		     const struct ckcomplete_opts *o, struct wsync_error *why);
+
+/*
+ * Is the safetensors file at path, of size bytes, whole?  Reads its header:
+ * 1 when the size is exactly what the header implies and the header is
+ * valid, 0 when the file is shorter than that (still being written), or
+ * -EINVAL with err set when it is malformed or longer than its header
+ * says.  -ENOENT etc. when it cannot be read.
+ */
+int ckcomplete_shard_whole(const char *path, uint64_t size, struct wsync_error *err);
+
+/* Is rel (a path in a checkpoint) a weight file by its name? */
+bool ckcomplete_is_weight_name(const char *rel);
+
+#endif
