@@ -2078,6 +2078,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 	if (cfg->signing_key && *cfg->signing_key) {
 		r = wsync_sign_key_load_private(cfg->signing_key, &p->key, err);
 		if (r < 0) {
+			wsync_error_prefix(err, "[publisher] signing_key");
 			r = -EINVAL;	/* a key that can't be used: EX_CONFIG */
 			goto fail;
 		}
