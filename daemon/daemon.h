@@ -40,8 +40,9 @@ struct wsync_daemon {
  *   int  wsync_<role>_new(struct wsync_daemon *d, struct wsync_<role> **ret,
  *                         struct wsync_error *err);
  *        set up (state dir, keys, watches); errors are configuration or
- *        environment problems that stop the daemon (exit 1; 78 for a key
- *        that can't be used).
+ *        environment problems that stop the daemon: -EINVAL a setting
+ *        that can't be used (a key), exit 78; anything else exit 1
+ *        (manager.c setup_failed).
  *   int  wsync_<role>_start(struct wsync_<role> *r);   begin working
  *   void wsync_<role>_stop(struct wsync_<role> *r);    finish or abandon the
  *        current step safely (never half-published, never half-applied),

@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,11 +110,12 @@ static void reload(struct manager *m)
 	if (r >= 0)
 		r = wsync_config_load(&nc, m->config_path, &errs);
 	if (r < 0) {
+		const struct wsync_log_fields *invalid =
+			WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID, .file = m->config_path);
+
 		for (size_t i = 0; i < errs.n; i++)
-			log_error("%s", errs.items[i].text);
-		wsync_log(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID,
-						.file = m->config_path),
-			  "%s: reload refused, the configuration is invalid; "
+			wsync_log(LOG_ERR, invalid, "%s", errs.items[i].text);
+		wsync_log(LOG_ERR, invalid, "%s: reload refused, the configuration is invalid; "
 			  "running on with the previous one", m->config_path);
 	} else {
 		bool restart = nc.role != m->cfg->role ||
@@ -150,6 +153,37 @@ static void on_watchdog(uv_timer_t *t)
 	wsync_notify_watchdog();
 }
 
+/*
+ * Setting up the store or the role failed: how wsyncd exits.  78
+ * (EX_CONFIG, which the unit does not restart) when an operator must change
+ * something: a setting refused (-EINVAL: a store option, a signing_key or
+ * verify_key that cannot be used) or, for the store, a credentials file
+ * missing or unreadable; logged with CONFIG_INVALID.  1 (restarted) for
+ * what may come right by itself: a directory not there yet or not
+ * creatable (watch_dir on a mount not up yet, state_dir), a lock held by
+ * another process, memory, libcurl missing.  wsyncd(8) EXIT STATUS.
+ */
+static void setup_failed(struct manager *m, bool config, const struct wsync_error *err, int r,
+			 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void setup_failed(struct manager *m, bool config, const struct wsync_error *err, int r,
+			 const char *fmt, ...)
+{
+	const char *why = err->code ? wsync_error_str(err) : strerror(-r);
+	char what[4096];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	m->exit_code = config ? WSYNC_EX_CONFIG : 1;
+	if (config)
+		wsync_log(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID,
+						.file = m->config_path),
+			  "%s: %s: %s", m->config_path, what, why);
+	else
+		log_error("%s: %s", what, why);
+}
+
 static int start_role(struct manager *m)
 {
 	struct wsync_error err = { 0 };
@@ -164,11 +198,9 @@ static int start_role(struct manager *m)
 		if (r >= 0)
 			r = wsync_subscriber_start(m->sub);
 	}
-	if (r < 0) {
-		log_error("cannot start the %s: %s", wsync_role_name(m->cfg->role),
-			  err.code ? wsync_error_str(&err) : strerror(-r));
-		m->exit_code = r == -EINVAL ? WSYNC_EX_CONFIG : 1;
-	}
+	if (r < 0)
+		setup_failed(m, r == -EINVAL, &err, r, "cannot start the %s",
+			     wsync_role_name(m->cfg->role));
 	return r;
 }
 
@@ -199,9 +231,7 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 	if (r >= 0)
 		r = wsync_store_new(&loop, &so, &m->d.store, &err);
 	if (r < 0) {
-		log_error("store %s: %s", cfg->store_url,
-			  err.code ? wsync_error_str(&err) : strerror(-r));
-		m->exit_code = r == -EINVAL ? WSYNC_EX_CONFIG : 1;
+		setup_failed(m, r != -ENOMEM && r != -ELIBACC, &err, r, "store %s", cfg->store_url);
 		goto out_loop;
 	}
 	r = wsync_jobs_new(&loop, &m->d.jobs);

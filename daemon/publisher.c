@@ -306,9 +306,32 @@ static void status(struct wsync_publisher *p, const char *fmt, ...)
 	write_status(p);
 }
 
+/*
+ * Every change of state is shown at once: status.json is rewritten, and
+ * becoming idle says so on STATUS= too (the version reached, waiting for a
+ * checkpoint) -- the ends of recovery, of a publication and of a dropped
+ * checkpoint all arrive here, most without a line of their own.  A caller
+ * with more to say calls status() right after; its line wins.
+ */
 static void set_state(struct wsync_publisher *p, enum pub_state s)
 {
+	if (s == p->state)
+		return;
 	p->state = s;
+	if (s != PUB_IDLE || p->stopping || p->once_dir) {
+		write_status(p);
+	} else if (p->head_version == 0) {
+		status(p, "idle, nothing published yet: waiting for a complete checkpoint%s%.300s",
+		       p->last_error[0] ? "; last error: " : "", p->last_error);
+	} else {
+		char step[48] = "";
+
+		if (p->has_step)
+			snprintf(step, sizeof(step), " (step %" PRId64 ")", p->step);
+		status(p, "idle at version %" PRIu64 "%s: waiting for a new checkpoint%s%.300s",
+		       p->head_version, step, p->last_error[0] ? "; last error: " : "",
+		       p->last_error);
+	}
 }
 
 static void set_error(struct wsync_publisher *p, const char *fmt, ...)
@@ -1778,8 +1801,6 @@ static void gc_finish(struct wsync_publisher *p, bool changed)
 		free(t);
 	}
 	set_state(p, PUB_IDLE);
-	status(p, "version %" PRIu64 " published (step %" PRId64 "), idle", p->head_version,
-	       p->step);
 	once_finish(p, 0, "published");
 	advance(p);
 }
@@ -2115,6 +2136,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 	if (cfg->signing_key && *cfg->signing_key) {
 		r = wsync_sign_key_load_private(cfg->signing_key, &p->key, err);
 		if (r < 0) {
+			wsync_error_prefix(err, "[publisher] signing_key");
 			r = -EINVAL;	/* a key that can't be used: EX_CONFIG */
 			goto fail;
 		}

@@ -1551,6 +1551,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		r = wsync_sign_key_load_public(cfg->verify_key, &s->verify, err);
 		if (r < 0) {
 			wsync_error_prefix(err, "[subscriber] verify_key");
+			r = -EINVAL;	/* a key that can't be used: EX_CONFIG, as signing_key */
 			goto fail;
 		}
 	}

@@ -35,10 +35,24 @@ static void usage(FILE *f)
 		"  -V, --version            print the version\n");
 }
 
-/* Load path; on failure print every problem and return -EINVAL etc. */
+/*
+ * Load path; on failure report every problem and return a negative errno:
+ * -ENOMEM (out of memory, not the file's fault), anything else (the file
+ * is missing, unreadable or invalid) a configuration error.
+ *
+ * Each problem is "FILE:LINE: [section] key: reason".  On a terminal
+ * (stderr) it is printed bare, one line each, as `nginx -t` does; in the
+ * journal -- under systemd, where this is the unit's main process and its
+ * exit 78 what RestartPreventExitStatus= sees -- each one is an entry of
+ * its own with the CONFIG_INVALID MESSAGE_ID and the file, so `journalctl
+ * -x` explains it and no stderr prefix is doubled by the journal's own.
+ */
 static int load_config(const char *path, struct wsync_config *cfg)
 {
+	const struct wsync_log_fields *invalid =
+		WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID, .file = path);
 	struct wsync_config_errors errs = { 0 };
+	bool journal = wsync_log_get_target() == WSYNC_LOG_TARGET_JOURNAL;
 	int r;
 
 	r = wsync_config_init(cfg);
@@ -47,12 +61,16 @@ static int load_config(const char *path, struct wsync_config *cfg)
 		return r;
 	}
 	r = wsync_config_load(cfg, path, &errs);
-	for (size_t i = 0; i < errs.n; i++)
-		fprintf(stderr, "%s\n", errs.items[i].text);
-	if (r < 0)
-		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID,
-						.file = path),
-			  "%s: configuration is invalid (%zu error%s)", path,
+	for (size_t i = 0; i < errs.n; i++) {
+		if (journal)
+			log_event(LOG_ERR, invalid, "%s", errs.items[i].text);
+		else
+			fprintf(stderr, "%s\n", errs.items[i].text);
+	}
+	if (r == -ENOMEM)
+		log_error_errno(r, "%s: cannot load the configuration", path);
+	else if (r < 0)
+		log_event(LOG_ERR, invalid, "%s: configuration is invalid (%zu error%s)", path,
 			  errs.n, errs.n == 1 ? "" : "s");
 	wsync_config_errors_free(&errs);
 	return r;
@@ -119,7 +137,7 @@ int main(int argc, char **argv)
 	r = load_config(config_path, &cfg);
 	if (r < 0) {
 		wsync_config_free(&cfg);
-		return WSYNC_EX_CONFIG;
+		return r == -ENOMEM ? 1 : WSYNC_EX_CONFIG;
 	}
 	wsync_log_set_level(cfg.log_level);
 	if (check) {

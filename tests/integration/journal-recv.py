@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""journal-recv.py SOCKET OUT.json [--until MESSAGE_ID] -- COMMAND...
+"""journal-recv.py SOCKET OUT.json [--until MESSAGE_ID] [--journal-stream] -- COMMAND...
 
 A stand-in for journald in tests: bind a datagram socket at SOCKET, run
 COMMAND with WSYNC_JOURNAL_SOCKET=SOCKET (common/log.c then sends its
 journal entries there in the native protocol), and write every entry
 received to OUT.json as a list of {field: value}, plus the exit status.
 With --until, send SIGTERM to COMMAND once an entry with that MESSAGE_ID
-has arrived.  Every wait is bounded (10 s).
+has arrived.  With --journal-stream, COMMAND's stderr is connected as
+systemd connects a service's: JOURNAL_STREAM names its device and inode
+(what --log-target auto looks at); what COMMAND writes there is still
+captured.  Every wait is bounded (10 s).
 
 journal-recv.py SOCKET OUT.jsonl --serve SECONDS: no command; receive
 until SIGTERM or SECONDS have passed, appending each entry to OUT.jsonl as
@@ -20,6 +23,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -73,18 +77,29 @@ def main():
     if args[2] == "--serve":
         serve(sock_path, out, float(args[3]))
         return
-    until = None
+    until, journal_stream = None, False
     rest = args[2:]
-    if rest[0] == "--until":
-        until, rest = rest[1], rest[2:]
-    assert rest[0] == "--"
+    while rest[0] != "--":
+        if rest[0] == "--until":
+            until, rest = rest[1], rest[2:]
+        elif rest[0] == "--journal-stream":
+            journal_stream, rest = True, rest[1:]
+        else:
+            sys.exit("journal-recv.py: unknown option %s" % rest[0])
     cmd = rest[1:]
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(sock_path)
     s.settimeout(0.2)
     env = dict(os.environ, WSYNC_JOURNAL_SOCKET=sock_path)
+    env.pop("JOURNAL_STREAM", None)
+    # stderr goes to a file, read once the command has exited (a pipe
+    # could fill up while nobody reads it); its inode is the stream's.
+    err_file = tempfile.TemporaryFile()
+    if journal_stream:
+        st = os.fstat(err_file.fileno())
+        env["JOURNAL_STREAM"] = "%d:%d" % (st.st_dev, st.st_ino)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
+                         stderr=err_file)
     entries, errors = [], []
     deadline = time.monotonic() + 10
     signalled = False
@@ -111,7 +126,9 @@ def main():
         p.kill()
     rc = p.wait()
     drain()
-    stderr = p.stderr.read().decode(errors="replace")
+    err_file.seek(0)
+    stderr = err_file.read().decode(errors="replace")
+    err_file.close()
     with open(out, "w") as f:
         json.dump({"exit": rc, "entries": entries, "errors": errors,
                    "stderr": stderr}, f, indent=1)

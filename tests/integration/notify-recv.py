@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""notify-recv.py -- COMMAND...: play systemd's part for sd_notify.
+"""notify-recv.py [--want-status REGEX] [--status-json PATH KEY=VALUE...] -- COMMAND...:
+play systemd's part for sd_notify.
 
 Binds a NOTIFY_SOCKET (datagram, SO_PASSCRED), runs COMMAND with it and
 WATCHDOG_USEC=1000000 / WATCHDOG_PID set to the daemon's own pid, then:
@@ -8,8 +9,16 @@ waits for READY=1, collects WATCHDOG=1 for 2.5 s, sends SIGHUP and waits
 for RELOADING=1 (+ MONOTONIC_USEC) and READY=1, sends SIGTERM and waits
 for STOPPING=1 and the exit.  Prints one "PASS description" or "FAIL
 description" line per check ("# ..." lines are diagnostics).  Every wait
-is bounded."""
+is bounded.
+
+After READY=1, and before the watchdog: with --want-status, the latest
+STATUS= must match REGEX (re.search) within 10 s; with --status-json, the
+status file PATH must within 10 s be one this daemon wrote (its "pid")
+holding every KEY=VALUE (values compared as text, JSON's true/false/null
+as such), so that a status left behind by a previous run never passes."""
+import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -29,8 +38,26 @@ def check(ok, desc, detail=""):
             print("# " + line)
 
 
+def as_text(v):
+    """A JSON value as the text --status-json compares."""
+    return json.dumps(v) if v is None or isinstance(v, bool) else str(v)
+
+
 def main():
-    cmd = sys.argv[sys.argv.index("--") + 1:]
+    sep = sys.argv.index("--")
+    cmd = sys.argv[sep + 1:]
+    opts = sys.argv[1:sep]
+    want_status, status_json, want_json = None, None, {}
+    while opts:
+        if opts[0] == "--want-status" and len(opts) >= 2:
+            want_status, opts = opts[1], opts[2:]
+        elif opts[0] == "--status-json" and len(opts) >= 2:
+            status_json, opts = opts[1], opts[2:]
+            while opts and not opts[0].startswith("--"):
+                k, v = opts[0].split("=", 1)
+                want_json[k], opts = v, opts[1:]
+        else:
+            sys.exit("notify-recv.py: unknown option %s" % opts[0])
     tmp = tempfile.mkdtemp(prefix="wsync-notify-")
     path = os.path.join(tmp, "notify.sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -96,6 +123,37 @@ def main():
           st and st[2])
     if st:
         print("# STATUS=" + st[2]["STATUS"])
+
+    # The state the daemon settles in after starting is shown (the last
+    # STATUS=, status.json) without waiting for anything else to happen.
+    def latest_status():
+        sts = [m[2]["STATUS"] for m in msgs if "STATUS" in m[2]]
+        return sts[-1] if sts else ""
+
+    if want_status is not None:
+        deadline = time.monotonic() + 10
+        while (not re.search(want_status, latest_status()) and
+               time.monotonic() < deadline and p.poll() is None):
+            pump(min(0.2, max(deadline - time.monotonic(), 0.001)))
+        check(re.search(want_status, latest_status()) is not None,
+              "the latest STATUS= matches /%s/ within 10 s" % want_status,
+              "latest STATUS=" + latest_status())
+    if status_json is not None:
+        want = dict(want_json, pid=str(p.pid))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with open(status_json) as f:
+                    d = json.load(f)
+            except (OSError, ValueError):
+                d = {}
+            got = {k: as_text(d.get(k)) for k in want}
+            if got == want or time.monotonic() >= deadline or p.poll() is not None:
+                break
+            pump(0.1)   # also a bounded sleep
+        check(got == want, "status.json says %s within 10 s" %
+              " ".join("%s=%s" % kv for kv in sorted(want_json.items())),
+              "status.json: " + json.dumps(d, sort_keys=True))
 
     # Watchdog: half of WATCHDOG_USEC, i.e. every 0.5 s.
     t0 = time.monotonic()

@@ -9,6 +9,15 @@
 # never overwritten; $STATE_DIRECTORY / $RUNTIME_DIRECTORY lists give the
 # first entry; and the man pages cover every option of wsyncd and every
 # [section] key the configuration loader accepts.
+# A configuration error must leave the unit "failed" with status 78 and no
+# restart (issue 25 §3).  Without booting a systemd, what the unit's text
+# and the installed wsyncd guarantee of it: the main process checks the
+# file (ExecStart=wsyncd --config the instance's file) and exits 78 on a
+# bad one, 78 is in RestartPreventExitStatus= (which applies to the main
+# process only) and not a success; no ExecStartPre= can fail the start
+# (each has the "-" prefix: one exiting 78 would be restarted forever);
+# a run-time failure (a watch_dir not there yet) exits with a status
+# Restart=on-failure restarts.
 . "$(dirname "$0")/lib.sh"
 build=$(cd "$(dirname "$WSYNCD")/.." && pwd)
 src=$WSYNC_SOURCE_ROOT
@@ -44,7 +53,7 @@ check "reinstall restores a missing one" bash -c "rm '$sub_ini' && DESTDIR='$des
 # The unit, with its programs resolved inside the DESTDIR.
 units=$TMP/units
 mkdir -p "$units"
-sed -E "s#^(ExecStartPre|ExecStart)=(/[^ ]*)#\\1=$dest\\2#" "$unit" >"$units/wsyncd@.service"
+sed -E "s#^(ExecStartPre|ExecStart)=([-@:+!]*)(/[^ ]*)#\\1=\\2$dest\\3#" "$unit" >"$units/wsyncd@.service"
 for d in Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID' \
 	Restart=on-failure RestartPreventExitStatus=78 'StateDirectory=wsync/%i' \
 	'RuntimeDirectory=wsync/%i' ConfigurationDirectory=wsync User=wsync \
@@ -54,8 +63,30 @@ for d in Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID' \
 	check "unit sets $d" grep -qxF -- "$d" "$units/wsyncd@.service"
 done
 check "unit sets a WatchdogSec=" grep -qE '^WatchdogSec=[1-9]' "$units/wsyncd@.service"
-check "ExecStartPre checks the instance's configuration" \
-	grep -qE '^ExecStartPre=.*/wsyncd --check-config .*/wsync/%i\.ini$' "$units/wsyncd@.service"
+
+# A bad configuration: failed with 78, not restarted.
+u=$units/wsyncd@.service
+check "ExecStart runs wsyncd --config on the instance's file (the main process checks it)" \
+	bash -c '[[ $(grep -E "^ExecStart=" "$1") =~ ^ExecStart=$2\ --config\ /[^\ ]*/wsync/%i\.ini$ ]]' _ "$u" "$sbin_wsyncd"
+pre=$(grep -E '^ExecStartPre=' "$u" | grep -vE '^ExecStartPre=[@:+!]*-')
+[ -z "$pre" ] || printf '# %s\n' "$pre"
+tap_result $([ -z "$pre" ]; echo $?) "no ExecStartPre= without \"-\" (its exit 78 would be restarted)"
+# the values of every KEY= line, space-separated
+values() { sed -nE "s/^($1)=//p" "$u" | tr ' ' '\n' | grep .; }
+check "RestartPreventExitStatus= lists 78" bash -c '[[ " $1 " == *" 78 "* ]]' _ "$(values RestartPreventExitStatus | tr '\n' ' ')"
+check "78 is not a SuccessExitStatus= (the unit must end failed)" \
+	bash -c '! [[ " $1 " == *" 78 "* ]]' _ "$(values SuccessExitStatus | tr '\n' ' ')"
+check "Restart=on-failure restarts the other failures" test "$(values Restart)" = on-failure
+printf '[daemon]\nrole = publisher\nthreads = lots\n[store]\nurl = file://%s/bucket\n[publisher]\nwatch_dir = %s/ckpt\n' \
+	"$TMP" "$TMP" >"$TMP/bad.ini"
+expect_exit 78 "installed wsyncd --config on a bad file exits 78" "$sbin_wsyncd" --config "$TMP/bad.ini" --log-target stderr
+contains "... after naming the error" "$OUT" "bad.ini:3: [daemon] threads"
+printf '[daemon]\nrole = publisher\nstate_dir = %s/state\nruntime_dir = %s/run\n[store]\nurl = file://%s/bucket\n[publisher]\nwatch_dir = %s/not-yet\n' \
+	"$TMP" "$TMP" "$TMP" "$TMP" >"$TMP/later.ini"
+expect_exit 1 "a watch_dir not there yet exits 1, which the unit restarts" \
+	"$sbin_wsyncd" --config "$TMP/later.ini" --log-target stderr
+check "1 is neither in RestartPreventExitStatus= nor a success" \
+	bash -c '! [[ " $1 " == *" 1 "* ]]' _ "$(values 'RestartPreventExitStatus|SuccessExitStatus' | tr '\n' ' ')"
 
 man_dir=$(dirname "$(find_one '/man8/wsyncd.8')")
 if command -v man >/dev/null 2>&1 && [ -d "$man_dir" ]; then
