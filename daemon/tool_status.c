@@ -35,14 +35,19 @@
 #define EXIT_NOT_RUNNING 3
 
 
+#define TOOL "wsync status"
+
+static const char synopsis[] =
+	"Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n";
+
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "Show what the local wsyncd reports in RUNTIME_DIR/status.json\n"
 		   "(with --config /etc/wsync/NAME.ini, also RUNTIME_DIR/NAME/status.json:\n"
 		   "the wsyncd@NAME service's).\n"
 		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
-		   "3 not running.\n");
+		   "3 not running.\n", synopsis);
 }
 
 /* The status file of the wsyncd@NAME instance that runs with config
@@ -157,29 +162,31 @@ int tool_status(int argc, char **argv)
 	int c, code;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:r:jh", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":c:r:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'r': rundir = optarg; break;
 		case 'j': json = true; break;
 		case 'h': usage(stdout); return WSYNC_EXIT_OK;
-		default: usage(stderr); return WSYNC_EXIT_USAGE;
+		default: return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc || (config && rundir)) {
-		usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind != argc)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind]);
+	if (config && rundir)
+		return tool_usage_error(TOOL, synopsis, "--config and --runtime-dir name the "
+					"same thing: give one");
 	if (wsync_config_init(&cfg) < 0) {
-		fprintf(stderr, "wsync status: out of memory\n");
+		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (config) {
 		struct wsync_config_errors errs = { 0 };
 
 		if (wsync_config_load(&cfg, config, &errs) < 0) {
-			for (size_t i = 0; i < errs.n; i++)
-				fprintf(stderr, "%s\n", errs.items[i].text);
+			tool_print_config_errors(TOOL, &errs);
 			wsync_config_errors_free(&errs);
 			wsync_config_free(&cfg);
 			return WSYNC_EX_CONFIG;
@@ -188,7 +195,7 @@ int tool_status(int argc, char **argv)
 	}
 	if (asprintf(&path, "%s/status.json", rundir ? rundir : cfg.runtime_dir) < 0) {
 		wsync_config_free(&cfg);
-		fprintf(stderr, "wsync status: out of memory\n");
+		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (config && access(path, F_OK) < 0 && errno == ENOENT) {
@@ -208,13 +215,13 @@ int tool_status(int argc, char **argv)
 			else
 				printf("wsyncd: not running (no %s)\n", path);
 		} else {
-			fprintf(stderr, "wsync status: %s: %s\n", path, je.text);
+			fprintf(stderr, TOOL ": %s: %s\n", path, je.text);
 		}
 		free(path);
 		return EXIT_NOT_RUNNING;
 	}
 	if (!json_is_object(o)) {
-		fprintf(stderr, "wsync status: %s: not a JSON object\n", path);
+		fprintf(stderr, TOOL ": %s: not a JSON object\n", path);
 		json_decref(o);
 		free(path);
 		return WSYNC_EXIT_FAILURE;
