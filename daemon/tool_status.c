@@ -2,11 +2,12 @@
 /*
  * tool_status.c -- `wsync status [--config FILE | --runtime-dir DIR] [--json]`:
  * what the local wsyncd says about itself, from runtime_dir/status.json
- * (written by the role: subscriber.c documents the subscriber's fields,
- * the publisher writes role, state, version, step, last_published,
- * last_error, store_ok, skipped).  With --config FILE and no status
- * file in runtime_dir itself, runtime_dir/NAME/status.json, NAME being
- * FILE's name without ".ini": where wsyncd@NAME.service runs it
+ * (written by the role: the comments at the top of publisher.c and
+ * subscriber.c list each role's fields; the ones both write -- role,
+ * state, stopped, version, step, last_error, store_ok, store_down_since,
+ * message, pid, updated -- have one type in both).  With --config FILE
+ * and no status file in runtime_dir itself, runtime_dir/NAME/status.json,
+ * NAME being FILE's name without ".ini": where wsyncd@NAME.service runs it
  * (RuntimeDirectory=wsync/%i, --config /etc/wsync/%i.ini), since a shell
  * has no RUNTIME_DIRECTORY to point the configuration's default there.
  *
@@ -14,8 +15,9 @@
  *   0  the daemon reports itself healthy
  *   1  it reports a problem: state "error", store_ok false or stale true,
  *      or (subscriber) a last_error, which it clears once a version applies
- *   3  not running: no status file, state "stopped" (or "stopped": true),
- *      or its pid is gone
+ *   3  not running: no status file, state "stopped" (or, from a subscriber
+ *      before both roles wrote that state, "stopped": true), or its pid
+ *      is gone
  *   2  usage; 78 a configuration file that does not load
  */
 #include <errno.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -88,14 +91,32 @@ static bool has_int(json_t *o, const char *k, long long *v)
 	return true;
 }
 
+/* A daemon that wrote its last status on the way out: state "stopped"
+ * (both roles since they agree; a subscriber before that said "stopped":
+ * true beside its last state). */
+static bool stopped(json_t *o)
+{
+	return (str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
+	       json_is_true(json_object_get(o, "stopped"));
+}
+
+/* last_error, or NULL when there is none ("" or null: both roles write ""
+ * now, a subscriber used to write null). */
+static const char *last_error(json_t *o)
+{
+	const char *e = str(o, "last_error");
+
+	return e && e[0] ? e : NULL;
+}
+
 static void print_human(json_t *o, const char *path, bool running, bool healthy)
 {
 	const char *role = str(o, "role"), *state = str(o, "state"), *msg = str(o, "message");
-	const char *err = str(o, "last_error"), *t;
+	const char *err = last_error(o), *t;
 	long long v, step, head;
 	json_t *j;
 
-	printf("%s: %s%s\n", role ? role : "wsyncd", state ? state : "?",
+	printf("%s: %s%s\n", role ? role : "wsyncd", stopped(o) ? "stopped" : state ? state : "?",
 	       !running ? " (not running)" : healthy ? "" : " (unhealthy)");
 	if (msg)
 		printf("  %s\n", msg);
@@ -135,12 +156,20 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 	if (has_int(o, "hook_failures", &v) && v > 0)
 		printf("  hook failures:  %lld\n", v);
-	if (has_int(o, "skipped", &v) && v > 0)
+	if (has_int(o, "skipped_steps", &v) && v > 0)
 		printf("  skipped:        %lld checkpoints\n", v);
 	if (err)
 		printf("  last error:     %s\n", err);
-	if ((t = str(o, "updated")))
+	if ((t = str(o, "updated"))) {
 		printf("  updated:        %s (%s)\n", t, path);
+	} else if (has_int(o, "updated", &v)) {	/* a publisher before RFC 3339 */
+		time_t tt = (time_t)v;
+		struct tm tm;
+		char when[32];
+
+		if (gmtime_r(&tt, &tm) && strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm))
+			printf("  updated:        %s (%s)\n", when, path);
+	}
 }
 
 int tool_status(int argc, char **argv)
@@ -226,13 +255,12 @@ int tool_status(int argc, char **argv)
 		free(path);
 		return WSYNC_EXIT_FAILURE;
 	}
-	if ((str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
-	    json_is_true(json_object_get(o, "stopped")) ||
+	if (stopped(o) ||
 	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 		running = false;
 	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
 		  !(str(o, "role") && strcmp(str(o, "role"), "subscriber") == 0 &&
-		    str(o, "last_error")) &&
+		    last_error(o)) &&
 		  !json_is_false(json_object_get(o, "store_ok")) &&
 		  !json_is_true(json_object_get(o, "stale"));
 	if (json) {
