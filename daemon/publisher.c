@@ -19,18 +19,27 @@
  * next version is a full anchor without a delta.
  *
  * runtime_dir/status.json, rewritten atomically at each state change, one
- * flat JSON object (read by `wsync status`):
+ * flat JSON object (read by `wsync status`).  The fields both roles write,
+ * with the same types (status_file.h):
  *   "role"             "publisher"
  *   "state"            idle | encoding | uploading | error | stopped: what an
  *                      operator needs (error: the bucket is unreachable and
  *                      we are backing off, or the last attempt failed and
- *                      nothing has been published since -- see last_error)
+ *                      nothing has been published since -- see last_error;
+ *                      stopped: the daemon's last write on its way out)
+ *   "stopped"          true in that last write
+ *   "version"          the version HEAD names (0: nothing published)
+ *   "step"             the trainer step of that version (null if unknown)
+ *   "last_error"       the last error, "" if none since the last publication
+ *   "store_ok"         false while the bucket is unreachable
+ *   "store_down_since" when the outage began, RFC 3339 UTC, or null
+ *   "message"          the one-line status (sd_notify STATUS=)
+ *   "pid"              of the daemon (`wsync status` tells a dead one)
+ *   "updated"          when this file was written, RFC 3339 UTC
+ * and the publisher's own:
  *   "phase"            the state machine's finer view: starting | recovering |
  *                      idle | encoding | uploading | committing | collecting |
  *                      retrying | stopping
- *   "pid"              of the daemon (`wsync status` tells a dead one)
- *   "version"          the version HEAD names (0: nothing published)
- *   "step"             the trainer step of that version (null if unknown)
  *   "source"           the checkpoint directory it came from ("" if unknown)
  *   "last_published"   when this process last published, RFC 3339 UTC, or
  *                      null (none yet), as the subscriber's last_applied
@@ -43,12 +52,9 @@
  *   "published_count"  versions published since start
  *   "skipped_steps"    complete checkpoints skipped for a newer one since start
  *   "rejected_count"   checkpoints rejected as broken since start
- *   "store_ok"         false while the bucket is unreachable
- *   "last_error"       the last error, "" if none since the last publication
  *   "waiting"          what the newest checkpoint not yet published waits
  *                      for ("/w/checkpoint-4/model-00002-of-00002.safetensors
  *                      short (...)"), "" when none waits
- *   "updated"          Unix seconds when this file was written
  */
 #include <dirent.h>
 #include <errno.h>
@@ -74,6 +80,7 @@
 #include "publisher.h"
 #include "publisher_jobs.h"
 #include "sign.h"
+#include "status_file.h"
 #include "watch.h"
 #include "wsync-build.h"
 
@@ -218,6 +225,7 @@ struct wsync_publisher {
 	unsigned published, skipped, rejected;
 	char last_error[512];
 	char waiting[WSYNC_ERROR_MSG_MAX + 64];	/* what the newest checkpoint waits for */
+	char status_line[512];		/* the last status(): STATUS= and "message" */
 };
 
 static void advance(struct wsync_publisher *p);
@@ -234,35 +242,31 @@ static uint64_t now_ms(struct wsync_publisher *p)
 
 static void write_status(struct wsync_publisher *p)
 {
-	json_t *o = json_object();
-	char *text;
+	struct wsync_status_common c = {
+		.role = "publisher",
+		.state = p->state == PUB_IDLE && p->last_error[0] ? "error" :
+								     coarse_names[p->state],
+		.stopped = p->state == PUB_STOPPED,
+		.version = p->head_version,
+		.has_step = p->has_step,
+		.step = p->step,
+		.last_error = p->last_error,
+		.store_ok = p->store_ok,
+		.store_down_since = p->store_down_since,
+		.message = p->status_line,
+	};
 	struct wsync_error err = { 0 };
+	json_t *o;
+	char *text;
 
-	if (p->once_dir) {	/* `wsync publish` is not the daemon: leave its file alone */
-		json_decref(o);
+	if (p->once_dir)	/* `wsync publish` is not the daemon: leave its file alone */
 		return;
-	}
+	o = wsync_status_file_new(&c);
 	if (!o)
 		return;
-	json_object_set_new(o, "role", json_string("publisher"));
-	json_object_set_new(o, "state", json_string(p->state == PUB_IDLE && p->last_error[0] ?
-						    "error" : coarse_names[p->state]));
 	json_object_set_new(o, "phase", json_string(state_names[p->state]));
-	json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
-	json_object_set_new(o, "version", json_integer((json_int_t)p->head_version));
-	json_object_set_new(o, "step", p->has_step ? json_integer(p->step) : json_null());
 	json_object_set_new(o, "source", json_string(p->source ? p->source : ""));
-	if (p->last_published > 0) {
-		time_t t = (time_t)p->last_published;
-		struct tm tm;
-		char when[32];
-
-		gmtime_r(&t, &tm);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-		json_object_set_new(o, "last_published", json_string(when));
-	} else {
-		json_object_set_new(o, "last_published", json_null());
-	}
+	json_object_set_new(o, "last_published", wsync_status_file_time(p->last_published));
 	json_object_set_new(o, "last_duration_ms", json_integer((json_int_t)p->last_duration_ms));
 	json_object_set_new(o, "last_delta_bytes", json_integer((json_int_t)p->last_bytes));
 	json_object_set_new(o, "lag_seconds", p->last_lag >= 0 ? json_real(p->last_lag) :
@@ -271,10 +275,7 @@ static void write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "published_count", json_integer(p->published));
 	json_object_set_new(o, "skipped_steps", json_integer(p->skipped));
 	json_object_set_new(o, "rejected_count", json_integer(p->rejected));
-	json_object_set_new(o, "store_ok", json_boolean(p->store_ok));
-	json_object_set_new(o, "last_error", json_string(p->last_error));
 	json_object_set_new(o, "waiting", json_string(p->waiting));
-	json_object_set_new(o, "updated", json_integer((json_int_t)time(NULL)));
 	text = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	if (!text)
@@ -295,14 +296,13 @@ static void status(struct wsync_publisher *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static void status(struct wsync_publisher *p, const char *fmt, ...)
 {
-	char line[512];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsnprintf(p->status_line, sizeof(p->status_line), fmt, ap);
 	va_end(ap);
 	if (p->d->set_status)
-		p->d->set_status(p->d, line);
+		p->d->set_status(p->d, p->status_line);
 	write_status(p);
 }
 
@@ -313,25 +313,34 @@ static void status(struct wsync_publisher *p, const char *fmt, ...)
  * checkpoint all arrive here, most without a line of their own.  A caller
  * with more to say calls status() right after; its line wins.
  */
+/* The status line while idle: the version HEAD names, and what the
+ * newest checkpoint not yet published waits for (a complete one, when
+ * none is in sight). */
+static void status_idle(struct wsync_publisher *p)
+{
+	char step[48] = "";
+
+	if (p->has_step)
+		snprintf(step, sizeof(step), " (step %" PRId64 ")", p->step);
+	if (p->head_version == 0)
+		status(p, "idle, nothing published yet: waiting for %.300s%s%.200s",
+		       p->waiting[0] ? p->waiting : "a complete checkpoint",
+		       p->last_error[0] ? "; last error: " : "", p->last_error);
+	else
+		status(p, "idle at version %" PRIu64 "%s: waiting for %.300s%s%.200s",
+		       p->head_version, step, p->waiting[0] ? p->waiting : "a new checkpoint",
+		       p->last_error[0] ? "; last error: " : "", p->last_error);
+}
+
 static void set_state(struct wsync_publisher *p, enum pub_state s)
 {
 	if (s == p->state)
 		return;
 	p->state = s;
-	if (s != PUB_IDLE || p->stopping || p->once_dir) {
+	if (s != PUB_IDLE || p->stopping || p->once_dir)
 		write_status(p);
-	} else if (p->head_version == 0) {
-		status(p, "idle, nothing published yet: waiting for a complete checkpoint%s%.300s",
-		       p->last_error[0] ? "; last error: " : "", p->last_error);
-	} else {
-		char step[48] = "";
-
-		if (p->has_step)
-			snprintf(step, sizeof(step), " (step %" PRId64 ")", p->step);
-		status(p, "idle at version %" PRIu64 "%s: waiting for a new checkpoint%s%.300s",
-		       p->head_version, step, p->last_error[0] ? "; last error: " : "",
-		       p->last_error);
-	}
+	else
+		status_idle(p);
 }
 
 static void set_error(struct wsync_publisher *p, const char *fmt, ...)
@@ -1122,8 +1131,8 @@ no:
 	return 0;
 }
 
-/* The status line while idle: what the newest checkpoint waits for, or
- * the version published. */
+/* A scan found the newest checkpoint not yet published waiting for w
+ * (or none waiting): say so when that changed. */
 static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
 {
 	const char *text = w->set ? w->text : "";
@@ -1131,13 +1140,8 @@ static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
 	if (strcmp(p->waiting, text) == 0)
 		return;
 	snprintf(p->waiting, sizeof(p->waiting), "%s", text);
-	if (*text)
-		status(p, "waiting for %s", text);
-	else if (p->head_version)
-		status(p, "version %" PRIu64 " published (step %" PRId64 "), idle",
-		       p->head_version, p->step);
-	else
-		status(p, "idle, nothing published yet");
+	if (p->state == PUB_IDLE)
+		status_idle(p);
 }
 
 static void start_publication(struct wsync_publisher *p, struct candidate *c, char *skipped);

@@ -34,28 +34,33 @@
  * its last complete version; a failed chain makes the next try go through
  * the anchor.
  *
- * runtime_dir/status.json, rewritten (temp + rename) on every change:
+ * runtime_dir/status.json, rewritten (temp + rename) on every change.
+ * The fields both roles write, with the same types (status_file.h):
  *   role          "subscriber"
  *   state         "idle" | "downloading" (HEAD, manifests, objects) |
  *                 "applying" | "error" (the last cycle failed, or the store
- *                 is unreachable; it is retried with backoff)
- *   stopped       true once the daemon has stopped (state is then "idle")
+ *                 is unreachable; it is retried with backoff) | "stopped"
+ *                 (the daemon's last write on its way out)
+ *   stopped       true in that last write
  *   version       the applied version (0: none yet); step: its trainer step
+ *                 (null before the first)
+ *   last_error    what went wrong in the last cycle, "" once one works
+ *   store_ok      false while the store is unreachable
+ *   store_down_since  RFC 3339 UTC, or null
+ *   message       the one-line status (as `systemctl status` shows it)
+ *   pid, updated  the daemon's pid and when this file was written (RFC 3339
+ *                 UTC)
+ * and the subscriber's own:
  *   head_version  the newest version HEAD named (0: not seen yet)
  *   last_applied  when the last version was applied, RFC 3339 UTC, or null
- *   last_error    what went wrong in the last cycle, or null once one works
- *   store_ok      false while the store is unreachable
- *   store_down_since  RFC 3339, or null
  *   stale         HEAD is older than max_head_age
  *   lag_seconds   HEAD's age when the target is behind it, else 0
  *   bytes_downloaded  objects downloaded since the daemon started
  *   bytes_total   bytes of the objects of the current (or last) plan;
  *                 bytes_done of them downloaded so far
  *   hook_failures on_apply / notify_url runs that failed since start
- *   message       the one-line status (as `systemctl status` shows it)
- *   pid, updated  the daemon's pid and when this file was written
  * `wsync status` (tool_status.c) reads it: healthy unless state is
- * "error", store_ok is false or stale is true.
+ * "error", store_ok is false, stale is true or last_error is not "".
  *
  * One-shot (`wsync pull`, wsync_subscriber_set_once): the same cycle once,
  * no poll timer, no status file (runtime_dir belongs to a daemon that may
@@ -83,6 +88,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "sign.h"
+#include "status_file.h"
 #include "subscriber.h"
 #include "subscriber_local.h"
 
@@ -254,42 +260,39 @@ static const char *err_text(const struct wsync_error *e, int r)
 
 static void write_status_file(struct wsync_subscriber *s)
 {
-	char when[32], *text, *tmp = NULL;
-	json_t *o = json_object();
+	struct wsync_status_common c = {
+		.role = "subscriber",
+		.state = s->state_word,
+		.stopped = s->stopped,
+		.version = s->local.version,
+		.has_step = s->local.version != 0,
+		.step = s->local.step,
+		.last_error = s->last_error,
+		.store_ok = s->store_ok,
+		.store_down_since = s->store_down_since,
+		.message = s->line,
+	};
 	int64_t now = (int64_t)time(NULL);
 	int64_t lag = 0;
+	char *text, *tmp = NULL;
+	json_t *o;
 	FILE *f;
 
-	if (s->once || !o) {
-		json_decref(o);
+	if (s->once)
 		return;
-	}
+	o = wsync_status_file_new(&c);
+	if (!o)
+		return;
 	if (s->head_version > s->local.version && s->head_created)
 		lag = now - s->head_created;
-	json_object_set_new(o, "role", json_string("subscriber"));
-	json_object_set_new(o, "state", json_string(s->state_word));
-	json_object_set_new(o, "stopped", json_boolean(s->stopped));
-	json_object_set_new(o, "version", json_integer((json_int_t)s->local.version));
-	json_object_set_new(o, "step", s->local.version ? json_integer(s->local.step) : json_null());
 	json_object_set_new(o, "head_version", json_integer((json_int_t)s->head_version));
-	rfc3339(s->local.applied, when, sizeof(when));
-	json_object_set_new(o, "last_applied", s->local.applied ? json_string(when) : json_null());
-	json_object_set_new(o, "last_error", s->last_error[0] ? json_string(s->last_error) :
-								 json_null());
-	json_object_set_new(o, "store_ok", json_boolean(s->store_ok));
-	rfc3339(s->store_down_since, when, sizeof(when));
-	json_object_set_new(o, "store_down_since",
-			    s->store_ok ? json_null() : json_string(when));
+	json_object_set_new(o, "last_applied", wsync_status_file_time(s->local.applied));
 	json_object_set_new(o, "stale", json_boolean(s->stale));
 	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
 	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)s->bytes_downloaded));
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
 	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
-	json_object_set_new(o, "message", json_string(s->line));
-	json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
-	rfc3339(now, when, sizeof(when));
-	json_object_set_new(o, "updated", json_string(when));
 	text = json_dumps(o, JSON_INDENT(2));
 	json_decref(o);
 	if (!text)

@@ -9,7 +9,9 @@
 #ifndef WSYNC_TOOL_H
 #define WSYNC_TOOL_H
 
+#include <getopt.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum {
 	WSYNC_EXIT_OK = 0,
@@ -26,6 +28,32 @@ int tool_keygen(int argc, char **argv);
 int tool_status(int argc, char **argv);
 int tool_publish(int argc, char **argv);
 int tool_pull(int argc, char **argv);
+
+/*
+ * Usage errors.  Every message a subcommand prints starts with its full
+ * name ("wsync diff: ..."), getopt's own included: each subcommand sets
+ * opterr = 0, gives getopt_long an optstring starting with ':' and hands
+ * what it returns for a bad option ('?' or ':') to tool_option_error().
+ * SYNOPSIS is the subcommand's "Usage: ..." line(s), printed after the
+ * reason with a pointer to --help (the whole help would bury the reason).
+ * Both print to stderr and return WSYNC_EXIT_USAGE.
+ */
+int tool_usage_error(const char *tool, const char *synopsis, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int tool_option_error(const char *tool, const char *synopsis, int c, int argc,
+		      char **argv, const struct option *opts);
+
+/* A directory where a delta file belongs (DELTA of apply, diff's -o): a
+ * usage error "PATH is a directory: WHY" (WHY says what the argument is
+ * for); WSYNC_EXIT_USAGE, or 0 when PATH is not a directory (a missing or
+ * unreadable PATH is left to the caller, which reports it with the rest
+ * of its errors). */
+int tool_refuse_directory(const char *tool, const char *synopsis, const char *path,
+			  const char *what);
+
+/* A configuration's load errors, one per line, each after "TOOL: ". */
+struct wsync_config_errors;
+void tool_print_config_errors(const char *tool, const struct wsync_config_errors *errs);
 
 /* Worker threads when --threads is not given: one per online CPU, as the
  * daemon's [daemon] threads default. */

@@ -20,10 +20,15 @@
 #include "tool.h"
 #include "units.h"
 
+#define TOOL "wsync apply"
+
+static const char synopsis[] =
+	"Usage: wsync apply TARGET DELTA [-o OUTDIR] [--threads N] [--memory SIZE]\n"
+	"                   [--json]\n";
+
 static void apply_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync apply TARGET DELTA [-o OUTDIR] [--threads N] [--memory SIZE]\n"
-		   "                   [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "Apply DELTA to TARGET (a directory, or the file of a one-file delta).\n"
 		   "Every base is checked first and nothing is written unless all match;\n"
 		   "new files are built beside the old ones, verified, then renamed in.\n\n"
@@ -33,7 +38,8 @@ static void apply_usage(FILE *f)
 		   "                       256MiB): fewer threads run when more do not fit\n"
 		   "  --json               print the summary as a JSON object\n"
 		   "  -h, --help           this text\n\n"
-		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 corrupt delta or wrong base.\n");
+		   "Exit codes: 0 ok, 1 failure, 2 usage (a directory as DELTA too), 65\n"
+		   "corrupt delta or wrong base.\n", synopsis);
 }
 
 static void print_summary(const struct wsync_apply_stats *st, double seconds,
@@ -84,23 +90,23 @@ int tool_apply(int argc, char **argv)
 	int c, fd, r;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'o':
 			aopts.out_dir = optarg;
 			break;
 		case 't':
 			if (tool_parse_threads(optarg, &aopts.threads) < 0) {
-				fprintf(stderr, "wsync apply: --threads: expected 1..1024, "
-					"not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--threads: expected "
+							"1..1024, not \"%s\"", optarg);
 			}
 			break;
 		case 'm':
 			if (tool_parse_memory(optarg, &aopts.memory_limit) < 0) {
-				fprintf(stderr, "wsync apply: --memory: expected a size from "
-					"64MiB to 1TiB, not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--memory: expected a "
+							"size from 64MiB to 1TiB, not \"%s\"",
+							optarg);
 			}
 			break;
 		case 'j':
@@ -110,18 +116,23 @@ int tool_apply(int argc, char **argv)
 			apply_usage(stdout);
 			return WSYNC_EXIT_OK;
 		default:
-			apply_usage(stderr);
-			return WSYNC_EXIT_USAGE;
+			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc - 2) {
-		apply_usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind > argc - 2)
+		return tool_usage_error(TOOL, synopsis, "missing %s", optind == argc - 1 ?
+					"DELTA" : "TARGET and DELTA");
+	if (optind < argc - 2)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind + 2]);
 	delta = argv[optind + 1];
+	r = tool_refuse_directory(TOOL, synopsis, delta, "DELTA is the file wsync diff "
+				  "wrote (TARGET comes first)");
+	if (r)
+		return r;
 	fd = open(delta, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
-		fprintf(stderr, "wsync apply: %s: %s\n", delta, strerror(errno));
+		fprintf(stderr, TOOL ": %s: %s\n", delta, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
 	/* wsync_apply checks each segment as it reads it, before anything
@@ -134,12 +145,12 @@ int tool_apply(int argc, char **argv)
 	wsync_delta_reader_free(d);
 	(void)close(fd);
 	if (r < 0) {
-		fprintf(stderr, "wsync apply: %s\n", wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		return r == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
 	print_summary(&st, wsync_monotonic_seconds() - t0, json);
 	if (fflush(stdout) != 0) {
-		fprintf(stderr, "wsync apply: writing the output: %s\n", strerror(errno));
+		fprintf(stderr, TOOL ": writing the output: %s\n", strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
 	return WSYNC_EXIT_OK;

@@ -23,10 +23,15 @@
 #include "tool.h"
 #include "units.h"
 
+#define TOOL "wsync diff"
+
+static const char synopsis[] =
+	"Usage: wsync diff OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N]\n"
+	"                  [--json]\n";
+
 static void diff_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync diff OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N]\n"
-		   "                  [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "Write the delta that turns OLD into NEW: two files, or two directories\n"
 		   "(walked recursively; regular files only, symlinks are refused).\n\n"
 		   "  -o, --output DELTA  the delta file to write (replaced atomically)\n"
@@ -36,7 +41,10 @@ static void diff_usage(FILE *f)
 		   "  --level N           zstd level for byte pieces and symbol streams\n"
 		   "                      (1..19, default 1)\n"
 		   "  --json              print the summary as a JSON object\n"
-		   "  -h, --help          this text\n");
+		   "  -h, --help          this text\n\n"
+		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 bad input (a malformed\n"
+		   "safetensors file, a symlink, OLD and NEW not both files or both\n"
+		   "directories).\n", synopsis);
 }
 
 static void print_summary(const struct wsync_diff_stats *st, bool json)
@@ -105,30 +113,29 @@ int tool_diff(int argc, char **argv)
 	int c, fd, r;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'o':
 			out = optarg;
 			break;
 		case 't':
 			if (tool_parse_threads(optarg, &dopts.threads) < 0) {
-				fprintf(stderr, "wsync diff: --threads: expected 1..1024, "
-					"not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--threads: expected "
+							"1..1024, not \"%s\"", optarg);
 			}
 			break;
 		case 'm':
 			if (tool_parse_memory(optarg, &dopts.memory_limit) < 0) {
-				fprintf(stderr, "wsync diff: --memory: expected a size from "
-					"64MiB to 1TiB, not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--memory: expected a "
+							"size from 64MiB to 1TiB, not \"%s\"",
+							optarg);
 			}
 			break;
 		case 'l':
 			if (wsync_parse_uint(optarg, &level) < 0 || level < 1 || level > 19) {
-				fprintf(stderr, "wsync diff: --level: expected 1..19, "
-					"not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--level: expected "
+							"1..19, not \"%s\"", optarg);
 			}
 			dopts.zstd_level = (int)level;
 			break;
@@ -139,26 +146,35 @@ int tool_diff(int argc, char **argv)
 			diff_usage(stdout);
 			return WSYNC_EXIT_OK;
 		default:
-			diff_usage(stderr);
-			return WSYNC_EXIT_USAGE;
+			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc - 2 || !out || !out[0]) {
-		diff_usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind > argc - 2)
+		return tool_usage_error(TOOL, synopsis, "missing %s", optind == argc - 1 ?
+					"NEW" : "OLD and NEW");
+	if (optind < argc - 2)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind + 2]);
+	if (!out)
+		return tool_usage_error(TOOL, synopsis, "missing -o DELTA");
+	if (!out[0])
+		return tool_usage_error(TOOL, synopsis, "-o: the delta's path is empty");
+	/* before the work, not at the final rename */
+	r = tool_refuse_directory(TOOL, synopsis, out, "-o names the delta file to write");
+	if (r)
+		return r;
 
 	/* ".<name>.wsync-XXXXXX" beside the output, as the applier names its
 	 * temps, so a crash leaves recognisable litter. */
 	slash = strrchr(out, '/');
 	if (asprintf(&tmp, "%.*s.%s.wsync-XXXXXX", slash ? (int)(slash - out + 1) : 0,
 		     out, slash ? slash + 1 : out) < 0) {
-		fprintf(stderr, "wsync diff: out of memory\n");
+		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0) {
-		fprintf(stderr, "wsync diff: %s: %s\n", out, strerror(errno));
+		fprintf(stderr, TOOL ": %s: %s\n", out, strerror(errno));
 		free(tmp);
 		return WSYNC_EXIT_FAILURE;
 	}
@@ -175,13 +191,13 @@ int tool_diff(int argc, char **argv)
 	if (r < 0) {
 		(void)unlink(tmp);
 		free(tmp);
-		fprintf(stderr, "wsync diff: %s\n", wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		return r == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
 	free(tmp);
 	print_summary(&st, json);
 	if (fflush(stdout) != 0) {
-		fprintf(stderr, "wsync diff: writing the output: %s\n", strerror(errno));
+		fprintf(stderr, TOOL ": writing the output: %s\n", strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
 	return WSYNC_EXIT_OK;

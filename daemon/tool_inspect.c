@@ -28,14 +28,21 @@
 #include "tool.h"
 #include "units.h"
 
+#define TOOL "wsync inspect"
+
+static const char synopsis[] = "Usage: wsync inspect PATH [--json]\n";
+
 static void inspect_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync inspect PATH [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "PATH is a .safetensors file, a checkpoint directory (with or\n"
 		   "without model.safetensors.index.json), or a delta written by\n"
 		   "wsync diff (its files, segments and pieces are listed).\n\n"
 		   "  --json     machine-readable output\n"
-		   "  -h, --help this text\n");
+		   "  -h, --help this text\n\n"
+		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 PATH is malformed, or\n"
+		   "neither a safetensors file nor a delta.\n",
+		   synopsis);
 }
 
 static json_t *file_json(const char *name, const struct wsync_st_file *f)
@@ -275,12 +282,12 @@ static int inspect_delta(const char *path, bool json)
 
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
-		fprintf(stderr, "wsync inspect: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
 	r = wsync_delta_reader_open_fd(fd, &d, &err);
 	if (r < 0) {
-		fprintf(stderr, "wsync inspect: %s: %s\n", path, wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s: %s\n", path, wsync_error_str(&err));
 		(void)close(fd);
 		return exit_code_for(r);
 	}
@@ -309,29 +316,43 @@ static int inspect_delta(const char *path, bool json)
 	wsync_delta_reader_free(d);
 	(void)close(fd);
 	if (r < 0) {
-		fprintf(stderr, "wsync inspect: %s: %s\n", path, wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s: %s\n", path, wsync_error_str(&err));
 		return exit_code_for(r);
 	}
 	if (fflush(stdout) != 0) {
-		fprintf(stderr, "wsync inspect: writing the output: %s\n", strerror(errno));
+		fprintf(stderr, TOOL ": writing the output: %s\n", strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
 	return WSYNC_EXIT_OK;
 }
 
-/* Does path start with a delta's magic? */
-static bool is_delta(const char *path)
+enum file_kind { KIND_SAFETENSORS, KIND_DELTA, KIND_OTHER };
+
+/* What a regular file of SIZE bytes is, from its first bytes: a delta (its
+ * magic), or something that is no safetensors file either -- shorter than
+ * a header length, or a header length past the end of the file without
+ * the '{' a header starts with (a JSON or text file read as a length is
+ * a huge number).  A file that gets either right is left to the strict
+ * reader, whose message says what is wrong with it (truncated, garbled). */
+static enum file_kind file_kind(const char *path, uint64_t size)
 {
-	uint8_t magic[8];
+	uint8_t head[9];
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	bool yes;
+	ssize_t n;
 
 	if (fd < 0)
-		return false;
-	yes = pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
-	      wsync_delta_is_delta(magic, sizeof(magic));
+		return KIND_SAFETENSORS;	/* its reader says why */
+	n = pread(fd, head, sizeof(head), 0);
 	(void)close(fd);
-	return yes;
+	if (n < 0)
+		return KIND_SAFETENSORS;
+	if (n >= 8 && wsync_delta_is_delta(head, (size_t)n))
+		return KIND_DELTA;
+	if (n < 8)
+		return KIND_OTHER;
+	if (wsync_le64(head) > size - 8 && (n < 9 || head[8] != '{'))
+		return KIND_OTHER;
+	return KIND_SAFETENSORS;
 }
 
 int tool_inspect(int argc, char **argv)
@@ -350,7 +371,8 @@ int tool_inspect(int argc, char **argv)
 	int c, r;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			json = true;
@@ -359,27 +381,37 @@ int tool_inspect(int argc, char **argv)
 			inspect_usage(stdout);
 			return WSYNC_EXIT_OK;
 		default:
-			inspect_usage(stderr);
-			return WSYNC_EXIT_USAGE;
+			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc - 1) {
-		inspect_usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind == argc)
+		return tool_usage_error(TOOL, synopsis, "missing PATH");
+	if (optind < argc - 1)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind + 1]);
 	path = argv[optind];
 	if (stat(path, &st) < 0) {
-		fprintf(stderr, "wsync inspect: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
-	if (S_ISREG(st.st_mode) && is_delta(path))
-		return inspect_delta(path, json);
+	if (S_ISREG(st.st_mode)) {
+		switch (file_kind(path, (uint64_t)st.st_size)) {
+		case KIND_DELTA:
+			return inspect_delta(path, json);
+		case KIND_OTHER:
+			fprintf(stderr, TOOL ": %s: neither a safetensors file nor a wsync "
+				"delta\n", path);
+			return WSYNC_EXIT_DATAERR;
+		case KIND_SAFETENSORS:
+			break;
+		}
+	}
 	if (S_ISDIR(st.st_mode))
 		r = wsync_checkpoint_open(path, &ckpt, &err);
 	else
 		r = wsync_st_open(path, &single, &err);
 	if (r < 0) {
-		fprintf(stderr, "wsync inspect: %s\n", wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		return exit_code_for(r);
 	}
 
@@ -424,7 +456,7 @@ int tool_inspect(int argc, char **argv)
 	wsync_checkpoint_free(ckpt);
 	wsync_st_close(single);
 	if (fflush(stdout) != 0 || r < 0) {
-		fprintf(stderr, "wsync inspect: writing the output: %s\n", strerror(errno));
+		fprintf(stderr, TOOL ": writing the output: %s\n", strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
 	return WSYNC_EXIT_OK;

@@ -15,9 +15,13 @@
 #include "sign.h"
 #include "tool.h"
 
+#define TOOL "wsync keygen"
+
+static const char synopsis[] = "Usage: wsync keygen PRIVATE_PATH [PUBLIC_PATH] [--json]\n";
+
 static void keygen_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync keygen PRIVATE_PATH [PUBLIC_PATH] [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "Make an Ed25519 key pair for signing manifests and HEAD.  The private\n"
 		   "key goes to PRIVATE_PATH (mode 0600: give it to the publisher as\n"
 		   "signing_key), the public key to PUBLIC_PATH, by default\n"
@@ -26,7 +30,9 @@ static void keygen_usage(FILE *f)
 		   "Neither file may exist already.  Prints the key id, which signed\n"
 		   "documents carry.\n\n"
 		   "  --json     machine-readable output\n"
-		   "  -h, --help this text\n");
+		   "  -h, --help this text\n\n"
+		   "Exit codes: 0 ok, 1 failure, 2 usage.\n",
+		   synopsis);
 }
 
 int tool_keygen(int argc, char **argv)
@@ -44,7 +50,8 @@ int tool_keygen(int argc, char **argv)
 	int c, r;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			json = true;
@@ -53,24 +60,22 @@ int tool_keygen(int argc, char **argv)
 			keygen_usage(stdout);
 			return WSYNC_EXIT_OK;
 		default:
-			keygen_usage(stderr);
-			return WSYNC_EXIT_USAGE;
+			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc - 1 && optind != argc - 2) {
-		keygen_usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind == argc)
+		return tool_usage_error(TOOL, synopsis, "missing PRIVATE_PATH");
+	if (optind < argc - 2)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind + 2]);
 	priv = argv[optind];
-	if (!priv[0] || (optind == argc - 2 && !argv[optind + 1][0])) {
-		keygen_usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (!priv[0] || (optind == argc - 2 && !argv[optind + 1][0]))
+		return tool_usage_error(TOOL, synopsis, "a key's path is empty");
 	if (optind == argc - 2) {
 		pub = argv[optind + 1];
 	} else {
 		if (asprintf(&pub_default, "%s.pub", priv) < 0) {
-			fprintf(stderr, "wsync keygen: out of memory\n");
+			fprintf(stderr, TOOL ": out of memory\n");
 			return WSYNC_EXIT_FAILURE;
 		}
 		pub = pub_default;
@@ -78,7 +83,7 @@ int tool_keygen(int argc, char **argv)
 
 	r = wsync_sign_keygen(priv, pub, &k, &err);
 	if (r < 0) {
-		fprintf(stderr, "wsync keygen: %s\n", wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		free(pub_default);
 		return WSYNC_EXIT_FAILURE;
 	}

@@ -93,7 +93,7 @@ static void on_signal(uv_signal_t *h, int signum)
 }
 
 int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *config,
-		       bool verbose)
+		       enum wsync_role role, bool verbose)
 {
 	struct wsync_config_errors errs = { 0 };
 	struct wsync_store_options so;
@@ -106,12 +106,23 @@ int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *co
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (wsync_config_load(&o->cfg, config, &errs) < 0) {
-		for (size_t i = 0; i < errs.n; i++)
-			fprintf(stderr, "%s\n", errs.items[i].text);
+		tool_print_config_errors(tool, &errs);
 		wsync_config_errors_free(&errs);
 		return WSYNC_EX_CONFIG;
 	}
 	wsync_config_errors_free(&errs);
+	if (o->cfg.role != role) {
+		/* a valid file, but the other role's: its [publisher] or
+		 * [subscriber] keys were never required, so say what it is */
+		fprintf(stderr, "%s: %s is a %s's configuration ([daemon] role = %s), and "
+			"%s runs a %s's (%s --config %s%s)\n", tool, config,
+			wsync_role_name(o->cfg.role), wsync_role_name(o->cfg.role), tool,
+			wsync_role_name(role),
+			o->cfg.role == WSYNC_ROLE_PUBLISHER ? "to publish with it: wsync publish" :
+							      "to pull with it: wsync pull",
+			config, o->cfg.role == WSYNC_ROLE_PUBLISHER ? " DIR" : "");
+		return WSYNC_EX_CONFIG;
+	}
 	/* the daemon's info lines are for the journal; here, warnings up */
 	wsync_log_set_level(verbose ? o->cfg.log_level : LOG_WARNING);
 

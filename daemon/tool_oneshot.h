@@ -6,7 +6,8 @@
  * the role safely and, on a terminal, a progress line redrawn each second.
  *
  *   struct wsync_oneshot o;
- *   code = wsync_oneshot_init(&o, "wsync pull", config, verbose);
+ *   code = wsync_oneshot_init(&o, "wsync pull", config, WSYNC_ROLE_SUBSCRIBER,
+ *                             verbose);
  *   if (code) return code;                        config, loop, store, jobs
  *   e = wsync_<role>_new(&o.d, &role, &err);      o.d is the role's context
  *   if (e < 0) return wsync_oneshot_fail(&o, e, &err);
@@ -58,11 +59,13 @@ struct wsync_oneshot {
 };
 
 /* Load CONFIG and set up the loop, the store and the jobs thread.  0, or
- * the exit code (2, 1, 78) after saying why on stderr; either way
- * wsync_oneshot_free() follows.  With VERBOSE the daemon's own log lines
- * at [daemon] log_level go to stderr and there is no progress line. */
+ * the exit code (2, 1, 78) after saying why on stderr, every line after
+ * "TOOL: "; either way wsync_oneshot_free() follows.  A valid CONFIG of
+ * another role than ROLE is refused (78), naming the role it is.  With
+ * VERBOSE the daemon's own log lines at [daemon] log_level go to stderr
+ * and there is no progress line. */
 int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *config,
-		       bool verbose);
+		       enum wsync_role role, bool verbose);
 
 /* The role could not be created: say why; the exit code (78 when E is
  * -EINVAL, a configuration problem, else 1). */

@@ -13,7 +13,7 @@
  * Exit: 0 published (or DIR already is HEAD's version), 65 DIR is not a
  * complete, valid checkpoint, 1 any other failure (bucket unreachable
  * after [store] retry_attempts, interrupted, ...), 2 usage, 78 a bad
- * configuration.  On stdout one line: "version V step S DIR".
+ * configuration or a subscriber's.  On stdout one line: "version V step S DIR".
  *
  * On a terminal, a progress line on stderr shows the phase and the time
  * so far, redrawn each second (off when stderr is not a TTY).
@@ -74,13 +74,18 @@ static void done(int result, uint64_t version, int64_t step, const char *message
 	wsync_oneshot_done(o);
 }
 
+#define TOOL "wsync publish"
+
+static const char synopsis[] = "Usage: wsync publish --config FILE [-v] DIR\n";
+
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync publish --config FILE [-v] DIR\n\n"
+	fprintf(f, "%s\n"
 		   "Publish the checkpoint directory DIR as the next version of the bucket\n"
 		   "that FILE's [store] names, using FILE's [daemon] state_dir and\n"
-		   "[publisher] settings, and exit.  Exit 0 published, 65 DIR is not a\n"
-		   "complete, valid checkpoint, 1 failure.\n");
+		   "[publisher] settings, and exit.  FILE is a publisher's configuration.\n"
+		   "Exit 0 published, 65 DIR is not a complete, valid checkpoint, 1\n"
+		   "failure, 2 usage, 78 FILE is invalid or a subscriber's.\n", synopsis);
 }
 
 int tool_publish(int argc, char **argv)
@@ -101,27 +106,31 @@ int tool_publish(int argc, char **argv)
 	int c, e, code;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:vh", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":c:vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'v': verbose = true; break;
 		case 'h': usage(stdout); return WSYNC_EXIT_OK;
-		default: usage(stderr); return WSYNC_EXIT_USAGE;
+		default: return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (!config || optind != argc - 1) {
-		usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (!config)
+		return tool_usage_error(TOOL, synopsis, "missing --config FILE");
+	if (optind == argc)
+		return tool_usage_error(TOOL, synopsis, "missing DIR");
+	if (optind < argc - 1)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind + 1]);
 	dir = argv[optind];
 	errno = 0;
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		e = errno;
-		fprintf(stderr, "wsync publish: %s: %s\n", dir,
+		fprintf(stderr, TOOL ": %s: %s\n", dir,
 			S_ISDIR(st.st_mode) || !e ? "not a directory" : strerror(e));
 		return WSYNC_EXIT_DATAERR;
 	}
-	code = wsync_oneshot_init(&o, "wsync publish", config, verbose);
+	code = wsync_oneshot_init(&o, TOOL, config, WSYNC_ROLE_PUBLISHER, verbose);
 	if (code)
 		return wsync_oneshot_free(&o, code);
 	o.data = &r;
@@ -132,7 +141,7 @@ int tool_publish(int argc, char **argv)
 	wsync_oneshot_run(&o, &publisher_ops, pub);
 
 	if (!r.finished) {
-		fprintf(stderr, "wsync publish: %s: interrupted before it was published\n", dir);
+		fprintf(stderr, TOOL ": %s: interrupted before it was published\n", dir);
 		code = WSYNC_EXIT_FAILURE;
 	} else if (r.result == 0) {
 		printf("version %llu step %lld %s%s\n", (unsigned long long)r.version,
@@ -141,7 +150,7 @@ int tool_publish(int argc, char **argv)
 								      "");
 		code = WSYNC_EXIT_OK;
 	} else {
-		fprintf(stderr, "wsync publish: %s\n", r.message[0] ? r.message :
+		fprintf(stderr, TOOL ": %s\n", r.message[0] ? r.message :
 			strerror(-r.result));
 		code = r.result == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}

@@ -14,7 +14,7 @@
  * Exit: 0 the target is at HEAD (on stdout: "version V TARGET"),
  * 65 bucket data failed verification (signature, hash, rollback), 1 any
  * other failure (no HEAD, bucket unreachable, no space, interrupted), 2
- * usage, 78 a bad configuration.
+ * usage, 78 a bad configuration or a publisher's.
  *
  * On a terminal, a progress line on stderr shows the state, bytes and the
  * time so far, redrawn each second (off when stderr is not a TTY).
@@ -87,13 +87,19 @@ static void done(void *userdata, int result)
 	wsync_oneshot_done(o);
 }
 
+#define TOOL "wsync pull"
+
+static const char synopsis[] = "Usage: wsync pull --config FILE [--hooks] [-v]\n";
+
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync pull --config FILE [--hooks] [-v]\n\n"
+	fprintf(f, "%s\n"
 		   "Bring FILE's [subscriber] target_dir to the HEAD of the bucket that\n"
-		   "its [store] names, once, and exit.  --hooks runs on_apply and\n"
-		   "notify_url after a new version is applied.  Exit 0 at HEAD, 65 bucket\n"
-		   "data failed verification, 1 failure.\n");
+		   "its [store] names, once, and exit.  FILE is a subscriber's\n"
+		   "configuration.  --hooks runs on_apply and notify_url after a new\n"
+		   "version is applied.  Exit 0 at HEAD, 65 bucket data failed\n"
+		   "verification, 1 failure, 2 usage, 78 FILE is invalid or a\n"
+		   "publisher's.\n", synopsis);
 }
 
 int tool_pull(int argc, char **argv)
@@ -115,20 +121,22 @@ int tool_pull(int argc, char **argv)
 	int c, e, code;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:vh", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":c:vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'H': once.hooks = true; break;
 		case 'v': verbose = true; break;
 		case 'h': usage(stdout); return WSYNC_EXIT_OK;
-		default: usage(stderr); return WSYNC_EXIT_USAGE;
+		default: return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (!config || optind != argc) {
-		usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
-	code = wsync_oneshot_init(&o, "wsync pull", config, verbose);
+	if (!config)
+		return tool_usage_error(TOOL, synopsis, "missing --config FILE");
+	if (optind != argc)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind]);
+	code = wsync_oneshot_init(&o, TOOL, config, WSYNC_ROLE_SUBSCRIBER, verbose);
 	if (code)
 		return wsync_oneshot_free(&o, code);
 	o.data = &r;
@@ -143,14 +151,14 @@ int tool_pull(int argc, char **argv)
 	wsync_oneshot_run(&o, &subscriber_ops, sub);
 
 	if (!r.finished) {
-		fprintf(stderr, "wsync pull: %s: interrupted; the target stays at version %llu\n",
+		fprintf(stderr, TOOL ": %s: interrupted; the target stays at version %llu\n",
 			o.cfg.target_dir, (unsigned long long)r.version);
 		code = WSYNC_EXIT_FAILURE;
 	} else if (r.result == 0) {
 		printf("version %llu %s\n", (unsigned long long)r.version, o.cfg.target_dir);
 		code = WSYNC_EXIT_OK;
 	} else {
-		fprintf(stderr, "wsync pull: %s\n", r.result == -ENOENT ?
+		fprintf(stderr, TOOL ": %s\n", r.result == -ENOENT ?
 			"the bucket has no HEAD yet: nothing published" :
 			r.message[0] ? r.message : strerror(-r.result));
 		code = r.result == -EBADMSG ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;

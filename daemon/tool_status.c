@@ -2,11 +2,12 @@
 /*
  * tool_status.c -- `wsync status [--config FILE | --runtime-dir DIR] [--json]`:
  * what the local wsyncd says about itself, from runtime_dir/status.json
- * (written by the role: subscriber.c documents the subscriber's fields,
- * the publisher writes role, state, version, step, last_published,
- * last_error, store_ok, skipped).  With --config FILE and no status
- * file in runtime_dir itself, runtime_dir/NAME/status.json, NAME being
- * FILE's name without ".ini": where wsyncd@NAME.service runs it
+ * (written by the role: the comments at the top of publisher.c and
+ * subscriber.c list each role's fields; the ones both write -- role,
+ * state, stopped, version, step, last_error, store_ok, store_down_since,
+ * message, pid, updated -- have one type in both).  With --config FILE
+ * and no status file in runtime_dir itself, runtime_dir/NAME/status.json,
+ * NAME being FILE's name without ".ini": where wsyncd@NAME.service runs it
  * (RuntimeDirectory=wsync/%i, --config /etc/wsync/%i.ini), since a shell
  * has no RUNTIME_DIRECTORY to point the configuration's default there.
  *
@@ -14,8 +15,9 @@
  *   0  the daemon reports itself healthy
  *   1  it reports a problem: state "error", store_ok false or stale true,
  *      or (subscriber) a last_error, which it clears once a version applies
- *   3  not running: no status file, state "stopped" (or "stopped": true),
- *      or its pid is gone
+ *   3  not running: no status file, state "stopped" (or, from a subscriber
+ *      before both roles wrote that state, "stopped": true), or its pid
+ *      is gone
  *   2  usage; 78 a configuration file that does not load
  */
 #include <errno.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -35,14 +38,19 @@
 #define EXIT_NOT_RUNNING 3
 
 
+#define TOOL "wsync status"
+
+static const char synopsis[] =
+	"Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n";
+
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "Show what the local wsyncd reports in RUNTIME_DIR/status.json\n"
 		   "(with --config /etc/wsync/NAME.ini, also RUNTIME_DIR/NAME/status.json:\n"
 		   "the wsyncd@NAME service's).\n"
 		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
-		   "3 not running.\n");
+		   "3 not running.\n", synopsis);
 }
 
 /* The status file of the wsyncd@NAME instance that runs with config
@@ -83,14 +91,32 @@ static bool has_int(json_t *o, const char *k, long long *v)
 	return true;
 }
 
+/* A daemon that wrote its last status on the way out: state "stopped"
+ * (both roles since they agree; a subscriber before that said "stopped":
+ * true beside its last state). */
+static bool stopped(json_t *o)
+{
+	return (str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
+	       json_is_true(json_object_get(o, "stopped"));
+}
+
+/* last_error, or NULL when there is none ("" or null: both roles write ""
+ * now, a subscriber used to write null). */
+static const char *last_error(json_t *o)
+{
+	const char *e = str(o, "last_error");
+
+	return e && e[0] ? e : NULL;
+}
+
 static void print_human(json_t *o, const char *path, bool running, bool healthy)
 {
 	const char *role = str(o, "role"), *state = str(o, "state"), *msg = str(o, "message");
-	const char *err = str(o, "last_error"), *t;
+	const char *err = last_error(o), *t;
 	long long v, step, head;
 	json_t *j;
 
-	printf("%s: %s%s\n", role ? role : "wsyncd", state ? state : "?",
+	printf("%s: %s%s\n", role ? role : "wsyncd", stopped(o) ? "stopped" : state ? state : "?",
 	       !running ? " (not running)" : healthy ? "" : " (unhealthy)");
 	if (msg)
 		printf("  %s\n", msg);
@@ -130,12 +156,20 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 	if (has_int(o, "hook_failures", &v) && v > 0)
 		printf("  hook failures:  %lld\n", v);
-	if (has_int(o, "skipped", &v) && v > 0)
+	if (has_int(o, "skipped_steps", &v) && v > 0)
 		printf("  skipped:        %lld checkpoints\n", v);
 	if (err)
 		printf("  last error:     %s\n", err);
-	if ((t = str(o, "updated")))
+	if ((t = str(o, "updated"))) {
 		printf("  updated:        %s (%s)\n", t, path);
+	} else if (has_int(o, "updated", &v)) {	/* a publisher before RFC 3339 */
+		time_t tt = (time_t)v;
+		struct tm tm;
+		char when[32];
+
+		if (gmtime_r(&tt, &tm) && strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm))
+			printf("  updated:        %s (%s)\n", when, path);
+	}
 }
 
 int tool_status(int argc, char **argv)
@@ -157,29 +191,31 @@ int tool_status(int argc, char **argv)
 	int c, code;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:r:jh", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":c:r:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'r': rundir = optarg; break;
 		case 'j': json = true; break;
 		case 'h': usage(stdout); return WSYNC_EXIT_OK;
-		default: usage(stderr); return WSYNC_EXIT_USAGE;
+		default: return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc || (config && rundir)) {
-		usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind != argc)
+		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
+					argv[optind]);
+	if (config && rundir)
+		return tool_usage_error(TOOL, synopsis, "--config and --runtime-dir name the "
+					"same thing: give one");
 	if (wsync_config_init(&cfg) < 0) {
-		fprintf(stderr, "wsync status: out of memory\n");
+		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (config) {
 		struct wsync_config_errors errs = { 0 };
 
 		if (wsync_config_load(&cfg, config, &errs) < 0) {
-			for (size_t i = 0; i < errs.n; i++)
-				fprintf(stderr, "%s\n", errs.items[i].text);
+			tool_print_config_errors(TOOL, &errs);
 			wsync_config_errors_free(&errs);
 			wsync_config_free(&cfg);
 			return WSYNC_EX_CONFIG;
@@ -188,7 +224,7 @@ int tool_status(int argc, char **argv)
 	}
 	if (asprintf(&path, "%s/status.json", rundir ? rundir : cfg.runtime_dir) < 0) {
 		wsync_config_free(&cfg);
-		fprintf(stderr, "wsync status: out of memory\n");
+		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (config && access(path, F_OK) < 0 && errno == ENOENT) {
@@ -208,24 +244,23 @@ int tool_status(int argc, char **argv)
 			else
 				printf("wsyncd: not running (no %s)\n", path);
 		} else {
-			fprintf(stderr, "wsync status: %s: %s\n", path, je.text);
+			fprintf(stderr, TOOL ": %s: %s\n", path, je.text);
 		}
 		free(path);
 		return EXIT_NOT_RUNNING;
 	}
 	if (!json_is_object(o)) {
-		fprintf(stderr, "wsync status: %s: not a JSON object\n", path);
+		fprintf(stderr, TOOL ": %s: not a JSON object\n", path);
 		json_decref(o);
 		free(path);
 		return WSYNC_EXIT_FAILURE;
 	}
-	if ((str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
-	    json_is_true(json_object_get(o, "stopped")) ||
+	if (stopped(o) ||
 	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 		running = false;
 	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
 		  !(str(o, "role") && strcmp(str(o, "role"), "subscriber") == 0 &&
-		    str(o, "last_error")) &&
+		    last_error(o)) &&
 		  !json_is_false(json_object_get(o, "store_ok")) &&
 		  !json_is_true(json_object_get(o, "stale"));
 	if (json) {

@@ -39,14 +39,19 @@
 
 #define STDIN_MAX ((size_t)1 << 30)	/* put - reads stdin into memory */
 
+#define TOOL "wsync store"
+
+static const char synopsis[] =
+	"Usage: wsync store put FILE URL\n"
+	"       wsync store get URL FILE [--expect-size N] [--expect-xxh3 HEX]\n"
+	"                               [--if-none-match ETAG]\n"
+	"       wsync store ls URL [--json]\n"
+	"       wsync store rm URL\n"
+	"       wsync store head URL [--json]\n";
+
 static void store_usage(FILE *f)
 {
-	fprintf(f, "Usage: wsync store put FILE URL\n"
-		   "       wsync store get URL FILE [--expect-size N] [--expect-xxh3 HEX]\n"
-		   "                               [--if-none-match ETAG]\n"
-		   "       wsync store ls URL [--json]\n"
-		   "       wsync store rm URL\n"
-		   "       wsync store head URL [--json]\n\n"
+	fprintf(f, "%s\n"
 		   "Copy a file to or from a bucket, list, delete or describe objects.\n"
 		   "URL is the bucket URL followed by the key:\n"
 		   "  s3://BUCKET/KEY, hf://buckets/NAMESPACE/BUCKET/KEY, file:///DIR/KEY\n"
@@ -69,7 +74,7 @@ static void store_usage(FILE *f)
 		   "Credentials: [store] credentials, $CREDENTIALS_DIRECTORY/store or\n"
 		   "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN.\n\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 the data did not verify,\n"
-		   "78 bad --config file.\n");
+		   "78 bad --config file.\n", synopsis);
 }
 
 enum verb { PUT, GET, LS, RM, HEAD };
@@ -413,12 +418,11 @@ static int load_config(const char *path, struct wsync_config *cfg)
 
 	r = wsync_config_init(cfg);
 	if (r < 0) {
-		fprintf(stderr, "wsync store: out of memory\n");
+		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	r = wsync_config_load(cfg, path, &errs);
-	for (size_t i = 0; i < errs.n; i++)
-		fprintf(stderr, "%s\n", errs.items[i].text);
+	tool_print_config_errors(TOOL, &errs);
 	wsync_config_errors_free(&errs);
 	if (r < 0)
 		return WSYNC_EX_CONFIG;
@@ -497,7 +501,9 @@ int tool_store(int argc, char **argv)
 	uint64_t v;
 	int c, r, ret = WSYNC_EXIT_FAILURE;
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			config_path = optarg;
@@ -513,17 +519,15 @@ int tool_store(int argc, char **argv)
 			break;
 		case 's':
 			if (wsync_parse_uint(optarg, &v) < 0 || v > INT64_MAX) {
-				fprintf(stderr, "wsync store: --expect-size: expected a number of "
-					"bytes, not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--expect-size: expected "
+							"a number of bytes, not \"%s\"", optarg);
 			}
 			gopt.expect_size = (int64_t)v;
 			break;
 		case 'x':
 			if (parse_hex128(optarg, xxh3) < 0) {
-				fprintf(stderr, "wsync store: --expect-xxh3: expected 32 hex digits, "
-					"not \"%s\"\n", optarg);
-				return WSYNC_EXIT_USAGE;
+				return tool_usage_error(TOOL, synopsis, "--expect-xxh3: expected "
+							"32 hex digits, not \"%s\"", optarg);
 			}
 			gopt.expect_xxh3 = xxh3;
 			break;
@@ -534,38 +538,36 @@ int tool_store(int argc, char **argv)
 			store_usage(stdout);
 			return WSYNC_EXIT_OK;
 		default:
-			store_usage(stderr);
-			return WSYNC_EXIT_USAGE;
+			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind >= argc) {
-		store_usage(stderr);
-		return WSYNC_EXIT_USAGE;
-	}
+	if (optind >= argc)
+		return tool_usage_error(TOOL, synopsis, "missing a command (put, get, ls, rm "
+					"or head)");
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
 		if (strcmp(argv[optind], verbs[i].name) != 0)
 			continue;
 		found = true;
 		run.verb = verbs[i].verb;
 		if (argc - optind - 1 != verbs[i].n_args) {
-			fprintf(stderr, "wsync store %s: expected %d argument%s (see wsync store "
+			fprintf(stderr, TOOL " %s: expected %d argument%s (see wsync store "
 				"--help)\n", verbs[i].name, verbs[i].n_args,
 				verbs[i].n_args == 1 ? "" : "s");
 			return WSYNC_EXIT_USAGE;
 		}
 	}
 	if (!found) {
-		fprintf(stderr, "wsync store: unknown command \"%s\" (put, get, ls, rm or head)\n",
+		fprintf(stderr, TOOL ": unknown command \"%s\" (put, get, ls, rm or head)\n",
 			argv[optind]);
 		return WSYNC_EXIT_USAGE;
 	}
 	if (run.json && run.verb != LS && run.verb != HEAD) {
-		fprintf(stderr, "wsync store: --json goes with ls and head\n");
+		fprintf(stderr, TOOL ": --json goes with ls and head\n");
 		return WSYNC_EXIT_USAGE;
 	}
 	if ((gopt.expect_size >= 0 || gopt.expect_xxh3 || gopt.if_none_match) &&
 	    run.verb != GET) {
-		fprintf(stderr, "wsync store: --expect-size, --expect-xxh3 and --if-none-match "
+		fprintf(stderr, TOOL ": --expect-size, --expect-xxh3 and --if-none-match "
 			"go with get\n");
 		return WSYNC_EXIT_USAGE;
 	}
@@ -584,12 +586,12 @@ int tool_store(int argc, char **argv)
 		have_cfg = true;
 	}
 	if (split_url(url, have_cfg ? &cfg : NULL, run.verb == LS, &t, &err) < 0) {
-		fprintf(stderr, "wsync store: %s\n", wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		ret = err.code == -ENOMEM ? WSYNC_EXIT_FAILURE : WSYNC_EXIT_USAGE;
 		goto out;
 	}
 	if ((run.verb == LS ? check_prefix(t.key, &err) : wsync_url_check_key(t.key, &err)) < 0) {
-		fprintf(stderr, "wsync store: key \"%s\" %s\n", t.key, wsync_error_str(&err));
+		fprintf(stderr, TOOL ": key \"%s\" %s\n", t.key, wsync_error_str(&err));
 		ret = WSYNC_EXIT_USAGE;
 		goto out;
 	}
@@ -604,7 +606,7 @@ int tool_store(int argc, char **argv)
 		opt.region = region;
 	r = wsync_store_new(NULL, &opt, &store, &err);
 	if (r < 0) {
-		fprintf(stderr, "wsync store: %s: %s\n", t.store_url, wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s: %s\n", t.store_url, wsync_error_str(&err));
 		ret = r == -EINVAL ? WSYNC_EXIT_USAGE : WSYNC_EXIT_FAILURE;
 		goto out;
 	}
@@ -612,7 +614,7 @@ int tool_store(int argc, char **argv)
 	if (run.verb == PUT && strcmp(local, "-") == 0) {
 		r = read_stdin(&stdin_data, &stdin_len);
 		if (r < 0) {
-			fprintf(stderr, "wsync store: reading stdin: %s\n",
+			fprintf(stderr, TOOL ": reading stdin: %s\n",
 				r == -EFBIG ? "more than 1 GiB (give a file instead)" : strerror(-r));
 			goto out;
 		}
@@ -626,7 +628,7 @@ int tool_store(int argc, char **argv)
 				 dir && *dir && strlen(dir) < 40 ? dir : "/tmp");
 			fd = mkstemp(tmp_path);
 			if (fd < 0) {
-				fprintf(stderr, "wsync store: %s: %s\n", tmp_path, strerror(errno));
+				fprintf(stderr, TOOL ": %s: %s\n", tmp_path, strerror(errno));
 				tmp_path[0] = '\0';
 				goto out;
 			}
@@ -636,30 +638,30 @@ int tool_store(int argc, char **argv)
 			get_path = get_destination(local, t.key);
 		}
 		if (!get_path) {
-			fprintf(stderr, "wsync store: out of memory\n");
+			fprintf(stderr, TOOL ": out of memory\n");
 			goto out;
 		}
 	}
 
 	r = submit(store, &run, local, &t, stdin_data, stdin_len, get_path, &gopt);
 	if (r < 0) {
-		fprintf(stderr, "wsync store: %s: %s\n", t.key, strerror(-r));
+		fprintf(stderr, TOOL ": %s: %s\n", t.key, strerror(-r));
 		goto out;
 	}
 	r = wsync_store_wait(store);
 	if (r < 0 && !run.err)
 		run.err = r;
 	if (run.err == -ENOENT && run.verb != PUT) {
-		fprintf(stderr, "wsync store: no such object: %s\n", t.key);
+		fprintf(stderr, TOOL ": no such object: %s\n", t.key);
 		goto out;
 	}
 	if (run.err) {
-		fprintf(stderr, "wsync store: %s\n", run.msg[0] ? run.msg : strerror(-run.err));
+		fprintf(stderr, TOOL ": %s\n", run.msg[0] ? run.msg : strerror(-run.err));
 		ret = exit_for(run.err);
 		goto out;
 	}
 	if (run.verb == GET && run.not_modified) {
-		fprintf(stderr, "not modified: %s (ETag %s)\n", t.key, run.etag);
+		fprintf(stderr, TOOL ": not modified: %s (ETag %s)\n", t.key, run.etag);
 		ret = WSYNC_EXIT_OK;
 		goto out;
 	}
@@ -667,7 +669,7 @@ int tool_store(int argc, char **argv)
 		r = cat_and_remove(tmp_path);
 		tmp_path[0] = '\0';
 		if (r < 0) {
-			fprintf(stderr, "wsync store: writing to stdout: %s\n", strerror(-r));
+			fprintf(stderr, TOOL ": writing to stdout: %s\n", strerror(-r));
 			goto out;
 		}
 	}

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wsync -- the command-line tool: a thin front on libwsync.  This file only
- * dispatches to the subcommands in tool_*.c and holds the two option
- * helpers they share (tool.h).
+ * dispatches to the subcommands in tool_*.c and holds the helpers they
+ * share (tool.h): option values, usage errors.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "log.h"
 #include "tool.h"
 #include "units.h"
@@ -72,6 +76,70 @@ int tool_parse_memory(const char *s, uint64_t *ret)
 		return -EINVAL;
 	*ret = v;
 	return 0;
+}
+
+int tool_usage_error(const char *tool, const char *synopsis, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", tool);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n%sSee %s --help.\n", synopsis, tool);
+	return WSYNC_EXIT_USAGE;
+}
+
+int tool_option_error(const char *tool, const char *synopsis, int c, int argc,
+		      char **argv, const struct option *opts)
+{
+	/* getopt_long leaves the argument it stopped at in argv[optind - 1]
+	 * for a long option, and the option's character in optopt (0 for an
+	 * unknown long option); in a cluster of short options ("-jx") only
+	 * optopt names the culprit. */
+	const char *arg = optind >= 1 && optind <= argc ? argv[optind - 1] : "";
+	size_t n = strcspn(arg, "=");
+	bool is_long = strncmp(arg, "--", 2) == 0 && n > 2;
+
+	if (c == ':')
+		return is_long ? tool_usage_error(tool, synopsis, "option %.*s needs an argument",
+						  (int)n, arg)
+			       : tool_usage_error(tool, synopsis, "option -%c needs an argument",
+						  optopt);
+	if (is_long && optopt == 0) {
+		unsigned matches = 0;
+
+		for (const struct option *o = opts; o && o->name; o++)
+			matches += strncmp(o->name, arg + 2, n - 2) == 0;
+		return tool_usage_error(tool, synopsis, "%s option %.*s",
+					matches > 1 ? "ambiguous" : "unknown", (int)n, arg);
+	}
+	if (is_long && arg[n] == '=') {
+		for (const struct option *o = opts; o && o->name; o++)
+			if (o->val == optopt && o->has_arg == no_argument &&
+			    strlen(o->name) == n - 2 && strncmp(o->name, arg + 2, n - 2) == 0)
+				return tool_usage_error(tool, synopsis,
+							"option --%s takes no argument", o->name);
+	}
+	if (optopt > 0 && optopt < 128 && optopt != '?')
+		return tool_usage_error(tool, synopsis, "unknown option -%c", optopt);
+	return tool_usage_error(tool, synopsis, "unknown option %s", arg);
+}
+
+int tool_refuse_directory(const char *tool, const char *synopsis, const char *path,
+			  const char *what)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	return tool_usage_error(tool, synopsis, "%s is a directory: %s", path, what);
+}
+
+void tool_print_config_errors(const char *tool, const struct wsync_config_errors *errs)
+{
+	for (size_t i = 0; i < errs->n; i++)
+		fprintf(stderr, "%s: %s\n", tool, errs->items[i].text);
 }
 
 static void usage(FILE *f)

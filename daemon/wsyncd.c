@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log-messages.h"
@@ -88,7 +89,8 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	const char *config_path = DEFAULT_CONFIG;
+	static const char default_config[] = DEFAULT_CONFIG;
+	const char *config_path = default_config;
 	struct wsync_config cfg = { 0 };
 	enum wsync_log_target target = WSYNC_LOG_TARGET_AUTO;
 	bool check = false, dump = false;
@@ -136,6 +138,14 @@ int main(int argc, char **argv)
 
 	r = load_config(config_path, &cfg);
 	if (r < 0) {
+		/* A first run without --config: say which file was looked for
+		 * and how to name another. */
+		if (config_path == default_config && access(config_path, F_OK) < 0 &&
+		    errno == ENOENT)
+			fprintf(stderr, "wsyncd: %s, the default configuration file, does not "
+				"exist: name yours with --config FILE (commented examples: "
+				WSYNC_SYSCONFDIR "/publisher.ini, subscriber.ini)\n",
+				config_path);
 		wsync_config_free(&cfg);
 		return r == -ENOMEM ? 1 : WSYNC_EX_CONFIG;
 	}

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # demo.sh -- see wsync do its job on this machine in one command: installs
-# what is missing, builds, then runs a publisher and a subscriber wsyncd
-# against a file:// bucket in a temp dir while a simulated RL trainer
-# writes checkpoints.  Each checkpoint is published (an anchor first, then
-# deltas), the subscriber applies it in place, and the demo checks that the
-# subscriber's model folder is byte-identical to what the trainer wrote.
+# what the demo needs (scripts/setup.sh --demo), builds in build/ (release),
+# then runs a publisher and a subscriber wsyncd against a file:// bucket in
+# a temp dir while a simulated RL trainer writes checkpoints.  It prints the
+# two configurations it runs, each checkpoint is published (an anchor
+# first, then deltas), the subscriber applies it in place, and the demo
+# checks that the subscriber's model folder is byte-identical to what the
+# trainer wrote; it ends with what to do next.
 #
 #   WSYNC_DEMO_PARAMS=20M   model size of the generated checkpoints
 #   WSYNC_DEMO_STEPS=5      number of checkpoints
@@ -19,14 +21,15 @@ params=${WSYNC_DEMO_PARAMS:-20M}
 steps=${WSYNC_DEMO_STEPS:-5}
 
 if [ -n "${WSYNC_DEMO_BUILD:-}" ]; then
-	build=$WSYNC_DEMO_BUILD
+	build=$(cd "$WSYNC_DEMO_BUILD" && pwd)
 else
-	scripts/setup.sh
+	scripts/setup.sh --demo
+	build=$root/build
+	echo "== building in $build (release; the first time takes a minute or two)"
 	if [ ! -d build/meson-private ]; then
 		meson setup build -Dbuildtype=release >/dev/null
 	fi
 	ninja -C build >/dev/null
-	build=$root/build
 fi
 WSYNC=$build/daemon/wsync
 WSYNCD=$build/daemon/wsyncd
@@ -46,31 +49,46 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work"/{bucket,trainer,model,state-pub,state-sub,run-pub,run-sub}
 
-# The embedded default: a directory as the bucket.
+# The two configurations: what a node needs (role, the bucket, the
+# folder), plus the demo's own state and runtime folders in the temp dir
+# (two daemons on one machine; on a node the defaults, /var/lib/wsync and
+# /run/wsync, or systemd's wsyncd@NAME folders, do).  The bucket is the
+# simplest kind, a directory.
 cat >"$work/publisher.ini" <<EOF
 [daemon]
 role = publisher
+; the demo's own folders (on a node: leave them out)
 state_dir = $work/state-pub
 runtime_dir = $work/run-pub
 [store]
 url = file://$work/bucket
 [publisher]
 watch_dir = $work/trainer
-anchor_every = 4
 EOF
 cat >"$work/subscriber.ini" <<EOF
 [daemon]
 role = subscriber
+; the demo's own folders (on a node: leave them out)
 state_dir = $work/state-sub
 runtime_dir = $work/run-sub
 [store]
 url = file://$work/bucket
 [subscriber]
 target_dir = $work/model
-poll_interval = 500ms
 EOF
 
-echo "== two daemons on one file:// bucket ($work/bucket)"
+echo "== the programs: $WSYNCD and $WSYNC (built in $build)"
+echo
+echo "== two daemons on one file:// bucket, each with one configuration file"
+echo "--- $work/publisher.ini (the trainer node: watch_dir is where the trainer saves)"
+cat "$work/publisher.ini"
+echo "--- $work/subscriber.ini (each worker node: target_dir is the folder it serves)"
+cat "$work/subscriber.ini"
+echo "---"
+echo "Anchor + delta: version 1 goes to the bucket as an anchor (the whole checkpoint,"
+echo "compressed); each later version as a delta, only what changed since the version"
+echo "before, which the subscriber applies in place to its copy."
+echo
 "$WSYNCD" --check-config "$work/publisher.ini"
 "$WSYNCD" --check-config "$work/subscriber.ini"
 "$WSYNCD" -c "$work/publisher.ini" --log-target stderr 2>"$work/publisher.log" &
@@ -130,3 +148,9 @@ head -12 "$work/inspect.txt"
 }
 echo
 echo "demo ok: every version published, applied and verified"
+echo
+echo "Next:"
+echo "  - your own nodes: README.md, \"Operating wsync\": install, then one wsyncd@NAME"
+echo "    per configuration under systemd (config/*.ini and man wsyncd.ini list every key)"
+echo "  - what a daemon is doing: wsync status --config FILE (--json for scripts)"
+echo "  - keep this run's bucket and logs: WSYNC_DEMO_KEEP=1 scripts/demo.sh"

@@ -1,20 +1,54 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# setup.sh -- install the Debian 12 packages wsync needs to build, test and
-# run its demo, if they are missing.  Safe to run again: it only calls apt
-# when something is missing.  Needs root (or sudo) for the install.
+# setup.sh -- install the Debian 12 packages wsync needs, if they are
+# missing.  Safe to run again: it only calls apt (and npm) when something
+# is missing.  Needs root (or sudo) for the install.
+#
+#   scripts/setup.sh            everything: the build, every test of
+#                               scripts/test.sh (sanitizers, fuzzing, the S3
+#                               servers), scripts/package-deb.sh and the
+#                               benchmarks; with s3rver from the npm registry
+#   scripts/setup.sh --demo     only what scripts/demo.sh needs: the build
+#                               and the checkpoint generator
+#   --list                      print the mode's packages, one a line, and
+#                               install nothing
+#   --dry-run                   say what would be installed, install nothing
+#
+# README's "Dependencies" says why each package is here.
 set -euo pipefail
 
-packages=(
+mode=full
+action=install
+for arg in "$@"; do
+	case $arg in
+	--demo) mode=demo ;;
+	--list) action=list ;;
+	--dry-run) action=dry-run ;;
+	-h | --help)
+		sed -n '3,15s/^# \{0,1\}//p' "$0"
+		exit 0
+		;;
+	*)
+		echo "setup.sh: unknown argument \"$arg\" (--demo, --list, --dry-run)" >&2
+		exit 2
+		;;
+	esac
+done
+
+# What scripts/demo.sh needs: the build and the checkpoint generator.
+demo_packages=(
 	# build
 	meson ninja-build pkg-config gcc
 	# libraries (found through pkg-config by meson.build)
 	libuv1-dev libzstd-dev libcurl4-openssl-dev libinih-dev libsystemd-dev
 	libjansson-dev libxxhash-dev libssl-dev libexpat1-dev
+	# the checkpoint generator (run with /usr/bin/python3), also the tests'
+	python3 python3-numpy
+)
+# The rest: scripts/test.sh, scripts/package-deb.sh, the benchmarks.
+test_packages=(
 	# fuzzing and sanitizers with clang (libFuzzer lives in libclang-rt)
 	clang libclang-rt-14-dev
-	# the checkpoint generator (run with /usr/bin/python3)
-	python3 python3-numpy
 	# /usr/bin/time: peak RSS of diff/apply in test-codec-roundtrip
 	time
 	# benchmarks (scripts/bench-codec.sh): the CLI peers; /usr/bin/time is above
@@ -28,18 +62,51 @@ packages=(
 	# man pages (daemon/man/*.scd); systemd-analyze verify/security, dpkg-deb and
 	# deb-systemd-helper for tests/integration/test-systemd.sh, test-package.sh
 	scdoc systemd dpkg-dev init-system-helpers
+	# s3rver (tests/s3rver) runs on node, installed with npm
+	nodejs npm
 )
-# s3rver runs on node; node 20 and npm usually come from outside Debian's
-# archive, so ask apt for them only when they are not there at all
-command -v node >/dev/null 2>&1 || packages+=(nodejs)
-command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+packages=("${demo_packages[@]}")
+[ "$mode" = full ] && packages+=("${test_packages[@]}")
+if [ "$action" = list ]; then
+	printf '%s\n' "${packages[@]}"
+	exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do
+	# node 20 and npm usually come from outside Debian's archive: ask apt
+	# for them only when the commands are not there at all
+	case $p in
+	nodejs) command -v node >/dev/null 2>&1 && continue ;;
+	npm) command -v npm >/dev/null 2>&1 && continue ;;
+	esac
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
 		missing+=("$p")
 	fi
 done
+
+# s3rver for the S3 backend tests, pinned by tests/s3rver/package-lock.json:
+# `npm ci --prefix tests/s3rver` (into tests/s3rver/node_modules, ignored by
+# git) when it is missing or older than the lock.
+s3rver=$(cd "$(dirname "$0")/.." && pwd)/tests/s3rver
+need_s3rver=0
+if [ "$mode" = full ] && { [ ! -f "$s3rver/node_modules/s3rver/bin/s3rver.js" ] ||
+	[ "$s3rver/package-lock.json" -nt "$s3rver/node_modules/.package-lock.json" ]; }; then
+	need_s3rver=1
+fi
+
+if [ "$action" = dry-run ]; then
+	if [ ${#missing[@]} -gt 0 ]; then
+		echo "setup: would install (apt, $mode): ${missing[*]}"
+	else
+		echo "setup: every package of the $mode set is installed (${#packages[@]} packages)"
+	fi
+	[ $need_s3rver -eq 1 ] &&
+		echo "setup: would run npm ci --prefix tests/s3rver (s3rver from the npm registry)"
+	exit 0
+fi
+
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "setup: installing ${missing[*]}" >&2
 	sudo=()
@@ -49,13 +116,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 	"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# s3rver for the S3 backend tests, pinned by tests/s3rver/package-lock.json:
-# `npm ci --prefix tests/s3rver` when it is missing or older than the lock.
 # A failure here is not fatal: the tests that need s3rver say it is missing.
-s3rver=$(cd "$(dirname "$0")/.." && pwd)/tests/s3rver
-if [ ! -f "$s3rver/node_modules/s3rver/bin/s3rver.js" ] ||
-	[ "$s3rver/package-lock.json" -nt "$s3rver/node_modules/.package-lock.json" ]; then
+if [ $need_s3rver -eq 1 ]; then
 	echo "setup: npm ci --prefix tests/s3rver" >&2
 	npm ci --prefix "$s3rver" --no-audit --no-fund >/dev/null ||
 		echo "setup: npm ci failed; the s3rver tests will fail" >&2
 fi
+exit 0

@@ -5,7 +5,7 @@
 #   fuzz    every fuzz target (safetensors-header, safetensors-index,
 #           delta, manifest, config) for WSYNC_STRESS_FUZZ_SECONDS each
 #           (default 600; the index target a third), by scripts/test.sh
-#           --fuzz-only (its build-fuzz, corpora and artifacts)
+#           --fuzz-only (its build-test-fuzz, corpora and artifacts)
 #   load    tests/integration/test-load.sh with --steps
 #           WSYNC_STRESS_STEPS (200) --subscribers WSYNC_STRESS_SUBSCRIBERS (32)
 #   faults  tests/integration/test-faults.sh with --outage
@@ -13,14 +13,15 @@
 #   crash   tests/integration/test-crash.sh --long (the kill sweep), when
 #           the test exists and is registered
 # The integration tests run through `meson test` (the env tests/meson.build
-# gives them, no timeout) in WSYNC_BUILD_DIR (default build, configured and
-# built as scripts/test.sh does when missing).  Each test's TAP comments
+# gives them, no timeout) in WSYNC_BUILD_DIR (default build-test, where
+# scripts/test.sh builds; configured and built as test.sh does when
+# missing; the logs go in it).  Each test's TAP comments
 # (its figures) are printed; the last line is "N passed, N failed", every
 # TAP case counted as scripts/test.sh counts them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=${WSYNC_BUILD_DIR:-build}
+build=${WSYNC_BUILD_DIR:-build-test}
 fuzz_seconds=${WSYNC_STRESS_FUZZ_SECONDS:-600}
 steps=${WSYNC_STRESS_STEPS:-200}
 subscribers=${WSYNC_STRESS_SUBSCRIBERS:-32}
@@ -83,8 +84,9 @@ done
 if [[ " ${stages[*]} " != " fuzz " ]]; then
 	say "build ($build)"
 	if [ ! -d "$build/meson-private" ]; then
-		meson setup "$build" -Dwerror=true -Dbuildtype=debugoptimized >"$build.setup.log" 2>&1 ||
-			{ cat "$build.setup.log"; echo "0 passed, 1 failed"; exit 1; }
+		mkdir -p "$build"
+		meson setup "$build" -Dwerror=true -Dbuildtype=debugoptimized >"$build/setup.log" 2>&1 ||
+			{ cat "$build/setup.log"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 	ninja -C "$build" >"$build/stress-build.log" 2>&1 ||
 		{ tail -40 "$build/stress-build.log"; echo "0 passed, 1 failed"; exit 1; }
@@ -95,13 +97,14 @@ for stage in "${stages[@]}"; do
 	fuzz)
 		say "fuzz: scripts/test.sh --fuzz-only, ${fuzz_seconds} s a target"
 		t0=$SECONDS
-		WSYNC_FUZZ_SECONDS=$fuzz_seconds scripts/test.sh --fuzz-only >"$build-stress-fuzz.log" 2>&1
-		grep -E '^(ok|FAILED)' "$build-stress-fuzz.log" | sed 's/^/  /'
-		line=$(tail -1 "$build-stress-fuzz.log")
+		mkdir -p "$build"
+		WSYNC_FUZZ_SECONDS=$fuzz_seconds scripts/test.sh --fuzz-only >"$build/stress-fuzz.log" 2>&1
+		grep -E '^(ok|FAILED)' "$build/stress-fuzz.log" | sed 's/^/  /'
+		line=$(tail -1 "$build/stress-fuzz.log")
 		if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)?$ ]]; then
 			record fuzz "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-0}" $((SECONDS - t0))
 		else
-			tail -20 "$build-stress-fuzz.log"
+			tail -20 "$build/stress-fuzz.log"
 			record fuzz 0 1 0 $((SECONDS - t0))
 		fi
 		;;

@@ -5,6 +5,13 @@
 # under ASan+UBSan (leaks included), runs each fuzz target for a fixed time,
 # and ends with one line "N passed, N failed".
 #
+# It builds in its own folders, build-test/ (gcc), build-test-asan/ and
+# build-test-fuzz/ (clang), each holding its logs, corpora and artifacts,
+# and never touches build/ (scripts/demo.sh's).  Everything it writes is
+# in them or ignored by git (tests/s3rver/node_modules): a run that starts
+# from a clean checkout and leaves `git status` unclean counts as a
+# failure.
+#
 #   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the safetensors
 #                           header, delta, manifest/HEAD and config
 #                           targets get this; the index target a third)
@@ -27,16 +34,24 @@ fail_stage() { # a stage that could not even run counts as one failure
 	failed=$((failed + 1))
 }
 
-# setup BUILD_DIR [meson options...]: configure (or reconfigure) and build.
+# setup BUILD_DIR [meson options...]: configure (or reconfigure) and build;
+# the logs in BUILD_DIR.
 setup_build() {
 	local dir=$1
 	shift
+	mkdir -p "$dir"
 	if [ -d "$dir/meson-private" ]; then
-		meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1
+		meson setup --reconfigure "$dir" "$@" >"$dir/setup.log" 2>&1
 	else
-		meson setup "$dir" "$@" >"$dir.setup.log" 2>&1
-	fi || { cat "$dir.setup.log"; return 1; }
+		meson setup "$dir" "$@" >"$dir/setup.log" 2>&1
+	fi || { cat "$dir/setup.log"; return 1; }
 	ninja -C "$dir" >"$dir/build.log" 2>&1 || { tail -60 "$dir/build.log"; return 1; }
+}
+
+# The tree's state, to tell whether the run wrote into it (not in a git
+# checkout: nothing to compare).
+tree_state() {
+	git -C "$root" status --porcelain=v1 --untracked-files=all 2>/dev/null
 }
 
 # count BUILD_DIR: add the cases of the last meson test run there.
@@ -48,6 +63,8 @@ count() {
 	skipped=$((skipped + s))
 }
 
+tree_before=$(tree_state)
+
 say "installing what is missing"
 if ! scripts/setup.sh; then
 	echo "0 passed, 1 failed"
@@ -58,30 +75,31 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 if [ $fuzz_only -eq 0 ]; then
 	say "build (gcc, -Werror)"
-	if setup_build build -Dwerror=true -Dbuildtype=debugoptimized; then
+	if setup_build build-test -Dwerror=true -Dbuildtype=debugoptimized; then
 		say "tests"
-		meson test -C build --print-errorlogs --no-rebuild --timeout-multiplier 2 \
-			>build/test.log 2>&1
-		tail -12 build/test.log
-		count build
+		meson test -C build-test --print-errorlogs --no-rebuild --timeout-multiplier 2 \
+			>build-test/test.log 2>&1
+		tail -12 build-test/test.log
+		count build-test
 	else
 		fail_stage "gcc build"
 	fi
 
 	say "unit tests under ASan+UBSan"
-	if setup_build build-asan -Dwerror=true -Dbuildtype=debug \
+	if setup_build build-test-asan -Dwerror=true -Dbuildtype=debug \
 		-Db_sanitize=address,undefined -Db_lundef=false; then
-		meson test -C build-asan --suite unit --print-errorlogs --no-rebuild \
-			--timeout-multiplier 3 >build-asan/test.log 2>&1
-		tail -8 build-asan/test.log
-		count build-asan
+		meson test -C build-test-asan --suite unit --print-errorlogs --no-rebuild \
+			--timeout-multiplier 3 >build-test-asan/test.log 2>&1
+		tail -8 build-test-asan/test.log
+		count build-test-asan
 	else
 		fail_stage "ASan build"
 	fi
 fi
 
 say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta, manifest and config parsers, a third of it for the index)"
-if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
+fuzz=build-test-fuzz
+if CC=clang setup_build $fuzz -Dfuzzing=true -Dwerror=true \
 	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
 	for target in safetensors-header safetensors-index delta manifest config; do
 		secs=$fuzz_seconds
@@ -89,22 +107,30 @@ if CC=clang setup_build build-fuzz -Dfuzzing=true -Dwerror=true \
 		safetensors-header | delta | manifest | config) ;;
 		*) secs=$(((fuzz_seconds + 2) / 3)) ;;
 		esac
-		work=build-fuzz/corpus-$target
-		mkdir -p "$work" build-fuzz/artifacts
-		if build-fuzz/tests/fuzz/fuzz-$target -max_total_time="$secs" \
+		work=$fuzz/corpus-$target
+		mkdir -p "$work" $fuzz/artifacts
+		if $fuzz/tests/fuzz/fuzz-$target -max_total_time="$secs" \
 			-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-			-artifact_prefix=build-fuzz/artifacts/$target- \
-			"$work" "tests/fuzz/corpus/$target" >build-fuzz/$target.log 2>&1; then
+			-artifact_prefix=$fuzz/artifacts/$target- \
+			"$work" "tests/fuzz/corpus/$target" >$fuzz/$target.log 2>&1; then
 			echo "ok - fuzz $target: $(grep -E 'stat::number_of_executed_units' \
-				build-fuzz/$target.log | awk '{print $2}') runs, no crash"
+				$fuzz/$target.log | awk '{print $2}') runs, no crash"
 			passed=$((passed + 1))
 		else
-			tail -40 build-fuzz/$target.log
-			fail_stage "fuzz $target (see build-fuzz/artifacts/)"
+			tail -40 $fuzz/$target.log
+			fail_stage "fuzz $target (see $fuzz/artifacts/)"
 		fi
 	done
 else
 	fail_stage "fuzz build"
+fi
+
+# A clean checkout stays clean: what the run wrote is in its build
+# folders or ignored.
+if [ -z "$tree_before" ] && [ -n "$(tree_state)" ]; then
+	echo "the run left files in the tree (git status):"
+	tree_state | head -20
+	fail_stage "git status clean after the run"
 fi
 
 line="$passed passed, $failed failed"

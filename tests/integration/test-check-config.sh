@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # test-check-config: `wsyncd --check-config` accepts the shipped examples,
 # and refuses bad files with every error as FILE:LINE and exit 78
-# (EX_CONFIG), like `nginx -t`.
+# (EX_CONFIG), like `nginx -t`; run without --config and no default
+# file, it names the file it tried and suggests --config.
 . "$(dirname "$0")/lib.sh"
 cfg="$WSYNC_SOURCE_ROOT/config"
 
@@ -55,6 +56,22 @@ expect_exit 0 "--dump-config prints the effective settings" \
 printf '%s\n' "$OUT" >"$TMP/dumped.ini"
 contains "dump has poll_interval" "$OUT" "poll_interval"
 expect_exit 0 "the dump is itself a valid config" "$WSYNCD" --check-config "$TMP/dumped.ini"
+
+# Without --config, the default file: when it does not exist, wsyncd names
+# it and suggests --config.
+default=$("$WSYNCD" --help | sed -n 's/.*configuration (default \(.*\))$/\1/p')
+if [ -n "$default" ] && [ ! -e "$default" ]; then
+	expect_exit 78 "no --config and no default file exits 78" "$WSYNCD" --log-target stderr
+	contains "no default file: it is named" "$OUT" "$default, the default configuration file, does not exist"
+	contains "no default file: --config FILE is suggested" "$OUT" "name yours with --config FILE"
+	expect_exit 78 "--check-config without a file, no default file: 78" "$WSYNCD" --check-config
+	contains "... with the same suggestion" "$OUT" "with --config FILE"
+	expect_exit 78 "--config of a missing file exits 78" "$WSYNCD" --config "$TMP/nope.ini"
+	case "$OUT" in *"the default configuration file"*) r=1 ;; *) r=0 ;; esac
+	tap_result $r "... without calling it the default"
+else
+	echo "# skipped: the default configuration ${default:-?} exists here"
+fi
 
 expect_exit 0 "wsyncd --version" "$WSYNCD" --version
 expect_exit 2 "unknown option is a usage error" "$WSYNCD" --frobnicate

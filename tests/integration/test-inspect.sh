@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # test-inspect: `wsync inspect` lists every tensor of generated checkpoints
 # (sharded and single-file), its --json agrees with an independent reader,
-# and broken input gets a clear message and the documented exit code.
+# and broken input gets a clear message and the documented exit code (a
+# file that is neither a safetensors file nor a delta is called that).
 . "$(dirname "$0")/lib.sh"
 
 "$GEN" --params 2M --steps 1 --shards 3 --quiet --out "$TMP/sharded" >/dev/null 2>&1
@@ -60,6 +61,19 @@ printf 'X' | dd of="$TMP/garbled.safetensors" bs=1 seek=8 conv=notrunc 2>/dev/nu
 expect_exit 65 "garbled header is refused with 65" "$WSYNC" inspect "$TMP/garbled.safetensors"
 contains "garbled header: says why" "$OUT" "does not start with '{'"
 
+# A file that is neither (a checkpoint's config.json, a short text): said
+# so, naming the file, not read as a huge header length.
+"$PYTHON3" -c 'import json, sys; json.dump({"architectures": ["LlamaForCausalLM"], "hidden_size": 256}, open(sys.argv[1], "w"), indent=2)' "$TMP/config.json"
+expect_exit 65 "inspect config.json exits 65" "$WSYNC" inspect "$TMP/config.json"
+contains "config.json: neither a safetensors file nor a delta, named" "$OUT" \
+	"wsync inspect: $TMP/config.json: neither a safetensors file nor a wsync delta"
+case "$OUT" in *"header length"*) r=1 ;; *) r=0 ;; esac
+tap_result $r "config.json: no header length is quoted"
+printf 'hi\n' >"$TMP/short.txt"
+expect_exit 65 "inspect a 3-byte text file exits 65" "$WSYNC" inspect "$TMP/short.txt"
+contains "short file: neither a safetensors file nor a delta" "$OUT" \
+	"$TMP/short.txt: neither a safetensors file nor a wsync delta"
+
 mkdir "$TMP/bad-index"
 cp "$ck"/*.safetensors "$TMP/bad-index/"
 "$PYTHON3" - "$ck/model.safetensors.index.json" "$TMP/bad-index/model.safetensors.index.json" <<'PY'
@@ -78,7 +92,9 @@ contains "missing shard is named" "$OUT" "No such file"
 
 expect_exit 1 "nonexistent path fails with 1" "$WSYNC" inspect "$TMP/nope"
 expect_exit 2 "no argument is a usage error" "$WSYNC" inspect
+contains "no argument: says PATH is missing" "$OUT" "wsync inspect: missing PATH"
 expect_exit 2 "unknown option is a usage error" "$WSYNC" inspect --bogus "$ck"
+contains "unknown option: named after the full prefix" "$OUT" "wsync inspect: unknown option --bogus"
 expect_exit 2 "unknown command is a usage error" "$WSYNC" frobnicate
 expect_exit 0 "wsync --version" "$WSYNC" --version
 contains "version printed" "$OUT" "wsync "
