@@ -1293,6 +1293,20 @@ int wsync_config_load(struct wsync_config *cfg, const char *path,
 	}
 	validate(&st);
 	ret = n_issues(&st) ? -EINVAL : 0;
+	/* Two daemons of different roles started from minimal files keep
+	 * their status apart. */
+	if (ret == 0 && cfg->runtime_dir_by_role && cfg->role != WSYNC_ROLE_UNSET &&
+	    !seen_line(&st, "daemon", "runtime_dir")) {
+		char *rd;
+
+		if (asprintf(&rd, "%s/%s", cfg->runtime_dir, wsync_role_name(cfg->role)) < 0) {
+			ret = -ENOMEM;
+		} else {
+			free(cfg->runtime_dir);
+			cfg->runtime_dir = rd;
+			cfg->runtime_dir_by_role = false;
+		}
+	}
 out:
 	if (st.oom)
 		ret = -ENOMEM;
@@ -1324,8 +1338,45 @@ static int default_dir(const char *env, const char *def, char **ret)
 	return *ret ? 0 : -ENOMEM;
 }
 
+/* Where a daemon keeps its state and runtime files when neither the file
+ * nor systemd says.  Root: /var/lib/wsync and /run/wsync.  Another user
+ * (no /run/wsync to write): /var/lib/wsync still when it can write there
+ * (an installation made so), else the XDG base directories, as systemd's
+ * user services use them. */
+static int fallback_dirs(char **state, char **runtime)
+{
+	const char *home = getenv("HOME"), *xs = getenv("XDG_STATE_HOME"),
+		   *xr = getenv("XDG_RUNTIME_DIR");
+	int r;
+
+	*state = *runtime = NULL;
+	if (geteuid() == 0 || access("/var/lib/wsync", W_OK) == 0 ||
+	    (!(xs && xs[0] == '/') && !(home && home[0] == '/')))
+		r = asprintf(state, "/var/lib/wsync");
+	else if (xs && xs[0] == '/')
+		r = asprintf(state, "%s/wsync", xs);
+	else
+		r = asprintf(state, "%s/.local/state/wsync", home);
+	if (r < 0)
+		return *state = NULL, -ENOMEM;
+	if (geteuid() == 0 || access("/run/wsync", W_OK) == 0)
+		r = asprintf(runtime, "/run/wsync");
+	else if (xr && xr[0] == '/')
+		r = asprintf(runtime, "%s/wsync", xr);
+	else
+		r = asprintf(runtime, "%s/run", *state);
+	if (r < 0) {
+		free(*state);
+		*state = *runtime = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int wsync_config_init(struct wsync_config *cfg)
 {
+	char *state_fallback = NULL, *runtime_fallback = NULL;
+	const char *rt = getenv("RUNTIME_DIRECTORY");
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
 	memset(cfg, 0, sizeof(*cfg));
@@ -1351,16 +1402,26 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->retry_max_time_ms = 120000;
 	cfg->timeout_ms = 30000;
 	cfg->connect_timeout_ms = 10000;
-	if (default_dir("STATE_DIRECTORY", "/var/lib/wsync", &cfg->state_dir) < 0 ||
-	    default_dir("RUNTIME_DIRECTORY", "/run/wsync", &cfg->runtime_dir) < 0 ||
+	if (fallback_dirs(&state_fallback, &runtime_fallback) < 0) {
+		wsync_config_free(cfg);
+		return -ENOMEM;
+	}
+	/* systemd's RuntimeDirectory=wsync/%i is one instance's already */
+	cfg->runtime_dir_by_role = !(rt && *rt);
+	if (default_dir("STATE_DIRECTORY", state_fallback, &cfg->state_dir) < 0 ||
+	    default_dir("RUNTIME_DIRECTORY", runtime_fallback, &cfg->runtime_dir) < 0 ||
 	    !(cfg->region = strdup("us-east-1")) ||
 	    !(cfg->step_pattern = strdup("checkpoint-*")) ||
 	    !(cfg->marker = strdup("trainer_state.json")) ||
 	    !(cfg->include = strdup("*")) ||
 	    !(cfg->exclude = strdup(WSYNC_DEFAULT_EXCLUDE))) {
+		free(state_fallback);
+		free(runtime_fallback);
 		wsync_config_free(cfg);
 		return -ENOMEM;
 	}
+	free(state_fallback);
+	free(runtime_fallback);
 	return 0;
 }
 

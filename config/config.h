@@ -57,8 +57,14 @@ struct wsync_config {
 
 	/* [daemon] */
 	enum wsync_role role;	/* role = publisher|subscriber (required) */
-	char *state_dir;	/* default $STATE_DIRECTORY or /var/lib/wsync */
-	char *runtime_dir;	/* default $RUNTIME_DIRECTORY or /run/wsync */
+	char *state_dir;	/* default $STATE_DIRECTORY, else /var/lib/wsync (root,
+				 * or a user who can write it), else
+				 * $XDG_STATE_HOME/wsync or ~/.local/state/wsync */
+	char *runtime_dir;	/* default $RUNTIME_DIRECTORY, else /run/wsync/ROLE
+				 * (root), else $XDG_RUNTIME_DIR/wsync/ROLE, else
+				 * STATE_DIR/run/ROLE */
+	bool runtime_dir_by_role; /* runtime_dir is a default base that loading
+				   * a file with a role extends by "/ROLE" */
 	uint32_t threads;	/* default: number of online cores; 1..1024 */
 	uint64_t memory_limit;	/* for encoding/applying; default 256MiB; 64MiB..1TiB */
 	int log_level;		/* syslog priority; default LOG_INFO */

@@ -25,6 +25,8 @@ struct wsync_daemon {
 	const struct wsync_config *cfg;	/* valid until the role is freed */
 	struct wsync_store *store;	/* the bucket of [store] url */
 	struct wsync_jobs *jobs;	/* the thread for encode/apply/hash jobs */
+	const char *program;		/* "wsyncd", "wsync publish", "wsync pull":
+					 * named in the role's lock files */
 	/* One line for `systemctl status` (sd_notify STATUS=) and the status
 	 * file: "version 12 applied (step 2400), idle".  May be NULL. */
 	void (*set_status)(struct wsync_daemon *d, const char *line);

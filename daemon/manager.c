@@ -17,6 +17,8 @@
 
 #include "daemon.h"
 #include "log-messages.h"
+#include "instance_lock.h"
+#include "io.h"
 #include "log.h"
 #include "manager.h"
 #include "notify.h"
@@ -39,6 +41,7 @@ struct manager {
 	struct wsync_subscriber *sub;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t watchdog;
+	struct wsync_instance_lock runtime_lock;	/* runtime_dir/lock */
 	bool watchdog_on;
 	char status[512];
 	int exit_code;
@@ -184,6 +187,31 @@ static void setup_failed(struct manager *m, bool config, const struct wsync_erro
 		log_error("%s: %s", what, why);
 }
 
+/* One daemon per runtime_dir: two would write one status.json.  Taken
+ * after the role's own locks (its state), so that two daemons from one
+ * file hear of the state they would share first. */
+static int lock_runtime(struct manager *m, struct wsync_error *err)
+{
+	struct wsync_error e = { 0 };
+	char *lock = NULL;
+	int r;
+
+	r = wsync_mkdir_p(m->cfg->runtime_dir, 0755);
+	if (r < 0)
+		wsync_error_set(&e, r, "cannot create it: %s", strerror(-r));
+	else if (asprintf(&lock, "%s/lock", m->cfg->runtime_dir) < 0)
+		r = wsync_error_set(&e, -ENOMEM, "out of memory");
+	else
+		r = wsync_instance_lock(&m->runtime_lock, lock, "wsyncd", m->config_path, &e);
+	free(lock);
+	if (r < 0)
+		wsync_error_set(err, r, "[daemon] runtime_dir %s: %s%s", m->cfg->runtime_dir,
+				wsync_error_str(&e), r != -EBUSY ? "" :
+				"; two daemons would write one status.json: give each its "
+				"own [daemon] runtime_dir");
+	return r;
+}
+
 static int start_role(struct manager *m)
 {
 	struct wsync_error err = { 0 };
@@ -192,9 +220,13 @@ static int start_role(struct manager *m)
 	if (m->cfg->role == WSYNC_ROLE_PUBLISHER) {
 		r = wsync_publisher_new(&m->d, &m->pub, &err);
 		if (r >= 0)
+			r = lock_runtime(m, &err);
+		if (r >= 0)
 			r = wsync_publisher_start(m->pub);
 	} else {
 		r = wsync_subscriber_new(&m->d, &m->sub, &err);
+		if (r >= 0)
+			r = lock_runtime(m, &err);
 		if (r >= 0)
 			r = wsync_subscriber_start(m->sub);
 	}
@@ -223,6 +255,8 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 	m->config_path = config_path;
 	m->d.loop = &loop;
 	m->d.cfg = cfg;
+	m->d.program = "wsyncd";
+	m->runtime_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	m->d.set_status = set_status;
 	m->d.stopped = role_stopped;
 	m->d.data = m;
@@ -279,6 +313,7 @@ out:
 	code = m->exit_code;
 	if (uv_loop_close(&loop) < 0)
 		log_warning("the event loop still had open handles at exit");
+	wsync_instance_unlock(&m->runtime_lock);
 	wsync_config_free(cfg);
 	free(m);
 	return code;

@@ -74,6 +74,7 @@
 #include "checkpoint_complete.h"
 #include "checkpoint_scan.h"
 #include "log-messages.h"
+#include "instance_lock.h"
 #include "io.h"
 #include "log.h"
 #include "manifest.h"
@@ -164,6 +165,7 @@ struct wsync_publisher {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *key;	/* NULL: unsigned */
+	struct wsync_instance_lock state_lock;	/* state_dir/publisher/lock */
 	struct ckscan_filter filter;
 	char pub_dir[PATH_MAX];
 	char watch_dir[PATH_MAX];
@@ -2082,6 +2084,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	p->d = d;
 	p->cfg = cfg;
+	p->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	p->store_ok = true;
 	p->last_lag = -1;
 	p->inplace = !cfg->step_pattern || !*cfg->step_pattern;
@@ -2119,11 +2122,26 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		r = wsync_error_set(err, r, "state_dir %s: %s", cfg->state_dir, strerror(-r));
 		goto fail;
 	}
-	r = wsync_mkdir_p(cfg->runtime_dir, 0755);
+	/* One process per publisher state: two would swap each other's base. */
+	PATHF(path, "%s/lock", p->pub_dir);
+	r = wsync_instance_lock(&p->state_lock, path, d->program ? d->program : "wsync",
+				cfg->path, err);
 	if (r < 0) {
-		r = wsync_error_set(err, r, "runtime_dir %s: %s", cfg->runtime_dir,
-				    strerror(-r));
+		struct wsync_error e = *err;
+
+		wsync_error_set(err, r, "[daemon] state_dir %s: %s%s", cfg->state_dir,
+				wsync_error_str(&e), r != -EBUSY ? "" :
+				"; a publisher's state_dir serves one process at a time: stop "
+				"it first, or give each daemon its own [daemon] state_dir");
 		goto fail;
+	}
+	if (!once_dir) {
+		r = wsync_mkdir_p(cfg->runtime_dir, 0755);
+		if (r < 0) {
+			r = wsync_error_set(err, r, "runtime_dir %s: %s", cfg->runtime_dir,
+					    strerror(-r));
+			goto fail;
+		}
 	}
 	if (realpath(p->pub_dir, path)) {
 		size_t wl = strlen(p->watch_dir);
@@ -2230,6 +2248,7 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	wsync_manifest_free(&p->head_manifest);
 	wsync_buf_free(&p->recover_head_doc);
 	wsync_sign_key_free(p->key);
+	wsync_instance_unlock(&p->state_lock);
 	ckscan_filter_free(&p->filter);
 	for (size_t i = 0; i < p->n_seen; i++)
 		free(p->seen[i].name);

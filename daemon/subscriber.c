@@ -84,6 +84,7 @@
 #include <jansson.h>
 
 #include "log-messages.h"
+#include "instance_lock.h"
 #include "io.h"
 #include "log.h"
 #include "manifest.h"
@@ -166,8 +167,8 @@ struct wsync_subscriber {
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *verify;
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir, *status_path;
-	char *lock_path;
-	int lock_fd;
+	char *lock_path;		/* the target's */
+	struct wsync_instance_lock target_lock, state_lock;
 	struct sub_hooks hooks;
 	bool hooks_init;
 
@@ -1467,7 +1468,8 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	s->d = d;
 	s->cfg = cfg;
 	s->store_ok = true;
-	s->lock_fd = -1;
+	s->target_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
+	s->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_word = "idle";
 	if (getrandom(&s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng) || !s->rng)
 		s->rng = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull | 1;
@@ -1531,15 +1533,33 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		wsync_error_prefix(err, "[subscriber] target_dir");
 		goto fail;
 	}
-	/* One subscriber per target: a wsyncd and a `wsync pull` (or two
-	 * daemons with the same target_dir) would apply over each other. */
-	s->lock_fd = open(s->lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		r = -errno;
-		r = wsync_error_set(err, r == -EWOULDBLOCK ? -EBUSY : r, "%s: %s", s->lock_path,
-				    r == -EWOULDBLOCK ? "the target is in use by another wsyncd "
-				    "or wsync pull" : strerror(-r));
-		goto fail;
+	/* One process per subscriber state (two would empty each other's
+	 * downloads) and per target (two would apply over each other): a
+	 * wsyncd and a `wsync pull`, or two daemons sharing either. */
+	{
+		const char *prog = d->program ? d->program : "wsync";
+		char *state_lock = path_join(s->sub_dir, "lock");
+		struct wsync_error e = { 0 };
+
+		r = state_lock ? wsync_instance_lock(&s->state_lock, state_lock, prog, cfg->path,
+						     &e) : wsync_error_set(&e, -ENOMEM, "out of memory");
+		free(state_lock);
+		if (r < 0) {
+			wsync_error_set(err, r, "[daemon] state_dir %s: %s%s", cfg->state_dir,
+					wsync_error_str(&e), r != -EBUSY ? "" :
+					"; a subscriber's state_dir serves one process at a time: "
+					"stop it first, or give each daemon its own [daemon] "
+					"state_dir");
+			goto fail;
+		}
+		r = wsync_instance_lock(&s->target_lock, s->lock_path, prog, cfg->path, &e);
+		if (r < 0) {
+			wsync_error_set(err, r, "[subscriber] target_dir %s: %s%s", cfg->target_dir,
+					wsync_error_str(&e), r != -EBUSY ? "" :
+					"; one subscriber per target: stop it first, or give "
+					"this one another target_dir");
+			goto fail;
+		}
 	}
 	r = sub_hooks_init(&s->hooks, d->loop, cfg, on_hooks_idle, s, err);
 	if (r < 0) {
@@ -1721,8 +1741,8 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	free(s->etag);
 	if (s->hooks_init)
 		sub_hooks_free(&s->hooks);
-	if (s->lock_fd >= 0)
-		(void)close(s->lock_fd);	/* releases the flock */
+	wsync_instance_unlock(&s->target_lock);
+	wsync_instance_unlock(&s->state_lock);
 	free(s->sub_dir);
 	free(s->state_path);
 	free(s->legacy_state);

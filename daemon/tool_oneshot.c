@@ -131,7 +131,7 @@ int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *co
 		return WSYNC_EXIT_FAILURE;
 	}
 	o->running = true;
-	o->d = (struct wsync_daemon){ .loop = &o->loop, .cfg = &o->cfg,
+	o->d = (struct wsync_daemon){ .loop = &o->loop, .cfg = &o->cfg, .program = tool,
 				      .stopped = role_stopped, .data = o };
 	o->tty = isatty(STDERR_FILENO) && !verbose;
 	e = wsync_config_store_options(&o->cfg, &so);

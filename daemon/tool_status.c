@@ -6,10 +6,15 @@
  * subscriber.c list each role's fields; the ones both write -- role,
  * state, stopped, version, step, last_error, store_ok, store_down_since,
  * message, pid, updated -- have one type in both).  With --config FILE
- * and no status file in runtime_dir itself, runtime_dir/NAME/status.json,
- * NAME being FILE's name without ".ini": where wsyncd@NAME.service runs it
+ * and no status file in runtime_dir itself, BASE/NAME/status.json, BASE
+ * being the default runtime_dir without a role (/run/wsync) and NAME
+ * FILE's name without ".ini": where wsyncd@NAME.service runs it
  * (RuntimeDirectory=wsync/%i, --config /etc/wsync/%i.ini), since a shell
  * has no RUNTIME_DIRECTORY to point the configuration's default there.
+ * A status file of the other role is not this configuration's daemon:
+ * "not running", saying whose it is.  With neither option, BASE/status.json
+ * or, for daemons whose files set no runtime_dir, BASE/publisher/ and
+ * BASE/subscriber/ -- each one found (--json: an array when two are).
  *
  * Exit codes, for scripts and health checks:
  *   0  the daemon reports itself healthy
@@ -47,8 +52,9 @@ static void usage(FILE *f)
 {
 	fprintf(f, "%s\n"
 		   "Show what the local wsyncd reports in RUNTIME_DIR/status.json\n"
-		   "(with --config /etc/wsync/NAME.ini, also RUNTIME_DIR/NAME/status.json:\n"
-		   "the wsyncd@NAME service's).\n"
+		   "(with --config /etc/wsync/NAME.ini, also /run/wsync/NAME/status.json:\n"
+		   "the wsyncd@NAME service's; with neither option, every daemon found\n"
+		   "in the default runtime_dir: /run/wsync/publisher, /run/wsync/subscriber).\n"
 		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
 		   "3 not running.\n", synopsis);
 }
@@ -172,6 +178,129 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 }
 
+/* Show the status file at path: 0 healthy, 1 unhealthy, 3 not running.
+ * want_role: the role the configuration asked about, or NULL.  With
+ * json_out, the object is appended to it instead of printed. */
+static int show(const char *path, bool json, const char *want_role, json_t *json_out)
+{
+	bool running = true, healthy;
+	json_error_t je;
+	long long pid;
+	json_t *o;
+	int code;
+
+	o = json_load_file(path, 0, &je);
+	if (!o) {
+		if (access(path, F_OK) < 0 && errno == ENOENT) {
+			if (json)
+				printf("{\"state\": \"not running\"}\n");
+			else
+				printf("wsyncd: not running (no %s)\n", path);
+		} else {
+			fprintf(stderr, TOOL ": %s: %s\n", path, je.text);
+		}
+		return EXIT_NOT_RUNNING;
+	}
+	if (!json_is_object(o)) {
+		fprintf(stderr, TOOL ": %s: not a JSON object\n", path);
+		json_decref(o);
+		return WSYNC_EXIT_FAILURE;
+	}
+	if (want_role && str(o, "role") && strcmp(str(o, "role"), want_role) != 0) {
+		/* Another daemon's: this one's would be here, and is not. */
+		if (json)
+			printf("{\"state\": \"not running\"}\n");
+		else
+			printf("wsyncd: not running: %s is a %s's status, and the configuration "
+			       "is a %s's (do two daemons share this runtime_dir? give each "
+			       "its own [daemon] runtime_dir)\n", path, str(o, "role"), want_role);
+		json_decref(o);
+		return EXIT_NOT_RUNNING;
+	}
+	if (stopped(o) ||
+	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+		running = false;
+	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
+		  !(str(o, "role") && strcmp(str(o, "role"), "subscriber") == 0 &&
+		    last_error(o)) &&
+		  !json_is_false(json_object_get(o, "store_ok")) &&
+		  !json_is_true(json_object_get(o, "stale"));
+	code = !running ? EXIT_NOT_RUNNING : healthy ? WSYNC_EXIT_OK : WSYNC_EXIT_FAILURE;
+	if (json_out) {
+		json_array_append(json_out, o);
+	} else if (json) {
+		char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
+		if (text)
+			printf("%s\n", text);
+		free(text);
+	} else {
+		print_human(o, path, running, healthy);
+	}
+	json_decref(o);
+	return code;
+}
+
+/* No --config, no --runtime-dir: the default runtime_dir's status, or
+ * the status of each role that runs from a file that does not set one
+ * (RUNTIME_DIR/publisher, RUNTIME_DIR/subscriber), every one found. */
+static int show_defaults(const char *base, bool json)
+{
+	static const char *const subs[] = { "", "/publisher", "/subscriber" };
+	char *paths[3] = { NULL, NULL, NULL };
+	size_t n = 0;
+	int code = 0;
+
+	for (size_t i = 0; i < 3; i++) {
+		char *p;
+
+		if (asprintf(&p, "%s%s/status.json", base, subs[i]) < 0)
+			break;
+		if (access(p, F_OK) == 0)
+			paths[n++] = p;
+		else
+			free(p);
+	}
+	if (n == 0) {
+		char *p;
+
+		if (asprintf(&p, "%s/status.json", base) < 0) {
+			fprintf(stderr, TOOL ": out of memory\n");
+			return WSYNC_EXIT_FAILURE;
+		}
+		code = show(p, json, NULL, NULL);
+		free(p);
+		return code;
+	}
+	if (n == 1 || !json) {
+		for (size_t i = 0; i < n; i++) {
+			int c;
+
+			if (i)
+				printf("\n");
+			c = show(paths[i], json, NULL, NULL);
+			code = c > code ? c : code;
+		}
+	} else {
+		json_t *all = json_array();
+		char *text;
+
+		for (size_t i = 0; i < n && all; i++) {
+			int c = show(paths[i], json, NULL, all);
+
+			code = c > code ? c : code;
+		}
+		text = all ? json_dumps(all, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+		if (text)
+			printf("%s\n", text);
+		free(text);
+		json_decref(all);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(paths[i]);
+	return code;
+}
+
 int tool_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -183,11 +312,9 @@ int tool_status(int argc, char **argv)
 	};
 	const char *config = NULL, *rundir = NULL;
 	struct wsync_config cfg;
-	bool json = false, running = true, healthy;
-	char *path = NULL;
-	json_error_t je;
-	json_t *o;
-	long long pid;
+	bool json = false;
+	char *path = NULL, *base = NULL;
+	const char *role = NULL;
 	int c, code;
 
 	optind = 1;
@@ -207,9 +334,16 @@ int tool_status(int argc, char **argv)
 	if (config && rundir)
 		return tool_usage_error(TOOL, synopsis, "--config and --runtime-dir name the "
 					"same thing: give one");
-	if (wsync_config_init(&cfg) < 0) {
+	if (wsync_config_init(&cfg) < 0 || !(base = strdup(cfg.runtime_dir))) {
+		wsync_config_free(&cfg);
 		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
+	}
+	if (!config && !rundir) {
+		code = show_defaults(base, json);
+		free(base);
+		wsync_config_free(&cfg);
+		return code;
 	}
 	if (config) {
 		struct wsync_config_errors errs = { 0 };
@@ -218,62 +352,37 @@ int tool_status(int argc, char **argv)
 			tool_print_config_errors(TOOL, &errs);
 			wsync_config_errors_free(&errs);
 			wsync_config_free(&cfg);
+			free(base);
 			return WSYNC_EX_CONFIG;
 		}
 		wsync_config_errors_free(&errs);
+		role = wsync_role_name(cfg.role);
 	}
 	if (asprintf(&path, "%s/status.json", rundir ? rundir : cfg.runtime_dir) < 0) {
 		wsync_config_free(&cfg);
+		free(base);
 		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (config && access(path, F_OK) < 0 && errno == ENOENT) {
-		char *inst = instance_status(cfg.runtime_dir, config);
+		/* wsyncd@NAME: RuntimeDirectory=wsync/%i, under the default base
+		 * (runtime_dir without its role, when the file did not set it) */
+		char *dflt = NULL, *inst;
+
+		if (asprintf(&dflt, "%s/%s", base, role) < 0)
+			dflt = NULL;
+		inst = instance_status(dflt && strcmp(dflt, cfg.runtime_dir) == 0 ? base :
+				       cfg.runtime_dir, config);
+		free(dflt);
 
 		if (inst) {
 			free(path);
 			path = inst;
 		}
 	}
+	code = show(path, json, role, NULL);
 	wsync_config_free(&cfg);
-	o = json_load_file(path, 0, &je);
-	if (!o) {
-		if (access(path, F_OK) < 0 && errno == ENOENT) {
-			if (json)
-				printf("{\"state\": \"not running\"}\n");
-			else
-				printf("wsyncd: not running (no %s)\n", path);
-		} else {
-			fprintf(stderr, TOOL ": %s: %s\n", path, je.text);
-		}
-		free(path);
-		return EXIT_NOT_RUNNING;
-	}
-	if (!json_is_object(o)) {
-		fprintf(stderr, TOOL ": %s: not a JSON object\n", path);
-		json_decref(o);
-		free(path);
-		return WSYNC_EXIT_FAILURE;
-	}
-	if (stopped(o) ||
-	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
-		running = false;
-	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
-		  !(str(o, "role") && strcmp(str(o, "role"), "subscriber") == 0 &&
-		    last_error(o)) &&
-		  !json_is_false(json_object_get(o, "store_ok")) &&
-		  !json_is_true(json_object_get(o, "stale"));
-	if (json) {
-		char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-
-		if (text)
-			printf("%s\n", text);
-		free(text);
-	} else {
-		print_human(o, path, running, healthy);
-	}
-	code = !running ? EXIT_NOT_RUNNING : healthy ? WSYNC_EXIT_OK : WSYNC_EXIT_FAILURE;
-	json_decref(o);
+	free(base);
 	free(path);
 	return code;
 }

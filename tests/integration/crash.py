@@ -140,7 +140,10 @@ def unsynced(p, last_open, last_write, synced):
 def inplace(log, scope, skip=None, drops=frozenset()):
     ev = read_log(log)
     scope = os.path.realpath(scope)
-    meta = lambda p: "/.wsync/" in p or p.endswith("/.wsync") or \
+    # the daemon's lock files (daemon/instance_lock.h) are written in place
+    # by design: they say who holds them, and the kernel drops the lock
+    is_lock = lambda p: re.search(r"/(state/(subscriber|publisher)|run)/lock$", p)
+    meta = lambda p: "/.wsync/" in p or p.endswith("/.wsync") or is_lock(p) or \
         (skip is not None and under(p, os.path.realpath(skip)))
     bad, last_open, last_write, synced = [], {}, {}, {}
     removed = []	# dropped files removed in the step not yet marked

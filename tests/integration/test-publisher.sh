@@ -500,8 +500,13 @@ check "signed: manifest 2 too" verify_sig "$B/$(key manifests 2 json)"
 cp "$B/HEAD" "$TMP/head.bad"
 sed -i 's/"version"/"versioN"/' "$TMP/head.bad"
 if verify_sig "$TMP/head.bad" >/dev/null 2>&1; then tap_result 1 "signed: a changed byte fails verification"; else tap_result 0 "signed: a changed byte fails verification"; fi
-check "signed: wsync publish signs too" sh -c "'$WSYNC' publish --config '$TMP/pub.ini' '$SRC/checkpoint-3' >/dev/null 2>&1"
+expect_exit 1 "wsync publish beside a running publisher on its state_dir is refused" \
+	"$WSYNC" publish --config "$TMP/pub.ini" "$SRC/checkpoint-3"
+contains "... naming the running daemon: its pid and configuration" "$OUT" \
+	"state_dir $S: in use by wsyncd (pid $PID, $TMP/pub.ini)"
+check "... and nothing is published" test "$(head_version)" = 2
 stop
+check "signed: wsync publish signs too" sh -c "'$WSYNC' publish --config '$TMP/pub.ini' '$SRC/checkpoint-3' >/dev/null 2>&1"
 check "signed: the HEAD wsync publish wrote verifies" verify_sig "$B/HEAD"
 
 # 15. store outage: the bucket becomes unreachable (its path a file), the

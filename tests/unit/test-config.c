@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -240,6 +241,81 @@ static uint32_t expected_threads(void)
 	return n < 1 ? 1 : n > 1024 ? 1024 : (uint32_t)n;
 }
 
+/* The dirs a config gets, in a child: 0 when they are want_state and
+ * want_runtime (NULL: anything), else 1 with a "# " line. */
+static int dirs_are(const char *file, const char *want_state, const char *want_runtime)
+{
+	struct wsync_config cfg;
+	int bad = 0;
+
+	if (wsync_config_init(&cfg) < 0)
+		return 1;
+	if (file && wsync_config_load(&cfg, file, NULL) < 0) {
+		printf("# %s does not load\n", file);
+		bad = 1;
+	}
+	if (want_state && strcmp(cfg.state_dir, want_state) != 0) {
+		printf("# state_dir %s, want %s\n", cfg.state_dir, want_state);
+		bad = 1;
+	}
+	if (want_runtime && strcmp(cfg.runtime_dir, want_runtime) != 0) {
+		printf("# runtime_dir %s, want %s\n", cfg.runtime_dir, want_runtime);
+		bad = 1;
+	}
+	wsync_config_free(&cfg);
+	return bad;
+}
+
+/* A user who is not root (no /run/wsync, no /var/lib/wsync to write):
+ * the XDG base directories, a runtime_dir per role, and systemd's
+ * RuntimeDirectory= as it is.  Run in a child, as nobody when we are
+ * root. */
+static void test_defaults_non_root(void)
+{
+	char file[] = "/tmp/wsync-test-config.XXXXXX";
+	int fd = mkstemp(file), status = -1;
+	pid_t pid;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	CHECK(write(fd, BASE_PUBLISHER, strlen(BASE_PUBLISHER)) == (ssize_t)strlen(BASE_PUBLISHER));
+	(void)fchmod(fd, 0644);
+	(void)close(fd);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		int bad = 0;
+
+		if (geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+			_exit(100);
+		if (access("/var/lib/wsync", W_OK) == 0 || access("/run/wsync", W_OK) == 0) {
+			printf("# /var/lib/wsync or /run/wsync writable by uid %d: not checked\n",
+			       (int)geteuid());
+			_exit(0);
+		}
+		unsetenv("STATE_DIRECTORY");
+		unsetenv("RUNTIME_DIRECTORY");
+		unsetenv("XDG_STATE_HOME");
+		unsetenv("XDG_RUNTIME_DIR");
+		setenv("HOME", "/nonexistent/h", 1);
+		bad += dirs_are(NULL, "/nonexistent/h/.local/state/wsync",
+				"/nonexistent/h/.local/state/wsync/run");
+		bad += dirs_are(file, "/nonexistent/h/.local/state/wsync",
+				"/nonexistent/h/.local/state/wsync/run/publisher");
+		setenv("XDG_STATE_HOME", "/nonexistent/xs", 1);
+		setenv("XDG_RUNTIME_DIR", "/run/user/65534", 1);
+		bad += dirs_are(file, "/nonexistent/xs/wsync", "/run/user/65534/wsync/publisher");
+		setenv("RUNTIME_DIRECTORY", "/run/wsync/inst", 1);	/* systemd's */
+		bad += dirs_are(file, NULL, "/run/wsync/inst");
+		fflush(stdout);
+		_exit(bad);
+	}
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	unlink(file);
+}
+
 /* A minimal publisher file: everything else takes its default. */
 static void test_defaults_applied(void)
 {
@@ -252,7 +328,9 @@ static void test_defaults_applied(void)
 	CHECK_STR(l.cfg.path, l.path);
 	CHECK(l.cfg.role == WSYNC_ROLE_PUBLISHER);
 	CHECK_STR(l.cfg.state_dir, "/var/lib/wsync");
-	CHECK_STR(l.cfg.runtime_dir, "/run/wsync");
+	/* a daemon of each role keeps its status apart */
+	if (geteuid() == 0)
+		CHECK_STR(l.cfg.runtime_dir, "/run/wsync/publisher");
 	CHECK_EQ_U64(l.cfg.threads, expected_threads());
 	CHECK(l.cfg.log_level == LOG_INFO);
 	CHECK_STR(l.cfg.store_url, "file:///tmp/wsync-test-bucket");
@@ -1186,7 +1264,8 @@ static void test_foreach_key(void)
 		{ "store", "connect_timeout", 0 }, { "publisher", "watch_dir", 0 },
 		{ "publisher", "anchor_every", 0 }, { "publisher", "step_pattern", 0 },
 		{ "publisher", "complete_when", 0 }, { "publisher", "marker", 0 },
-		{ "publisher", "quiet_period", 0 }, { "publisher", "watch_mode", 0 },
+		{ "publisher", "quiet_period", 0 }, { "publisher", "settle_time", 0 },
+		{ "publisher", "watch_mode", 0 },
 		{ "publisher", "rescan_interval", 0 }, { "publisher", "include", 0 },
 		{ "publisher", "exclude", 0 },	 { "publisher", "keep_anchors", 0 },
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
@@ -1296,6 +1375,7 @@ static void test_free_and_names(void)
 int main(void)
 {
 	TEST(test_defaults_applied);
+	TEST(test_defaults_non_root);
 	TEST(test_every_key_parsed);
 	TEST(test_errors_collected);
 	TEST(test_bad_values);
