@@ -282,8 +282,9 @@ static int build_name_index(struct wsync_st_header *h)
 	return 0;
 }
 
-/* The tensors, sorted by offset, must tile [0, data_size) exactly. */
-static int check_tiling(const struct wsync_st_header *h, struct wsync_error *err)
+/* The tensors, sorted by offset, must tile [0, data_size) exactly (with
+ * data_size unknown, they say what it is). */
+static int check_tiling(struct wsync_st_header *h, struct wsync_error *err)
 {
 	uint64_t pos = 0;
 
@@ -301,6 +302,10 @@ static int check_tiling(const struct wsync_st_header *h, struct wsync_error *err
 					       ") overlaps the previous tensor",
 					       t->name, t->begin, t->end);
 		pos = t->end;
+	}
+	if (h->data_size == WSYNC_ST_SIZE_UNKNOWN) {
+		h->data_size = pos;	/* the header's own word */
+		return 0;
 	}
 	if (pos != h->data_size)
 		return wsync_error_set(err, -EINVAL,
@@ -440,7 +445,8 @@ int wsync_st_parse_header(const uint8_t *buf, size_t buf_len,
 	}
 	h->header_len = n;
 	h->data_offset = 8 + n;
-	h->data_size = file_size - h->data_offset;
+	h->data_size = file_size == WSYNC_ST_SIZE_UNKNOWN ? WSYNC_ST_SIZE_UNKNOWN :
+							    file_size - h->data_offset;
 	r = fill_header(h, root, &counts, err);
 	json_decref(root);
 	if (r < 0) {

@@ -65,11 +65,17 @@ struct wsync_st_header {
 	uint64_t *dims;		/* one arena for every shape */
 };
 
+/* file_size for a file whose size is not known yet (being written). */
+#define WSYNC_ST_SIZE_UNKNOWN UINT64_MAX
+
 /*
  * Parse and validate a header.  buf holds the first buf_len bytes of a file
  * whose total size is file_size (buf_len may be less than file_size; it must
  * cover 8 + N bytes, else -ENODATA with *need_len set to 8 + N when
  * need_len is not NULL, so a caller can read the rest and call again).
+ * file_size WSYNC_ST_SIZE_UNKNOWN checks the header alone: its tensors must
+ * still tile the data section from 0, and data_size is then where they end
+ * (the file's size is data_offset + data_size once it is whole).
  * Returns 0 with *ret set (free with wsync_st_header_free), or -EINVAL
  * (malformed; message in err), -EFBIG (header over the limit), -ENOMEM.
  */

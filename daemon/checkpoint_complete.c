@@ -15,8 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "buf.h"
 #include "checkpoint_complete.h"
 #include "io.h"
@@ -96,10 +94,7 @@ static int read_whole(const char *path, const char *name, uint64_t size,
 		      struct wsync_st_header **ret, struct wsync_error *why)
 {
 	uint8_t lenbuf[8], *buf;
-	uint64_t n, need = 0;
-	json_t *root, *val;
-	json_error_t je;
-	const char *key;
+	uint64_t n, need;
 	int fd, r;
 
 	if (ret)
@@ -140,43 +135,27 @@ static int read_whole(const char *path, const char *name, uint64_t size,
 		return r == -ENODATA ? (wsync_error_set(why, 0, "%s short", name), 0) :
 				       wsync_error_set(why, r, "%s: %s", name, strerror(-r));
 	}
-	/* The size the header implies, leniently: a file still being written
-	 * is short, not malformed. */
-	root = json_loadb((const char *)buf + 8, n, 0, &je);
-	if (!json_is_object(root)) {
-		json_decref(root);
-		free(buf);
-		return wsync_error_set(why, -EINVAL, "%s: the safetensors header is not a JSON "
-				       "object (%s)", name, je.text);
-	}
-	json_object_foreach(root, key, val) {
-		json_t *off = json_object_get(val, "data_offsets");
-		json_t *end = json_is_array(off) && json_array_size(off) == 2 ?
-				      json_array_get(off, 1) : NULL;
-
-		if (strcmp(key, "__metadata__") != 0 && json_is_integer(end) &&
-		    json_integer_value(end) >= 0 && (uint64_t)json_integer_value(end) > need)
-			need = (uint64_t)json_integer_value(end);
-	}
-	json_decref(root);
-	need += 8 + n;
-	if (size != need) {
-		free(buf);
-		if (size < need)
-			return wsync_error_set(why, 0, "%s short (%" PRIu64 " of %" PRIu64 " bytes)",
-					       name, size, need), 0;
-		return wsync_error_set(why, -EINVAL, "%s: %" PRIu64 " bytes, but its header "
-				       "describes %" PRIu64, name, size, need);
-	}
-	/* Whole by size: now the strict check. */
+	/* The header alone first (a file still being written is short, not
+	 * malformed), with the parser's limits: then its size against what
+	 * the header describes. */
 	{
 		struct wsync_st_header *h = NULL;
 
-		r = wsync_st_parse_header(buf, 8 + n, size, &h, NULL, why);
+		r = wsync_st_parse_header(buf, 8 + n, WSYNC_ST_SIZE_UNKNOWN, &h, NULL, why);
 		free(buf);
 		if (r < 0) {
 			wsync_error_prefix(why, "%s", name);
 			return r == -ENOMEM ? r : (why->code = -EINVAL);
+		}
+		need = h->data_offset + h->data_size;
+		if (size != need) {
+			wsync_st_header_free(h);
+			if (size < need)
+				return wsync_error_set(why, 0, "%s short (%" PRIu64 " of the %" PRIu64
+						       " bytes its header's data_offsets "
+						       "describe)", name, size, need), 0;
+			return wsync_error_set(why, -EINVAL, "%s: %" PRIu64 " bytes, but its "
+					       "header describes %" PRIu64, name, size, need);
 		}
 		if (ret)
 			*ret = h;

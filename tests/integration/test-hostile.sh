@@ -21,9 +21,10 @@
 #  4. rollback and freeze: HEADs signed by another key and replayed (also
 #     across a restart) refused, a HEAD older than max_head_age reported
 #     stale (status, wsync status, journal HEAD_STALE);
-#  5. trainer output: truncated safetensors, malformed header, a shard
-#     missing from the index: the publisher logs CHECKPOINT_REJECTED
-#     naming the file and publishes the next good step;
+#  5. trainer output: a truncated safetensors shard and a shard missing
+#     from the index wait (the journal says for what: they may still be
+#     being written), a malformed header is rejected (CHECKPOINT_REJECTED
+#     naming the trainer's file); the next good step is published;
 #  6. local damage with size and mtime kept: repaired from the anchor;
 #  7. disk full (a tmpfs: too few bytes, then too few inodes): clean
 #     failure, no temp file, applied once space is back (ENOSPC from the
@@ -548,14 +549,28 @@ step=1
 for damage in truncated header missing; do
 	step=$((step + 1))
 	case $damage in
-	truncated) what="a truncated shard" file=model-00001-of-00002.safetensors ;;
+	truncated) what="a truncated shard" file=model-00001-of-00002.safetensors
+		why="$file short" ;;
 	header) what="a malformed header" file=model-00001-of-00002.safetensors ;;
-	missing) what="a shard missing from the index" file=model-00002-of-00002.safetensors ;;
+	missing) what="a shard missing from the index" file=model-00002-of-00002.safetensors
+		why="$file missing (named by model.safetensors.index.json)" ;;
 	esac
 	put $step $damage
-	check "$what: CHECKPOINT_REJECTED in the journal, naming checkpoint-$step" \
-		wait_journal pubd "$REJ" "checkpoint-$step"
-	contains "$what: the message names $file" "$(grep -F "checkpoint-$step" "$TMP/pubd/journal.jsonl" | grep -F "$REJ")" "$file"
+	if [ "$damage" = header ]; then
+		# broken whatever is written next: rejected once it has settled
+		check "$what: CHECKPOINT_REJECTED in the journal, naming checkpoint-$step" \
+			wait_journal pubd "$REJ" "checkpoint-$step"
+		contains "$what: the message names $file" \
+			"$(grep -F "checkpoint-$step" "$TMP/pubd/journal.jsonl" | grep -F "$REJ")" \
+			"$W5/checkpoint-$step/$file"
+	else
+		# it may still be being written: it waits, saying for what
+		check "$what: the journal says checkpoint-$step waits for $file" \
+			wait_journal pubd "" "checkpoint $W5/checkpoint-$step is not complete yet: $W5/checkpoint-$step/$why"
+		sleep 2.5	# past settle_time
+		check "$what: ... and it is not rejected" \
+			sh -c "! grep -F 'checkpoint-$step' '$TMP/pubd/journal.jsonl' | grep -qF '$REJ'"
+	fi
 	check "$what: HEAD still names version 1" test "$(head_version)" = 1
 done
 put 5 good

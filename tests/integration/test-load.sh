@@ -60,8 +60,11 @@ tap_result $? "s3rver is up on port $port"
 # subscribers find one newer than version 1
 ANCHOR_EVERY=$((STEPS / 5 > 2 ? STEPS / 5 : 2))
 store=$(s3rver_store s3://wsync-load/run "retry_max_time = 30s")
+# settle_time: this trainer keeps a checkpoint 4 x 0.5 s = 2 s, the default
+# settle time; it writes the marker last, so a short settle is safe here
 write_ini "$TMP/pub.ini" publisher "$TMP/pub" "$store" "[publisher]" "watch_dir = $W" \
-	"anchor_every = $ANCHOR_EVERY" "keep_anchors = 2" "rescan_interval = 1s"
+	"anchor_every = $ANCHOR_EVERY" "keep_anchors = 2" "rescan_interval = 1s" \
+	"settle_time = 200ms"
 subs=()
 for ((i = 1; i <= NSUB; i++)); do
 	n=s$i

@@ -248,6 +248,30 @@ static void test_rejects_layout(void)
 	expect_reject("{}", 3, "cover only 0");
 }
 
+/* The header alone (a file still being written): its tensors say how
+ * large the file will be; the limits and the tiling still hold. */
+static void test_size_unknown(void)
+{
+	const char *hdr = "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+			  "\"b\":{\"dtype\":\"U16\",\"shape\":[1000],\"data_offsets\":[4,2004]}}";
+	struct image im = make_image(hdr, 0, 0);	/* no data written yet */
+	struct wsync_st_header *h = NULL;
+	struct wsync_error err = { 0 };
+
+	CHECK(wsync_st_parse_header(im.buf, im.len, WSYNC_ST_SIZE_UNKNOWN, &h, NULL, &err) == 0);
+	CHECK(h && h->data_size == 2004 && h->data_offset == 8 + strlen(hdr));
+	wsync_st_header_free(h);
+	h = NULL;
+	/* with the real (short) size the same header is refused */
+	CHECK(wsync_st_parse_header(im.buf, im.len, im.len, &h, NULL, &err) < 0 && !h);
+	free(im.buf);
+	im = make_image("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 0, 0);
+	CHECK(wsync_st_parse_header(im.buf, im.len, WSYNC_ST_SIZE_UNKNOWN, &h, NULL, &err) < 0);
+	CHECK_CONTAINS(err.msg, "gap");
+	CHECK(h == NULL);
+	free(im.buf);
+}
+
 static char *tmpdir_make(void)
 {
 	char *d = strdup("/tmp/wsync-st-XXXXXX");
@@ -506,6 +530,7 @@ int main(void)
 	TEST(test_rejects_json);
 	TEST(test_rejects_tensor_fields);
 	TEST(test_rejects_layout);
+	TEST(test_size_unknown);
 	TEST(test_open_file_and_data);
 	TEST(test_large_header);
 	TEST(test_over_4gib);
