@@ -12,9 +12,11 @@
 # from a clean checkout and leaves `git status` unclean counts as a
 # failure.
 #
-#   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target (the safetensors
-#                           header, delta, manifest/HEAD and config
-#                           targets get this; the index target a third)
+#   WSYNC_FUZZ_SECONDS=30   seconds per fuzz target for the parsers of
+#                           what the bucket serves (safetensors header,
+#                           delta, manifest/HEAD) and the configuration;
+#                           every other target tests/fuzz/meson.build
+#                           builds gets a third of it
 #   --fuzz-only             only the fuzzing stage (scripts/stress.sh
 #                           runs it with a longer WSYNC_FUZZ_SECONDS)
 set -uo pipefail
@@ -97,22 +99,27 @@ if [ $fuzz_only -eq 0 ]; then
 	fi
 fi
 
-say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta, manifest and config parsers, a third of it for the index)"
+say "fuzzing (clang, libFuzzer, ${fuzz_seconds}s for the header, delta, manifest and config parsers, a third of it for every other target)"
 fuzz=build-test-fuzz
 if CC=clang setup_build $fuzz -Dfuzzing=true -Dwerror=true \
 	-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; then
-	for target in safetensors-header safetensors-index delta manifest config; do
+	# every target the build made, in name order
+	for exe in $fuzz/tests/fuzz/fuzz-*; do
+		[ -f "$exe" ] && [ -x "$exe" ] || continue
+		target=${exe##*/fuzz-}
 		secs=$fuzz_seconds
 		case $target in
 		safetensors-header | delta | manifest | config) ;;
 		*) secs=$(((fuzz_seconds + 2) / 3)) ;;
 		esac
 		work=$fuzz/corpus-$target
+		seeds=()
+		[ -d "tests/fuzz/corpus/$target" ] && seeds=("tests/fuzz/corpus/$target")
 		mkdir -p "$work" $fuzz/artifacts
-		if $fuzz/tests/fuzz/fuzz-$target -max_total_time="$secs" \
+		if "$exe" -max_total_time="$secs" \
 			-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 			-artifact_prefix=$fuzz/artifacts/$target- \
-			"$work" "tests/fuzz/corpus/$target" >$fuzz/$target.log 2>&1; then
+			"$work" "${seeds[@]}" >$fuzz/$target.log 2>&1; then
 			echo "ok - fuzz $target: $(grep -E 'stat::number_of_executed_units' \
 				$fuzz/$target.log | awk '{print $2}') runs, no crash"
 			passed=$((passed + 1))
