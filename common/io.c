@@ -269,47 +269,98 @@ int wsync_open_parent(int root, const char *rel, const char **name, size_t *bad,
 	return fd;
 }
 
+/* Is rel free of components that leave the tree or name nothing ("",
+ * ".", ".."), and relative? */
+static bool rel_ok(const char *rel)
+{
+	const char *p = rel;
+
+	if (!*rel || *rel == '/')
+		return false;
+	for (;;) {
+		size_t n = strcspn(p, "/");
+
+		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		if (!p[n])
+			return true;
+		p += n + 1;
+	}
+}
+
+int wsync_open_beneath(int root, const char *rel, int flags)
+{
+	const char *name;
+	int dfd, fd, e;
+
+	if (!rel_ok(rel))
+		return -EINVAL;
+	dfd = wsync_open_parent(root, rel, &name, NULL, NULL, NULL);
+	if (dfd < 0)
+		return dfd;
+	fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	e = errno;
+	(void)close(dfd);
+	return fd < 0 ? -e : fd;
+}
+
+int wsync_lstat_beneath(int root, const char *rel, struct stat *st)
+{
+	const char *name;
+	int dfd, r = 0;
+
+	if (!rel_ok(rel))
+		return -EINVAL;
+	dfd = wsync_open_parent(root, rel, &name, NULL, NULL, NULL);
+	if (dfd < 0)
+		return dfd;
+	if (fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) < 0)
+		r = -errno;
+	(void)close(dfd);
+	return r;
+}
+
 int wsync_read_file(const char *path, uint64_t max, char **buf_ret, size_t *len_ret,
 		    struct wsync_error *err)
 {
-	struct stat st;
-	char *buf;
-	int fd, r;
+	/* O_NONBLOCK: a FIFO put where a file was expected must not hang the
+	 * open (wsync_read_fd then refuses it as not a regular file). */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK), r;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		r = wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = wsync_error_set(err, -EINVAL, "%s: not a regular file", path);
-		goto out;
-	}
-	if ((uint64_t)st.st_size > max) {
-		r = wsync_error_set(err, -EFBIG, "%s: %llu bytes, more than the %llu it may hold",
-				    path, (unsigned long long)st.st_size,
-				    (unsigned long long)max);
-		goto out;
-	}
+	r = wsync_read_fd(fd, path, max, buf_ret, len_ret, err);
+	(void)close(fd);
+	return r;
+}
+
+int wsync_read_fd(int fd, const char *path, uint64_t max, char **buf_ret, size_t *len_ret,
+		  struct wsync_error *err)
+{
+	struct stat st;
+	char *buf;
+	int r;
+
+	if (fstat(fd, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return wsync_error_set(err, -EINVAL, "%s: not a regular file", path);
+	if ((uint64_t)st.st_size > max)
+		return wsync_error_set(err, -EFBIG, "%s: %llu bytes, more than the %llu it may hold",
+				       path, (unsigned long long)st.st_size,
+				       (unsigned long long)max);
 	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = wsync_error_set(err, -ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
+	if (!buf)
+		return wsync_error_set(err, -ENOMEM, "%s: out of memory", path);
 	r = wsync_pread_all(fd, buf, (uint64_t)st.st_size, 0);
 	if (r < 0) {
 		explicit_bzero(buf, (size_t)st.st_size);
 		free(buf);
-		r = wsync_error_set(err, r == -ENODATA ? -EIO : r, "%s: %s", path,
-				    r == -ENODATA ? "it shrank while read" : strerror(-r));
-		goto out;
+		return wsync_error_set(err, r == -ENODATA ? -EIO : r, "%s: %s", path,
+				       r == -ENODATA ? "it shrank while read" : strerror(-r));
 	}
 	buf[st.st_size] = '\0';
 	*buf_ret = buf;
 	*len_ret = (size_t)st.st_size;
-out:
-	(void)close(fd);
-	return r;
+	return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "error.h"
 
@@ -97,6 +98,15 @@ int wsync_read_file(const char *path, uint64_t max, char **buf, size_t *len,
 		    struct wsync_error *err);
 
 /*
+ * As wsync_read_file, for a file already open at fd (not closed here; name
+ * is what err calls it).  Only the file the descriptor refers to is read:
+ * a caller that opened it with O_NOFOLLOW | O_NONBLOCK knows that no
+ * symbolic link was followed and that a FIFO did not block the open.
+ */
+int wsync_read_fd(int fd, const char *name, uint64_t max, char **buf, size_t *len,
+		  struct wsync_error *err);
+
+/*
  * Open the directory that holds rel (relative to the directory root), one
  * component at a time with O_NOFOLLOW, so a symbolic link anywhere on the
  * way is refused instead of followed out of the tree; *name gets rel's
@@ -112,6 +122,25 @@ int wsync_open_parent(int root, const char *rel, const char **name, size_t *bad,
 		      int (*make)(void *arg, int dfd, const char *comp, const char *rel,
 				  size_t len),
 		      void *arg);
+
+/*
+ * Open rel under the directory root with flags (O_NOFOLLOW and O_CLOEXEC
+ * added; not O_CREAT), following no symbolic link in any component, the last one
+ * included, and refusing "", "." and ".." components and an absolute rel:
+ * what is opened lies below root whatever someone renames meanwhile.
+ * Returns the fd, or -EINVAL (such a component), -ENOENT, -ELOOP (a
+ * symbolic link, or a file where a directory should be, on the way or at
+ * the end), another negative errno.  With O_DIRECTORY, a symbolic link at
+ * the end fails with -ELOOP or -ENOTDIR.
+ */
+int wsync_open_beneath(int root, const char *rel, int flags);
+
+/*
+ * lstat of rel under root, the walk as wsync_open_beneath's (a symbolic
+ * link at the end is described, not followed).  0 with *st, or a negative
+ * errno as wsync_open_beneath's.
+ */
+int wsync_lstat_beneath(int root, const char *rel, struct stat *st);
 
 /* Seconds on the monotonic clock (for durations: MB/s, job times). */
 double wsync_monotonic_seconds(void);

@@ -86,88 +86,110 @@ static const struct ckscan_file *tree_find(const struct ckscan_tree *t, const ch
 
 /* ---- one safetensors file ---- */
 
-/* Read the header of the safetensors file at path, size bytes: 1 whole
- * (*ret set when ret is not NULL), 0 shorter than its header says (why
- * says how short), -EINVAL malformed or longer, another negative errno
- * when it cannot be read. */
-static int read_whole(const char *path, const char *name, uint64_t size,
-		      struct wsync_st_header **ret, struct wsync_error *why)
+int ckcomplete_judge_header(const uint8_t *buf, size_t len, uint64_t size, const char *name,
+			    struct wsync_st_header **ret, struct wsync_error *why)
 {
-	uint8_t lenbuf[8], *buf;
+	struct wsync_st_header *h = NULL;
 	uint64_t n, need;
-	int fd, r;
+	int r;
 
 	if (ret)
 		*ret = NULL;
-	if (size < 8)
+	if (size < 8 || len < 8)
 		return wsync_error_set(why, 0, "%s short (%" PRIu64 " bytes, no header yet)", name,
 				       size), 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return wsync_error_set(why, -errno, "%s: %s", name, strerror(errno));
+	n = wsync_le64(buf);
+	if (n > WSYNC_ST_HEADER_MAX)
+		return wsync_error_set(why, -EINVAL, "%s: header length %" PRIu64 " is over the "
+				       "limit: not a safetensors file", name, n);
+	if (8 + n > size)
+		return wsync_error_set(why, 0, "%s short (%" PRIu64 " bytes, its header alone "
+				       "is %" PRIu64 ")", name, size, 8 + n), 0;
+	if (len < 8 + n)
+		return wsync_error_set(why, 0, "%s short", name), 0;
+	/* The header alone first (a file still being written is short, not
+	 * malformed), with the parser's limits: then its size against what
+	 * the header describes. */
+	r = wsync_st_parse_header(buf, 8 + n, WSYNC_ST_SIZE_UNKNOWN, &h, NULL, why);
+	if (r < 0) {
+		wsync_error_prefix(why, "%s", name);
+		return r == -ENOMEM ? r : (why->code = -EINVAL);
+	}
+	need = h->data_offset + h->data_size;
+	if (size != need) {
+		wsync_st_header_free(h);
+		if (size < need)
+			return wsync_error_set(why, 0, "%s short (%" PRIu64 " of the %" PRIu64
+					       " bytes its header's data_offsets "
+					       "describe)", name, size, need), 0;
+		return wsync_error_set(why, -EINVAL, "%s: %" PRIu64 " bytes, but its "
+				       "header describes %" PRIu64, name, size, need);
+	}
+	if (ret)
+		*ret = h;
+	else
+		wsync_st_header_free(h);
+	return 1;
+}
+
+/* Read the header of the safetensors file open at fd (closed here), which
+ * the scan saw size bytes long: ckcomplete_judge_header on it.  A file
+ * that is no longer a regular one (swapped for a FIFO, say) counts as
+ * short: it changed since the scan. */
+static int read_whole(int fd, const char *name, uint64_t size, struct wsync_st_header **ret,
+		      struct wsync_error *why)
+{
+	uint8_t lenbuf[8], *buf;
+	struct stat st;
+	uint64_t n;
+	int r;
+
+	if (ret)
+		*ret = NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		(void)close(fd);
+		return wsync_error_set(why, 0, "%s: not a regular file now", name), 0;
+	}
+	if (size < 8) {
+		(void)close(fd);
+		return ckcomplete_judge_header(NULL, 0, size, name, ret, why);
+	}
 	r = wsync_pread_all(fd, lenbuf, 8, 0);
 	if (r < 0) {
-		close(fd);
+		(void)close(fd);
 		return r == -ENODATA ? (wsync_error_set(why, 0, "%s short", name), 0) :
 				       wsync_error_set(why, r, "%s: %s", name, strerror(-r));
 	}
 	n = wsync_le64(lenbuf);
-	if (n > WSYNC_ST_HEADER_MAX) {
-		close(fd);
-		return wsync_error_set(why, -EINVAL, "%s: header length %" PRIu64 " is over the "
-				       "limit: not a safetensors file", name, n);
-	}
-	if (8 + n > size) {
-		close(fd);
-		return wsync_error_set(why, 0, "%s short (%" PRIu64 " bytes, its header alone "
-				       "is %" PRIu64 ")", name, size, 8 + n), 0;
+	if (n > WSYNC_ST_HEADER_MAX || 8 + n > size) {
+		(void)close(fd);
+		return ckcomplete_judge_header(lenbuf, 8, size, name, ret, why);
 	}
 	buf = malloc(8 + n + 1);
 	if (!buf) {
-		close(fd);
+		(void)close(fd);
 		return wsync_error_set(why, -ENOMEM, "out of memory");
 	}
 	memcpy(buf, lenbuf, 8);
 	r = wsync_pread_all(fd, buf + 8, n, 8);
-	close(fd);
+	(void)close(fd);
 	if (r < 0) {
 		free(buf);
 		return r == -ENODATA ? (wsync_error_set(why, 0, "%s short", name), 0) :
 				       wsync_error_set(why, r, "%s: %s", name, strerror(-r));
 	}
-	/* The header alone first (a file still being written is short, not
-	 * malformed), with the parser's limits: then its size against what
-	 * the header describes. */
-	{
-		struct wsync_st_header *h = NULL;
-
-		r = wsync_st_parse_header(buf, 8 + n, WSYNC_ST_SIZE_UNKNOWN, &h, NULL, why);
-		free(buf);
-		if (r < 0) {
-			wsync_error_prefix(why, "%s", name);
-			return r == -ENOMEM ? r : (why->code = -EINVAL);
-		}
-		need = h->data_offset + h->data_size;
-		if (size != need) {
-			wsync_st_header_free(h);
-			if (size < need)
-				return wsync_error_set(why, 0, "%s short (%" PRIu64 " of the %" PRIu64
-						       " bytes its header's data_offsets "
-						       "describe)", name, size, need), 0;
-			return wsync_error_set(why, -EINVAL, "%s: %" PRIu64 " bytes, but its "
-					       "header describes %" PRIu64, name, size, need);
-		}
-		if (ret)
-			*ret = h;
-		else
-			wsync_st_header_free(h);
-	}
-	return 1;
+	r = ckcomplete_judge_header(buf, 8 + n, size, name, ret, why);
+	free(buf);
+	return r;
 }
 
 int ckcomplete_shard_whole(const char *path, uint64_t size, struct wsync_error *err)
 {
-	return read_whole(path, path, size, NULL, err);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	return read_whole(fd, path, size, NULL, err);
 }
 
 /* ---- the judgement ---- */
@@ -180,7 +202,8 @@ struct index {
 };
 
 struct judge {
-	const char *dir;
+	int dfd;		/* the checkpoint: every file is opened beneath it */
+	const char *dir;	/* what messages call it */
 	const struct ckscan_tree *t;
 	struct index *ix;
 	size_t n_ix;
@@ -237,6 +260,32 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* The index at rel under dfd (path: what err calls it), opened without
+ * following a link and read only when it is a regular file within the
+ * header limit: wsync_st_index_load's results. */
+static int load_index(int dfd, const char *rel, const char *path,
+		      struct wsync_st_index **ret, struct wsync_error *err)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int fd, r;
+
+	*ret = NULL;
+	fd = wsync_open_beneath(dfd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return wsync_error_set(err, fd, "%s: %s", path,
+				       fd == -ELOOP ? "a symbolic link on the way" : strerror(-fd));
+	r = wsync_read_fd(fd, path, WSYNC_ST_HEADER_MAX, &buf, &len, err);
+	(void)close(fd);
+	if (r < 0)
+		return r == -EFBIG ? -EINVAL : r;	/* not an index */
+	r = wsync_st_index_parse(buf, len, ret, err);
+	if (r < 0)
+		wsync_error_prefix(err, "%s", path);
+	free(buf);
+	return r;
+}
+
 /* Load every shipped index.  -ENOMEM only; an unreadable index is noted. */
 static int load_indexes(struct judge *j)
 {
@@ -260,7 +309,7 @@ static int load_indexes(struct judge *j)
 		j->n_ix++;
 		x->dir_len = slash ? (size_t)(slash - rel) + 1 : 0;
 		PATHF(path, "%s/%s", j->dir, rel);
-		r = wsync_st_index_load(path, &x->idx, &e);
+		r = load_index(j->dfd, rel, path, &x->idx, &e);
 		if (r == -ENOMEM)
 			return r;
 		if (r < 0) {
@@ -334,7 +383,7 @@ static void check_index_shards(struct judge *j)
 			}
 			if (tree_find(j->t, rel))
 				continue;
-			if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+			if (wsync_lstat_beneath(j->dfd, rel, &st) == 0 && S_ISREG(st.st_mode))
 				brokenf(j, "%s is named by %s but not shipped (include/exclude "
 					"leave it out)", path, x->rel);
 			else
@@ -389,7 +438,7 @@ static int check_safetensors(struct judge *j)
 		struct wsync_st_header *h = NULL;
 		struct wsync_error e = { 0 };
 		char path[PATH_MAX];
-		int r;
+		int fd, r;
 
 		if (!ckcomplete_is_weight_name(f->path))
 			continue;
@@ -397,7 +446,12 @@ static int check_safetensors(struct judge *j)
 		if (!has_suffix(f->path, strlen(f->path), ".safetensors"))
 			continue;
 		PATHF(path, "%s/%s", j->dir, f->path);
-		r = read_whole(path, path, f->size, &h, &e);
+		fd = wsync_open_beneath(j->dfd, f->path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+		if (fd < 0)
+			r = wsync_error_set(&e, fd, "%s: %s", path, fd == -ELOOP ?
+					    "a symbolic link on the way" : strerror(-fd));
+		else
+			r = read_whole(fd, path, f->size, &h, &e);
 		if (r == -ENOMEM)
 			return r;
 		if (r == 1) {
@@ -517,7 +571,8 @@ static void check_marker(struct judge *j, const struct ckcomplete_opts *o)
 	if (!o->marker || !*o->marker)
 		return;
 	PATHF(path, "%s/%s", j->dir, o->marker);
-	if (stat(path, &st) < 0) {
+	/* a link is not followed out of the checkpoint: it is no marker */
+	if (wsync_lstat_beneath(j->dfd, o->marker, &st) < 0 || S_ISLNK(st.st_mode)) {
 		waitf(j, "%s not written yet", path);
 		return;
 	}
@@ -533,10 +588,10 @@ static void check_marker(struct judge *j, const struct ckcomplete_opts *o)
 	}
 }
 
-int ckcomplete_judge(const char *dir, const struct ckscan_tree *t,
+int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 		     const struct ckcomplete_opts *o, struct wsync_error *why)
 {
-	struct judge j = { .dir = dir, .t = t };
+	struct judge j = { .dfd = dirfd, .dir = dir, .t = t };
 	int r;
 
 	r = load_indexes(&j);

@@ -37,6 +37,7 @@
 #define WSYNC_CHECKPOINT_COMPLETE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "checkpoint_scan.h"
@@ -50,8 +51,12 @@ struct ckcomplete_opts {
 };
 
 /*
- * Judge the checkpoint in dir whose shipped files are t (as
- * ckscan_tree_read listed them).  Returns
+ * Judge the checkpoint open at dirfd (dir: what messages call it) whose
+ * shipped files are t (as ckscan_tree_read_at listed them from dirfd).
+ * Every file is opened beneath dirfd with no symbolic link followed in
+ * any component (wsync_open_beneath) and O_NONBLOCK, and read only as a
+ * regular file: a folder or file swapped for a link, or a FIFO, since the
+ * scan is a file that cannot be read now.  Returns
  *   1        a complete model;
  *   0        not yet: why says what is missing ("model-00002-of-00002.safetensors
  *            short (1048576 of 2097160 bytes)"), files named by
@@ -64,17 +69,33 @@ struct ckcomplete_opts {
  * A file that cannot be read (vanished, being replaced) counts as not
  * yet.
  */
-int ckcomplete_judge(const char *dir, const struct ckscan_tree *t,
+int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 		     const struct ckcomplete_opts *o, struct wsync_error *why);
 
 /*
- * Is the safetensors file at path, of size bytes, whole?  Reads its header:
- * 1 when the size is exactly what the header implies and the header is
- * valid, 0 when the file is shorter than that (still being written), or
- * -EINVAL with err set when it is malformed or longer than its header
- * says.  -ENOENT etc. when it cannot be read.
+ * Is the safetensors file at path, of size bytes, whole?  Reads its header
+ * (the file opened with O_NOFOLLOW | O_NONBLOCK; one that is not a regular
+ * file counts as short): 1 when the size is exactly what the header
+ * implies and the header is valid, 0 when the file is shorter than that
+ * (still being written), or -EINVAL with err set when it is malformed or
+ * longer than its header says.  -ENOENT etc. when it cannot be opened.
  */
 int ckcomplete_shard_whole(const char *path, uint64_t size, struct wsync_error *err);
+
+struct wsync_st_header;
+
+/*
+ * The judgement of ckcomplete_shard_whole on bytes already read: buf holds
+ * the first len bytes of a safetensors file (name, in messages) whose size
+ * is size.  len need only reach past the header (8 + its length): less is
+ * "short".  Returns 1 whole (*ret, when not NULL, gets the parsed header,
+ * freed with wsync_st_header_free), 0 short (why says how), -EINVAL
+ * malformed or longer than its header describes, -ENOMEM.  Reads nothing
+ * past buf[len - 1]; the header is parsed with the parser's limits
+ * (WSYNC_ST_HEADER_MAX) whatever len and size claim.
+ */
+int ckcomplete_judge_header(const uint8_t *buf, size_t len, uint64_t size, const char *name,
+			    struct wsync_st_header **ret, struct wsync_error *why);
 
 /* Is rel (a path in a checkpoint) a weight file by its name? */
 bool ckcomplete_is_weight_name(const char *rel);

@@ -161,23 +161,32 @@ static int add_file(struct walk *w, const char *rel, const struct stat *st)
 	return 0;
 }
 
-static int walk_dir(struct walk *w, const char *root, const char *rel, const char *skip_top,
-		    int depth)
+/* List the directory open at dfd (closed here), rel under the root:
+ * every subfolder is opened from its parent's descriptor with O_NOFOLLOW,
+ * so one swapped for a symbolic link between the fstatat that saw a
+ * directory and the open fails the open -- and is skipped, as a link is
+ * -- instead of being walked wherever it points. */
+static int walk_dir(struct walk *w, int dfd, const char *root, const char *rel,
+		    const char *skip_top, int depth)
 {
 	char path[PATH_MAX];
 	DIR *d;
 	struct dirent *de;
 	int r = 0;
 
-	if (depth > 32)
-		return wsync_error_set(w->err, -ELOOP, "%s/%s: directories nested too deep",
-				       root, rel);
 	PATHF(path, "%s%s%s", root, *rel ? "/" : "", rel);
-	d = opendir(path);
-	if (!d)
-		return wsync_error_set(w->err, -errno, "%s: %s", path, strerror(errno));
+	if (depth > 32) {
+		(void)close(dfd);
+		return wsync_error_set(w->err, -ELOOP, "%s: directories nested too deep", path);
+	}
+	d = fdopendir(dfd);
+	if (!d) {
+		r = -errno;
+		(void)close(dfd);
+		return wsync_error_set(w->err, r, "%s: %s", path, strerror(-r));
+	}
 	while ((errno = 0, de = readdir(d))) {
-		char sub[PATH_MAX], full[PATH_MAX];
+		char sub[PATH_MAX];
 		struct stat st;
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -187,19 +196,28 @@ static int walk_dir(struct walk *w, const char *root, const char *rel, const cha
 		if ((size_t)snprintf(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "",
 				     de->d_name) >= sizeof(sub))
 			continue;
-		PATHF(full, "%s/%s", root, sub);
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
 				continue;	/* deleted while we looked: not ours */
-			r = wsync_error_set(w->err, -errno, "%s: %s", full, strerror(errno));
+			r = wsync_error_set(w->err, -errno, "%s/%s: %s", root, sub,
+					    strerror(errno));
 			break;
 		}
 		if (S_ISDIR(st.st_mode)) {
+			int sfd;
+
 			if (ckscan_filter_prunes_dir(w->f, sub))
 				continue;
-			r = walk_dir(w, root, sub, skip_top, depth + 1);
-			if (r == -ENOENT)
-				r = 0;	/* a subfolder vanished */
+			sfd = openat(dirfd(d), de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sfd < 0 && (errno == ENOENT || errno == ELOOP || errno == ENOTDIR))
+				continue;	/* vanished, or a link now: not walked */
+			if (sfd < 0) {
+				r = wsync_error_set(w->err, -errno, "%s/%s: %s", root, sub,
+						    strerror(errno));
+				break;
+			}
+			r = walk_dir(w, sfd, root, sub, skip_top, depth + 1);
 			if (r < 0)
 				break;
 		} else if (S_ISREG(st.st_mode)) {
@@ -236,11 +254,28 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 int ckscan_tree_read(const char *dir, const struct ckscan_filter *f, const char *skip_top,
 		     struct ckscan_tree *out, struct wsync_error *err)
 {
-	struct walk w = { .f = f, .t = out, .err = err };
-	int r;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r;
 
 	memset(out, 0, sizeof(*out));
-	r = walk_dir(&w, dir, "", skip_top, 0);
+	if (dfd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", dir, strerror(errno));
+	r = ckscan_tree_read_at(dfd, dir, f, skip_top, out, err);
+	(void)close(dfd);
+	return r;
+}
+
+int ckscan_tree_read_at(int dirfd, const char *dir, const struct ckscan_filter *f,
+			const char *skip_top, struct ckscan_tree *out, struct wsync_error *err)
+{
+	struct walk w = { .f = f, .t = out, .err = err };
+	int dfd, r;
+
+	memset(out, 0, sizeof(*out));
+	/* a descriptor of its own: the walk's DIR owns and closes it */
+	dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", dir, strerror(errno));
+	r = walk_dir(&w, dfd, dir, "", skip_top, 0);
 	if (r < 0) {
 		ckscan_tree_free(out);
 		return r;
@@ -288,17 +323,14 @@ int ckscan_step_from_name(const char *name, int64_t *step)
 	return 0;
 }
 
-int ckscan_read_global_step(const char *dir, int64_t *step)
+int ckscan_parse_global_step(const char *buf, size_t len, int64_t *step)
 {
-	char path[PATH_MAX];
-	json_error_t je;
 	json_t *root, *gs;
 	int r = -EINVAL;
 
-	PATHF(path, "%s/trainer_state.json", dir);
-	if (access(path, F_OK) < 0)
-		return -errno;
-	root = json_load_file(path, JSON_DECODE_ANY, &je);
+	if (len > CKSCAN_TRAINER_STATE_MAX)
+		return -EFBIG;
+	root = json_loadb(buf, len, JSON_DECODE_ANY, NULL);
 	if (!root)
 		return -EINVAL;
 	gs = json_is_object(root) ? json_object_get(root, "global_step") : NULL;
@@ -307,5 +339,25 @@ int ckscan_read_global_step(const char *dir, int64_t *step)
 		r = 0;
 	}
 	json_decref(root);
+	return r;
+}
+
+int ckscan_read_global_step(int dirfd, int64_t *step)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int fd, r;
+
+	/* The trainer's folder: no link followed, and a FIFO neither blocks
+	 * the open nor is read (wsync_read_fd wants a regular file). */
+	fd = wsync_open_beneath(dirfd, "trainer_state.json", O_RDONLY | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return fd == -ELOOP ? -EINVAL : fd;
+	r = wsync_read_fd(fd, "trainer_state.json", CKSCAN_TRAINER_STATE_MAX, &buf, &len, NULL);
+	(void)close(fd);
+	if (r < 0)
+		return r;
+	r = ckscan_parse_global_step(buf, len, step);
+	free(buf);
 	return r;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "instance_lock.h"
@@ -52,16 +53,43 @@ static int holder(int fd, const char *path, struct wsync_error *err)
 			       config[0] ? ", " : "", config);
 }
 
-int wsync_instance_lock(struct wsync_instance_lock *l, const char *path,
-			const char *program, const char *config, struct wsync_error *err)
+/* Is the lock file open at fd one of ours?  0, or a negative errno with err. */
+static int check_ours(int fd, const char *path, struct wsync_error *err)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return wsync_error_set(err, -EINVAL, "%s is not a regular file: refused (remove "
+				       "it)", path);
+	if (st.st_uid != geteuid() || st.st_nlink != 1)
+		return wsync_error_set(err, -EPERM, "%s %s: refused (remove it)", path,
+				       st.st_uid != geteuid() ? "belongs to another user" :
+				       "has other hard links");
+	return 0;
+}
+
+int wsync_instance_lock_at(struct wsync_instance_lock *l, int dirfd, const char *name,
+			   const char *path, const char *program, const char *config,
+			   struct wsync_error *err)
 {
 	char text[1200];
 	int fd, r, len;
 
 	l->fd = -1;
-	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	/* O_NONBLOCK: whatever sits there, the open itself never waits */
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+		return errno == ELOOP ?
+		       wsync_error_set(err, -ELOOP, "%s is a symbolic link: refused (remove it)",
+				       path) :
+		       wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	r = check_ours(fd, path, err);
+	if (r < 0) {
+		(void)close(fd);
+		return r;
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		r = errno == EWOULDBLOCK ? holder(fd, path, err) :
 					   wsync_error_set(err, -errno, "%s: %s", path,
@@ -83,6 +111,27 @@ int wsync_instance_lock(struct wsync_instance_lock *l, const char *path,
 	}
 	l->fd = fd;
 	return 0;
+}
+
+int wsync_instance_lock(struct wsync_instance_lock *l, const char *path,
+			const char *program, const char *config, struct wsync_error *err)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
+			   : strndup(path, (size_t)(slash - path));
+	int dfd, r;
+
+	l->fd = -1;
+	if (!dir)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r = dfd < 0 ? wsync_error_set(err, -errno, "%s: %s", dir, strerror(errno)) :
+		      wsync_instance_lock_at(l, dfd, slash ? slash + 1 : path, path, program,
+					     config, err);
+	if (dfd >= 0)
+		(void)close(dfd);
+	free(dir);
+	return r;
 }
 
 void wsync_instance_unlock(struct wsync_instance_lock *l)

@@ -27,13 +27,29 @@ struct wsync_instance_lock {
 #define WSYNC_INSTANCE_LOCK_INIT { .fd = -1 }
 
 /*
- * Lock the file at path (created 0644 if missing; a symlink is refused)
- * for this process, and write into it who holds it: program ("wsyncd",
- * "wsync publish") and config (the configuration file, or NULL).  Returns
- * 0; -EBUSY when another process holds it, with err saying "in use by
- * PROGRAM (pid N, CONFIG)" as far as that process wrote it; another
- * negative errno with err set.  The caller prefixes err with what the
- * lock guards.
+ * Lock the file name in the directory open at dirfd (created 0644 if
+ * missing) for this process, and write into it who holds it: program
+ * ("wsyncd", "wsync publish") and config (the configuration file, or
+ * NULL); path is what err calls the file.  The file is opened with
+ * O_NOFOLLOW relative to dirfd -- the directory the caller checked is the
+ * one used -- and must then be a regular file of ours (owned by this
+ * process's user, one link): a symbolic link is refused (-ELOOP), so are
+ * a FIFO or device (-EINVAL) and a file of someone else's or a hard link
+ * to one (-EPERM: the holder's line is written into it, and a hard link to
+ * a file elsewhere would have that file truncated).  Returns 0; -EBUSY
+ * when another process holds it, with err saying "in use by PROGRAM (pid
+ * N, CONFIG)" as far as that process wrote it; another negative errno
+ * with err set.  The caller prefixes err with what the lock guards.
+ * dirfd is not kept.
+ */
+int wsync_instance_lock_at(struct wsync_instance_lock *l, int dirfd, const char *name,
+			   const char *path, const char *program, const char *config,
+			   struct wsync_error *err);
+
+/*
+ * wsync_instance_lock_at on path's last component, in its parent directory
+ * opened by path (the caller's word: state_dir, runtime_dir, the parent of
+ * a layout = symlink target).
  */
 int wsync_instance_lock(struct wsync_instance_lock *l, const char *path,
 			const char *program, const char *config, struct wsync_error *err);

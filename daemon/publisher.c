@@ -146,6 +146,7 @@ struct publication {
 	int64_t step;
 	char *source;		/* directory name */
 	char src_dir[PATH_MAX];
+	int src_fd;		/* src_dir as scanned and judged (owned) */
 	struct ckscan_tree tree;
 	uint64_t source_mtime_ns, fingerprint;
 	bool anchor, delta;
@@ -997,9 +998,19 @@ static void seen_prune(struct wsync_publisher *p)
 struct candidate {
 	char *name;
 	char dir[PATH_MAX];
+	int dfd;		/* dir, open: what was judged is what is taken */
 	int64_t step;
 	struct ckscan_tree tree;
 };
+
+static void candidate_free(struct candidate *c)
+{
+	free(c->name);
+	ckscan_tree_free(&c->tree);
+	if (c->dfd >= 0)
+		(void)close(c->dfd);
+	c->dfd = -1;
+}
 
 /* What the newest checkpoint not yet published waits for, as a scan
  * finds it. */
@@ -1011,12 +1022,12 @@ struct waiting {
 
 /* The step of a complete checkpoint: the trailing digits of its name,
  * else trainer_state.json's global_step, else one past the last. */
-static int64_t step_of(struct wsync_publisher *p, const char *name, const char *dir)
+static int64_t step_of(struct wsync_publisher *p, const char *name, int dfd)
 {
 	int64_t step;
 
 	if (!*name || ckscan_step_from_name(name, &step) < 0) {
-		if (ckscan_read_global_step(dir, &step) < 0)
+		if (ckscan_read_global_step(dfd, &step) < 0)
 			step = p->has_step ? p->step + 1 : 1;
 	}
 	return step;
@@ -1041,14 +1052,15 @@ static void note_waiting(struct wsync_publisher *p, struct seen *s, const char *
 	}
 }
 
-/* Look at one checkpoint directory: 1 complete and settled (c filled), 0
+/* Look at one checkpoint directory, dir, open at dfd (kept by the caller,
+ * for c when 1): 1 complete and settled (c filled, but for c->dfd), 0
  * not (yet): *wake_ms lowered to when it would have settled, w told what
  * it waits for.  A checkpoint is published once, when it is a complete
  * model (checkpoint_complete.h) whose shipped files have not changed for
  * settle_time (quiet_period for complete_when = quiet) since a scan saw
  * them so; one that settles broken is rejected once, and judged again
  * when its files change. */
-static int judge(struct wsync_publisher *p, const char *name, const char *dir,
+static int judge(struct wsync_publisher *p, const char *name, const char *dir, int dfd,
 		 struct candidate *c, uint64_t *wake_ms, struct waiting *w)
 {
 	const struct wsync_config *cfg = p->cfg;
@@ -1062,7 +1074,7 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir,
 	struct seen *s;
 	int r;
 
-	r = ckscan_tree_read(dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
+	r = ckscan_tree_read_at(dfd, dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
 	if (r < 0) {
 		if (r != -ENOENT)
 			log_debug("%s", wsync_error_str(&why));
@@ -1085,7 +1097,7 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir,
 	if (s->rejected_fp == t.fingerprint)
 		goto no;	/* broken, and unchanged since */
 
-	r = ckcomplete_judge(dir, &t, &o, &why);
+	r = ckcomplete_judge(dfd, dir, &t, &o, &why);
 	if (r == -ENOMEM)
 		goto no;
 	if (cfg->complete_when == WSYNC_COMPLETE_QUIET && cfg->quiet_period_ms > settle)
@@ -1125,7 +1137,8 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir,
 	if (!c->name)
 		goto no;
 	PATHF(c->dir, "%s", dir);
-	c->step = step_of(p, name, dir);
+	c->dfd = -1;
+	c->step = step_of(p, name, dfd);
 	c->tree = t;
 	return 1;
 no:
@@ -1166,16 +1179,21 @@ static void scan(struct wsync_publisher *p)
 	}
 	if (p->inplace) {
 		struct candidate c;
+		/* watch_dir as configured (it may be a link); nothing below it
+		 * is followed */
+		int dfd = open(p->watch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-		if (judge(p, "", p->watch_dir, &c, &wake, &w) == 1) {
+		if (dfd >= 0 && judge(p, "", p->watch_dir, dfd, &c, &wake, &w) == 1) {
+			c.dfd = dfd;
+			dfd = -1;
 			cs = malloc(sizeof(*cs));
 			if (cs)
 				cs[n++] = c;
-			else {
-				free(c.name);
-				ckscan_tree_free(&c.tree);
-			}
+			else
+				candidate_free(&c);
 		}
+		if (dfd >= 0)
+			(void)close(dfd);
 	} else {
 		DIR *d = opendir(p->watch_dir);
 		struct dirent *de;
@@ -1186,21 +1204,27 @@ static void scan(struct wsync_publisher *p)
 		}
 		while (d && (de = readdir(d))) {
 			char dir[PATH_MAX];
-			struct stat st;
 			struct candidate c, *nc;
+			int dfd;
 
 			if (de->d_name[0] == '.' ||
 			    fnmatch(p->cfg->step_pattern, de->d_name, 0) != 0)
 				continue;
 			PATHF(dir, "%s/%s", p->watch_dir, de->d_name);
-			if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+			/* A step directory, not a link to one (nor one swapped
+			 * in later: everything after reads through dfd). */
+			dfd = openat(dirfd(d), de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (dfd < 0)
 				continue;
-			if (judge(p, de->d_name, dir, &c, &wake, &w) != 1)
+			if (judge(p, de->d_name, dir, dfd, &c, &wake, &w) != 1) {
+				(void)close(dfd);
 				continue;
+			}
+			c.dfd = dfd;
 			nc = realloc(cs, (n + 1) * sizeof(*cs));
 			if (!nc) {
-				free(c.name);
-				ckscan_tree_free(&c.tree);
+				candidate_free(&c);
 				continue;
 			}
 			cs = nc;
@@ -1234,8 +1258,7 @@ static void scan(struct wsync_publisher *p)
 					       sl ? ", " : "", cs[i].name);
 		p->skipped++;
 		/* a skipped checkpoint stays older than what gets published */
-		free(cs[i].name);
-		ckscan_tree_free(&cs[i].tree);
+		candidate_free(&cs[i]);
 	}
 	free(cs);
 	start_publication(p, &best, sl ? strdup(skipped) : NULL);
@@ -1248,13 +1271,18 @@ static void scan_once(struct wsync_publisher *p)
 {
 	const char *dir = p->once_dir, *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
 	struct wsync_error err = { 0 };
-	struct candidate c = { 0 };
-	int64_t step;
+	struct candidate c = { .dfd = -1 };
 	int r;
 
-	r = ckscan_tree_read(dir, &p->filter, p->inplace ? p->skip_top : NULL, &c.tree, &err);
+	/* the directory the caller named, as named; nothing below it is
+	 * followed */
+	c.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r = c.dfd < 0 ? wsync_error_set(&err, -errno, "%s: %s", dir, strerror(errno)) :
+			ckscan_tree_read_at(c.dfd, dir, &p->filter,
+					    p->inplace ? p->skip_top : NULL, &c.tree, &err);
 	if (r < 0) {
 		set_error(p, "%s", wsync_error_str(&err));
+		candidate_free(&c);
 		once_finish(p, r == -ENOENT || r == -ENOTDIR ? -EINVAL : r, NULL);
 		return;
 	}
@@ -1263,7 +1291,7 @@ static void scan_once(struct wsync_publisher *p)
 		goto bad;
 	}
 	if (p->head_version && c.tree.fingerprint == p->source_fp) {
-		ckscan_tree_free(&c.tree);
+		candidate_free(&c);
 		once_finish(p, 0, "already published");
 		return;
 	}
@@ -1275,7 +1303,7 @@ static void scan_once(struct wsync_publisher *p)
 					  p->cfg->marker : NULL,
 		};
 
-		r = ckcomplete_judge(dir, &c.tree, &o, &err);
+		r = ckcomplete_judge(c.dfd, dir, &c.tree, &o, &err);
 		if (r == 0) {
 			set_error(p, "%s is not complete: %s", dir, wsync_error_str(&err));
 			goto bad;
@@ -1283,27 +1311,26 @@ static void scan_once(struct wsync_publisher *p)
 		if (r < 0) {
 			set_error(p, "%s: %s", dir, wsync_error_str(&err));
 			if (r != -EINVAL) {
-				ckscan_tree_free(&c.tree);
+				candidate_free(&c);
 				once_finish(p, r, NULL);
 				return;
 			}
 			goto bad;
 		}
 	}
-	step = step_of(p, name, dir);
+	c.step = step_of(p, name, c.dfd);
 	c.name = strdup(name);
 	if (!c.name) {
-		ckscan_tree_free(&c.tree);
+		candidate_free(&c);
 		set_error(p, "out of memory");
 		once_finish(p, -ENOMEM, NULL);
 		return;
 	}
 	PATHF(c.dir, "%s", dir);
-	c.step = step;
 	start_publication(p, &c, NULL);
 	return;
 bad:
-	ckscan_tree_free(&c.tree);
+	candidate_free(&c);
 	once_finish(p, -EINVAL, NULL);
 }
 
@@ -1316,6 +1343,8 @@ static void publication_free(struct publication *pb)
 	free(pb->source);
 	free(pb->skipped);
 	ckscan_tree_free(&pb->tree);
+	if (pb->src_fd >= 0)
+		(void)close(pb->src_fd);
 	pubjob_files_free(pb->job.files, pb->job.n_files);
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
@@ -1337,11 +1366,12 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 	int r;
 
 	if (!pb) {
-		free(c->name);
-		ckscan_tree_free(&c->tree);
+		candidate_free(c);
 		free(skipped);
 		return;
 	}
+	pb->src_fd = c->dfd;
+	c->dfd = -1;
 	pb->version = v;
 	pb->step = c->step;
 	pb->source = c->name;
@@ -1357,7 +1387,8 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 	if (!pb->anchor && !pb->delta)
 		pb->anchor = true;
 	pb->job = (struct pubjob_prepare){
-		.src_dir = pb->src_dir, .tree = &pb->tree, .hardlink = !p->inplace,
+		.src_dir = pb->src_dir, .src_fd = pb->src_fd, .tree = &pb->tree,
+		.hardlink = !p->inplace,
 		.pub_dir = p->pub_dir, .want_delta = pb->delta, .want_anchor = pb->anchor,
 		.version = v, .threads = p->cfg->threads,
 		.memory_limit = p->cfg->memory_limit, .pause_ms = p->test_pause_ms,

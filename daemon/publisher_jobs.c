@@ -8,6 +8,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,26 +131,17 @@ static int make_parents(const char *root, const char *rel)
 	return 0;
 }
 
-/* Reflink src to dst, or copy it; dst is created. */
-static int clone_or_copy(const char *src, const char *dst)
+/* Reflink the file open at in to dst, or copy it; dst is created. */
+static int clone_or_copy(int in, const char *dst)
 {
-	int in, out, r = 0;
+	int out, r = 0;
 	struct stat st;
 
-	in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (in < 0)
+	if (fstat(in, &st) < 0)
 		return -errno;
-	if (fstat(in, &st) < 0) {
-		r = -errno;
-		close(in);
-		return r;
-	}
 	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (out < 0) {
-		r = -errno;
-		close(in);
-		return r;
-	}
+	if (out < 0)
+		return -errno;
 	if (ioctl(out, FICLONE, in) < 0) {
 		/* EOPNOTSUPP (ext4), EXDEV, EINVAL: copy the bytes. */
 		loff_t done = 0;
@@ -189,45 +181,83 @@ static int clone_or_copy(const char *src, const char *dst)
 	}
 	if (close(out) < 0 && r == 0)
 		r = -errno;
-	close(in);
 	return r;
 }
 
+static bool same_as_scanned(const struct stat *st, const struct ckscan_file *f)
+{
+	return S_ISREG(st->st_mode) && (uint64_t)st->st_size == f->size &&
+	       (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == f->mtime_ns;
+}
+
+/*
+ * Take one file of the scan into staging.  The source is reached from
+ * src_fd, the directory the scan walked, one component at a time with no
+ * link followed (wsync_open_parent), then hardlinked with linkat (which
+ * does not follow a last-component link either) or opened with
+ * O_NOFOLLOW | O_NONBLOCK and copied.  What was staged is then checked,
+ * not the name again: the hardlinked inode must be the one the scan saw
+ * (inode, size, mtime), the copied one the regular file it was copied
+ * from.  A folder swapped for a link since the scan, or a file swapped
+ * for a link or a FIFO, is "changed while being read" (-EAGAIN), never
+ * followed out of the checkpoint.
+ */
 static int take_file(struct pubjob_prepare *j, const char *staging, const struct ckscan_file *f)
 {
 	char src[PATH_MAX], dst[PATH_MAX];
+	const char *name;
 	struct stat st;
-	int r;
+	int dfd, in = -1, r;
 
 	PATHF(src, "%s/%s", j->src_dir, f->path);
 	PATHF(dst, "%s/%s", staging, f->path);
 	r = make_parents(staging, f->path);
 	if (r < 0)
 		return wsync_error_set(&j->err, r, "%s: %s", dst, strerror(-r));
-	if (!j->hardlink || link(src, dst) < 0) {
-		if (j->hardlink && errno == ENOENT)
-			return wsync_error_set(&j->err, -ENOENT, "%s vanished", src);
-		j->copies += j->hardlink;
-		r = clone_or_copy(src, dst);
-		if (r == -ENOENT)
-			return wsync_error_set(&j->err, -ENOENT, "%s vanished", src);
-		if (r < 0)
-			return wsync_error_set(&j->err, r, "copying %s: %s", src, strerror(-r));
+	dfd = wsync_open_parent(j->src_fd, f->path, &name, NULL, NULL, NULL);
+	if (dfd < 0) {
+		r = dfd;
+		goto fail;
 	}
-	/* Stable since the scan?  (For a hardlink the staged inode is the
-	 * trainer's; for a copy, the source after the copy.) */
-	if (lstat(src, &st) < 0)
-		return wsync_error_set(&j->err, errno == ENOENT ? -ENOENT : -errno,
-				       "%s: %s", src, strerror(errno));
-	if ((uint64_t)st.st_size != f->size ||
-	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != f->mtime_ns)
-		return wsync_error_set(&j->err, -EAGAIN, "%s changed while being read", src);
-	if (!j->hardlink || j->copies) {
-		if (lstat(dst, &st) < 0 || (uint64_t)st.st_size != f->size)
-			return wsync_error_set(&j->err, -EAGAIN, "%s changed while being copied",
+	if (j->hardlink && linkat(dfd, name, AT_FDCWD, dst, 0) == 0) {
+		(void)close(dfd);
+		if (lstat(dst, &st) < 0)
+			return wsync_error_set(&j->err, -errno, "%s: %s", dst, strerror(errno));
+		if (!same_as_scanned(&st, f) || st.st_ino != f->ino)
+			return wsync_error_set(&j->err, -EAGAIN, "%s changed while being read",
 					       src);
+		return 0;
 	}
-	return 0;
+	if (j->hardlink && errno == ENOENT) {
+		(void)close(dfd);
+		return wsync_error_set(&j->err, -ENOENT, "%s vanished", src);
+	}
+	j->copies += j->hardlink;
+	in = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	r = in < 0 ? -errno : 0;
+	(void)close(dfd);
+	if (r == 0 && (fstat(in, &st) < 0 || !S_ISREG(st.st_mode)))
+		r = -EAGAIN;	/* a FIFO, a device: not what the scan saw */
+	if (r == 0)
+		r = clone_or_copy(in, dst);
+	/* Stable since the scan?  The source after the copy. */
+	if (r == 0 && (fstat(in, &st) < 0 || !same_as_scanned(&st, f)))
+		r = 1;
+	else if (r == 0 && (lstat(dst, &st) < 0 || (uint64_t)st.st_size != f->size))
+		r = 2;
+	if (in >= 0)
+		(void)close(in);
+	if (r >= 0)
+		return r == 0 ? 0 : wsync_error_set(&j->err, -EAGAIN, "%s changed while being %s",
+						    src, r == 1 ? "read" : "copied");
+fail:
+	if (r == -ENOENT)
+		return wsync_error_set(&j->err, -ENOENT, "%s vanished", src);
+	if (r == -ELOOP || r == -EAGAIN)
+		return wsync_error_set(&j->err, -EAGAIN, "%s changed while being read (%s): "
+				       "not followed", src, "a symbolic link or not a regular "
+				       "file where the scan saw a folder or a file");
+	return wsync_error_set(&j->err, r, "copying %s: %s", src, strerror(-r));
 }
 
 /* Replace every "from" in err's message by "to" (as far as it fits). */

@@ -35,7 +35,9 @@
 /* Snapshot + encode. */
 struct pubjob_prepare {
 	/* in */
-	const char *src_dir;		/* the checkpoint directory */
+	const char *src_dir;		/* the checkpoint directory (in messages) */
+	int src_fd;			/* ... open: what the scan walked; every file is
+					 * taken beneath it, no link followed */
 	const struct ckscan_tree *tree;	/* what to take, as scanned */
 	bool hardlink;			/* step-directory mode: link(), else reflink/copy */
 	const char *pub_dir;		/* state_dir/publisher */

@@ -695,7 +695,6 @@ static void try_apply(struct wsync_subscriber *s)
 	memset(j, 0, sizeof(*j));
 	j->target_dir = s->cfg->target_dir;
 	j->empty_dir = s->empty_dir;
-	j->state_path = s->state_path;
 	j->object_path = strdup(st->path);
 	j->obj = st->obj;
 	j->is_anchor = st->anchor;
@@ -1098,8 +1097,7 @@ static void check_work(void *data)
 	if (sub_local_adopt(s->cfg->target_dir, &s->local, k->head, &k->head_hash, &k->adopt,
 			    why, sizeof(why)) != 0)
 		return;
-	if (sub_meta_dir_check(s->cfg->target_dir, true, &k->err) == 0 &&
-	    sub_local_save(s->state_path, &k->adopt, &k->err) == 0)
+	if (sub_state_save(s->cfg->target_dir, &k->adopt, &k->err) == 0)
 		k->adopted = true;
 	else
 		sub_local_free(&k->adopt);
@@ -1460,7 +1458,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	const struct wsync_config *cfg = d->cfg;
 	struct wsync_subscriber *s = calloc(1, sizeof(*s));
 	struct wsync_error lerr = { 0 };
-	int r;
+	int r, meta = -1;	/* target_dir/.wsync, while starting */
 
 	*ret = NULL;
 	if (!s)
@@ -1527,11 +1525,13 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			goto fail;
 	}
 	/* (layout = symlink before a first version: no target, no .wsync yet) */
-	r = cfg->layout == WSYNC_LAYOUT_SYMLINK && access(cfg->target_dir, F_OK) < 0 ? 0 :
-	    sub_meta_dir_check(cfg->target_dir, true, err);
-	if (r < 0) {
-		wsync_error_prefix(err, "[subscriber] target_dir");
-		goto fail;
+	if (cfg->layout != WSYNC_LAYOUT_SYMLINK || access(cfg->target_dir, F_OK) == 0) {
+		meta = sub_meta_open(cfg->target_dir, true, err);
+		if (meta < 0) {
+			r = meta;
+			wsync_error_prefix(err, "[subscriber] target_dir");
+			goto fail;
+		}
 	}
 	/* One process per subscriber state (two would empty each other's
 	 * downloads) and per target (two would apply over each other): a
@@ -1552,7 +1552,12 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 					"state_dir");
 			goto fail;
 		}
-		r = wsync_instance_lock(&s->target_lock, s->lock_path, prog, cfg->path, &e);
+		/* in place: in the .wsync just checked, whatever its name
+		 * leads to by now */
+		r = cfg->layout == WSYNC_LAYOUT_SYMLINK ?
+		    wsync_instance_lock(&s->target_lock, s->lock_path, prog, cfg->path, &e) :
+		    wsync_instance_lock_at(&s->target_lock, meta, "lock", s->lock_path, prog,
+					   cfg->path, &e);
 		if (r < 0) {
 			wsync_error_set(err, r, "[subscriber] target_dir %s: %s%s", cfg->target_dir,
 					wsync_error_str(&e), r != -EBUSY ? "" :
@@ -1578,19 +1583,20 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			goto fail;
 		}
 	}
-	r = sub_local_load(s->state_path, &s->local, &lerr);
+	r = meta >= 0 ? sub_state_load(meta, cfg->target_dir, &s->local, &lerr) : -ENOENT;
 	if (r == -ENOENT && access(s->legacy_state, F_OK) == 0) {
 		/* Written by an older wsyncd in state_dir: move it into the
 		 * target (saved there first, then the old one removed). */
 		wsync_error_clear(&lerr);
 		r = sub_local_load(s->legacy_state, &s->local, &lerr);
-		if (r == 0 && sub_local_save(s->state_path, &s->local, &lerr) == 0) {
+		if (r == 0 && meta >= 0 &&
+		    sub_local_save_at(meta, s->state_path, &s->local, &lerr) == 0) {
 			log_notice("moved the subscriber state from %s to %s", s->legacy_state,
 				   s->state_path);
 			(void)unlink(s->legacy_state);
 		} else if (r == 0) {
-			log_warning("%s; using %s for now", wsync_error_str(&lerr),
-				    s->legacy_state);
+			log_warning("%s; using %s for now", meta >= 0 ? wsync_error_str(&lerr) :
+				    "no target to move it into yet", s->legacy_state);
 		}
 	}
 	if (r == -ENOENT) {
@@ -1599,15 +1605,19 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	} else if (r < 0) {
 		/* Not fatal: the anchor path rebuilds the target.  Rollback
 		 * protection restarts from what HEAD says. */
-		log_warning("%s: %s; ignoring it, the target will be rebuilt from an anchor",
-			    s->state_path, wsync_error_str(&lerr));
+		log_warning("%s; ignoring it, the target will be rebuilt from an anchor",
+			    wsync_error_str(&lerr));
 	} else {
 		log_info("target %s at version %" PRIu64 " (step %" PRId64 ")",
 			 cfg->target_dir, s->local.version, s->local.step);
 	}
+	if (meta >= 0)
+		(void)close(meta);
 	*ret = s;
 	return 0;
 fail:
+	if (meta >= 0)
+		(void)close(meta);
 	wsync_subscriber_free(s);
 	return r;
 }
@@ -1616,12 +1626,9 @@ static void startup_work(void *data)
 {
 	struct wsync_subscriber *s = data;
 	int n = sub_remove_stray_temps(s->cfg->target_dir), dirs;
-	char *tmp = NULL;
 
 	/* A state save killed between its temp and the rename. */
-	if (asprintf(&tmp, "%s.tmp", s->state_path) >= 0)
-		(void)unlink(tmp);
-	free(tmp);
+	sub_state_remove_temp(s->cfg->target_dir);
 	/* layout = symlink: version directories a killed step left */
 	if (s->cfg->layout == WSYNC_LAYOUT_SYMLINK && s->local.version > 0 &&
 	    (dirs = sub_layout_prune(s->cfg->target_dir, s->local.version)) > 0)

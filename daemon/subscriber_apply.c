@@ -31,9 +31,12 @@
  *  version directory (a delta: over hardlinks of the current version; an
  *  anchor: from nothing), its state written there, then target_dir's link
  *  is flipped to it and old version directories pruned.
- *  6. .wsync/state.json, durably (after checking .wsync is still a
- *     directory, not a link planted meanwhile).  apply has fsynced its files and directories,
- *     so the state never describes data that could still be lost.
+ *  6. .wsync/state.json, durably, through a descriptor of .wsync opened
+ *     without following a link and checked to be our own directory
+ *     (sub_meta_open): a link planted meanwhile is refused, one planted
+ *     after the check is never written through.  apply has fsynced its
+ *     files and directories, so the state never describes data that could
+ *     still be lost.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -265,7 +268,7 @@ void sub_apply_work(void *data)
 	struct wsync_apply_opts ao = { .threads = j->threads,
 				       .memory_limit = j->memory_limit };
 	const char *dir = j->target_dir;	/* where the step is written */
-	char *state_path = NULL, *build = NULL;
+	char *build = NULL;
 	bool built = false;
 	int fd = -1, root = -1, r;
 
@@ -363,14 +366,7 @@ void sub_apply_work(void *data)
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r == 0)
-		r = sub_meta_dir_check(dir, true, &j->err);
-	if (r == 0 && j->symlink_layout &&
-	    asprintf(&state_path, "%s/" SUB_META_DIR "/state.json", dir) < 0) {
-		state_path = NULL;
-		r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
-	}
-	if (r == 0)
-		r = sub_local_save(state_path ? state_path : j->state_path, &j->next, &j->err);
+		r = sub_state_save(dir, &j->next, &j->err);
 	if (r == 0 && j->symlink_layout) {
 		r = sub_layout_commit(j->target_dir, build, j->version_dir, &j->err);
 		if (r == 0) {
@@ -382,7 +378,6 @@ out:
 	if (built && r < 0)
 		(void)sub_rm_rf(build);	/* the link still names the old version */
 	free(build);
-	free(state_path);
 	if (r < 0)
 		sub_local_free(&j->next);
 	j->r = r;

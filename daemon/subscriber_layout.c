@@ -392,8 +392,8 @@ int sub_layout_prepare(const char *target, struct wsync_error *err)
 	struct stat st;
 	struct sub_local s;
 	struct wsync_error lerr = { 0 };
-	char *state = NULL, *vdir = NULL;
-	int r;
+	char *vdir = NULL;
+	int r, meta;
 
 	if (lstat(target, &st) < 0)
 		return errno == ENOENT ? 0 : wsync_error_set(err, -errno, "%s: %s", target,
@@ -403,11 +403,15 @@ int sub_layout_prepare(const char *target, struct wsync_error *err)
 	if (!S_ISDIR(st.st_mode))
 		return wsync_error_set(err, -EEXIST, "%s is neither a directory nor a symbolic "
 				       "link (layout = symlink)", target);
-	/* A directory: what layout = inplace left, or an empty one. */
-	if (asprintf(&state, "%s/" SUB_META_DIR "/state.json", target) < 0)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	r = sub_local_load(state, &s, &lerr);
-	free(state);
+	/* A directory: what layout = inplace left, or an empty one.  Its
+	 * .wsync is checked before anything in it is read, as in place. */
+	meta = sub_meta_open(target, false, err);
+	if (meta < 0 && meta != -ENOENT)
+		return meta;
+	wsync_error_clear(err);
+	r = meta < 0 ? -ENOENT : sub_state_load(meta, target, &s, &lerr);
+	if (meta >= 0)
+		(void)close(meta);
 	if (r == 0) {
 		vdir = sub_version_dir(target, s.version);
 		sub_local_free(&s);

@@ -22,8 +22,14 @@
  * directory it sits in (a target copied or restored elsewhere carries its
  * own truth along).  Manifest paths inside it are refused, so no version
  * ever writes or deletes it; the cheap check looks only at the files the
- * state lists, so it is never "a local change"; and a .wsync that is a
- * symbolic link is refused (state writes must not land outside).
+ * state lists, so it is never "a local change".  Someone else may be able
+ * to write target_dir (a local user, a trainer, a copy job): .wsync is
+ * opened once per use with O_NOFOLLOW (a symbolic link is refused: state
+ * writes must not land outside), checked on that descriptor -- a
+ * directory owned by this process's user that no other user may write --
+ * and everything in it is then opened, renamed and removed relative to
+ * that descriptor, so a .wsync swapped for a link or another folder after
+ * the check is never written through (sub_meta_open).
  * Downloads stay in state_dir/subscriber/downloads.
  *
  * state.json (written only after the data it describes is durable):
@@ -73,14 +79,64 @@ struct sub_local {
 	size_t n_files;
 };
 
-/* Read path into out.  0; -ENOENT when there is none (out is then version
- * 0); -EINVAL for a file that is not a valid state (reason in err); other
- * errnos for I/O.  On failure out holds nothing. */
+/*
+ * The largest state read: what the largest manifest the subscriber accepts
+ * (WSYNC_MANIFEST_MAX bytes, at most WSYNC_MANIFEST_FILES_MAX files) makes
+ * of it.  Per file the state holds what the manifest holds (path, size,
+ * xxh128) plus mtime_ns and the indentation, under 64 bytes more, so a
+ * state the subscriber wrote is never refused; anything larger is not
+ * one of ours and is not read (a parse keeps several times its size).
+ */
+#define SUB_STATE_MAX ((uint64_t)WSYNC_MANIFEST_MAX + 64ull * WSYNC_MANIFEST_FILES_MAX)
+
+/*
+ * Parse a state document: buf, len bytes (need not end with a NUL), path
+ * what err calls it.  0 with out filled (freed with sub_local_free);
+ * -EFBIG when len is over SUB_STATE_MAX; -EINVAL for a document that is
+ * not a valid state -- err then says where it went wrong (line and column
+ * for bad JSON) but never quotes the bytes, which may be whatever file
+ * someone put there; -ENOMEM.  On failure out holds nothing.
+ */
+int sub_local_parse(const char *buf, size_t len, const char *path, struct sub_local *out,
+		    struct wsync_error *err);
+
+/*
+ * Read the state file name in the directory open at dirfd into out (path:
+ * what err calls it).  The file is opened with O_NOFOLLOW | O_NONBLOCK and
+ * must be a regular file of at most SUB_STATE_MAX bytes.  0; -ENOENT when
+ * there is none (out is then version 0); -EINVAL for a symbolic link, a
+ * FIFO or another non-file, or a file that is not a valid state; -EFBIG
+ * for one too large (reason in err); other errnos for I/O.  On failure
+ * out holds nothing.
+ */
+int sub_local_load_at(int dirfd, const char *name, const char *path, struct sub_local *out,
+		      struct wsync_error *err);
+
+/* sub_local_load_at on path's last component, in its directory opened by
+ * path (state_dir/subscriber/state.json, written by an older wsyncd). */
 int sub_local_load(const char *path, struct sub_local *out, struct wsync_error *err);
 
-/* Write s to path durably: a temp beside it, fsync, rename, fsync of the
- * directory.  0 or a negative errno with err set. */
-int sub_local_save(const char *path, const struct sub_local *s, struct wsync_error *err);
+/*
+ * Write s durably as state.json in the directory open at dirfd (path:
+ * what err calls it): a temp there (made with O_EXCL | O_NOFOLLOW, after
+ * removing one a killed save left), fsync, renameat over state.json, fsync
+ * of the directory.  0 or a negative errno with err set.
+ */
+int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
+		      struct wsync_error *err);
+
+/* target/.wsync/state.json: open .wsync (sub_meta_open, made if missing),
+ * sub_local_save_at into it. */
+int sub_state_save(const char *target, const struct sub_local *s, struct wsync_error *err);
+
+/* state.json in meta (target's .wsync, open from sub_meta_open):
+ * sub_local_load_at, err naming target/.wsync/state.json. */
+int sub_state_load(int meta, const char *target, struct sub_local *out,
+		   struct wsync_error *err);
+
+/* Remove the temp of a save killed before its rename, if target/.wsync is
+ * there and ours. */
+void sub_state_remove_temp(const char *target);
 
 void sub_local_free(struct sub_local *s);
 
@@ -155,7 +211,6 @@ struct sub_apply_job {
 	/* in: set by the loop, read-only for the job */
 	const char *target_dir;
 	const char *empty_dir;		/* an empty directory: an anchor's "base" */
-	const char *state_path;		/* target_dir/.wsync/state.json */
 	char *object_path;		/* the downloaded delta or anchor */
 	const struct wsync_manifest_object *obj;	/* what the manifest says of it */
 	bool is_anchor;
@@ -189,10 +244,16 @@ void sub_apply_work(void *data);
 bool sub_is_meta_path(const char *rel);
 
 /*
- * Make target/.wsync (mode 0755) if missing.  0; -ELOOP when it is a
- * symbolic link or not a directory (err says so); other negative errnos.
+ * Open target/.wsync (made with mode 0755 when create and missing; target
+ * itself is opened as named, a layout = symlink link followed) with
+ * O_DIRECTORY | O_NOFOLLOW, and check what was opened: a directory owned
+ * by this process's user, not writable by group or others.  Returns the
+ * fd, for the caller to do everything in .wsync relative to it and to
+ * close; -ENOENT when it is missing (and not create); -ELOOP when it is a
+ * symbolic link or not a directory; -EPERM when it belongs to another user
+ * or others may write it; other negative errnos (err says which).
  */
-int sub_meta_dir_check(const char *target, bool create, struct wsync_error *err);
+int sub_meta_open(const char *target, bool create, struct wsync_error *err);
 
 /* The margin kept free on top of what a step writes: 16 MiB plus 1/32
  * (metadata, the state file, and the file system's own needs). */

@@ -29,7 +29,8 @@
 
 #define STATE_FORMAT "wsync-subscriber-state"
 #define STATE_FORMAT_VERSION 1
-#define STATE_MAX (256u << 20)	/* a state of a million files is ~150 MB */
+#define STATE_NAME "state.json"
+#define STATE_TMP "state.json.tmp"
 
 void sub_local_free(struct sub_local *s)
 {
@@ -74,22 +75,24 @@ static int get_u64(json_t *o, const char *k, uint64_t *v)
 	return 0;
 }
 
-int sub_local_load(const char *path, struct sub_local *out, struct wsync_error *err)
+int sub_local_parse(const char *buf, size_t len, const char *path, struct sub_local *out,
+		    struct wsync_error *err)
 {
 	json_error_t je;
 	json_t *root, *files, *j;
-	struct stat st;
 	uint64_t v;
 	int r = -EINVAL;
 
 	memset(out, 0, sizeof(*out));
-	if (stat(path, &st) < 0)
-		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
-	if ((uint64_t)st.st_size > STATE_MAX)
-		return wsync_error_set(err, -EFBIG, "%s: larger than %u bytes", path, STATE_MAX);
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (len > SUB_STATE_MAX)
+		return wsync_error_set(err, -EFBIG, "%s: larger than %llu bytes", path,
+				       (unsigned long long)SUB_STATE_MAX);
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+	/* Where, never what: jansson's text quotes the bytes it stopped at,
+	 * and those are whatever the file holds. */
 	if (!root)
-		return wsync_error_set(err, -EINVAL, "%s:%d: %s", path, je.line, je.text);
+		return wsync_error_set(err, -EINVAL, "%s: not valid JSON (line %d, column %d)",
+				       path, je.line, je.column);
 	j = json_object_get(root, "format");
 	if (!json_is_string(j) || strcmp(json_string_value(j), STATE_FORMAT) != 0 ||
 	    get_u64(root, "format_version", &v) < 0 || v != STATE_FORMAT_VERSION) {
@@ -146,10 +149,56 @@ out:
 	return r;
 }
 
-int sub_local_save(const char *path, const struct sub_local *s, struct wsync_error *err)
+int sub_local_load_at(int dirfd, const char *name, const char *path, struct sub_local *out,
+		      struct wsync_error *err)
 {
-	char hex[WSYNC_HASH_HEX_LEN + 1], *text = NULL, *tmp = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	int fd, r;
+
+	memset(out, 0, sizeof(*out));
+	/* No link followed (the state of whatever it names is not ours to
+	 * read, nor its parse error to log), and a FIFO put there neither
+	 * blocks the open nor passes the regular-file check that follows. */
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ELOOP)
+		return wsync_error_set(err, -EINVAL, "%s is a symbolic link: refused", path);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	r = wsync_read_fd(fd, path, SUB_STATE_MAX, &buf, &len, err);
+	(void)close(fd);
+	if (r < 0)
+		return r;
+	r = sub_local_parse(buf, len, path, out, err);
+	free(buf);
+	return r;
+}
+
+int sub_local_load(const char *path, struct sub_local *out, struct wsync_error *err)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
+			   : strndup(path, (size_t)(slash - path));
+	int dfd, r;
+
+	memset(out, 0, sizeof(*out));
+	if (!dir)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r = dfd < 0 ? wsync_error_set(err, -errno, "%s: %s", path, strerror(errno)) :
+		      sub_local_load_at(dfd, slash ? slash + 1 : path, path, out, err);
+	if (dfd >= 0)
+		(void)close(dfd);
+	free(dir);
+	return r;
+}
+
+int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
+		      struct wsync_error *err)
+{
+	char hex[WSYNC_HASH_HEX_LEN + 1], *text = NULL;
 	json_t *root = json_object(), *files = json_array();
+	bool made = false;
 	int fd = -1, r = -ENOMEM;
 
 	if (!root || !files)
@@ -175,16 +224,19 @@ int sub_local_save(const char *path, const struct sub_local *s, struct wsync_err
 		r = -ENOMEM;
 		goto fail;
 	}
-	if (asprintf(&tmp, "%s.tmp", path) < 0) {
-		tmp = NULL;
-		r = -ENOMEM;
+	/* A temp a killed save left goes first: O_EXCL then makes sure the
+	 * bytes go into a file this save created, not into whatever else
+	 * the name might be (the directory is ours: sub_meta_open). */
+	if (unlinkat(dirfd, STATE_TMP, 0) < 0 && errno != ENOENT) {
+		r = -errno;
 		goto fail;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	fd = openat(dirfd, STATE_TMP, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		r = -errno;
 		goto fail;
 	}
+	made = true;
 	size_t len = strlen(text), off = 0;
 
 	while (off < len) {
@@ -208,14 +260,14 @@ int sub_local_save(const char *path, const struct sub_local *s, struct wsync_err
 		goto fail;
 	}
 	fd = -1;
-	if (rename(tmp, path) < 0) {
+	if (renameat(dirfd, STATE_TMP, dirfd, STATE_NAME) < 0) {
 		r = -errno;
 		goto fail;
 	}
-	r = wsync_fsync_parent(path);
+	made = false;
+	r = wsync_fsync(dirfd);
 	if (r < 0)
 		goto fail;
-	free(tmp);
 	free(text);
 	json_decref(files);
 	json_decref(root);
@@ -223,13 +275,51 @@ int sub_local_save(const char *path, const struct sub_local *s, struct wsync_err
 fail:
 	if (fd >= 0)
 		(void)close(fd);
-	if (tmp)
-		(void)unlink(tmp);
-	free(tmp);
+	if (made)
+		(void)unlinkat(dirfd, STATE_TMP, 0);
 	free(text);
 	json_decref(files);
 	json_decref(root);
 	return wsync_error_set(err, r, "%s: writing the state: %s", path, strerror(-r));
+}
+
+int sub_state_save(const char *target, const struct sub_local *s, struct wsync_error *err)
+{
+	char *path = NULL;
+	int meta, r;
+
+	if (asprintf(&path, "%s/" SUB_META_DIR "/" STATE_NAME, target) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	meta = sub_meta_open(target, true, err);
+	r = meta < 0 ? meta : sub_local_save_at(meta, path, s, err);
+	if (meta >= 0)
+		(void)close(meta);
+	free(path);
+	return r;
+}
+
+int sub_state_load(int meta, const char *target, struct sub_local *out,
+		   struct wsync_error *err)
+{
+	char *path = NULL;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	if (asprintf(&path, "%s/" SUB_META_DIR "/" STATE_NAME, target) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r = sub_local_load_at(meta, STATE_NAME, path, out, err);
+	free(path);
+	return r;
+}
+
+void sub_state_remove_temp(const char *target)
+{
+	int meta = sub_meta_open(target, false, NULL);
+
+	if (meta < 0)
+		return;
+	(void)unlinkat(meta, STATE_TMP, 0);
+	(void)close(meta);
 }
 
 int sub_open_parent(int root, const char *rel, const char **name)
@@ -473,34 +563,58 @@ bool sub_is_meta_path(const char *rel)
 	return strncmp(rel, SUB_META_DIR, n) == 0 && (rel[n] == '\0' || rel[n] == '/');
 }
 
-int sub_meta_dir_check(const char *target, bool create, struct wsync_error *err)
+int sub_meta_open(const char *target, bool create, struct wsync_error *err)
 {
-	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0, made = -1;
+	int tfd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1, r = 0, made = -1;
 	struct stat st;
 
-	if (fd < 0)
+	if (tfd < 0)
 		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
 	if (create)
-		made = mkdirat(fd, SUB_META_DIR, 0755);
-	if (create && made < 0 && errno != EEXIST)
+		made = mkdirat(tfd, SUB_META_DIR, 0755);
+	if (create && made < 0 && errno != EEXIST) {
 		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": cannot create: %s", target,
 				    strerror(errno));
+		goto out;
+	}
 	/* Made just now (always so in a new layout = symlink version
 	 * directory, after apply synced it): its entry must be as durable as
 	 * the state.json about to be written in it, or a power loss after the
 	 * flip leaves a version without its marker. */
-	else if (made == 0 && fsync(fd) < 0 && errno != EINVAL)
+	if (made == 0 && fsync(tfd) < 0 && errno != EINVAL) {
 		r = wsync_error_set(err, -errno, "%s: fsync: %s", target, strerror(errno));
-	else if (fstatat(fd, SUB_META_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": %s", target,
-				    strerror(errno));
-	else if (!S_ISDIR(st.st_mode))
+		goto out;
+	}
+	/* The check and every later use are this one descriptor: what is
+	 * renamed into the name afterwards is never written through. */
+	fd = openat(tfd, SUB_META_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+		bool link = fstatat(tfd, SUB_META_DIR, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISLNK(st.st_mode);
+
 		r = wsync_error_set(err, -ELOOP, "%s/" SUB_META_DIR " is %s, not a directory: "
 				    "refused (the subscriber's state must stay inside the "
 				    "target); remove it", target,
-				    S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
-	(void)close(fd);
-	return r;
+				    link ? "a symbolic link" : "a file");
+	} else if (fd < 0) {
+		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": %s", target,
+				    strerror(errno));
+	} else if (fstat(fd, &st) < 0) {
+		r = wsync_error_set(err, -errno, "%s/" SUB_META_DIR ": %s", target,
+				    strerror(errno));
+	} else if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		/* Another user who may change what is inside could swap the
+		 * state or the lock under us: only a folder of ours is used. */
+		r = wsync_error_set(err, -EPERM, "%s/" SUB_META_DIR " %s: refused (the "
+				    "subscriber's state must be its own); remove it", target,
+				    st.st_uid != geteuid() ? "belongs to another user" :
+				    "is writable by other users");
+	}
+out:
+	if (r < 0 && fd >= 0)
+		(void)close(fd);
+	(void)close(tfd);
+	return r < 0 ? r : fd;
 }
 
 uint64_t sub_space_margin(uint64_t need)

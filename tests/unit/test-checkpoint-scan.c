@@ -7,6 +7,11 @@
 * trainer_state.json, whole / short / malformed safetensors shards, what
  * makes a checkpoint a complete model (markers, indexes, shard-name sets,
  * formats without a header), and inotify events for files in new subfolders.
+ * Against a user who can write the watched folder: links to outside are
+ * never followed (a subfolder, trainer_state.json, a marker, a shard on
+ * the judge's way), a FIFO never blocks a read, trainer_state.json has a
+ * size limit, and the header judgement works on bytes alone.  The binary
+ * ends itself (SIGALRM) if an open ever blocks.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -88,6 +93,22 @@ static void test_filter(void)
 	ckscan_filter_free(&f);
 }
 
+/* ckscan_read_global_step in dir (absolute, or under tmpdir). */
+static int global_step_in(const char *dir, int64_t *s)
+{
+	char p[512];
+	int fd, r;
+
+	snprintf(p, sizeof(p), "%s%s%s", dir[0] == '/' ? "" : tmpdir, dir[0] == '/' ? "" : "/",
+		 dir);
+	fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = ckscan_read_global_step(fd, s);
+	(void)close(fd);
+	return r;
+}
+
 static void test_steps(void)
 {
 	int64_t s = 0;
@@ -96,9 +117,9 @@ static void test_steps(void)
 	CHECK(ckscan_step_from_name("step_000012", &s) == 0 && s == 12);
 	CHECK(ckscan_step_from_name("checkpoint-final", &s) == -EINVAL);
 	write_file("trainer_state.json", "{\"global_step\": 77, \"x\": []}", 28);
-	CHECK(ckscan_read_global_step(tmpdir, &s) == 0 && s == 77);
-	unlink("/nonexistent-wsync");
-	CHECK(ckscan_read_global_step("/nonexistent-wsync", &s) == -ENOENT);
+	CHECK(global_step_in(tmpdir, &s) == 0 && s == 77);
+	mkdir_rel("nostate");
+	CHECK(global_step_in("nostate", &s) == -ENOENT);
 }
 
 static void test_tree(void)
@@ -163,16 +184,19 @@ static int judge_dir(const char *sub, const char *exclude, const char *marker,
 	struct ckcomplete_opts o = { .marker = marker, .marker_last = marker_last };
 	struct wsync_error why = { 0 };
 	struct ckscan_filter f;
-	struct ckscan_tree t;
+	struct ckscan_tree t = { 0 };
 	char dir[512];
-	int r;
+	int r, dfd;
 
 	snprintf(dir, sizeof(dir), "%s/%s", tmpdir, sub);
 	if (ckscan_filter_init(&f, "*", exclude) < 0)
 		return -ENOMEM;
-	r = ckscan_tree_read(dir, &f, NULL, &t, &why);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r = dfd < 0 ? -errno : ckscan_tree_read_at(dfd, dir, &f, NULL, &t, &why);
 	if (r == 0)
-		r = ckcomplete_judge(dir, &t, &o, &why);
+		r = ckcomplete_judge(dfd, dir, &t, &o, &why);
+	if (dfd >= 0)
+		(void)close(dfd);
 	ckscan_tree_free(&t);
 	ckscan_filter_free(&f);
 	snprintf(why_out, why_len, "%s", why.msg);
@@ -431,9 +455,121 @@ static void test_watch(void)
 	CHECK(uv_loop_close(&loop) == 0);
 }
 
+/* A user who can write the checkpoint folder points things outside it:
+ * a subfolder linked to a folder outside is not listed, trainer_state.json
+ * as a link is not read (its step is not taken) nor as a FIFO (no
+ * waiting), nor past its size limit; a marker that is a link is no marker;
+ * the judge, handed a tree that names a path through a link (the folder
+ * swapped since the scan), reads nothing through it. */
+static void test_links_out(void)
+{
+	char out[300], p[600], why[600];
+	struct ckscan_filter f;
+	struct ckscan_tree t = { 0 };
+	struct wsync_error err = { 0 };
+	struct ckcomplete_opts o = { 0 };
+	int64_t s = -1;
+	int dfd, fd;
+
+	snprintf(out, sizeof(out), "%s/outside", tmpdir);
+	mkdir_rel("outside");
+	put_st("outside/model.safetensors", "a");
+	write_file("outside/trainer_state.json", "{\"global_step\": 31337}", 22);
+	mkdir_rel("lk");
+	put_st("lk/model.safetensors", "a");
+	snprintf(p, sizeof(p), "%s/lk/sub", tmpdir);
+	CHECK(symlink(out, p) == 0);
+	snprintf(p, sizeof(p), "%s/lk/trainer_state.json", tmpdir);
+	snprintf(why, sizeof(why), "%s/trainer_state.json", out);
+	CHECK(symlink(why, p) == 0);
+
+	snprintf(p, sizeof(p), "%s/lk", tmpdir);
+	dfd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	if (dfd < 0)
+		return;
+	CHECK(ckscan_filter_init(&f, "*", "") == 0);
+	CHECK(ckscan_tree_read_at(dfd, p, &f, NULL, &t, &err) == 0);
+	CHECK_EQ_U64(t.n, 1);	/* model.safetensors only */
+	/* trainer_state.json through a link: not read */
+	CHECK_EQ_U64((uint64_t)-ckscan_read_global_step(dfd, &s), EINVAL);
+	CHECK(s == -1);
+	/* the marker as a link: not written yet */
+	o.marker = "trainer_state.json";
+	CHECK(ckcomplete_judge(dfd, p, &t, &o, &err) == 0);
+	CHECK_CONTAINS(err.msg, "trainer_state.json not written yet");
+	ckscan_tree_free(&t);
+
+	/* a tree naming sub/model.safetensors, as if sub had been a folder at
+	 * the scan: the judge does not read it through the link (wait) */
+	t.files = calloc(2, sizeof(*t.files));
+	CHECK(t.files != NULL);
+	if (t.files) {
+		uint8_t buf[256];
+
+		t.n = 1;
+		t.files[0].path = strdup("sub/model.safetensors");
+		t.files[0].size = make_named(buf, "a");
+		o.marker = NULL;
+		CHECK(ckcomplete_judge(dfd, p, &t, &o, &err) == 0);
+		CHECK_CONTAINS(err.msg, "a symbolic link on the way");
+		ckscan_tree_free(&t);
+	}
+
+	/* trainer_state.json as a FIFO, then over the limit, then good */
+	CHECK(unlinkat(dfd, "trainer_state.json", 0) == 0);
+	CHECK(mkfifoat(dfd, "trainer_state.json", 0600) == 0);
+	CHECK_EQ_U64((uint64_t)-ckscan_read_global_step(dfd, &s), EINVAL);
+	CHECK(unlinkat(dfd, "trainer_state.json", 0) == 0);
+	fd = openat(dfd, "trainer_state.json", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(fd >= 0 && ftruncate(fd, CKSCAN_TRAINER_STATE_MAX + 1) == 0);
+	if (fd >= 0)
+		(void)close(fd);
+	CHECK_EQ_U64((uint64_t)-ckscan_read_global_step(dfd, &s), EFBIG);
+	CHECK(unlinkat(dfd, "trainer_state.json", 0) == 0);
+	write_file("lk/trainer_state.json", "{\"global_step\": 12}", 19);
+	CHECK(ckscan_read_global_step(dfd, &s) == 0 && s == 12);
+	CHECK(ckscan_parse_global_step("{\"global_step\": 5}", 18, &s) == 0 && s == 5);
+	CHECK(ckscan_parse_global_step("[1, 2]", 6, &s) == -EINVAL);
+	CHECK(ckscan_parse_global_step("{\"global_step\": \"5\"}", 20, &s) == -EINVAL);
+	CHECK(ckscan_parse_global_step("{}", (size_t)CKSCAN_TRAINER_STATE_MAX + 1, &s) == -EFBIG);
+	(void)close(dfd);
+	ckscan_filter_free(&f);
+}
+
+/* A shard that turned into a FIFO since the scan is not waited on, and
+ * the header judgement on bytes: short buffers are "short", whatever the
+ * length prefix claims nothing past the buffer is read. */
+static void test_shard_fifo_and_bytes(void)
+{
+	uint8_t buf[256];
+	size_t n = make_st(buf, HDR);
+	struct wsync_error err = { 0 };
+	char p[512];
+
+	mkdir_rel("ff");
+	snprintf(p, sizeof(p), "%s/ff/model.safetensors", tmpdir);
+	CHECK(mkfifo(p, 0600) == 0);
+	CHECK(ckcomplete_shard_whole(p, n, &err) == 0);	/* not waited on */
+	CHECK_CONTAINS(err.msg, "not a regular file");
+
+	CHECK(ckcomplete_judge_header(buf, n, n, "m", NULL, &err) == 1);
+	CHECK(ckcomplete_judge_header(buf, 7, n, "m", NULL, &err) == 0);
+	CHECK(ckcomplete_judge_header(buf, n - 4, n, "m", NULL, &err) == 1);	/* header only */
+	CHECK(ckcomplete_judge_header(buf, n - 5, n, "m", NULL, &err) == 0);	/* one byte short */
+	CHECK(ckcomplete_judge_header(buf, 20, n, "m", NULL, &err) == 0);	/* cut header */
+	CHECK(ckcomplete_judge_header(buf, n, n - 1, "m", NULL, &err) == 0);	/* short file */
+	CHECK(ckcomplete_judge_header(buf, n, n + 1, "m", NULL, &err) == -EINVAL);
+	memset(buf, 0xff, 8);	/* a length prefix past any limit */
+	CHECK(ckcomplete_judge_header(buf, 8, UINT64_MAX, "m", NULL, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "over the limit");
+}
+
 int main(void)
 {
 	char cmd[300];
+
+	alarm(100);	/* an open that blocks (a FIFO) fails the run, not hangs it */
 
 	snprintf(tmpdir, sizeof(tmpdir), "%s/wsync-ckscan.XXXXXX",
 		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -444,6 +580,8 @@ int main(void)
 	TEST(test_tree);
 	TEST(test_shard_whole);
 	TEST(test_complete);
+	TEST(test_links_out);
+	TEST(test_shard_fifo_and_bytes);
 	TEST(test_watch);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)

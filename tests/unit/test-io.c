@@ -2,7 +2,10 @@
 /*
  * test-io.c -- common/io.c: reading files through mappings, and the guard
  * that turns a SIGBUS from a file cut short under a mapping into an error;
- * starting writeback early, a hint that must change nothing else.
+ * starting writeback early, a hint that must change nothing else; walking
+ * below a directory without following a link or leaving it ("..");
+ * reading a whole file (a FIFO is refused without blocking).  The test
+ * binary ends itself (SIGALRM) if an open ever blocks.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -252,8 +255,67 @@ static void test_open_parent(void)
 	}
 }
 
+/* Opening below a directory: no symbolic link followed anywhere, the last
+ * component included, no "..", ".", empty component or absolute path; the
+ * lstat variant describes a last-component link instead of refusing it. */
+static void test_open_beneath(void)
+{
+	char dir[] = "/tmp/wsync-test-beneath.XXXXXX", outside[] = "/tmp/wsync-test-out.XXXXXX";
+	struct stat st;
+	int root, fd;
+
+	CHECK(mkdtemp(dir) != NULL && mkdtemp(outside) != NULL);
+	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(root >= 0);
+	if (root < 0)
+		return;
+	CHECK(mkdirat(root, "a", 0755) == 0);
+	CHECK(close(openat(root, "a/f", O_CREAT | O_WRONLY, 0644)) == 0);
+	CHECK(symlinkat(outside, root, "a/out") == 0);	/* a folder outside */
+	CHECK(symlinkat("f", root, "a/lf") == 0);		/* a file, relative */
+	{
+		char p[96];
+
+		snprintf(p, sizeof(p), "%s/secret", outside);
+		CHECK(close(open(p, O_CREAT | O_WRONLY, 0600)) == 0);
+	}
+
+	fd = wsync_open_beneath(root, "a/f", O_RDONLY);
+	CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode));
+	(void)close(fd);
+	fd = wsync_open_beneath(root, "a", O_RDONLY | O_DIRECTORY);
+	CHECK(fd >= 0);
+	(void)close(fd);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a/out/secret", O_RDONLY), ELOOP);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a/lf", O_RDONLY), ELOOP);
+	fd = wsync_open_beneath(root, "a/out", O_RDONLY | O_DIRECTORY);
+	CHECK(fd == -ELOOP || fd == -ENOTDIR);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a/missing", O_RDONLY), ENOENT);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a/../a/f", O_RDONLY), EINVAL);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "..", O_RDONLY | O_DIRECTORY), EINVAL);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a/./f", O_RDONLY), EINVAL);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a//f", O_RDONLY), EINVAL);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "/etc/hostname", O_RDONLY), EINVAL);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "", O_RDONLY), EINVAL);
+	CHECK_EQ_U64((uint64_t)-wsync_open_beneath(root, "a/", O_RDONLY), EINVAL);
+
+	CHECK(wsync_lstat_beneath(root, "a/lf", &st) == 0 && S_ISLNK(st.st_mode));
+	CHECK(wsync_lstat_beneath(root, "a/f", &st) == 0 && S_ISREG(st.st_mode));
+	CHECK_EQ_U64((uint64_t)-wsync_lstat_beneath(root, "a/out/secret", &st), ELOOP);
+	CHECK_EQ_U64((uint64_t)-wsync_lstat_beneath(root, "a/../a", &st), EINVAL);
+
+	(void)close(root);
+	{
+		char cmd[160];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, outside);
+		CHECK(system(cmd) == 0);
+	}
+}
+
 /* A whole small file into memory: its bytes and a NUL; a directory, one
- * over the cap, a missing one refused with errors naming them. */
+ * over the cap, a missing one, a FIFO (without waiting for a writer)
+ * refused with errors naming them; wsync_read_fd on a descriptor. */
 static void test_read_file(void)
 {
 	char dir[] = "/tmp/wsync-test-read.XXXXXX", p[64], *buf = NULL;
@@ -285,6 +347,22 @@ static void test_read_file(void)
 	(void)close(open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
 	CHECK(wsync_read_file(p, 0, &buf, &len, &err) == 0 && buf && len == 0 && buf[0] == 0);
 	free(buf);
+	buf = NULL;
+	/* a FIFO no one writes: refused at once, not waited on */
+	snprintf(p, sizeof(p), "%s/fifo", dir);
+	CHECK(mkfifo(p, 0600) == 0);
+	CHECK_EQ_U64((uint64_t)-wsync_read_file(p, 1 << 20, &buf, &len, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "not a regular file");
+	CHECK(buf == NULL);
+	/* from a descriptor: what it refers to, named as the caller says */
+	snprintf(p, sizeof(p), "%s/f", dir);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && wsync_read_fd(fd, "the file", 100, &buf, &len, &err) == 0 && len == 11);
+	free(buf);
+	buf = NULL;
+	CHECK_EQ_U64((uint64_t)-wsync_read_fd(fd, "the file", 3, &buf, &len, &err), EFBIG);
+	CHECK_CONTAINS(err.msg, "the file: 11 bytes");
+	(void)close(fd);
 	{
 		char cmd[96];
 
@@ -350,10 +428,12 @@ static void test_writeback_start(void)
 
 int main(void)
 {
+	alarm(60);	/* an open that blocks (a FIFO) fails the run, not hangs it */
 	TEST(test_map_and_drop);
 	TEST(test_guard_catches_sigbus);
 	TEST(test_unguarded_sigbus_still_kills);
 	TEST(test_open_parent);
+	TEST(test_open_beneath);
 	TEST(test_read_file);
 	TEST(test_writeback_start);
 	return tap_done();

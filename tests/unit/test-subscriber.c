@@ -18,6 +18,13 @@
  *  - stop() with nothing running ends with uv_loop_close() == 0;
  *  - the state marker is target/.wsync/state.json (an old one in
  *    state_dir is moved there), a .wsync that is a symlink is refused;
+ *  - .wsync is used only when it is a directory of ours that no one else
+ *    may write; state.json is read without following a link or blocking
+ *    on a FIFO, within SUB_STATE_MAX, and a bad one is reported without
+ *    quoting it; a save replaces a temp left behind (even a link) instead
+ *    of writing through it;
+ *  - the instance lock refuses a link, a FIFO, a hard link to another
+ *    file and another user's file, leaving them as they were;
  *  - a full file system (a small tmpfs as target) fails the step cleanly:
  *    old version intact, no temp file, status error, applied once there
  *    is room again;
@@ -55,6 +62,7 @@
 #include "daemon.h"
 #include "diff.h"
 #include "hash.h"
+#include "instance_lock.h"
 #include "jobs.h"
 #include "log.h"
 #include "manifest.h"
@@ -910,6 +918,201 @@ static void test_meta_symlink_refused(void)
 	ctx_free(&c);
 }
 
+#define SECRET "wsync-unit-secret-4f1c"
+
+static void put_text(int dfd, const char *name, const char *text)
+{
+	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	if (fd >= 0)
+		(void)close(fd);
+}
+
+/* state.json read from .wsync's descriptor: a link (to a file holding a
+ * secret) is refused and the secret never quoted; a FIFO is refused
+ * without waiting for a writer; a file over SUB_STATE_MAX is refused
+ * unread; bad JSON is located, not quoted.  A save goes into a file it
+ * created itself: a temp left behind as a link is replaced, the file it
+ * named untouched. */
+static void test_state_file_refusals(void)
+{
+	char dir[] = "/tmp/wsync-test-state.XXXXXX", out[PATH_MAX], buf[256];
+	struct sub_file f = { .path = (char *)"model.bin", .size = 7, .mtime_ns = 12345 };
+	struct sub_local w = { .version = 3, .step = 30, .applied = 1, .files = &f,
+			       .n_files = 1 }, r;
+	struct wsync_error err = { 0 };
+	struct stat st;
+	int dfd, fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(out, sizeof(out), "%s.outside", dir);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	if (dfd < 0)
+		return;
+	write_file(out, SECRET " is not JSON\n", strlen(SECRET) + 13);
+
+	/* a leftover temp that is a link: replaced, not written through */
+	CHECK(symlinkat(out, dfd, "state.json.tmp") == 0);
+	CHECK(sub_local_save_at(dfd, "st", &w, &err) == 0);
+	CHECK(sub_local_load_at(dfd, "state.json", "st", &r, &err) == 0 && r.version == 3 &&
+	      r.step == 30 && r.n_files == 1 && strcmp(r.files[0].path, "model.bin") == 0);
+	sub_local_free(&r);
+	fd = open(out, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && read(fd, buf, sizeof(buf)) == (ssize_t)strlen(SECRET) + 13);
+	if (fd >= 0)
+		(void)close(fd);
+	CHECK(fstatat(dfd, "state.json.tmp", &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT);
+
+	/* a link to a file elsewhere */
+	CHECK(unlinkat(dfd, "state.json", 0) == 0 && symlinkat(out, dfd, "state.json") == 0);
+	CHECK_EQ_U64((uint64_t)-sub_local_load_at(dfd, "state.json", "st", &r, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "is a symbolic link");
+	CHECK(!strstr(err.msg, SECRET));
+	CHECK(r.version == 0 && r.files == NULL);
+	/* the same bytes in a file of its own: located, not quoted */
+	CHECK(unlinkat(dfd, "state.json", 0) == 0);
+	put_text(dfd, "state.json", SECRET " is not JSON\n");
+	CHECK_EQ_U64((uint64_t)-sub_local_load_at(dfd, "state.json", "st", &r, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "not valid JSON (line 1, column");
+	CHECK(!strstr(err.msg, SECRET) && !strstr(err.msg, "wsync-unit"));
+	/* JSON, not a state */
+	put_text(dfd, "state.json", "{\"format\": \"" SECRET "\"}");
+	CHECK_EQ_U64((uint64_t)-sub_local_load_at(dfd, "state.json", "st", &r, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "not a wsync subscriber state");
+	CHECK(!strstr(err.msg, SECRET));
+	/* a FIFO no one writes (alarm() in main bounds a blocking open) */
+	CHECK(unlinkat(dfd, "state.json", 0) == 0 && mkfifoat(dfd, "state.json", 0600) == 0);
+	CHECK_EQ_U64((uint64_t)-sub_local_load_at(dfd, "state.json", "st", &r, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "not a regular file");
+	/* over the limit: refused by its size, before a byte is read */
+	CHECK(unlinkat(dfd, "state.json", 0) == 0);
+	fd = openat(dfd, "state.json", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)SUB_STATE_MAX + 1) == 0);
+	if (fd >= 0)
+		(void)close(fd);
+	CHECK_EQ_U64((uint64_t)-sub_local_load_at(dfd, "state.json", "st", &r, &err), EFBIG);
+	CHECK_CONTAINS(err.msg, "more than the");
+	/* what our own writer makes of the largest manifest stays under it */
+	CHECK(SUB_STATE_MAX >= (uint64_t)WSYNC_MANIFEST_MAX + 50ull * WSYNC_MANIFEST_FILES_MAX);
+	/* missing: -ENOENT, the one answer that means "no state yet" */
+	CHECK(unlinkat(dfd, "state.json", 0) == 0);
+	CHECK_EQ_U64((uint64_t)-sub_local_load_at(dfd, "state.json", "st", &r, &err), ENOENT);
+
+	(void)close(dfd);
+	{
+		char cmd[PATH_MAX + 32];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, out);
+		CHECK(system(cmd) == 0);
+	}
+}
+
+/* .wsync is used only as a directory of ours, not writable by others:
+ * another user's (root only: chown), a group- or world-writable one, a
+ * file in its place are refused; missing, it is made 0755 when asked. */
+static void test_meta_not_ours(void)
+{
+	char dir[] = "/tmp/wsync-test-meta.XXXXXX", meta[PATH_MAX];
+	struct wsync_error err = { 0 };
+	struct stat st;
+	int fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(meta, sizeof(meta), "%s/.wsync", dir);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, false, &err), ENOENT);
+	fd = sub_meta_open(dir, true, &err);
+	CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) &&
+	      (st.st_mode & 07777) == 0755 && st.st_uid == geteuid());
+	if (fd >= 0)
+		(void)close(fd);
+	CHECK(chmod(meta, 0775) == 0);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, &err), EPERM);
+	CHECK_CONTAINS(err.msg, "is writable by other users");
+	CHECK(chmod(meta, 0757) == 0);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, false, &err), EPERM);
+	CHECK(chmod(meta, 0755) == 0);
+	if (geteuid() == 0) {
+		CHECK(chown(meta, 65534, 65534) == 0);
+		CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, &err), EPERM);
+		CHECK_CONTAINS(err.msg, "belongs to another user");
+		CHECK(chown(meta, 0, 0) == 0);
+	}
+	fd = sub_meta_open(dir, false, &err);
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		(void)close(fd);
+	CHECK(rmdir(meta) == 0);
+	write_file(meta, "x", 1);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, &err), ELOOP);
+	CHECK_CONTAINS(err.msg, "is a file, not a directory");
+	CHECK(unlink(meta) == 0 && rmdir(dir) == 0);
+}
+
+/* The lock file: taken once, then busy; a link, a FIFO, a hard link to a
+ * file elsewhere and (root only) another user's file are refused and left
+ * as they were -- nothing truncated, nothing written into. */
+static void test_lock_refusals(void)
+{
+	char dir[] = "/tmp/wsync-test-lock.XXXXXX", out[PATH_MAX], p[PATH_MAX], buf[64];
+	struct wsync_instance_lock a = WSYNC_INSTANCE_LOCK_INIT, b = WSYNC_INSTANCE_LOCK_INIT;
+	struct wsync_error err = { 0 };
+	struct stat st;
+	int dfd, fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(out, sizeof(out), "%s.precious", dir);
+	write_file(out, "precious\n", 9);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	if (dfd < 0)
+		return;
+	CHECK(wsync_instance_lock_at(&a, dfd, "lock", "L", "wsync test", NULL, &err) == 0);
+	CHECK_EQ_U64((uint64_t)-wsync_instance_lock_at(&b, dfd, "lock", "L", "wsync test", NULL,
+						       &err), EBUSY);
+	CHECK_CONTAINS(err.msg, "in use by wsync test");
+	wsync_instance_unlock(&a);
+	/* the path form: the same file */
+	snprintf(p, sizeof(p), "%s/lock", dir);
+	CHECK(wsync_instance_lock(&a, p, "wsync test", NULL, &err) == 0);
+	wsync_instance_unlock(&a);
+
+	CHECK(symlinkat(out, dfd, "sl") == 0);
+	CHECK_EQ_U64((uint64_t)-wsync_instance_lock_at(&a, dfd, "sl", "SL", "t", NULL, &err),
+		     ELOOP);
+	CHECK_CONTAINS(err.msg, "SL is a symbolic link");
+	snprintf(p, sizeof(p), "%s/hl", dir);
+	CHECK(link(out, p) == 0);
+	CHECK_EQ_U64((uint64_t)-wsync_instance_lock_at(&a, dfd, "hl", "HL", "t", NULL, &err),
+		     EPERM);
+	CHECK_CONTAINS(err.msg, "HL has other hard links");
+	CHECK(mkfifoat(dfd, "ff", 0600) == 0);
+	CHECK_EQ_U64((uint64_t)-wsync_instance_lock_at(&a, dfd, "ff", "FF", "t", NULL, &err),
+		     EINVAL);
+	CHECK_CONTAINS(err.msg, "FF is not a regular file");
+	if (geteuid() == 0) {
+		put_text(dfd, "theirs", "");
+		CHECK(fchownat(dfd, "theirs", 65534, 65534, 0) == 0);
+		CHECK_EQ_U64((uint64_t)-wsync_instance_lock_at(&a, dfd, "theirs", "T", "t", NULL,
+							       &err), EPERM);
+		CHECK_CONTAINS(err.msg, "T belongs to another user");
+		CHECK(fstatat(dfd, "theirs", &st, 0) == 0 && st.st_size == 0);
+	}
+	CHECK(a.fd == -1);
+	fd = open(out, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && read(fd, buf, sizeof(buf)) == 9 && memcmp(buf, "precious\n", 9) == 0);
+	if (fd >= 0)
+		(void)close(fd);
+	(void)close(dfd);
+	{
+		char cmd[PATH_MAX + 32];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, out);
+		CHECK(system(cmd) == 0);
+	}
+}
+
 /* target on a 24 MiB tmpfs: version 1 fits, then a filler leaves less
  * than the margin (16 MiB + 1/32) and version 2 must fail before writing
  * anything; with the filler gone it is applied. */
@@ -1134,6 +1337,7 @@ static void test_layout_symlink_takes_over(void)
 
 int main(void)
 {
+	alarm(110);	/* an open that blocks (a FIFO) fails the run, not hangs it */
 	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
 	wsync_log_set_level(getenv("WSYNC_TEST_DEBUG") ? LOG_DEBUG : LOG_CRIT);
 	TEST(test_fresh_anchor_then_delta);
@@ -1148,6 +1352,9 @@ int main(void)
 	TEST(test_stop_when_idle);
 	TEST(test_marker_in_target);
 	TEST(test_meta_symlink_refused);
+	TEST(test_state_file_refusals);
+	TEST(test_meta_not_ours);
+	TEST(test_lock_refusals);
 	TEST(test_no_space);
 	TEST(test_hook_env_and_failure);
 	TEST(test_hook_timeout_and_stop);
