@@ -194,19 +194,60 @@ int ckcomplete_shard_whole(const char *path, uint64_t size, struct wsync_error *
 
 /* ---- the judgement ---- */
 
+/* A file as the scan saw it: what makes a cached verdict still true. */
+struct ident {
+	uint64_t ino, size;
+	int64_t mtime_ns;
+};
+
+static struct ident ident_of(const struct ckscan_file *f)
+{
+	return (struct ident){ .ino = f->ino, .size = f->size, .mtime_ns = f->mtime_ns };
+}
+
+static bool ident_eq(struct ident a, struct ident b)
+{
+	return a.ino == b.ino && a.size == b.size && a.mtime_ns == b.mtime_ns;
+}
+
 struct index {
 	char *rel;		/* of the index file */
+	struct ident id;
 	size_t dir_len;		/* its folder's part of rel, '/' included */
-	struct wsync_st_index *idx;
+	struct wsync_st_index *idx;	/* NULL: not readable (err says why) */
+	struct wsync_error err;
 	uint64_t *per_shard;	/* tensors the index maps to each shard */
+};
+
+/* A safetensors file's verdict: read_whole's, and (when whole) what the
+ * indexes of index_key said of it. */
+struct shard {
+	char *rel;
+	struct ident id;
+	int verdict;		/* 1 whole, 0 short or unreadable, -EINVAL broken */
+	struct wsync_error why;	/* for verdict 0 and -EINVAL */
+	uint64_t index_key;	/* the indexes it was checked against */
+	struct wsync_error index_why;	/* code -EINVAL: they disagree with it */
+	bool taken;		/* (in an old cache) moved to the new one, rel too */
+};
+
+struct ckcomplete_cache {
+	struct index *ix;	/* the last tree's indexes, in its order */
+	size_t n_ix;
+	struct shard *sh;	/* its safetensors files, in its order */
+	size_t n_sh;
 };
 
 struct judge {
 	int dfd;		/* the checkpoint: every file is opened beneath it */
 	const char *dir;	/* what messages call it */
 	const struct ckscan_tree *t;
-	struct index *ix;
+	struct ckcomplete_cache *old;	/* what the last judgement kept */
+	struct index *ix;	/* this judgement's, becoming the cache's */
 	size_t n_ix;
+	struct shard *sh;
+	size_t n_sh;
+	uint64_t index_key;	/* of every index's identity */
 	uint64_t weights;	/* weight files seen */
 	struct wsync_error wait;	/* the first thing missing (code 0 if none) */
 	struct wsync_error broken;	/* the first thing wrong (code 0 if none) */
@@ -260,6 +301,74 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+static void index_free(struct index *x)
+{
+	free(x->rel);
+	free(x->per_shard);
+	wsync_st_index_free(x->idx);
+}
+
+static void indexes_free(struct index *ix, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		index_free(&ix[i]);
+	free(ix);
+}
+
+static void shards_free(struct shard *sh, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!sh[i].taken)
+			free(sh[i].rel);
+	free(sh);
+}
+
+struct ckcomplete_cache *ckcomplete_cache_new(void)
+{
+	return calloc(1, sizeof(struct ckcomplete_cache));
+}
+
+void ckcomplete_cache_free(struct ckcomplete_cache *c)
+{
+	if (!c)
+		return;
+	indexes_free(c->ix, c->n_ix);
+	shards_free(c->sh, c->n_sh);
+	free(c);
+}
+
+/* The old cache's entry for rel with identity id (taken: the old array
+ * keeps a NULL rel), or NULL.  Both arrays are in tree (path) order. */
+static struct index *old_index(struct judge *j, const char *rel, struct ident id)
+{
+	for (size_t i = 0; j->old && i < j->old->n_ix; i++) {
+		struct index *x = &j->old->ix[i];
+
+		if (x->rel && strcmp(x->rel, rel) == 0)
+			return ident_eq(x->id, id) ? x : NULL;
+	}
+	return NULL;
+}
+
+static struct shard *old_shard(struct judge *j, const char *rel, struct ident id)
+{
+	size_t lo = 0, hi = j->old ? j->old->n_sh : 0;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		struct shard *x = &j->old->sh[mid];
+		int c = strcmp(x->rel, rel);
+
+		if (c == 0)
+			return !x->taken && ident_eq(x->id, id) ? x : NULL;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
 /* The index at rel under dfd (path: what err calls it), opened without
  * following a link and read only when it is a regular file within the
  * header limit: wsync_st_index_load's results. */
@@ -286,53 +395,74 @@ static int load_index(int dfd, const char *rel, const char *path,
 	return r;
 }
 
-/* Load every shipped index.  -ENOMEM only; an unreadable index is noted. */
+/* Load every shipped index (or take it from the cache when unchanged).
+ * -ENOMEM only; an unreadable index is noted. */
 static int load_indexes(struct judge *j)
 {
 	size_t cap = 0;
+	uint64_t key = 0xcbf29ce484222325ull;
 
 	for (size_t i = 0; i < j->t->n; i++) {
-		const char *rel = j->t->files[i].path, *slash = strrchr(rel, '/');
-		struct wsync_error e = { 0 };
+		const struct ckscan_file *f = &j->t->files[i];
+		const char *rel = f->path, *slash = strrchr(rel, '/');
+		struct ident id = ident_of(f);
 		char path[PATH_MAX];
-		struct index *x;
+		struct index *x, *old;
 		int r;
 
 		if (!is_index_name(rel))
 			continue;
+		key = (key ^ id.ino ^ id.size * 31 ^ (uint64_t)id.mtime_ns * 131) * 0x100000001b3ull;
 		if (WSYNC_GROW(j->ix, cap, j->n_ix, 4) < 0)
 			return -ENOMEM;
 		x = &j->ix[j->n_ix];
-		memset(x, 0, sizeof(*x));
-		if (!(x->rel = strdup(rel)))
-			return -ENOMEM;
-		j->n_ix++;
-		x->dir_len = slash ? (size_t)(slash - rel) + 1 : 0;
-		PATHF(path, "%s/%s", j->dir, rel);
-		r = load_index(j->dfd, rel, path, &x->idx, &e);
-		if (r == -ENOMEM)
-			return r;
-		if (r < 0) {
-			/* Half written, or not an index at all: only stability
-			 * tells the two apart, and that is the caller's. */
-			wsync_error_set(&e, -EINVAL, "%s: not a readable index (%s)", path,
-					wsync_error_str(&e));
-			note_broken(j, &e);
-			continue;
-		}
-		x->per_shard = calloc(x->idx->n_shards ? x->idx->n_shards : 1,
-				      sizeof(*x->per_shard));
-		if (!x->per_shard)
-			return -ENOMEM;
-		for (size_t e2 = 0; e2 < x->idx->n; e2++) {
-			const char *s = x->idx->entries[e2].shard;
-			const char **hit = bsearch(&s, x->idx->shards, x->idx->n_shards,
-						   sizeof(*x->idx->shards), cmp_str);
+		if ((old = old_index(j, rel, id))) {
+			*x = *old;	/* moved: the old array forgets it */
+			memset(old, 0, sizeof(*old));
+		} else {
+			memset(x, 0, sizeof(*x));
+			if (!(x->rel = strdup(rel)))
+				return -ENOMEM;
+			x->id = id;
+			x->dir_len = slash ? (size_t)(slash - rel) + 1 : 0;
+			PATHF(path, "%s/%s", j->dir, rel);
+			r = load_index(j->dfd, rel, path, &x->idx, &x->err);
+			if (r == -ENOMEM) {
+				index_free(x);
+				return r;
+			}
+			if (r < 0) {
+				/* Half written, or not an index at all: only
+				 * stability tells the two apart, and that is the
+				 * caller's. */
+				struct wsync_error e = x->err;
 
-			if (hit)
-				x->per_shard[hit - x->idx->shards]++;
+				wsync_error_set(&x->err, -EINVAL, "%s: not a readable index (%s)",
+						path, wsync_error_str(&e));
+			} else {
+				x->per_shard = calloc(x->idx->n_shards ? x->idx->n_shards : 1,
+						      sizeof(*x->per_shard));
+				if (!x->per_shard) {
+					index_free(x);
+					return -ENOMEM;
+				}
+				for (size_t e2 = 0; e2 < x->idx->n; e2++) {
+					const char *sh = x->idx->entries[e2].shard;
+					const char **hit = bsearch(&sh, x->idx->shards,
+								   x->idx->n_shards,
+								   sizeof(*x->idx->shards),
+								   cmp_str);
+
+					if (hit)
+						x->per_shard[hit - x->idx->shards]++;
+				}
+			}
 		}
+		j->n_ix++;
+		if (!x->idx)
+			note_broken(j, &x->err);
 	}
+	j->index_key = key;
 	return 0;
 }
 
@@ -393,9 +523,10 @@ static void check_index_shards(struct judge *j)
 }
 
 /* A whole safetensors file at rel against every index naming it: it holds
- * exactly the tensors the index maps to it. */
+ * exactly the tensors the index maps to it.  What disagrees goes into
+ * bad (code -EINVAL). */
 static void check_against_indexes(struct judge *j, const char *rel, const char *path,
-				  const struct wsync_st_header *h)
+				  const struct wsync_st_header *h, struct wsync_error *bad)
 {
 	for (size_t i = 0; i < j->n_ix; i++) {
 		const struct index *x = &j->ix[i];
@@ -411,8 +542,9 @@ static void check_against_indexes(struct judge *j, const char *rel, const char *
 			const char *want = wsync_st_index_shard(x->idx, h->tensors[t].name);
 
 			if (!want || strcmp(want, shard) != 0) {
-				brokenf(j, "%s: tensor \"%s\" is %s %s", path, h->tensors[t].name,
-					want ? "put in another shard by" : "missing from", x->rel);
+				wsync_error_set(bad, -EINVAL, "%s: tensor \"%s\" is %s %s", path,
+						h->tensors[t].name, want ? "put in another shard by" :
+						"missing from", x->rel);
 				return;
 			}
 		}
@@ -421,8 +553,9 @@ static void check_against_indexes(struct judge *j, const char *rel, const char *
 			for (size_t e = 0; e < x->idx->n; e++)
 				if (strcmp(x->idx->entries[e].shard, shard) == 0 &&
 				    !wsync_st_find(h, x->idx->entries[e].tensor)) {
-					brokenf(j, "%s: %s puts tensor \"%s\" here, but it does "
-						"not hold it", path, x->rel, x->idx->entries[e].tensor);
+					wsync_error_set(bad, -EINVAL, "%s: %s puts tensor \"%s\" "
+							"here, but it does not hold it", path, x->rel,
+							x->idx->entries[e].tensor);
 					return;
 				}
 		}
@@ -430,13 +563,17 @@ static void check_against_indexes(struct judge *j, const char *rel, const char *
 }
 
 /* Every shipped safetensors file is whole; the ones an index names hold
- * what it says. */
+ * what it says.  A file unchanged since the last judgement keeps its
+ * verdict, and its agreement with indexes that did not change either. */
 static int check_safetensors(struct judge *j)
 {
+	size_t cap = 0;
+
 	for (size_t i = 0; i < j->t->n; i++) {
 		const struct ckscan_file *f = &j->t->files[i];
+		struct ident id = ident_of(f);
 		struct wsync_st_header *h = NULL;
-		struct wsync_error e = { 0 };
+		struct shard *x, *old;
 		char path[PATH_MAX];
 		int fd, r;
 
@@ -445,23 +582,43 @@ static int check_safetensors(struct judge *j)
 		j->weights++;
 		if (!has_suffix(f->path, strlen(f->path), ".safetensors"))
 			continue;
-		PATHF(path, "%s/%s", j->dir, f->path);
-		fd = wsync_open_beneath(j->dfd, f->path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-		if (fd < 0)
-			r = wsync_error_set(&e, fd, "%s: %s", path, fd == -ELOOP ?
-					    "a symbolic link on the way" : strerror(-fd));
-		else
-			r = read_whole(fd, path, f->size, &h, &e);
-		if (r == -ENOMEM)
-			return r;
-		if (r == 1) {
-			check_against_indexes(j, f->path, path, h);
-			wsync_st_header_free(h);
-		} else if (r == -EINVAL) {
-			note_broken(j, &e);
+		if (WSYNC_GROW(j->sh, cap, j->n_sh, 16) < 0)
+			return -ENOMEM;
+		x = &j->sh[j->n_sh];
+		old = old_shard(j, f->path, id);
+		if (old && (old->verdict != 1 || old->index_key == j->index_key)) {
+			*x = *old;	/* moved: rel now belongs to x */
+			old->taken = true;
 		} else {
-			note_wait(j, &e);	/* short, or unreadable right now */
+			memset(x, 0, sizeof(*x));
+			if (!(x->rel = strdup(f->path)))
+				return -ENOMEM;
+			x->id = id;
+			PATHF(path, "%s/%s", j->dir, f->path);
+			fd = wsync_open_beneath(j->dfd, f->path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+			if (fd < 0)
+				r = wsync_error_set(&x->why, fd, "%s: %s", path, fd == -ELOOP ?
+						    "a symbolic link on the way" : strerror(-fd));
+			else
+				r = read_whole(fd, path, f->size, &h, &x->why);
+			if (r == -ENOMEM) {
+				free(x->rel);
+				return r;
+			}
+			x->verdict = r == 1 ? 1 : r == -EINVAL ? -EINVAL : 0;
+			if (r == 1) {
+				x->index_key = j->index_key;
+				check_against_indexes(j, f->path, path, h, &x->index_why);
+				wsync_st_header_free(h);
+			}
 		}
+		j->n_sh++;
+		if (x->verdict == 1 && x->index_why.code)
+			note_broken(j, &x->index_why);
+		else if (x->verdict == -EINVAL)
+			note_broken(j, &x->why);
+		else if (x->verdict == 0)
+			note_wait(j, &x->why);	/* short, or unreadable right now */
 	}
 	return 0;
 }
@@ -591,7 +748,7 @@ static void check_marker(struct judge *j, const struct ckcomplete_opts *o)
 int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 		     const struct ckcomplete_opts *o, struct wsync_error *why)
 {
-	struct judge j = { .dfd = dirfd, .dir = dir, .t = t };
+	struct judge j = { .dfd = dirfd, .dir = dir, .t = t, .old = o->cache };
 	int r;
 
 	r = load_indexes(&j);
@@ -609,12 +766,16 @@ int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 				"or a file an index names)");
 		check_marker(&j, o);
 	}
-	for (size_t i = 0; i < j.n_ix; i++) {
-		free(j.ix[i].rel);
-		free(j.ix[i].per_shard);
-		wsync_st_index_free(j.ix[i].idx);
+	if (o->cache && r == 0) {
+		/* what this tree holds becomes the cache; the rest goes */
+		indexes_free(o->cache->ix, o->cache->n_ix);
+		shards_free(o->cache->sh, o->cache->n_sh);
+		*o->cache = (struct ckcomplete_cache){ .ix = j.ix, .n_ix = j.n_ix, .sh = j.sh,
+						       .n_sh = j.n_sh };
+	} else {
+		indexes_free(j.ix, j.n_ix);
+		shards_free(j.sh, j.n_sh);
 	}
-	free(j.ix);
 	if (r < 0)
 		return wsync_error_set(why, r, "out of memory");
 	if (j.broken.code) {

@@ -43,11 +43,25 @@
 #include "checkpoint_scan.h"
 #include "error.h"
 
+/* What earlier judgements of one checkpoint found, so the next reads only
+ * the files that changed (the same size, mtime and inode): the verdict on
+ * each safetensors header and its agreement with the indexes, and the
+ * indexes themselves.  A 1,000-shard checkpoint is judged again in
+ * milliseconds instead of a second or more.  It holds only files of the
+ * last tree judged. */
+struct ckcomplete_cache;
+
+/* A new, empty cache; NULL when out of memory. */
+struct ckcomplete_cache *ckcomplete_cache_new(void);
+/* Free it; NULL is fine. */
+void ckcomplete_cache_free(struct ckcomplete_cache *c);
+
 struct ckcomplete_opts {
 	const char *marker;	/* a path relative to the checkpoint that must
 				 * exist; NULL: none */
 	bool marker_last;	/* in place: the marker must be at least as new
 				 * as every shipped file */
+	struct ckcomplete_cache *cache;	/* of this checkpoint; NULL: none */
 };
 
 /*

@@ -131,6 +131,7 @@ struct seen {
 	uint64_t since_ms;	/* when that fingerprint was first seen */
 	uint64_t rejected_fp;	/* broken at this fingerprint (0: not rejected) */
 	char wait_key[256];	/* what it waits for, as last logged ("": nothing) */
+	struct ckcomplete_cache *cache;	/* what judging it found, file by file */
 	bool present;		/* seen by the current scan */
 };
 
@@ -987,6 +988,7 @@ static void seen_prune(struct wsync_publisher *p)
 	for (size_t i = 0; i < p->n_seen;) {
 		if (!p->seen[i].present) {
 			free(p->seen[i].name);
+			ckcomplete_cache_free(p->seen[i].cache);
 			p->seen[i] = p->seen[--p->n_seen];
 		} else {
 			p->seen[i++].present = false;
@@ -1090,13 +1092,19 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 		s->fingerprint = t.fingerprint;
 		s->since_ms = now;
 	}
-	/* Published already, or older than what was. */
+	/* Published already, or older than what was, or broken and
+	 * unchanged since: nothing to judge, nothing to remember. */
 	if (t.fingerprint == p->source_fp ||
-	    (uint64_t)t.newest_mtime_ns <= p->source_mtime_ns)
+	    (uint64_t)t.newest_mtime_ns <= p->source_mtime_ns ||
+	    s->rejected_fp == t.fingerprint) {
+		ckcomplete_cache_free(s->cache);
+		s->cache = NULL;
 		goto no;
-	if (s->rejected_fp == t.fingerprint)
-		goto no;	/* broken, and unchanged since */
+	}
 
+	if (!s->cache && !(s->cache = ckcomplete_cache_new()))
+		goto no;
+	o.cache = s->cache;
 	r = ckcomplete_judge(dfd, dir, &t, &o, &why);
 	if (r == -ENOMEM)
 		goto no;
@@ -2281,8 +2289,10 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	wsync_sign_key_free(p->key);
 	wsync_instance_unlock(&p->state_lock);
 	ckscan_filter_free(&p->filter);
-	for (size_t i = 0; i < p->n_seen; i++)
+	for (size_t i = 0; i < p->n_seen; i++) {
 		free(p->seen[i].name);
+		ckcomplete_cache_free(p->seen[i].cache);
+	}
 	free(p->seen);
 	for (size_t i = 0; i < p->n_gc; i++)
 		free(p->gc[i].key);

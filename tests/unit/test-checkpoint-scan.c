@@ -176,12 +176,16 @@ static void put_st(const char *rel, const char *tensor)
 	write_file(rel, buf, n);
 }
 
+/* The cache judge_dir passes (NULL: none). */
+static struct ckcomplete_cache *judge_cache;
+
 /* ckcomplete_judge on tmpdir/sub with everything shipped (exclude: what
  * the pattern says); why's message in why_out. */
 static int judge_dir(const char *sub, const char *exclude, const char *marker,
 		     bool marker_last, char *why_out, size_t why_len)
 {
-	struct ckcomplete_opts o = { .marker = marker, .marker_last = marker_last };
+	struct ckcomplete_opts o = { .marker = marker, .marker_last = marker_last,
+				     .cache = judge_cache };
 	struct wsync_error why = { 0 };
 	struct ckscan_filter f;
 	struct ckscan_tree t = { 0 };
@@ -256,6 +260,60 @@ static void set_mtime(const char *rel, long sec)
 }
 
 /* What makes a checkpoint a complete model (checkpoint_complete.h). */
+/* A cache keeps each file's verdict while its size, mtime and inode stay,
+ * and judges again what changed: the same answers as without it. */
+static void test_complete_cache(void)
+{
+	const char *idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+			  "\"b\":\"model-00002-of-00002.safetensors\"}}";
+	char p[512];
+	struct stat st;
+	uint8_t buf[256];
+	size_t n;
+
+	CHECK((judge_cache = ckcomplete_cache_new()) != NULL);
+	mkdir_rel("cc");
+	write_file("cc/model.safetensors.index.json", idx, strlen(idx));
+	put_st("cc/model-00001-of-00002.safetensors", "a");
+	JUDGE("cc", 0, "model-00002-of-00002.safetensors missing");
+	n = make_named(buf, "b");
+	write_file("cc/model-00002-of-00002.safetensors", buf, n - 2);
+	JUDGE("cc", 0, "model-00002-of-00002.safetensors short");
+	write_file("cc/model-00002-of-00002.safetensors", buf, n);	/* grew: read again */
+	JUDGE("cc", 1, "");
+	JUDGE("cc", 1, "");	/* from the cache */
+	/* the index changes: every shard is checked against it again */
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+	      "\"b\":\"model-00001-of-00002.safetensors\"}}";
+	write_file("cc/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("cc", -EINVAL, "model-00001-of-00002.safetensors: ");
+	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+	      "\"b\":\"model-00002-of-00002.safetensors\"}}";
+	write_file("cc/model.safetensors.index.json", idx, strlen(idx));
+	JUDGE("cc", 1, "");
+	/* Bytes changed under the same size, mtime and inode are not looked
+	 * at again (the publisher's fingerprint would not see them either):
+	 * the cache is what answers. */
+	snprintf(p, sizeof(p), "%s/cc/model-00002-of-00002.safetensors", tmpdir);
+	CHECK(stat(p, &st) == 0);
+	{
+		FILE *f = fopen(p, "r+b");
+		struct timespec ts[2] = { st.st_atim, st.st_mtim };
+
+		CHECK(f != NULL);
+		if (f) {
+			fseek(f, 8, SEEK_SET);
+			fputs("[", f);	/* the header is no JSON object now */
+			fclose(f);
+		}
+		CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
+	}
+	JUDGE("cc", 1, "");
+	ckcomplete_cache_free(judge_cache);
+	judge_cache = NULL;
+	JUDGE("cc", -EINVAL, "model-00002-of-00002.safetensors");	/* without: read */
+}
+
 static void test_complete(void)
 {
 	uint8_t buf[256];
@@ -580,6 +638,7 @@ int main(void)
 	TEST(test_tree);
 	TEST(test_shard_whole);
 	TEST(test_complete);
+	TEST(test_complete_cache);
 	TEST(test_links_out);
 	TEST(test_shard_fifo_and_bytes);
 	TEST(test_watch);
