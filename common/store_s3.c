@@ -195,8 +195,8 @@ static int xfer_error(struct s3_xfer *x)
 		code[0] = '\0';
 		snprintf(msg, sizeof(msg), "HTTP %ld", h->status);
 	}
-	if (h->request_id[0])
-		snprintf(rid, sizeof(rid), " (request id %s)", h->request_id);
+	if (h->hdr.request_id[0])
+		snprintf(rid, sizeof(rid), " (request id %s)", h->hdr.request_id);
 	switch (h->status) {
 	case 404:
 		if (strcmp(code, "NoSuchBucket") == 0)
@@ -621,7 +621,7 @@ static void put_done(struct s3_xfer *x)
 	}
 	if (!op->n_parts) {			/* single PUT */
 		free(op->etag);
-		op->etag = strdup(h->etag);
+		op->etag = strdup(h->hdr.etag);
 		xfer_free(x);
 		op_end(op);
 		return;
@@ -652,14 +652,14 @@ static void put_done(struct s3_xfer *x)
 		op_end(op);
 		return;
 	}
-	if (!h->etag[0]) {
+	if (!h->hdr.etag[0]) {
 		op_fail(op, -EPROTO, "put %s: part %u answered without an ETag", op->req->key,
 			x->part);
 		xfer_free(x);
 		put_abort(op);
 		return;
 	}
-	op->etags[x->part - 1] = strdup(h->etag);
+	op->etags[x->part - 1] = strdup(h->hdr.etag);
 	op->parts_done++;
 	if (!op->etags[x->part - 1]) {
 		op_fail(op, -ENOMEM, "put %s: out of memory", op->req->key);
@@ -759,6 +759,7 @@ static int get_range(struct s3_op *op, uint64_t off, uint64_t len, bool first)
 		/* Ranges land at their place in the temp file, which holds the
 		 * bytes from the caller's offset on. */
 		x->h.sink_offset = off - req->get.offset;
+		x->h.sink_max = UINT64_MAX;
 	} else {
 		x->h.sink_max = req->get.max_size;
 	}
@@ -866,7 +867,7 @@ static void get_probed(struct s3_xfer *x);
  * op ends with not_modified and the ETag it answered for. */
 static void get_not_modified(struct s3_op *op, struct s3_xfer *x)
 {
-	const char *etag = x->h.etag[0] ? x->h.etag : op->req->if_none_match;
+	const char *etag = x->h.hdr.etag[0] ? x->h.hdr.etag : op->req->if_none_match;
 
 	op->req->res.not_modified = true;
 	free(op->etag);
@@ -908,7 +909,7 @@ static void get_done(struct s3_xfer *x)
 		return;
 	}
 	if (h->status == 206) {
-		int64_t total = range_total(h->content_range);
+		int64_t total = range_total(h->hdr.content_range);
 		uint64_t want = x->len;
 
 		if (total >= 0 && x->offset + want > (uint64_t)total)
@@ -916,21 +917,21 @@ static void get_done(struct s3_xfer *x)
 		if (total < 0 || h->received != want)
 			op_fail(op, -EIO, "get %s: range of %llu bytes where %llu were due (%s)",
 				req->key, (unsigned long long)h->received,
-				(unsigned long long)want, h->content_range);
+				(unsigned long long)want, h->hdr.content_range);
 	} else if (x->offset > 0 || x->len) {
 		op_fail(op, -EPROTO, "get %s: the store ignored the Range header", req->key);
-	} else if (h->content_length >= 0 && (uint64_t)h->content_length != h->received) {
+	} else if (h->hdr.content_length >= 0 && (uint64_t)h->hdr.content_length != h->received) {
 		op_fail(op, -EIO, "get %s: body of %llu bytes, Content-Length said %lld",
-			req->key, (unsigned long long)h->received, (long long)h->content_length);
+			req->key, (unsigned long long)h->received, (long long)h->hdr.content_length);
 	}
 	op->got += h->received;
 	if (first && !op->err && !op->probed) {
-		int64_t total = h->status == 206 ? range_total(h->content_range) :
+		int64_t total = h->status == 206 ? range_total(h->hdr.content_range) :
 				(int64_t)h->received;
 
 		free(op->etag);
-		op->etag = strdup(h->etag);
-		op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
+		op->etag = strdup(h->hdr.etag);
+		op->mtime = h->hdr.last_modified[0] ? (int64_t)curl_getdate(h->hdr.last_modified, NULL) : 0;
 		op->size = total >= 0 ? (uint64_t)total : h->received;
 		if (op->fd < 0) {
 			req->res.data = h->resp.data;
@@ -971,7 +972,7 @@ static void get_probed(struct s3_xfer *x)
 		}
 		return;
 	}
-	if (h->err < 0 || !ok_status(h->status) || h->content_length < 0) {
+	if (h->err < 0 || !ok_status(h->status) || h->hdr.content_length < 0) {
 		if (h->err == 0 && ok_status(h->status))
 			op_fail(op, -EPROTO, "get %s: HEAD answered without a Content-Length",
 				req->key);
@@ -982,10 +983,10 @@ static void get_probed(struct s3_xfer *x)
 		return;
 	}
 	op->probed = true;
-	op->size = (uint64_t)h->content_length;
+	op->size = (uint64_t)h->hdr.content_length;
 	free(op->etag);
-	op->etag = strdup(h->etag);
-	op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
+	op->etag = strdup(h->hdr.etag);
+	op->mtime = h->hdr.last_modified[0] ? (int64_t)curl_getdate(h->hdr.last_modified, NULL) : 0;
 	xfer_free(x);
 	if (!op->etag) {
 		op_fail(op, -ENOMEM, "get: out of memory");
@@ -1065,10 +1066,10 @@ static void simple_done(struct s3_xfer *x)
 	} else if (h->err < 0 || !ok_status(h->status)) {
 		xfer_error(x);
 	} else if (op->req->op == WSYNC_STORE_HEAD) {
-		op->size = h->content_length >= 0 ? (uint64_t)h->content_length : 0;
+		op->size = h->hdr.content_length >= 0 ? (uint64_t)h->hdr.content_length : 0;
 		free(op->etag);
-		op->etag = strdup(h->etag);
-		op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
+		op->etag = strdup(h->hdr.etag);
+		op->mtime = h->hdr.last_modified[0] ? (int64_t)curl_getdate(h->hdr.last_modified, NULL) : 0;
 	}
 	xfer_free(x);
 	op_end(op);
