@@ -13,6 +13,7 @@
  * request goes straight back to the front of the queue with its new URL.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ struct wsync_http {
 	struct wsync_http_options opt;
 	struct wsync_http_req *queue, *queue_tail;	/* ready to start */
 	struct wsync_http_req *waiting;	/* backing off, unordered */
+	struct wsync_http_req *cancelled; /* done() with -ECANCELED still to run */
 	struct wsync_http_req **active;	/* in curl: max_active slots */
 	unsigned n_active;
 	struct http_sock *socks;	/* polled sockets */
@@ -100,29 +102,6 @@ uint64_t wsync_http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_
 	return d;
 }
 
-int64_t wsync_http_parse_retry_after(const char *v, time_t now)
-{
-	while (*v == ' ' || *v == '\t')
-		v++;
-	if (*v >= '0' && *v <= '9') {
-		int64_t s = 0;
-
-		for (; *v >= '0' && *v <= '9'; v++) {
-			if (s > 86400 * 365)
-				return -1;
-			s = s * 10 + (*v - '0');
-		}
-		while (*v == ' ' || *v == '\t' || *v == '\r' || *v == '\n')
-			v++;
-		return *v ? -1 : s;
-	}
-	time_t t = curl_getdate(v, NULL);
-
-	if (t < 0)
-		return -1;
-	return t > now ? (int64_t)(t - now) : 0;
-}
-
 static int curl_to_errno(CURLcode rc)
 {
 	switch (rc) {
@@ -169,24 +148,50 @@ static bool receiving_error(struct wsync_http_req *req)
 	return status < 200 || status >= 300;
 }
 
+/* Stop the transfer from a callback: err is the request's error, why its
+ * words (curl's own would only say that a callback failed). */
+__attribute__((format(printf, 3, 4)))
+static void sink_fail(struct wsync_http_req *req, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	req->sink_err = err;
+	va_start(ap, fmt);
+	vsnprintf(req->sink_why, sizeof(req->sink_why), fmt, ap);
+	va_end(ap);
+}
+
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	struct wsync_http_req *req = userdata;
 	size_t n = size * nmemb;
 
-	bool error_page = receiving_error(req);
+	if (receiving_error(req)) {
+		/* Keep the head of an error page for the message, then cut
+		 * the transfer: an error body has no business being long,
+		 * and one that never ends must not hold the request. */
+		size_t room = ERROR_BODY_MAX - req->resp.len;
 
-	if (req->sink == WSYNC_HTTP_SINK_BUF || error_page) {
-		size_t max = error_page ? ERROR_BODY_MAX : req->sink_max;
-
-		if (req->resp.len + n > max) {
-			if (error_page)
-				return n; /* keep the head of an error page only */
-			req->sink_err = -EFBIG;
+		if (wsync_buf_append(&req->resp, ptr, n < room ? n : room) < 0) {
+			sink_fail(req, -ENOMEM, "out of memory");
 			return 0;
 		}
+		if (n >= room) {
+			req->error_cut = true;
+			return 0;
+		}
+		return n;
+	}
+	/* Checked before a byte lands: a body that goes on past what it may
+	 * be never reaches the disk or the buffer. */
+	if (req->received > req->sink_max || n > req->sink_max - req->received) {
+		sink_fail(req, -EFBIG, "the body goes on past the %llu bytes expected",
+			  (unsigned long long)req->sink_max);
+		return 0;
+	}
+	if (req->sink == WSYNC_HTTP_SINK_BUF) {
 		if (wsync_buf_append(&req->resp, ptr, n) < 0) {
-			req->sink_err = -ENOMEM;
+			sink_fail(req, -ENOMEM, "out of memory");
 			return 0;
 		}
 		req->received += n;
@@ -199,7 +204,9 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			req->sink_err = w < 0 ? -errno : -EIO;
+			int e = w < 0 ? errno : EIO;
+
+			sink_fail(req, -e, "writing the body: %s", strerror(e));
 			return 0;
 		}
 		done += (size_t)w;
@@ -232,7 +239,9 @@ static size_t on_read(char *ptr, size_t size, size_t nmemb, void *userdata)
 				  (off_t)(req->body_offset + req->body_pos));
 		while (r < 0 && errno == EINTR);
 		if (r <= 0) {
-			req->sink_err = r < 0 ? -errno : -EIO;
+			int e = r < 0 ? errno : EIO;
+
+			sink_fail(req, -e, "reading the body to send: %s", strerror(e));
 			return CURL_READFUNC_ABORT;
 		}
 		n = (size_t)r;
@@ -251,70 +260,74 @@ static int on_seek(void *userdata, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
-/* Copy a header's value (trimmed) into dst if line is "name: value". */
-static bool header_value(const char *line, size_t len, const char *name,
-			 char *dst, size_t dstlen)
-{
-	size_t nl = strlen(name);
-
-	if (len <= nl || strncasecmp(line, name, nl) != 0 || line[nl] != ':')
-		return false;
-	const char *v = line + nl + 1, *end = line + len;
-
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
-		end--;
-	size_t n = (size_t)(end - v);
-
-	if (n >= dstlen)
-		n = dstlen - 1;
-	memcpy(dst, v, n);
-	dst[n] = '\0';
-	return true;
-}
-
 static void reset_response(struct wsync_http_req *req)
 {
 	req->status = 0;
 	req->resp.len = 0;
 	req->received = 0;
 	req->sink_kicked = 0;
-	req->etag[0] = req->content_range[0] = req->last_modified[0] = '\0';
-	req->request_id[0] = req->location[0] = '\0';
-	req->content_length = -1;
-	req->retry_after_s = -1;
+	req->error_cut = false;
+	wsync_http_headers_init(&req->hdr);
 }
 
 static size_t on_header(char *line, size_t size, size_t nmemb, void *userdata)
 {
 	struct wsync_http_req *req = userdata;
 	size_t len = size * nmemb;
-	char num[32];
+	struct wsync_error err;
+	bool new_response = len >= 5 && memcmp(line, "HTTP/", 5) == 0;
 
-	if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
-		/* A new response (after a 100 Continue, say): forget the last. */
-		reset_response(req);
-		return len;
+	if (new_response) {
+		/* A new response (after a 100 Continue, say): forget the
+		 * last one's body (its head is the parser's to forget). */
+		req->resp.len = 0;
+		req->received = 0;
+		req->error_cut = false;
 	}
-	if (header_value(line, len, "etag", req->etag, sizeof(req->etag)) ||
-	    header_value(line, len, "content-range", req->content_range,
-			 sizeof(req->content_range)) ||
-	    header_value(line, len, "last-modified", req->last_modified,
-			 sizeof(req->last_modified)) ||
-	    header_value(line, len, "x-amz-request-id", req->request_id,
-			 sizeof(req->request_id)) ||
-	    header_value(line, len, "location", req->location, sizeof(req->location)))
-		return len;
-	if (header_value(line, len, "content-length", num, sizeof(num))) {
-		char *end;
-		unsigned long long v = strtoull(num, &end, 10);
-
-		req->content_length = *end || end == num ? -1 : (int64_t)v;
-	} else if (header_value(line, len, "retry-after", num, sizeof(num))) {
-		req->retry_after_s = wsync_http_parse_retry_after(num, time(NULL));
+	if (wsync_http_header_line(&req->hdr, line, len, time(NULL), &err) < 0) {
+		sink_fail(req, err.code, "%s", err.msg);
+		return 0;
+	}
+	/* A 2xx body announced longer than it may be is refused before a
+	 * byte of it comes (a HEAD's Content-Length is no body). */
+	if (req->hdr.content_length >= 0 && req->hdr.status >= 200 &&
+	    req->hdr.status < 300 && strcmp(req->method, "HEAD") != 0 &&
+	    (uint64_t)req->hdr.content_length > req->sink_max) {
+		sink_fail(req, -EFBIG, "the server announces %lld bytes, more than the "
+			  "%llu expected", (long long)req->hdr.content_length,
+			  (unsigned long long)req->sink_max);
+		return 0;
 	}
 	return len;
+}
+
+/* curl's progress callback: the attempt's deadline (http.h).  curl calls
+ * it at least once a second while a transfer lives, data or not. */
+static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+		       curl_off_t ultotal, curl_off_t ulnow)
+{
+	struct wsync_http_req *req = userdata;
+	const struct wsync_http_options *o = &req->http->opt;
+	uint64_t size = dltotal > 0 ? (uint64_t)dltotal : req->sink_max;
+	uint64_t now = uv_now(req->http->loop), budget;
+
+	(void)dlnow, (void)ulnow;
+	if (ultotal > 0 && (uint64_t)ultotal > size)
+		size = (uint64_t)ultotal;
+	if (strcmp(req->method, "HEAD") == 0)
+		size = 0;
+	budget = o->connect_timeout_ms + o->timeout_ms;
+	/* size / rate in ms, without overflow for any 64-bit size */
+	budget += size / WSYNC_HTTP_MIN_RATE * 1000 + size % WSYNC_HTTP_MIN_RATE * 1000 /
+		  WSYNC_HTTP_MIN_RATE;
+	if (now - req->attempt_ms <= budget)
+		return 0;
+	sink_fail(req, -ETIMEDOUT, "the transfer took longer than its %llu s deadline "
+		  "(%llu bytes at %u KiB/s at least, after %llu s)",
+		  (unsigned long long)(budget / 1000), (unsigned long long)size,
+		  WSYNC_HTTP_MIN_RATE >> 10,
+		  (unsigned long long)((o->connect_timeout_ms + o->timeout_ms) / 1000));
+	return 1;
 }
 
 /* --- the queue ----------------------------------------------------------- */
@@ -364,6 +377,9 @@ static int setup_easy(struct wsync_http_req *req)
 	SET(CURLOPT_WRITEDATA, req);
 	SET(CURLOPT_HEADERFUNCTION, on_header);
 	SET(CURLOPT_HEADERDATA, req);
+	SET(CURLOPT_NOPROGRESS, 0L);
+	SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+	SET(CURLOPT_XFERINFODATA, req);
 	if (strcmp(req->method, "HEAD") == 0) {
 		SET(CURLOPT_NOBODY, 1L);
 	} else if (req->body != WSYNC_HTTP_BODY_NONE && !req->redirect_url) {
@@ -395,7 +411,9 @@ static void start(struct wsync_http_req *req)
 	reset_response(req);
 	req->errmsg[0] = '\0';
 	req->sink_err = 0;
+	req->sink_why[0] = '\0';
 	req->body_pos = 0;
+	req->attempt_ms = uv_now(http->loop);
 	curl_slist_free_all(req->headers);
 	req->headers = NULL;
 	r = req->prepare(req, req->redirect_url);
@@ -436,6 +454,13 @@ static void enqueue(struct wsync_http *http, struct wsync_http_req *req, bool fr
 static void run_queue(struct wsync_http *http)
 {
 	uint64_t now = uv_now(http->loop), next_wake = UINT64_MAX;
+
+	while (http->cancelled) {
+		struct wsync_http_req *req = http->cancelled;
+
+		http->cancelled = req->next;
+		finish(req, -ECANCELED);
+	}
 
 	/* Backoffs that are over go back to the queue. */
 	for (struct wsync_http_req **p = &http->waiting; *p;) {
@@ -504,21 +529,64 @@ static void finish(struct wsync_http_req *req, int err)
 	req->done(req);
 }
 
+/* Take req out of list (linked by next); whether it was there. */
+static bool unlink_from(struct wsync_http_req **list, struct wsync_http_req *req)
+{
+	for (struct wsync_http_req **p = list; *p; p = &(*p)->next)
+		if (*p == req) {
+			*p = req->next;
+			req->next = NULL;
+			return true;
+		}
+	return false;
+}
+
+void wsync_http_cancel(struct wsync_http *http, struct wsync_http_req *req)
+{
+	bool active = false;
+
+	if (req->cancelled)
+		return;
+	req->cancelled = true;
+	for (unsigned i = 0; i < http->n_active && !active; i++)
+		active = http->active[i] == req;
+	if (active) {
+		(void)curl_multi_remove_handle(http->multi, req->easy);
+		drop_active(http, req);
+	} else if (unlink_from(&http->queue, req)) {
+		http->queue_tail = NULL;
+		for (struct wsync_http_req *q = http->queue; q; q = q->next)
+			http->queue_tail = q;
+	} else {
+		(void)unlink_from(&http->waiting, req);
+	}
+	req->next = http->cancelled;
+	http->cancelled = req;
+	kick_soon(http, 0);
+}
+
 /* One attempt has ended: done, redirected, or retried after a pause. */
 static void attempt_over(struct wsync_http_req *req, CURLcode rc)
 {
 	struct wsync_http *http = req->http;
 	int err = req->sink_err ? req->sink_err : curl_to_errno(rc);
+	struct wsync_error why;
 
+	/* An error body cut at its limit: the response itself arrived. */
+	if (req->error_cut && !req->sink_err)
+		err = 0;
 	(void)curl_multi_remove_handle(http->multi, req->easy);
 	drop_active(http, req);
 	if (err == 0)
 		(void)curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &req->status);
 	else
 		req->status = 0;
+	if (req->sink_err && req->sink_why[0])
+		snprintf(req->errmsg, sizeof(req->errmsg), "%s", req->sink_why);
 
 	if (err == 0 && req->status >= 300 && req->status < 400 && req->status != 304 &&
-	    req->location[0]) {
+	    (req->hdr.location[0] || req->hdr.location_too_long)) {
+		const char *from = req->redirect_url ? req->redirect_url : req->url;
 		char *to = NULL;
 
 		if (req->redirects >= WSYNC_HTTP_MAX_REDIRECTS) {
@@ -527,11 +595,23 @@ static void attempt_over(struct wsync_http_req *req, CURLcode rc)
 			finish(req, -ELOOP);
 			return;
 		}
+		if (req->hdr.location_too_long) {
+			snprintf(req->errmsg, sizeof(req->errmsg), "a redirect to a Location "
+				 "longer than %d bytes", WSYNC_HTTP_LOCATION_MAX - 1);
+			finish(req, -EPROTO);
+			return;
+		}
 		/* curl resolves a relative Location for us. */
 		if (curl_easy_getinfo(req->easy, CURLINFO_REDIRECT_URL, &to) != CURLE_OK || !to) {
 			snprintf(req->errmsg, sizeof(req->errmsg),
-				 "unusable redirect to \"%.200s\"", req->location);
+				 "unusable redirect to \"%.200s\"", req->hdr.location);
 			finish(req, -EPROTO);
+			return;
+		}
+		if (wsync_http_redirect_check(req->method, from, to, &why) < 0) {
+			snprintf(req->errmsg, sizeof(req->errmsg), "%.*s",
+				 (int)sizeof(req->errmsg) - 1, why.msg);
+			finish(req, why.code);
 			return;
 		}
 		char *copy = strdup(to);
@@ -550,10 +630,12 @@ static void attempt_over(struct wsync_http_req *req, CURLcode rc)
 
 	if (wsync_http_transient(err, req->status) && req->attempts < http->opt.attempts) {
 		uint64_t now = uv_now(http->loop);
+		/* retry_after_s is at most WSYNC_HTTP_RETRY_AFTER_MAX_S: no
+		 * overflow in the milliseconds */
 		uint64_t d = wsync_http_backoff_ms(req->attempts + 1, http->opt.retry_base_ms,
 						   http->opt.retry_cap_ms,
-						   req->retry_after_s >= 0 ?
-						   req->retry_after_s * 1000 : -1,
+						   req->hdr.retry_after_s >= 0 ?
+						   req->hdr.retry_after_s * 1000 : -1,
 						   rng_next(http));
 
 		if (now + d - req->started_ms <= http->opt.retry_total_ms) {
@@ -777,9 +859,11 @@ void wsync_http_free(struct wsync_http *http)
 		req->cancelled = true;
 		finish(req, -ECANCELED);
 	}
-	for (struct wsync_http_req **list = &http->queue; list;
-	     list = list == &http->queue ? &http->waiting : NULL)
-		while (*list) {
+	struct wsync_http_req **lists[] = { &http->queue, &http->waiting, &http->cancelled };
+
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+		while (*lists[i]) {
+			struct wsync_http_req **list = lists[i];
 			struct wsync_http_req *req = *list;
 
 			*list = req->next;

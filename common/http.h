@@ -12,14 +12,30 @@
  * signature carries the time, so a retry must be signed again).
  *
  * Redirects (3xx with Location) are followed by the engine, at most
- * WSYNC_HTTP_MAX_REDIRECTS, and prepare() is told so: the Hugging Face
- * gateway answers GetObject with a 302 to a CDN host, which must not see
- * the Authorization header meant for the gateway.
+ * WSYNC_HTTP_MAX_REDIRECTS, for GET and HEAD only, never from https to
+ * http (wsync_http_redirect_check() in http_header.h says why), and
+ * prepare() is told so: the Hugging Face gateway answers GetObject with a
+ * 302 to a CDN host, which must not see the Authorization header meant
+ * for the gateway.
  *
  * What is retried: connection failures, resets and timeouts, and the
- * statuses 408, 429, 500, 502, 503, 504.  A Retry-After header (seconds)
- * sets the next delay's floor.  Attempts stop at the attempt limit or when
- * the next attempt would start after the total time limit.
+ * statuses 408, 429, 500, 502, 503, 504.  A Retry-After header (seconds
+ * or a date, clamped to WSYNC_HTTP_RETRY_AFTER_MAX_S) sets the next
+ * delay's floor.  Attempts stop at the attempt limit or when the next
+ * attempt would start after the total time limit.
+ *
+ * What a server can make an attempt cost is bounded, whatever it sends:
+ *  - body bytes: a 2xx body past sink_max (or a Content-Length announcing
+ *    more) stops the transfer at once, from curl's write or header
+ *    callback, with -EFBIG; an error body is kept to 64 KiB and the
+ *    transfer is cut there (its status still counts);
+ *  - head bytes: WSYNC_HTTP_HEAD_MAX (-EPROTO past it);
+ *  - time: no byte for timeout_ms is a timeout (curl's low-speed limit),
+ *    and so is an attempt that outlasts its deadline, connect_timeout_ms
+ *    + timeout_ms + its size at WSYNC_HTTP_MIN_RATE (size: the larger of
+ *    the request body and the expected response body, Content-Length or
+ *    else sink_max).  A server that drips one byte a second defeats the
+ *    first, not the second.
  */
 #ifndef WSYNC_HTTP_H
 #define WSYNC_HTTP_H
@@ -32,8 +48,13 @@
 #include <uv.h>
 
 #include "buf.h"
+#include "http_header.h"
 
 #define WSYNC_HTTP_MAX_REDIRECTS 5
+/* The slowest average rate an attempt may keep up (bytes per second),
+ * after connect_timeout_ms + timeout_ms of grace: 64 KiB/s, half a
+ * megabit.  A 64 MiB part may take 17 minutes, a 4 KiB HEAD 40 s. */
+#define WSYNC_HTTP_MIN_RATE (64u << 10)
 
 struct wsync_http_options {
 	unsigned max_active;		/* transfers in flight; >= 1 */
@@ -53,7 +74,7 @@ enum wsync_http_body {
 };
 
 enum wsync_http_sink {
-	WSYNC_HTTP_SINK_BUF,		/* into resp (up to sink_max bytes) */
+	WSYNC_HTTP_SINK_BUF,		/* into resp */
 	WSYNC_HTTP_SINK_FD,		/* pwrite into sink_fd from sink_offset */
 };
 
@@ -69,7 +90,9 @@ struct wsync_http_req {
 	int body_fd;
 	uint64_t body_offset, body_len;
 	enum wsync_http_sink sink;
-	size_t sink_max;		/* SINK_BUF: longer bodies fail the request (-EFBIG) */
+	uint64_t sink_max;		/* a 2xx body longer than this (either sink)
+					 * fails the request (-EFBIG), as soon as its
+					 * Content-Length or its bytes say so */
 	int sink_fd;
 	uint64_t sink_offset;
 	/* Build req->headers for the attempt about to start: free the old
@@ -90,25 +113,22 @@ struct wsync_http_req {
 	struct wsync_buf resp;		/* SINK_BUF: the body of the final response;
 					 * other sinks: error bodies (for messages) */
 	uint64_t received;		/* body bytes of the final response */
-	char etag[128];
-	char content_range[96];
-	char last_modified[64];
-	char request_id[128];		/* x-amz-request-id, for error messages */
-	int64_t content_length;		/* -1 if absent */
+	struct wsync_http_headers hdr;	/* the final response's head (its
+					 * status is `status` above) */
 	unsigned attempts;
 	unsigned redirects;
 
 	/* The engine's. */
 	struct wsync_http *http;
 	CURL *easy;
-	uv_timer_t backoff;
-	bool backoff_open;
-	uint64_t started_ms;
-	int64_t retry_after_s;
-	char location[2048];
+	uint64_t started_ms;		/* the first attempt (the retry time limit) */
+	uint64_t attempt_ms;		/* this attempt (its deadline) */
 	char *redirect_url;
 	uint64_t body_pos;		/* bytes of the body sent this attempt */
-	int sink_err;			/* why a read/write callback stopped the transfer */
+	int sink_err;			/* why a callback stopped the transfer */
+	char sink_why[160];		/* ... in words (curl's would be "callback failed") */
+	bool error_cut;			/* an error body cut at its limit: the
+					 * status still stands */
 	uint64_t sink_kicked;		/* SINK_FD: received bytes handed to the disk */
 	uint64_t wake_ms;		/* backing off until then (uv_now) */
 	struct wsync_http_req *next;	/* the queue or the waiting list */
@@ -130,6 +150,12 @@ void wsync_http_free(struct wsync_http *http);
  * it).  done() is always called, never from inside this function. */
 void wsync_http_submit(struct wsync_http *http, struct wsync_http_req *req);
 
+/* End req early: it leaves the queue, its backoff or curl now, and its
+ * done() runs with -ECANCELED later from the loop (never from inside
+ * this call).  req must be submitted to http and its done() not yet run;
+ * cancelling it again before then does nothing. */
+void wsync_http_cancel(struct wsync_http *http, struct wsync_http_req *req);
+
 /* Release what the engine put in req (headers, resp, easy handle).  The
  * caller calls this when it is finished with the results. */
 void wsync_http_req_release(struct wsync_http_req *req);
@@ -145,9 +171,5 @@ bool wsync_http_transient(int err, long status);
  */
 uint64_t wsync_http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms,
 			       int64_t retry_after_ms, uint64_t rnd);
-
-/* Parse a Retry-After header value: delta-seconds or an HTTP-date
- * (relative to now).  Returns seconds >= 0, or -1 if unparsable. */
-int64_t wsync_http_parse_retry_after(const char *v, time_t now);
 
 #endif

@@ -155,6 +155,26 @@ int64_t wsync_s3_parse_time(const char *s)
 
 /* --- ListBucketResult ------------------------------------------------------ */
 
+/* A Size: decimal digits only, at most 2^63-1 (BUCKET.md's sizes).  Not
+ * strtoull, which takes "-1" and " +5" and wraps the first to 2^64-1. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 19)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (v > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
 {
 	if (n < *cap)
@@ -193,10 +213,7 @@ static int list_leaf(struct walker *w, const char *path, const char *text)
 		if (!e)
 			return 0;
 		if (path[10] == 'S') {
-			char *end;
-
-			e->size = strtoull(text, &end, 10);
-			if (end == text || *end)
+			if (parse_size(text, &e->size) < 0)
 				return wsync_error_set(w->error, -EPROTO, "bad Size \"%.40s\"",
 						       text);
 		} else if (path[10] == 'E') {

@@ -35,7 +35,6 @@
 #define DEFAULT_RETRY_BASE_MS 200
 #define DEFAULT_TIMEOUT_MS 30000
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000
-#define DEFAULT_GET_MAX_SIZE ((size_t)64 * MiB)
 #define KEY_MAX 1024			/* S3: the full key, prefix included */
 
 /* ---- options -------------------------------------------------------------- */
@@ -500,7 +499,7 @@ static int get(struct wsync_store *store, const char *key, const char *path,
 	req->get.if_none_match = NULL;
 	req->get.expect_xxh3 = NULL;
 	if (!req->get.max_size)
-		req->get.max_size = DEFAULT_GET_MAX_SIZE;
+		req->get.max_size = path ? WSYNC_STORE_GET_FILE_MAX : WSYNC_STORE_GET_BUF_MAX;
 	if (opt && opt->if_none_match) {
 		req->if_none_match = strdup(opt->if_none_match);
 		if (!req->if_none_match) {

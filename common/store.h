@@ -78,10 +78,22 @@ struct wsync_store_entry {
 	int64_t mtime;
 };
 
-/* A get's options.  All optional (a NULL pointer means all defaults); start
+/*
+ * A get's options.  All optional (a NULL pointer means all defaults); start
  * from WSYNC_STORE_GET_OPTIONS_INIT, since expect_size's zero is not
  * "unknown".  A range is S3's: offset at or past the end of the object is
- * -EINVAL (HTTP 416), a length reaching past the end returns what there is. */
+ * -EINVAL (HTTP 416), a length reaching past the end returns what there is.
+ *
+ * What a get accepts is bounded before a byte is written: a size the store
+ * announces (S3: HEAD's or the answer's Content-Length; file: the object's
+ * own) that differs from expect_size is -EIO, one above max_size -EFBIG;
+ * a body that goes on past what it may be -- expect_size, max_size, the
+ * size announced, the range asked for -- is stopped the moment it does
+ * (the same errors).  So a download that knows its size (the subscriber's,
+ * from the signed manifest) takes nothing else, and one that does not
+ * takes at most max_size: callers that cannot name the size say how much
+ * they are willing to take.
+ */
 struct wsync_store_get_options {
 	uint64_t offset;		/* byte range start */
 	uint64_t length;		/* 0: to the end */
@@ -90,9 +102,33 @@ struct wsync_store_get_options {
 					 * for a range get) differing from it is -EIO */
 	const uint8_t *expect_xxh3;	/* 16 bytes (XXH3-128, big-endian) of the bytes
 					 * returned, or NULL; a mismatch is -EIO */
-	size_t max_size;		/* get to buffer: refuse (-EFBIG) bodies larger
-					 * than this; 0: default 64 MiB */
+	uint64_t max_size;		/* refuse (-EFBIG) more bytes than this; 0: the
+					 * default, WSYNC_STORE_GET_BUF_MAX into memory,
+					 * WSYNC_STORE_GET_FILE_MAX into a file */
 };
+
+/* The defaults of max_size: 64 MiB into memory (manifests are at most
+ * that); into a file 5 TiB, the largest object S3 stores -- a bound on a
+ * server's lies, not on a disk: callers pass expect_size or a max_size
+ * of their own (`wsync store get` the free space of the destination). */
+#define WSYNC_STORE_GET_BUF_MAX (64ull << 20)
+#define WSYNC_STORE_GET_FILE_MAX (5ull << 40)
+
+/*
+ * What a listing may grow to; past any of these it fails with -E2BIG and
+ * a message naming the limit.  They are far above what a wsync bucket
+ * holds (a few keys per version, three "folders") and bound what a server
+ * that never ends a listing can cost: S3's IsTruncated forever, common
+ * prefixes without end.  A continuation token that comes back a second
+ * time for the same prefix, and a common prefix longer than a key may be
+ * (1024 bytes), are -EPROTO at once.
+ */
+#define WSYNC_STORE_LIST_KEYS_MAX 1000000		/* entries returned */
+#define WSYNC_STORE_LIST_KEY_BYTES_MAX (256ull << 20)	/* their keys and ETags */
+#define WSYNC_STORE_LIST_PAGES_MAX 20000		/* S3: ListObjectsV2 requests */
+#define WSYNC_STORE_LIST_PREFIXES_MAX 10000		/* S3: common prefixes, each one
+							 * listed in turn */
+#define WSYNC_STORE_LIST_XML_MAX (1ull << 30)		/* S3: bytes of all pages */
 
 #define WSYNC_STORE_GET_OPTIONS_INIT { .expect_size = -1 }
 
@@ -146,7 +182,7 @@ int wsync_store_head(struct wsync_store *store, const char *key,
  * all pages fetched, sorted by key (bytewise, as S3).  The prefix is a
  * string prefix as in S3: "v/" lists a "directory", "v/00" every key
  * starting so.  It is checked as a key, except that "" and a trailing '/'
- * are allowed. */
+ * are allowed.  Bounded by the WSYNC_STORE_LIST_* limits above. */
 int wsync_store_list(struct wsync_store *store, const char *prefix,
 		     wsync_store_cb cb, void *userdata);
 

@@ -53,7 +53,7 @@ struct wsync_store_req {
 	const void *buf;		/* put from buffer (caller's memory) */
 	size_t buf_len;
 	struct wsync_store_get_options get;	/* get: copied, max_size's default
-						 * filled in; if_none_match and
+						 * filled in (never 0); if_none_match and
 						 * expect_xxh3 point into storage below */
 	char *if_none_match;
 	uint8_t expect_xxh3[16];

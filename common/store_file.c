@@ -548,10 +548,6 @@ static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
 	void *data;
 	int r;
 
-	if (n > req->get.max_size)
-		return wsync_store_req_fail(req, -EFBIG, "%s: %" PRIu64 " bytes, more than "
-					    "the %zu a get into memory accepts", req->key, n,
-					    req->get.max_size);
 	data = malloc(n ? (size_t)n : 1);
 	if (!data)
 		return wsync_store_req_fail(req, -ENOMEM, "%s: out of memory for %" PRIu64
@@ -685,6 +681,12 @@ static int op_get(struct file_job *job, int bucket)
 					 req->key, n, req->get.expect_size);
 		goto out;
 	}
+	if (n > req->get.max_size) {
+		r = wsync_store_req_fail(req, -EFBIG, "%s: %" PRIu64 " bytes, more than the %"
+					 PRIu64 " this get accepts", req->key, n,
+					 req->get.max_size);
+		goto out;
+	}
 	r = req->path ? get_to_file(job, fd, off, n) : get_to_buffer(job, fd, off, n);
 out:
 	(void)close(fd);
@@ -743,6 +745,8 @@ static int list_add(struct list_walk *w, const char *key, const struct stat *st)
 	struct wsync_store_entry *e;
 	char etag[ETAG_MAX];
 
+	if (w->n >= WSYNC_STORE_LIST_KEYS_MAX)
+		return -E2BIG;
 	if (WSYNC_GROW(w->v, w->cap, w->n, 64) < 0)
 		return -ENOMEM;
 	make_etag(st, etag, sizeof(etag));
@@ -860,6 +864,10 @@ static int op_list(struct file_job *job, int bucket)
 		free(w.v);
 		if (r == -ECANCELED)
 			return r;
+		if (r == -E2BIG)
+			return wsync_store_req_fail(req, r, "listing \"%s\": more than %d keys "
+						    "(WSYNC_STORE_LIST_KEYS_MAX)", req->key,
+						    WSYNC_STORE_LIST_KEYS_MAX);
 		return wsync_store_req_fail(req, r, "listing \"%s\": %s", req->key,
 					    strerror(-r));
 	}

@@ -19,11 +19,18 @@
  *   put    [HASH] -> PUT                            (size <= part_size)
  *          INIT -> [HASH -> PART]* -> COMPLETE     (multipart; ABORT on failure)
  *   get    GET first range -> [GET range]* -> FINISH (fsync, verify, rename
- *          on the thread pool)
+ *          on the thread pool); a whole object into a file: HEAD first,
+ *          its size checked against the caller's bounds, then one GET or
+ *          ranges, at most max_concurrency queued at a time
  *   head, delete   one transfer
  *   list   one ListObjectsV2 page per transfer, delimiter "/": common
  *          prefixes are listed in turn (the HF gateway accepts no other
- *          delimiter), continuation tokens followed.
+ *          delimiter), continuation tokens followed, all of it within the
+ *          WSYNC_STORE_LIST_* bounds of store.h.
+ *
+ * The server is not trusted more than the bucket's content: every size it
+ * announces is checked before it is acted on, and every body is bounded
+ * by what it may be (get_range(), http.h's sink_max).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,8 +58,6 @@
 #define PART_MIN (5ull << 20)
 #define PART_MAX (5ull << 30)
 #define PARTS_MAX 10000
-/* A listing that grows past this many keys is refused. */
-#define LIST_MAX 1000000
 /* Bodies of answers read into memory (lists, errors, upload ids). */
 #define ANSWER_MAX (16u << 20)
 
@@ -85,6 +90,7 @@ struct s3_xfer {
 	char payload_hash[WSYNC_SHA256_HEX_LEN + 1];
 	unsigned part;			/* multipart: the part number; get: the range index */
 	uint64_t offset, len;		/* multipart part / get range */
+	bool cap_is_max;		/* get: sink_max is the caller's max_size */
 	char *body;			/* owned request body (complete's XML) */
 	struct s3_xfer *next;		/* the op's live transfers */
 	bool hashing;			/* on the thread pool */
@@ -115,6 +121,7 @@ struct s3_op {
 	unsigned n_parts, parts_done, next_part;
 	/* get */
 	bool probed;			/* a HEAD gave size and etag first */
+	uint64_t next_off;		/* probed: where the next range starts */
 	uint64_t got;			/* bytes received over all ranges */
 	char *etag;
 	int64_t mtime;
@@ -123,6 +130,11 @@ struct s3_op {
 	size_t n_entries, cap_entries;
 	char **pending;			/* prefixes still to list */
 	size_t n_pending, cap_pending;
+	uint64_t *tokens;		/* continuation tokens seen for this prefix */
+	size_t n_tokens, cap_tokens;
+	unsigned list_pages;		/* the WSYNC_STORE_LIST_* bounds (store.h) */
+	size_t n_prefixes_seen;
+	uint64_t list_xml, key_bytes;
 	char *dest;			/* get to file: the final path (copied: the pool uses it) */
 	bool check_xxh3;
 	uint8_t xxh3[16];
@@ -195,8 +207,8 @@ static int xfer_error(struct s3_xfer *x)
 		code[0] = '\0';
 		snprintf(msg, sizeof(msg), "HTTP %ld", h->status);
 	}
-	if (h->request_id[0])
-		snprintf(rid, sizeof(rid), " (request id %s)", h->request_id);
+	if (h->hdr.request_id[0])
+		snprintf(rid, sizeof(rid), " (request id %s)", h->hdr.request_id);
 	switch (h->status) {
 	case 404:
 		if (strcmp(code, "NoSuchBucket") == 0)
@@ -621,7 +633,7 @@ static void put_done(struct s3_xfer *x)
 	}
 	if (!op->n_parts) {			/* single PUT */
 		free(op->etag);
-		op->etag = strdup(h->etag);
+		op->etag = strdup(h->hdr.etag);
 		xfer_free(x);
 		op_end(op);
 		return;
@@ -652,14 +664,14 @@ static void put_done(struct s3_xfer *x)
 		op_end(op);
 		return;
 	}
-	if (!h->etag[0]) {
+	if (!h->hdr.etag[0]) {
 		op_fail(op, -EPROTO, "put %s: part %u answered without an ETag", op->req->key,
 			x->part);
 		xfer_free(x);
 		put_abort(op);
 		return;
 	}
-	op->etags[x->part - 1] = strdup(h->etag);
+	op->etags[x->part - 1] = strdup(h->hdr.etag);
 	op->parts_done++;
 	if (!op->etags[x->part - 1]) {
 		op_fail(op, -ENOMEM, "put %s: out of memory", op->req->key);
@@ -717,19 +729,35 @@ static int put_start(struct s3_op *op)
 
 /* --- get ---------------------------------------------------------------------------- */
 
-/* "bytes a-b/total" -> total; -1 if absent or malformed. */
-static int64_t range_total(const char *cr)
+/*
+ * What a get takes is bounded (store.h) before anything is queued or
+ * written, and while bytes arrive: each transfer's sink_max is what its
+ * body may be, so http.c stops a body that goes on the moment it does
+ * (-EFBIG, which get_done() turns into the caller's error).  A ranged
+ * download keeps at most max_concurrency ranges queued, and its first
+ * failure cancels the others.
+ */
+
+/* At most how many bytes the get may return, and whether that bound is
+ * max_size (exceeding it is -EFBIG) or what the caller expects (-EIO). */
+static uint64_t get_cap(const struct s3_op *op, uint64_t len, bool *is_max)
 {
-	const char *slash = strrchr(cr, '/');
-	char *end;
+	const struct wsync_store_get_options *g = &op->req->get;
+	uint64_t cap = g->max_size;
 
-	if (!slash || strncasecmp(cr, "bytes ", 6) != 0 || slash[1] == '*')
-		return -1;
-	unsigned long long t = strtoull(slash + 1, &end, 10);
-
-	return end == slash + 1 || *end ? -1 : (int64_t)t;
+	*is_max = true;
+	if (g->expect_size >= 0 && (uint64_t)g->expect_size < cap) {
+		cap = (uint64_t)g->expect_size;
+		*is_max = false;
+	}
+	if (len && len < cap) {
+		cap = len;
+		*is_max = false;
+	}
+	return cap;
 }
 
+/* Queue a GET of [off, off + len) (len 0: to the end). */
 static int get_range(struct s3_op *op, uint64_t off, uint64_t len, bool first)
 {
 	struct wsync_store_req *req = op->req;
@@ -740,11 +768,11 @@ static int get_range(struct s3_op *op, uint64_t off, uint64_t len, bool first)
 	x->offset = off;
 	x->len = len;
 	x->part = first ? 0 : 1;
-	if (!len)
-		x->len = 0;
 	if (len)
 		snprintf(x->range, sizeof(x->range), "bytes=%llu-%llu",
 			 (unsigned long long)off, (unsigned long long)(off + len - 1));
+	else if (off)
+		snprintf(x->range, sizeof(x->range), "bytes=%llu-", (unsigned long long)off);
 	if (first && req->if_none_match) {
 		snprintf(x->cond_name, sizeof(x->cond_name), "if-none-match");
 		snprintf(x->cond_value, sizeof(x->cond_value), "%s", req->if_none_match);
@@ -753,17 +781,46 @@ static int get_range(struct s3_op *op, uint64_t off, uint64_t len, bool first)
 		snprintf(x->cond_name, sizeof(x->cond_name), "if-match");
 		snprintf(x->cond_value, sizeof(x->cond_value), "%s", op->etag);
 	}
+	if (op->probed) {
+		/* HEAD's size is already checked against the caller's bounds */
+		x->h.sink_max = len ? len : op->size;
+		x->cap_is_max = false;
+	} else {
+		x->h.sink_max = get_cap(op, len, &x->cap_is_max);
+	}
 	if (op->fd >= 0) {
 		x->h.sink = WSYNC_HTTP_SINK_FD;
 		x->h.sink_fd = op->fd;
 		/* Ranges land at their place in the temp file, which holds the
 		 * bytes from the caller's offset on. */
 		x->h.sink_offset = off - req->get.offset;
-	} else {
-		x->h.sink_max = req->get.max_size;
 	}
 	xfer_send(x);
 	return 0;
+}
+
+/* Keep a probed ranged download's window full: ranges are queued as the
+ * ones before them end, never all at once. */
+static int get_more(struct s3_op *op)
+{
+	uint64_t ps = op->s3->store->opt.part_size;
+	unsigned window = op->s3->store->opt.max_concurrency;
+
+	while (!op->err && op->next_off < op->size && op->n_xfers < window) {
+		uint64_t len = op->size - op->next_off < ps ? op->size - op->next_off : ps;
+
+		if (get_range(op, op->next_off, len, op->next_off == 0) < 0)
+			return -ENOMEM;
+		op->next_off += len;
+	}
+	return 0;
+}
+
+/* After a failure: the transfers still out end now (-ECANCELED). */
+static void get_cancel_rest(struct s3_op *op)
+{
+	for (struct s3_xfer *x = op->xfers; x; x = x->next)
+		wsync_http_cancel(op->s3->http, &x->h);
 }
 
 static void get_finish_work(uv_work_t *w)
@@ -866,7 +923,7 @@ static void get_probed(struct s3_xfer *x);
  * op ends with not_modified and the ETag it answered for. */
 static void get_not_modified(struct s3_op *op, struct s3_xfer *x)
 {
-	const char *etag = x->h.etag[0] ? x->h.etag : op->req->if_none_match;
+	const char *etag = x->h.hdr.etag[0] ? x->h.hdr.etag : op->req->if_none_match;
 
 	op->req->res.not_modified = true;
 	free(op->etag);
@@ -875,12 +932,64 @@ static void get_not_modified(struct s3_op *op, struct s3_xfer *x)
 	op_end(op);
 }
 
+/* A 2xx answer to x: is its body what was asked for?  Records the
+ * failure in op; total gets the object's size when the answer says it. */
+static void get_check_body(struct s3_xfer *x, int64_t *total)
+{
+	struct s3_op *op = x->op;
+	const char *key = op->req->key;
+	struct wsync_http_req *h = &x->h;
+	struct wsync_http_content_range cr;
+
+	*total = -1;
+	if (h->status == 206) {
+		uint64_t want;
+
+		if (wsync_http_parse_content_range(h->hdr.content_range, &cr) < 0 ||
+		    cr.unsatisfied || cr.total < 0) {
+			op_fail(op, -EIO, "get %s: a partial answer with Content-Range \"%s\"",
+				key, h->hdr.content_range);
+			return;
+		}
+		if (cr.first != x->offset) {
+			op_fail(op, -EIO, "get %s: the store sent bytes from %llu where %llu "
+				"were asked for", key, (unsigned long long)cr.first,
+				(unsigned long long)x->offset);
+			return;
+		}
+		/* first <= last < total: the offset is inside the object */
+		want = (uint64_t)cr.total - x->offset;
+		if (x->len && x->len < want)
+			want = x->len;
+		if (cr.last - cr.first + 1 != want || h->received != want) {
+			op_fail(op, -EIO, "get %s: range of %llu bytes where %llu were due (%s)",
+				key, (unsigned long long)h->received, (unsigned long long)want,
+				h->hdr.content_range);
+			return;
+		}
+		if (op->probed && (uint64_t)cr.total != op->size) {
+			op_fail(op, -EIO, "get %s: the object has %lld bytes now, HEAD said %llu",
+				key, (long long)cr.total, (unsigned long long)op->size);
+			return;
+		}
+		*total = cr.total;
+	} else if (x->offset > 0 || x->len) {
+		op_fail(op, -EPROTO, "get %s: the store ignored the Range header", key);
+	} else if (h->hdr.content_length >= 0 && (uint64_t)h->hdr.content_length != h->received) {
+		op_fail(op, -EIO, "get %s: body of %llu bytes, Content-Length said %lld", key,
+			(unsigned long long)h->received, (long long)h->hdr.content_length);
+	} else {
+		*total = (int64_t)h->received;
+	}
+}
+
 static void get_done(struct s3_xfer *x)
 {
 	struct s3_op *op = x->op;
 	struct wsync_store_req *req = op->req;
 	struct wsync_http_req *h = &x->h;
 	bool first = x->part == 0;
+	int64_t total = -1;
 
 	if (op->err) {
 		xfer_free(x);
@@ -896,50 +1005,46 @@ static void get_done(struct s3_xfer *x)
 		get_not_modified(op, x);
 		return;
 	}
-	if (h->err < 0 || !ok_status(h->status)) {
+	if (h->err == -EFBIG) {
+		/* stopped by its sink_max: more than it may be */
+		if (h->hdr.status == 200 && (x->offset > 0 || x->len))
+			op_fail(op, -EPROTO, "get %s: the store ignored the Range header",
+				req->key);
+		else
+			op_fail(op, x->cap_is_max ? -EFBIG : -EIO, "get %s: %s", req->key,
+				h->errmsg);
+	} else if (h->err < 0 || !ok_status(h->status)) {
 		if ((!first || op->probed) && h->status == 412)
 			op_fail(op, -EAGAIN, "get %s: the object changed during the download",
 				req->key);
 		else
 			xfer_error(x);
-		xfer_free(x);
-		if (!op->n_xfers)
-			op_end(op);
-		return;
+	} else {
+		get_check_body(x, &total);
 	}
-	if (h->status == 206) {
-		int64_t total = range_total(h->content_range);
-		uint64_t want = x->len;
-
-		if (total >= 0 && x->offset + want > (uint64_t)total)
-			want = (uint64_t)total > x->offset ? (uint64_t)total - x->offset : 0;
-		if (total < 0 || h->received != want)
-			op_fail(op, -EIO, "get %s: range of %llu bytes where %llu were due (%s)",
-				req->key, (unsigned long long)h->received,
-				(unsigned long long)want, h->content_range);
-	} else if (x->offset > 0 || x->len) {
-		op_fail(op, -EPROTO, "get %s: the store ignored the Range header", req->key);
-	} else if (h->content_length >= 0 && (uint64_t)h->content_length != h->received) {
-		op_fail(op, -EIO, "get %s: body of %llu bytes, Content-Length said %lld",
-			req->key, (unsigned long long)h->received, (long long)h->content_length);
-	}
-	op->got += h->received;
-	if (first && !op->err && !op->probed) {
-		int64_t total = h->status == 206 ? range_total(h->content_range) :
-				(int64_t)h->received;
-
-		free(op->etag);
-		op->etag = strdup(h->etag);
-		op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
-		op->size = total >= 0 ? (uint64_t)total : h->received;
-		if (op->fd < 0) {
-			req->res.data = h->resp.data;
-			req->res.data_len = h->resp.len;
-			h->resp.data = NULL;
-			h->resp.len = h->resp.cap = 0;
+	if (!op->err) {
+		op->got += h->received;
+		if (first && !op->probed) {
+			free(op->etag);
+			op->etag = strdup(h->hdr.etag);
+			op->mtime = h->hdr.last_modified[0] ?
+				    (int64_t)curl_getdate(h->hdr.last_modified, NULL) : 0;
+			op->size = total >= 0 ? (uint64_t)total : h->received;
+			if (!op->etag)
+				op_fail(op, -ENOMEM, "get: out of memory");
+			if (op->fd < 0) {
+				req->res.data = h->resp.data;
+				req->res.data_len = h->resp.len;
+				h->resp.data = NULL;
+				h->resp.len = h->resp.cap = 0;
+			}
 		}
 	}
 	xfer_free(x);
+	if (!op->err && op->probed && get_more(op) < 0)
+		op_fail(op, -ENOMEM, "get: out of memory");
+	if (op->err)
+		get_cancel_rest(op);
 	if (op->n_xfers)
 		return;
 	if (op->err)
@@ -971,7 +1076,7 @@ static void get_probed(struct s3_xfer *x)
 		}
 		return;
 	}
-	if (h->err < 0 || !ok_status(h->status) || h->content_length < 0) {
+	if (h->err < 0 || !ok_status(h->status) || h->hdr.content_length < 0) {
 		if (h->err == 0 && ok_status(h->status))
 			op_fail(op, -EPROTO, "get %s: HEAD answered without a Content-Length",
 				req->key);
@@ -982,22 +1087,31 @@ static void get_probed(struct s3_xfer *x)
 		return;
 	}
 	op->probed = true;
-	op->size = (uint64_t)h->content_length;
+	op->size = (uint64_t)h->hdr.content_length;
 	free(op->etag);
-	op->etag = strdup(h->etag);
-	op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
+	op->etag = strdup(h->hdr.etag);
+	op->mtime = h->hdr.last_modified[0] ?
+		    (int64_t)curl_getdate(h->hdr.last_modified, NULL) : 0;
 	xfer_free(x);
+	/* The size the store claims is checked before anything is queued:
+	 * a HEAD that lies costs one request. */
 	if (!op->etag) {
 		op_fail(op, -ENOMEM, "get: out of memory");
+	} else if (req->get.expect_size >= 0 && op->size != (uint64_t)req->get.expect_size) {
+		op_fail(op, -EIO, "get %s: the store says %llu bytes, expected %lld", req->key,
+			(unsigned long long)op->size, (long long)req->get.expect_size);
+	} else if (op->size > req->get.max_size) {
+		op_fail(op, -EFBIG, "get %s: the store says %llu bytes, more than the %llu "
+			"this get accepts", req->key, (unsigned long long)op->size,
+			(unsigned long long)req->get.max_size);
 	} else if (op->size <= ps) {
 		/* One plain GET (an empty object can't take a Range). */
+		op->next_off = op->size;
 		if (get_range(op, 0, 0, true) < 0)
 			op_fail(op, -ENOMEM, "get: out of memory");
-	} else {
-		for (uint64_t off = 0; off < op->size && !op->err; off += ps)
-			if (get_range(op, off, op->size - off < ps ? op->size - off : ps,
-				      off == 0) < 0)
-				op_fail(op, -ENOMEM, "get: out of memory");
+	} else if (get_more(op) < 0) {
+		op_fail(op, -ENOMEM, "get: out of memory");
+		get_cancel_rest(op);
 	}
 	if (!op->n_xfers)
 		op_end(op);
@@ -1065,10 +1179,10 @@ static void simple_done(struct s3_xfer *x)
 	} else if (h->err < 0 || !ok_status(h->status)) {
 		xfer_error(x);
 	} else if (op->req->op == WSYNC_STORE_HEAD) {
-		op->size = h->content_length >= 0 ? (uint64_t)h->content_length : 0;
+		op->size = h->hdr.content_length >= 0 ? (uint64_t)h->hdr.content_length : 0;
 		free(op->etag);
-		op->etag = strdup(h->etag);
-		op->mtime = h->last_modified[0] ? (int64_t)curl_getdate(h->last_modified, NULL) : 0;
+		op->etag = strdup(h->hdr.etag);
+		op->mtime = h->hdr.last_modified[0] ? (int64_t)curl_getdate(h->hdr.last_modified, NULL) : 0;
 	}
 	xfer_free(x);
 	op_end(op);
@@ -1115,12 +1229,107 @@ static int entry_cmp(const void *a, const void *b)
 		      ((const struct wsync_store_entry *)b)->key);
 }
 
+/* Whether token was already seen for the prefix being listed; records it.
+ * 0, -EPROTO (seen), -ENOMEM.  Tokens are kept as 64 bits of their XXH3:
+ * a collision can only end a listing early with an error, as a server
+ * that wants to can anyway. */
+static int list_token_seen(struct s3_op *op, const char *token)
+{
+	struct wsync_hash128 hh;
+	uint64_t v;
+
+	wsync_hash_mem(token, strlen(token), &hh);
+	memcpy(&v, hh.b, sizeof(v));
+	for (size_t i = 0; i < op->n_tokens; i++)
+		if (op->tokens[i] == v)
+			return -EPROTO;
+	if (WSYNC_GROW(op->tokens, op->cap_tokens, op->n_tokens, 16) < 0)
+		return -ENOMEM;
+	op->tokens[op->n_tokens++] = v;
+	return 0;
+}
+
+/* Take one page's keys and common prefixes into op.  page_prefix is the
+ * full prefix the page was asked for (the store's prefix included). */
+static void list_take(struct s3_op *op, struct wsync_s3_list_page *pg, const char *page_prefix)
+{
+	const char *what = op->req->key[0] ? op->req->key : "(bucket)";
+	size_t plen = strlen(op->s3->prefix), pplen = strlen(page_prefix);
+
+	for (size_t i = 0; i < pg->n_entries; i++) {
+		struct wsync_store_entry *e = &pg->entries[i];
+
+		if (strncmp(e->key, page_prefix, pplen) != 0)
+			continue;	/* not ours: a server ignoring the prefix */
+		size_t kb = strlen(e->key) - plen + 1 + (e->etag ? strlen(e->etag) + 1 : 0);
+
+		if (op->n_entries == WSYNC_STORE_LIST_KEYS_MAX) {
+			op_fail(op, -E2BIG, "list %s: more than %d keys "
+				"(WSYNC_STORE_LIST_KEYS_MAX)", what, WSYNC_STORE_LIST_KEYS_MAX);
+			return;
+		}
+		if (kb > WSYNC_STORE_LIST_KEY_BYTES_MAX - op->key_bytes) {
+			op_fail(op, -E2BIG, "list %s: keys and ETags of more than %llu bytes "
+				"(WSYNC_STORE_LIST_KEY_BYTES_MAX)", what,
+				(unsigned long long)WSYNC_STORE_LIST_KEY_BYTES_MAX);
+			return;
+		}
+		if (WSYNC_GROW(op->entries, op->cap_entries, op->n_entries, 256) < 0) {
+			op_fail(op, -ENOMEM, "list %s: out of memory", what);
+			return;
+		}
+		struct wsync_store_entry *d = &op->entries[op->n_entries];
+
+		*d = *e;
+		d->key = strdup(e->key + plen);
+		if (!d->key) {
+			op_fail(op, -ENOMEM, "list %s: out of memory", what);
+			return;
+		}
+		e->etag = NULL;		/* moved */
+		op->n_entries++;
+		op->key_bytes += kb;
+	}
+	/* Sub-"directories" are listed in turn, after this prefix's pages.
+	 * Only those strictly below the page's prefix: a server sending the
+	 * prefix itself or another one back would loop. */
+	for (size_t i = 0; i < pg->n_prefixes; i++) {
+		const char *cp = pg->prefixes[i];
+		size_t cl = strlen(cp);
+
+		if (cl <= pplen || strncmp(cp, page_prefix, pplen) != 0)
+			continue;
+		if (cl > WSYNC_URL_KEY_MAX) {
+			op_fail(op, -EPROTO, "list %s: a common prefix longer than %d bytes, "
+				"which no key can be under (\"%.60s...\")", what,
+				WSYNC_URL_KEY_MAX, cp);
+			return;
+		}
+		if (++op->n_prefixes_seen > WSYNC_STORE_LIST_PREFIXES_MAX) {
+			op_fail(op, -E2BIG, "list %s: more than %d common prefixes "
+				"(WSYNC_STORE_LIST_PREFIXES_MAX)", what,
+				WSYNC_STORE_LIST_PREFIXES_MAX);
+			return;
+		}
+		char *p = strdup(cp + plen);
+
+		if (!p || list_push(op, p) < 0) {
+			free(p);
+			op_fail(op, -ENOMEM, "list %s: out of memory", what);
+			return;
+		}
+	}
+}
+
 static void list_done(struct s3_xfer *x)
 {
 	struct s3_op *op = x->op;
 	struct wsync_http_req *h = &x->h;
 	struct wsync_s3_list_page pg = { 0 };
 	struct wsync_error err;
+	const char *what = op->req->key[0] ? op->req->key : "(bucket)";
+	/* the page's prefix, full: query[1] (list_page) */
+	const char *page_prefix = x->query[1].value;
 	size_t plen = strlen(op->s3->prefix);
 	int r = 0;
 
@@ -1128,58 +1337,50 @@ static void list_done(struct s3_xfer *x)
 		xfer_error(x);
 		goto out;
 	}
-	if (wsync_s3_parse_list(h->resp.data, h->resp.len, &pg, &err) < 0) {
-		op_fail(op, -EPROTO, "list %s: %s", op->req->key, wsync_error_str(&err));
+	op->list_pages++;
+	op->list_xml += h->resp.len;
+	if (op->list_xml > WSYNC_STORE_LIST_XML_MAX) {
+		op_fail(op, -E2BIG, "list %s: more than %llu bytes of listing "
+			"(WSYNC_STORE_LIST_XML_MAX)", what,
+			(unsigned long long)WSYNC_STORE_LIST_XML_MAX);
 		goto out;
 	}
-	for (size_t i = 0; i < pg.n_entries; i++) {
-		struct wsync_store_entry *e = &pg.entries[i];
-
-		if (strncmp(e->key, op->s3->prefix, plen) != 0)
-			continue;	/* not ours: a server ignoring the prefix */
-		if (op->n_entries == LIST_MAX) {
-			op_fail(op, -E2BIG, "list %s: more than %d keys", op->req->key, LIST_MAX);
-			goto out;
-		}
-		if (WSYNC_GROW(op->entries, op->cap_entries, op->n_entries, 256) < 0) {
-			r = -ENOMEM;
-			goto out;
-		}
-		struct wsync_store_entry *d = &op->entries[op->n_entries];
-
-		*d = *e;
-		d->key = strdup(e->key + plen);
-		if (!d->key) {
-			d->etag = NULL;
-			r = -ENOMEM;
-			goto out;
-		}
-		e->etag = NULL;		/* moved */
-		op->n_entries++;
+	if (wsync_s3_parse_list(h->resp.data, h->resp.len, &pg, &err) < 0) {
+		op_fail(op, -EPROTO, "list %s: %s", what, wsync_error_str(&err));
+		goto out;
 	}
-	/* Sub-"directories" are listed in turn, after this prefix's pages. */
-	for (size_t i = 0; i < pg.n_prefixes && r >= 0; i++) {
-		if (strncmp(pg.prefixes[i], op->s3->prefix, plen) != 0 ||
-		    strcmp(pg.prefixes[i] + plen, op->req->key) == 0)
-			continue;
-		char *p = strdup(pg.prefixes[i] + plen);
-
-		r = p ? list_push(op, p) : -ENOMEM;
-		if (r < 0)
-			free(p);
+	list_take(op, &pg, page_prefix);
+	if (op->err)
+		goto out;
+	if (pg.truncated || op->n_pending) {
+		if (op->list_pages >= WSYNC_STORE_LIST_PAGES_MAX) {
+			op_fail(op, -E2BIG, "list %s: more than %d pages "
+				"(WSYNC_STORE_LIST_PAGES_MAX)", what, WSYNC_STORE_LIST_PAGES_MAX);
+			goto out;
+		}
 	}
-	if (r >= 0 && pg.truncated) {
-		/* The same prefix again from the token: recover it from the query. */
-		r = list_page(op, x->query[1].value + plen, pg.next_token);
-	} else if (r >= 0 && op->n_pending) {
+	if (pg.truncated) {
+		/* The same prefix again from the token, which must move on. */
+		r = list_token_seen(op, pg.next_token);
+		if (r == -EPROTO) {
+			op_fail(op, -EPROTO, "list %s: the store sent the continuation token "
+				"\"%.60s\" a second time for \"%s\"", what, pg.next_token,
+				page_prefix + plen);
+			r = 0;
+			goto out;
+		}
+		if (r >= 0)
+			r = list_page(op, page_prefix + plen, pg.next_token);
+	} else if (op->n_pending) {
 		char *p = op->pending[--op->n_pending];
 
+		op->n_tokens = 0;	/* tokens are per prefix */
 		r = list_page(op, p, NULL);
 		free(p);
 	}
 out:
 	if (r < 0)
-		op_fail(op, r, "list %s: %s", op->req->key, strerror(-r));
+		op_fail(op, r, "list %s: %s", what, strerror(-r));
 	wsync_s3_list_page_free(&pg);
 	xfer_free(x);
 	if (op->n_xfers)
@@ -1247,6 +1448,7 @@ static void op_free(struct s3_op *op)
 	for (size_t i = 0; i < op->n_pending; i++)
 		free(op->pending[i]);
 	free(op->pending);
+	free(op->tokens);
 	free(op);
 }
 

@@ -18,6 +18,8 @@
 
 #include "error.h"
 
+/* S3's (and Hugging Face's) longest object key, bytes of UTF-8. */
+#define WSYNC_URL_KEY_MAX 1024
 /* Longest prefix accepted: keys below it must stay within S3's 1024. */
 #define WSYNC_URL_PREFIX_MAX 768
 

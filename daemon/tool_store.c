@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,7 +45,7 @@
 static const char synopsis[] =
 	"Usage: wsync store put FILE URL\n"
 	"       wsync store get URL FILE [--expect-size N] [--expect-xxh3 HEX]\n"
-	"                               [--if-none-match ETAG]\n"
+	"                               [--if-none-match ETAG] [--max-size SIZE]\n"
 	"       wsync store ls URL [--json]\n"
 	"       wsync store rm URL\n"
 	"       wsync store head URL [--json]\n";
@@ -70,6 +71,9 @@ static void store_usage(FILE *f)
 		   "  --if-none-match ETAG\n"
 		   "                  get: if the object's ETag is still ETAG (as head\n"
 		   "                  prints it), say \"not modified\" and leave FILE alone\n"
+		   "  --max-size SIZE get: refuse an object larger than SIZE (4096, 64MiB,\n"
+		   "                  2GiB, ...) before writing any of it; without it or\n"
+		   "                  --expect-size, the free space where FILE goes\n"
 		   "  -h, --help      this text\n\n"
 		   "Credentials: [store] credentials, $CREDENTIALS_DIRECTORY/store or\n"
 		   "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN.\n\n"
@@ -472,6 +476,25 @@ static char *get_destination(const char *file, const char *key)
 	return p;
 }
 
+/* The bytes free for an unprivileged writer in the file system path
+ * goes to (at least 1: 0 would mean the store's default); 0 if unknown. */
+static uint64_t free_space(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) :
+		    strdup(".");
+	struct statvfs sv;
+	uint64_t n = 0;
+
+	if (dir && statvfs(dir, &sv) == 0) {
+		n = (uint64_t)sv.f_bavail * sv.f_frsize;
+		if (n == 0)
+			n = 1;
+	}
+	free(dir);
+	return n;
+}
+
 int tool_store(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -482,6 +505,7 @@ int tool_store(int argc, char **argv)
 		{ "expect-size", required_argument, NULL, 's' },
 		{ "expect-xxh3", required_argument, NULL, 'x' },
 		{ "if-none-match", required_argument, NULL, 'i' },
+		{ "max-size", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -534,6 +558,14 @@ int tool_store(int argc, char **argv)
 		case 'i':
 			gopt.if_none_match = optarg;
 			break;
+		case 'm':
+			if (wsync_parse_size(optarg, &v) < 0 || v == 0) {
+				return tool_usage_error(TOOL, synopsis, "--max-size: expected "
+							"a size (4096, 64MiB, 2GiB), not \"%s\"",
+							optarg);
+			}
+			gopt.max_size = v;
+			break;
 		case 'h':
 			store_usage(stdout);
 			return WSYNC_EXIT_OK;
@@ -565,10 +597,10 @@ int tool_store(int argc, char **argv)
 		fprintf(stderr, TOOL ": --json goes with ls and head\n");
 		return WSYNC_EXIT_USAGE;
 	}
-	if ((gopt.expect_size >= 0 || gopt.expect_xxh3 || gopt.if_none_match) &&
-	    run.verb != GET) {
-		fprintf(stderr, TOOL ": --expect-size, --expect-xxh3 and --if-none-match "
-			"go with get\n");
+	if ((gopt.expect_size >= 0 || gopt.expect_xxh3 || gopt.if_none_match ||
+	     gopt.max_size) && run.verb != GET) {
+		fprintf(stderr, TOOL ": --expect-size, --expect-xxh3, --if-none-match and "
+			"--max-size go with get\n");
 		return WSYNC_EXIT_USAGE;
 	}
 	url = run.verb == PUT ? argv[optind + 2] : argv[optind + 1];
@@ -641,6 +673,10 @@ int tool_store(int argc, char **argv)
 			fprintf(stderr, TOOL ": out of memory\n");
 			goto out;
 		}
+		/* A server's word for the size is not enough: take no more
+		 * than fits where it goes, unless told the size or a bound. */
+		if (gopt.expect_size < 0 && !gopt.max_size)
+			gopt.max_size = free_space(get_path);
 	}
 
 	r = submit(store, &run, local, &t, stdin_data, stdin_len, get_path, &gopt);

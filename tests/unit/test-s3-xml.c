@@ -7,6 +7,7 @@
  * junk -- are refused with a reason instead of being half-understood.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,31 @@ static void test_list_hostile(void)
 	}
 }
 
+/* Size is decimal digits up to 2^63-1: a negative one does not wrap
+ * through strtoull into a huge size, nor does anything else pass. */
+static void test_list_sizes(void)
+{
+	static const char *const bad[] = {
+		"-1", "-18446744073709551615", "+5", " 5", "5 ", "0x10", "1e3", "",
+		"9223372036854775808", "18446744073709551615", "99999999999999999999",
+		"00000000000000000001",
+	};
+	char doc[256];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(doc, sizeof(doc), "<ListBucketResult><Contents><Key>a</Key><Size>%s"
+			 "</Size></Contents></ListBucketResult>", bad[i]);
+		check_bad_list(doc, "bad Size");
+	}
+	struct wsync_s3_list_page pg = { 0 };
+
+	snprintf(doc, sizeof(doc), "<ListBucketResult><Contents><Key>a</Key><Size>%s"
+		 "</Size></Contents></ListBucketResult>", "9223372036854775807");
+	CHECK(wsync_s3_parse_list(doc, strlen(doc), &pg, NULL) == 0);
+	CHECK(pg.n_entries == 1 && pg.entries[0].size == (uint64_t)INT64_MAX);
+	wsync_s3_list_page_free(&pg);
+}
+
 static void test_error_doc(void)
 {
 	static const char doc[] = "<?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch</Code>"
@@ -153,6 +179,7 @@ int main(void)
 	TEST(test_list_page);
 	TEST(test_list_empty);
 	TEST(test_list_hostile);
+	TEST(test_list_sizes);
 	TEST(test_error_doc);
 	TEST(test_upload_id);
 	TEST(test_time_and_escape);

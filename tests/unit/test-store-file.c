@@ -572,18 +572,21 @@ static void test_verification(void)
 	bucket_close(&b);
 }
 
-/* A get into memory refuses what is larger than max_size. */
+/* A get refuses what is larger than max_size, into memory and into a
+ * file (before writing any of it). */
 static void test_max_size(void)
 {
 	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 	struct bucket b = { 0 };
 	struct got g = { 0 };
 	uint8_t data[101];
+	char dst[128];
 
 	if (!bucket_open(&b, 0)) {
 		CHECK(!"bucket");
 		return;
 	}
+	snprintf(dst, sizeof(dst), "%s/out", b.dir);
 	fill(data, sizeof(data), 5);
 	CHECK(put_buf(&b, "big", data, sizeof(data), &g) == 0);
 	got_clear(&g);
@@ -602,6 +605,18 @@ static void test_max_size(void)
 	CHECK(get_buf(&b, "big", &o, &g) == 0);
 	CHECK(got_data_is(&g, data + 60, 41));
 	got_clear(&g);
+	/* into a file */
+	o.offset = 0;
+	o.max_size = 100;
+	CHECK(get_file(&b, "big", dst, &o, &g) == -EFBIG);
+	CHECK_CONTAINS(g.msg, "big: 101 bytes, more than the 100");
+	CHECK(!exists(dst));
+	got_clear(&g);
+	o.max_size = 101;
+	CHECK(get_file(&b, "big", dst, &o, &g) == 0);
+	CHECK(file_is(dst, data, sizeof(data)));
+	got_clear(&g);
+	CHECK(temps_under(b.dir) == 0);
 	bucket_close(&b);
 }
 
