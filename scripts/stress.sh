@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # stress.sh [STAGE...] -- the long variants of what scripts/test.sh checks,
 # for a machine with time to spare.  Stages (default: all, in this order):
-#   fuzz    every fuzz target (safetensors-header, safetensors-index,
-#           delta, manifest, config) for WSYNC_STRESS_FUZZ_SECONDS each
-#           (default 600; the index target a third), by scripts/test.sh
-#           --fuzz-only (its build-test-fuzz, corpora and artifacts)
+#   fuzz    every fuzz target tests/fuzz/meson.build makes, for
+#           WSYNC_STRESS_FUZZ_SECONDS each (default 600; all but the
+#           header, delta, manifest and config targets a third), by
+#           scripts/test.sh --fuzz-only (its build-test-fuzz, corpora and
+#           artifacts)
 #   load    tests/integration/test-load.sh with --steps
 #           WSYNC_STRESS_STEPS (200) --subscribers WSYNC_STRESS_SUBSCRIBERS (32)
 #   faults  tests/integration/test-faults.sh with --outage
