@@ -79,9 +79,25 @@ static void upload_id(const uint8_t *d, size_t n)
 	}
 }
 
+/* strndup without reading past n: the input is not NUL-terminated (and
+ * ASan's strict_string_checks, which scripts/test.sh sets, holds strndup
+ * to that). */
+static char *dup_n(const void *p, size_t n)
+{
+	const char *z = memchr(p, '\0', n);
+	size_t len = z ? (size_t)(z - (const char *)p) : n;
+	char *s = malloc(len + 1);
+
+	if (s) {
+		memcpy(s, p, len);
+		s[len] = '\0';
+	}
+	return s;
+}
+
 static void timestamp(const uint8_t *d, size_t n)
 {
-	char *s = strndup((const char *)d, n);
+	char *s = dup_n((const char *)d, n);
 
 	if (s) {
 		(void)wsync_s3_parse_time(s);
