@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * subscriber_local.h -- the subscriber's private modules (not a public
- * header: only daemon/subscriber*.c include it).
+ * header: only the files in daemon/subscriber/ include it).
  *
  *  - subscriber_state.c: what the subscriber knows about its target
  *    (target_dir/.wsync/state.json), saved atomically and durably; the
