@@ -115,8 +115,9 @@ static const char *const state_names[] = {
 	[PUB_GC] = "collecting",      [PUB_BACKOFF] = "retrying",   [PUB_STOPPED] = "stopping",
 };
 
-/* status.json's "state": the publisher's side of the states issue 5 names
- * for both roles (the subscriber adds downloading and applying). */
+/* status.json's "state": the publisher's side of the coarse states both
+ * roles write (status_file.h; the subscriber adds downloading and
+ * applying). */
 static const char *const coarse_names[] = {
 	[PUB_NEW] = "idle",	     [PUB_RECOVER] = "idle",	    [PUB_VERIFY] = "idle",
 	[PUB_IDLE] = "idle",	     [PUB_PREPARE] = "encoding",    [PUB_UPLOAD] = "uploading",

@@ -201,10 +201,6 @@ int sub_stat_rel(int root, const char *rel, struct stat *st);
  */
 int sub_remove_stray_temps(const char *target);
 
-/* status.json now (daemon.h's role contract; to move to subscriber.h). */
-struct wsync_subscriber;
-int wsync_subscriber_write_status(struct wsync_subscriber *s);
-
 /* ---- one step on the jobs thread (subscriber_apply.c) ---- */
 
 struct sub_apply_job {
