@@ -20,7 +20,7 @@
  *
  * runtime_dir/status.json, rewritten atomically at each state change, one
  * flat JSON object (read by `wsync status`).  The fields both roles write,
- * with the same types (status_file.h):
+ * with the same types (role.h):
  *   "role"             "publisher"
  *   "state"            idle | encoding | uploading | error | stopped: what an
  *                      operator needs (error: the bucket is unreachable and
@@ -81,7 +81,7 @@
 #include "publisher.h"
 #include "publisher_jobs.h"
 #include "sign.h"
-#include "status_file.h"
+#include "role.h"
 #include "watch.h"
 #include "wsync-build.h"
 
@@ -116,7 +116,7 @@ static const char *const state_names[] = {
 };
 
 /* status.json's "state": the publisher's side of the coarse states both
- * roles write (status_file.h; the subscriber adds downloading and
+ * roles write (role.h; the subscriber adds downloading and
  * applying). */
 static const char *const coarse_names[] = {
 	[PUB_NEW] = "idle",	     [PUB_RECOVER] = "idle",	    [PUB_VERIFY] = "idle",
@@ -247,7 +247,7 @@ static uint64_t now_ms(struct wsync_publisher *p)
 
 static void write_status(struct wsync_publisher *p)
 {
-	struct wsync_status_common c = {
+	struct wsync_role_status c = {
 		.role = "publisher",
 		.state = p->state == PUB_IDLE && p->last_error[0] ? "error" :
 								     coarse_names[p->state],
@@ -266,12 +266,12 @@ static void write_status(struct wsync_publisher *p)
 
 	if (p->once_dir)	/* `wsync publish` is not the daemon: leave its file alone */
 		return;
-	o = wsync_status_file_new(&c);
+	o = wsync_role_status_new(&c);
 	if (!o)
 		return;
 	json_object_set_new(o, "phase", json_string(state_names[p->state]));
 	json_object_set_new(o, "source", json_string(p->source ? p->source : ""));
-	json_object_set_new(o, "last_published", wsync_status_file_time(p->last_published));
+	json_object_set_new(o, "last_published", wsync_role_time(p->last_published));
 	json_object_set_new(o, "last_duration_ms", json_integer((json_int_t)p->last_duration_ms));
 	json_object_set_new(o, "last_delta_bytes", json_integer((json_int_t)p->last_bytes));
 	json_object_set_new(o, "lag_seconds", p->last_lag >= 0 ? json_real(p->last_lag) :

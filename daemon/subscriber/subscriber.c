@@ -35,7 +35,7 @@
  * the anchor.
  *
  * runtime_dir/status.json, rewritten (temp + rename) on every change.
- * The fields both roles write, with the same types (status_file.h):
+ * The fields both roles write, with the same types (role.h):
  *   role          "subscriber"
  *   state         "idle" | "downloading" (HEAD, manifests, objects) |
  *                 "applying" | "error" (the last cycle failed, or the store
@@ -89,7 +89,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "sign.h"
-#include "status_file.h"
+#include "role.h"
 #include "subscriber.h"
 #include "subscriber_local.h"
 
@@ -261,7 +261,7 @@ static const char *err_text(const struct wsync_error *e, int r)
 
 static void write_status_file(struct wsync_subscriber *s)
 {
-	struct wsync_status_common c = {
+	struct wsync_role_status c = {
 		.role = "subscriber",
 		.state = s->state_word,
 		.stopped = s->stopped,
@@ -281,13 +281,13 @@ static void write_status_file(struct wsync_subscriber *s)
 
 	if (s->once)
 		return;
-	o = wsync_status_file_new(&c);
+	o = wsync_role_status_new(&c);
 	if (!o)
 		return;
 	if (s->head_version > s->local.version && s->head_created)
 		lag = now - s->head_created;
 	json_object_set_new(o, "head_version", json_integer((json_int_t)s->head_version));
-	json_object_set_new(o, "last_applied", wsync_status_file_time(s->local.applied));
+	json_object_set_new(o, "last_applied", wsync_role_time(s->local.applied));
 	json_object_set_new(o, "stale", json_boolean(s->stale));
 	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
 	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)s->bytes_downloaded));

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * status_file.c -- the fields of status.json both roles write
- * (status_file.h).
+ * role.c -- the fields of status.json both roles write
+ * (role.h).
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "status_file.h"
+#include "role.h"
 
-json_t *wsync_status_file_time(int64_t t)
+json_t *wsync_role_time(int64_t t)
 {
 	time_t tt = (time_t)t;
 	struct tm tm;
@@ -42,7 +42,7 @@ static json_t *text(const char *s)
 	return j;
 }
 
-json_t *wsync_status_file_new(const struct wsync_status_common *c)
+json_t *wsync_role_status_new(const struct wsync_role_status *c)
 {
 	json_t *o = json_object();
 	int r = 0;
@@ -59,10 +59,10 @@ json_t *wsync_status_file_new(const struct wsync_status_common *c)
 	r |= json_object_set_new(o, "store_ok", json_boolean(c->store_ok));
 	r |= json_object_set_new(o, "store_down_since",
 				 c->store_ok ? json_null() :
-					       wsync_status_file_time(c->store_down_since));
+					       wsync_role_time(c->store_down_since));
 	r |= json_object_set_new(o, "message", text(c->message));
 	r |= json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
-	r |= json_object_set_new(o, "updated", wsync_status_file_time((int64_t)time(NULL)));
+	r |= json_object_set_new(o, "updated", wsync_role_time((int64_t)time(NULL)));
 	if (r) {
 		json_decref(o);
 		return NULL;

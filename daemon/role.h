@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * status_file.h -- what both roles put in runtime_dir/status.json, the
+ * role.h -- what both roles put in runtime_dir/status.json, the
  * file `wsync status` (tool_status.c) and operators' scripts read.
  *
  * Each role writes one flat JSON object (the fields of each are listed at
@@ -23,15 +23,15 @@
  * Times are RFC 3339 UTC strings ("2026-12-04T20:41:48Z"), as the roles'
  * own last_published and last_applied; "none" is null.
  */
-#ifndef WSYNC_STATUS_FILE_H
-#define WSYNC_STATUS_FILE_H
+#ifndef WSYNC_ROLE_H
+#define WSYNC_ROLE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <jansson.h>
 
-struct wsync_status_common {
+struct wsync_role_status {
 	const char *role;
 	const char *state;		/* ignored when stopped: "stopped" */
 	bool stopped;
@@ -46,10 +46,10 @@ struct wsync_status_common {
 
 /* A new JSON object holding the common fields of C, pid and updated (now);
  * the role adds its own and writes it.  NULL when out of memory. */
-json_t *wsync_status_file_new(const struct wsync_status_common *c);
+json_t *wsync_role_status_new(const struct wsync_role_status *c);
 
 /* T (Unix seconds) as an RFC 3339 UTC string, or null when T <= 0 (none);
  * a new reference, NULL when out of memory. */
-json_t *wsync_status_file_time(int64_t t);
+json_t *wsync_role_time(int64_t t);
 
 #endif
