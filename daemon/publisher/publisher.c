@@ -18,43 +18,8 @@
  * manifest is replaced by the staged snapshot when that matches, else the
  * next version is a full anchor without a delta.
  *
- * runtime_dir/status.json, rewritten atomically at each state change, one
- * flat JSON object (read by `wsync status`).  The fields both roles write,
- * with the same types (role.h):
- *   "role"             "publisher"
- *   "state"            idle | encoding | uploading | error | stopped: what an
- *                      operator needs (error: the bucket is unreachable and
- *                      we are backing off, or the last attempt failed and
- *                      nothing has been published since -- see last_error;
- *                      stopped: the daemon's last write on its way out)
- *   "stopped"          true in that last write
- *   "version"          the version HEAD names (0: nothing published)
- *   "step"             the trainer step of that version (null if unknown)
- *   "last_error"       the last error, "" if none since the last publication
- *   "store_ok"         false while the bucket is unreachable
- *   "store_down_since" when the outage began, RFC 3339 UTC, or null
- *   "message"          the one-line status (sd_notify STATUS=)
- *   "pid"              of the daemon (`wsync status` tells a dead one)
- *   "updated"          when this file was written, RFC 3339 UTC
- * and the publisher's own:
- *   "phase"            the state machine's finer view: starting | recovering |
- *                      idle | encoding | uploading | committing | collecting |
- *                      retrying | stopping
- *   "source"           the checkpoint directory it came from ("" if unknown)
- *   "last_published"   when this process last published, RFC 3339 UTC, or
- *                      null (none yet), as the subscriber's last_applied
- *   "last_duration_ms" snapshot + encode + upload time of that publication
- *   "last_delta_bytes" bytes uploaded for it (delta and anchor objects)
- *   "lag_seconds"      of the last publication: from the checkpoint being
- *                      complete (its newest file's mtime) to HEAD naming it;
- *                      null before the first
- *   "bytes_shipped"    bytes uploaded since start (objects, manifests, HEAD)
- *   "published_count"  versions published since start
- *   "skipped_steps"    complete checkpoints skipped for a newer one since start
- *   "rejected_count"   checkpoints rejected as broken since start
- *   "waiting"          what the newest checkpoint not yet published waits
- *                      for ("/w/checkpoint-4/model-00002-of-00002.safetensors
- *                      short (...)"), "" when none waits
+ * runtime_dir/status.json is rewritten at each state change; its fields,
+ * both roles' and the publisher's own, are listed in role.h.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -80,8 +45,8 @@
 #include "manifest.h"
 #include "publisher.h"
 #include "publisher_jobs.h"
-#include "sign.h"
 #include "role.h"
+#include "sign.h"
 #include "watch.h"
 #include "wsync-build.h"
 
@@ -179,9 +144,7 @@ struct wsync_publisher {
 
 	/* One-shot (`wsync publish`): publish once_dir, report, publish no more. */
 	char *once_dir;
-	wsync_publisher_done_cb once_cb;
-	void *once_data;
-	bool once_finished;
+	struct wsync_role_once once;
 
 	enum pub_state state, retry_state;
 	bool stopping, started;
@@ -191,7 +154,7 @@ struct wsync_publisher {
 	uv_timer_t rescan_timer;	/* every rescan_interval */
 	uv_timer_t retry_timer;		/* store backoff */
 	struct wsync_watch *watch;
-	uint64_t retry_ms;
+	struct wsync_role_backoff backoff;	/* store retries */
 
 	/* What the bucket holds. */
 	uint64_t head_version;		/* 0: no HEAD */
@@ -222,8 +185,7 @@ struct wsync_publisher {
 	struct pubjob_commit commit;
 
 	/* status */
-	bool store_ok;
-	int64_t store_down_since;	/* time(): when the outage began */
+	struct wsync_role_outage outage;
 	int64_t last_published;
 	uint64_t last_duration_ms, last_bytes, bytes_shipped;
 	double last_lag;		/* seconds; < 0: none yet */
@@ -256,13 +218,11 @@ static void write_status(struct wsync_publisher *p)
 		.has_step = p->has_step,
 		.step = p->step,
 		.last_error = p->last_error,
-		.store_ok = p->store_ok,
-		.store_down_since = p->store_down_since,
+		.store_ok = !p->outage.down,
+		.store_down_since = p->outage.since,
 		.message = p->status_line,
 	};
-	struct wsync_error err = { 0 };
 	json_t *o;
-	char *text;
 
 	if (p->once_dir)	/* `wsync publish` is not the daemon: leave its file alone */
 		return;
@@ -281,14 +241,7 @@ static void write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "skipped_steps", json_integer(p->skipped));
 	json_object_set_new(o, "rejected_count", json_integer(p->rejected));
 	json_object_set_new(o, "waiting", json_string(p->waiting));
-	text = json_dumps(o, JSON_INDENT(2));
-	json_decref(o);
-	if (!text)
-		return;
-	if (pubjob_write_atomic(p->cfg->runtime_dir, "status.json", text, strlen(text), false,
-				&err) < 0)
-		log_debug("status.json: %s", wsync_error_str(&err));
-	free(text);
+	(void)wsync_role_status_write(p->cfg->runtime_dir, o);
 }
 
 int wsync_publisher_write_status(struct wsync_publisher *p)
@@ -366,12 +319,9 @@ static void set_error(struct wsync_publisher *p, const char *fmt, ...)
  * reason is in last_error). */
 static void once_finish(struct wsync_publisher *p, int r, const char *what)
 {
-	if (!p->once_dir || p->once_finished)
-		return;
-	p->once_finished = true;
-	if (p->once_cb)
-		p->once_cb(r, p->head_version, p->has_step ? p->step : -1,
-			   what ? what : p->last_error, p->once_data);
+	if (p->once_dir)
+		wsync_role_once_report(&p->once, r, p->head_version, p->has_step ? p->step : -1,
+				       what ? what : p->last_error);
 }
 
 /* ---- the store: outages and backoff ---- */
@@ -380,6 +330,8 @@ static void once_finish(struct wsync_publisher *p, int r, const char *what)
 static void store_failed(struct wsync_publisher *p, const char *what,
 			 const struct wsync_store_result *res, enum pub_state again)
 {
+	uint64_t ms;
+
 	set_error(p, "%s: %s", what, wsync_error_str(&res->error));
 	if (p->once_dir) {
 		/* one-shot: the store already retried (retry_attempts); give up */
@@ -388,25 +340,15 @@ static void store_failed(struct wsync_publisher *p, const char *what,
 		once_finish(p, res->err < 0 ? res->err : -EIO, NULL);
 		return;
 	}
-	if (p->store_ok) {
-		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE,
-						.version = p->pub ? (int64_t)p->pub->version : -1),
-			  "bucket %s: %s: %s; retrying with backoff",
-			  wsync_store_describe(p->d->store), what, wsync_error_str(&res->error));
-		p->store_ok = false;
-		p->store_down_since = (int64_t)time(NULL);
-	} else {
-		log_debug("%s: %s (still failing)", what, wsync_error_str(&res->error));
-	}
-	p->retry_ms = p->retry_ms ? p->retry_ms * 2 : RETRY_MIN_MS;
-	if (p->retry_ms > RETRY_MAX_MS)
-		p->retry_ms = RETRY_MAX_MS;
+	(void)wsync_role_store_failed(&p->outage, p->d->store,
+				      p->pub ? (int64_t)p->pub->version : -1, what,
+				      wsync_error_str(&res->error));
+	ms = wsync_role_backoff_next(&p->backoff, RETRY_MIN_MS, RETRY_MAX_MS);
 	p->retry_state = again;
 	set_state(p, PUB_BACKOFF);
-	status(p, "bucket unreachable (%s), retrying in %" PRIu64 " s", what,
-	       p->retry_ms / 1000);
+	status(p, "bucket unreachable (%s), retrying in %" PRIu64 " s", what, ms / 1000);
 	if (!p->stopping)
-		uv_timer_start(&p->retry_timer, on_retry, p->retry_ms, 0);
+		uv_timer_start(&p->retry_timer, on_retry, ms, 0);
 }
 
 /*
@@ -432,14 +374,8 @@ static bool put_failed(struct wsync_publisher *p, const struct wsync_store_resul
 
 static void store_ok(struct wsync_publisher *p)
 {
-	if (!p->store_ok) {
-		log_event(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_REACHABLE),
-			  "bucket %s reachable again after %" PRId64 " s",
-			  wsync_store_describe(p->d->store),
-			  (int64_t)time(NULL) - p->store_down_since);
-		p->store_ok = true;
-	}
-	p->retry_ms = 0;
+	(void)wsync_role_store_worked(&p->outage, p->d->store);
+	wsync_role_backoff_reset(&p->backoff);
 }
 
 /* ---- state.json ---- */
@@ -1182,7 +1118,7 @@ static void scan(struct wsync_publisher *p)
 	uint64_t wake = UINT64_MAX;
 
 	if (p->once_dir) {
-		if (!p->once_finished)
+		if (!p->once.reported)
 			scan_once(p);
 		return;
 	}
@@ -2125,7 +2061,6 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 	p->d = d;
 	p->cfg = cfg;
 	p->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
-	p->store_ok = true;
 	p->last_lag = -1;
 	p->inplace = !cfg->step_pattern || !*cfg->step_pattern;
 	/* The integration test widens the window between scan and snapshot
@@ -2216,16 +2151,13 @@ int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret,
 	return publisher_new(d, NULL, ret, err);
 }
 
-int wsync_publisher_new_once(struct wsync_daemon *d, const char *dir,
-			     wsync_publisher_done_cb cb, void *data,
-			     struct wsync_publisher **ret, struct wsync_error *err)
+int wsync_publisher_new_once(struct wsync_daemon *d, const char *dir, wsync_role_report_cb cb,
+			     void *data, struct wsync_publisher **ret, struct wsync_error *err)
 {
 	int r = publisher_new(d, dir, ret, err);
 
-	if (r >= 0) {
-		(*ret)->once_cb = cb;
-		(*ret)->once_data = data;
-	}
+	if (r >= 0)
+		(*ret)->once = (struct wsync_role_once){ .cb = cb, .data = data };
 	return r;
 }
 

@@ -34,33 +34,8 @@
  * its last complete version; a failed chain makes the next try go through
  * the anchor.
  *
- * runtime_dir/status.json, rewritten (temp + rename) on every change.
- * The fields both roles write, with the same types (role.h):
- *   role          "subscriber"
- *   state         "idle" | "downloading" (HEAD, manifests, objects) |
- *                 "applying" | "error" (the last cycle failed, or the store
- *                 is unreachable; it is retried with backoff) | "stopped"
- *                 (the daemon's last write on its way out)
- *   stopped       true in that last write
- *   version       the applied version (0: none yet); step: its trainer step
- *                 (null before the first)
- *   last_error    what went wrong in the last cycle, "" once one works
- *   store_ok      false while the store is unreachable
- *   store_down_since  RFC 3339 UTC, or null
- *   message       the one-line status (as `systemctl status` shows it)
- *   pid, updated  the daemon's pid and when this file was written (RFC 3339
- *                 UTC)
- * and the subscriber's own:
- *   head_version  the newest version HEAD named (0: not seen yet)
- *   last_applied  when the last version was applied, RFC 3339 UTC, or null
- *   stale         HEAD is older than max_head_age
- *   lag_seconds   HEAD's age when the target is behind it, else 0
- *   bytes_downloaded  objects downloaded since the daemon started
- *   bytes_total   bytes of the objects of the current (or last) plan;
- *                 bytes_done of them downloaded so far
- *   hook_failures on_apply / notify_url runs that failed since start
- * `wsync status` (tool_status.c) reads it: healthy unless state is
- * "error", store_ok is false, stale is true or last_error is not "".
+ * runtime_dir/status.json is rewritten on every change; its fields, both
+ * roles' and the subscriber's own, are listed in role.h.
  *
  * One-shot (`wsync pull`, wsync_subscriber_set_once): the same cycle once,
  * no poll timer, no status file (runtime_dir belongs to a daemon that may
@@ -88,8 +63,8 @@
 #include "io.h"
 #include "log.h"
 #include "manifest.h"
-#include "sign.h"
 #include "role.h"
+#include "sign.h"
 #include "subscriber.h"
 #include "subscriber_local.h"
 
@@ -166,7 +141,7 @@ struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *verify;
-	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir, *status_path;
+	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_instance_lock target_lock, state_lock;
 	struct sub_hooks hooks;
@@ -176,8 +151,9 @@ struct wsync_subscriber {
 	bool once;
 	struct wsync_subscriber_once once_opts;
 	bool once_verify_failed;	/* this cycle refused bucket data */
-	bool once_finished, once_reported;
+	bool once_finished;
 	int once_result;
+	struct wsync_role_once once_report;
 
 	enum phase phase;
 	uv_timer_t timer;
@@ -191,7 +167,7 @@ struct wsync_subscriber {
 	bool force_anchor;		/* next plan: from the anchor (repair) */
 	bool local_damaged;		/* the target differs from its marker: a repair
 					 * from an anchor older than it is worth it */
-	unsigned failures;		/* consecutive failed cycles */
+	struct wsync_role_backoff backoff;	/* after failed cycles */
 	uint64_t rng;
 
 	/* for status */
@@ -199,8 +175,7 @@ struct wsync_subscriber {
 	uint64_t head_version;
 	int64_t head_created;
 	bool stale, stale_logged;
-	bool store_ok;
-	int64_t store_down_since;
+	struct wsync_role_outage outage;
 	char last_error[512];
 	uint64_t bytes_downloaded;
 	uint64_t plan_total, plan_done;	/* of the current or last transfer */
@@ -222,15 +197,6 @@ static char *path_join(const char *a, const char *b)
 	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
 }
 
-
-static void rfc3339(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
-		snprintf(buf, len, "?");
-}
 
 static uint64_t rng_next(struct wsync_subscriber *s)
 {
@@ -269,15 +235,13 @@ static void write_status_file(struct wsync_subscriber *s)
 		.has_step = s->local.version != 0,
 		.step = s->local.step,
 		.last_error = s->last_error,
-		.store_ok = s->store_ok,
-		.store_down_since = s->store_down_since,
+		.store_ok = !s->outage.down,
+		.store_down_since = s->outage.since,
 		.message = s->line,
 	};
 	int64_t now = (int64_t)time(NULL);
 	int64_t lag = 0;
-	char *text, *tmp = NULL;
 	json_t *o;
-	FILE *f;
 
 	if (s->once)
 		return;
@@ -294,25 +258,7 @@ static void write_status_file(struct wsync_subscriber *s)
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
 	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
-	text = json_dumps(o, JSON_INDENT(2));
-	json_decref(o);
-	if (!text)
-		return;
-	/* A small file on runtime_dir (a tmpfs under systemd): written on the
-	 * loop thread, no fsync -- it describes the running process only. */
-	if (asprintf(&tmp, "%s.tmp", s->status_path) >= 0 && (f = fopen(tmp, "we"))) {
-		bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-
-		if (fclose(f) == 0 && ok && rename(tmp, s->status_path) == 0) {
-			free(tmp);
-			free(text);
-			return;
-		}
-		(void)unlink(tmp);
-	}
-	log_debug("%s: cannot write the status file: %s", s->status_path, strerror(errno));
-	free(tmp);
-	free(text);
+	(void)wsync_role_status_write(s->cfg->runtime_dir, o);
 }
 
 /* The one-line summary for systemd and the status file, from the state. */
@@ -326,8 +272,8 @@ static void update_status(struct wsync_subscriber *s)
 			 s->local.version, s->local.step);
 	else
 		snprintf(v, sizeof(v), "no version applied yet");
-	if (!s->store_ok) {
-		rfc3339(s->store_down_since, when, sizeof(when));
+	if (s->outage.down) {
+		(void)wsync_role_time_text(s->outage.since, when, sizeof(when));
 		snprintf(s->line, sizeof(s->line), "%s, store unreachable since %s", v, when);
 		s->state_word = "error";
 	} else if (s->phase == PH_TRANSFER && c && c->n_steps) {
@@ -406,30 +352,20 @@ static void verify_failed(struct wsync_subscriber *s, uint64_t version, const ch
 	s->once_verify_failed = true;
 }
 
+/* A store request failed (after the store's own retries): the cycle ends
+ * and the next one comes after the backoff (schedule_next). */
 static void store_failed(struct wsync_subscriber *s, const char *what, int r,
 			 const struct wsync_error *e)
 {
-	if (s->store_ok) {
-		s->store_ok = false;
-		s->store_down_since = (int64_t)time(NULL);
-		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE),
-			  "store %s unreachable (%s: %s); retrying with backoff",
-			  wsync_store_describe(s->d->store), what, err_text(e, r));
-	}
+	(void)wsync_role_store_failed(&s->outage, s->d->store, -1, what, err_text(e, r));
 	set_error(s, "store unreachable: %s: %s", what, err_text(e, r));
 }
 
 static void store_worked(struct wsync_subscriber *s)
 {
-	if (!s->store_ok) {
-		s->store_ok = true;
-		wsync_log(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_REACHABLE),
-			  "store %s reachable again after %" PRId64 " s",
-			  wsync_store_describe(s->d->store),
-			  (int64_t)time(NULL) - s->store_down_since);
-		if (strncmp(s->last_error, "store unreachable", 17) == 0)
-			s->last_error[0] = '\0';
-	}
+	if (wsync_role_store_worked(&s->outage, s->d->store) &&
+	    strncmp(s->last_error, "store unreachable", 17) == 0)
+		s->last_error[0] = '\0';
 }
 
 /* Transient store errors, as opposed to answers about the data. */
@@ -511,11 +447,10 @@ static void on_timer(uv_timer_t *t)
 /* One-shot: report once the hooks (if any) are done. */
 static void once_report(struct wsync_subscriber *s)
 {
-	if (!s->once_finished || s->once_reported || s->stopping || sub_hooks_busy(&s->hooks))
+	if (!s->once_finished || s->stopping || sub_hooks_busy(&s->hooks))
 		return;
-	s->once_reported = true;
-	if (s->once_opts.done)
-		s->once_opts.done(s->once_opts.userdata, s->once_result);
+	wsync_role_once_report(&s->once_report, s->once_result, s->local.version,
+			       s->local.version ? s->local.step : -1, s->last_error);
 }
 
 static void once_finish(struct wsync_subscriber *s, bool failed)
@@ -549,18 +484,13 @@ static void schedule_next(struct wsync_subscriber *s, bool failed)
 	uint64_t poll = s->cfg->poll_interval_ms, ms = poll;
 
 	if (failed) {
-		uint64_t cap = poll > BACKOFF_MAX_MS ? poll : BACKOFF_MAX_MS;
-
-		s->failures++;
-		for (unsigned i = 1; i < s->failures && ms < cap; i++)
-			ms *= 2;
-		if (ms > cap)
-			ms = cap;
+		ms = wsync_role_backoff_next(&s->backoff, poll,
+					     poll > BACKOFF_MAX_MS ? poll : BACKOFF_MAX_MS);
 		/* A failure must not lose HEAD: look at it again next time. */
 		free(s->etag);
 		s->etag = NULL;
 	} else {
-		s->failures = 0;
+		wsync_role_backoff_reset(&s->backoff);
 	}
 	s->phase = PH_IDLE;
 	if (s->once) {
@@ -1275,7 +1205,7 @@ static void check_stale(struct wsync_subscriber *s)
 	if (stale && !s->stale_logged) {
 		char when[32];
 
-		rfc3339(s->head_created, when, sizeof(when));
+		(void)wsync_role_time_text(s->head_created, when, sizeof(when));
 		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_HEAD_STALE,
 						    .version = (int64_t)s->head_version),
 			  "HEAD (version %" PRIu64 ") was written at %s, longer ago than "
@@ -1465,7 +1395,6 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	s->d = d;
 	s->cfg = cfg;
-	s->store_ok = true;
 	s->target_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_word = "idle";
@@ -1491,9 +1420,8 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	}
 	s->downloads = s->sub_dir ? path_join(s->sub_dir, "downloads") : NULL;
 	s->empty_dir = s->sub_dir ? path_join(s->sub_dir, "empty") : NULL;
-	s->status_path = path_join(cfg->runtime_dir, "status.json");
 	if (!s->state_path || !s->legacy_state || !s->lock_path || !s->downloads ||
-	    !s->empty_dir || !s->status_path) {
+	    !s->empty_dir) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1756,7 +1684,6 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	free(s->lock_path);
 	free(s->downloads);
 	free(s->empty_dir);
-	free(s->status_path);
 	free(s);
 }
 
@@ -1770,11 +1697,7 @@ void wsync_subscriber_set_once(struct wsync_subscriber *s, const struct wsync_su
 {
 	s->once = true;
 	s->once_opts = *o;
-}
-
-const char *wsync_subscriber_last_error(const struct wsync_subscriber *s)
-{
-	return s->last_error[0] ? s->last_error : NULL;
+	s->once_report = (struct wsync_role_once){ .cb = o->done, .data = o->userdata };
 }
 
 uint64_t wsync_subscriber_version(const struct wsync_subscriber *s)
