@@ -14,7 +14,9 @@
  *  - subscriber_layout.c: layout = symlink (version directories beside
  *    target_dir, hardlinked, and an atomic flip of the link).
  *  - subscriber_hook.c: on_apply and notify_url after a version is applied.
- *  - subscriber.c: the role itself (polling, planning, downloads, status).
+ *  - subscriber.c, subscriber_plan.c, subscriber_transfer.c: the role
+ *    itself (polling, planning, downloads, status), sharing
+ *    subscriber_cycle.h.
  *
  * target_dir/.wsync/ is the subscriber's own corner of the target: the
  * state (below) and a lock file (one wsyncd or `wsync pull` per target).
