@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * daemon.h -- what wsyncd.c hands a role (publisher.c, subscriber.c), and
- * what a role promises back.
+ * daemon.h -- what the program running a role hands it (publisher.h,
+ * subscriber.h), and what a role promises back.
  *
- * wsyncd.c owns the loop, the configuration, the store, the jobs thread
- * and the sd_notify/status plumbing; a role owns its timers, watchers and
- * state machine.  A role never exits the process: it reports through the
- * context and keeps going (a failed step is logged and retried or
- * skipped), until wsyncd.c asks it to stop.
+ * The runner -- manager.c in wsyncd, tool_oneshot.c for `wsync publish`
+ * and `wsync pull` -- owns the loop, the configuration, the store, the
+ * jobs thread and the sd_notify plumbing; a role owns its timers,
+ * watchers, state machine and status file.  A role never exits the
+ * process: it reports through the context and keeps going (a failed step
+ * is logged and retried or skipped), until the runner asks it to stop.
  */
 #ifndef WSYNC_DAEMON_H
 #define WSYNC_DAEMON_H
@@ -31,9 +32,9 @@ struct wsync_daemon {
 	 * file: "version 12 applied (step 2400), idle".  May be NULL. */
 	void (*set_status)(struct wsync_daemon *d, const char *line);
 	/* The role has stopped after wsync_<role>_stop(): no timer, watcher,
-	 * job or store request of it is left.  wsyncd.c then frees it. */
+	 * job or store request of it is left.  The runner then frees it. */
 	void (*stopped)(struct wsync_daemon *d);
-	void *data;			/* wsyncd.c's */
+	void *data;			/* the runner's */
 };
 
 /*

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-subscriber-state: the input is a subscriber's target/.wsync/
- * state.json (sub_local_parse, daemon/subscriber_local.h).  Whoever can
- * write the target could have put anything there, so: parsing never
- * crashes or leaks; a refused input leaves nothing in out; an accepted
+ * state.json (sub_local_parse, daemon/subscriber/subscriber_local.h).
+ * Whoever can write the target could have put anything there, so: parsing
+ * never crashes or leaks; a refused input leaves nothing in out; an accepted
  * one has a version in range and only paths that stay inside the target;
  * and an error message is one of the parser's own sentences -- it never
  * quotes the input (the file may be anything a link pointed at).

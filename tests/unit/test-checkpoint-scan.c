@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test-checkpoint-scan.c -- what the publisher sees of a checkpoint folder
- * (daemon/checkpoint_scan.h) and hears of it (daemon/watch.h): the
+ * (daemon/publisher/checkpoint_scan.h) and hears of it (watch.h there): the
  * include/exclude globs (a pattern without '/' matches a name at any
  * depth, excluded folders are pruned), step numbers from names and
 * trainer_state.json, whole / short / malformed safetensors shards, what

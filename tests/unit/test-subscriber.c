@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-subscriber.c -- the subscriber role (daemon/subscriber*.c) run the
+ * test-subscriber.c -- the subscriber role (daemon/subscriber/) run the
  * way wsyncd runs it -- a loop, a file:// store, the jobs thread -- against
  * a bucket this file publishes by hand (wsync_diff for deltas and anchors,
  * manifest.h for manifests and HEAD, Ed25519 from a fixed seed):

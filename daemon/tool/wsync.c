@@ -58,22 +58,25 @@ unsigned tool_default_threads(void)
 	return n < 1 ? 1 : n > 64 ? 64 : (unsigned)n;
 }
 
-int tool_parse_threads(const char *s, unsigned *ret)
+int tool_option_threads(const char *tool, const char *synopsis, const char *s,
+			unsigned *ret)
 {
 	uint64_t v;
 
 	if (wsync_parse_uint(s, &v) < 0 || v < 1 || v > 1024)
-		return -EINVAL;
+		return tool_usage_error(tool, synopsis, "--threads: expected 1..1024, not \"%s\"",
+					s);
 	*ret = (unsigned)v;
 	return 0;
 }
 
-int tool_parse_memory(const char *s, uint64_t *ret)
+int tool_option_memory(const char *tool, const char *synopsis, const char *s, uint64_t *ret)
 {
 	uint64_t v;
 
 	if (wsync_parse_size(s, &v) < 0 || v < TOOL_MEMORY_MIN || v > TOOL_MEMORY_MAX)
-		return -EINVAL;
+		return tool_usage_error(tool, synopsis, "--memory: expected a size from 64MiB "
+					"to 1TiB, not \"%s\"", s);
 	*ret = v;
 	return 0;
 }

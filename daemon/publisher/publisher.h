@@ -6,6 +6,7 @@
 #define WSYNC_PUBLISHER_H
 
 #include "daemon.h"
+#include "role.h"
 
 struct wsync_publisher;
 
@@ -17,18 +18,15 @@ int wsync_publisher_new(struct wsync_daemon *d, struct wsync_publisher **ret, st
  * once on one state_dir), takes dir as complete (a missing marker or a
  * short shard is an error, not something to wait for), does not retry a
  * failing store beyond [store] retry_attempts, and writes no status.json.
- * cb runs once on the loop: result 0 published (or dir was the version
- * HEAD already names: message "already published"), -EINVAL dir is not a
- * complete, valid checkpoint, another negative errno a failure; version
- * and step are HEAD's after it; message says what happened (the error,
- * for a failure).  The caller then stops and frees the publisher as the
- * daemon does.
+ * cb runs once on the loop (role.h's one-shot report): result 0
+ * published (or dir was the version HEAD already names: message "already
+ * published"), -EINVAL dir is not a complete, valid checkpoint, another
+ * negative errno a failure; version and step are HEAD's after it; message
+ * says what happened (the error, for a failure).  The caller then stops
+ * and frees the publisher as the daemon does.
  */
-typedef void (*wsync_publisher_done_cb)(int result, uint64_t version, int64_t step,
-					const char *message, void *data);
-int wsync_publisher_new_once(struct wsync_daemon *d, const char *dir,
-			     wsync_publisher_done_cb cb, void *data,
-			     struct wsync_publisher **ret, struct wsync_error *err);
+int wsync_publisher_new_once(struct wsync_daemon *d, const char *dir, wsync_role_report_cb cb,
+			     void *data, struct wsync_publisher **ret, struct wsync_error *err);
 int wsync_publisher_start(struct wsync_publisher *r);
 void wsync_publisher_stop(struct wsync_publisher *r);
 void wsync_publisher_free(struct wsync_publisher *r);

@@ -2,10 +2,8 @@
 /*
  * tool_status.c -- `wsync status [--config FILE | --runtime-dir DIR] [--json]`:
  * what the local wsyncd says about itself, from runtime_dir/status.json
- * (written by the role: the comments at the top of publisher.c and
- * subscriber.c list each role's fields; the ones both write -- role,
- * state, stopped, version, step, last_error, store_ok, store_down_since,
- * message, pid, updated -- have one type in both).  With --config FILE
+ * (written by the role; role.h holds its schema and the rules that judge
+ * it, both read here).  With --config FILE
  * and no status file in runtime_dir itself, BASE/NAME/status.json, BASE
  * being the default runtime_dir without a role (/run/wsync) and NAME
  * FILE's name without ".ini": where wsyncd@NAME.service runs it
@@ -18,11 +16,10 @@
  *
  * Exit codes, for scripts and health checks:
  *   0  the daemon reports itself healthy
- *   1  it reports a problem: state "error", store_ok false or stale true,
- *      or (subscriber) a last_error, which it clears once a version applies
- *   3  not running: no status file, state "stopped" (or, from a subscriber
- *      before both roles wrote that state, "stopped": true), or its pid
- *      is gone
+ *   1  it reports a problem (wsync_role_status_healthy(): state "error",
+ *      store_ok false or stale true, or a subscriber's last_error)
+ *   3  not running: no status file, a stopped daemon
+ *      (wsync_role_status_stopped()), or its pid is gone
  *   2  usage; 78 a configuration file that does not load
  */
 #include <errno.h>
@@ -32,12 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "config.h"
+#include "role.h"
 #include "tool.h"
 
 #define EXIT_NOT_RUNNING 3
@@ -71,7 +68,7 @@ static char *instance_status(const char *runtime_dir, const char *config)
 		len -= 4;
 	if (len == 0 || (len == 1 && name[0] == '.') || (len == 2 && !strncmp(name, "..", 2)))
 		return NULL;
-	if (asprintf(&path, "%s/%.*s/status.json", runtime_dir, (int)len, name) < 0)
+	if (asprintf(&path, "%s/%.*s/" WSYNC_ROLE_STATUS_FILE, runtime_dir, (int)len, name) < 0)
 		return NULL;
 	if (access(path, F_OK) < 0) {
 		free(path);
@@ -97,32 +94,15 @@ static bool has_int(json_t *o, const char *k, long long *v)
 	return true;
 }
 
-/* A daemon that wrote its last status on the way out: state "stopped"
- * (both roles since they agree; a subscriber before that said "stopped":
- * true beside its last state). */
-static bool stopped(json_t *o)
-{
-	return (str(o, "state") && strcmp(str(o, "state"), "stopped") == 0) ||
-	       json_is_true(json_object_get(o, "stopped"));
-}
-
-/* last_error, or NULL when there is none ("" or null: both roles write ""
- * now, a subscriber used to write null). */
-static const char *last_error(json_t *o)
-{
-	const char *e = str(o, "last_error");
-
-	return e && e[0] ? e : NULL;
-}
-
 static void print_human(json_t *o, const char *path, bool running, bool healthy)
 {
 	const char *role = str(o, "role"), *state = str(o, "state"), *msg = str(o, "message");
-	const char *err = last_error(o), *t;
+	const char *err = wsync_role_status_last_error(o), *t;
 	long long v, step, head;
 	json_t *j;
 
-	printf("%s: %s%s\n", role ? role : "wsyncd", stopped(o) ? "stopped" : state ? state : "?",
+	printf("%s: %s%s\n", role ? role : "wsyncd",
+	       wsync_role_status_stopped(o) ? "stopped" : state ? state : "?",
 	       !running ? " (not running)" : healthy ? "" : " (unhealthy)");
 	if (msg)
 		printf("  %s\n", msg);
@@ -169,11 +149,9 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	if ((t = str(o, "updated"))) {
 		printf("  updated:        %s (%s)\n", t, path);
 	} else if (has_int(o, "updated", &v)) {	/* a publisher before RFC 3339 */
-		time_t tt = (time_t)v;
-		struct tm tm;
 		char when[32];
 
-		if (gmtime_r(&tt, &tm) && strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm))
+		if (wsync_role_time_text((int64_t)v, when, sizeof(when)))
 			printf("  updated:        %s (%s)\n", when, path);
 	}
 }
@@ -217,14 +195,10 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 		json_decref(o);
 		return EXIT_NOT_RUNNING;
 	}
-	if (stopped(o) ||
+	if (wsync_role_status_stopped(o) ||
 	    (has_int(o, "pid", &pid) && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 		running = false;
-	healthy = !(str(o, "state") && strcmp(str(o, "state"), "error") == 0) &&
-		  !(str(o, "role") && strcmp(str(o, "role"), "subscriber") == 0 &&
-		    last_error(o)) &&
-		  !json_is_false(json_object_get(o, "store_ok")) &&
-		  !json_is_true(json_object_get(o, "stale"));
+	healthy = wsync_role_status_healthy(o);
 	code = !running ? EXIT_NOT_RUNNING : healthy ? WSYNC_EXIT_OK : WSYNC_EXIT_FAILURE;
 	if (json_out) {
 		json_array_append(json_out, o);
@@ -254,7 +228,7 @@ static int show_defaults(const char *base, bool json)
 	for (size_t i = 0; i < 3; i++) {
 		char *p;
 
-		if (asprintf(&p, "%s%s/status.json", base, subs[i]) < 0)
+		if (asprintf(&p, "%s%s/" WSYNC_ROLE_STATUS_FILE, base, subs[i]) < 0)
 			break;
 		if (access(p, F_OK) == 0)
 			paths[n++] = p;
@@ -264,7 +238,7 @@ static int show_defaults(const char *base, bool json)
 	if (n == 0) {
 		char *p;
 
-		if (asprintf(&p, "%s/status.json", base) < 0) {
+		if (asprintf(&p, "%s/" WSYNC_ROLE_STATUS_FILE, base) < 0) {
 			fprintf(stderr, TOOL ": out of memory\n");
 			return WSYNC_EXIT_FAILURE;
 		}
@@ -358,7 +332,7 @@ int tool_status(int argc, char **argv)
 		wsync_config_errors_free(&errs);
 		role = wsync_role_name(cfg.role);
 	}
-	if (asprintf(&path, "%s/status.json", rundir ? rundir : cfg.runtime_dir) < 0) {
+	if (asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, rundir ? rundir : cfg.runtime_dir) < 0) {
 		wsync_config_free(&cfg);
 		free(base);
 		fprintf(stderr, TOOL ": out of memory\n");

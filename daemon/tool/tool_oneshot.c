@@ -74,6 +74,17 @@ static void on_stop_timer(uv_timer_t *t)
 	stop(t->data);
 }
 
+void wsync_oneshot_report(const struct wsync_role_report *r, void *data)
+{
+	struct wsync_oneshot *o = data;
+
+	o->result = r->result;
+	o->version = r->version;
+	o->step = r->step;
+	snprintf(o->message, sizeof(o->message), "%s", r->message);
+	wsync_oneshot_done(o);
+}
+
 void wsync_oneshot_done(struct wsync_oneshot *o)
 {
 	o->finished = true;
@@ -100,7 +111,7 @@ int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *co
 	struct wsync_error err = { 0 };
 	int e;
 
-	*o = (struct wsync_oneshot){ .tool = tool };
+	*o = (struct wsync_oneshot){ .tool = tool, .result = -EINTR };
 	if (wsync_config_init(&o->cfg) < 0) {
 		fprintf(stderr, "%s: out of memory\n", tool);
 		return WSYNC_EXIT_FAILURE;

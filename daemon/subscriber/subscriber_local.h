@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * subscriber_local.h -- the subscriber's private modules (not a public
- * header: only daemon/subscriber*.c include it).
+ * header: only the files in daemon/subscriber/ include it).
  *
  *  - subscriber_state.c: what the subscriber knows about its target
  *    (target_dir/.wsync/state.json), saved atomically and durably; the
@@ -14,7 +14,9 @@
  *  - subscriber_layout.c: layout = symlink (version directories beside
  *    target_dir, hardlinked, and an atomic flip of the link).
  *  - subscriber_hook.c: on_apply and notify_url after a version is applied.
- *  - subscriber.c: the role itself (polling, planning, downloads, status).
+ *  - subscriber.c, subscriber_plan.c, subscriber_transfer.c: the role
+ *    itself (polling, planning, downloads, status), sharing
+ *    subscriber_cycle.h.
  *
  * target_dir/.wsync/ is the subscriber's own corner of the target: the
  * state (below) and a lock file (one wsyncd or `wsync pull` per target).
@@ -200,10 +202,6 @@ int sub_stat_rel(int root, const char *rel, struct stat *st);
  * how many were removed, or a negative errno when target can't be read.
  */
 int sub_remove_stray_temps(const char *target);
-
-/* status.json now (daemon.h's role contract; to move to subscriber.h). */
-struct wsync_subscriber;
-int wsync_subscriber_write_status(struct wsync_subscriber *s);
 
 /* ---- one step on the jobs thread (subscriber_apply.c) ---- */
 

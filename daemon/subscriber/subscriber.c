@@ -13,18 +13,19 @@
  *              signature, version.
  *   CHECK      (jobs thread) the target's files still have the sizes and
  *              mtimes state.json recorded?  If not, only an anchor can help.
- *   PLAN       GET the manifests the candidate paths need: the chain of
- *              deltas local+1..HEAD, and/or the newest anchor in HEAD's
- *              manifest plus the deltas after it.  The chain wins unless it
- *              is broken (a manifest gone), the local files are off, or it
- *              costs more bytes than the anchor path.
- *   TRANSFER   GET every object of the plan into state_dir/subscriber/
- *              downloads/ (never into target_dir) with expect_size/xxh3 from
- *              its manifest, while the jobs thread applies the steps in
- *              order as their objects arrive (subscriber_apply.c), each
- *              ending with .wsync/state.json.  Before the transfer,
- *              state_dir's file system must have room for the objects;
- *              before each step, target_dir's for the files it writes.
+ *   PLAN       (subscriber_plan.c) GET the manifests the candidate paths
+ *              need: the chain of deltas local+1..HEAD, and/or the newest
+ *              anchor in HEAD's manifest plus the deltas after it.  The
+ *              chain wins unless it is broken (a manifest gone), the local
+ *              files are off, or it costs more bytes than the anchor path.
+ *   TRANSFER   (subscriber_transfer.c) GET every object of the plan into
+ *              state_dir/subscriber/downloads/ (never into target_dir) with
+ *              expect_size/xxh3 from its manifest, while the jobs thread
+ *              applies the steps in order as their objects arrive
+ *              (subscriber_apply.c), each ending with .wsync/state.json.
+ *              Before the transfer, state_dir's file system must have room
+ *              for the objects; before each step, target_dir's for the
+ *              files it writes.
  * A cycle that applied something ends with the hooks (subscriber_hook.c:
  * on_apply, notify_url) for the version reached; they run on their own
  * and never fail the cycle.
@@ -34,33 +35,11 @@
  * its last complete version; a failed chain makes the next try go through
  * the anchor.
  *
- * runtime_dir/status.json, rewritten (temp + rename) on every change.
- * The fields both roles write, with the same types (status_file.h):
- *   role          "subscriber"
- *   state         "idle" | "downloading" (HEAD, manifests, objects) |
- *                 "applying" | "error" (the last cycle failed, or the store
- *                 is unreachable; it is retried with backoff) | "stopped"
- *                 (the daemon's last write on its way out)
- *   stopped       true in that last write
- *   version       the applied version (0: none yet); step: its trainer step
- *                 (null before the first)
- *   last_error    what went wrong in the last cycle, "" once one works
- *   store_ok      false while the store is unreachable
- *   store_down_since  RFC 3339 UTC, or null
- *   message       the one-line status (as `systemctl status` shows it)
- *   pid, updated  the daemon's pid and when this file was written (RFC 3339
- *                 UTC)
- * and the subscriber's own:
- *   head_version  the newest version HEAD named (0: not seen yet)
- *   last_applied  when the last version was applied, RFC 3339 UTC, or null
- *   stale         HEAD is older than max_head_age
- *   lag_seconds   HEAD's age when the target is behind it, else 0
- *   bytes_downloaded  objects downloaded since the daemon started
- *   bytes_total   bytes of the objects of the current (or last) plan;
- *                 bytes_done of them downloaded so far
- *   hook_failures on_apply / notify_url runs that failed since start
- * `wsync status` (tool_status.c) reads it: healthy unless state is
- * "error", store_ok is false, stale is true or last_error is not "".
+ * This file holds the role (its lifetime, status and store outages), the
+ * cycle's control and its HEAD, MANIFEST and CHECK steps; what the files
+ * of the cycle share is in subscriber_cycle.h.  runtime_dir/status.json is
+ * rewritten on every change; its fields, both roles' and the subscriber's
+ * own, are listed in role.h.
  *
  * One-shot (`wsync pull`, wsync_subscriber_set_once): the same cycle once,
  * no poll timer, no status file (runtime_dir belongs to a daemon that may
@@ -83,153 +62,23 @@
 
 #include <jansson.h>
 
-#include "log-messages.h"
-#include "instance_lock.h"
 #include "io.h"
+#include "log-messages.h"
 #include "log.h"
-#include "manifest.h"
-#include "sign.h"
-#include "status_file.h"
-#include "subscriber.h"
-#include "subscriber_local.h"
+#include "subscriber_cycle.h"
 
 #define BACKOFF_MAX_MS 60000u
-#define CHAIN_MAX 10000u	/* further behind than this: straight to the anchor */
-
-enum phase {
-	PH_NEW,		/* made, not started */
-	PH_STARTING,	/* jobs thread removing stray temps from target_dir */
-	PH_IDLE,	/* waiting for the poll timer */
-	PH_HEAD,	/* GET HEAD in flight */
-	PH_MANIFEST,	/* GET of HEAD's manifest in flight */
-	PH_CHECK,	/* jobs thread: quick check of the target against the state */
-	PH_PLAN,	/* GETs of the manifests the candidate paths need */
-	PH_TRANSFER,	/* objects downloading, steps applying in order */
-	PH_STOPPING,	/* waiting for the running job, then the timer's close */
-};
-
-enum mslot_state { MS_NONE, MS_FETCHING, MS_OK, MS_MISSING, MS_BAD };
-
-/* A version's manifest within one cycle. */
-struct mslot {
-	enum mslot_state st;
-	struct wsync_manifest m;
-	struct wsync_hash128 hash;	/* of the document as stored */
-};
-
-/* One object of the plan, applied in order. */
-struct step {
-	uint64_t version;
-	bool anchor;
-	struct mslot *ms;
-	const struct wsync_manifest_object *obj;
-	char *path;			/* in downloads/ */
-	bool downloaded;
-};
-
-struct cycle {
-	struct wsync_manifest_head head;
-	uint64_t lo;			/* ms[0] is version lo, ms[n_ms-1] HEAD's */
-	struct mslot *ms;
-	size_t n_ms;
-	uint64_t anchor;		/* newest anchor HEAD's manifest lists */
-	bool local_ok;			/* quick check passed */
-	bool chain_tried, anchor_tried;
-	bool anchor_plan;		/* the plan starts from the anchor */
-	struct step *steps;
-	size_t n_steps, next_apply;
-	unsigned inflight;		/* store requests of this cycle */
-	bool job_running;
-	bool failed;			/* ending: wait for inflight and the job */
-	bool chain_broken;		/* failed on the data: try the anchor next */
-	bool progressed;		/* at least one step applied */
-	uint64_t bytes_total, bytes_done;
-	uint64_t t0;			/* uv_now at the start of the transfer */
-	struct sub_apply_job job;
-};
-
-enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT };
-
-/* A store request in flight.  stop() detaches them (s = NULL): their
- * callbacks then only free the record (the store ends them with
- * -ECANCELED when wsyncd frees it), so stopping never waits for a
- * download. */
-struct req {
-	struct wsync_subscriber *s;
-	struct req *prev, *next;
-	enum req_kind kind;
-	uint64_t version;
-	size_t step;
-};
-
-struct wsync_subscriber {
-	struct wsync_daemon *d;
-	const struct wsync_config *cfg;
-	struct wsync_sign_key *verify;
-	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir, *status_path;
-	char *lock_path;		/* the target's */
-	struct wsync_instance_lock target_lock, state_lock;
-	struct sub_hooks hooks;
-	bool hooks_init;
-
-	/* one-shot mode (wsync pull) */
-	bool once;
-	struct wsync_subscriber_once once_opts;
-	bool once_verify_failed;	/* this cycle refused bucket data */
-	bool once_finished, once_reported;
-	int once_result;
-
-	enum phase phase;
-	uv_timer_t timer;
-	bool timer_init, closing, stopping;
-	struct req *reqs;
-	struct cycle *c;
-	bool check_job_running;		/* a CHECK or start-up job on the jobs thread */
-
-	struct sub_local local;		/* what target_dir holds */
-	char *etag;			/* of the last HEAD fully dealt with */
-	bool force_anchor;		/* next plan: from the anchor (repair) */
-	bool local_damaged;		/* the target differs from its marker: a repair
-					 * from an anchor older than it is worth it */
-	unsigned failures;		/* consecutive failed cycles */
-	uint64_t rng;
-
-	/* for status */
-	const char *state_word;
-	uint64_t head_version;
-	int64_t head_created;
-	bool stale, stale_logged;
-	bool store_ok;
-	int64_t store_down_since;
-	char last_error[512];
-	uint64_t bytes_downloaded;
-	uint64_t plan_total, plan_done;	/* of the current or last transfer */
-	bool stopped;
-	char line[512];
-};
 
 static void start_cycle(struct wsync_subscriber *s);
-static void end_cycle(struct wsync_subscriber *s);
-static void decide(struct wsync_subscriber *s);
 static void maybe_stopped(struct wsync_subscriber *s);
 
 /* ---- small helpers ---- */
 
-static char *path_join(const char *a, const char *b)
+char *sub_path_join(const char *a, const char *b)
 {
 	char *p;
 
 	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
-}
-
-
-static void rfc3339(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
-		snprintf(buf, len, "?");
 }
 
 static uint64_t rng_next(struct wsync_subscriber *s)
@@ -252,16 +101,11 @@ static uint64_t jitter(struct wsync_subscriber *s, uint64_t ms)
 	return ms - ms / 5 + rng_next(s) % (span + 1);
 }
 
-static const char *err_text(const struct wsync_error *e, int r)
-{
-	return e->code ? wsync_error_str(e) : strerror(-r);
-}
-
 /* ---- status ---- */
 
 static void write_status_file(struct wsync_subscriber *s)
 {
-	struct wsync_status_common c = {
+	struct wsync_role_status c = {
 		.role = "subscriber",
 		.state = s->state_word,
 		.stopped = s->stopped,
@@ -269,54 +113,34 @@ static void write_status_file(struct wsync_subscriber *s)
 		.has_step = s->local.version != 0,
 		.step = s->local.step,
 		.last_error = s->last_error,
-		.store_ok = s->store_ok,
-		.store_down_since = s->store_down_since,
+		.store_ok = !s->outage.down,
+		.store_down_since = s->outage.since,
 		.message = s->line,
 	};
 	int64_t now = (int64_t)time(NULL);
 	int64_t lag = 0;
-	char *text, *tmp = NULL;
 	json_t *o;
-	FILE *f;
 
 	if (s->once)
 		return;
-	o = wsync_status_file_new(&c);
+	o = wsync_role_status_new(&c);
 	if (!o)
 		return;
 	if (s->head_version > s->local.version && s->head_created)
 		lag = now - s->head_created;
 	json_object_set_new(o, "head_version", json_integer((json_int_t)s->head_version));
-	json_object_set_new(o, "last_applied", wsync_status_file_time(s->local.applied));
+	json_object_set_new(o, "last_applied", wsync_role_time(s->local.applied));
 	json_object_set_new(o, "stale", json_boolean(s->stale));
 	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
 	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)s->bytes_downloaded));
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
 	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
-	text = json_dumps(o, JSON_INDENT(2));
-	json_decref(o);
-	if (!text)
-		return;
-	/* A small file on runtime_dir (a tmpfs under systemd): written on the
-	 * loop thread, no fsync -- it describes the running process only. */
-	if (asprintf(&tmp, "%s.tmp", s->status_path) >= 0 && (f = fopen(tmp, "we"))) {
-		bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-
-		if (fclose(f) == 0 && ok && rename(tmp, s->status_path) == 0) {
-			free(tmp);
-			free(text);
-			return;
-		}
-		(void)unlink(tmp);
-	}
-	log_debug("%s: cannot write the status file: %s", s->status_path, strerror(errno));
-	free(tmp);
-	free(text);
+	(void)wsync_role_status_write(s->cfg->runtime_dir, o);
 }
 
 /* The one-line summary for systemd and the status file, from the state. */
-static void update_status(struct wsync_subscriber *s)
+void sub_update_status(struct wsync_subscriber *s)
 {
 	char v[96], when[32];
 	struct cycle *c = s->c;
@@ -326,8 +150,8 @@ static void update_status(struct wsync_subscriber *s)
 			 s->local.version, s->local.step);
 	else
 		snprintf(v, sizeof(v), "no version applied yet");
-	if (!s->store_ok) {
-		rfc3339(s->store_down_since, when, sizeof(when));
+	if (s->outage.down) {
+		(void)wsync_role_time_text(s->outage.since, when, sizeof(when));
 		snprintf(s->line, sizeof(s->line), "%s, store unreachable since %s", v, when);
 		s->state_word = "error";
 	} else if (s->phase == PH_TRANSFER && c && c->n_steps) {
@@ -379,10 +203,7 @@ static void update_status(struct wsync_subscriber *s)
 	write_status_file(s);
 }
 
-static void set_error(struct wsync_subscriber *s, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void set_error(struct wsync_subscriber *s, const char *fmt, ...)
+void sub_set_error(struct wsync_subscriber *s, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -392,7 +213,7 @@ static void set_error(struct wsync_subscriber *s, const char *fmt, ...)
 }
 
 /* A refusal of bucket data: the journal event operators look for. */
-static void verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what)
+void sub_verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what)
 {
 	char v[40] = "";	/* version 0: HEAD itself, whose version is unknown */
 
@@ -402,46 +223,30 @@ static void verify_failed(struct wsync_subscriber *s, uint64_t version, const ch
 					.version = version ? (int64_t)version : -1),
 		  "%srefused: %s; target stays at version %" PRIu64,
 		  v, what, s->local.version);
-	set_error(s, "%srefused: %s", v, what);
+	sub_set_error(s, "%srefused: %s", v, what);
 	s->once_verify_failed = true;
 }
 
-static void store_failed(struct wsync_subscriber *s, const char *what, int r,
-			 const struct wsync_error *e)
+/* A store request failed (after the store's own retries): the cycle ends
+ * and the next one comes after the backoff (schedule_next). */
+void sub_store_failed(struct wsync_subscriber *s, const char *what, int r,
+		      const struct wsync_error *e)
 {
-	if (s->store_ok) {
-		s->store_ok = false;
-		s->store_down_since = (int64_t)time(NULL);
-		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE),
-			  "store %s unreachable (%s: %s); retrying with backoff",
-			  wsync_store_describe(s->d->store), what, err_text(e, r));
-	}
-	set_error(s, "store unreachable: %s: %s", what, err_text(e, r));
+	(void)wsync_role_store_failed(&s->outage, s->d->store, -1, what, sub_err_text(e, r));
+	sub_set_error(s, "store unreachable: %s: %s", what, sub_err_text(e, r));
 }
 
-static void store_worked(struct wsync_subscriber *s)
+void sub_store_worked(struct wsync_subscriber *s)
 {
-	if (!s->store_ok) {
-		s->store_ok = true;
-		wsync_log(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_REACHABLE),
-			  "store %s reachable again after %" PRId64 " s",
-			  wsync_store_describe(s->d->store),
-			  (int64_t)time(NULL) - s->store_down_since);
-		if (strncmp(s->last_error, "store unreachable", 17) == 0)
-			s->last_error[0] = '\0';
-	}
-}
-
-/* Transient store errors, as opposed to answers about the data. */
-static bool is_store_error(int r)
-{
-	return r != -ENOENT && r != -EIO && r != -EFBIG && r != -EBADMSG && r != -EINVAL;
+	if (wsync_role_store_worked(&s->outage, s->d->store) &&
+	    strncmp(s->last_error, "store unreachable", 17) == 0)
+		s->last_error[0] = '\0';
 }
 
 /* ---- requests ---- */
 
-static struct req *req_new(struct wsync_subscriber *s, enum req_kind kind, uint64_t version,
-			   size_t step)
+struct req *sub_req_new(struct wsync_subscriber *s, enum req_kind kind, uint64_t version,
+			size_t step)
 {
 	struct req *q = calloc(1, sizeof(*q));
 
@@ -460,7 +265,7 @@ static struct req *req_new(struct wsync_subscriber *s, enum req_kind kind, uint6
 
 /* Unlink q from its subscriber's list; returns the subscriber (NULL when
  * q was detached by stop) and frees q. */
-static struct wsync_subscriber *req_end(struct req *q)
+struct wsync_subscriber *sub_req_end(struct req *q)
 {
 	struct wsync_subscriber *s = q->s;
 
@@ -496,13 +301,6 @@ static void cycle_free(struct cycle *c)
 	free(c);
 }
 
-static struct mslot *slot(struct cycle *c, uint64_t v)
-{
-	if (v < c->lo || v - c->lo >= c->n_ms)
-		return NULL;
-	return &c->ms[v - c->lo];
-}
-
 static void on_timer(uv_timer_t *t)
 {
 	start_cycle(t->data);
@@ -511,11 +309,10 @@ static void on_timer(uv_timer_t *t)
 /* One-shot: report once the hooks (if any) are done. */
 static void once_report(struct wsync_subscriber *s)
 {
-	if (!s->once_finished || s->once_reported || s->stopping || sub_hooks_busy(&s->hooks))
+	if (!s->once_finished || s->stopping || sub_hooks_busy(&s->hooks))
 		return;
-	s->once_reported = true;
-	if (s->once_opts.done)
-		s->once_opts.done(s->once_opts.userdata, s->once_result);
+	wsync_role_once_report(&s->once_report, s->once_result, s->local.version,
+			       s->local.version ? s->local.step : -1, s->last_error);
 }
 
 static void once_finish(struct wsync_subscriber *s, bool failed)
@@ -549,18 +346,13 @@ static void schedule_next(struct wsync_subscriber *s, bool failed)
 	uint64_t poll = s->cfg->poll_interval_ms, ms = poll;
 
 	if (failed) {
-		uint64_t cap = poll > BACKOFF_MAX_MS ? poll : BACKOFF_MAX_MS;
-
-		s->failures++;
-		for (unsigned i = 1; i < s->failures && ms < cap; i++)
-			ms *= 2;
-		if (ms > cap)
-			ms = cap;
+		ms = wsync_role_backoff_next(&s->backoff, poll,
+					     poll > BACKOFF_MAX_MS ? poll : BACKOFF_MAX_MS);
 		/* A failure must not lose HEAD: look at it again next time. */
 		free(s->etag);
 		s->etag = NULL;
 	} else {
-		s->failures = 0;
+		wsync_role_backoff_reset(&s->backoff);
 	}
 	s->phase = PH_IDLE;
 	if (s->once) {
@@ -571,20 +363,20 @@ static void schedule_next(struct wsync_subscriber *s, bool failed)
 }
 
 /* Fail the cycle: what is in flight comes back first. */
-static void cycle_fail(struct wsync_subscriber *s)
+void sub_cycle_fail(struct wsync_subscriber *s)
 {
 	struct cycle *c = s->c;
 
 	if (!c) {
-		update_status(s);
+		sub_update_status(s);
 		schedule_next(s, true);
 		return;
 	}
 	c->failed = true;
-	end_cycle(s);
+	sub_end_cycle(s);
 }
 
-static void end_cycle(struct wsync_subscriber *s)
+void sub_end_cycle(struct wsync_subscriber *s)
 {
 	struct cycle *c = s->c;
 	bool failed;
@@ -612,458 +404,8 @@ static void end_cycle(struct wsync_subscriber *s)
 		maybe_stopped(s);
 		return;
 	}
-	update_status(s);
+	sub_update_status(s);
 	schedule_next(s, failed);
-}
-
-/* ---- TRANSFER: downloads and apply jobs ---- */
-
-static void try_apply(struct wsync_subscriber *s);
-
-static void on_job_done(void *data, bool cancelled)
-{
-	struct sub_apply_job *j = data;
-	struct wsync_subscriber *s = j->owner;
-	struct cycle *c = s->c;
-	struct step *st = &c->steps[c->next_apply];
-
-	c->job_running = false;
-	if (cancelled) {
-		set_error(s, "version %" PRIu64 ": the apply job was dropped", st->version);
-		c->failed = true;
-	} else if (j->r < 0) {
-		char what[600];
-
-		snprintf(what, sizeof(what), "%s %s: %s", st->anchor ? "anchor" : "delta",
-			 st->obj->ref.key, err_text(&j->err, j->r));
-		if (j->verify_failed) {
-			c->chain_broken = true;
-			if (j->local_damaged)
-				s->local_damaged = true;
-			verify_failed(s, st->version, what);
-		} else {
-			log_error("applying version %" PRIu64 " failed: %s; target stays at "
-				  "version %" PRIu64, st->version, what, s->local.version);
-			set_error(s, "applying version %" PRIu64 ": %s", st->version, what);
-		}
-		c->failed = true;
-	} else {
-		sub_local_free(&s->local);
-		s->local = j->next;
-		memset(&j->next, 0, sizeof(j->next));
-		c->progressed = true;
-		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_APPLIED,
-						 .version = (int64_t)st->version,
-						 .step = st->ms->m.step,
-						 .bytes = (int64_t)st->obj->ref.size,
-						 .duration_ms = (int64_t)(j->stats.seconds * 1000)),
-			  "version %" PRIu64 " (step %" PRId64 ") applied from %s %s: %" PRIu64
-			  " files written, %" PRIu64 " kept, %" PRIu64 " deleted, %.2f s",
-			  st->version, st->ms->m.step, st->anchor ? "anchor" : "delta",
-			  st->obj->ref.key, j->stats.written, j->stats.kept,
-			  j->stats.deleted + j->deleted, j->stats.seconds);
-		free(st->path);	/* the job removed the file */
-		st->path = NULL;
-		c->next_apply++;
-		if (c->next_apply == c->n_steps)
-			s->last_error[0] = '\0';
-	}
-	free(j->object_path);
-	j->object_path = NULL;
-	free(j->version_dir);
-	j->version_dir = NULL;
-	if (s->stopping || c->failed || c->next_apply == c->n_steps) {
-		end_cycle(s);
-		return;
-	}
-	update_status(s);
-	try_apply(s);
-}
-
-static void try_apply(struct wsync_subscriber *s)
-{
-	struct cycle *c = s->c;
-	struct step *st;
-	struct sub_apply_job *j = &c->job;
-	int r;
-
-	if (c->job_running || c->failed || s->stopping || c->next_apply >= c->n_steps)
-		return;
-	st = &c->steps[c->next_apply];
-	if (!st->downloaded)
-		return;
-	memset(j, 0, sizeof(*j));
-	j->target_dir = s->cfg->target_dir;
-	j->empty_dir = s->empty_dir;
-	j->object_path = strdup(st->path);
-	j->obj = st->obj;
-	j->is_anchor = st->anchor;
-	j->threads = s->cfg->threads;
-	j->memory_limit = s->cfg->memory_limit;
-	j->m = &st->ms->m;
-	j->manifest_hash = st->ms->hash;
-	j->prev = &s->local;
-	j->owner = s;
-	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
-	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
-					     NULL;
-	if (!j->object_path || (j->symlink_layout && !j->version_dir)) {
-		free(j->object_path);
-		free(j->version_dir);
-		j->object_path = j->version_dir = NULL;
-		set_error(s, "out of memory");
-		cycle_fail(s);
-		return;
-	}
-	r = wsync_jobs_submit(s->d->jobs, sub_apply_work, on_job_done, j);
-	if (r < 0) {
-		free(j->object_path);
-		free(j->version_dir);
-		j->object_path = j->version_dir = NULL;
-		set_error(s, "cannot queue the apply job: %s", strerror(-r));
-		cycle_fail(s);
-		return;
-	}
-	c->job_running = true;
-	update_status(s);
-}
-
-static void on_object(struct wsync_store_result *res, void *userdata)
-{
-	struct req *q = userdata;
-	size_t i = q->step;
-	struct wsync_subscriber *s = req_end(q);
-	struct cycle *c;
-	struct step *st;
-
-	if (!s)
-		return;
-	c = s->c;
-	c->inflight--;
-	st = &c->steps[i];
-	if (res->err == 0) {
-		store_worked(s);
-		st->downloaded = true;
-		c->bytes_done += st->obj->ref.size;
-		s->bytes_downloaded += st->obj->ref.size;
-		if (c->failed) {
-			end_cycle(s);
-			return;
-		}
-		update_status(s);
-		try_apply(s);
-		return;
-	}
-	if (!c->failed) {
-		if (res->err == -EIO || res->err == -EFBIG) {
-			char what[600];
-
-			snprintf(what, sizeof(what), "%s: %s", st->obj->ref.key,
-				 err_text(&res->error, res->err));
-			verify_failed(s, st->version, what);
-			c->chain_broken = true;
-		} else if (res->err == -ENOENT) {
-			c->chain_broken = true;
-			log_warning("version %" PRIu64 ": %s is missing from the bucket "
-				    "(deleted by garbage collection?)", st->version,
-				    st->obj->ref.key);
-			set_error(s, "version %" PRIu64 ": %s is missing", st->version,
-				  st->obj->ref.key);
-		} else {
-			store_failed(s, st->obj->ref.key, res->err, &res->error);
-		}
-	}
-	c->failed = true;
-	end_cycle(s);
-}
-
-static int add_step(struct cycle *c, uint64_t v, bool anchor)
-{
-	struct mslot *ms = slot(c, v);
-	struct step *st = &c->steps[c->n_steps];
-	const struct wsync_manifest_object *o =
-		wsync_manifest_find_object(&ms->m, anchor ? WSYNC_MANIFEST_ROLE_ANCHOR :
-							    WSYNC_MANIFEST_ROLE_DELTA);
-
-	st->version = v;
-	st->anchor = anchor;
-	st->ms = ms;
-	st->obj = o;
-	c->n_steps++;
-	c->bytes_total += o->ref.size;
-	return 0;
-}
-
-/* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
- * store caps what is in flight), applying as objects arrive. */
-static void start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t from)
-{
-	struct cycle *c = s->c;
-	uint64_t h = c->head.version;
-	size_t n = (size_t)(h - from + 1) + 1;
-
-	c->steps = calloc(n, sizeof(*c->steps));
-	if (!c->steps) {
-		set_error(s, "out of memory");
-		cycle_fail(s);
-		return;
-	}
-	c->anchor_plan = from_anchor;
-	if (from_anchor)
-		add_step(c, c->anchor, true);
-	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h; v++)
-		add_step(c, v, false);
-	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
-		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
-		 c->bytes_total);
-	{
-		/* statvfs on the loop thread: one cheap syscall on a local
-		 * file system (state_dir), not worth a job. */
-		struct wsync_error e = { 0 };
-		int r = sub_space_check(s->downloads, c->bytes_total, "the downloads", &e);
-
-		if (r < 0) {
-			log_error("%s; target stays at version %" PRIu64 ", retrying later",
-				  wsync_error_str(&e), s->local.version);
-			set_error(s, "%s", wsync_error_str(&e));
-			cycle_fail(s);
-			return;
-		}
-	}
-	s->phase = PH_TRANSFER;
-	c->t0 = uv_now(s->d->loop);
-	for (size_t i = 0; i < c->n_steps; i++) {
-		struct step *st = &c->steps[i];
-		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-		const char *base = strrchr(st->obj->ref.key, '/');
-		struct req *q;
-		int r;
-
-		st->path = path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
-		q = st->path ? req_new(s, RQ_OBJECT, st->version, i) : NULL;
-		if (!q) {
-			set_error(s, "out of memory");
-			cycle_fail(s);
-			return;
-		}
-		o.expect_size = (int64_t)st->obj->ref.size;
-		o.expect_xxh3 = st->obj->ref.hash.b;
-		r = wsync_store_get_file(s->d->store, st->obj->ref.key, st->path, &o,
-					 on_object, q);
-		if (r < 0) {
-			req_end(q);
-			set_error(s, "%s: cannot request: %s", st->obj->ref.key, strerror(-r));
-			cycle_fail(s);
-			return;
-		}
-		c->inflight++;
-	}
-	update_status(s);
-}
-
-/* ---- PLAN ---- */
-
-static void on_manifest(struct wsync_store_result *res, void *userdata);
-
-/* The anchor entry of HEAD's manifest for version v, or NULL. */
-static const struct wsync_manifest_ref *anchor_ref(struct cycle *c, uint64_t v)
-{
-	const struct wsync_manifest *hm = &c->ms[c->n_ms - 1].m;
-
-	for (size_t i = 0; i < hm->n_anchors; i++)
-		if (hm->anchors[i].version == v)
-			return &hm->anchors[i].manifest;
-	return NULL;
-}
-
-static int fetch_manifest(struct wsync_subscriber *s, uint64_t v)
-{
-	struct cycle *c = s->c;
-	struct mslot *ms = slot(c, v);
-	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-	const struct wsync_manifest_ref *ar = anchor_ref(c, v);
-	char key[WSYNC_MANIFEST_KEY_MAX];
-	struct req *q;
-	int r;
-
-	if (ms->st != MS_NONE)
-		return 0;
-	q = req_new(s, RQ_MANIFEST, v, 0);
-	if (!q)
-		return -ENOMEM;
-	o.max_size = WSYNC_MANIFEST_MAX;
-	if (ar) {
-		o.expect_size = (int64_t)ar->size;
-		o.expect_xxh3 = ar->hash.b;
-	}
-	r = wsync_store_get_buf(s->d->store,
-				ar ? ar->key : wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, v, key),
-				&o, on_manifest, q);
-	if (r < 0) {
-		req_end(q);
-		return r;
-	}
-	ms->st = MS_FETCHING;
-	c->inflight++;
-	return 0;
-}
-
-static void fetch_range(struct wsync_subscriber *s, uint64_t from, uint64_t to)
-{
-	for (uint64_t v = from; v <= to; v++) {
-		int r = fetch_manifest(s, v);
-
-		if (r < 0) {
-			set_error(s, "cannot request the manifest of version %" PRIu64 ": %s", v,
-				  strerror(-r));
-			cycle_fail(s);
-			return;
-		}
-	}
-	if (s->c->inflight == 0)
-		decide(s);
-}
-
-static void on_manifest(struct wsync_store_result *res, void *userdata)
-{
-	struct req *q = userdata;
-	uint64_t v = q->version;
-	struct wsync_subscriber *s = req_end(q);
-	struct wsync_error err = { 0 };
-	struct cycle *c;
-	struct mslot *ms;
-	int r;
-
-	if (!s)
-		return;
-	c = s->c;
-	c->inflight--;
-	ms = slot(c, v);
-	ms->st = MS_BAD;
-	if (res->err == -ENOENT) {
-		store_worked(s);
-		ms->st = MS_MISSING;
-	} else if (res->err < 0 && is_store_error(res->err)) {
-		if (!c->failed)
-			store_failed(s, "a manifest", res->err, &res->error);
-		c->failed = true;
-	} else if (res->err < 0) {
-		store_worked(s);
-		verify_failed(s, v, err_text(&res->error, res->err));
-	} else {
-		store_worked(s);
-		r = wsync_manifest_parse(res->data, res->data_len, s->verify, &ms->m, &err);
-		if (r == 0 && ms->m.version != v) {
-			r = wsync_error_set(&err, -EINVAL, "manifests/%012" PRIu64 ".json is "
-					    "the manifest of version %" PRIu64, v, ms->m.version);
-			wsync_manifest_free(&ms->m);
-		}
-		if (r < 0) {
-			verify_failed(s, v, err_text(&err, r));
-		} else {
-			ms->st = MS_OK;
-			wsync_hash_mem(res->data, res->data_len, &ms->hash);
-		}
-	}
-	if (c->failed) {
-		end_cycle(s);
-		return;
-	}
-	if (c->inflight == 0)
-		decide(s);
-}
-
-/* A slot holds a manifest that reaches its version from the one before. */
-static bool has_delta(struct cycle *c, uint64_t v)
-{
-	struct mslot *ms = slot(c, v);
-
-	return ms && ms->st == MS_OK &&
-	       wsync_manifest_find_object(&ms->m, WSYNC_MANIFEST_ROLE_DELTA) &&
-	       ms->m.base_version == v - 1;
-}
-
-static uint64_t delta_bytes(struct cycle *c, uint64_t from, uint64_t to)
-{
-	uint64_t b = 0;
-
-	for (uint64_t v = from; v <= to; v++)
-		b += wsync_manifest_find_object(&slot(c, v)->m, WSYNC_MANIFEST_ROLE_DELTA)->ref.size;
-	return b;
-}
-
-/* Called whenever no manifest fetch is in flight: fetch more, or plan. */
-static void decide(struct wsync_subscriber *s)
-{
-	struct cycle *c = s->c;
-	uint64_t h = c->head.version, l = s->local.version, a = c->anchor;
-	/* After a refusal the anchor is tried, unless it is not newer than
-	 * the intact target: rebuilding from it would serve older versions
-	 * on the way and meet the same refused data again. */
-	bool repair = s->force_anchor && (a > l || s->local_damaged);
-	bool chain_ok = l > 0 && c->local_ok && !repair && l < h && h - l <= CHAIN_MAX;
-	struct mslot *am;
-	bool ok;
-
-	s->phase = PH_PLAN;
-	if (chain_ok) {
-		if (!c->chain_tried) {
-			c->chain_tried = true;
-			fetch_range(s, l + 1, h - 1);
-			return;
-		}
-		ok = true;
-		for (uint64_t v = l + 1; v <= h && ok; v++)
-			ok = has_delta(c, v);
-		if (ok) {
-			uint64_t chain = delta_bytes(c, l + 1, h);
-
-			am = slot(c, a);
-			if (a > l && am && am->st == MS_OK &&
-			    wsync_manifest_find_object(&am->m, WSYNC_MANIFEST_ROLE_ANCHOR)) {
-				uint64_t anchor = wsync_manifest_find_object(
-					&am->m, WSYNC_MANIFEST_ROLE_ANCHOR)->ref.size +
-					(a < h ? delta_bytes(c, a + 1, h) : 0);
-
-				if (anchor < chain) {
-					log_info("the anchor of version %" PRIu64 " path (%" PRIu64
-						 " bytes) is cheaper than the chain from %" PRIu64
-						 " (%" PRIu64 " bytes)", a, anchor, l, chain);
-					start_transfer(s, true, a);
-					return;
-				}
-			}
-			start_transfer(s, false, l + 1);
-			return;
-		}
-		log_notice("the chain of deltas from version %" PRIu64 " to %" PRIu64
-			   " is broken; going through the anchor of version %" PRIu64, l, h, a);
-	}
-	if (!c->anchor_tried) {
-		c->anchor_tried = true;
-		fetch_range(s, a, h - 1);
-		return;
-	}
-	am = slot(c, a);
-	ok = am && am->st == MS_OK &&
-	     wsync_manifest_find_object(&am->m, WSYNC_MANIFEST_ROLE_ANCHOR);
-	for (uint64_t v = a + 1; v <= h && ok; v++)
-		ok = has_delta(c, v);
-	if (!ok) {
-		uint64_t bad = a;
-
-		if (am && am->st == MS_OK)
-			while (++bad < h && has_delta(c, bad))
-				;
-		if (!s->last_error[0] || strstr(s->last_error, "refused") == NULL)
-			set_error(s, "no path to version %" PRIu64 ": the manifest or object "
-				  "of version %" PRIu64 " is missing or bad", h, bad);
-		log_error("no path to version %" PRIu64 " from the anchor of version %" PRIu64
-			  ": version %" PRIu64 " is missing or bad; retrying later", h, a, bad);
-		cycle_fail(s);
-		return;
-	}
-	start_transfer(s, true, a);
 }
 
 /* ---- CHECK ---- */
@@ -1135,7 +477,7 @@ static void check_done(void *data, bool cancelled)
 		return;
 	}
 	if (adopted) {
-		end_cycle(s);
+		sub_end_cycle(s);
 		return;
 	}
 	if (r != 0)
@@ -1149,7 +491,7 @@ static void check_done(void *data, bool cancelled)
 			s->etag = NULL;
 			start_cycle(s);
 		} else {
-			update_status(s);
+			sub_update_status(s);
 			schedule_next(s, false);
 		}
 		return;
@@ -1157,7 +499,7 @@ static void check_done(void *data, bool cancelled)
 	s->c->local_ok = r == 0;
 	if (r != 0)
 		s->force_anchor = s->local_damaged = true;
-	decide(s);
+	sub_decide(s);
 }
 
 static void run_check(struct wsync_subscriber *s, bool idle)
@@ -1180,7 +522,7 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 		if (idle)
 			schedule_next(s, true);
 		else
-			cycle_fail(s);
+			sub_cycle_fail(s);
 		return;
 	}
 	s->check_job_running = true;
@@ -1193,7 +535,7 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	struct wsync_subscriber *s = req_end(q);
+	struct wsync_subscriber *s = sub_req_end(q);
 	struct wsync_error err = { 0 };
 	struct wsync_manifest m;
 	struct cycle *c;
@@ -1205,15 +547,15 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	c = s->c;
 	c->inflight--;
 	h = c->head.version;
-	if (res->err < 0 && is_store_error(res->err)) {
-		store_failed(s, c->head.manifest.key, res->err, &res->error);
-		cycle_fail(s);
+	if (res->err < 0 && sub_is_store_error(res->err)) {
+		sub_store_failed(s, c->head.manifest.key, res->err, &res->error);
+		sub_cycle_fail(s);
 		return;
 	}
-	store_worked(s);
+	sub_store_worked(s);
 	if (res->err < 0) {
-		verify_failed(s, h, err_text(&res->error, res->err));
-		cycle_fail(s);
+		sub_verify_failed(s, h, sub_err_text(&res->error, res->err));
+		sub_cycle_fail(s);
 		return;
 	}
 	r = wsync_manifest_ref_check(&c->head.manifest, res->data, res->data_len, &err);
@@ -1225,8 +567,8 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 		wsync_manifest_free(&m);
 	}
 	if (r < 0) {
-		verify_failed(s, h, err_text(&err, r));
-		cycle_fail(s);
+		sub_verify_failed(s, h, sub_err_text(&err, r));
+		sub_cycle_fail(s);
 		return;
 	}
 	/* Slots from the oldest version a plan may need up to HEAD. */
@@ -1239,8 +581,8 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	c->ms = calloc(c->n_ms, sizeof(*c->ms));
 	if (!c->ms) {
 		wsync_manifest_free(&m);
-		set_error(s, "out of memory");
-		cycle_fail(s);
+		sub_set_error(s, "out of memory");
+		sub_cycle_fail(s);
 		return;
 	}
 	c->ms[c->n_ms - 1].m = m;
@@ -1250,7 +592,7 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 		run_check(s, false);
 		return;
 	}
-	decide(s);
+	sub_decide(s);
 }
 
 /* ---- HEAD ---- */
@@ -1262,7 +604,7 @@ static void up_to_date(struct wsync_subscriber *s)
 		run_check(s, true);
 		return;
 	}
-	update_status(s);
+	sub_update_status(s);
 	schedule_next(s, false);
 }
 
@@ -1275,7 +617,7 @@ static void check_stale(struct wsync_subscriber *s)
 	if (stale && !s->stale_logged) {
 		char when[32];
 
-		rfc3339(s->head_created, when, sizeof(when));
+		(void)wsync_role_time_text(s->head_created, when, sizeof(when));
 		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_HEAD_STALE,
 						    .version = (int64_t)s->head_version),
 			  "HEAD (version %" PRIu64 ") was written at %s, longer ago than "
@@ -1287,10 +629,30 @@ static void check_stale(struct wsync_subscriber *s)
 	s->stale = stale;
 }
 
+/* The ETag of the HEAD being dealt with, for the next poll's conditional
+ * GET (a failed cycle drops it again). */
+static void keep_etag(struct wsync_subscriber *s, const char *etag)
+{
+	free(s->etag);
+	s->etag = strdup(etag);
+}
+
+/* HEAD was refused (sub_verify_failed said why): the cycle ends there with
+ * the target as it is, and the ETag is kept, so that the same HEAD is
+ * refused once, not at every poll. */
+static void refuse_head(struct wsync_subscriber *s, const char *etag)
+{
+	keep_etag(s, etag);
+	cycle_free(s->c);
+	s->c = NULL;
+	sub_update_status(s);
+	schedule_next(s, false);
+}
+
 static void on_head(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	struct wsync_subscriber *s = req_end(q);
+	struct wsync_subscriber *s = sub_req_end(q);
 	struct wsync_error err = { 0 };
 	struct cycle *c;
 	uint64_t h;
@@ -1301,7 +663,7 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	c = s->c;
 	c->inflight--;
 	if (res->err == -ENOENT) {
-		store_worked(s);
+		sub_store_worked(s);
 		log_debug("no HEAD in the bucket yet");
 		s->last_error[0] = '\0';
 		cycle_free(c);
@@ -1309,12 +671,12 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 		up_to_date(s);
 		return;
 	}
-	if (res->err < 0 && is_store_error(res->err)) {
-		store_failed(s, "HEAD", res->err, &res->error);
-		cycle_fail(s);
+	if (res->err < 0 && sub_is_store_error(res->err)) {
+		sub_store_failed(s, "HEAD", res->err, &res->error);
+		sub_cycle_fail(s);
 		return;
 	}
-	store_worked(s);
+	sub_store_worked(s);
 	if (res->err == 0 && res->not_modified) {
 		cycle_free(c);
 		s->c = NULL;
@@ -1323,14 +685,14 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 		return;
 	}
 	if (res->err < 0) {
-		verify_failed(s, 0, err_text(&res->error, res->err));
-		cycle_fail(s);
+		sub_verify_failed(s, 0, sub_err_text(&res->error, res->err));
+		sub_cycle_fail(s);
 		return;
 	}
 	r = wsync_manifest_head_parse(res->data, res->data_len, s->verify, &c->head, &err);
 	if (r < 0) {
-		verify_failed(s, 0, err_text(&err, r));
-		cycle_fail(s);
+		sub_verify_failed(s, 0, sub_err_text(&err, r));
+		sub_cycle_fail(s);
 		return;
 	}
 	h = c->head.version;
@@ -1340,33 +702,21 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 
 		snprintf(what, sizeof(what), "HEAD names version %" PRIu64 ", older than the "
 			 "applied version %" PRIu64 " (rollback)", h, s->local.version);
-		verify_failed(s, h, what);
-		/* Keep the ETag: the same old HEAD is refused once, not every poll. */
-		free(s->etag);
-		s->etag = strdup(res->etag);
-		cycle_free(c);
-		s->c = NULL;
-		update_status(s);
-		schedule_next(s, false);
+		sub_verify_failed(s, h, what);
+		refuse_head(s, res->etag);
 		return;
 	}
 	s->head_version = h;
 	check_stale(s);
 	if (h == s->local.version) {
 		if (!wsync_hash_equal(&c->head.manifest.hash, &s->local.manifest_hash)) {
-			verify_failed(s, h, "HEAD names the applied version with another "
-					    "manifest than the one applied");
-			free(s->etag);
-			s->etag = strdup(res->etag);
-			cycle_free(c);
-			s->c = NULL;
-			update_status(s);
-			schedule_next(s, false);
+			sub_verify_failed(s, h, "HEAD names the applied version with another "
+					  "manifest than the one applied");
+			refuse_head(s, res->etag);
 			return;
 		}
 		if (!(s->force_anchor && s->local_damaged)) {
-			free(s->etag);
-			s->etag = strdup(res->etag);
+			keep_etag(s, res->etag);
 			s->last_error[0] = '\0';
 			cycle_free(c);
 			s->c = NULL;
@@ -1379,7 +729,7 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	{
 		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 
-		q = req_new(s, RQ_HEAD_MANIFEST, h, 0);
+		q = sub_req_new(s, RQ_HEAD_MANIFEST, h, 0);
 		o.max_size = WSYNC_MANIFEST_MAX;
 		o.expect_size = (int64_t)c->head.manifest.size;
 		o.expect_xxh3 = c->head.manifest.hash.b;
@@ -1387,18 +737,17 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 					    on_head_manifest, q) : -ENOMEM;
 		if (r < 0) {
 			if (q)
-				req_end(q);
-			set_error(s, "%s: cannot request: %s", c->head.manifest.key, strerror(-r));
-			cycle_fail(s);
+				sub_req_end(q);
+			sub_set_error(s, "%s: cannot request: %s", c->head.manifest.key,
+				      strerror(-r));
+			sub_cycle_fail(s);
 			return;
 		}
 		c->inflight++;
 		s->phase = PH_MANIFEST;
 	}
-	/* The ETag of this HEAD (a failed cycle drops it again). */
-	free(s->etag);
-	s->etag = strdup(res->etag);
-	update_status(s);
+	keep_etag(s, res->etag);
+	sub_update_status(s);
 }
 
 static void start_cycle(struct wsync_subscriber *s)
@@ -1411,19 +760,19 @@ static void start_cycle(struct wsync_subscriber *s)
 		return;
 	s->once_verify_failed = false;
 	s->c = calloc(1, sizeof(*s->c));
-	q = s->c ? req_new(s, RQ_HEAD, 0, 0) : NULL;
+	q = s->c ? sub_req_new(s, RQ_HEAD, 0, 0) : NULL;
 	if (!q) {
-		set_error(s, "out of memory");
-		cycle_fail(s);
+		sub_set_error(s, "out of memory");
+		sub_cycle_fail(s);
 		return;
 	}
 	o.if_none_match = s->etag;
 	o.max_size = WSYNC_MANIFEST_HEAD_MAX;
 	r = wsync_store_get_buf(s->d->store, WSYNC_MANIFEST_HEAD_KEY, &o, on_head, q);
 	if (r < 0) {
-		req_end(q);
-		set_error(s, "HEAD: cannot request: %s", strerror(-r));
-		cycle_fail(s);
+		sub_req_end(q);
+		sub_set_error(s, "HEAD: cannot request: %s", strerror(-r));
+		sub_cycle_fail(s);
 		return;
 	}
 	s->c->inflight++;
@@ -1465,7 +814,6 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	s->d = d;
 	s->cfg = cfg;
-	s->store_ok = true;
 	s->target_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_word = "idle";
@@ -1475,9 +823,9 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		r = wsync_error_set(err, -EINVAL, "[subscriber] target_dir is not set");
 		goto fail;
 	}
-	s->sub_dir = path_join(cfg->state_dir, "subscriber");
-	s->legacy_state = s->sub_dir ? path_join(s->sub_dir, "state.json") : NULL;
-	s->state_path = path_join(cfg->target_dir, SUB_META_DIR "/state.json");
+	s->sub_dir = sub_path_join(cfg->state_dir, "subscriber");
+	s->legacy_state = s->sub_dir ? sub_path_join(s->sub_dir, "state.json") : NULL;
+	s->state_path = sub_path_join(cfg->target_dir, SUB_META_DIR "/state.json");
 	if (cfg->layout == WSYNC_LAYOUT_SYMLINK) {
 		/* Beside the link: inside it, the lock would move with each flip. */
 		const char *slash = strrchr(cfg->target_dir, '/');
@@ -1487,13 +835,12 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			     slash ? cfg->target_dir : ".", slash ? slash + 1 : cfg->target_dir) < 0)
 			s->lock_path = NULL;
 	} else {
-		s->lock_path = path_join(cfg->target_dir, SUB_META_DIR "/lock");
+		s->lock_path = sub_path_join(cfg->target_dir, SUB_META_DIR "/lock");
 	}
-	s->downloads = s->sub_dir ? path_join(s->sub_dir, "downloads") : NULL;
-	s->empty_dir = s->sub_dir ? path_join(s->sub_dir, "empty") : NULL;
-	s->status_path = path_join(cfg->runtime_dir, "status.json");
+	s->downloads = s->sub_dir ? sub_path_join(s->sub_dir, "downloads") : NULL;
+	s->empty_dir = s->sub_dir ? sub_path_join(s->sub_dir, "empty") : NULL;
 	if (!s->state_path || !s->legacy_state || !s->lock_path || !s->downloads ||
-	    !s->empty_dir || !s->status_path) {
+	    !s->empty_dir) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1538,7 +885,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	 * wsyncd and a `wsync pull`, or two daemons sharing either. */
 	{
 		const char *prog = d->program ? d->program : "wsync";
-		char *state_lock = path_join(s->sub_dir, "lock");
+		char *state_lock = sub_path_join(s->sub_dir, "lock");
 		struct wsync_error e = { 0 };
 
 		r = state_lock ? wsync_instance_lock(&s->state_lock, state_lock, prog, cfg->path,
@@ -1662,7 +1009,7 @@ int wsync_subscriber_start(struct wsync_subscriber *s)
 	s->timer.data = s;
 	s->timer_init = true;
 	s->phase = PH_STARTING;
-	update_status(s);
+	sub_update_status(s);
 	r = wsync_jobs_submit(s->d->jobs, startup_work, startup_done, s);
 	if (r < 0) {
 		log_warning("cannot queue the start-up clean-up: %s", strerror(-r));
@@ -1756,7 +1103,6 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	free(s->lock_path);
 	free(s->downloads);
 	free(s->empty_dir);
-	free(s->status_path);
 	free(s);
 }
 
@@ -1770,14 +1116,11 @@ void wsync_subscriber_set_once(struct wsync_subscriber *s, const struct wsync_su
 {
 	s->once = true;
 	s->once_opts = *o;
-}
-
-const char *wsync_subscriber_last_error(const struct wsync_subscriber *s)
-{
-	return s->last_error[0] ? s->last_error : NULL;
+	s->once_report = (struct wsync_role_once){ .cb = o->done, .data = o->userdata };
 }
 
 uint64_t wsync_subscriber_version(const struct wsync_subscriber *s)
 {
 	return s->local.version;
 }
+

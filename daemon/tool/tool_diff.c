@@ -120,17 +120,14 @@ int tool_diff(int argc, char **argv)
 			out = optarg;
 			break;
 		case 't':
-			if (tool_parse_threads(optarg, &dopts.threads) < 0) {
-				return tool_usage_error(TOOL, synopsis, "--threads: expected "
-							"1..1024, not \"%s\"", optarg);
-			}
+			r = tool_option_threads(TOOL, synopsis, optarg, &dopts.threads);
+			if (r)
+				return r;
 			break;
 		case 'm':
-			if (tool_parse_memory(optarg, &dopts.memory_limit) < 0) {
-				return tool_usage_error(TOOL, synopsis, "--memory: expected a "
-							"size from 64MiB to 1TiB, not \"%s\"",
-							optarg);
-			}
+			r = tool_option_memory(TOOL, synopsis, optarg, &dopts.memory_limit);
+			if (r)
+				return r;
 			break;
 		case 'l':
 			if (wsync_parse_uint(optarg, &level) < 0 || level < 1 || level > 19) {

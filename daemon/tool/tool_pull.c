@@ -29,13 +29,6 @@
 #include "tool.h"
 #include "tool_oneshot.h"
 
-struct pull_result {
-	bool finished;
-	int result;
-	uint64_t version;
-	char message[600];
-};
-
 static void progress(void *userdata, const char *state, const char *line, uint64_t done,
 		     uint64_t total)
 {
@@ -64,28 +57,15 @@ static void role_free(void *role)
 	wsync_subscriber_free(role);
 }
 
+/* Interrupted, there is no report: the version the target stays at. */
 static void role_stopped(struct wsync_oneshot *o, void *role)
 {
-	struct pull_result *r = o->data;
-
-	r->version = wsync_subscriber_version(role);
+	o->version = wsync_subscriber_version(role);
 }
 
 static const struct wsync_oneshot_role subscriber_ops = {
 	.start = role_start, .stop = role_stop, .free = role_free, .stopped = role_stopped,
 };
-
-static void done(void *userdata, int result)
-{
-	struct wsync_oneshot *o = userdata;
-	struct pull_result *r = o->data;
-	const char *e = wsync_subscriber_last_error(o->role);
-
-	r->finished = true;
-	r->result = result;
-	snprintf(r->message, sizeof(r->message), "%s", e ? e : "");
-	wsync_oneshot_done(o);
-}
 
 #define TOOL "wsync pull"
 
@@ -112,7 +92,6 @@ int tool_pull(int argc, char **argv)
 		{ 0 }
 	};
 	struct wsync_error err = { 0 };
-	struct pull_result r = { .result = -EINTR };
 	struct wsync_subscriber_once once = { 0 };
 	struct wsync_subscriber *sub = NULL;
 	struct wsync_oneshot o;
@@ -139,29 +118,28 @@ int tool_pull(int argc, char **argv)
 	code = wsync_oneshot_init(&o, TOOL, config, WSYNC_ROLE_SUBSCRIBER, verbose);
 	if (code)
 		return wsync_oneshot_free(&o, code);
-	o.data = &r;
 	/* no d.set_status: the progress callback draws a richer line */
 	e = wsync_subscriber_new(&o.d, &sub, &err);
 	if (e < 0)
 		return wsync_oneshot_free(&o, wsync_oneshot_fail(&o, e, &err));
 	once.progress = progress;
-	once.done = done;
+	once.done = wsync_oneshot_report;
 	once.userdata = &o;
 	wsync_subscriber_set_once(sub, &once);
 	wsync_oneshot_run(&o, &subscriber_ops, sub);
 
-	if (!r.finished) {
+	if (!o.finished) {
 		fprintf(stderr, TOOL ": %s: interrupted; the target stays at version %llu\n",
-			o.cfg.target_dir, (unsigned long long)r.version);
+			o.cfg.target_dir, (unsigned long long)o.version);
 		code = WSYNC_EXIT_FAILURE;
-	} else if (r.result == 0) {
-		printf("version %llu %s\n", (unsigned long long)r.version, o.cfg.target_dir);
+	} else if (o.result == 0) {
+		printf("version %llu %s\n", (unsigned long long)o.version, o.cfg.target_dir);
 		code = WSYNC_EXIT_OK;
 	} else {
-		fprintf(stderr, TOOL ": %s\n", r.result == -ENOENT ?
+		fprintf(stderr, TOOL ": %s\n", o.result == -ENOENT ?
 			"the bucket has no HEAD yet: nothing published" :
-			r.message[0] ? r.message : strerror(-r.result));
-		code = r.result == -EBADMSG ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
+			o.message[0] ? o.message : strerror(-o.result));
+		code = o.result == -EBADMSG ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
 	return wsync_oneshot_free(&o, code);
 }

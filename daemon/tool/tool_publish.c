@@ -29,14 +29,6 @@
 #include "tool.h"
 #include "tool_oneshot.h"
 
-struct publish_result {
-	bool finished;
-	int result;
-	uint64_t version;
-	int64_t step;
-	char message[512];
-};
-
 static void set_status(struct wsync_daemon *d, const char *line)
 {
 	wsync_oneshot_progress(d->data, line);
@@ -61,19 +53,6 @@ static const struct wsync_oneshot_role publisher_ops = {
 	.start = role_start, .stop = role_stop, .free = role_free,
 };
 
-static void done(int result, uint64_t version, int64_t step, const char *message, void *data)
-{
-	struct wsync_oneshot *o = data;
-	struct publish_result *r = o->data;
-
-	r->finished = true;
-	r->result = result;
-	r->version = version;
-	r->step = step;
-	snprintf(r->message, sizeof(r->message), "%s", message ? message : "");
-	wsync_oneshot_done(o);
-}
-
 #define TOOL "wsync publish"
 
 static const char synopsis[] = "Usage: wsync publish --config FILE [-v] DIR\n";
@@ -97,7 +76,6 @@ int tool_publish(int argc, char **argv)
 		{ 0 }
 	};
 	struct wsync_error err = { 0 };
-	struct publish_result r = { .result = -EINTR };
 	struct wsync_publisher *pub = NULL;
 	struct wsync_oneshot o;
 	const char *config = NULL, *dir;
@@ -133,26 +111,25 @@ int tool_publish(int argc, char **argv)
 	code = wsync_oneshot_init(&o, TOOL, config, WSYNC_ROLE_PUBLISHER, verbose);
 	if (code)
 		return wsync_oneshot_free(&o, code);
-	o.data = &r;
 	o.d.set_status = set_status;
-	e = wsync_publisher_new_once(&o.d, dir, done, &o, &pub, &err);
+	e = wsync_publisher_new_once(&o.d, dir, wsync_oneshot_report, &o, &pub, &err);
 	if (e < 0)
 		return wsync_oneshot_free(&o, wsync_oneshot_fail(&o, e, &err));
 	wsync_oneshot_run(&o, &publisher_ops, pub);
 
-	if (!r.finished) {
+	if (!o.finished) {
 		fprintf(stderr, TOOL ": %s: interrupted before it was published\n", dir);
 		code = WSYNC_EXIT_FAILURE;
-	} else if (r.result == 0) {
-		printf("version %llu step %lld %s%s\n", (unsigned long long)r.version,
-		       (long long)r.step, dir,
-		       strcmp(r.message, "already published") == 0 ? " (already published)" :
+	} else if (o.result == 0) {
+		printf("version %llu step %lld %s%s\n", (unsigned long long)o.version,
+		       (long long)o.step, dir,
+		       strcmp(o.message, "already published") == 0 ? " (already published)" :
 								      "");
 		code = WSYNC_EXIT_OK;
 	} else {
-		fprintf(stderr, TOOL ": %s\n", r.message[0] ? r.message :
-			strerror(-r.result));
-		code = r.result == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
+		fprintf(stderr, TOOL ": %s\n", o.message[0] ? o.message :
+			strerror(-o.result));
+		code = o.result == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
 	return wsync_oneshot_free(&o, code);
 }

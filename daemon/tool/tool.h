@@ -59,12 +59,15 @@ void tool_print_config_errors(const char *tool, const struct wsync_config_errors
  * daemon's [daemon] threads default. */
 unsigned tool_default_threads(void);
 
-/* --threads N: 1..1024; 0 or -EINVAL. */
-int tool_parse_threads(const char *s, unsigned *ret);
+/* --threads N: 1..1024.  0, or a usage error (tool_usage_error()) and
+ * WSYNC_EXIT_USAGE. */
+int tool_option_threads(const char *tool, const char *synopsis, const char *s,
+			unsigned *ret);
 
-/* --memory SIZE: 64MiB..1TiB (as [daemon] memory_limit); 0 or -EINVAL. */
+/* --memory SIZE: 64MiB..1TiB (as [daemon] memory_limit).  0, or a usage
+ * error and WSYNC_EXIT_USAGE. */
 #define TOOL_MEMORY_MIN (64ULL << 20)
 #define TOOL_MEMORY_MAX (1ULL << 40)
-int tool_parse_memory(const char *s, uint64_t *ret);
+int tool_option_memory(const char *tool, const char *synopsis, const char *s, uint64_t *ret);
 
 #endif

@@ -97,17 +97,14 @@ int tool_apply(int argc, char **argv)
 			aopts.out_dir = optarg;
 			break;
 		case 't':
-			if (tool_parse_threads(optarg, &aopts.threads) < 0) {
-				return tool_usage_error(TOOL, synopsis, "--threads: expected "
-							"1..1024, not \"%s\"", optarg);
-			}
+			r = tool_option_threads(TOOL, synopsis, optarg, &aopts.threads);
+			if (r)
+				return r;
 			break;
 		case 'm':
-			if (tool_parse_memory(optarg, &aopts.memory_limit) < 0) {
-				return tool_usage_error(TOOL, synopsis, "--memory: expected a "
-							"size from 64MiB to 1TiB, not \"%s\"",
-							optarg);
-			}
+			r = tool_option_memory(TOOL, synopsis, optarg, &aopts.memory_limit);
+			if (r)
+				return r;
 			break;
 		case 'j':
 			json = true;

@@ -12,12 +12,13 @@
  *   e = wsync_<role>_new(&o.d, &role, &err);      o.d is the role's context
  *   if (e < 0) return wsync_oneshot_fail(&o, e, &err);
  *   wsync_oneshot_run(&o, &role_ops, role);       until the role stopped
- *   ... read o's results, print ...
+ *   ... print o's report (o.finished, o.result, ...) ...
  *   return wsync_oneshot_free(&o, code);
  *
- * The role's "done" callback calls wsync_oneshot_done(): the role is then
- * stopped from the loop (never from inside its own callback), freed, and
- * the loop ends.
+ * The role reports through wsync_oneshot_report() (its one-shot report
+ * callback, role.h, with o as data), which keeps the report in o and
+ * calls wsync_oneshot_done(): the role is then stopped from the loop
+ * (never from inside its own callback), freed, and the loop ends.
  */
 #ifndef WSYNC_TOOL_ONESHOT_H
 #define WSYNC_TOOL_ONESHOT_H
@@ -30,6 +31,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "error.h"
+#include "role.h"
 
 struct wsync_oneshot;
 
@@ -50,12 +52,19 @@ struct wsync_oneshot {
 	const char *tool;		/* "wsync pull": prefixes every message */
 	const struct wsync_oneshot_role *ops;
 	void *role;
-	void *data;			/* the tool's */
 	uv_signal_t sig_int, sig_term;
 	uv_timer_t tick;
-	bool tty, running, finished, stopping;
+	bool tty, running, stopping;
 	uint64_t t0;
 	char line[512];
+
+	/* The role's report (wsync_oneshot_report); finished false: none
+	 * came (interrupted), result -EINTR. */
+	bool finished;
+	int result;
+	uint64_t version;
+	int64_t step;
+	char message[600];
 };
 
 /* Load CONFIG and set up the loop, the store and the jobs thread.  0, or
@@ -77,6 +86,10 @@ void wsync_oneshot_run(struct wsync_oneshot *o, const struct wsync_oneshot_role 
 
 /* From the role's completion callback: it is finished; stop it. */
 void wsync_oneshot_done(struct wsync_oneshot *o);
+
+/* The role's one-shot report callback (wsync_role_report_cb, DATA the
+ * struct wsync_oneshot): keep R in it, then wsync_oneshot_done(). */
+void wsync_oneshot_report(const struct wsync_role_report *r, void *data);
 
 /* The progress line (shown on a terminal only). */
 void wsync_oneshot_progress(struct wsync_oneshot *o, const char *line);

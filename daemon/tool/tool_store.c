@@ -26,12 +26,12 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "config.h"
+#include "role.h"
 #include "store.h"
 #include "text.h"
 #include "tool.h"
@@ -81,35 +81,30 @@ static void store_usage(FILE *f)
 		   "78 bad --config file.\n", synopsis);
 }
 
-enum verb { PUT, GET, LS, RM, HEAD };
-
-static const struct {
-	const char *name;
-	enum verb verb;
-	int n_args;		/* positional arguments after the verb */
-} verbs[] = {
-	{ "put", PUT, 2 }, { "get", GET, 2 }, { "ls", LS, 1 }, { "rm", RM, 1 },
-	{ "head", HEAD, 1 },
-};
-
-/* What one invocation needs, and what its request returned. */
-struct run {
-	enum verb verb;
-	bool json;
-	const char *key;
-	int err;
-	char msg[WSYNC_ERROR_MSG_MAX];
-	bool printed_error;
-	bool not_modified;
-	char etag[128];
-};
-
 /* ---- the object URL ------------------------------------------------------ */
 
 /* A bucket URL and a key, split from an object URL (see the top). */
 struct target {
 	char *store_url;
 	char *key;		/* "" when the URL names the bucket only */
+};
+
+/* One invocation: what its options say, the object, the store, and what
+ * its one request returned. */
+struct run {
+	bool json;				/* --json (ls, head) */
+	struct wsync_store_get_options gopt;	/* get's --expect-*, ... */
+	uint8_t xxh3[16];			/* gopt.expect_xxh3 points here */
+	const char *endpoint, *region;		/* NULL: --config's or none */
+	struct wsync_config cfg;		/* --config's, when have_cfg */
+	bool have_cfg;
+	struct target t;			/* the URL, split */
+	struct wsync_store *store;
+
+	int err;				/* what the request returned */
+	char msg[WSYNC_ERROR_MSG_MAX];
+	bool not_modified;
+	char etag[128];
 };
 
 static void target_free(struct target *t)
@@ -268,10 +263,7 @@ static void on_done(struct wsync_store_result *res, void *userdata)
 
 static void format_time(int64_t t, char *buf, size_t len)
 {
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (t <= 0 || !gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+	if (t <= 0 || !wsync_role_time_text(t, buf, len))
 		snprintf(buf, len, "-");
 }
 
@@ -311,7 +303,7 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	if (res->err)
 		return;
 	if (run->json) {
-		json_t *o = json_pack("{s:s, s:I, s:s, s:I}", "key", run->key, "size",
+		json_t *o = json_pack("{s:s, s:I, s:s, s:I}", "key", run->t.key, "size",
 				      (json_int_t)res->size, "etag", res->etag, "mtime",
 				      (json_int_t)res->mtime);
 
@@ -321,7 +313,7 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 		return;
 	}
 	format_time(res->mtime, when, sizeof(when));
-	printf("key: %s\nsize: %" PRIu64 "\netag: %s\nmtime: %s\n", run->key, res->size,
+	printf("key: %s\nsize: %" PRIu64 "\netag: %s\nmtime: %s\n", run->t.key, res->size,
 	       res->etag, when);
 }
 
@@ -438,27 +430,60 @@ static int exit_for(int err)
 	return err == -EIO ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 }
 
-/* Submit the one request of run (FILE is local, t the object). */
-static int submit(struct wsync_store *store, struct run *run, const char *local,
-		  const struct target *t, uint8_t *stdin_data, size_t stdin_len,
-		  const char *get_path, const struct wsync_store_get_options *gopt)
+/* The bucket and key of URL (is_list: a prefix, for ls) and the store
+ * that serves it, from --config, --endpoint and --region.  0, or the exit
+ * code after saying why. */
+static int open_store(struct run *run, const char *url, bool is_list)
 {
-	switch (run->verb) {
-	case PUT:
-		if (stdin_data)
-			return wsync_store_put_buf(store, t->key, stdin_data, stdin_len, on_done,
-						   run);
-		return wsync_store_put_file(store, t->key, local, on_done, run);
-	case GET:
-		return wsync_store_get_file(store, t->key, get_path, gopt, on_done, run);
-	case LS:
-		return wsync_store_list(store, t->key, on_list, run);
-	case RM:
-		return wsync_store_delete(store, t->key, on_done, run);
-	case HEAD:
-		return wsync_store_head(store, t->key, on_head, run);
+	struct wsync_store_options opt = { .path_style = -1 };
+	struct wsync_error err = { 0 };
+	int r;
+
+	if (split_url(url, run->have_cfg ? &run->cfg : NULL, is_list, &run->t, &err) < 0) {
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
+		return err.code == -ENOMEM ? WSYNC_EXIT_FAILURE : WSYNC_EXIT_USAGE;
 	}
-	return -EINVAL;
+	r = is_list ? check_prefix(run->t.key, &err) : wsync_url_check_key(run->t.key, &err);
+	if (r < 0) {
+		fprintf(stderr, TOOL ": key \"%s\" %s\n", run->t.key, wsync_error_str(&err));
+		return WSYNC_EXIT_USAGE;
+	}
+	if (run->have_cfg)
+		(void)wsync_config_store_options(&run->cfg, &opt);
+	opt.url = run->t.store_url;
+	if (run->endpoint)
+		opt.endpoint = run->endpoint;
+	if (run->region)
+		opt.region = run->region;
+	r = wsync_store_new(NULL, &opt, &run->store, &err);
+	if (r < 0) {
+		fprintf(stderr, TOOL ": %s: %s\n", run->t.store_url, wsync_error_str(&err));
+		return r == -EINVAL ? WSYNC_EXIT_USAGE : WSYNC_EXIT_FAILURE;
+	}
+	return 0;
+}
+
+/* Wait for the request just submitted (r: what submitting it returned)
+ * and say what went wrong: 0, or the exit code after saying why.  A
+ * missing object is "no such object" but for put. */
+static int wait_request(struct run *run, int r, bool is_put)
+{
+	if (r < 0) {
+		fprintf(stderr, TOOL ": %s: %s\n", run->t.key, strerror(-r));
+		return WSYNC_EXIT_FAILURE;
+	}
+	r = wsync_store_wait(run->store);
+	if (r < 0 && !run->err)
+		run->err = r;
+	if (run->err == -ENOENT && !is_put) {
+		fprintf(stderr, TOOL ": no such object: %s\n", run->t.key);
+		return WSYNC_EXIT_FAILURE;
+	}
+	if (run->err) {
+		fprintf(stderr, TOOL ": %s\n", run->msg[0] ? run->msg : strerror(-run->err));
+		return exit_for(run->err);
+	}
+	return WSYNC_EXIT_OK;
 }
 
 /* get into a directory: the key's last component there. */
@@ -495,6 +520,138 @@ static uint64_t free_space(const char *path)
 	return n;
 }
 
+/* ---- the subcommands ------------------------------------------------------ */
+
+/* put FILE URL: FILE "-" is stdin, read into memory first. */
+static int store_put(struct run *run, char **args)
+{
+	const char *file = args[0];
+	uint8_t *data = NULL;
+	size_t len = 0;
+	int r, code;
+
+	code = open_store(run, args[1], false);
+	if (code)
+		return code;
+	if (strcmp(file, "-") == 0) {
+		r = read_stdin(&data, &len);
+		if (r < 0) {
+			fprintf(stderr, TOOL ": reading stdin: %s\n", r == -EFBIG ?
+				"more than 1 GiB (give a file instead)" : strerror(-r));
+			return WSYNC_EXIT_FAILURE;
+		}
+		r = wsync_store_put_buf(run->store, run->t.key, data, len, on_done, run);
+	} else {
+		r = wsync_store_put_file(run->store, run->t.key, file, on_done, run);
+	}
+	code = wait_request(run, r, true);
+	free(data);
+	return code;
+}
+
+/* get URL FILE: FILE "-" is stdout, through a temp file (the store writes
+ * files); FILE a directory, the key's last component in it. */
+static int store_get(struct run *run, char **args)
+{
+	const char *file = args[1];
+	char *path = NULL, tmp[64] = "";
+	int r, code;
+
+	code = open_store(run, args[0], false);
+	if (code)
+		return code;
+	if (strcmp(file, "-") == 0) {
+		const char *dir = getenv("TMPDIR");
+		int fd;
+
+		snprintf(tmp, sizeof(tmp), "%s/wsync-get.XXXXXX",
+			 dir && *dir && strlen(dir) < 40 ? dir : "/tmp");
+		fd = mkstemp(tmp);
+		if (fd < 0) {
+			fprintf(stderr, TOOL ": %s: %s\n", tmp, strerror(errno));
+			return WSYNC_EXIT_FAILURE;
+		}
+		(void)close(fd);
+		path = strdup(tmp);
+	} else {
+		path = get_destination(file, run->t.key);
+	}
+	if (!path) {
+		fprintf(stderr, TOOL ": out of memory\n");
+		code = WSYNC_EXIT_FAILURE;
+		goto out;
+	}
+	/* A server's word for the size is not enough: take no more than fits
+	 * where it goes, unless told the size or a bound. */
+	if (run->gopt.expect_size < 0 && !run->gopt.max_size)
+		run->gopt.max_size = free_space(path);
+	code = wait_request(run, wsync_store_get_file(run->store, run->t.key, path, &run->gopt,
+						      on_done, run), false);
+	if (code)
+		goto out;
+	if (run->not_modified) {
+		fprintf(stderr, TOOL ": not modified: %s (ETag %s)\n", run->t.key, run->etag);
+		goto out;
+	}
+	if (tmp[0]) {
+		r = cat_and_remove(tmp);
+		tmp[0] = '\0';
+		if (r < 0) {
+			fprintf(stderr, TOOL ": writing to stdout: %s\n", strerror(-r));
+			code = WSYNC_EXIT_FAILURE;
+		}
+	}
+out:
+	if (tmp[0])
+		(void)unlink(tmp);
+	free(path);
+	return code;
+}
+
+/* ls URL: the keys under a prefix, with their sizes. */
+static int store_ls(struct run *run, char **args)
+{
+	int code = open_store(run, args[0], true);
+
+	return code ? code :
+		      wait_request(run, wsync_store_list(run->store, run->t.key, on_list, run),
+				   false);
+}
+
+/* rm URL */
+static int store_rm(struct run *run, char **args)
+{
+	int code = open_store(run, args[0], false);
+
+	return code ? code :
+		      wait_request(run, wsync_store_delete(run->store, run->t.key, on_done, run),
+				   false);
+}
+
+/* head URL: size, ETag and mtime of one object. */
+static int store_head(struct run *run, char **args)
+{
+	int code = open_store(run, args[0], false);
+
+	return code ? code :
+		      wait_request(run, wsync_store_head(run->store, run->t.key, on_head, run),
+				   false);
+}
+
+static const struct verb {
+	const char *name;
+	int n_args;		/* positional arguments after the verb */
+	bool json;		/* takes --json */
+	bool get_options;	/* takes --expect-size, --expect-xxh3, ... */
+	int (*run)(struct run *run, char **args);
+} verbs[] = {
+	{ "put", 2, false, false, store_put },
+	{ "get", 2, false, true, store_get },
+	{ "ls", 1, true, false, store_ls },
+	{ "rm", 1, false, false, store_rm },
+	{ "head", 1, true, false, store_head },
+};
+
 int tool_store(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -509,21 +666,11 @@ int tool_store(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *config_path = NULL, *endpoint = NULL, *region = NULL, *url, *local = NULL;
-	struct wsync_config cfg = { 0 };
-	struct wsync_store_options opt = { .path_style = -1 };
-	struct wsync_store *store = NULL;
-	struct wsync_error err = { 0 };
-	struct target t = { 0 };
-	struct run run = { 0 };
-	uint8_t *stdin_data = NULL;
-	size_t stdin_len = 0;
-	char *get_path = NULL, tmp_path[64] = "";
-	struct wsync_store_get_options gopt = WSYNC_STORE_GET_OPTIONS_INIT;
-	bool have_cfg = false, found = false;
-	uint8_t xxh3[16];
+	struct run run = { .gopt = WSYNC_STORE_GET_OPTIONS_INIT };
+	const struct verb *verb = NULL;
+	const char *config_path = NULL;
 	uint64_t v;
-	int c, r, ret = WSYNC_EXIT_FAILURE;
+	int c, code;
 
 	optind = 1;
 	opterr = 0;
@@ -533,10 +680,10 @@ int tool_store(int argc, char **argv)
 			config_path = optarg;
 			break;
 		case 'e':
-			endpoint = optarg;
+			run.endpoint = optarg;
 			break;
 		case 'r':
-			region = optarg;
+			run.region = optarg;
 			break;
 		case 'j':
 			run.json = true;
@@ -546,17 +693,17 @@ int tool_store(int argc, char **argv)
 				return tool_usage_error(TOOL, synopsis, "--expect-size: expected "
 							"a number of bytes, not \"%s\"", optarg);
 			}
-			gopt.expect_size = (int64_t)v;
+			run.gopt.expect_size = (int64_t)v;
 			break;
 		case 'x':
-			if (parse_hex128(optarg, xxh3) < 0) {
+			if (parse_hex128(optarg, run.xxh3) < 0) {
 				return tool_usage_error(TOOL, synopsis, "--expect-xxh3: expected "
 							"32 hex digits, not \"%s\"", optarg);
 			}
-			gopt.expect_xxh3 = xxh3;
+			run.gopt.expect_xxh3 = run.xxh3;
 			break;
 		case 'i':
-			gopt.if_none_match = optarg;
+			run.gopt.if_none_match = optarg;
 			break;
 		case 'm':
 			if (wsync_parse_size(optarg, &v) < 0 || v == 0) {
@@ -564,7 +711,7 @@ int tool_store(int argc, char **argv)
 							"a size (4096, 64MiB, 2GiB), not \"%s\"",
 							optarg);
 			}
-			gopt.max_size = v;
+			run.gopt.max_size = v;
 			break;
 		case 'h':
 			store_usage(stdout);
@@ -576,148 +723,41 @@ int tool_store(int argc, char **argv)
 	if (optind >= argc)
 		return tool_usage_error(TOOL, synopsis, "missing a command (put, get, ls, rm "
 					"or head)");
-	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
-		if (strcmp(argv[optind], verbs[i].name) != 0)
-			continue;
-		found = true;
-		run.verb = verbs[i].verb;
-		if (argc - optind - 1 != verbs[i].n_args) {
-			fprintf(stderr, TOOL " %s: expected %d argument%s (see wsync store "
-				"--help)\n", verbs[i].name, verbs[i].n_args,
-				verbs[i].n_args == 1 ? "" : "s");
-			return WSYNC_EXIT_USAGE;
-		}
-	}
-	if (!found) {
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]) && !verb; i++)
+		if (strcmp(argv[optind], verbs[i].name) == 0)
+			verb = &verbs[i];
+	if (!verb) {
 		fprintf(stderr, TOOL ": unknown command \"%s\" (put, get, ls, rm or head)\n",
 			argv[optind]);
 		return WSYNC_EXIT_USAGE;
 	}
-	if (run.json && run.verb != LS && run.verb != HEAD) {
+	if (argc - optind - 1 != verb->n_args) {
+		fprintf(stderr, TOOL " %s: expected %d argument%s (see wsync store --help)\n",
+			verb->name, verb->n_args, verb->n_args == 1 ? "" : "s");
+		return WSYNC_EXIT_USAGE;
+	}
+	if (run.json && !verb->json) {
 		fprintf(stderr, TOOL ": --json goes with ls and head\n");
 		return WSYNC_EXIT_USAGE;
 	}
-	if ((gopt.expect_size >= 0 || gopt.expect_xxh3 || gopt.if_none_match ||
-	     gopt.max_size) && run.verb != GET) {
+	if ((run.gopt.expect_size >= 0 || run.gopt.expect_xxh3 || run.gopt.if_none_match ||
+	     run.gopt.max_size) && !verb->get_options) {
 		fprintf(stderr, TOOL ": --expect-size, --expect-xxh3, --if-none-match and "
 			"--max-size go with get\n");
 		return WSYNC_EXIT_USAGE;
 	}
-	url = run.verb == PUT ? argv[optind + 2] : argv[optind + 1];
-	if (run.verb == PUT)
-		local = argv[optind + 1];
-	else if (run.verb == GET)
-		local = argv[optind + 2];
-
 	if (config_path) {
-		r = load_config(config_path, &cfg);
-		if (r != WSYNC_EXIT_OK) {
-			wsync_config_free(&cfg);
-			return r;
+		code = load_config(config_path, &run.cfg);
+		if (code != WSYNC_EXIT_OK) {
+			wsync_config_free(&run.cfg);
+			return code;
 		}
-		have_cfg = true;
+		run.have_cfg = true;
 	}
-	if (split_url(url, have_cfg ? &cfg : NULL, run.verb == LS, &t, &err) < 0) {
-		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
-		ret = err.code == -ENOMEM ? WSYNC_EXIT_FAILURE : WSYNC_EXIT_USAGE;
-		goto out;
-	}
-	if ((run.verb == LS ? check_prefix(t.key, &err) : wsync_url_check_key(t.key, &err)) < 0) {
-		fprintf(stderr, TOOL ": key \"%s\" %s\n", t.key, wsync_error_str(&err));
-		ret = WSYNC_EXIT_USAGE;
-		goto out;
-	}
-	run.key = t.key;
-
-	if (have_cfg)
-		(void)wsync_config_store_options(&cfg, &opt);
-	opt.url = t.store_url;
-	if (endpoint)
-		opt.endpoint = endpoint;
-	if (region)
-		opt.region = region;
-	r = wsync_store_new(NULL, &opt, &store, &err);
-	if (r < 0) {
-		fprintf(stderr, TOOL ": %s: %s\n", t.store_url, wsync_error_str(&err));
-		ret = r == -EINVAL ? WSYNC_EXIT_USAGE : WSYNC_EXIT_FAILURE;
-		goto out;
-	}
-
-	if (run.verb == PUT && strcmp(local, "-") == 0) {
-		r = read_stdin(&stdin_data, &stdin_len);
-		if (r < 0) {
-			fprintf(stderr, TOOL ": reading stdin: %s\n",
-				r == -EFBIG ? "more than 1 GiB (give a file instead)" : strerror(-r));
-			goto out;
-		}
-	}
-	if (run.verb == GET) {
-		if (strcmp(local, "-") == 0) {
-			const char *dir = getenv("TMPDIR");
-			int fd;
-
-			snprintf(tmp_path, sizeof(tmp_path), "%s/wsync-get.XXXXXX",
-				 dir && *dir && strlen(dir) < 40 ? dir : "/tmp");
-			fd = mkstemp(tmp_path);
-			if (fd < 0) {
-				fprintf(stderr, TOOL ": %s: %s\n", tmp_path, strerror(errno));
-				tmp_path[0] = '\0';
-				goto out;
-			}
-			(void)close(fd);
-			get_path = strdup(tmp_path);
-		} else {
-			get_path = get_destination(local, t.key);
-		}
-		if (!get_path) {
-			fprintf(stderr, TOOL ": out of memory\n");
-			goto out;
-		}
-		/* A server's word for the size is not enough: take no more
-		 * than fits where it goes, unless told the size or a bound. */
-		if (gopt.expect_size < 0 && !gopt.max_size)
-			gopt.max_size = free_space(get_path);
-	}
-
-	r = submit(store, &run, local, &t, stdin_data, stdin_len, get_path, &gopt);
-	if (r < 0) {
-		fprintf(stderr, TOOL ": %s: %s\n", t.key, strerror(-r));
-		goto out;
-	}
-	r = wsync_store_wait(store);
-	if (r < 0 && !run.err)
-		run.err = r;
-	if (run.err == -ENOENT && run.verb != PUT) {
-		fprintf(stderr, TOOL ": no such object: %s\n", t.key);
-		goto out;
-	}
-	if (run.err) {
-		fprintf(stderr, TOOL ": %s\n", run.msg[0] ? run.msg : strerror(-run.err));
-		ret = exit_for(run.err);
-		goto out;
-	}
-	if (run.verb == GET && run.not_modified) {
-		fprintf(stderr, TOOL ": not modified: %s (ETag %s)\n", t.key, run.etag);
-		ret = WSYNC_EXIT_OK;
-		goto out;
-	}
-	if (run.verb == GET && tmp_path[0]) {
-		r = cat_and_remove(tmp_path);
-		tmp_path[0] = '\0';
-		if (r < 0) {
-			fprintf(stderr, TOOL ": writing to stdout: %s\n", strerror(-r));
-			goto out;
-		}
-	}
-	ret = WSYNC_EXIT_OK;
-out:
-	if (tmp_path[0])
-		(void)unlink(tmp_path);
-	wsync_store_free(store);
-	free(get_path);
-	free(stdin_data);
-	target_free(&t);
-	if (have_cfg)
-		wsync_config_free(&cfg);
-	return ret;
+	code = verb->run(&run, argv + optind + 1);
+	wsync_store_free(run.store);
+	target_free(&run.t);
+	if (run.have_cfg)
+		wsync_config_free(&run.cfg);
+	return code;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "daemon.h"
+#include "role.h"
 
 struct wsync_subscriber;
 
@@ -21,12 +22,12 @@ int wsync_subscriber_write_status(struct wsync_subscriber *r);
 
 /*
  * One-shot mode (`wsync pull`), set between _new() and _start(): one
- * cycle -- HEAD, plan, download, apply -- then done(result) instead of the
- * next poll.  No status file is written; hooks run only with hooks = true,
- * and done waits for them.  result: 0 the target is at HEAD; -EBADMSG
- * bucket data was refused (signature, hash, rollback); -ENOENT the bucket
- * has no HEAD; -EIO any other failure (wsync_subscriber_last_error() says
- * which).  progress, when set, gets every status change (state is
+ * cycle -- HEAD, plan, download, apply -- then done (role.h's one-shot
+ * report) instead of the next poll.  No status file is written; hooks run
+ * only with hooks = true, and done waits for them.  result: 0 the target
+ * is at HEAD; -EBADMSG bucket data was refused (signature, hash,
+ * rollback); -ENOENT the bucket has no HEAD; -EIO any other failure
+ * (message says which); version and step: the target's.  progress, when set, gets every status change (state is
  * "idle", "downloading", "applying" or "error"; line is the one-line
  * status; done/total are the plan's bytes).  The caller then stops and
  * frees the subscriber as usual.
@@ -35,13 +36,11 @@ struct wsync_subscriber_once {
 	bool hooks;
 	void (*progress)(void *userdata, const char *state, const char *line,
 			 uint64_t done, uint64_t total);
-	void (*done)(void *userdata, int result);
+	wsync_role_report_cb done;	/* data: userdata */
 	void *userdata;
 };
 void wsync_subscriber_set_once(struct wsync_subscriber *r, const struct wsync_subscriber_once *o);
 
-/* What went wrong in the last cycle, or NULL. */
-const char *wsync_subscriber_last_error(const struct wsync_subscriber *r);
 /* The version the target holds (0: none). */
 uint64_t wsync_subscriber_version(const struct wsync_subscriber *r);
 

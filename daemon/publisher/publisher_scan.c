@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * publisher_scan.c -- which checkpoint the publisher publishes next
+ * (publisher_local.h): what the watched folder holds is read by
+ * checkpoint_scan.h and judged by checkpoint_complete.h; a checkpoint is
+ * published once, when it is a complete model whose shipped files have
+ * not changed for settle_time, and of several only the newest.  What the
+ * newest one not yet published waits for is logged once per file and
+ * kind of wait, and shown in the status.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log-messages.h"
+#include "log.h"
+#include "publisher_local.h"
+
+struct seen *pub_seen_get(struct wsync_publisher *p, const char *name)
+{
+	struct seen *ns;
+
+	for (size_t i = 0; i < p->n_seen; i++)
+		if (strcmp(p->seen[i].name, name) == 0)
+			return &p->seen[i];
+	ns = realloc(p->seen, (p->n_seen + 1) * sizeof(*ns));
+	if (!ns)
+		return NULL;
+	p->seen = ns;
+	ns = &p->seen[p->n_seen];
+	memset(ns, 0, sizeof(*ns));
+	if (!(ns->name = strdup(name)))
+		return NULL;
+	p->n_seen++;
+	return ns;
+}
+
+static void seen_prune(struct wsync_publisher *p)
+{
+	for (size_t i = 0; i < p->n_seen;) {
+		if (!p->seen[i].present) {
+			free(p->seen[i].name);
+			ckcomplete_cache_free(p->seen[i].cache);
+			p->seen[i] = p->seen[--p->n_seen];
+		} else {
+			p->seen[i++].present = false;
+		}
+	}
+}
+
+void pub_candidate_free(struct candidate *c)
+{
+	free(c->name);
+	ckscan_tree_free(&c->tree);
+	if (c->dfd >= 0)
+		(void)close(c->dfd);
+	c->dfd = -1;
+}
+
+/* What the newest checkpoint not yet published waits for, as a scan
+ * finds it. */
+struct waiting {
+	char text[WSYNC_ERROR_MSG_MAX + 64];
+	int64_t newest_mtime_ns;
+	bool set;
+};
+
+/* The step of a complete checkpoint: the trailing digits of its name,
+ * else trainer_state.json's global_step, else one past the last. */
+static int64_t step_of(struct wsync_publisher *p, const char *name, int dfd)
+{
+	int64_t step;
+
+	if (!*name || ckscan_step_from_name(name, &step) < 0) {
+		if (ckscan_read_global_step(dfd, &step) < 0)
+			step = p->has_step ? p->step + 1 : 1;
+	}
+	return step;
+}
+
+/* Checkpoint dir waits (why): the journal hears of it once per file and
+ * kind of wait (not at every byte a shard grows), the scan's summary
+ * (status) of the newest one. */
+static void note_waiting(struct wsync_publisher *p, struct seen *s, const char *dir,
+			 const struct ckscan_tree *t, const char *why, struct waiting *w)
+{
+	size_t key = strcspn(why, "(");
+
+	if (strlen(s->wait_key) != key || strncmp(s->wait_key, why, key) != 0) {
+		snprintf(s->wait_key, sizeof(s->wait_key), "%.*s", (int)key, why);
+		log_info("checkpoint %s is not complete yet: %s", dir, why);
+	}
+	if (!w->set || t->newest_mtime_ns > w->newest_mtime_ns) {
+		snprintf(w->text, sizeof(w->text), "%s", why);
+		w->newest_mtime_ns = t->newest_mtime_ns;
+		w->set = true;
+	}
+}
+
+/* Look at one checkpoint directory, dir, open at dfd (kept by the caller,
+ * for c when 1): 1 complete and settled (c filled, but for c->dfd), 0
+ * not (yet): *wake_ms lowered to when it would have settled, w told what
+ * it waits for.  A checkpoint is published once, when it is a complete
+ * model (checkpoint_complete.h) whose shipped files have not changed for
+ * settle_time (quiet_period for complete_when = quiet) since a scan saw
+ * them so; one that settles broken is rejected once, and judged again
+ * when its files change. */
+static int judge(struct wsync_publisher *p, const char *name, const char *dir, int dfd,
+		 struct candidate *c, uint64_t *wake_ms, struct waiting *w)
+{
+	const struct wsync_config *cfg = p->cfg;
+	struct ckcomplete_opts o = {
+		.marker = cfg->complete_when == WSYNC_COMPLETE_MARKER ? cfg->marker : NULL,
+		.marker_last = p->inplace,
+	};
+	struct wsync_error why = { 0 };
+	struct ckscan_tree t;
+	uint64_t settle = cfg->settle_time_ms, now = pub_now_ms(p);
+	struct seen *s;
+	int r;
+
+	r = ckscan_tree_read_at(dfd, dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
+	if (r < 0) {
+		if (r != -ENOENT)
+			log_debug("%s", wsync_error_str(&why));
+		return 0;
+	}
+	if (t.n == 0)
+		goto no;
+	s = pub_seen_get(p, name);
+	if (!s)
+		goto no;
+	s->present = true;
+	if (s->fingerprint != t.fingerprint) {
+		s->fingerprint = t.fingerprint;
+		s->since_ms = now;
+	}
+	/* Published already, or older than what was, or broken and
+	 * unchanged since: nothing to judge, nothing to remember. */
+	if (t.fingerprint == p->source_fp ||
+	    (uint64_t)t.newest_mtime_ns <= p->source_mtime_ns ||
+	    s->rejected_fp == t.fingerprint) {
+		ckcomplete_cache_free(s->cache);
+		s->cache = NULL;
+		goto no;
+	}
+
+	if (!s->cache && !(s->cache = ckcomplete_cache_new()))
+		goto no;
+	o.cache = s->cache;
+	r = ckcomplete_judge(dfd, dir, &t, &o, &why);
+	if (r == -ENOMEM)
+		goto no;
+	if (cfg->complete_when == WSYNC_COMPLETE_QUIET && cfg->quiet_period_ms > settle)
+		settle = cfg->quiet_period_ms;
+	if (r == 0) {
+		note_waiting(p, s, dir, &t, wsync_error_str(&why), w);
+		goto no;
+	}
+	if (now - s->since_ms < settle) {
+		/* complete or broken: either way, let it settle first */
+		char text[WSYNC_ERROR_MSG_MAX + 64];
+
+		if (s->since_ms + settle < *wake_ms)
+			*wake_ms = s->since_ms + settle;
+		snprintf(text, sizeof(text), "%s to settle (unchanged for %.1f of %.1f s)%s%s",
+			 dir, (double)(now - s->since_ms) / 1000, (double)settle / 1000,
+			 r < 0 ? ": " : "", r < 0 ? wsync_error_str(&why) : "");
+		if (!w->set || t.newest_mtime_ns > w->newest_mtime_ns) {
+			snprintf(w->text, sizeof(w->text), "%s", text);
+			w->newest_mtime_ns = t.newest_mtime_ns;
+			w->set = true;
+		}
+		goto no;
+	}
+	if (r < 0) {
+		s->rejected_fp = t.fingerprint;
+		s->wait_key[0] = '\0';
+		p->rejected++;
+		pub_set_error(p, "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
+		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
+						.file = dir),
+			  "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
+		goto no;
+	}
+	s->wait_key[0] = '\0';
+	c->name = strdup(name);
+	if (!c->name)
+		goto no;
+	PATHF(c->dir, "%s", dir);
+	c->dfd = -1;
+	c->step = step_of(p, name, dfd);
+	c->tree = t;
+	return 1;
+no:
+	ckscan_tree_free(&t);
+	return 0;
+}
+
+/* A scan found the newest checkpoint not yet published waiting for w
+ * (or none waiting): say so when that changed. */
+static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
+{
+	const char *text = w->set ? w->text : "";
+
+	if (strcmp(p->waiting, text) == 0)
+		return;
+	snprintf(p->waiting, sizeof(p->waiting), "%s", text);
+	if (p->state == PUB_IDLE)
+		pub_status_idle(p);
+}
+
+static void scan_once(struct wsync_publisher *p);
+
+/* Find the newest complete checkpoint and publish it; log what it
+ * supersedes. */
+void pub_scan(struct wsync_publisher *p)
+{
+	struct candidate *cs = NULL, best;
+	struct waiting w = { .set = false };
+	size_t n = 0, bi = 0;
+	uint64_t wake = UINT64_MAX;
+
+	if (p->once_dir) {
+		if (!p->once.reported)
+			scan_once(p);
+		return;
+	}
+	if (p->inplace) {
+		struct candidate c;
+		/* watch_dir as configured (it may be a link); nothing below it
+		 * is followed */
+		int dfd = open(p->watch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd >= 0 && judge(p, "", p->watch_dir, dfd, &c, &wake, &w) == 1) {
+			c.dfd = dfd;
+			dfd = -1;
+			cs = malloc(sizeof(*cs));
+			if (cs)
+				cs[n++] = c;
+			else
+				pub_candidate_free(&c);
+		}
+		if (dfd >= 0)
+			(void)close(dfd);
+	} else {
+		DIR *d = opendir(p->watch_dir);
+		struct dirent *de;
+
+		if (!d) {
+			pub_set_error(p, "%s: %s", p->watch_dir, strerror(errno));
+			log_warning("cannot read %s: %s", p->watch_dir, strerror(errno));
+		}
+		while (d && (de = readdir(d))) {
+			char dir[PATH_MAX];
+			struct candidate c, *nc;
+			int dfd;
+
+			if (de->d_name[0] == '.' ||
+			    fnmatch(p->cfg->step_pattern, de->d_name, 0) != 0)
+				continue;
+			PATHF(dir, "%s/%s", p->watch_dir, de->d_name);
+			/* A step directory, not a link to one (nor one swapped
+			 * in later: everything after reads through dfd). */
+			dfd = openat(dirfd(d), de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (dfd < 0)
+				continue;
+			if (judge(p, de->d_name, dir, dfd, &c, &wake, &w) != 1) {
+				(void)close(dfd);
+				continue;
+			}
+			c.dfd = dfd;
+			nc = realloc(cs, (n + 1) * sizeof(*cs));
+			if (!nc) {
+				pub_candidate_free(&c);
+				continue;
+			}
+			cs = nc;
+			cs[n++] = c;
+		}
+		if (d)
+			closedir(d);
+	}
+	seen_prune(p);
+	if (wake != UINT64_MAX)
+		pub_schedule_scan(p, wake > pub_now_ms(p) ? wake - pub_now_ms(p) : 1);
+	if (n == 0) {
+		free(cs);
+		status_waiting(p, &w);
+		return;
+	}
+	p->waiting[0] = '\0';
+	/* The newest: the most recently written. */
+	for (size_t i = 1; i < n; i++)
+		if (cs[i].tree.newest_mtime_ns > cs[bi].tree.newest_mtime_ns)
+			bi = i;
+	best = cs[bi];
+	char skipped[512] = "";
+	size_t sl = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (i == bi)
+			continue;
+		if (sl < sizeof(skipped) - 32)
+			sl += (size_t)snprintf(skipped + sl, sizeof(skipped) - sl, "%s%s",
+					       sl ? ", " : "", cs[i].name);
+		p->skipped++;
+		/* a skipped checkpoint stays older than what gets published */
+		pub_candidate_free(&cs[i]);
+	}
+	free(cs);
+	pub_start_publication(p, &best, sl ? strdup(skipped) : NULL);
+}
+
+/* One-shot: the directory the caller named is the checkpoint, complete by
+ * its word -- except that a missing marker or a short shard is an error
+ * here rather than something to wait for. */
+static void scan_once(struct wsync_publisher *p)
+{
+	const char *dir = p->once_dir, *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+	struct wsync_error err = { 0 };
+	struct candidate c = { .dfd = -1 };
+	int r;
+
+	/* the directory the caller named, as named; nothing below it is
+	 * followed */
+	c.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r = c.dfd < 0 ? wsync_error_set(&err, -errno, "%s: %s", dir, strerror(errno)) :
+			ckscan_tree_read_at(c.dfd, dir, &p->filter,
+					    p->inplace ? p->skip_top : NULL, &c.tree, &err);
+	if (r < 0) {
+		pub_set_error(p, "%s", wsync_error_str(&err));
+		pub_candidate_free(&c);
+		pub_once_finish(p, r == -ENOENT || r == -ENOTDIR ? -EINVAL : r, NULL);
+		return;
+	}
+	if (c.tree.n == 0) {
+		pub_set_error(p, "%s: no file to ship (see include/exclude)", dir);
+		goto bad;
+	}
+	if (p->head_version && c.tree.fingerprint == p->source_fp) {
+		pub_candidate_free(&c);
+		pub_once_finish(p, 0, "already published");
+		return;
+	}
+	/* The completeness rules of the daemon, without the wait: what is
+	 * missing now is an error. */
+	{
+		struct ckcomplete_opts o = {
+			.marker = p->cfg->complete_when == WSYNC_COMPLETE_MARKER ?
+					  p->cfg->marker : NULL,
+		};
+
+		r = ckcomplete_judge(c.dfd, dir, &c.tree, &o, &err);
+		if (r == 0) {
+			pub_set_error(p, "%s is not complete: %s", dir, wsync_error_str(&err));
+			goto bad;
+		}
+		if (r < 0) {
+			pub_set_error(p, "%s: %s", dir, wsync_error_str(&err));
+			if (r != -EINVAL) {
+				pub_candidate_free(&c);
+				pub_once_finish(p, r, NULL);
+				return;
+			}
+			goto bad;
+		}
+	}
+	c.step = step_of(p, name, c.dfd);
+	c.name = strdup(name);
+	if (!c.name) {
+		pub_candidate_free(&c);
+		pub_set_error(p, "out of memory");
+		pub_once_finish(p, -ENOMEM, NULL);
+		return;
+	}
+	PATHF(c.dir, "%s", dir);
+	pub_start_publication(p, &c, NULL);
+	return;
+bad:
+	pub_candidate_free(&c);
+	pub_once_finish(p, -EINVAL, NULL);
+}
+
+
+void pub_seen_free(struct wsync_publisher *p)
+{
+	for (size_t i = 0; i < p->n_seen; i++) {
+		free(p->seen[i].name);
+		ckcomplete_cache_free(p->seen[i].cache);
+	}
+	free(p->seen);
+	p->seen = NULL;
+	p->n_seen = 0;
+}

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * role.c -- what both roles do alike (role.h): status.json, the bucket's
+ * outages and backoff, the one-shot report.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log-messages.h"
+#include "log.h"
+#include "role.h"
+
+/* ---- times ---- */
+
+bool wsync_role_time_text(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm)) {
+		snprintf(buf, len, "?");
+		return false;
+	}
+	return true;
+}
+
+json_t *wsync_role_time(int64_t t)
+{
+	char when[32];
+
+	if (t <= 0 || !wsync_role_time_text(t, when, sizeof(when)))
+		return json_null();
+	return json_string(when);
+}
+
+/* ---- status.json: writing ---- */
+
+/* A JSON string of S; bytes that are not UTF-8 (a file name from a
+ * trainer, say) become '?' rather than losing the field. */
+static json_t *text(const char *s)
+{
+	json_t *j = json_string(s ? s : "");
+	char *copy;
+
+	if (j)
+		return j;
+	copy = strdup(s);
+	if (!copy)
+		return NULL;
+	for (char *p = copy; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	j = json_string(copy);
+	free(copy);
+	return j;
+}
+
+json_t *wsync_role_status_new(const struct wsync_role_status *c)
+{
+	json_t *o = json_object();
+	int r = 0;
+
+	if (!o)
+		return NULL;
+	r |= json_object_set_new(o, "role", json_string(c->role));
+	r |= json_object_set_new(o, "state", json_string(c->stopped ? "stopped" : c->state));
+	r |= json_object_set_new(o, "stopped", json_boolean(c->stopped));
+	r |= json_object_set_new(o, "version", json_integer((json_int_t)c->version));
+	r |= json_object_set_new(o, "step", c->has_step ? json_integer((json_int_t)c->step) :
+							  json_null());
+	r |= json_object_set_new(o, "last_error", text(c->last_error));
+	r |= json_object_set_new(o, "store_ok", json_boolean(c->store_ok));
+	r |= json_object_set_new(o, "store_down_since",
+				 c->store_ok ? json_null() : wsync_role_time(c->store_down_since));
+	r |= json_object_set_new(o, "message", text(c->message));
+	r |= json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
+	r |= json_object_set_new(o, "updated", wsync_role_time((int64_t)time(NULL)));
+	if (r) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static int write_all(int fd, const char *s, size_t len)
+{
+	while (len) {
+		ssize_t w = write(fd, s, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		s += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int wsync_role_status_write(const char *runtime_dir, json_t *o)
+{
+	char *doc = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+	char *path = NULL, *tmp = NULL;
+	int fd, r;
+
+	json_decref(o);
+	if (!doc || asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, runtime_dir) < 0 ||
+	    asprintf(&tmp, "%s/." WSYNC_ROLE_STATUS_FILE ".tmp", runtime_dir) < 0) {
+		r = -ENOMEM;
+		goto out;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = write_all(fd, doc, strlen(doc));
+	if (r == 0)
+		r = write_all(fd, "\n", 1);
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		(void)unlink(tmp);
+out:
+	if (r < 0)
+		log_debug("%s/" WSYNC_ROLE_STATUS_FILE ": cannot write the status file: %s",
+			  runtime_dir, strerror(-r));
+	free(tmp);
+	free(path);
+	free(doc);
+	return r;
+}
+
+/* ---- status.json: reading ---- */
+
+static const char *str(json_t *o, const char *k)
+{
+	json_t *j = json_object_get(o, k);
+
+	return json_is_string(j) ? json_string_value(j) : NULL;
+}
+
+static bool str_is(json_t *o, const char *k, const char *v)
+{
+	const char *s = str(o, k);
+
+	return s && strcmp(s, v) == 0;
+}
+
+bool wsync_role_status_stopped(json_t *o)
+{
+	return str_is(o, "state", "stopped") || json_is_true(json_object_get(o, "stopped"));
+}
+
+const char *wsync_role_status_last_error(json_t *o)
+{
+	const char *e = str(o, "last_error");
+
+	return e && e[0] ? e : NULL;
+}
+
+bool wsync_role_status_healthy(json_t *o)
+{
+	return !str_is(o, "state", "error") &&
+	       !(str_is(o, "role", "subscriber") && wsync_role_status_last_error(o)) &&
+	       !json_is_false(json_object_get(o, "store_ok")) &&
+	       !json_is_true(json_object_get(o, "stale"));
+}
+
+/* ---- the bucket: outages and backoff ---- */
+
+bool wsync_role_store_failed(struct wsync_role_outage *o, const struct wsync_store *store,
+			     int64_t version, const char *what, const char *why)
+{
+	if (o->down) {
+		log_debug("%s: %s (still failing)", what, why);
+		return false;
+	}
+	o->down = true;
+	o->since = (int64_t)time(NULL);
+	wsync_log(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_UNREACHABLE,
+					.version = version),
+		  "bucket %s unreachable (%s: %s); retrying with backoff",
+		  wsync_store_describe(store), what, why);
+	return true;
+}
+
+bool wsync_role_store_worked(struct wsync_role_outage *o, const struct wsync_store *store)
+{
+	if (!o->down)
+		return false;
+	o->down = false;
+	wsync_log(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_STORE_REACHABLE),
+		  "bucket %s reachable again after %" PRId64 " s", wsync_store_describe(store),
+		  (int64_t)time(NULL) - o->since);
+	return true;
+}
+
+uint64_t wsync_role_backoff_next(struct wsync_role_backoff *b, uint64_t first_ms,
+				 uint64_t max_ms)
+{
+	b->ms = b->ms ? b->ms * 2 : first_ms;
+	if (b->ms > max_ms)
+		b->ms = max_ms;
+	return b->ms;
+}
+
+void wsync_role_backoff_reset(struct wsync_role_backoff *b)
+{
+	b->ms = 0;
+}
+
+/* ---- the one-shot report ---- */
+
+void wsync_role_once_report(struct wsync_role_once *o, int result, uint64_t version,
+			    int64_t step, const char *message)
+{
+	struct wsync_role_report r = { .result = result, .version = version, .step = step,
+				       .message = message ? message : "" };
+
+	if (o->reported)
+		return;
+	o->reported = true;
+	if (o->cb)
+		o->cb(&r, o->data);
+}

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_cycle.h -- the subscriber role's own state and the parts of
+ * its cycle (subscriber.c) that live in files of their own: the plan
+ * (subscriber_plan.c) and the transfer (subscriber_transfer.c).  Not a
+ * public header: only those three include it.  All of it runs on the loop
+ * thread.
+ */
+#ifndef WSYNC_SUBSCRIBER_CYCLE_H
+#define WSYNC_SUBSCRIBER_CYCLE_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "instance_lock.h"
+#include "manifest.h"
+#include "role.h"
+#include "sign.h"
+#include "subscriber.h"
+#include "subscriber_local.h"
+
+#define CHAIN_MAX 10000u	/* further behind than this: straight to the anchor */
+
+enum phase {
+	PH_NEW,		/* made, not started */
+	PH_STARTING,	/* jobs thread removing stray temps from target_dir */
+	PH_IDLE,	/* waiting for the poll timer */
+	PH_HEAD,	/* GET HEAD in flight */
+	PH_MANIFEST,	/* GET of HEAD's manifest in flight */
+	PH_CHECK,	/* jobs thread: quick check of the target against the state */
+	PH_PLAN,	/* GETs of the manifests the candidate paths need */
+	PH_TRANSFER,	/* objects downloading, steps applying in order */
+	PH_STOPPING,	/* waiting for the running job, then the timer's close */
+};
+
+enum mslot_state { MS_NONE, MS_FETCHING, MS_OK, MS_MISSING, MS_BAD };
+
+/* A version's manifest within one cycle. */
+struct mslot {
+	enum mslot_state st;
+	struct wsync_manifest m;
+	struct wsync_hash128 hash;	/* of the document as stored */
+};
+
+/* One object of the plan, applied in order. */
+struct step {
+	uint64_t version;
+	bool anchor;
+	struct mslot *ms;
+	const struct wsync_manifest_object *obj;
+	char *path;			/* in downloads/ */
+	bool downloaded;
+};
+
+struct cycle {
+	struct wsync_manifest_head head;
+	uint64_t lo;			/* ms[0] is version lo, ms[n_ms-1] HEAD's */
+	struct mslot *ms;
+	size_t n_ms;
+	uint64_t anchor;		/* newest anchor HEAD's manifest lists */
+	bool local_ok;			/* quick check passed */
+	bool chain_tried, anchor_tried;
+	bool anchor_plan;		/* the plan starts from the anchor */
+	struct step *steps;
+	size_t n_steps, next_apply;
+	unsigned inflight;		/* store requests of this cycle */
+	bool job_running;
+	bool failed;			/* ending: wait for inflight and the job */
+	bool chain_broken;		/* failed on the data: try the anchor next */
+	bool progressed;		/* at least one step applied */
+	uint64_t bytes_total, bytes_done;
+	uint64_t t0;			/* uv_now at the start of the transfer */
+	struct sub_apply_job job;
+};
+
+enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT };
+
+/* A store request in flight.  stop() detaches them (s = NULL): their
+ * callbacks then only free the record (the store ends them with
+ * -ECANCELED when wsyncd frees it), so stopping never waits for a
+ * download. */
+struct req {
+	struct wsync_subscriber *s;
+	struct req *prev, *next;
+	enum req_kind kind;
+	uint64_t version;
+	size_t step;
+};
+
+struct wsync_subscriber {
+	struct wsync_daemon *d;
+	const struct wsync_config *cfg;
+	struct wsync_sign_key *verify;
+	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
+	char *lock_path;		/* the target's */
+	struct wsync_instance_lock target_lock, state_lock;
+	struct sub_hooks hooks;
+	bool hooks_init;
+
+	/* one-shot mode (wsync pull) */
+	bool once;
+	struct wsync_subscriber_once once_opts;
+	bool once_verify_failed;	/* this cycle refused bucket data */
+	bool once_finished;
+	int once_result;
+	struct wsync_role_once once_report;
+
+	enum phase phase;
+	uv_timer_t timer;
+	bool timer_init, closing, stopping;
+	struct req *reqs;
+	struct cycle *c;
+	bool check_job_running;		/* a CHECK or start-up job on the jobs thread */
+
+	struct sub_local local;		/* what target_dir holds */
+	char *etag;			/* of the last HEAD fully dealt with */
+	bool force_anchor;		/* next plan: from the anchor (repair) */
+	bool local_damaged;		/* the target differs from its marker: a repair
+					 * from an anchor older than it is worth it */
+	struct wsync_role_backoff backoff;	/* after failed cycles */
+	uint64_t rng;
+
+	/* for status */
+	const char *state_word;
+	uint64_t head_version;
+	int64_t head_created;
+	bool stale, stale_logged;
+	struct wsync_role_outage outage;
+	char last_error[512];
+	uint64_t bytes_downloaded;
+	uint64_t plan_total, plan_done;	/* of the current or last transfer */
+	bool stopped;
+	char line[512];
+};
+
+/* ---- subscriber.c ---- */
+
+/* Status: the one-line summary from the state, for systemd, the status
+ * file and a one-shot run's progress; the last error (shown by it);
+ * a refusal of bucket data (VERIFY_FAILED, logged here); a store request
+ * that failed after the store's retries (what: the request) or worked --
+ * an outage is reported as role.h says. */
+void sub_update_status(struct wsync_subscriber *s);
+void sub_set_error(struct wsync_subscriber *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void sub_verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what);
+void sub_store_failed(struct wsync_subscriber *s, const char *what, int r,
+		      const struct wsync_error *e);
+void sub_store_worked(struct wsync_subscriber *s);
+
+/* Transient store errors, as opposed to answers about the data. */
+static inline bool sub_is_store_error(int r)
+{
+	return r != -ENOENT && r != -EIO && r != -EFBIG && r != -EBADMSG && r != -EINVAL;
+}
+
+/* An error's text: e's message, else strerror(-r). */
+static inline const char *sub_err_text(const struct wsync_error *e, int r)
+{
+	return e->code ? wsync_error_str(e) : strerror(-r);
+}
+
+/* "a/b", malloc'd; NULL when out of memory. */
+char *sub_path_join(const char *a, const char *b);
+
+/* A store request of the cycle: made and linked (NULL: no memory); ended:
+ * unlinked and freed, returning its subscriber (NULL when stop detached
+ * it). */
+struct req *sub_req_new(struct wsync_subscriber *s, enum req_kind kind, uint64_t version,
+			size_t step);
+struct wsync_subscriber *sub_req_end(struct req *q);
+
+/* The manifest slot of version v, or NULL when the cycle has none. */
+static inline struct mslot *sub_slot(struct cycle *c, uint64_t v)
+{
+	if (v < c->lo || v - c->lo >= c->n_ms)
+		return NULL;
+	return &c->ms[v - c->lo];
+}
+
+/* Fail the cycle: it ends once what is in flight has come back.  End it:
+ * once nothing is in flight, the hooks, the status, the next poll. */
+void sub_cycle_fail(struct wsync_subscriber *s);
+void sub_end_cycle(struct wsync_subscriber *s);
+
+/* ---- subscriber_plan.c ---- */
+
+/* Called whenever no manifest fetch of the cycle is in flight: fetch the
+ * manifests a path needs, or choose the path (the chain of deltas from
+ * the local version, or the newest anchor and the deltas after it) and
+ * start the transfer; the cycle fails when there is none. */
+void sub_decide(struct wsync_subscriber *s);
+
+/* ---- subscriber_transfer.c ---- */
+
+/* The plan: [the anchor of version c->anchor,] the deltas from `from` to
+ * HEAD.  Check the room for it, request every object at once (the store
+ * caps what is in flight), apply the steps in order as they arrive. */
+void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t from);
+
+#endif

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_transfer.c -- the subscriber's TRANSFER (subscriber_cycle.h):
+ * every object of the plan is downloaded into state_dir/subscriber/
+ * downloads/ (never into target_dir), checked against the size and XXH3
+ * its manifest gives, while the jobs thread applies the steps in order as
+ * their objects arrive (subscriber_apply.c), each ending with
+ * .wsync/state.json.  Before the transfer, state_dir's file system must
+ * have room for the objects; before each step, target_dir's for the files
+ * it writes (checked by the apply job).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log-messages.h"
+#include "log.h"
+#include "subscriber_cycle.h"
+
+static void try_apply(struct wsync_subscriber *s);
+
+static void on_job_done(void *data, bool cancelled)
+{
+	struct sub_apply_job *j = data;
+	struct wsync_subscriber *s = j->owner;
+	struct cycle *c = s->c;
+	struct step *st = &c->steps[c->next_apply];
+
+	c->job_running = false;
+	if (cancelled) {
+		sub_set_error(s, "version %" PRIu64 ": the apply job was dropped", st->version);
+		c->failed = true;
+	} else if (j->r < 0) {
+		char what[600];
+
+		snprintf(what, sizeof(what), "%s %s: %s", st->anchor ? "anchor" : "delta",
+			 st->obj->ref.key, sub_err_text(&j->err, j->r));
+		if (j->verify_failed) {
+			c->chain_broken = true;
+			if (j->local_damaged)
+				s->local_damaged = true;
+			sub_verify_failed(s, st->version, what);
+		} else {
+			log_error("applying version %" PRIu64 " failed: %s; target stays at "
+				  "version %" PRIu64, st->version, what, s->local.version);
+			sub_set_error(s, "applying version %" PRIu64 ": %s", st->version, what);
+		}
+		c->failed = true;
+	} else {
+		sub_local_free(&s->local);
+		s->local = j->next;
+		memset(&j->next, 0, sizeof(j->next));
+		c->progressed = true;
+		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_APPLIED,
+						 .version = (int64_t)st->version,
+						 .step = st->ms->m.step,
+						 .bytes = (int64_t)st->obj->ref.size,
+						 .duration_ms = (int64_t)(j->stats.seconds * 1000)),
+			  "version %" PRIu64 " (step %" PRId64 ") applied from %s %s: %" PRIu64
+			  " files written, %" PRIu64 " kept, %" PRIu64 " deleted, %.2f s",
+			  st->version, st->ms->m.step, st->anchor ? "anchor" : "delta",
+			  st->obj->ref.key, j->stats.written, j->stats.kept,
+			  j->stats.deleted + j->deleted, j->stats.seconds);
+		free(st->path);	/* the job removed the file */
+		st->path = NULL;
+		c->next_apply++;
+		if (c->next_apply == c->n_steps)
+			s->last_error[0] = '\0';
+	}
+	free(j->object_path);
+	j->object_path = NULL;
+	free(j->version_dir);
+	j->version_dir = NULL;
+	if (s->stopping || c->failed || c->next_apply == c->n_steps) {
+		sub_end_cycle(s);
+		return;
+	}
+	sub_update_status(s);
+	try_apply(s);
+}
+
+static void try_apply(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+	struct step *st;
+	struct sub_apply_job *j = &c->job;
+	int r;
+
+	if (c->job_running || c->failed || s->stopping || c->next_apply >= c->n_steps)
+		return;
+	st = &c->steps[c->next_apply];
+	if (!st->downloaded)
+		return;
+	memset(j, 0, sizeof(*j));
+	j->target_dir = s->cfg->target_dir;
+	j->empty_dir = s->empty_dir;
+	j->object_path = strdup(st->path);
+	j->obj = st->obj;
+	j->is_anchor = st->anchor;
+	j->threads = s->cfg->threads;
+	j->memory_limit = s->cfg->memory_limit;
+	j->m = &st->ms->m;
+	j->manifest_hash = st->ms->hash;
+	j->prev = &s->local;
+	j->owner = s;
+	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
+	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
+					     NULL;
+	if (!j->object_path || (j->symlink_layout && !j->version_dir)) {
+		free(j->object_path);
+		free(j->version_dir);
+		j->object_path = j->version_dir = NULL;
+		sub_set_error(s, "out of memory");
+		sub_cycle_fail(s);
+		return;
+	}
+	r = wsync_jobs_submit(s->d->jobs, sub_apply_work, on_job_done, j);
+	if (r < 0) {
+		free(j->object_path);
+		free(j->version_dir);
+		j->object_path = j->version_dir = NULL;
+		sub_set_error(s, "cannot queue the apply job: %s", strerror(-r));
+		sub_cycle_fail(s);
+		return;
+	}
+	c->job_running = true;
+	sub_update_status(s);
+}
+
+static void on_object(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	size_t i = q->step;
+	struct wsync_subscriber *s = sub_req_end(q);
+	struct cycle *c;
+	struct step *st;
+
+	if (!s)
+		return;
+	c = s->c;
+	c->inflight--;
+	st = &c->steps[i];
+	if (res->err == 0) {
+		sub_store_worked(s);
+		st->downloaded = true;
+		c->bytes_done += st->obj->ref.size;
+		s->bytes_downloaded += st->obj->ref.size;
+		if (c->failed) {
+			sub_end_cycle(s);
+			return;
+		}
+		sub_update_status(s);
+		try_apply(s);
+		return;
+	}
+	if (!c->failed) {
+		if (res->err == -EIO || res->err == -EFBIG) {
+			char what[600];
+
+			snprintf(what, sizeof(what), "%s: %s", st->obj->ref.key,
+				 sub_err_text(&res->error, res->err));
+			sub_verify_failed(s, st->version, what);
+			c->chain_broken = true;
+		} else if (res->err == -ENOENT) {
+			c->chain_broken = true;
+			log_warning("version %" PRIu64 ": %s is missing from the bucket "
+				    "(deleted by garbage collection?)", st->version,
+				    st->obj->ref.key);
+			sub_set_error(s, "version %" PRIu64 ": %s is missing", st->version,
+				      st->obj->ref.key);
+		} else {
+			sub_store_failed(s, st->obj->ref.key, res->err, &res->error);
+		}
+	}
+	c->failed = true;
+	sub_end_cycle(s);
+}
+
+static int add_step(struct cycle *c, uint64_t v, bool anchor)
+{
+	struct mslot *ms = sub_slot(c, v);
+	struct step *st = &c->steps[c->n_steps];
+	const struct wsync_manifest_object *o =
+		wsync_manifest_find_object(&ms->m, anchor ? WSYNC_MANIFEST_ROLE_ANCHOR :
+							    WSYNC_MANIFEST_ROLE_DELTA);
+
+	st->version = v;
+	st->anchor = anchor;
+	st->ms = ms;
+	st->obj = o;
+	c->n_steps++;
+	c->bytes_total += o->ref.size;
+	return 0;
+}
+
+/* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
+ * store caps what is in flight), applying as objects arrive. */
+void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t from)
+{
+	struct cycle *c = s->c;
+	uint64_t h = c->head.version;
+	size_t n = (size_t)(h - from + 1) + 1;
+
+	c->steps = calloc(n, sizeof(*c->steps));
+	if (!c->steps) {
+		sub_set_error(s, "out of memory");
+		sub_cycle_fail(s);
+		return;
+	}
+	c->anchor_plan = from_anchor;
+	if (from_anchor)
+		add_step(c, c->anchor, true);
+	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h; v++)
+		add_step(c, v, false);
+	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
+		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
+		 c->bytes_total);
+	{
+		/* statvfs on the loop thread: one cheap syscall on a local
+		 * file system (state_dir), not worth a job. */
+		struct wsync_error e = { 0 };
+		int r = sub_space_check(s->downloads, c->bytes_total, "the downloads", &e);
+
+		if (r < 0) {
+			log_error("%s; target stays at version %" PRIu64 ", retrying later",
+				  wsync_error_str(&e), s->local.version);
+			sub_set_error(s, "%s", wsync_error_str(&e));
+			sub_cycle_fail(s);
+			return;
+		}
+	}
+	s->phase = PH_TRANSFER;
+	c->t0 = uv_now(s->d->loop);
+	for (size_t i = 0; i < c->n_steps; i++) {
+		struct step *st = &c->steps[i];
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+		const char *base = strrchr(st->obj->ref.key, '/');
+		struct req *q;
+		int r;
+
+		st->path = sub_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
+		q = st->path ? sub_req_new(s, RQ_OBJECT, st->version, i) : NULL;
+		if (!q) {
+			sub_set_error(s, "out of memory");
+			sub_cycle_fail(s);
+			return;
+		}
+		o.expect_size = (int64_t)st->obj->ref.size;
+		o.expect_xxh3 = st->obj->ref.hash.b;
+		r = wsync_store_get_file(s->d->store, st->obj->ref.key, st->path, &o,
+					 on_object, q);
+		if (r < 0) {
+			sub_req_end(q);
+			sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key, strerror(-r));
+			sub_cycle_fail(s);
+			return;
+		}
+		c->inflight++;
+	}
+	sub_update_status(s);
+}
+
