@@ -21,6 +21,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "cpu.h"
 #include "rans.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -768,20 +769,6 @@ int wsync_float_enc_finish(struct wsync_float_enc *e, int zstd_level,
 	return r;
 }
 
-int wsync_bits_flush(struct wsync_bitwriter *w)
-{
-	while (w->n > 0) {
-		int r = wsync_buf_put_u8(&w->out, (uint8_t)w->acc);
-
-		if (r < 0)
-			return r;
-		w->acc >>= 8;
-		w->n = w->n >= 8 ? w->n - 8 : 0;
-	}
-	w->acc = 0;
-	return 0;
-}
-
 /* ---- decoder ---- */
 
 static int unpack_syms(const struct wsync_stream *s, const uint8_t **syms,
@@ -1385,39 +1372,6 @@ static int dec_piece_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab
 #pragma GCC pop_options
 #endif
 
-int wsync_codec_isa(void)
-{
-	/* every thread computes the same; atomic, so that two doing it at
-	 * once (the diff's workers starting together) is no data race */
-	static _Atomic int cached = -1;
-	int c = cached;
-
-	if (c < 0) {
-		const char *cap = getenv("WSYNC_CODEC_ISA");
-		int level = 0;
-
-		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
-		    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
-			level = 1;
-		if (level == 1 && __builtin_cpu_supports("gfni") &&
-		    __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-		    __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("avx512bitalg") &&
-		    __builtin_cpu_supports("avx512vbmi"))
-			level = 2;
-		if (cap && strcmp(cap, "plain") == 0)
-			level = 0;
-		else if (cap && strcmp(cap, "avx2") == 0 && level > 1)
-			level = 1;
-		cached = c = level;
-	}
-	return c;
-}
-#else
-int wsync_codec_isa(void)
-{
-	return 0;
-}
 #endif
 
 int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
@@ -1431,10 +1385,10 @@ int wsync_float_enc_piece(struct wsync_float_enc *e, enum wsync_float_family f,
 		return -EINVAL;
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
-	if (wsync_codec_isa() == 2)
+	if (wsync_cpu_level() == WSYNC_CPU_AVX512)
 		return enc_piece_gfni(e->lane[f], tab, lo, base, target, nelem, f,
 				      changed);
-	if (wsync_codec_isa() == 1)
+	if (wsync_cpu_level() == WSYNC_CPU_AVX2)
 		return enc_piece_avx2(e->lane[f], tab, lo, base, target, nelem, f,
 				      changed);
 #endif
@@ -1451,9 +1405,9 @@ int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
 		return wsync_error_set(err, -EINVAL, "bad float family %d", (int)f);
 	class_table(f, lo, tab);
 #ifdef HAVE_AVX2_PATH
-	if (wsync_codec_isa() == 2)
+	if (wsync_cpu_level() == WSYNC_CPU_AVX512)
 		return dec_piece_gfni(d->lane[f], tab, lo, base, out, nelem, f, err);
-	if (wsync_codec_isa() == 1)
+	if (wsync_cpu_level() == WSYNC_CPU_AVX2)
 		return dec_piece_avx2(d->lane[f], tab, lo, base, out, nelem, f, err);
 #endif
 	return dec_piece_plain(d->lane[f], tab, lo, base, out, nelem, f, err);

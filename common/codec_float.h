@@ -105,8 +105,4 @@ int wsync_float_dec_piece(struct wsync_float_dec *d, enum wsync_float_family f,
 int wsync_float_dec_finish(struct wsync_float_dec *d, struct wsync_error *err);
 void wsync_float_dec_free(struct wsync_float_dec *d);
 
-/* Which loops this machine runs: 0 plain, 1 AVX2, 2 GFNI + AVX-512.
- * WSYNC_CODEC_ISA=plain|avx2 caps it (for tests of the other loops). */
-int wsync_codec_isa(void);
-
 #endif

@@ -26,6 +26,7 @@
 #include "delta.h"
 #include "hash.h"
 #include "io.h"
+#include "path.h"
 #include "safetensors.h"
 #include "segment.h"
 
@@ -166,7 +167,7 @@ static int walk_dir(int dirfd, const char *root, const char *prefix,
 			r = wsync_error_set(err, -EINVAL,
 				"%s/%s: not a regular file (a delta carries regular "
 				"files only)", root, rel);
-		} else if (wsync_delta_path_check(rel, strlen(rel), err) < 0) {
+		} else if (wsync_path_check(rel, strlen(rel), err) < 0) {
 			wsync_error_prefix(err, "%s/%s", root, rel);
 			r = -EINVAL;
 		} else if (list_add(l, rel) < 0) {
@@ -1485,7 +1486,7 @@ static int single_name(const char *path, char **ret, struct wsync_error *err)
 	*ret = strndup(path, len);
 	if (!*ret)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	if (wsync_delta_path_check(*ret, len, err) < 0) {
+	if (wsync_path_check(*ret, len, err) < 0) {
 		wsync_error_prefix(err, "%s", *ret);
 		return -EINVAL;
 	}

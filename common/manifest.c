@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delta.h"
+#include "path.h"
 #include "text.h"
 #include "url.h"
 
@@ -1085,27 +1085,16 @@ static int check_ref(const struct wsync_manifest_ref *ref, struct wsync_error *e
 	return check_size(ref->size, err);
 }
 
+/* BUCKET.md §3 takes the delta's rule for paths (path.h), segments of
+ * at most 255 bytes included. */
+_Static_assert(WSYNC_MANIFEST_SEGMENT_MAX == WSYNC_PATH_NAME_MAX,
+	       "a manifest's path segments are as long as path.h allows");
+
 static int check_path(const char *path, struct wsync_error *err)
 {
-	size_t len, seg = 0;
-	int r;
-
 	if (!path)
 		return wsync_error_set(err, -EINVAL, "no path");
-	len = strlen(path);
-	r = wsync_delta_path_check(path, len, err);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i <= len; i++) {
-		if (i < len && path[i] != '/')
-			continue;
-		if (i - seg > WSYNC_MANIFEST_SEGMENT_MAX)
-			return wsync_error_set(err, -EINVAL, "path \"%.64s...\" has a segment "
-					       "of %zu bytes (at most %u)", path, i - seg,
-					       WSYNC_MANIFEST_SEGMENT_MAX);
-		seg = i + 1;
-	}
-	return 0;
+	return wsync_path_check(path, strlen(path), err);
 }
 
 /* Byte order, but with '/' below every other byte: a directory's files
