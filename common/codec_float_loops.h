@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * codec_float_loops.h -- the inner loops of codec_float.c, included there
- * once per instruction set (plain, AVX2, GFNI + AVX-512), with
+ * codec_float_loops.h -- the inner loops of the float coder, included
+ * once per instruction set (plain in codec_float.c; AVX2 and GFNI +
+ * AVX-512 in codec_float_x86.c), after codec_float_internal.h, with
  * LOOP_NAME(x) naming this instantiation's functions, LOOP_BLOCK its
  * elements per block (32 or 64) and LOOP_MASK_T a mask of a block's
  * elements, LOOP_BLOCK_COUNTS counting one block's classes, LOOP_CLASSES /
  * LOOP_CLASS_MASK giving a block's classes (of type LOOP_CLS_T) and the
  * members of one of them, LOOP_CHANGED_MASK, LOOP_SELECT and LOOP_WIDEN
  * (a block's byte counters to 16-bit lanes).  Not a public header: it
- * only makes sense inside codec_float.c, and it undefines those macros at
- * its end, ready for the next instantiation.
+ * only makes sense inside those two files, and it undefines those macros
+ * at its end, ready for the next instantiation.
  */
 
 static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
