@@ -105,8 +105,7 @@ static void lane_buf_reset(struct wsync_buf *b)
 /*
  * Reset, not freed and grown again: at RL densities a segment's lanes
  * grow to tens of KiB each by doubling, and doing that again for every
- * segment cost ~4% of a 2-thread diff's CPU time (pair 1 of
- * bench-codec: segment coding 248-251 ms against 259-271, three runs).
+ * segment cost a measurable share of a diff's CPU time.
  * Everything but the buffers' memory starts from zero, as after init.
  */
 void wsync_float_enc_reset(struct wsync_float_enc *e)

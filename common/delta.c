@@ -18,7 +18,7 @@
 
 /* Writer buffer: records smaller than this are gathered, bigger ones go
  * straight to the file after what is buffered.  In a huge page
- * (wsync_buf_scratch): its 256 4 KiB pages took ~3 ms to fault in. */
+ * (wsync_buf_scratch): its 256 4 KiB pages would each cost a fault. */
 #define WRITE_BUFFER (1u << 20)
 /* Reader window for verifying big payloads' checksums. */
 #define READ_WINDOW (256u << 10)
@@ -541,8 +541,8 @@ static int src_get(const struct wsync_delta_reader *r, uint64_t off, size_t len,
 		return 0;
 	}
 	wsync_buf_reset(scratch);
-	/* a big payload into huge pages: a fresh 4 MiB buffer faulted in a
-	 * page at a time cost ~9 ms on the machines measured */
+	/* a big payload into huge pages: a fresh buffer of MiBs faulted in
+	 * 4 KiB at a time costs a fault per page */
 	if ((len >= SCRATCH_MIN ? wsync_buf_scratch(scratch, len)
 				: wsync_buf_reserve(scratch, len)) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory (%zu bytes)", len);

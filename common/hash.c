@@ -34,8 +34,8 @@
 #endif
 /* The streaming update keeps the accumulators in a local copy (xxHash's
  * XXH3_STREAM_USE_STACK, its default with gcc): worked on in the state in
- * place, every 64-byte stripe stores them back and reloads them (15 GB/s
- * against 40).  XXH_ACC_ALIGN 64 above aligns that copy for the AVX2 and
+ * place, every 64-byte stripe stores them back and reloads them, at well
+ * under half the speed.  XXH_ACC_ALIGN 64 above aligns that copy for the AVX2 and
  * AVX-512 loads (xxHash's default for an SSE2 build is 16, which crashed
  * the AVX2 loop where the stack fell wrong). */
 #define XXH3_STREAM_USE_STACK 1
@@ -171,9 +171,9 @@ int wsync_hash_fd(int fd, const char *what, struct wsync_hash128 *ret,
 		r = wsync_error_set(err, -ENOMEM, "%s: out of memory", what);
 		goto out;
 	}
-	/* pread into one reused buffer, not a mapping: measured here at 3x
-	 * the speed of hashing mapped page-cache pages (4 KiB pages cost a TLB
-	 * miss each, dear under virtualisation), and the buffer stays cached. */
+	/* pread into one reused buffer, not a mapping: several times the speed
+	 * of hashing mapped page-cache pages (4 KiB pages cost a TLB miss
+	 * each, dear under virtualisation), and the buffer stays cached. */
 	/* A hint only: readahead helps, a failure costs nothing. */
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (;;) {
