@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz-json: the streaming JSON reader and writer (common/json.h) on
+ * fuzz-json: the streaming JSON reader and writer (common/base/json.h) on
  * hostile documents.  Never a crash, a leak or a hang, and:
  *  - two walks agree: skipping the whole document validates exactly what
  *    a walk that decodes every string and number accepts (but for a

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz-manifest: the manifest and HEAD parsers (common/manifest.h) on
+ * fuzz-manifest: the manifest and HEAD parsers (common/format/manifest.h) on
  * hostile bytes, with and without a verify key.  Nothing may crash, leak
  * or read out of bounds; a refusal leaves nothing to free and says which
  * document it refused; what is accepted keeps the promises of BUCKET.md:

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-delta: the delta container of common/FORMAT.md round-trips through
+ * test-delta: the delta container of common/codec/FORMAT.md round-trips through
  * the writer and the reader (file and memory), and the reader refuses
  * every damaged or rule-breaking delta: any single flipped byte, any
  * truncation, an unknown version, FILE records with bad paths (the rule

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-hash.c -- common/hash.c: the streaming hasher (xxHash's XXH3-128
+ * test-hash.c -- common/base/hash.c: the streaming hasher (xxHash's XXH3-128
  * compiled in, with its AVX2 or AVX-512 loop picked at run time) gives the
  * digest of Debian's shared libxxhash for every length and every way of
  * cutting the input into updates.  meson runs this binary three times:

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-json.c -- common/json.h: the streaming reader decodes strings
+ * test-json.c -- common/base/json.h: the streaming reader decodes strings
  * (escapes, surrogate pairs, UTF-8) and integers exactly, refuses what RFC
  * 8259 refuses with a message that says where, bounds nesting, reads an
  * object against a table of fields (a field twice, a field missing), and

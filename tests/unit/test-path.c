@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-path.c -- common/path.h, the rule every path from the bucket passes
+ * test-path.c -- common/base/path.h, the rule every path from the bucket passes
  * (delta FILE records, manifest files, a subscriber's state): relative
  * UTF-8 names of up to 4096 bytes are accepted, whatever is absolute,
  * climbs out ("..", "."), hides a separator or a control character, is

@@ -2,7 +2,7 @@
 /*
  * manifest.h -- the bucket's metadata documents: the manifest of each
  * version and the HEAD that names the newest one, specified in
- * common/BUCKET.md (keys §2, manifest §3, HEAD §4, signatures §5).
+ * common/format/BUCKET.md (keys §2, manifest §3, HEAD §4, signatures §5).
  *
  * Pure functions over memory: parse bytes fetched from a bucket into a
  * struct, or serialize a struct into the bytes to upload.  Nothing here

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest.c -- the manifest and HEAD documents (see manifest.h and
- * common/BUCKET.md).
+ * common/format/BUCKET.md).
  *
  * The JSON is json.h's streaming reader and writer (why not jansson:
  * json.h): this file holds the schema and the rules.  A parse keeps only

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * delta.c -- the delta container (common/FORMAT.md §1, §2, §6, §7).
+ * delta.c -- the delta container (common/codec/FORMAT.md §1, §2, §6, §7).
  */
 #include "delta.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * diff.h -- build a delta (common/FORMAT.md) that turns OLD into NEW.
+ * diff.h -- build a delta (common/codec/FORMAT.md) that turns OLD into NEW.
  *
  * OLD and NEW are two regular files or two directories.  Directories are
  * walked recursively; their regular files are named by their path relative

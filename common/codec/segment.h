@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * segment.h -- encode and decode one SEGMENT of a delta (common/FORMAT.md
+ * segment.h -- encode and decode one SEGMENT of a delta (common/codec/FORMAT.md
  * §3-4): a consecutive range of a target file, up to 64 MiB, cut into
  * pieces (COPY, LITERAL, ZSTD, XOR, FLOAT) that are decoded on their own.
  * A segment is the unit of parallel work: any thread may encode or decode

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * delta.h -- the delta container of common/FORMAT.md: the preamble, the
+ * delta.h -- the delta container of common/codec/FORMAT.md: the preamble, the
  * checksummed record framing, FILE and END records, a writer that streams
  * records to a file and a reader that walks and checks a whole delta.
  * SEGMENT payloads are opaque here: segment.h encodes and decodes them.
