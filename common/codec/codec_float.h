@@ -10,8 +10,8 @@
  * segment, which keeps the fixed cost of each stream (a zstd frame and its
  * Huffman table) small next to what it codes.  So a segment's pieces are
  * coded, and decoded, in the segment's order: each (family, class) lane
- * counts its class's members across them.  segment.h drives both sides;
- * nothing else needs this header.
+ * counts its class's members across them.  segment.c drives both sides
+ * (diff.c asks only for element sizes).
  *
  * The loops run at the machine's instruction-set level (cpu.h), which
  * changes the speed, never the bytes.  Encoders and decoders are plain
