@@ -3,7 +3,8 @@
  * codec_float_x86.c -- the float coder's loops with x86 intrinsics: AVX2
  * (with POPCNT, BMI1, BMI2) and GFNI + AVX-512 (F, VL, BW, BITALG, VBMI),
  * each compiled for its own target and picked at run time by
- * codec_float.c (cpu.h's level).  The loops are codec_float_loops.h's,
+ * codec_float.c (cpu.h's level) through the four entry points that
+ * codec_float_internal.h declares.  The loops are codec_float_loops.h's,
  * as for the plain path; what differs is how a block's classes, counts
  * and changes are worked out, and the GFNI path's decoder, which goes a
  * class at a time.  Built on x86-64 only (meson), with gcc or clang.
@@ -304,6 +305,7 @@ widen_avx2(u128 bytes, v16i16 *wide)
 }
 
 #define LOOP_NAME(x) x##_avx2
+#define LOOP_ENTRY(x) int wsync_float_##x##_avx2
 #define LOOP_BLOCK BLOCK
 #define LOOP_MASK_T uint32_t
 #define LOOP_CLS_T __m256i
@@ -333,6 +335,7 @@ widen_avx2(u128 bytes, v16i16 *wide)
 #endif
 
 #define LOOP_NAME(x) x##_gfni
+#define LOOP_ENTRY(x) int wsync_float_##x##_gfni
 #define LOOP_BLOCK BLOCK_WIDE
 #define LOOP_MASK_T uint64_t
 #define LOOP_CLS_T __m512i
@@ -524,9 +527,9 @@ static ALWAYS_INLINE int dec_loop_gfni(struct wsync_float_dec_lane *lanes, const
 	return 0;
 }
 
-static int dec_piece_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
-			  unsigned lo, const uint8_t *base, uint8_t *out, uint64_t n,
-			  enum wsync_float_family f, struct wsync_error *err)
+int wsync_float_dec_piece_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
+			       unsigned lo, const uint8_t *base, uint8_t *out, uint64_t n,
+			       enum wsync_float_family f, struct wsync_error *err)
 {
 	BY_FAMILY(f, wsync_error_set(err, -EINVAL, "bad float family %d", (int)f),
 		  dec_loop_gfni, lanes, tab, lo, base, out, n, err);
@@ -536,33 +539,3 @@ static int dec_piece_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab
 #else
 #pragma GCC pop_options
 #endif
-
-/* ---- entry points (codec_float_internal.h) ---- */
-
-int wsync_float_enc_piece_avx2(struct wsync_float_lane *lanes, const uint8_t *tab,
-			       unsigned lo, const uint8_t *base, const uint8_t *target,
-			       uint64_t n, enum wsync_float_family f, uint64_t *changed)
-{
-	return enc_piece_avx2(lanes, tab, lo, base, target, n, f, changed);
-}
-
-int wsync_float_dec_piece_avx2(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
-			       unsigned lo, const uint8_t *base, uint8_t *out, uint64_t n,
-			       enum wsync_float_family f, struct wsync_error *err)
-{
-	return dec_piece_avx2(lanes, tab, lo, base, out, n, f, err);
-}
-
-int wsync_float_enc_piece_gfni(struct wsync_float_lane *lanes, const uint8_t *tab,
-			       unsigned lo, const uint8_t *base, const uint8_t *target,
-			       uint64_t n, enum wsync_float_family f, uint64_t *changed)
-{
-	return enc_piece_gfni(lanes, tab, lo, base, target, n, f, changed);
-}
-
-int wsync_float_dec_piece_gfni(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
-			       unsigned lo, const uint8_t *base, uint8_t *out, uint64_t n,
-			       enum wsync_float_family f, struct wsync_error *err)
-{
-	return dec_piece_gfni(lanes, tab, lo, base, out, n, f, err);
-}
