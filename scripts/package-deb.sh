@@ -64,7 +64,7 @@ if [ -d "$stage/usr/local" ]; then
 fi
 
 # Library dependencies, as dh_shlibdeps finds them; libcurl is loaded with
-# dlopen when first used (common/curl_lazy.h), so it is named by hand.
+# dlopen when first used (common/store/curl_lazy.h), so it is named by hand.
 mkdir -p "$work/debian"
 printf 'Source: wsync\n\nPackage: wsync\nArchitecture: any\n' >"$work/debian/control"
 shlibs=$(cd "$work" && dpkg-shlibdeps -O -e"$stage/usr/sbin/wsyncd" -e"$stage/usr/bin/wsync" 2>/dev/null |

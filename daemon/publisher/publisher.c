@@ -2,7 +2,7 @@
 /*
  * publisher.c -- the publisher role of wsyncd: watch the trainer's folder,
  * snapshot each complete checkpoint, encode it against the last published
- * one, and publish it to the bucket (common/BUCKET.md).
+ * one, and publish it to the bucket (common/format/BUCKET.md).
  *
  * One state machine on the loop thread (enum pub_state); the long work
  * (copying, hashing, encoding, the base swap) runs as jobs on the daemon's

@@ -43,7 +43,7 @@
  *               "mtime_ns": 1764687600123456789}, ...]}
  *
  * Paths in it were checked by manifest.h when they were applied; they are
- * checked again (wsync_delta_path_check) when the file is read back, since
+ * checked again (wsync_path_check) when the file is read back, since
  * state_dir is not more trusted than the target.
  */
 #ifndef WSYNC_SUBSCRIBER_LOCAL_H

@@ -22,9 +22,9 @@
 
 #include <jansson.h>
 
-#include "delta.h"
 #include "hash.h"
 #include "io.h"
+#include "path.h"
 #include "subscriber_local.h"
 
 #define STATE_FORMAT "wsync-subscriber-state"
@@ -127,7 +127,7 @@ int sub_local_parse(const char *buf, size_t len, const char *path, struct sub_lo
 		struct wsync_error perr = { 0 };
 
 		if (!json_is_string(p) ||
-		    wsync_delta_path_check(json_string_value(p), json_string_length(p), &perr) < 0 ||
+		    wsync_path_check(json_string_value(p), json_string_length(p), &perr) < 0 ||
 		    get_u64(f, "size", &sf->size) < 0 || !json_is_integer(mt) ||
 		    hex_to_hash(json_string_value(json_object_get(f, "xxh128")), &sf->hash) < 0) {
 			wsync_error_set(err, -EINVAL, "%s: files[%zu] is malformed", path, i);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wsync keygen PRIVATE_PATH [PUBLIC_PATH] -- make an Ed25519 key pair for
- * signing manifests and HEAD (common/BUCKET.md §5): the private key for
+ * signing manifests and HEAD (common/format/BUCKET.md §5): the private key for
  * the publisher's signing_key, the public key for every subscriber's
  * verify_key.  The files are PEM as `openssl genpkey -algorithm ed25519`
  * writes them; existing files are never overwritten.

@@ -24,6 +24,7 @@
 
 #include "buf.h"
 #include "delta.h"
+#include "path.h"
 #include "segment.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -99,7 +100,7 @@ static void read_delta(const uint8_t *data, size_t size)
 
 		if (i && strcmp(r->files[i - 1].file.path, e->file.path) >= 0)
 			abort();
-		if (wsync_delta_path_check(e->file.path, strlen(e->file.path), &err) < 0)
+		if (wsync_path_check(e->file.path, strlen(e->file.path), &err) < 0)
 			abort();
 		if (e->file.op == WSYNC_DELTA_WRITE)
 			write_bytes += e->file.target_size;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz-http-header: HTTP response heads (common/http_header.h) on hostile
+ * fuzz-http-header: HTTP response heads (common/store/http_header.h) on hostile
  * bytes, as http.c's header callback reads them: the input is split into
  * lines (each keeps its '\n'), each line goes to wsync_http_header_line()
  * as curl would hand it over.  Nothing may crash or read out of bounds,

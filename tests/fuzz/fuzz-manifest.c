@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz-manifest: the manifest and HEAD parsers (common/manifest.h) on
+ * fuzz-manifest: the manifest and HEAD parsers (common/format/manifest.h) on
  * hostile bytes, with and without a verify key.  Nothing may crash, leak
  * or read out of bounds; a refusal leaves nothing to free and says which
  * document it refused; what is accepted keeps the promises of BUCKET.md:
@@ -25,8 +25,8 @@
 #include <jansson.h>
 
 #include "buf.h"
-#include "delta.h"
 #include "manifest.h"
+#include "path.h"
 #include "sign.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -87,7 +87,7 @@ static void check_path(const char *s)
 {
 	size_t l = strlen(s);
 
-	if (wsync_delta_path_check(s, l, NULL) < 0 || l == 0 || s[0] == '/' ||
+	if (wsync_path_check(s, l, NULL) < 0 || l == 0 || s[0] == '/' ||
 	    strcmp(s, "..") == 0 || strncmp(s, "../", 3) == 0 || strstr(s, "/../") ||
 	    (l >= 3 && strcmp(s + l - 3, "/..") == 0) || strstr(s, "//") ||
 	    strchr(s, '\\'))

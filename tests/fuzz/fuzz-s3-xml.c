@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz-s3-xml: the S3 answers wsync reads (common/s3_xml.h) on hostile
+ * fuzz-s3-xml: the S3 answers wsync reads (common/store/s3_xml.h) on hostile
  * bytes -- a broken proxy or a compromised gateway can send anything as a
  * ListObjectsV2 page, an <Error> or the answer to a multipart start.
  * Nothing may crash, leak or read out of bounds, and what is accepted

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delta.h"
+#include "path.h"
 #include "subscriber_local.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct wsync_error perr = { 0 };
 
 		if (!s.files[i].path ||
-		    wsync_delta_path_check(s.files[i].path, strlen(s.files[i].path), &perr) < 0)
+		    wsync_path_check(s.files[i].path, strlen(s.files[i].path), &perr) < 0)
 			abort();
 	}
 	sub_local_free(&s);

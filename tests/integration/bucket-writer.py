@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """bucket-writer.py BUCKET VERSION CKPT [options] -- a small publisher for
-subscriber tests: lays out a file:// bucket by hand as common/BUCKET.md
+subscriber tests: lays out a file:// bucket by hand as common/format/BUCKET.md
 says (wsync diff for deltas and anchors, manifests and HEAD written and
 Ed25519-signed with `openssl pkeyutl`), so a test can also write what a
 real publisher never would.  Needs $WSYNC, $KEY (the signing key, PEM)

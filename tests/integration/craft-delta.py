@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""craft-delta.py OUT [options] -- write a one-file delta as common/FORMAT.md
+"""craft-delta.py OUT [options] -- write a one-file delta as common/codec/FORMAT.md
 specifies (preamble, one FILE record WRITE without a base, one SEGMENT
 with one piece, END), with the fields a hostile writer would choose.
 Record checksums (XXH3-64) and the target hash (XXH3-128) are right unless

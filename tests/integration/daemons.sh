@@ -28,7 +28,7 @@
 #                      waits (bounded) for the socket.  Pid in DPID[NAME]
 #   journal_count FILE MESSAGE_ID [FROM_LINE]  entries with that id (from
 #                      line FROM_LINE on, 1-based)
-#   mid NAME           a MESSAGE_ID of common/log-messages.h (STORE_UNREACHABLE)
+#   mid NAME           a MESSAGE_ID of common/base/log-messages.h (STORE_UNREACHABLE)
 #   s3rver_store URL [KEY = VALUE...]   the [store] lines for URL on the
 #                      running s3rver ($S3RVER_ENDPOINT, or $STORE_ENDPOINT
 #                      when set, e.g. a fault proxy), path style, keys in
@@ -161,7 +161,7 @@ journal_count() {
 
 mid() {
 	sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" \
-		"$WSYNC_SOURCE_ROOT/common/log-messages.h"
+		"$WSYNC_SOURCE_ROOT/common/base/log-messages.h"
 }
 
 s3rver_store() {

@@ -3,7 +3,7 @@
 """journal-recv.py SOCKET OUT.json [--until MESSAGE_ID] [--journal-stream] -- COMMAND...
 
 A stand-in for journald in tests: bind a datagram socket at SOCKET, run
-COMMAND with WSYNC_JOURNAL_SOCKET=SOCKET (common/log.c then sends its
+COMMAND with WSYNC_JOURNAL_SOCKET=SOCKET (common/base/log.c then sends its
 journal entries there in the native protocol), and write every entry
 received to OUT.json as a list of {field: value}, plus the exit status.
 With --until, send SIGTERM to COMMAND once an entry with that MESSAGE_ID

@@ -22,7 +22,7 @@
 #           rm -rf lands inside the read): dropped with a log line, the
 #           next one published.  Last, with anchor_every = 4,
 #           keep_anchors = 2, gc_grace = 0, the bucket's key set is exactly
-#           what common/BUCKET.md §2 rule 3 (retention) keeps.
+#           what common/format/BUCKET.md §2 rule 3 (retention) keeps.
 #  inplace  `step_pattern =` empty: the trainer rewrites one folder (files
 #           overwritten in place, trainer_state.json last, as HF Trainer
 #           and gen-checkpoints --inplace do).  10 steps, the same

@@ -39,7 +39,7 @@
 src=$WSYNC_SOURCE_ROOT
 RECV=$src/tests/integration/journal-recv.py
 CRAFT=$src/tests/integration/craft-delta.py
-mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/log-messages.h"; }
+mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/base/log-messages.h"; }
 
 "$GEN" --params 1M --steps 9 --shards 1 --no-trainer-files --quiet --out "$TMP/ck" >/dev/null ||
 	{ echo "Bail out! gen-checkpoints failed"; exit 1; }

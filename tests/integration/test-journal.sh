@@ -4,7 +4,7 @@
 #  - The journal catalog (systemd/wsync.catalog) parses -- journalctl
 #    --root builds its database in a scratch root -- and has an entry with
 #    Subject, Defined-By, Documentation and a body for every MESSAGE_ID in
-#    common/log-messages.h.
+#    common/base/log-messages.h.
 #  - The real wsyncd, with --log-target journal and WSYNC_JOURNAL_SOCKET
 #    pointing at a datagram socket this test binds, sends native-protocol
 #    entries carrying MESSAGE_ID, PRIORITY, SYSLOG_IDENTIFIER, CODE_*,
@@ -29,7 +29,7 @@ src=$WSYNC_SOURCE_ROOT
 catalog=$src/systemd/wsync.catalog
 recv=$src/tests/integration/journal-recv.py
 
-ids=$(sed -nE 's/^#define WSYNC_MID_[A-Z_]+ +"([0-9a-f]{32})".*/\1/p' "$src/common/log-messages.h")
+ids=$(sed -nE 's/^#define WSYNC_MID_[A-Z_]+ +"([0-9a-f]{32})".*/\1/p' "$src/common/base/log-messages.h")
 n_ids=$(printf '%s\n' "$ids" | grep -c .)
 check "log-messages.h defines MESSAGE_IDs ($n_ids)" test "$n_ids" -ge 10
 dups=$(printf '%s\n' "$ids" | sort | uniq -d)
@@ -72,7 +72,7 @@ printf '[daemon]\nrole = subscriber\nthreads = lots\n' >"$bad"
 q() { # q FILE EXPR: evaluate EXPR on the JSON document d
 	"$PYTHON3" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"
 }
-mid_invalid=$(sed -nE 's/^#define WSYNC_MID_CONFIG_INVALID +"([0-9a-f]+)".*/\1/p' "$src/common/log-messages.h")
+mid_invalid=$(sed -nE 's/^#define WSYNC_MID_CONFIG_INVALID +"([0-9a-f]+)".*/\1/p' "$src/common/base/log-messages.h")
 check "wsyncd on a bad file exits 78" test "$(q "$TMP/bad.json" 'd["exit"]')" = 78
 check "every datagram parsed" test "$(q "$TMP/bad.json" 'len(d["errors"])')" = 0
 summary="[e for e in d['entries'] if e.get('MESSAGE_ID') == '$mid_invalid' and 'configuration is invalid' in e['MESSAGE']][0]"
@@ -189,7 +189,7 @@ url = file://$TMP/bucket
 target_dir = $TMP/model
 poll_interval = 200ms
 INI
-mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/log-messages.h"; }
+mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/base/log-messages.h"; }
 started=$(mid STARTED)
 stopping=$(mid STOPPING)
 rm -f "$TMP/j.sock"

@@ -140,7 +140,7 @@ printf '[store]\nurl = file:///x\nmax_concurrency = 0\n' >"$TMP/bad.ini"
 expect_exit 78 "a bad --config is exit 78" "$WSYNC" store --config "$TMP/bad.ini" ls "$U"
 contains "the bad key is named with its line" "$OUT" "bad.ini:3: [store] max_concurrency"
 
-# libcurl is loaded only for s3:// and hf:// buckets (common/curl_lazy.c):
+# libcurl is loaded only for s3:// and hf:// buckets (common/store/curl_lazy.c):
 # with a libcurl.so.4 that lacks its functions first on the library path,
 # those say so clearly, and file:// buckets and the codec need none.
 if [ -n "${WSYNC_FAKECURL_DIR:-}" ] && [ -e "$WSYNC_FAKECURL_DIR/libcurl.so.4" ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# test-store-s3.sh -- the S3 backend (common/store_s3.c) through `wsync
+# test-store-s3.sh -- the S3 backend (common/store/store_s3.c) through `wsync
 # store`, against real servers on 127.0.0.1:
 #   * s3rver: put/get/ls/head/rm, multipart upload and parallel ranged
 #     download, the hf:// bucket mapping (path /NS/BUCKET/key), interop

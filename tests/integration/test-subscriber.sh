@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # test-subscriber.sh -- the real wsyncd, role subscriber, against a file://
-# bucket laid out by hand as common/BUCKET.md says (wsync diff for deltas
+# bucket laid out by hand as common/format/BUCKET.md says (wsync diff for deltas
 # and anchors, manifests and HEAD written and Ed25519-signed by a small
 # Python writer, tests/integration/bucket-writer.py;
 # helpers in lib.sh): a fresh node catches up from an anchor; the next

@@ -2,7 +2,7 @@
 /*
  * fakecurl.c -- a "libcurl.so.4" with none of libcurl's functions, for
  * test-store-cli: put first on LD_LIBRARY_PATH, it is what wsync's lazy
- * loader (common/curl_lazy.c) finds, so the error an operator sees with a
+ * loader (common/store/curl_lazy.c) finds, so the error an operator sees with a
  * broken or too old libcurl can be checked, and that the commands which
  * need no libcurl still work.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-buf.c -- common/buf.c: the byte buffer's growth and little-endian
+ * test-buf.c -- common/base/buf.c: the byte buffer's growth and little-endian
  * puts, and wsync_grow, the growable arrays' one way to make room.
  */
 #include <errno.h>

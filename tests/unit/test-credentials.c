@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-credentials.c -- common/credentials.h: each source (a named file,
+ * test-credentials.c -- common/store/credentials.h: each source (a named file,
  * $CREDENTIALS_DIRECTORY/store, the environment, none) is read, they are
  * tried in the documented order and a source that was chosen is never
  * skipped silently; the shared-credentials INI format is parsed as AWS

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-curl-lazy.c -- common/curl_lazy.c: programs start without libcurl,
+ * test-curl-lazy.c -- common/store/curl_lazy.c: programs start without libcurl,
  * the first call loads it, and every argument type of the variadic setters
  * and getters reaches libcurl intact (a file:// transfer, no network).
  */

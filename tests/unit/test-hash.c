@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-hash.c -- common/hash.c: the streaming hasher (xxHash's XXH3-128
+ * test-hash.c -- common/base/hash.c: the streaming hasher (xxHash's XXH3-128
  * compiled in, with its AVX2 or AVX-512 loop picked at run time) gives the
  * digest of Debian's shared libxxhash for every length and every way of
  * cutting the input into updates.  meson runs this binary three times:
@@ -13,7 +13,7 @@
 
 #include <xxhash.h>	/* the shared library: the reference */
 
-#include "codec_float.h"
+#include "cpu.h"
 #include "hash.h"
 #include "rng.h"
 #include "tap.h"
@@ -43,12 +43,12 @@ static void test_isa_reported(void)
 {
 	const char *cap = getenv("WSYNC_CODEC_ISA");
 
-	printf("# codec/hash loops: level %d (WSYNC_CODEC_ISA=%s)\n", wsync_codec_isa(),
+	printf("# codec/hash loops: level %d (WSYNC_CODEC_ISA=%s)\n", (int)wsync_cpu_level(),
 	       cap ? cap : "unset");
 	if (cap && strcmp(cap, "plain") == 0)
-		CHECK(wsync_codec_isa() == 0);
+		CHECK(wsync_cpu_level() == WSYNC_CPU_PLAIN);
 	if (cap && strcmp(cap, "avx2") == 0)
-		CHECK(wsync_codec_isa() <= 1);
+		CHECK(wsync_cpu_level() <= WSYNC_CPU_AVX2);
 }
 
 /* Whole inputs, one update each, and wsync_hash_mem. */

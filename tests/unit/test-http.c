@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-http.c -- common/http.h against a scripted HTTP server on
+ * test-http.c -- common/store/http.h against a scripted HTTP server on
  * 127.0.0.1 that runs on the same libuv loop: transient answers (503 with
  * Retry-After, 500, a connection reset) are retried and the final answer
  * delivered; 404 is not retried; attempts are bounded; a redirect is

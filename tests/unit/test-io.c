@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-io.c -- common/io.c: reading files through mappings, and the guard
+ * test-io.c -- common/base/io.c: reading files through mappings, and the guard
  * that turns a SIGBUS from a file cut short under a mapping into an error;
  * starting writeback early, a hint that must change nothing else; walking
  * below a directory without following a link or leaving it ("..");

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-manifest.c -- common/manifest.h against common/BUCKET.md.
+ * test-manifest.c -- common/format/manifest.h against common/format/BUCKET.md.
  *
  * Proves: manifests (delta, anchor with and without a delta) and HEAD
  * round-trip through serialize and parse field for field and byte for

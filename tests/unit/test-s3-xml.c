@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-s3-xml.c -- common/s3_xml.h: the S3 answers wsync reads parse to
+ * test-s3-xml.c -- common/store/s3_xml.h: the S3 answers wsync reads parse to
  * the right fields (a ListObjectsV2 page as AWS, s3rver and Swift write
  * it, an <Error>, an upload id), and hostile documents -- a DOCTYPE, text
  * past the limit, the wrong document, a truncated page without a token,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-sign.c -- common/sign.h: Ed25519 keys and signed documents.
+ * test-sign.c -- common/format/sign.h: Ed25519 keys and signed documents.
  * Proves that key ids and signatures match RFC 8032's test vector; that
  * keygen writes PEM files with the right modes and never overwrites; that
  * loading refuses missing, foreign, encrypted and mixed-up key files with

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-sigv4.c -- common/sigv4.h signs requests exactly as AWS does.
+ * test-sigv4.c -- common/store/sigv4.h signs requests exactly as AWS does.
  *
  * Each published vector is checked three ways: the canonical request, the
  * string to sign and the final signature (and the whole Authorization

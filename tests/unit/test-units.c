@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-units.c -- the typed value parsers of common/units.h: what they
+ * test-units.c -- the typed value parsers of common/base/units.h: what they
  * accept, what they refuse (with -EINVAL or -ERANGE), and that nothing
  * overflows silently.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test-url.c -- common/url.h: every accepted form of a bucket URL parses
+ * test-url.c -- common/base/url.h: every accepted form of a bucket URL parses
  * to the expected fields, every rejected form fails with -EINVAL and a
  * reason that names the problem, and object keys follow the Hugging Face
  * rules.

@@ -28,13 +28,13 @@
 /* From this share of changed elements (in a sample) on, a BF16 or F16
  * piece of at least DENSE16_MIN elements is coded DENSE: positions are
  * then nearly free, and coding a step per element runs at memory speed
- * where coding each change costs ~20 ns (measured: scripts/bench-codec.sh). */
+ * where coding each change costs tens of nanoseconds (scripts/bench-codec.sh). */
 #define DENSE16_PERMILLE 100
 #define DENSE16_MIN (1u << 14)
 /* FP8 has no DENSE form: from the same share on, an F8 piece of at least
  * DENSE16_MIN elements is coded XOR, as fast to apply as XOR + zstd where
- * coding each change would run at half its speed (measured at 19%: 0.23
- * against 0.12 s for 50 MB), for about twice the bytes. */
+ * coding each change would run at about half its speed, for about twice
+ * the bytes. */
 
 static const char *const method_names[] = { "COPY", "LITERAL", "ZSTD", "XOR", "FLOAT",
 					     "DENSE" };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sign.h -- Ed25519 keys and signed documents (common/BUCKET.md §5).
+ * sign.h -- Ed25519 keys and signed documents (common/format/BUCKET.md §5).
  *
  * A key is loaded from a PEM file as `openssl genpkey -algorithm ed25519`
  * writes it (PKCS#8 private key, SubjectPublicKeyInfo public key), or made

@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * codec_float_loops.h -- the inner loops of codec_float.c, included there
- * once per instruction set (plain, AVX2, GFNI + AVX-512), with
+ * codec_float_loops.h -- the inner loops of the float coder, included
+ * once per instruction set (plain in codec_float.c; AVX2 and GFNI +
+ * AVX-512 in codec_float_x86.c), after codec_float_internal.h, with
  * LOOP_NAME(x) naming this instantiation's functions, LOOP_BLOCK its
  * elements per block (32 or 64) and LOOP_MASK_T a mask of a block's
  * elements, LOOP_BLOCK_COUNTS counting one block's classes, LOOP_CLASSES /
  * LOOP_CLASS_MASK giving a block's classes (of type LOOP_CLS_T) and the
  * members of one of them, LOOP_CHANGED_MASK, LOOP_SELECT and LOOP_WIDEN
- * (a block's byte counters to 16-bit lanes).  Not a public header: it
- * only makes sense inside codec_float.c, and it undefines those macros at
- * its end, ready for the next instantiation.
+ * (a block's byte counters to 16-bit lanes), and optionally LOOP_ENTRY
+ * (the entry points' type and name, below).  Not a public header: it
+ * only makes sense inside those two files, and it undefines those macros
+ * at its end, ready for the next instantiation.
  */
 
 static ALWAYS_INLINE int LOOP_NAME(enc_loop)(struct wsync_float_lane *lanes,
@@ -169,20 +171,24 @@ static ALWAYS_INLINE int LOOP_NAME(dec_loop)(struct wsync_float_dec_lane *lanes,
 #endif /* LOOP_OWN_DECODER */
 
 /* Entry points of this instantiation: one loop per family, its element
- * width, exponent shift and mask constants there (BY_FAMILY). */
-static int LOOP_NAME(enc_piece)(struct wsync_float_lane *lanes, const uint8_t *tab,
-				unsigned lo, const uint8_t *base, const uint8_t *target,
-				uint64_t n, enum wsync_float_family f, uint64_t *changed)
+ * width, exponent shift and mask constants there (BY_FAMILY).  Static,
+ * named by LOOP_NAME, unless LOOP_ENTRY(x) gives the return type and name
+ * (codec_float_x86.c's, called from codec_float.c). */
+#ifndef LOOP_ENTRY
+#define LOOP_ENTRY(x) static int LOOP_NAME(x)
+#endif
+LOOP_ENTRY(enc_piece)(struct wsync_float_lane *lanes, const uint8_t *tab, unsigned lo,
+		      const uint8_t *base, const uint8_t *target, uint64_t n,
+		      enum wsync_float_family f, uint64_t *changed)
 {
 	BY_FAMILY(f, -EINVAL, LOOP_NAME(enc_loop), lanes, tab, lo, base, target, n,
 		  changed);
 }
 
 #ifndef LOOP_OWN_DECODER
-static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_t *tab,
-				unsigned lo, const uint8_t *base, uint8_t *out,
-				uint64_t n, enum wsync_float_family f,
-				struct wsync_error *err)
+LOOP_ENTRY(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_t *tab, unsigned lo,
+		      const uint8_t *base, uint8_t *out, uint64_t n, enum wsync_float_family f,
+		      struct wsync_error *err)
 {
 	BY_FAMILY(f, wsync_error_set(err, -EINVAL, "bad float family %d", (int)f),
 		  LOOP_NAME(dec_loop), lanes, tab, lo, base, out, n, err);
@@ -191,6 +197,7 @@ static int LOOP_NAME(dec_piece)(struct wsync_float_dec_lane *lanes, const uint8_
 #endif
 
 #undef LOOP_NAME
+#undef LOOP_ENTRY
 #undef LOOP_BLOCK
 #undef LOOP_MASK_T
 #undef LOOP_CLS_T

@@ -35,8 +35,21 @@ static inline int wsync_bits_put(struct wsync_bitwriter *w, uint32_t v,
 	return 0;
 }
 
-/* Write out the pending bits, zero-padded to a byte. */
-int wsync_bits_flush(struct wsync_bitwriter *w);
+/* Write out the pending bits, zero-padded to a byte.  Returns 0 or
+ * -ENOMEM. */
+static inline int wsync_bits_flush(struct wsync_bitwriter *w)
+{
+	while (w->n > 0) {
+		int r = wsync_buf_put_u8(&w->out, (uint8_t)w->acc);
+
+		if (r < 0)
+			return r;
+		w->acc >>= 8;
+		w->n = w->n >= 8 ? w->n - 8 : 0;
+	}
+	w->acc = 0;
+	return 0;
+}
 
 struct wsync_bitreader {
 	const uint8_t *p, *end;

@@ -2,7 +2,7 @@
 /*
  * manifest.h -- the bucket's metadata documents: the manifest of each
  * version and the HEAD that names the newest one, specified in
- * common/BUCKET.md (keys §2, manifest §3, HEAD §4, signatures §5).
+ * common/format/BUCKET.md (keys §2, manifest §3, HEAD §4, signatures §5).
  *
  * Pure functions over memory: parse bytes fetched from a bucket into a
  * struct, or serialize a struct into the bytes to upload.  Nothing here
@@ -10,12 +10,13 @@
  *
  * Parsing treats the input as hostile.  The size limit is checked first,
  * then the signature (when a verify key is given, before any JSON is
- * read), then the JSON with a strict streaming reader that allocates only
- * what it returns: the strings kept (never more than the document's size)
- * and 32 to 48 bytes per file, object or anchor, whatever the input (no
- * tree of JSON values is built, so a 64 MiB document of "[[],[],..." costs
- * nothing).  Then every rule of BUCKET.md:
- * types, ranges, counts, paths, keys, hashes, duplicates, kinds, anchors.
+ * read), then the JSON with json.h's strict streaming reader, which
+ * allocates only what it returns: the strings kept (never more than the
+ * document's size) and 32 to 48 bytes per file, object or anchor,
+ * whatever the input (no tree of JSON values is built, so a 64 MiB
+ * document of "[[],[],..." costs nothing).  Then every rule of BUCKET.md:
+ * types, ranges, counts, paths (path.h), keys, hashes, duplicates, kinds,
+ * anchors.
  * Serializing checks the same rules first, so wsync never publishes a
  * document it would refuse to read.
  *

@@ -1,17 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest.c -- the manifest and HEAD documents (see manifest.h and
- * common/BUCKET.md).
+ * common/format/BUCKET.md).
  *
- * Why not jansson here, when the rest of the tree uses it: json_loadb()
- * builds a tree of values first, at 100 to 250 bytes per value, so a
- * hostile 64 MiB manifest of "[{},{},..." costs 5 GB before a single rule
- * can be checked, and an honest one with a million files 660 MB.  The
- * reader below is a strict RFC 8259 pull parser that walks the bytes once
- * and keeps only what the struct needs: decoded strings go to a chain of
- * blocks that grows with what is kept, entries to arrays of 32-48 bytes
- * each.  Unknown fields are validated and skipped without allocating.
- * The writer is equally direct.
+ * The JSON is json.h's streaming reader and writer (why not jansson:
+ * json.h): this file holds the schema and the rules.  A parse keeps only
+ * what the struct needs: decoded strings in the reader's pool, entries in
+ * arrays of 32-48 bytes each; unknown fields are validated and skipped
+ * without allocating.
  *
  * Flow of a parse: size limit -> signature (sign.h) -> JSON and types
  * (read_*) -> the cross-field rules of BUCKET.md (check_*), which
@@ -24,552 +20,30 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "delta.h"
+#include "json.h"
+#include "path.h"
 #include "text.h"
 #include "url.h"
 
 #define MANIFEST_FORMAT "wsync-manifest"
 #define HEAD_FORMAT "wsync-head"
 #define TIME_MAX 253402300799LL		/* 9999-12-31T23:59:59Z */
-#define POOL_BLOCK (64u << 10)	/* first string block; later ones double */
-#define POOL_BLOCK_MAX (4u << 20)
 
 static int check_ref(const struct wsync_manifest_ref *ref, struct wsync_error *err);
 
 /* ======================================================================
- * The JSON reader
+ * Typed field readers beyond json.h's.  Messages name the field; callers
+ * prefix where it sits ("files[3]").
  * ====================================================================== */
 
-/*
- * Decoded strings live in a chain of blocks, newest first, that grows with
- * what is kept (not with the document: a 60 MiB document of empty values
- * keeps a few field names).  A string is decoded at the top of the newest
- * block; when it outgrows the room left, it moves to a new block twice its
- * size.  Strings never move once finished, so the struct points into the
- * blocks; wsync_manifest_free() frees the chain.
- */
-struct pool_block {
-	struct pool_block *next;
-	size_t cap, used;
-	char data[];
-};
-
-struct jr {
-	const uint8_t *start, *p, *end;
-	struct pool_block *pool;	/* newest first; owned by the caller */
-	size_t first_block;		/* a small document needs no 64 KiB */
-	struct wsync_error *err;
-	bool verdict;		/* err says "not a wsync ..." or "unsupported ..." */
-};
-
-static void jr_init(struct jr *j, const void *body, size_t len, struct wsync_error *err)
+static int read_hash(struct wsync_json_reader *j, const char *name,
+		     struct wsync_hash128 *h)
 {
-	memset(j, 0, sizeof(*j));
-	j->start = j->p = body ? body : (const void *)"";
-	j->end = j->start + (body ? len : 0);
-	j->first_block = len + 64 < POOL_BLOCK ? len + 64 : POOL_BLOCK;
-	j->err = err;
-}
-
-static void pool_free(struct pool_block *b)
-{
-	while (b) {
-		struct pool_block *next = b->next;
-
-		free(b);
-		b = next;
-	}
-}
-
-/*
- * Make room for extra more bytes after the n bytes of the string being
- * decoded at *d (the top of the newest block, or NULL when n is 0),
- * moving it to a new block if needed.
- */
-static int pool_room(struct jr *j, char **d, size_t n, size_t extra)
-{
-	struct pool_block *b = j->pool, *nb;
-	size_t cap;
-
-	if (b && b->cap - b->used >= n + extra)
-		return 0;
-	cap = b ? (b->cap < POOL_BLOCK_MAX / 2 ? b->cap * 2 : POOL_BLOCK_MAX) : j->first_block;
-	if (cap < 2 * (n + extra))
-		cap = 2 * (n + extra);
-	nb = malloc(sizeof(*nb) + cap);
-	if (!nb)
-		return wsync_error_set(j->err, -ENOMEM, "out of memory for strings");
-	nb->cap = cap;
-	nb->used = 0;
-	nb->next = b;
-	if (n)
-		memcpy(nb->data, *d, n);
-	j->pool = nb;
-	*d = nb->data;
-	return 0;
-}
-
-/* Where the pool stands, to give back a string only compared. */
-struct pool_mark {
-	struct pool_block *block;
-	size_t used;
-};
-
-static struct pool_mark pool_mark(const struct jr *j)
-{
-	return (struct pool_mark){ j->pool, j->pool ? j->pool->used : 0 };
-}
-
-static void pool_rewind(struct jr *j, struct pool_mark m)
-{
-	/* A string that needed a block of its own keeps it: the waste is
-	 * bounded by that string's size. */
-	if (j->pool && j->pool == m.block)
-		j->pool->used = m.used;
-}
-
-static int jr_syntax(struct jr *j, const char *what)
-{
-	return wsync_error_set(j->err, -EINVAL, "not valid JSON: %s at byte %zu", what,
-			       (size_t)(j->p - j->start));
-}
-
-static void jr_ws(struct jr *j)
-{
-	while (j->p < j->end &&
-	       (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-		j->p++;
-}
-
-/* The next byte after whitespace, or -1 at the end. */
-static int jr_peek(struct jr *j)
-{
-	jr_ws(j);
-	return j->p < j->end ? *j->p : -1;
-}
-
-static size_t put_utf8(char *d, uint32_t cp)
-{
-	if (cp < 0x80) {
-		d[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		d[0] = (char)(0xC0 | cp >> 6);
-		d[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		d[0] = (char)(0xE0 | cp >> 12);
-		d[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-		d[2] = (char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	d[0] = (char)(0xF0 | cp >> 18);
-	d[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-	d[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-	d[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
-
-/* Four hex digits of a \u escape at p (6 bytes available). */
-static int hex4(const uint8_t *p, uint32_t *v)
-{
-	*v = 0;
-	for (int i = 0; i < 4; i++) {
-		int h = wsync_hex_digit(p[i]);
-
-		if (h < 0)
-			return -1;
-		*v = *v << 4 | (uint32_t)h;
-	}
-	return 0;
-}
-
-/* A \u escape (or a surrogate pair of them) at j->p; advances past it. */
-static int jr_u_escape(struct jr *j, uint32_t *cp)
-{
-	uint32_t hi, lo;
-
-	if (j->end - j->p < 6 || hex4(j->p + 2, &hi) < 0)
-		return jr_syntax(j, "bad \\u escape");
-	if (hi >= 0xDC00 && hi <= 0xDFFF)
-		return jr_syntax(j, "lone surrogate in a \\u escape");
-	if (hi >= 0xD800 && hi <= 0xDBFF) {
-		if (j->end - j->p < 12 || j->p[6] != '\\' || j->p[7] != 'u' ||
-		    hex4(j->p + 8, &lo) < 0 || lo < 0xDC00 || lo > 0xDFFF)
-			return jr_syntax(j, "lone surrogate in a \\u escape");
-		hi = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
-		j->p += 6;
-	}
-	j->p += 6;
-	*cp = hi;
-	return 0;
-}
-
-/*
- * The string at j->p (which is '"').  With out, it is decoded into the
- * pool, NUL-terminated, and *out and *out_len point at it (a "\u0000" is then
- * refused: no string wsync keeps may hold a NUL); without, it is only
- * validated.  Decoded text is never longer than its JSON form, so what the
- * pool holds is bounded by the document's size.
- */
-static int jr_string(struct jr *j, char **out, size_t *out_len)
-{
-	char *d = NULL;
-	size_t n = 0, room = 0;	/* room: bytes d may hold */
-	int r;
-
-	if (out) {
-		r = pool_room(j, &d, 0, 16);
-		if (r < 0)
-			return r;
-		d = j->pool->data + j->pool->used;
-		room = j->pool->cap - j->pool->used;
-	}
-	j->p++;
-	while (j->p < j->end) {
-		uint8_t c = *j->p;
-		uint32_t u;
-		size_t l;
-
-		/* room for the longest step below (4 bytes) and the NUL */
-		if (out && n + 5 > room) {
-			r = pool_room(j, &d, n, 5);
-			if (r < 0)
-				return r;
-			room = j->pool->cap - j->pool->used;
-		}
-		if (c == '"') {
-			j->p++;
-			if (out) {
-				d[n] = '\0';
-				*out = d;
-				*out_len = n;
-				j->pool->used += n + 1;
-			}
-			return 0;
-		}
-		if (c == '\\') {
-			uint32_t cp;
-
-			if (j->end - j->p < 2)
-				break;
-			switch (j->p[1]) {
-			case '"': cp = '"'; break;
-			case '\\': cp = '\\'; break;
-			case '/': cp = '/'; break;
-			case 'b': cp = '\b'; break;
-			case 'f': cp = '\f'; break;
-			case 'n': cp = '\n'; break;
-			case 'r': cp = '\r'; break;
-			case 't': cp = '\t'; break;
-			case 'u': cp = 0x110000; break;
-			default:
-				return jr_syntax(j, "bad escape in a string");
-			}
-			if (cp == 0x110000) {
-				r = jr_u_escape(j, &cp);
-				if (r < 0)
-					return r;
-			} else {
-				j->p += 2;
-			}
-			if (out) {
-				if (cp == 0)
-					return jr_syntax(j, "\\u0000 in a string");
-				n += put_utf8(d + n, cp);
-			}
-			continue;
-		}
-		if (c < 0x20)
-			return jr_syntax(j, "control character in a string");
-		l = wsync_utf8_next(j->p, (size_t)(j->end - j->p), &u);
-		if (l == 0)
-			return jr_syntax(j, "invalid UTF-8 in a string");
-		if (out) {
-			memcpy(d + n, j->p, l);
-			n += l;
-		}
-		j->p += l;
-	}
-	return jr_syntax(j, "unterminated string");
-}
-
-/*
- * A number at j->p.  *is_int: no fraction and no exponent; *in_range: and
- * it fits an int64_t, then in *v.
- */
-static int jr_number(struct jr *j, bool *is_int, bool *in_range, int64_t *v)
-{
-	const uint8_t *p = j->p, *e = j->end;
-	uint64_t acc = 0;
-	bool neg = false, over = false;
-
-	*is_int = true;
-	if (p < e && *p == '-')
-		neg = true, p++;
-	if (p == e || *p < '0' || *p > '9')
-		return jr_syntax(j, "bad number");
-	if (*p == '0') {
-		p++;
-	} else {
-		while (p < e && *p >= '0' && *p <= '9') {
-			unsigned d = (unsigned)(*p++ - '0');
-
-			if (acc > (UINT64_MAX - d) / 10)
-				over = true;
-			else
-				acc = acc * 10 + d;
-		}
-	}
-	if (p < e && *p == '.') {
-		*is_int = false;
-		if (++p == e || *p < '0' || *p > '9')
-			return jr_syntax(j, "bad number");
-		while (p < e && *p >= '0' && *p <= '9')
-			p++;
-	}
-	if (p < e && (*p == 'e' || *p == 'E')) {
-		*is_int = false;
-		if (++p < e && (*p == '+' || *p == '-'))
-			p++;
-		if (p == e || *p < '0' || *p > '9')
-			return jr_syntax(j, "bad number");
-		while (p < e && *p >= '0' && *p <= '9')
-			p++;
-	}
-	j->p = p;
-	*in_range = false;
-	*v = 0;
-	if (!*is_int || over)
-		return 0;
-	if (neg && acc <= (uint64_t)INT64_MAX + 1) {
-		*v = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
-		*in_range = true;
-	} else if (!neg && acc <= (uint64_t)INT64_MAX) {
-		*v = (int64_t)acc;
-		*in_range = true;
-	}
-	return 0;
-}
-
-static int jr_literal(struct jr *j)
-{
-	static const char *const lits[] = { "true", "false", "null" };
-
-	for (size_t i = 0; i < 3; i++) {
-		size_t l = strlen(lits[i]);
-
-		if ((size_t)(j->end - j->p) >= l && memcmp(j->p, lits[i], l) == 0) {
-			j->p += l;
-			return 0;
-		}
-	}
-	return jr_syntax(j, "unexpected character");
-}
-
-/* After '{' or '[': the next member's name (its index in names, or -1),
- * positioned at its value: 1; end of the object: 0. */
-static int jr_member(struct jr *j, bool *first, const char *const *names, size_t n_names,
-		     int *idx)
-{
-	struct pool_mark mark = pool_mark(j);
-	int c = jr_peek(j), r;
-	size_t klen;
-	char *key;
-
-	if (c == '}') {
-		j->p++;
-		return 0;
-	}
-	if (!*first) {
-		if (c != ',')
-			return jr_syntax(j, "expected ',' or '}'");
-		j->p++;
-		c = jr_peek(j);
-	}
-	*first = false;
-	if (c != '"')
-		return jr_syntax(j, "expected a field name");
-	*idx = -1;
-	if (names) {
-		r = jr_string(j, &key, &klen);
-		if (r < 0)
-			return r;
-		for (size_t i = 0; i < n_names; i++)
-			if (strlen(names[i]) == klen && memcmp(names[i], key, klen) == 0)
-				*idx = (int)i;
-		pool_rewind(j, mark);
-	} else {
-		r = jr_string(j, NULL, NULL);
-		if (r < 0)
-			return r;
-	}
-	if (jr_peek(j) != ':')
-		return jr_syntax(j, "expected ':'");
-	j->p++;
-	return 1;
-}
-
-/* After '[': 1 if another element follows (positioned at it), 0 at ']'. */
-static int jr_element(struct jr *j, bool *first)
-{
-	int c = jr_peek(j);
-
-	if (c == ']') {
-		j->p++;
-		return 0;
-	}
-	if (!*first) {
-		if (c != ',')
-			return jr_syntax(j, "expected ',' or ']'");
-		j->p++;
-		if (jr_peek(j) == ']')
-			return jr_syntax(j, "trailing comma");
-	}
-	*first = false;
-	return 1;
-}
-
-/* Validate and skip one value of any kind inside depth levels of arrays
- * and objects (a container here is level depth + 1). */
-static int jr_skip(struct jr *j, int depth)
-{
-	int c = jr_peek(j), r;
-	bool first = true, is_int, in_range;
-	int64_t v;
-	int idx;
-
-	if (c == '{' || c == '[') {
-		if (depth + 1 > WSYNC_MANIFEST_DEPTH_MAX)
-			return jr_syntax(j, "values nested too deep");
-		j->p++;
-		for (;;) {
-			r = c == '{' ? jr_member(j, &first, NULL, 0, &idx)
-				     : jr_element(j, &first);
-			if (r <= 0)
-				return r;
-			r = jr_skip(j, depth + 1);
-			if (r < 0)
-				return r;
-		}
-	}
-	if (c == '"')
-		return jr_string(j, NULL, NULL);
-	if (c == '-' || (c >= '0' && c <= '9'))
-		return jr_number(j, &is_int, &in_range, &v);
-	if (c < 0)
-		return jr_syntax(j, "unexpected end");
-	return jr_literal(j);
-}
-
-/* Expect c (after whitespace) and consume it. */
-static int jr_open(struct jr *j, char c, const char *name, const char *type)
-{
-	if (jr_peek(j) != c)
-		return wsync_error_set(j->err, -EINVAL, "\"%s\" must be %s", name, type);
-	j->p++;
-	return 0;
-}
-
-/* After the top-level value: nothing but whitespace. */
-static int jr_end(struct jr *j)
-{
-	if (jr_peek(j) >= 0)
-		return jr_syntax(j, "data after the JSON object");
-	return 0;
-}
-
-/* ======================================================================
- * Typed field readers.  Messages name the field; callers prefix where
- * it sits ("files[3]").
- * ====================================================================== */
-
-static int read_int(struct jr *j, const char *name, int64_t min, int64_t max, int64_t *v)
-{
-	bool is_int, in_range;
-	int c = jr_peek(j), r;
-
-	if (c != '-' && !(c >= '0' && c <= '9'))
-		return wsync_error_set(j->err, -EINVAL, "\"%s\" must be an integer", name);
-	r = jr_number(j, &is_int, &in_range, v);
-	if (r < 0)
-		return r;
-	if (!is_int)
-		return wsync_error_set(j->err, -EINVAL, "\"%s\" must be an integer "
-				       "(no fraction or exponent)", name);
-	if (!in_range || *v < min || *v > max)
-		return wsync_error_set(j->err, -EINVAL, "\"%s\" must be an integer from "
-				       "%" PRId64 " to %" PRId64, name, min, max);
-	return 0;
-}
-
-static int read_u64(struct jr *j, const char *name, uint64_t min, uint64_t max,
-		    uint64_t *v)
-{
-	int64_t s;
-	int r = read_int(j, name, (int64_t)min, (int64_t)max, &s);
-
-	*v = (uint64_t)s;
-	return r;
-}
-
-/* A string kept in the pool. */
-static int read_string(struct jr *j, const char *name, char **s, size_t *len)
-{
-	if (jr_peek(j) != '"')
-		return wsync_error_set(j->err, -EINVAL, "\"%s\" must be a string", name);
-	return jr_string(j, s, len);
-}
-
-/* A string only compared: decoded, then its pool space given back.  The
- * pointer stays readable until the next string is read. */
-static int read_temp_string(struct jr *j, const char *name, char **s, size_t *len)
-{
-	struct pool_mark mark = pool_mark(j);
-	int r = read_string(j, name, s, len);
-
-	pool_rewind(j, mark);
-	return r;
-}
-
-/* A digest of n bytes as 2n lowercase hex digits (what names it). */
-static int read_digest(struct jr *j, const char *name, uint8_t *out, size_t n,
-		       const char *what)
-{
-	size_t len;
-	char *s;
-	int r = read_temp_string(j, name, &s, &len);
-
-	if (r < 0)
-		return r;
-	if (len != 2 * n)
-		goto bad;
-	for (size_t i = 0; i < n; i++) {
-		uint8_t a = (uint8_t)s[2 * i], b = (uint8_t)s[2 * i + 1];
-		int hi = a >= 'A' && a <= 'F' ? -1 : wsync_hex_digit(a);	/* lowercase only */
-		int lo = b >= 'A' && b <= 'F' ? -1 : wsync_hex_digit(b);
-
-		if (hi < 0 || lo < 0)
-			goto bad;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-bad:
-	return wsync_error_set(j->err, -EINVAL, "\"%s\" must be %zu lowercase hex digits "
-			       "(%s)", name, 2 * n, what);
-}
-
-static int read_hash(struct jr *j, const char *name, struct wsync_hash128 *h)
-{
-	return read_digest(j, name, h->b, sizeof(h->b), "an XXH3-128");
+	return wsync_json_read_hex(j, name, h->b, sizeof(h->b), "an XXH3-128");
 }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
@@ -650,11 +124,11 @@ static int parse_time(const char *s, size_t len, int64_t *ret)
 	return *ret > TIME_MAX ? -EINVAL : 0;
 }
 
-static int read_time(struct jr *j, const char *name, int64_t *t)
+static int read_time(struct wsync_json_reader *j, const char *name, int64_t *t)
 {
 	size_t len;
 	char *s;
-	int r = read_temp_string(j, name, &s, &len);
+	int r = wsync_json_read_temp_string(j, name, &s, &len);
 
 	if (r < 0)
 		return r;
@@ -665,98 +139,40 @@ static int read_time(struct jr *j, const char *name, int64_t *t)
 	return 0;
 }
 
-/* Fields seen in one object, for "appears twice" and "missing". */
-static int seen_field(struct jr *j, uint32_t *seen, int idx, const char *const *names)
+/* A nested object with every field of names present. */
+static int read_record(struct wsync_json_reader *j, const char *name, const char *type,
+		       const char *const *names, size_t n, int depth,
+		       wsync_json_field_fn field, void *arg)
 {
-	if (*seen & (1u << idx))
-		return wsync_error_set(j->err, -EINVAL, "field \"%s\" appears twice",
-				       names[idx]);
-	*seen |= 1u << idx;
-	return 0;
-}
-
-static int missing_field(struct jr *j, uint32_t seen, const char *const *names, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!(seen & (1u << i)))
-			return wsync_error_set(j->err, -EINVAL, "no \"%s\" field", names[i]);
-	return 0;
-}
-
-/* One known field of an object, idx its index in the object's names. */
-typedef int (*field_fn)(struct jr *j, int idx, void *arg);
-
-/*
- * The members of an object, its '{' consumed, to its '}': each field
- * named in names read by field(j, its index, arg), once at most; the
- * others skipped (depth as for jr_skip: how deep the object lies).
- * *seen gets a bit per field read.
- */
-static int read_fields(struct jr *j, const char *const *names, size_t n, int depth,
-		       field_fn field, void *arg, uint32_t *seen)
-{
-	bool first = true;
-	int r, idx = -1;
-
-	*seen = 0;
-	while ((r = jr_member(j, &first, names, n, &idx)) > 0) {
-		if (idx < 0)
-			r = jr_skip(j, depth);
-		else if ((r = seen_field(j, seen, idx, names)) == 0)
-			r = field(j, idx, arg);
-		if (r < 0)
-			return r;
-	}
-	return r;
-}
-
-/* A nested object ("name" must be one: type says what kind) with every
- * field of names present, read as read_fields does. */
-static int read_record_opt(struct jr *j, const char *name, const char *type,
-			   const char *const *names, size_t n, uint32_t optional, int depth,
-			   field_fn field, void *arg)
-{
-	uint32_t seen = 0;
-	int r = jr_open(j, '{', name, type);
-
-	if (r == 0)
-		r = read_fields(j, names, n, depth, field, arg, &seen);
-	return r < 0 ? r : missing_field(j, seen | optional, names, n);
-}
-
-static int read_record(struct jr *j, const char *name, const char *type,
-		       const char *const *names, size_t n, int depth, field_fn field,
-		       void *arg)
-{
-	return read_record_opt(j, name, type, names, n, 0, depth, field, arg);
+	return wsync_json_read_object(j, name, type, names, n, 0, depth, field, arg);
 }
 
 /*
- * A whole document: one object, nothing after it, read as read_fields
- * does.  Its field 0 must be "format" (without it, it is not a wsync
- * what, the verdict that stands) and every other field present but
- * those in optional.
+ * A whole document: one object, nothing after it, read as
+ * wsync_json_read_fields does.  Its field 0 must be "format" (without it,
+ * it is not a wsync what: the verdict that stands, *verdict set) and
+ * every other field present but those in optional.
  */
-static int read_document(struct jr *j, const char *what, const char *const *names,
-			 size_t n, uint32_t optional, field_fn field, void *arg)
+static int read_document(struct wsync_json_reader *j, const char *what,
+			 const char *const *names, size_t n, uint32_t optional,
+			 wsync_json_field_fn field, void *arg, bool *verdict)
 {
 	uint32_t seen = 0;
 	int r;
 
-	if (jr_peek(j) != '{')
-		return jr_syntax(j, "expected a JSON object");
-	j->p++;
-	r = read_fields(j, names, n, 1, field, arg, &seen);
+	if (!wsync_json_accept(j, '{'))
+		return wsync_json_syntax(j, "expected a JSON object");
+	r = wsync_json_read_fields(j, names, n, 1, field, arg, &seen);
 	if (r == 0)
-		r = jr_end(j);
+		r = wsync_json_end(j);
 	if (r < 0)
 		return r;
 	if (!(seen & 1u)) {
-		j->verdict = true;
+		*verdict = true;
 		return wsync_error_set(j->err, -EINVAL, "not a wsync %s: no \"format\" field",
 				       what);
 	}
-	return missing_field(j, seen | optional, names, n);
+	return wsync_json_missing(j, seen | optional, names, n);
 }
 
 /* {"key", "size", "xxh128"}, unknown fields skipped. */
@@ -764,22 +180,23 @@ enum { R_KEY, R_SIZE, R_HASH, R_N };
 static const char *const ref_fields[] = { "key", "size", "xxh128" };
 
 /* One field of a ref (a struct wsync_manifest_ref); idx from ref_fields. */
-static int read_ref_field(struct jr *j, int idx, void *arg)
+static int read_ref_field(struct wsync_json_reader *j, int idx, void *arg)
 {
 	struct wsync_manifest_ref *ref = arg;
 	size_t len;
 
 	switch (idx) {
 	case R_KEY:
-		return read_string(j, "key", &ref->key, &len);
+		return wsync_json_read_string(j, "key", &ref->key, &len);
 	case R_SIZE:
-		return read_u64(j, "size", 0, INT64_MAX, &ref->size);
+		return wsync_json_read_u64(j, "size", 0, INT64_MAX, &ref->size);
 	default:
 		return read_hash(j, "xxh128", &ref->hash);
 	}
 }
 
-static int read_ref(struct jr *j, const char *name, int depth, struct wsync_manifest_ref *ref)
+static int read_ref(struct wsync_json_reader *j, const char *name, int depth,
+		    struct wsync_manifest_ref *ref)
 {
 	return read_record(j, name, "an object", ref_fields, R_N, depth + 1, read_ref_field,
 			   ref);
@@ -787,8 +204,8 @@ static int read_ref(struct jr *j, const char *name, int depth, struct wsync_mani
 
 /* Grow an array of n elements of size sz by one, up to max: *slot is the
  * new element, zeroed. */
-static int grow(struct jr *j, void **arr, size_t *n, size_t *cap, size_t sz, size_t max,
-		const char *what, void **slot)
+static int grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap,
+		size_t sz, size_t max, const char *what, void **slot)
 {
 	if (*n >= max)
 		return wsync_error_set(j->err, -EINVAL, "more than %zu %s", max, what);
@@ -826,32 +243,35 @@ static const char *const manifest_fields[] = {
 /* Not required: base_version (present by rule, see check_manifest) and writer. */
 #define M_OPTIONAL ((1u << M_BASE_VERSION) | (1u << M_WRITER))
 
-/* "format" and "format_version" of a document of format fmt. */
-static int read_format(struct jr *j, const char *fmt, const char *what)
+/* "format" and "format_version" of a document of format fmt; a wrong
+ * one is the verdict on the whole document (*verdict set). */
+static int read_format(struct wsync_json_reader *j, const char *fmt, const char *what,
+		       bool *verdict)
 {
 	size_t len;
 	char *s;
-	int r = read_temp_string(j, "format", &s, &len);
+	int r = wsync_json_read_temp_string(j, "format", &s, &len);
 
 	if (r < 0)
 		return r;
 	if (len != strlen(fmt) || memcmp(s, fmt, len) != 0) {
-		j->verdict = true;
+		*verdict = true;
 		return wsync_error_set(j->err, -EINVAL, "not a wsync %s: format is "
 				       "\"%.40s\", expected \"%s\"", what, s, fmt);
 	}
 	return 0;
 }
 
-static int read_format_version(struct jr *j, const char *what)
+static int read_format_version(struct wsync_json_reader *j, const char *what,
+			       bool *verdict)
 {
 	int64_t v;
-	int r = read_int(j, "format_version", INT64_MIN, INT64_MAX, &v);
+	int r = wsync_json_read_int(j, "format_version", INT64_MIN, INT64_MAX, &v);
 
 	if (r < 0)
 		return r;
 	if (v != WSYNC_MANIFEST_FORMAT_VERSION) {
-		j->verdict = true;
+		*verdict = true;
 		return wsync_error_set(j->err, -EPROTONOSUPPORT, "unsupported %s "
 				       "format_version %" PRId64 " (this reader knows %d)",
 				       what, v, WSYNC_MANIFEST_FORMAT_VERSION);
@@ -872,7 +292,7 @@ struct object_read {
 	bool keep;		/* false: a role of a later format, skipped */
 };
 
-static int read_object_field(struct jr *j, int idx, void *arg)
+static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 {
 	struct object_read *rd = arg;
 	size_t len;
@@ -881,12 +301,12 @@ static int read_object_field(struct jr *j, int idx, void *arg)
 
 	if (idx == O_SHA256) {
 		rd->o->has_sha256 = true;
-		return read_digest(j, "sha256", rd->o->sha256, sizeof(rd->o->sha256),
-				   "a SHA-256");
+		return wsync_json_read_hex(j, "sha256", rd->o->sha256,
+					   sizeof(rd->o->sha256), "a SHA-256");
 	}
 	if (idx != O_ROLE)
 		return read_ref_field(j, idx - 1, &rd->o->ref);
-	r = read_temp_string(j, "role", &role, &len);
+	r = wsync_json_read_temp_string(j, "role", &role, &len);
 	if (r == 0 && strcmp(role, "delta") == 0)
 		rd->o->role = WSYNC_MANIFEST_ROLE_DELTA;
 	else if (r == 0 && strcmp(role, "anchor") == 0)
@@ -896,7 +316,8 @@ static int read_object_field(struct jr *j, int idx, void *arg)
 	return r;
 }
 
-static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
+static int read_object(struct wsync_json_reader *j, struct wsync_manifest *m,
+		       struct arrays *a)
 {
 	struct object_read rd = { .keep = true };
 	int r;
@@ -907,8 +328,9 @@ static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 	r = grow(j, (void **)&m->objects, &m->n_objects, &a->objects_cap, sizeof(*rd.o),
 		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&rd.o);
 	if (r == 0)
-		r = read_record_opt(j, "objects[]", "an array of objects", object_fields, O_N,
-				    1u << O_SHA256, 3, read_object_field, &rd);
+		r = wsync_json_read_object(j, "objects[]", "an array of objects",
+					   object_fields, O_N, 1u << O_SHA256, 3,
+					   read_object_field, &rd);
 	if (r == 0 && !rd.keep) {
 		/* Skipped, but its key must still be a key (and it did count
 		 * against the limit). */
@@ -921,19 +343,20 @@ static int read_object(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 enum { F_PATH, F_SIZE, F_HASH, F_N };
 static const char *const file_fields[] = { "path", "size", "xxh128" };
 
-static int read_file_field(struct jr *j, int idx, void *arg)
+static int read_file_field(struct wsync_json_reader *j, int idx, void *arg)
 {
 	struct wsync_manifest_file *f = arg;
 	size_t len;
 
 	if (idx == F_PATH)
-		return read_string(j, "path", &f->path, &len);
+		return wsync_json_read_string(j, "path", &f->path, &len);
 	if (idx == F_SIZE)
-		return read_u64(j, "size", 0, INT64_MAX, &f->size);
+		return wsync_json_read_u64(j, "size", 0, INT64_MAX, &f->size);
 	return read_hash(j, "xxh128", &f->hash);
 }
 
-static int read_file(struct jr *j, struct wsync_manifest *m, struct arrays *a)
+static int read_file(struct wsync_json_reader *j, struct wsync_manifest *m,
+		     struct arrays *a)
 {
 	struct wsync_manifest_file *f = NULL;
 	int r = grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
@@ -946,16 +369,17 @@ static int read_file(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 enum { A_VERSION, A_MANIFEST, A_N };
 static const char *const anchor_fields[] = { "version", "manifest" };
 
-static int read_anchor_field(struct jr *j, int idx, void *arg)
+static int read_anchor_field(struct wsync_json_reader *j, int idx, void *arg)
 {
 	struct wsync_manifest_anchor *an = arg;
 
 	if (idx == A_VERSION)
-		return read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &an->version);
+		return wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &an->version);
 	return read_ref(j, "manifest", 3, &an->manifest);
 }
 
-static int read_anchor(struct jr *j, struct wsync_manifest *m, struct arrays *a)
+static int read_anchor(struct wsync_json_reader *j, struct wsync_manifest *m,
+		       struct arrays *a)
 {
 	struct wsync_manifest_anchor *an = NULL;
 	int r = grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap, sizeof(*an),
@@ -966,18 +390,19 @@ static int read_anchor(struct jr *j, struct wsync_manifest *m, struct arrays *a)
 }
 
 /* An array field whose elements each() reads; errors get "name[i]: ". */
-static int read_array(struct jr *j, const char *name, struct wsync_manifest *m,
-		      struct arrays *a,
-		      int (*each)(struct jr *, struct wsync_manifest *, struct arrays *))
+static int read_array(struct wsync_json_reader *j, const char *name,
+		      struct wsync_manifest *m, struct arrays *a,
+		      int (*each)(struct wsync_json_reader *, struct wsync_manifest *,
+				  struct arrays *))
 {
 	bool first = true;
 	size_t i = 0;
 	int r;
 
-	r = jr_open(j, '[', name, "an array");
+	r = wsync_json_open(j, '[', name, "an array");
 	if (r < 0)
 		return r;
-	while ((r = jr_element(j, &first)) > 0) {
+	while ((r = wsync_json_element(j, &first)) > 0) {
 		r = each(j, m, a);
 		if (r < 0) {
 			wsync_error_prefix(j->err, "%s[%zu]", name, i);
@@ -991,9 +416,10 @@ static int read_array(struct jr *j, const char *name, struct wsync_manifest *m,
 struct manifest_read {
 	struct wsync_manifest *m;
 	struct arrays a;
+	bool *verdict;
 };
 
-static int read_manifest_field(struct jr *j, int idx, void *arg)
+static int read_manifest_field(struct wsync_json_reader *j, int idx, void *arg)
 {
 	struct manifest_read *rd = arg;
 	struct wsync_manifest *m = rd->m;
@@ -1003,22 +429,23 @@ static int read_manifest_field(struct jr *j, int idx, void *arg)
 
 	switch (idx) {
 	case M_FORMAT:
-		r = read_format(j, MANIFEST_FORMAT, "manifest");
+		r = read_format(j, MANIFEST_FORMAT, "manifest", rd->verdict);
 		break;
 	case M_FORMAT_VERSION:
-		r = read_format_version(j, "manifest");
+		r = read_format_version(j, "manifest", rd->verdict);
 		break;
 	case M_VERSION:
-		r = read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &m->version);
+		r = wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					&m->version);
 		break;
 	case M_STEP:
-		r = read_int(j, "step", INT64_MIN, INT64_MAX, &m->step);
+		r = wsync_json_read_int(j, "step", INT64_MIN, INT64_MAX, &m->step);
 		break;
 	case M_CREATED:
 		r = read_time(j, "created", &m->created);
 		break;
 	case M_KIND:
-		r = read_temp_string(j, "kind", &s, &len);
+		r = wsync_json_read_temp_string(j, "kind", &s, &len);
 		if (r < 0)
 			break;
 		if (strcmp(s, "delta") == 0)
@@ -1030,12 +457,12 @@ static int read_manifest_field(struct jr *j, int idx, void *arg)
 					    "\"delta\" or \"anchor\", not \"%.40s\"", s);
 		break;
 	case M_BASE_VERSION:
-		r = read_u64(j, "base_version", 1, WSYNC_MANIFEST_VERSION_MAX,
-			     &m->base_version);
+		r = wsync_json_read_u64(j, "base_version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					&m->base_version);
 		break;
 	case M_ANCHOR_VERSION:
-		r = read_u64(j, "anchor_version", 1, WSYNC_MANIFEST_VERSION_MAX,
-			     &m->anchor_version);
+		r = wsync_json_read_u64(j, "anchor_version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					&m->anchor_version);
 		break;
 	case M_OBJECTS:
 		r = read_array(j, "objects", m, &rd->a, read_object);
@@ -1047,19 +474,20 @@ static int read_manifest_field(struct jr *j, int idx, void *arg)
 		r = read_array(j, "anchors", m, &rd->a, read_anchor);
 		break;
 	default:
-		r = read_string(j, "writer", &m->writer, &len);
+		r = wsync_json_read_string(j, "writer", &m->writer, &len);
 		break;
 	}
 	return r;
 }
 
-static int read_manifest(struct jr *j, struct wsync_manifest *m)
+static int read_manifest(struct wsync_json_reader *j, struct wsync_manifest *m,
+			 bool *verdict)
 {
-	struct manifest_read rd = { .m = m };
+	struct manifest_read rd = { .m = m, .verdict = verdict };
 
 	_Static_assert(M_FORMAT == 0, "read_document takes field 0 for \"format\"");
 	return read_document(j, "manifest", manifest_fields, M_N, M_OPTIONAL,
-			     read_manifest_field, &rd);
+			     read_manifest_field, &rd, verdict);
 }
 
 /* ---- cross-field rules, shared by parse and serialize ---- */
@@ -1085,27 +513,16 @@ static int check_ref(const struct wsync_manifest_ref *ref, struct wsync_error *e
 	return check_size(ref->size, err);
 }
 
+/* BUCKET.md §3 takes the delta's rule for paths (path.h), segments of
+ * at most 255 bytes included. */
+_Static_assert(WSYNC_MANIFEST_SEGMENT_MAX == WSYNC_PATH_NAME_MAX,
+	       "a manifest's path segments are as long as path.h allows");
+
 static int check_path(const char *path, struct wsync_error *err)
 {
-	size_t len, seg = 0;
-	int r;
-
 	if (!path)
 		return wsync_error_set(err, -EINVAL, "no path");
-	len = strlen(path);
-	r = wsync_delta_path_check(path, len, err);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i <= len; i++) {
-		if (i < len && path[i] != '/')
-			continue;
-		if (i - seg > WSYNC_MANIFEST_SEGMENT_MAX)
-			return wsync_error_set(err, -EINVAL, "path \"%.64s...\" has a segment "
-					       "of %zu bytes (at most %u)", path, i - seg,
-					       WSYNC_MANIFEST_SEGMENT_MAX);
-		seg = i + 1;
-	}
-	return 0;
+	return wsync_path_check(path, strlen(path), err);
 }
 
 /* Byte order, but with '/' below every other byte: a directory's files
@@ -1307,17 +724,24 @@ static const char *const head_fields[] = {
 	"format", "format_version", "version", "manifest", "created",
 };
 
-static int read_head_field(struct jr *j, int idx, void *arg)
+struct head_read {
+	struct wsync_manifest_head *h;
+	bool *verdict;
+};
+
+static int read_head_field(struct wsync_json_reader *j, int idx, void *arg)
 {
-	struct wsync_manifest_head *h = arg;
+	struct head_read *rd = arg;
+	struct wsync_manifest_head *h = rd->h;
 
 	switch (idx) {
 	case H_FORMAT:
-		return read_format(j, HEAD_FORMAT, "HEAD");
+		return read_format(j, HEAD_FORMAT, "HEAD", rd->verdict);
 	case H_FORMAT_VERSION:
-		return read_format_version(j, "HEAD");
+		return read_format_version(j, "HEAD", rd->verdict);
 	case H_VERSION:
-		return read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX, &h->version);
+		return wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					   &h->version);
 	case H_MANIFEST:
 		return read_ref(j, "manifest", 1, &h->manifest);
 	default:
@@ -1325,10 +749,13 @@ static int read_head_field(struct jr *j, int idx, void *arg)
 	}
 }
 
-static int read_head(struct jr *j, struct wsync_manifest_head *h)
+static int read_head(struct wsync_json_reader *j, struct wsync_manifest_head *h,
+		     bool *verdict)
 {
+	struct head_read rd = { .h = h, .verdict = verdict };
+
 	_Static_assert(H_FORMAT == 0, "read_document takes field 0 for \"format\"");
-	return read_document(j, "HEAD", head_fields, H_N, 0, read_head_field, h);
+	return read_document(j, "HEAD", head_fields, H_N, 0, read_head_field, &rd, verdict);
 }
 
 static int check_head(const struct wsync_manifest_head *h, struct wsync_error *err)
@@ -1363,27 +790,26 @@ static int rescan_format(const uint8_t *body, size_t len, const char *fmt,
 {
 	static const char *const names[] = { "format", "format_version" };
 	struct wsync_error e2 = { 0 };
-	bool first = true, have_format = false;
-	struct jr j;
+	bool first = true, have_format = false, verdict = false;
+	struct wsync_json_reader j;
 	int r, idx = -1;
 
-	jr_init(&j, body, len, &e2);
-	if (jr_peek(&j) != '{')
+	wsync_json_reader_init(&j, body, len, WSYNC_MANIFEST_DEPTH_MAX, &e2);
+	if (!wsync_json_accept(&j, '{'))
 		goto out;
-	j.p++;
-	while ((r = jr_member(&j, &first, names, 2, &idx)) > 0) {
+	while ((r = wsync_json_member(&j, &first, names, 2, &idx)) > 0) {
 		if (idx == 0) {
 			have_format = true;
-			r = read_format(&j, fmt, what);
+			r = read_format(&j, fmt, what, &verdict);
 		} else if (idx == 1) {
-			r = read_format_version(&j, what);
+			r = read_format_version(&j, what, &verdict);
 		} else {
-			r = jr_skip(&j, 1);
+			r = wsync_json_skip(&j, 1);
 		}
 		if (r < 0) {
 			/* Only the two verdicts replace the first error, not a
 			 * syntax error the scan ran into. */
-			if (j.verdict) {
+			if (verdict) {
 				r0 = e2.code;
 				if (err)
 					*err = e2;
@@ -1391,11 +817,11 @@ static int rescan_format(const uint8_t *body, size_t len, const char *fmt,
 			goto out;
 		}
 	}
-	if (r == 0 && !have_format && jr_end(&j) == 0)
+	if (r == 0 && !have_format && wsync_json_end(&j) == 0)
 		r0 = wsync_error_set(err, -EINVAL, "not a wsync %s: no \"format\" field",
 				     what);
 out:
-	pool_free(j.pool);
+	wsync_json_pool_free(j.pool);
 	return r0;
 }
 
@@ -1420,7 +846,9 @@ struct doc_kind {
 	const char *what;	/* "manifest", "HEAD": prefixes every error */
 	const char *format;	/* its "format" value */
 	size_t max;		/* its size limit */
-	int (*read)(struct jr *j, void *out);
+	/* *verdict set: the error is about what the document is (not a
+	 * wsync one, a format_version unknown), and stands */
+	int (*read)(struct wsync_json_reader *j, void *out, bool *verdict);
 	int (*check)(const void *out, struct wsync_error *err);
 	void (*free)(void *out);
 };
@@ -1433,17 +861,18 @@ static int parse_doc(const struct doc_kind *k, const void *doc, size_t len,
 		     struct wsync_sign_trailer *signature, struct wsync_error *err)
 {
 	struct wsync_sign_trailer sig;
+	struct wsync_json_reader j;
+	bool verdict = false;
 	size_t body_len;
-	struct jr j;
 	int r;
 
 	r = open_doc(doc, len, k->max, k->what, verify, &sig, &body_len, err);
 	if (r < 0)
 		return r;
-	jr_init(&j, doc, body_len, err);
-	r = k->read(&j, out);
+	wsync_json_reader_init(&j, doc, body_len, WSYNC_MANIFEST_DEPTH_MAX, err);
+	r = k->read(&j, out, &verdict);
 	*strings = j.pool;
-	if (r < 0 && !j.verdict)
+	if (r < 0 && !verdict)
 		r = rescan_format(doc, body_len, k->format, k->what, r, err);
 	else if (r == 0)
 		r = k->check(out, err);
@@ -1456,9 +885,9 @@ static int parse_doc(const struct doc_kind *k, const void *doc, size_t len,
 	return 0;
 }
 
-static int manifest_read(struct jr *j, void *out)
+static int manifest_read(struct wsync_json_reader *j, void *out, bool *verdict)
 {
-	return read_manifest(j, out);
+	return read_manifest(j, out, verdict);
 }
 
 static int manifest_check(const void *m, struct wsync_error *err)
@@ -1471,9 +900,9 @@ static void manifest_free(void *m)
 	wsync_manifest_free(m);
 }
 
-static int head_read(struct jr *j, void *out)
+static int head_read(struct wsync_json_reader *j, void *out, bool *verdict)
 {
-	return read_head(j, out);
+	return read_head(j, out, verdict);
 }
 
 static int head_check(const void *h, struct wsync_error *err)
@@ -1509,7 +938,7 @@ void wsync_manifest_free(struct wsync_manifest *m)
 	free(m->objects);
 	free(m->files);
 	free(m->anchors);
-	pool_free(m->strings_);
+	wsync_json_pool_free(m->strings_);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -1535,7 +964,7 @@ void wsync_manifest_head_free(struct wsync_manifest_head *h)
 {
 	if (!h)
 		return;
-	pool_free(h->strings_);
+	wsync_json_pool_free(h->strings_);
 	memset(h, 0, sizeof(*h));
 }
 
@@ -1543,98 +972,38 @@ void wsync_manifest_head_free(struct wsync_manifest_head *h)
  * Serializing
  * ====================================================================== */
 
-struct jw {
-	struct wsync_buf *b;
-	int r;			/* first error (-ENOMEM), sticky */
-};
-
-static void jw_raw(struct jw *w, const char *s, size_t n)
-{
-	if (w->r == 0)
-		w->r = wsync_buf_append(w->b, s, n);
-}
-
-static void jw_str(struct jw *w, const char *s)
-{
-	jw_raw(w, s, strlen(s));
-}
-
-static void jw_fmt(struct jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void jw_fmt(struct jw *w, const char *fmt, ...)
-{
-	char tmp[128];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof(tmp)) {
-		if (w->r == 0)
-			w->r = -EINVAL;
-		return;
-	}
-	jw_raw(w, tmp, (size_t)n);
-}
-
-/* A JSON string: '"' and '\\' escaped, control characters as \u00XX.
- * Everything else (checked to be valid UTF-8 by the caller) as is. */
-static void jw_string(struct jw *w, const char *s)
-{
-	const char *run = s;
-
-	jw_raw(w, "\"", 1);
-	for (; *s; s++) {
-		uint8_t c = (uint8_t)*s;
-
-		if (c != '"' && c != '\\' && c >= 0x20 && c != 0x7F)
-			continue;
-		jw_raw(w, run, (size_t)(s - run));
-		if (c == '"' || c == '\\') {
-			char e[2] = { '\\', (char)c };
-
-			jw_raw(w, e, 2);
-		} else {
-			jw_fmt(w, "\\u%04x", c);
-		}
-		run = s + 1;
-	}
-	jw_raw(w, run, (size_t)(s - run));
-	jw_raw(w, "\"", 1);
-}
-
-static void jw_hash(struct jw *w, const struct wsync_hash128 *h)
+static void write_hash(struct wsync_json_writer *w, const struct wsync_hash128 *h)
 {
 	char hex[WSYNC_HASH_HEX_LEN + 3];
 
 	hex[0] = '"';
 	(void)wsync_hash_hex(h, hex + 1, sizeof(hex) - 1);
 	hex[WSYNC_HASH_HEX_LEN + 1] = '"';
-	jw_raw(w, hex, WSYNC_HASH_HEX_LEN + 2);
+	wsync_json_write_raw(w, hex, WSYNC_HASH_HEX_LEN + 2);
 }
 
-static void jw_time(struct jw *w, int64_t t)
+static void write_time(struct wsync_json_writer *w, int64_t t)
 {
 	int64_t y;
 	int m, d;
 
 	civil_from_days(t / 86400, &y, &m, &d);
-	jw_fmt(w, "\"%04" PRId64 "-%02d-%02dT%02d:%02d:%02dZ\"", y, m, d,
-	       (int)(t % 86400 / 3600), (int)(t % 3600 / 60), (int)(t % 60));
+	wsync_json_write_fmt(w, "\"%04" PRId64 "-%02d-%02dT%02d:%02d:%02dZ\"", y, m, d,
+			     (int)(t % 86400 / 3600), (int)(t % 3600 / 60), (int)(t % 60));
 }
 
 /* "key": ..., "size": ..., "xxh128": ... (inside braces the caller writes) */
-static void jw_ref(struct jw *w, const struct wsync_manifest_ref *ref)
+static void write_ref(struct wsync_json_writer *w, const struct wsync_manifest_ref *ref)
 {
-	jw_str(w, "\"key\": ");
-	jw_string(w, ref->key);
-	jw_fmt(w, ", \"size\": %" PRIu64 ", \"xxh128\": ", ref->size);
-	jw_hash(w, &ref->hash);
+	wsync_json_write_str(w, "\"key\": ");
+	wsync_json_write_string(w, ref->key);
+	wsync_json_write_fmt(w, ", \"size\": %" PRIu64 ", \"xxh128\": ", ref->size);
+	write_hash(w, &ref->hash);
 }
 
 /* Finish: the error of the writer, the size limit, the signature. */
-static int jw_finish(struct jw *w, size_t max, const char *what,
-		     const struct wsync_sign_key *sign, struct wsync_error *err)
+static int write_finish(struct wsync_json_writer *w, size_t max, const char *what,
+			const struct wsync_sign_key *sign, struct wsync_error *err)
 {
 	int r;
 
@@ -1657,7 +1026,7 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 			     struct wsync_error *err)
 {
 	const struct wsync_manifest_object *delta;
-	struct jw w = { out, 0 };
+	struct wsync_json_writer w = { out, 0 };
 	int r;
 
 	r = check_manifest(m, err);
@@ -1667,67 +1036,67 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 	}
 	delta = wsync_manifest_find_object(m, WSYNC_MANIFEST_ROLE_DELTA);
 	wsync_buf_reset(out);
-	jw_fmt(&w, "{\n  \"format\": \"" MANIFEST_FORMAT "\",\n  \"format_version\": %d,\n",
-	       WSYNC_MANIFEST_FORMAT_VERSION);
-	jw_fmt(&w, "  \"version\": %" PRIu64 ",\n  \"step\": %" PRId64 ",\n",
-	       m->version, m->step);
-	jw_str(&w, "  \"created\": ");
-	jw_time(&w, m->created);
-	jw_fmt(&w, ",\n  \"kind\": \"%s\",\n",
-	       m->kind == WSYNC_MANIFEST_ANCHOR ? "anchor" : "delta");
+	wsync_json_write_fmt(&w, "{\n  \"format\": \"" MANIFEST_FORMAT "\",\n"
+			     "  \"format_version\": %d,\n", WSYNC_MANIFEST_FORMAT_VERSION);
+	wsync_json_write_fmt(&w, "  \"version\": %" PRIu64 ",\n  \"step\": %" PRId64 ",\n",
+			     m->version, m->step);
+	wsync_json_write_str(&w, "  \"created\": ");
+	write_time(&w, m->created);
+	wsync_json_write_fmt(&w, ",\n  \"kind\": \"%s\",\n",
+			     m->kind == WSYNC_MANIFEST_ANCHOR ? "anchor" : "delta");
 	if (delta)
-		jw_fmt(&w, "  \"base_version\": %" PRIu64 ",\n", m->base_version);
-	jw_fmt(&w, "  \"anchor_version\": %" PRIu64 ",\n  \"objects\": [\n",
-	       m->anchor_version);
+		wsync_json_write_fmt(&w, "  \"base_version\": %" PRIu64 ",\n", m->base_version);
+	wsync_json_write_fmt(&w, "  \"anchor_version\": %" PRIu64 ",\n  \"objects\": [\n",
+			     m->anchor_version);
 	for (size_t i = 0; i < m->n_objects; i++) {
 		const struct wsync_manifest_object *o = &m->objects[i];
 
-		jw_fmt(&w, "    {\"role\": \"%s\", ",
-		       o->role == WSYNC_MANIFEST_ROLE_DELTA ? "delta" : "anchor");
-		jw_ref(&w, &o->ref);
+		wsync_json_write_fmt(&w, "    {\"role\": \"%s\", ",
+				     o->role == WSYNC_MANIFEST_ROLE_DELTA ? "delta" : "anchor");
+		write_ref(&w, &o->ref);
 		if (o->has_sha256) {
 			char hex[2 * sizeof(o->sha256) + 1];
 
 			for (size_t k = 0; k < sizeof(o->sha256); k++)
 				snprintf(hex + 2 * k, 3, "%02x", o->sha256[k]);
-			jw_fmt(&w, ", \"sha256\": \"%s\"", hex);
+			wsync_json_write_fmt(&w, ", \"sha256\": \"%s\"", hex);
 		}
-		jw_str(&w, i + 1 < m->n_objects ? "},\n" : "}\n");
+		wsync_json_write_str(&w, i + 1 < m->n_objects ? "},\n" : "}\n");
 	}
-	jw_str(&w, m->n_files ? "  ],\n  \"files\": [\n" : "  ],\n  \"files\": [");
+	wsync_json_write_str(&w, m->n_files ? "  ],\n  \"files\": [\n" : "  ],\n  \"files\": [");
 	for (size_t i = 0; i < m->n_files; i++) {
 		const struct wsync_manifest_file *f = &m->files[i];
 
-		jw_str(&w, "    {\"path\": ");
-		jw_string(&w, f->path);
-		jw_fmt(&w, ", \"size\": %" PRIu64 ", \"xxh128\": ", f->size);
-		jw_hash(&w, &f->hash);
-		jw_str(&w, i + 1 < m->n_files ? "},\n" : "}\n  ");
+		wsync_json_write_str(&w, "    {\"path\": ");
+		wsync_json_write_string(&w, f->path);
+		wsync_json_write_fmt(&w, ", \"size\": %" PRIu64 ", \"xxh128\": ", f->size);
+		write_hash(&w, &f->hash);
+		wsync_json_write_str(&w, i + 1 < m->n_files ? "},\n" : "}\n  ");
 		/* Give up early on a runaway list rather than build 2 GB. */
 		if (out->len > WSYNC_MANIFEST_MAX)
 			break;
 	}
-	jw_str(&w, "],\n  \"anchors\": [\n");
+	wsync_json_write_str(&w, "],\n  \"anchors\": [\n");
 	for (size_t i = 0; i < m->n_anchors; i++) {
-		jw_fmt(&w, "    {\"version\": %" PRIu64 ", \"manifest\": {",
-		       m->anchors[i].version);
-		jw_ref(&w, &m->anchors[i].manifest);
-		jw_str(&w, i + 1 < m->n_anchors ? "}},\n" : "}}\n");
+		wsync_json_write_fmt(&w, "    {\"version\": %" PRIu64 ", \"manifest\": {",
+				     m->anchors[i].version);
+		write_ref(&w, &m->anchors[i].manifest);
+		wsync_json_write_str(&w, i + 1 < m->n_anchors ? "}},\n" : "}}\n");
 	}
-	jw_str(&w, "  ]");
+	wsync_json_write_str(&w, "  ]");
 	if (m->writer) {
-		jw_str(&w, ",\n  \"writer\": ");
-		jw_string(&w, m->writer);
+		wsync_json_write_str(&w, ",\n  \"writer\": ");
+		wsync_json_write_string(&w, m->writer);
 	}
-	jw_str(&w, "\n}\n");
-	return jw_finish(&w, WSYNC_MANIFEST_MAX, "manifest", sign, err);
+	wsync_json_write_str(&w, "\n}\n");
+	return write_finish(&w, WSYNC_MANIFEST_MAX, "manifest", sign, err);
 }
 
 int wsync_manifest_head_serialize(const struct wsync_manifest_head *h,
 				  const struct wsync_sign_key *sign,
 				  struct wsync_buf *out, struct wsync_error *err)
 {
-	struct jw w = { out, 0 };
+	struct wsync_json_writer w = { out, 0 };
 	int r;
 
 	r = check_head(h, err);
@@ -1736,14 +1105,14 @@ int wsync_manifest_head_serialize(const struct wsync_manifest_head *h,
 		return r;
 	}
 	wsync_buf_reset(out);
-	jw_fmt(&w, "{\n  \"format\": \"" HEAD_FORMAT "\",\n  \"format_version\": %d,\n",
-	       WSYNC_MANIFEST_FORMAT_VERSION);
-	jw_fmt(&w, "  \"version\": %" PRIu64 ",\n  \"manifest\": {", h->version);
-	jw_ref(&w, &h->manifest);
-	jw_str(&w, "},\n  \"created\": ");
-	jw_time(&w, h->created);
-	jw_str(&w, "\n}\n");
-	return jw_finish(&w, WSYNC_MANIFEST_HEAD_MAX, "HEAD", sign, err);
+	wsync_json_write_fmt(&w, "{\n  \"format\": \"" HEAD_FORMAT "\",\n"
+			     "  \"format_version\": %d,\n", WSYNC_MANIFEST_FORMAT_VERSION);
+	wsync_json_write_fmt(&w, "  \"version\": %" PRIu64 ",\n  \"manifest\": {", h->version);
+	write_ref(&w, &h->manifest);
+	wsync_json_write_str(&w, "},\n  \"created\": ");
+	write_time(&w, h->created);
+	wsync_json_write_str(&w, "\n}\n");
+	return write_finish(&w, WSYNC_MANIFEST_HEAD_MAX, "HEAD", sign, err);
 }
 
 /* ======================================================================

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hash.h -- XXH3-128 of whole files, the identity wsync gives a file's
- * content (common/FORMAT.md §2: base and target hashes of FILE records).
+ * content (common/codec/FORMAT.md §2: base and target hashes of FILE records).
  *
  * Files are read with pread through one 4 MiB buffer, so hashing a 100 GiB
  * shard costs 4 MiB of memory and leaves nothing mapped: the pages read

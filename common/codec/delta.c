@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * delta.c -- the delta container (common/FORMAT.md §1, §2, §6, §7).
+ * delta.c -- the delta container (common/codec/FORMAT.md §1, §2, §6, §7).
  */
 #include "delta.h"
 
@@ -14,11 +14,11 @@
 #include <xxhash.h>
 
 #include "buf.h"
-#include "text.h"
+#include "path.h"
 
 /* Writer buffer: records smaller than this are gathered, bigger ones go
  * straight to the file after what is buffered.  In a huge page
- * (wsync_buf_scratch): its 256 4 KiB pages took ~3 ms to fault in. */
+ * (wsync_buf_scratch): its 256 4 KiB pages would each cost a fault. */
 #define WRITE_BUFFER (1u << 20)
 /* Reader window for verifying big payloads' checksums. */
 #define READ_WINDOW (256u << 10)
@@ -51,58 +51,6 @@ static bool hash_is_zero(const struct wsync_hash128 *h)
 		if (h->b[i])
 			return false;
 	return true;
-}
-
-/* ---- paths ---- */
-
-int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err)
-{
-	const uint8_t *p = (const uint8_t *)path;
-	size_t comp = 0; /* start of the current component */
-
-	if (len == 0)
-		return wsync_error_set(err, -EINVAL, "empty path");
-	if (len > WSYNC_DELTA_PATH_MAX)
-		return wsync_error_set(err, -EINVAL,
-				       "path of %zu bytes (at most %d)", len,
-				       WSYNC_DELTA_PATH_MAX);
-	for (size_t i = 0; i <= len;) {
-		uint32_t cp;
-		size_t n;
-
-		if (i == len || p[i] == '/') {
-			size_t clen = i - comp;
-
-			if (clen == 0)
-				return wsync_error_set(err, -EINVAL,
-					i == 0 ? "path \"%.64s\" is absolute"
-					       : "path \"%.64s\" has an empty component",
-					path);
-			if ((clen == 1 && p[comp] == '.') ||
-			    (clen == 2 && p[comp] == '.' && p[comp + 1] == '.'))
-				return wsync_error_set(err, -EINVAL,
-					"path \"%.64s\" has a \".\" or \"..\" component",
-					path);
-			if (clen > WSYNC_DELTA_NAME_MAX)	/* no file system takes it */
-				return wsync_error_set(err, -EINVAL,
-					"path \"%.64s...\" has a segment of %zu bytes (at most %d)",
-					path, clen, WSYNC_DELTA_NAME_MAX);
-			comp = ++i;
-			continue;
-		}
-		n = wsync_utf8_next(p + i, len - i, &cp);
-		if (n == 0)
-			return wsync_error_set(err, -EINVAL,
-					       "path is not valid UTF-8 (byte %zu)", i);
-		if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0))
-			return wsync_error_set(err, -EINVAL,
-				"path has a NUL or control character (byte %zu)", i);
-		if (cp == '\\')
-			return wsync_error_set(err, -EINVAL,
-					       "path \"%.64s\" has a backslash", path);
-		i += n;
-	}
-	return 0;
 }
 
 const char *wsync_delta_op_name(enum wsync_delta_op op)
@@ -171,7 +119,7 @@ int wsync_delta_file_encode(const struct wsync_delta_file *f,
 	uint8_t *p;
 	int r;
 
-	r = wsync_delta_path_check(f->path ? f->path : "", plen, err);
+	r = wsync_path_check(f->path ? f->path : "", plen, err);
 	if (r < 0)
 		return r;
 	r = file_check(f, err);
@@ -215,7 +163,7 @@ int wsync_delta_file_decode(const uint8_t *p, size_t len,
 		return wsync_error_set(err, -EINVAL,
 			"FILE record of %zu bytes for a path of %zu (expected %zu)",
 			len, plen, (size_t)WSYNC_DELTA_FILE_FIXED_LEN + plen);
-	r = wsync_delta_path_check((const char *)p + 2, plen, err);
+	r = wsync_path_check((const char *)p + 2, plen, err);
 	if (r < 0)
 		return r;
 	p += 2 + plen;
@@ -593,8 +541,8 @@ static int src_get(const struct wsync_delta_reader *r, uint64_t off, size_t len,
 		return 0;
 	}
 	wsync_buf_reset(scratch);
-	/* a big payload into huge pages: a fresh 4 MiB buffer faulted in a
-	 * page at a time cost ~9 ms on the machines measured */
+	/* a big payload into huge pages: a fresh buffer of MiBs faulted in
+	 * 4 KiB at a time costs a fault per page */
 	if ((len >= SCRATCH_MIN ? wsync_buf_scratch(scratch, len)
 				: wsync_buf_reserve(scratch, len)) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory (%zu bytes)", len);

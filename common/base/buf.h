@@ -29,7 +29,7 @@ void wsync_buf_reset(struct wsync_buf *b);	/* len = 0, keeps the memory */
  * kept when it grows.  Its size is rounded up to whole huge pages, so a
  * buffer asked for a few bytes more than the last time (segments of about
  * equal size) is not freed and faulted in again: fresh pages cost their
- * clearing, and on the virtual machines measured far more.  For the big
+ * clearing, and on some virtual machines far more.  For the big
  * per-worker buffers of the codecs.
  */
 int wsync_buf_scratch(struct wsync_buf *b, size_t n);

@@ -8,19 +8,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu.h"
 #include "io.h"
 
 /*
  * xxHash is compiled in here rather than called in the shared library:
- * Debian builds libxxhash for baseline x86-64 (SSE2), where XXH3 runs at
- * ~15 GB/s on the machines measured; with AVX2 it runs at ~40 GB/s, and
- * hashing both sides of every file is a fixed part of diff and apply.
- * The AVX2 and AVX-512 loops are xxHash's own (its XXH_DISPATCH_AVX2 and
- * XXH_DISPATCH_AVX512 hooks, as its xxh_x86dispatch.c uses), picked at run
- * time with the codec's instruction set (codec_float.h's wsync_codec_isa,
- * so WSYNC_CODEC_ISA=plain|avx2 caps both): AVX-512 where the codec takes
- * its GFNI/AVX-512 loops (measured on 256 KiB chunks in cache: 38 GB/s
- * with AVX2, 41-46 GB/s with AVX-512, 12-20 GB/s in Debian's library).
+ * Debian builds libxxhash for baseline x86-64 (SSE2), whose XXH3 loop runs
+ * at well under half the speed of its AVX2 one, and hashing both sides of
+ * every file is a fixed part of diff and apply.  The AVX2 and AVX-512
+ * loops are xxHash's own (its XXH_DISPATCH_AVX2 and XXH_DISPATCH_AVX512
+ * hooks, as its xxh_x86dispatch.c uses), picked at run time at the codec's
+ * level (cpu.h, so WSYNC_CODEC_ISA=plain|avx2 caps both): AVX-512 where
+ * the codec takes its GFNI/AVX-512 loops, where it is a little faster
+ * again than AVX2.  The speeds are in scripts/BENCHMARKS.md.
  */
 #define XXH_INLINE_ALL
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -31,12 +31,11 @@
 #define XXH_ACC_ALIGN 64	/* the AVX-512 loop's alignment, as the dispatcher sets */
 #define HAVE_XXH_AVX2 1
 #include <immintrin.h>
-#include "codec_float.h"
 #endif
 /* The streaming update keeps the accumulators in a local copy (xxHash's
  * XXH3_STREAM_USE_STACK, its default with gcc): worked on in the state in
- * place, every 64-byte stripe stores them back and reloads them (15 GB/s
- * against 40).  XXH_ACC_ALIGN 64 above aligns that copy for the AVX2 and
+ * place, every 64-byte stripe stores them back and reloads them, at well
+ * under half the speed.  XXH_ACC_ALIGN 64 above aligns that copy for the AVX2 and
  * AVX-512 loads (xxHash's default for an SSE2 build is 16, which crashed
  * the AVX2 loop where the stack fell wrong). */
 #define XXH3_STREAM_USE_STACK 1
@@ -77,14 +76,15 @@ int wsync_hasher_new(struct wsync_hasher **ret)
 void wsync_hasher_update(struct wsync_hasher *h, const void *p, size_t len)
 {
 #ifdef HAVE_XXH_AVX2
-	/* level 1 implies AVX2, level 2 AVX-512F (and more) */
-	switch (wsync_codec_isa()) {
-	case 2:
+	switch (wsync_cpu_level()) {
+	case WSYNC_CPU_AVX512:
 		update_avx512(&h->st, p, len);
 		return;
-	case 1:
+	case WSYNC_CPU_AVX2:
 		update_avx2(&h->st, p, len);
 		return;
+	case WSYNC_CPU_PLAIN:
+		break;
 	}
 #endif
 	(void)XXH3_128bits_update(&h->st, p, len);
@@ -114,7 +114,7 @@ void wsync_hash_mem(const void *p, size_t len, struct wsync_hash128 *ret)
 	/* xxHash's one-shot call is its baseline (SSE2) loop: objects of the
 	 * store (deltas, anchors) take the vector loops above, the same
 	 * digest */
-	if (len >= (64u << 10) && wsync_codec_isa() >= 1) {
+	if (len >= (64u << 10) && wsync_cpu_level() >= WSYNC_CPU_AVX2) {
 		struct wsync_hasher h;	/* 64-byte aligned: its type says so */
 
 		(void)XXH3_128bits_reset(&h.st);
@@ -171,9 +171,9 @@ int wsync_hash_fd(int fd, const char *what, struct wsync_hash128 *ret,
 		r = wsync_error_set(err, -ENOMEM, "%s: out of memory", what);
 		goto out;
 	}
-	/* pread into one reused buffer, not a mapping: measured here at 3x
-	 * the speed of hashing mapped page-cache pages (4 KiB pages cost a TLB
-	 * miss each, dear under virtualisation), and the buffer stays cached. */
+	/* pread into one reused buffer, not a mapping: several times the speed
+	 * of hashing mapped page-cache pages (4 KiB pages cost a TLB miss
+	 * each, dear under virtualisation), and the buffer stays cached. */
 	/* A hint only: readahead helps, a failure costs nothing. */
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (;;) {

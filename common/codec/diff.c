@@ -26,6 +26,7 @@
 #include "delta.h"
 #include "hash.h"
 #include "io.h"
+#include "path.h"
 #include "safetensors.h"
 #include "segment.h"
 
@@ -37,10 +38,10 @@
  * holding its file's hashing turn streams a segment through two buffers
  * of a piece rather than two of a segment, for 32 bytes of piece table
  * each.  2 MiB: a piece's target and base (read, coded, then hashed)
- * stay in the cache more often than 4 MiB's did -- diffs 3% faster at
- * one thread and 4% at two (RL pairs and a 25% one, four alternating
- * runs of 9-15 rounds), +0.16% delta bytes; 1 MiB was no faster and
- * cost +0.4%; applying is the same speed either way. */
+ * stay in the cache more often than 4 MiB's did, which makes diffs a
+ * few percent faster for a fraction of a percent more delta bytes; 1 MiB
+ * was no faster and cost more bytes; applying is the same speed either
+ * way. */
 #define PIECE_MAX (2u << 20)
 /* The smallest segment plan_limit cuts at a file's end. */
 #define TAIL_MIN (4u << 20)
@@ -166,7 +167,7 @@ static int walk_dir(int dirfd, const char *root, const char *prefix,
 			r = wsync_error_set(err, -EINVAL,
 				"%s/%s: not a regular file (a delta carries regular "
 				"files only)", root, rel);
-		} else if (wsync_delta_path_check(rel, strlen(rel), err) < 0) {
+		} else if (wsync_path_check(rel, strlen(rel), err) < 0) {
 			wsync_error_prefix(err, "%s/%s", root, rel);
 			r = -EINVAL;
 		} else if (list_add(l, rel) < 0) {
@@ -345,8 +346,8 @@ static void plan_free(struct plan *p)
  * the rest whole once half of it would be under TAIL_MIN.  Segments are
  * the unit of parallel work on both sides, and workers take them in order:
  * a file's last segment is coded while the other workers, done with
- * theirs, wait for it (a 30 MiB one left one of two idle for ~10 ms, file
- * after file).  Shrinking ones at the end let them finish together.  The
+ * theirs, wait for it (a full-size one left them idle, file after file).
+ * Shrinking ones at the end let them finish together.  The
  * plan stays a function of the file alone: the same delta whatever the
  * thread count.
  */
@@ -537,9 +538,8 @@ struct worker {
 
 /*
  * The workers and the items they share with the writer (the calling
- * thread).  A worker goes to a file nobody codes first, in delta order;
- * only when every file prepared has a worker does one join the file with
- * the most segments left.
+ * thread).  Workers pick segments by segment.h's scheduling policy
+ * (pick()), among the files prepared, within the budget below.
  *
  * Coded output waits in its item until written.  The budget bounds all
  * output, held or reserved by the segments being coded (what they are
@@ -572,10 +572,10 @@ struct pool {
 	/* Output buffers of at most SPARE_MAX, written before (at most
 	 * n_workers wait here): a worker hands its own over with the output
 	 * and takes one, instead of copying the output into fresh memory --
-	 * 50 MB for a dense step, ~40 huge pages to fault in and clear at two
-	 * threads; a small output (an RL step's ~180 KB per segment) is
-	 * copied into one rather than into fresh heap, 4 KiB pages at ~12 us
-	 * each to fault in on the VM measured. */
+	 * tens of MB for a dense step, dozens of huge pages to fault in and
+	 * clear; a small output (an RL step's, a few hundred KB per segment)
+	 * is copied into one rather than into fresh heap, whose 4 KiB pages
+	 * each cost a fault. */
 	struct wsync_buf *spare;
 	unsigned n_spare;
 };
@@ -692,16 +692,14 @@ static int finish_base_hash(struct item *it, struct wsync_error *err)
 /*
  * Whether the files are read through mappings (WSYNC_MMAP=1 in the
  * environment) instead of with pread into each worker's two segment
- * buffers (the default).  Which is faster depends on the machine, so it
- * was measured on both kinds of VM this project runs on (wsync diff of a
- * 500 MB bf16 pair, one thread, from tmpfs): on the first, mappings were
- * 1.25-1.5x the speed of pread, whose copy and walk of the buffers cost
- * more there; on the second (AMD EPYC family 26, Linux 6.18) the first
- * read of every mapped page costs about 1.2 us even with the page tables
- * populated -- a mapped file streams at 2.5-3 GB/s, pread and a copy at
- * 11 GB/s -- and pread codes 2x as fast (0.24 s against 0.55 s; 0.37 s
- * against 0.75 s at 25% density).  pread also needs no guard: a file cut
- * short reads short, an error, where a mapping raises SIGBUS.
+ * buffers (the default).  Which is faster depends on the machine: where
+ * pread's copy and walk of the buffers cost more, mappings are faster;
+ * where the first read of every mapped page is dear even with the page
+ * tables populated (some virtual machines), a mapped file streams at a
+ * fraction of pread's speed and pread codes about twice as fast -- so it
+ * is the default (the measurements: scripts/BENCHMARKS.md).  pread also
+ * needs no guard: a file cut short reads short, an error, where a
+ * mapping raises SIGBUS.
  */
 static bool read_mapped(void)
 {
@@ -885,8 +883,8 @@ coded:
 	} else if (r == 0 && w->out.len <= KEEP_BUFFER) {
 		/* copied into the spare work_on took, if any, else into
 		 * memory of its own, in huge pages from 1 MiB on: output
-		 * waiting for the writer is fresh memory, and its 4 KiB pages
-		 * took ~8 ms to fault in for a dense step's 3.3 MiB segment */
+		 * waiting for the writer is fresh memory, and faulting it in
+		 * 4 KiB at a time costs more than coding a sparse segment */
 		r = w->out.len >= (1u << 20)
 			    ? wsync_buf_scratch(&so->out, w->out.len)
 			    : wsync_buf_reserve(&so->out, w->out.len);
@@ -1159,8 +1157,8 @@ static size_t queued_files(const struct pool *p)
  * while (a large file that may prove unchanged).  Not all at the first
  * file: a worker that finds only one file joins its neighbour there
  * instead of taking a file of its own.  Nor all while the writer still
- * prepares the small files: three threads on two CPUs, its preparing took
- * 25 ms instead of 8, and the first segments 51 ms instead of 26-38.
+ * prepares the small files: with more threads than CPUs its preparing,
+ * and the first segments with it, take several times as long.
  */
 static int pool_kick(struct differ *d, bool all, struct wsync_error *err)
 {
@@ -1328,7 +1326,8 @@ static int same_prefix(struct differ *d, const struct src *o, const struct src *
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	/* Small reads first, doubling: a changed file usually differs within
 	 * its first tensor, and each page of the buffer touched costs a fault
-	 * (~9 us on some VMs: the whole 2 MiB took ~5 ms of a diff's start). */
+	 * (dear on some virtual machines: the whole buffer would be a
+	 * noticeable part of a diff's start). */
 	while (off < n->size) {
 		uint64_t len = n->size - off < chunk ? n->size - off : chunk;
 
@@ -1485,7 +1484,7 @@ static int single_name(const char *path, char **ret, struct wsync_error *err)
 	*ret = strndup(path, len);
 	if (!*ret)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	if (wsync_delta_path_check(*ret, len, err) < 0) {
+	if (wsync_path_check(*ret, len, err) < 0) {
 		wsync_error_prefix(err, "%s", *ret);
 		return -EINVAL;
 	}
@@ -1644,13 +1643,11 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		/* Threads: as many as memory_limit holds, each coding a
 		 * segment -- a spare output buffer (struct pool), two pieces
 		 * of its bytes, the encoder's staging
-		 * (3/4 of a segment: with 1/2, three threads on three
-		 * incompressible 72 MB files peaked at 212-221 MiB while
-		 * other tests ran, 178 with 3/4) and its output (up to a
-		 * segment); mapped, the segment's target and base pages
-		 * (every page of them on incompressible data) and staging,
-		 * 2.5 segments, and 2.75 with the output, as measured before
-		 * pieces were streamed.
+		 * (3/4 of a segment: with 1/2, three threads on incompressible
+		 * files peaked well past what the count allowed) and its
+		 * output (up to a segment); mapped, the segment's target and
+		 * base pages (every page of them on incompressible data) and
+		 * staging, 2.5 segments, and 2.75 with the output.
 		 * What is left beside the bytes and the staging of every
 		 * worker is the budget for output, coded or being coded (see
 		 * struct pool): at the default and two threads, 168 MiB (72

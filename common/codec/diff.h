@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * diff.h -- build a delta (common/FORMAT.md) that turns OLD into NEW.
+ * diff.h -- build a delta (common/codec/FORMAT.md) that turns OLD into NEW.
  *
  * OLD and NEW are two regular files or two directories.  Directories are
  * walked recursively; their regular files are named by their path relative
@@ -27,10 +27,8 @@
  * the workers finish it together -- and segments are coded by
  * wsync_segment_encode, which may pick a cheaper method per piece.
  *
- * Threads: each worker takes a changed file of its own where there are
- * several (the shards of a checkpoint), coding its segments in order and
- * hashing them as it goes, and only then joins another worker's file;
- * the calling thread writes the files in delta order, what is coded
+ * Threads: workers share the segments as segment.h's scheduling policy
+ * says; the calling thread writes the files in delta order, what is coded
  * ahead of it waiting in memory.
  *
  * Memory stays bounded whatever the sizes and thread count (memory_limit):

@@ -502,16 +502,12 @@ struct decoder {
 };
 
 /*
- * The build step's workers, over every file to rebuild (one job each).  A
- * worker goes to a file nobody works on first -- an open one, else the
- * next file, opened then -- so with several files (the shards of a
- * checkpoint) each worker builds its own: its own temp file to write (a
- * file system serialises the writes to one file), its own hashing order,
- * no waiting on another's turn.  Only when every file left has a worker
- * does one join the file with the most segments left.  The worker that
- * finds a file done (every segment taken, none in work) finishes it:
- * verify, mode, fsync, close.  Files are opened in delta order and at
- * most about one per worker is open at a time.
+ * The build step's workers, over every file to rebuild (one job each),
+ * pick segments by segment.h's scheduling policy (pick()): a file nobody
+ * works on is an open one, else the next file, opened then.  Files are
+ * opened in delta order and at most about one per worker is open at a
+ * time.  The worker that finds a file done (every segment taken, none in
+ * work) finishes it: verify, mode, fsync, close.
  */
 struct pool {
 	struct applier *a;
@@ -655,17 +651,18 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
  * Decode one segment into the temp file.  COPY, LITERAL and FLOAT pieces
  * stream through DECODE_CHUNK buffers that stay in the cache (base bytes
  * read with pread, decoded, written and hashed), so the segment is never
- * held whole: on the machines measured, memory traffic is what
- * decoding costs beyond the float coder.  ZSTD and XOR pieces, whose
+ * held whole: memory traffic is what decoding costs beyond the float
+ * coder.  ZSTD and XOR pieces, whose
  * frames decode in one go, use buffers of the piece's size.
  *
- * The file's hash is taken in file order.  A worker whose segment is the
- * next to hash hashes as it writes; one that started ahead of the others
- * decodes its COPY, LITERAL and FLOAT ranges into ah's buffers while they
- * fit, looks for its turn before each range, and when it comes hashes
- * what it kept and reads back the rest it wrote so far (hash_back), then
- * goes on hashing as it writes; one whose turn comes only after its last
- * range waits for it and does the same for its whole range.
+ * The file's hash is taken in file order (segment.h).  A worker whose
+ * segment is the next to hash hashes as it writes; one that started ahead
+ * of the others decodes its COPY, LITERAL and FLOAT ranges into ah's
+ * buffers while they fit, looks for its turn before each range, and when
+ * it comes hashes what it kept and reads back the rest it wrote so far
+ * (hash_back), then goes on hashing as it writes; one whose turn comes
+ * only after its last range waits for it and does the same for its whole
+ * range.
  */
 static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		      struct wsync_buf *payload, struct wsync_buf *out,

@@ -1,10 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * segment.h -- encode and decode one SEGMENT of a delta (common/FORMAT.md
+ * segment.h -- encode and decode one SEGMENT of a delta (common/codec/FORMAT.md
  * §3-4): a consecutive range of a target file, up to 64 MiB, cut into
  * pieces (COPY, LITERAL, ZSTD, XOR, FLOAT) that are decoded on their own.
  * A segment is the unit of parallel work: any thread may encode or decode
  * any segment; the functions here share no state.
+ *
+ * How diff.c and apply.c share a checkpoint's segments among their
+ * workers -- one policy for both, so that they scale alike:
+ *  1. A worker takes a file nobody works on first, in delta order.  With
+ *     several files (the shards of a checkpoint) each worker then has one
+ *     of its own: its own output to write (a file system serialises the
+ *     writes to one file), its own hashing order, no waiting on another's
+ *     turn.
+ *  2. Only when every file in work has a worker does one join another's:
+ *     the file with the most segments left.
+ *  3. Within a file, segments are taken in order, and the file's hash is
+ *     taken in file order: the worker holding the file's hashing turn
+ *     hashes as it codes or decodes; one that went ahead keeps what it
+ *     made (apply, while it fits) or reads it again, and hashes it when
+ *     its turn comes.
+ * What each side adds is its own: diff bounds the coded output waiting
+ * for the writer (diff.c, struct pool), apply opens files in delta order,
+ * about one per worker at a time, and finishes a file in the worker that
+ * finds it done (apply.c, struct pool).
  */
 #ifndef WSYNC_SEGMENT_H
 #define WSYNC_SEGMENT_H

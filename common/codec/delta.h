@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * delta.h -- the delta container of common/FORMAT.md: the preamble, the
+ * delta.h -- the delta container of common/codec/FORMAT.md: the preamble, the
  * checksummed record framing, FILE and END records, a writer that streams
  * records to a file and a reader that walks and checks a whole delta.
  * SEGMENT payloads are opaque here: segment.h encodes and decodes them.
@@ -27,6 +27,7 @@
 #include "buf.h"
 #include "error.h"
 #include "hash.h"
+#include "path.h"
 
 #define WSYNC_DELTA_MAGIC "WSYNCDLT"		/* 8 bytes, no NUL */
 #define WSYNC_DELTA_VERSION 3		/* what writers write */
@@ -35,8 +36,9 @@
 #define WSYNC_DELTA_PREAMBLE_LEN 16
 #define WSYNC_DELTA_RECORD_HEADER_LEN 24
 #define WSYNC_DELTA_PAYLOAD_MAX (1ULL << 30)	/* §6 */
-#define WSYNC_DELTA_PATH_MAX 4096		/* bytes, §2 and §6 */
-#define WSYNC_DELTA_NAME_MAX 255		/* bytes of one path component, §2 */
+/* A FILE record's path follows path.h's rule (§2): at most this long. */
+#define WSYNC_DELTA_PATH_MAX WSYNC_PATH_LEN_MAX	/* bytes, §2 and §6 */
+#define WSYNC_DELTA_NAME_MAX WSYNC_PATH_NAME_MAX	/* bytes of one path component, §2 */
 #define WSYNC_DELTA_FILES_MAX 1000000		/* §6 */
 #define WSYNC_DELTA_SEGMENT_TARGET_MAX (64ULL << 20) /* §3 */
 /* FILE payload without the path. */
@@ -64,7 +66,7 @@ enum wsync_delta_kind {
 
 /* The fields of a FILE record (FORMAT.md §2). */
 struct wsync_delta_file {
-	char *path;		/* NUL-terminated; see wsync_delta_file_decode */
+	char *path;		/* NUL-terminated (path.h); see wsync_delta_file_decode */
 	enum wsync_delta_op op;
 	enum wsync_delta_kind kind;
 	uint16_t flags;		/* WSYNC_DELTA_FILE_HAS_BASE */
@@ -77,13 +79,6 @@ struct wsync_delta_file {
 	uint64_t changed;	/* informational: changed elements */
 	uint64_t elements;	/* informational: elements coded */
 };
-
-/*
- * Check a path against FORMAT.md §2: 1..4096 bytes of valid UTF-8, relative,
- * '/'-separated, no empty, "." or ".." component, no '\\', no NUL, no C0 or
- * C1 control character nor DEL.  Returns 0 or -EINVAL with the reason.
- */
-int wsync_delta_path_check(const char *path, size_t len, struct wsync_error *err);
 
 /* "KEEP", "WRITE", "DELETE" ("?" for anything else). */
 const char *wsync_delta_op_name(enum wsync_delta_op op);

@@ -18,7 +18,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "codec_float.h"
+#include "cpu.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "wsync's codecs read tensor data as little-endian, as safetensors stores it"
@@ -151,7 +151,7 @@ code_run_avx2(const uint8_t *b, const uint8_t *t, size_t m, uint8_t *nb)
 static uint64_t code_run(const uint8_t *b, const uint8_t *t, size_t m, uint8_t *nb)
 {
 #if defined(__x86_64__)
-	if (wsync_codec_isa() >= 1)
+	if (wsync_cpu_level() >= WSYNC_CPU_AVX2)
 		return code_run_avx2(b, t, m, nb);
 #endif
 	return code_run_plain(b, t, m, nb);
@@ -211,7 +211,7 @@ static ALWAYS_INLINE size_t find_escapes_body(const uint8_t *nb, size_t nbytes,
  * from nbytes of codes (whole groups); how many. */
 static size_t find_escapes(const uint8_t *nb, size_t nbytes, uint32_t *pos)
 {
-	if (wsync_codec_isa() >= 1)
+	if (wsync_cpu_level() >= WSYNC_CPU_AVX2)
 		return find_escapes_body(nb, nbytes, pos, true);
 	return find_escapes_body(nb, nbytes, pos, false);
 }
@@ -465,7 +465,7 @@ apply_run_avx2(const uint8_t *nb, const uint8_t *b, uint8_t *o, size_t m)
 static void apply_run(const uint8_t *nb, const uint8_t *b, uint8_t *o, size_t m)
 {
 #if defined(__x86_64__)
-	if (wsync_codec_isa() >= 1) {
+	if (wsync_cpu_level() >= WSYNC_CPU_AVX2) {
 		apply_run_avx2(nb, b, o, m);
 		return;
 	}
