@@ -43,6 +43,13 @@ int tool_usage_error(const char *tool, const char *synopsis, const char *fmt, ..
 int tool_option_error(const char *tool, const char *synopsis, int c, int argc,
 		      char **argv, const struct option *opts);
 
+/* The positional arguments after the options, argv[optind..argc-1]: at
+ * least min and at most max of them, names[i] naming the i-th (a usage
+ * error says "missing TARGET and DELTA" or "unexpected argument \"x\"").
+ * 0 when they fit, else WSYNC_EXIT_USAGE after the usage error. */
+int tool_positionals(const char *tool, const char *synopsis, int argc, char **argv,
+		     int min, int max, const char *const *names);
+
 /* A directory where a delta file belongs (DELTA of apply, diff's -o): a
  * usage error "PATH is a directory: WHY" (WHY says what the argument is
  * for); WSYNC_EXIT_USAGE, or 0 when PATH is not a directory (a missing or

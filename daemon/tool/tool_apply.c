@@ -116,12 +116,10 @@ int tool_apply(int argc, char **argv)
 			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind > argc - 2)
-		return tool_usage_error(TOOL, synopsis, "missing %s", optind == argc - 1 ?
-					"DELTA" : "TARGET and DELTA");
-	if (optind < argc - 2)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind + 2]);
+	r = tool_positionals(TOOL, synopsis, argc, argv, 2, 2,
+			     (const char *const[]){ "TARGET", "DELTA" });
+	if (r)
+		return r;
 	delta = argv[optind + 1];
 	r = tool_refuse_directory(TOOL, synopsis, delta, "DELTA is the file wsync diff "
 				  "wrote (TARGET comes first)");

@@ -146,12 +146,10 @@ int tool_diff(int argc, char **argv)
 			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind > argc - 2)
-		return tool_usage_error(TOOL, synopsis, "missing %s", optind == argc - 1 ?
-					"NEW" : "OLD and NEW");
-	if (optind < argc - 2)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind + 2]);
+	r = tool_positionals(TOOL, synopsis, argc, argv, 2, 2,
+			     (const char *const[]){ "OLD", "NEW" });
+	if (r)
+		return r;
 	if (!out)
 		return tool_usage_error(TOOL, synopsis, "missing -o DELTA");
 	if (!out[0])

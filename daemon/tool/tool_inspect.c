@@ -384,11 +384,9 @@ int tool_inspect(int argc, char **argv)
 			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind == argc)
-		return tool_usage_error(TOOL, synopsis, "missing PATH");
-	if (optind < argc - 1)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind + 1]);
+	r = tool_positionals(TOOL, synopsis, argc, argv, 1, 1, (const char *const[]){ "PATH" });
+	if (r)
+		return r;
 	path = argv[optind];
 	if (stat(path, &st) < 0) {
 		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));

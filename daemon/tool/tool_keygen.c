@@ -63,11 +63,10 @@ int tool_keygen(int argc, char **argv)
 			return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind == argc)
-		return tool_usage_error(TOOL, synopsis, "missing PRIVATE_PATH");
-	if (optind < argc - 2)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind + 2]);
+	r = tool_positionals(TOOL, synopsis, argc, argv, 1, 2,
+			     (const char *const[]){ "PRIVATE_PATH", "PUBLIC_PATH" });
+	if (r)
+		return r;
 	priv = argv[optind];
 	if (!priv[0] || (optind == argc - 2 && !argv[optind + 1][0]))
 		return tool_usage_error(TOOL, synopsis, "a key's path is empty");

@@ -95,11 +95,9 @@ int tool_publish(int argc, char **argv)
 	}
 	if (!config)
 		return tool_usage_error(TOOL, synopsis, "missing --config FILE");
-	if (optind == argc)
-		return tool_usage_error(TOOL, synopsis, "missing DIR");
-	if (optind < argc - 1)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind + 1]);
+	code = tool_positionals(TOOL, synopsis, argc, argv, 1, 1, (const char *const[]){ "DIR" });
+	if (code)
+		return code;
 	dir = argv[optind];
 	errno = 0;
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {

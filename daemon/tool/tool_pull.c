@@ -112,9 +112,9 @@ int tool_pull(int argc, char **argv)
 	}
 	if (!config)
 		return tool_usage_error(TOOL, synopsis, "missing --config FILE");
-	if (optind != argc)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind]);
+	code = tool_positionals(TOOL, synopsis, argc, argv, 0, 0, NULL);
+	if (code)
+		return code;
 	code = wsync_oneshot_init(&o, TOOL, config, WSYNC_ROLE_SUBSCRIBER, verbose);
 	if (code)
 		return wsync_oneshot_free(&o, code);

@@ -302,9 +302,9 @@ int tool_status(int argc, char **argv)
 		default: return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
 	}
-	if (optind != argc)
-		return tool_usage_error(TOOL, synopsis, "unexpected argument \"%s\"",
-					argv[optind]);
+	code = tool_positionals(TOOL, synopsis, argc, argv, 0, 0, NULL);
+	if (code)
+		return code;
 	if (config && rundir)
 		return tool_usage_error(TOOL, synopsis, "--config and --runtime-dir name the "
 					"same thing: give one");

@@ -93,6 +93,24 @@ int tool_usage_error(const char *tool, const char *synopsis, const char *fmt, ..
 	return WSYNC_EXIT_USAGE;
 }
 
+int tool_positionals(const char *tool, const char *synopsis, int argc, char **argv,
+		     int min, int max, const char *const *names)
+{
+	int have = argc - optind;
+	char missing[256] = "";
+	size_t n = 0;
+
+	if (have > max)
+		return tool_usage_error(tool, synopsis, "unexpected argument \"%s\"",
+					argv[optind + max]);
+	if (have >= min)
+		return 0;
+	for (int i = have; i < min && n < sizeof(missing); i++)
+		n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%s",
+				      i > have ? " and " : "", names[i]);
+	return tool_usage_error(tool, synopsis, "missing %s", missing);
+}
+
 int tool_option_error(const char *tool, const char *synopsis, int c, int argc,
 		      char **argv, const struct option *opts)
 {
