@@ -47,20 +47,19 @@ enum kind {
 #define P (1u << WSYNC_ROLE_PUBLISHER)
 #define S (1u << WSYNC_ROLE_SUBSCRIBER)
 #define NONE SIZE_MAX
-#define F(field) offsetof(struct wsync_metrics, field), #field
+#define F(field) offsetof(struct wsync_metrics, field)
 
 struct family {
 	const char *name, *type;
 	unsigned roles;
 	enum kind kind;
 	size_t off;
-	const char *field;	/* in status.json's "metrics" */
 	size_t has;		/* the bool that says a K_I64 / K_F64 is there */
 	const char *help;
 };
 
 static const struct family families[] = {
-	{ "wsync_build_info", "gauge", P | S, K_INFO, NONE, NULL, NONE,
+	{ "wsync_build_info", "gauge", P | S, K_INFO, NONE, NONE,
 	  "Always 1: the wsync version the daemon runs, as label version." },
 	{ "wsync_versions_published_total", "counter", P, K_COUNTER, F(versions_published), NONE,
 	  "Versions the publisher put in the bucket (HEAD moved to them)." },
@@ -113,8 +112,8 @@ static const struct family families[] = {
 	  "journal)." },
 	{ "wsync_checkpoints_skipped_total", "counter", P, K_COUNTER, F(checkpoints_skipped),
 	  NONE, "Complete checkpoints the publisher skipped for a newer one." },
-	{ "wsync_metrics_updated_timestamp_seconds", "gauge", P | S, K_UPDATED, NONE, NULL,
-	  NONE, "When the daemon last wrote these metrics, in Unix seconds." },
+	{ "wsync_metrics_updated_timestamp_seconds", "gauge", P | S, K_UPDATED, NONE, NONE,
+	  "When the daemon last wrote these metrics, in Unix seconds." },
 };
 
 #undef F
@@ -283,128 +282,54 @@ char *wsync_metrics_path(const struct wsync_config *cfg, bool *off)
 	return asprintf(&p, "%s/%s", cfg->runtime_dir, f) < 0 ? NULL : p;
 }
 
-/* ---- status.json's "metrics" ---- */
+/* ---- merging ---- */
 
-json_t *wsync_metrics_to_json(const struct wsync_metrics *m)
+/* The block of family NAME in TEXT: from its "# HELP NAME " line to the
+ * next "# HELP " line (or the end); *body: its first sample line. */
+static const char *find_block(const char *text, const char *name, const char **body,
+			      const char **end)
 {
-	const char *base = (const char *)m;
-	json_t *o = json_object();
-	int r = 0;
+	size_t nl = strlen(name);
+	const char *p = text;
 
-	if (!o)
-		return NULL;
-	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
-		const struct family *f = &families[i];
-		const void *v = base + f->off;
-		json_t *j;
-
-		if (!f->field)
-			continue;
-		switch (f->kind) {
-		case K_COUNTER:
-		case K_U64:
-			j = json_integer((json_int_t)*(const uint64_t *)v);
+	for (;;) {
+		if (!strncmp(p, "# HELP ", 7) && !strncmp(p + 7, name, nl) && p[7 + nl] == ' ')
 			break;
-		case K_I64:
-			j = *(const bool *)(base + f->has) ? json_integer(*(const int64_t *)v) :
-							    json_null();
-			break;
-		case K_F64:
-			j = f->has != NONE && !*(const bool *)(base + f->has) ?
-				    json_null() : json_real(*(const double *)v);
-			break;
-		case K_BOOL:
-			j = json_boolean(*(const bool *)v);
-			break;
-		case K_HIST: {
-			const struct wsync_histogram *h = v;
-			json_t *bk = json_array();
-
-			for (size_t k = 0; bk && k < WSYNC_HISTOGRAM_BUCKETS; k++)
-				r |= json_array_append_new(bk, json_integer((json_int_t)h->bucket[k]));
-			j = bk ? json_pack("{s:I,s:f,s:o}", "count", (json_int_t)h->count, "sum",
-					   h->sum, "buckets", bk) : NULL;
-			break;
-		}
-		default:
-			continue;
-		}
-		r |= json_object_set_new(o, f->field, j);
+		p = strchr(p, '\n');
+		if (!p)
+			return NULL;
+		p++;
 	}
-	if (r) {
-		json_decref(o);
+	*body = p;
+	for (int i = 0; i < 2 && *body; i++)	/* past HELP and TYPE */
+		*body = strchr(*body, '\n') ? strchr(*body, '\n') + 1 : NULL;
+	if (!*body)
 		return NULL;
+	if (!strncmp(*body, "# HELP ", 7)) {	/* no sample */
+		*end = *body;
+		return p;
 	}
-	return o;
+	*end = strstr(*body, "\n# HELP ");
+	*end = *end ? *end + 1 : *body + strlen(*body);
+	return p;
 }
 
-static bool get_u64(json_t *j, uint64_t *v)
+int wsync_metrics_merge(struct wsync_buf *out, size_t n, const char *const *texts)
 {
-	if (!json_is_integer(j) || json_integer_value(j) < 0)
-		return false;
-	*v = (uint64_t)json_integer_value(j);
-	return true;
-}
-
-bool wsync_metrics_from_json(json_t *o, struct wsync_metrics *m)
-{
-	char *base = (char *)m;
-
-	if (!json_is_object(o))
-		return false;
-	memset(m, 0, sizeof(*m));
 	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
-		const struct family *f = &families[i];
-		json_t *j = f->field ? json_object_get(o, f->field) : NULL;
-		void *v = base + f->off;
+		bool head = false;
 
-		if (!f->field)
-			continue;
-		switch (f->kind) {
-		case K_COUNTER:
-		case K_U64:
-			if (!get_u64(j, v))
-				return false;
-			break;
-		case K_I64:
-			if (json_is_null(j))
-				break;
-			if (!json_is_integer(j))
-				return false;
-			*(int64_t *)v = json_integer_value(j);
-			*(bool *)(base + f->has) = true;
-			break;
-		case K_F64:
-			if (json_is_null(j) && f->has != NONE)
-				break;
-			if (!json_is_number(j))
-				return false;
-			*(double *)v = json_number_value(j);
-			if (f->has != NONE)
-				*(bool *)(base + f->has) = true;
-			break;
-		case K_BOOL:
-			if (!json_is_boolean(j))
-				return false;
-			*(bool *)v = json_is_true(j);
-			break;
-		case K_HIST: {
-			struct wsync_histogram *h = v;
-			json_t *bk = json_object_get(j, "buckets");
+		for (size_t d = 0; d < n; d++) {
+			const char *body, *end, *b = find_block(texts[d], families[i].name, &body, &end);
 
-			if (!get_u64(json_object_get(j, "count"), &h->count) ||
-			    !json_is_number(json_object_get(j, "sum")) || !json_is_array(bk) ||
-			    json_array_size(bk) != WSYNC_HISTOGRAM_BUCKETS)
-				return false;
-			h->sum = json_number_value(json_object_get(j, "sum"));
-			for (size_t k = 0; k < WSYNC_HISTOGRAM_BUCKETS; k++)
-				if (!get_u64(json_array_get(bk, k), &h->bucket[k]))
-					return false;
-			break;
-		}
-		default:
-			break;
+			if (!b)
+				continue;
+			if (!head && wsync_buf_append(out, b, (size_t)(body - b)) < 0)
+				return -ENOMEM;
+			head = true;
+			if (wsync_buf_append(out, body, (size_t)(end - body)) < 0)
+				return -ENOMEM;
 		}
 	}
-	return true;
+	return 0;
 }

@@ -6,9 +6,9 @@
  * Each role keeps a struct wsync_metrics: counters it adds to as things
  * happen (since the process started, as Prometheus counters are), and
  * gauges it sets before each write.  The role writes it with its status
- * (role.h): as status.json's "metrics" object, which `wsync status
- * --prometheus` reads back, and as [daemon] metrics_file (by default
- * RUNTIME_DIR/wsync.prom), replaced whole (temp + rename) at each change
+ * (role.h) as [daemon] metrics_file (by default RUNTIME_DIR/wsync.prom),
+ * which status.json names and `wsync status --prometheus` prints, replaced
+ * whole (temp + rename) at each change
  * of state and at least every WSYNC_METRICS_REFRESH_MS, so that gauges
  * such as lag and outage seconds never go stale; world-readable, for the
  * collector's user.
@@ -28,8 +28,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <jansson.h>
 
 #include "buf.h"
 #include "config.h"
@@ -93,13 +91,10 @@ int wsync_metrics_format(struct wsync_buf *out, size_t n, const struct wsync_met
  * without ".ini" ("subscriber" for /etc/wsync/subscriber.ini), into buf. */
 void wsync_metrics_instance(const char *config_path, char *buf, size_t len);
 
-/* M as a JSON object (status.json's "metrics"): every counter, gauge and
- * histogram by its field name.  NULL when out of memory. */
-json_t *wsync_metrics_to_json(const struct wsync_metrics *m);
-
-/* Back from such an object: true, or false when O is not one (a field
- * missing or of the wrong type; *m is then partly filled). */
-bool wsync_metrics_from_json(json_t *o, struct wsync_metrics *m);
+/* The expositions TEXTS (NUL-terminated, each as wsync_metrics_format()
+ * wrote it for one daemon) as one, appended to OUT: each family once, its
+ * series from every text in order.  0 or -ENOMEM. */
+int wsync_metrics_merge(struct wsync_buf *out, size_t n, const char *const *texts);
 
 /* The metrics file of CFG: [daemon] metrics_file, relative to runtime_dir
  * when relative; NULL when it is off ("") or out of memory (*off tells

@@ -173,14 +173,11 @@ int wsync_role_status_write(const struct wsync_config *cfg, json_t *o, struct ws
 	clock_gettime(CLOCK_REALTIME, &ts);
 	now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
 	if (o && m) {
-		json_t *mo = wsync_metrics_to_json(m);
 		char instance[256];
 
 		wsync_metrics_instance(cfg->path, instance, sizeof(instance));
 		mpath = wsync_metrics_path(cfg, &off);
-		if (!mo || json_object_set_new(mo, "updated", json_real(now)) < 0 ||
-		    json_object_set_new(o, "metrics", mo) < 0 ||
-		    json_object_set_new(o, "instance", text(instance)) < 0 ||
+		if (json_object_set_new(o, "instance", text(instance)) < 0 ||
 		    json_object_set_new(o, "metrics_file", mpath ? text(mpath) : json_null()) < 0) {
 			json_decref(o);
 			o = NULL;

@@ -65,10 +65,8 @@
  *   "hook_failures"     on_apply / notify_url runs that failed since start
  *
  * And both, for `wsync status --prometheus` (metrics.h):
- *   "metrics"           every counter, gauge and histogram of the role's
- *                       struct wsync_metrics by field name, and "updated"
- *                       (Unix seconds, fractional)
- *   "metrics_file"      where the daemon writes them, null when off
+ *   "instance"          the metrics' instance label
+ *   "metrics_file"      where the daemon writes its metrics, null when off
  *
  * Times are RFC 3339 UTC strings ("2026-12-04T20:41:48Z"); "none" is null.
  * A role run once (`wsync publish`, `wsync pull`) writes no status file:
@@ -112,9 +110,9 @@ struct wsync_role_status {
 json_t *wsync_role_status_new(const struct wsync_role_status *c);
 
 /*
- * Write O (taken: freed here) as CFG's runtime_dir/status.json, and M
- * (NULL: none) into it as "metrics" and as the metrics file (metrics.h;
- * removed instead once O says the daemon stopped): each a temp file
+ * Write O (taken: freed here) as CFG's runtime_dir/status.json, naming
+ * the metrics file, and M (NULL: none) as that file (metrics.h; removed
+ * instead once O says the daemon stopped): each a temp file
  * beside it, then renamed over the old one, so that a reader sees the
  * old file or the new one, whole.  No fsync: runtime_dir is a tmpfs under
  * systemd and both describe the running process only.  Written on the

@@ -163,48 +163,61 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 }
 
-/* --prometheus: the metrics of every running daemon shown, printed
+/* --prometheus: the metrics files of the running daemons shown, printed
  * together at the end (each family once). */
 struct prom {
 	size_t n;
-	struct wsync_metrics m[3];
-	enum wsync_role role[3];
-	char instance[3][256];
-	double updated[3];
+	char *text[3];
 };
 
-/* Take o's metrics into pr: 0, or 1 when o has none (a daemon too old). */
+/* Take the metrics file o names (a running daemon's): 0, or 1 when
+ * there is none to take (metrics off, the file unreadable). */
 static int prom_take(struct prom *pr, json_t *o, const char *path)
 {
-	json_t *mo = json_object_get(o, "metrics"), *inst = json_object_get(o, "instance");
-	const char *role = str(o, "role");
-	size_t i = pr->n;
+	const char *file = str(o, "metrics_file");
+	struct wsync_buf b = { 0 };
+	char chunk[65536];
+	size_t got;
+	FILE *f;
 
-	if (i == sizeof(pr->m) / sizeof(pr->m[0]))
+	if (pr->n == sizeof(pr->text) / sizeof(pr->text[0]))
 		return 0;
-	if (!role || !json_is_string(inst) || !wsync_metrics_from_json(mo, &pr->m[i]) ||
-	    !json_is_number(json_object_get(mo, "updated"))) {
-		fprintf(stderr, TOOL ": %s: no metrics in it (a wsyncd older than this wsync?)\n",
-			path);
+	if (!json_is_string(json_object_get(o, "metrics_file"))) {
+		fprintf(stderr, TOOL ": %s: the daemon writes no metrics (%s)\n", path,
+			json_object_get(o, "metrics_file") ? "[daemon] metrics_file is empty" :
+							     "a wsyncd older than this wsync");
 		return WSYNC_EXIT_FAILURE;
 	}
-	pr->role[i] = strcmp(role, "publisher") == 0 ? WSYNC_ROLE_PUBLISHER : WSYNC_ROLE_SUBSCRIBER;
-	snprintf(pr->instance[i], sizeof(pr->instance[i]), "%s", json_string_value(inst));
-	pr->updated[i] = json_number_value(json_object_get(mo, "updated"));
-	pr->n++;
+	f = fopen(file, "re");
+	if (!f) {
+		fprintf(stderr, TOOL ": %s: %s\n", file, strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
+	while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len < (16u << 20))
+		if (wsync_buf_append(&b, chunk, got) < 0)
+			break;
+	fclose(f);
+	if (wsync_buf_append(&b, "", 1) < 0) {
+		wsync_buf_free(&b);
+		fprintf(stderr, TOOL ": out of memory\n");
+		return WSYNC_EXIT_FAILURE;
+	}
+	pr->text[pr->n++] = (char *)b.data;
 	return 0;
 }
 
-static int prom_print(const struct prom *pr)
+/* Print what pr took, merged; free it.  0, or 1 when that failed. */
+static int prom_print(struct prom *pr)
 {
-	const struct wsync_metrics *ms[3] = { &pr->m[0], &pr->m[1], &pr->m[2] };
-	const char *inst[3] = { pr->instance[0], pr->instance[1], pr->instance[2] };
 	struct wsync_buf b = { 0 };
-	int r = wsync_metrics_format(&b, pr->n, ms, pr->role, inst, pr->updated, 0);
+	int r = wsync_metrics_merge(&b, pr->n, (const char *const *)pr->text);
 
 	if (r == 0 && b.len && fwrite(b.data, 1, b.len, stdout) != b.len)
 		r = -EIO;
 	wsync_buf_free(&b);
+	for (size_t i = 0; i < pr->n; i++)
+		free(pr->text[i]);
+	pr->n = 0;
 	if (r < 0) {
 		fprintf(stderr, TOOL ": %s\n", strerror(-r));
 		return WSYNC_EXIT_FAILURE;
@@ -353,7 +366,7 @@ int tool_status(int argc, char **argv)
 	const char *config = NULL, *rundir = NULL;
 	struct wsync_config cfg;
 	bool json = false, prometheus = false;
-	struct prom pr = { 0 }, *prp = NULL;
+	struct prom pr = { .n = 0 }, *prp = NULL;
 	char *path = NULL, *base = NULL;
 	const char *role = NULL;
 	int c, code;

@@ -302,6 +302,9 @@ ini off subscriber "metrics_file ="
 run off
 check "metrics_file = \"\" (off): status.json is written" wait_for 10 test -s "$TMP/off/run/status.json"
 check "... and no metrics file" test ! -e "$TMP/off/run/wsync.prom"
+expect_exit 1 "wsync status --prometheus of a daemon with metrics off exits 1" \
+	"$WSYNC" status --prometheus --config "$TMP/etc/off.ini"
+contains "... saying so" "$OUT" "metrics_file is empty"
 ini bad subscriber "metrics_file = $PROM/wsync.txt"
 expect_exit 78 "a metrics_file not ending in .prom is a configuration error" \
 	"$WSYNCD" --check-config -c "$TMP/etc/bad.ini"

@@ -3,9 +3,9 @@
  * test-metrics-format.c -- daemon/metrics.c: the histogram's buckets, the text
  * format (each family once with its HELP and TYPE, a daemon's families
  * by its role, optional gauges absent, label values escaped, whole
- * numbers without a fraction), status.json's "metrics" object read back
- * as written (and a damaged one refused), the instance label, and where
- * metrics_file points.  promtool and node_exporter check the format for
+ * numbers without a fraction), several daemons' files merged as one
+ * exposition (a damaged one losing only itself), the instance label,
+ * and where metrics_file points.  promtool and node_exporter check the format for
  * real in tests/integration/test-metrics.sh.
  */
 #include <stdlib.h>
@@ -152,36 +152,48 @@ static void test_same_help(void)
 	free(b);
 }
 
-static void test_json_roundtrip(void)
+/* Two daemons' files merged are what formatting both at once gives. */
+static void test_merge(void)
 {
-	struct wsync_metrics m = { .versions_published = 1, .bytes_uploaded = 1ULL << 40,
-				   .has_step = true, .step = -1, .has_version_time = true,
-				   .version_time = 1796000000, .waiting_seconds = 12.25,
-				   .store_up = true, .store_errors = 4 }, back;
-	json_t *o, *h;
+	struct wsync_metrics p = { .versions_published = 3, .version = 3, .has_step = true,
+				   .step = 300, .store_up = true }, q = { .version = 2 };
+	const struct wsync_metrics *a[] = { &p }, *b[] = { &q }, *both[] = { &p, &q };
+	enum wsync_role ra[] = { WSYNC_ROLE_PUBLISHER }, rb[] = { WSYNC_ROLE_SUBSCRIBER };
+	enum wsync_role rboth[] = { WSYNC_ROLE_PUBLISHER, WSYNC_ROLE_SUBSCRIBER };
+	const char *ia[] = { "pub" }, *ib[] = { "sub" }, *iboth[] = { "pub", "sub" };
+	char *ta, *tb, *want;
+	struct wsync_buf m = { 0 };
 
-	wsync_histogram_observe(&m.publish_duration, 42);
-	o = wsync_metrics_to_json(&m);
-	CHECK(o != NULL);
-	CHECK(wsync_metrics_from_json(o, &back));
-	CHECK_EQ_U64(back.bytes_uploaded, 1ULL << 40);
-	CHECK(back.has_step && back.step == -1);
-	CHECK(back.has_version_time && back.version_time == 1796000000);
-	CHECK(!back.has_lag);
-	CHECK(back.waiting_seconds == 12.25);
-	CHECK(back.store_up);
-	CHECK_EQ_U64(back.store_errors, 4);
-	CHECK_EQ_U64(back.publish_duration.count, 1);
-	CHECK_EQ_U64(back.publish_duration.bucket[8], 1);	/* le 50 */
-	/* damaged: a counter negative, a histogram short of buckets */
-	json_object_set_new(o, "store_errors", json_integer(-1));
-	CHECK(!wsync_metrics_from_json(o, &back));
-	json_object_set_new(o, "store_errors", json_integer(4));
-	h = json_object_get(o, "publish_duration");
-	json_array_remove(json_object_get(h, "buckets"), 0);
-	CHECK(!wsync_metrics_from_json(o, &back));
-	CHECK(!wsync_metrics_from_json(json_array(), &back));
-	json_decref(o);
+	wsync_histogram_observe(&p.publish_duration, 1.5);
+	ta = format(1, a, ra, ia);
+	tb = format(1, b, rb, ib);
+	want = format(2, both, rboth, iboth);
+	CHECK(ta && tb && want);
+	if (ta && tb && want) {
+		const char *texts[] = { ta, tb };
+
+		CHECK(wsync_metrics_merge(&m, 2, texts) == 0);
+		CHECK(wsync_buf_append(&m, "", 1) == 0);
+		CHECK_STR((const char *)m.data, want);
+		/* one file alone comes back as it is; nothing merges into nothing */
+		wsync_buf_reset(&m);
+		CHECK(wsync_metrics_merge(&m, 1, texts) == 0);
+		CHECK(wsync_buf_append(&m, "", 1) == 0);
+		CHECK_STR((const char *)m.data, ta);
+		wsync_buf_reset(&m);
+		CHECK(wsync_metrics_merge(&m, 0, texts) == 0);
+		CHECK_EQ_U64(m.len, 0);
+		/* a damaged file loses what cannot be read, not the others' */
+		wsync_buf_reset(&m);
+		texts[0] = "garbage\n# HELP wsync_version";
+		CHECK(wsync_metrics_merge(&m, 2, texts) == 0);
+		CHECK(wsync_buf_append(&m, "", 1) == 0);
+		CHECK_STR((const char *)m.data, tb);
+	}
+	wsync_buf_free(&m);
+	free(ta);
+	free(tb);
+	free(want);
 }
 
 static void test_instance_and_path(void)
@@ -217,7 +229,7 @@ int main(void)
 	TEST(test_format_one);
 	TEST(test_format_merged);
 	TEST(test_same_help);
-	TEST(test_json_roundtrip);
+	TEST(test_merge);
 	TEST(test_instance_and_path);
 	return tap_done();
 }
