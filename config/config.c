@@ -517,6 +517,27 @@ static int parse_text(const struct config_key *k, const char *value, void *field
 	return 0;
 }
 
+/* [daemon] metrics_file: "" (off), a file name in runtime_dir, or an
+ * absolute path; either way a "*.prom" name, the only files
+ * node_exporter's textfile collector reads. */
+static int parse_metrics_file(const struct config_key *k, const char *value, void *field,
+			      struct wsync_error *why)
+{
+	size_t n = strlen(value);
+	const char *name = strrchr(value, '/') ? strrchr(value, '/') + 1 : value;
+
+	if (n > 0 && (strlen(name) <= 5 || strcmp(value + n - 5, ".prom") != 0 || name[0] == '.'))
+		return wsync_error_set(why, -EINVAL, "expected a file name ending in \".prom\" "
+				       "(node_exporter's textfile collector reads no other), "
+				       "not \"%.64s\"", value);
+	if (value[0] == '/')
+		return parse_path(k, value, field, why);
+	if (strchr(value, '/'))
+		return wsync_error_set(why, -EINVAL, "expected a file name in runtime_dir or an "
+				       "absolute path, not \"%.64s\"", value);
+	return parse_text(k, value, field, why);
+}
+
 /* A file name (no '/'), for [publisher] marker. */
 static int parse_file_name(const struct config_key *k, const char *value, void *field,
 			   struct wsync_error *why)
@@ -676,6 +697,8 @@ static const struct config_key config_keys[] = {
 	KEY("daemon", "memory_limit", parse_size, format_size, memory_limit,
 	    .min = MEMORY_LIMIT_MIN, .max = MEMORY_LIMIT_MAX),
 	KEY("daemon", "log_level", parse_log_level, format_log_level, log_level),
+	KEY("daemon", "metrics_file", parse_metrics_file, format_string, metrics_file,
+	    .max = 255, .flags = KEY_EMPTY_OK),
 	KEY("store", "url", parse_store_url, format_string, store_url),
 	KEY("store", "endpoint", parse_endpoint, format_string, endpoint,
 	    .flags = KEY_OPTIONAL),
@@ -1411,6 +1434,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	if (default_dir("STATE_DIRECTORY", state_fallback, &cfg->state_dir) < 0 ||
 	    default_dir("RUNTIME_DIRECTORY", runtime_fallback, &cfg->runtime_dir) < 0 ||
 	    !(cfg->region = strdup("us-east-1")) ||
+	    !(cfg->metrics_file = strdup("wsync.prom")) ||
 	    !(cfg->step_pattern = strdup("checkpoint-*")) ||
 	    !(cfg->marker = strdup("trainer_state.json")) ||
 	    !(cfg->include = strdup("*")) ||
@@ -1432,6 +1456,7 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->path);
 	free(cfg->state_dir);
 	free(cfg->runtime_dir);
+	free(cfg->metrics_file);
 	free(cfg->store_url);
 	free(cfg->endpoint);
 	free(cfg->region);

@@ -68,6 +68,9 @@ struct wsync_config {
 	uint32_t threads;	/* default: number of online cores; 1..1024 */
 	uint64_t memory_limit;	/* for encoding/applying; default 256MiB; 64MiB..1TiB */
 	int log_level;		/* syslog priority; default LOG_INFO */
+	char *metrics_file;	/* Prometheus text file (metrics.h): "" off, a
+				 * name in runtime_dir, or an absolute path;
+				 * default "wsync.prom" */
 
 	/* [store] */
 	char *store_url;	/* url = file:///.. | s3://.. | hf://buckets/.. (required) */

@@ -21,6 +21,7 @@
 #include "io.h"
 #include "log.h"
 #include "manager.h"
+#include "metrics.h"
 #include "notify.h"
 #include "publisher.h"
 #include "subscriber.h"
@@ -41,6 +42,7 @@ struct manager {
 	struct wsync_subscriber *sub;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t watchdog;
+	uv_timer_t refresh;		/* status and metrics, between changes */
 	struct wsync_instance_lock runtime_lock;	/* runtime_dir/lock */
 	bool watchdog_on;
 	char status[512];
@@ -63,6 +65,7 @@ static void close_all(struct manager *m)
 	uv_close((uv_handle_t *)&m->sig_hup, NULL);
 	if (m->watchdog_on)
 		uv_close((uv_handle_t *)&m->watchdog, NULL);
+	uv_close((uv_handle_t *)&m->refresh, NULL);
 	wsync_jobs_free(m->d.jobs);
 	m->d.jobs = NULL;
 	wsync_store_free(m->d.store);
@@ -154,6 +157,21 @@ static void on_watchdog(uv_timer_t *t)
 {
 	(void)t;
 	wsync_notify_watchdog();
+}
+
+/* The role rewrites its files at each change of state; between changes
+ * this keeps the gauges that grow with time (lag, an outage's length)
+ * and the metrics' timestamp fresh. */
+static void on_refresh(uv_timer_t *t)
+{
+	struct manager *m = t->data;
+
+	if (m->state != M_RUNNING)
+		return;
+	if (m->pub)
+		(void)wsync_publisher_write_status(m->pub);
+	else if (m->sub)
+		(void)wsync_subscriber_write_status(m->sub);
 }
 
 /*
@@ -289,6 +307,11 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 		uv_timer_start(&m->watchdog, on_watchdog, wd, wd);
 		m->watchdog_on = true;
 	}
+
+	uv_timer_init(&loop, &m->refresh);
+	m->refresh.data = m;
+	uv_timer_start(&m->refresh, on_refresh, WSYNC_METRICS_REFRESH_MS, WSYNC_METRICS_REFRESH_MS);
+	uv_unref((uv_handle_t *)&m->refresh);
 
 	if (start_role(m) < 0) {
 		wsync_publisher_free(m->pub);

@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log-messages.h"
 #include "log.h"
+#include "metrics.h"
 #include "role.h"
 
 /* ---- times ---- */
@@ -103,37 +105,100 @@ static int write_all(int fd, const char *s, size_t len)
 	return 0;
 }
 
-int wsync_role_status_write(const char *runtime_dir, json_t *o)
+/* Replace PATH by TEXT whole: a temp file beside it (".NAME.tmp": a name
+ * node_exporter's collector skips), then rename, so that a reader sees
+ * the old file or the new one.  MODE is set whatever the umask (the
+ * metrics file is read by the collector's user).  No fsync: both files
+ * describe the running process only. */
+static int replace_file(const char *path, const char *text, size_t len, mode_t mode)
 {
-	char *doc = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	char *path = NULL, *tmp = NULL;
+	const char *slash = strrchr(path, '/');
+	char *tmp = NULL;
 	int fd, r;
 
-	json_decref(o);
-	if (!doc || asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, runtime_dir) < 0 ||
-	    asprintf(&tmp, "%s/." WSYNC_ROLE_STATUS_FILE ".tmp", runtime_dir) < 0) {
-		r = -ENOMEM;
-		goto out;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (asprintf(&tmp, "%.*s.%s.tmp", slash ? (int)(slash - path + 1) : 0, path,
+		     slash ? slash + 1 : path) < 0)
+		return -ENOMEM;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0) {
 		r = -errno;
-		goto out;
+		free(tmp);
+		return r;
 	}
-	r = write_all(fd, doc, strlen(doc));
-	if (r == 0)
-		r = write_all(fd, "\n", 1);
+	r = write_all(fd, text, len);
+	if (r == 0 && fchmod(fd, mode) < 0)
+		r = -errno;
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
 	if (r == 0 && rename(tmp, path) < 0)
 		r = -errno;
 	if (r < 0)
 		(void)unlink(tmp);
+	free(tmp);
+	return r;
+}
+
+/* The metrics file: M's exposition, or, when the daemon has stopped,
+ * none -- a file left behind would be read as a daemon still there. */
+static int write_metrics(const struct wsync_config *cfg, const char *path,
+			 const struct wsync_metrics *m, bool stopped, double now)
+{
+	char instance[256];
+	struct wsync_buf b = { 0 };
+	enum wsync_role role = cfg->role;
+	const char *inst = instance;
+	int r;
+
+	if (stopped)
+		return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+	wsync_metrics_instance(cfg->path, instance, sizeof(instance));
+	r = wsync_metrics_format(&b, 1, &m, &role, &inst, NULL, now);
+	if (r == 0)
+		r = replace_file(path, (const char *)b.data, b.len, 0644);
+	wsync_buf_free(&b);
+	if (r < 0)
+		log_debug("%s: cannot write the metrics file: %s", path, strerror(-r));
+	return r;
+}
+
+int wsync_role_status_write(const struct wsync_config *cfg, json_t *o, struct wsync_metrics *m)
+{
+	struct timespec ts;
+	char *doc = NULL, *path = NULL, *mpath = NULL;
+	bool stopped = o && wsync_role_status_stopped(o), off = true;
+	size_t len;
+	double now;
+	int r;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	if (o && m) {
+		char instance[256];
+
+		wsync_metrics_instance(cfg->path, instance, sizeof(instance));
+		mpath = wsync_metrics_path(cfg, &off);
+		if (json_object_set_new(o, "instance", text(instance)) < 0 ||
+		    json_object_set_new(o, "metrics_file", mpath ? text(mpath) : json_null()) < 0) {
+			json_decref(o);
+			o = NULL;
+		}
+	}
+	doc = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+	json_decref(o);
+	if (!doc || asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, cfg->runtime_dir) < 0) {
+		r = -ENOMEM;
+		goto out;
+	}
+	len = strlen(doc);
+	doc[len] = '\n';	/* over the NUL: the text's end is len + 1 */
+	r = replace_file(path, doc, len + 1, 0644);
 out:
 	if (r < 0)
 		log_debug("%s/" WSYNC_ROLE_STATUS_FILE ": cannot write the status file: %s",
-			  runtime_dir, strerror(-r));
-	free(tmp);
+			  cfg->runtime_dir, strerror(-r));
+	if (m && mpath)
+		(void)write_metrics(cfg, mpath, m, stopped, now);
+	free(mpath);
 	free(path);
 	free(doc);
 	return r;
@@ -180,6 +245,7 @@ bool wsync_role_status_healthy(json_t *o)
 bool wsync_role_store_failed(struct wsync_role_outage *o, const struct wsync_store *store,
 			     int64_t version, const char *what, const char *why)
 {
+	o->failures++;
 	if (o->down) {
 		log_debug("%s: %s (still failing)", what, why);
 		return false;

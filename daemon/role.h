@@ -64,6 +64,10 @@
  *   "bytes_done"        of them downloaded so far
  *   "hook_failures"     on_apply / notify_url runs that failed since start
  *
+ * And both, for `wsync status --prometheus` (metrics.h):
+ *   "instance"          the metrics' instance label
+ *   "metrics_file"      where the daemon writes its metrics, null when off
+ *
  * Times are RFC 3339 UTC strings ("2026-12-04T20:41:48Z"); "none" is null.
  * A role run once (`wsync publish`, `wsync pull`) writes no status file:
  * runtime_dir belongs to a daemon that may be running.
@@ -77,7 +81,10 @@
 
 #include <jansson.h>
 
+#include "config.h"
 #include "store.h"
+
+struct wsync_metrics;
 
 /* ---- status.json ---- */
 
@@ -103,15 +110,18 @@ struct wsync_role_status {
 json_t *wsync_role_status_new(const struct wsync_role_status *c);
 
 /*
- * Write O (taken: freed here) as runtime_dir/status.json: a temp file in
- * runtime_dir, then rename over the old one, so that a reader sees the
+ * Write O (taken: freed here) as CFG's runtime_dir/status.json, naming
+ * the metrics file, and M (NULL: none) as that file (metrics.h; removed
+ * instead once O says the daemon stopped): each a temp file
+ * beside it, then renamed over the old one, so that a reader sees the
  * old file or the new one, whole.  No fsync: runtime_dir is a tmpfs under
- * systemd and the file describes the running process only.  Written on
- * the loop thread (a few hundred bytes).  0, or a negative errno; a
- * failure is logged at debug level here -- a status file is never worth
+ * systemd and both describe the running process only.  Written on the
+ * loop thread (a few kilobytes).  0, or a negative errno for status.json;
+ * a failure is logged at debug level here -- a status file is never worth
  * more -- and callers need not log it again.
  */
-int wsync_role_status_write(const char *runtime_dir, json_t *o);
+int wsync_role_status_write(const struct wsync_config *cfg, json_t *o,
+			    struct wsync_metrics *m);
 
 /* A status file's object as a reader judges it.  stopped: the daemon
  * wrote its last status on the way out (state "stopped", or a subscriber
@@ -145,6 +155,7 @@ bool wsync_role_time_text(int64_t t, char *buf, size_t len);
 struct wsync_role_outage {
 	bool down;
 	int64_t since;			/* time(): when it began */
+	uint64_t failures;		/* requests failed, outage or not (metrics) */
 };
 
 /* A store request (WHAT: "reading HEAD", a key) failed because WHY.

@@ -59,6 +59,9 @@ test_packages=(
 	awscli curl
 	# xxh128sum: the S3 tests compare object hashes
 	xxhash
+	# the metrics test: promtool checks the files and the alert rules,
+	# node_exporter's textfile collector serves them
+	prometheus prometheus-node-exporter
 	# man pages (daemon/man/*.scd); systemd-analyze verify/security, dpkg-deb and
 	# deb-systemd-helper for tests/integration/test-systemd.sh, test-package.sh
 	scdoc systemd dpkg-dev init-system-helpers

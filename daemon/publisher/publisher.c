@@ -59,6 +59,31 @@ static void on_retry(uv_timer_t *t);
 
 /* ---- status ---- */
 
+/* The gauges of p->metrics, as of now. */
+static void pub_metrics_gauges(struct wsync_publisher *p)
+{
+	struct wsync_metrics *m = &p->metrics;
+	struct timespec ts;
+	double now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	m->version = m->head_version = p->head_version;
+	m->has_step = p->has_step && p->head_version != 0;
+	m->step = p->step;
+	m->has_version_time = p->last_published > 0;
+	m->version_time = p->last_published;
+	m->has_lag = p->last_lag >= 0;
+	m->lag_seconds = p->last_lag;
+	m->waiting_seconds = 0;
+	if (p->pending_mtime_ns > 0 && now > p->pending_mtime_ns / 1e9)
+		m->waiting_seconds = now - p->pending_mtime_ns / 1e9;
+	m->store_up = !p->outage.down;
+	m->store_down_seconds = p->outage.down && now > p->outage.since ?
+					now - (double)p->outage.since : 0;
+	m->store_errors = p->outage.failures;
+}
+
 void pub_write_status(struct wsync_publisher *p)
 {
 	struct wsync_role_status c = {
@@ -74,10 +99,12 @@ void pub_write_status(struct wsync_publisher *p)
 		.store_down_since = p->outage.since,
 		.message = p->status_line,
 	};
+	struct wsync_metrics *m = &p->metrics;
 	json_t *o;
 
 	if (p->once_dir)	/* `wsync publish` is not the daemon: leave its file alone */
 		return;
+	pub_metrics_gauges(p);
 	o = wsync_role_status_new(&c);
 	if (!o)
 		return;
@@ -88,12 +115,12 @@ void pub_write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "last_delta_bytes", json_integer((json_int_t)p->last_bytes));
 	json_object_set_new(o, "lag_seconds", p->last_lag >= 0 ? json_real(p->last_lag) :
 								 json_null());
-	json_object_set_new(o, "bytes_shipped", json_integer((json_int_t)p->bytes_shipped));
-	json_object_set_new(o, "published_count", json_integer(p->published));
-	json_object_set_new(o, "skipped_steps", json_integer(p->skipped));
-	json_object_set_new(o, "rejected_count", json_integer(p->rejected));
+	json_object_set_new(o, "bytes_shipped", json_integer((json_int_t)m->bytes_uploaded));
+	json_object_set_new(o, "published_count", json_integer((json_int_t)m->versions_published));
+	json_object_set_new(o, "skipped_steps", json_integer((json_int_t)m->checkpoints_skipped));
+	json_object_set_new(o, "rejected_count", json_integer((json_int_t)m->checkpoints_rejected));
 	json_object_set_new(o, "waiting", json_string(p->waiting));
-	(void)wsync_role_status_write(p->cfg->runtime_dir, o);
+	(void)wsync_role_status_write(p->cfg, o, m);
 }
 
 int wsync_publisher_write_status(struct wsync_publisher *p)
@@ -332,7 +359,7 @@ static void prepare_done(void *data, bool cancelled)
 	if (p->once_dir && r < 0) {
 		pub_set_error(p, "%s: %s", pb->src_dir, wsync_error_str(&pb->job.err));
 		if (r == -EINVAL)
-			p->rejected++;
+			p->metrics.checkpoints_rejected++;
 		pub_end_publication(p);
 		pub_set_state(p, PUB_IDLE);
 		/* vanished or changed while being read: a failure, not a bad
@@ -363,7 +390,7 @@ static void prepare_done(void *data, bool cancelled)
 
 		if (s)
 			s->rejected_fp = pb->fingerprint;
-		p->rejected++;
+		p->metrics.checkpoints_rejected++;
 		pub_set_error(p, "checkpoint %s rejected: %s", name, wsync_error_str(&pb->job.err));
 		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
 						.file = name, .step = pb->step),
@@ -642,11 +669,14 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 	p->source_fp = pb->fingerprint;
 	p->step = pb->step;
 	p->has_step = true;
-	p->published++;
+	p->metrics.versions_published++;
+	wsync_histogram_observe(&p->metrics.publish_duration, (double)ms / 1000);
 	p->last_published = time(NULL);
 	p->last_duration_ms = ms;
 	p->last_bytes = bytes;
-	p->bytes_shipped += bytes + pb->manifest_doc.len + pb->head_doc.len;
+	p->metrics.bytes_uploaded += bytes + pb->manifest_doc.len + pb->head_doc.len;
+	if (p->pending_mtime_ns <= (int64_t)pb->source_mtime_ns)
+		p->pending_mtime_ns = 0;	/* the next scan says if a newer one waits */
 	{
 		struct timespec ts;
 

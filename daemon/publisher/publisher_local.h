@@ -29,6 +29,7 @@
 #include "checkpoint_scan.h"
 #include "instance_lock.h"
 #include "manifest.h"
+#include "metrics.h"
 #include "publisher.h"
 #include "publisher_jobs.h"
 #include "role.h"
@@ -155,9 +156,12 @@ struct wsync_publisher {
 	/* status */
 	struct wsync_role_outage outage;
 	int64_t last_published;
-	uint64_t last_duration_ms, last_bytes, bytes_shipped;
+	uint64_t last_duration_ms, last_bytes;
 	double last_lag;		/* seconds; < 0: none yet */
-	unsigned published, skipped, rejected;
+	int64_t pending_mtime_ns;	/* newest write of the newest checkpoint HEAD
+					 * does not hold (waiting or being published);
+					 * 0: none */
+	struct wsync_metrics metrics;	/* counters here; gauges set when written */
 	char last_error[512];
 	char waiting[WSYNC_ERROR_MSG_MAX + 64];	/* what the newest checkpoint waits for */
 	char status_line[512];		/* the last pub_status(): STATUS= and "message" */

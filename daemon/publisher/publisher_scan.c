@@ -181,7 +181,7 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	if (r < 0) {
 		s->rejected_fp = t.fingerprint;
 		s->wait_key[0] = '\0';
-		p->rejected++;
+		p->metrics.checkpoints_rejected++;
 		pub_set_error(p, "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
 		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
 						.file = dir),
@@ -208,6 +208,8 @@ static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
 {
 	const char *text = w->set ? w->text : "";
 
+	if (p->state == PUB_IDLE)	/* else a publication's, until it ends */
+		p->pending_mtime_ns = w->set ? w->newest_mtime_ns : 0;
 	if (strcmp(p->waiting, text) == 0)
 		return;
 	snprintf(p->waiting, sizeof(p->waiting), "%s", text);
@@ -301,6 +303,7 @@ void pub_scan(struct wsync_publisher *p)
 		if (cs[i].tree.newest_mtime_ns > cs[bi].tree.newest_mtime_ns)
 			bi = i;
 	best = cs[bi];
+	p->pending_mtime_ns = best.tree.newest_mtime_ns;
 	char skipped[512] = "";
 	size_t sl = 0;
 
@@ -310,7 +313,7 @@ void pub_scan(struct wsync_publisher *p)
 		if (sl < sizeof(skipped) - 32)
 			sl += (size_t)snprintf(skipped + sl, sizeof(skipped) - sl, "%s%s",
 					       sl ? ", " : "", cs[i].name);
-		p->skipped++;
+		p->metrics.checkpoints_skipped++;
 		/* a skipped checkpoint stays older than what gets published */
 		pub_candidate_free(&cs[i]);
 	}

@@ -117,26 +117,40 @@ static void write_status_file(struct wsync_subscriber *s)
 		.store_down_since = s->outage.since,
 		.message = s->line,
 	};
+	struct wsync_metrics *m = &s->metrics;
 	int64_t now = (int64_t)time(NULL);
 	int64_t lag = 0;
 	json_t *o;
 
 	if (s->once)
 		return;
+	if (s->head_version > s->local.version && s->head_created)
+		lag = now - s->head_created;
+	m->version = s->local.version;
+	m->head_version = s->head_version;
+	m->has_step = s->local.version != 0;
+	m->step = s->local.step;
+	m->has_version_time = s->local.applied > 0;
+	m->version_time = s->local.applied;
+	m->has_lag = true;
+	m->lag_seconds = lag > 0 ? (double)lag : 0;
+	m->store_up = !s->outage.down;
+	m->store_down_seconds = s->outage.down && now > s->outage.since ?
+					(double)(now - s->outage.since) : 0;
+	m->store_errors = s->outage.failures;
+	m->hook_failures = s->hooks.failures;
 	o = wsync_role_status_new(&c);
 	if (!o)
 		return;
-	if (s->head_version > s->local.version && s->head_created)
-		lag = now - s->head_created;
 	json_object_set_new(o, "head_version", json_integer((json_int_t)s->head_version));
 	json_object_set_new(o, "last_applied", wsync_role_time(s->local.applied));
 	json_object_set_new(o, "stale", json_boolean(s->stale));
 	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
-	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)s->bytes_downloaded));
+	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)m->bytes_downloaded));
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
 	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
-	(void)wsync_role_status_write(s->cfg->runtime_dir, o);
+	(void)wsync_role_status_write(s->cfg, o, m);
 }
 
 /* The one-line summary for systemd and the status file, from the state. */
@@ -225,6 +239,7 @@ void sub_verify_failed(struct wsync_subscriber *s, uint64_t version, const char 
 		  v, what, s->local.version);
 	sub_set_error(s, "%srefused: %s", v, what);
 	s->once_verify_failed = true;
+	s->metrics.verification_failures++;
 }
 
 /* A store request failed (after the store's own retries): the cycle ends

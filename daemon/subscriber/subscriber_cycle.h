@@ -18,6 +18,7 @@
 
 #include "instance_lock.h"
 #include "manifest.h"
+#include "metrics.h"
 #include "role.h"
 #include "sign.h"
 #include "subscriber.h"
@@ -131,7 +132,7 @@ struct wsync_subscriber {
 	bool stale, stale_logged;
 	struct wsync_role_outage outage;
 	char last_error[512];
-	uint64_t bytes_downloaded;
+	struct wsync_metrics metrics;	/* counters here; gauges set when written */
 	uint64_t plan_total, plan_done;	/* of the current or last transfer */
 	bool stopped;
 	char line[512];

@@ -54,6 +54,9 @@ static void on_job_done(void *data, bool cancelled)
 		s->local = j->next;
 		memset(&j->next, 0, sizeof(j->next));
 		c->progressed = true;
+		s->metrics.versions_applied++;
+		s->metrics.bytes_written += j->stats.bytes_written;
+		wsync_histogram_observe(&s->metrics.apply_duration, j->stats.seconds);
 		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_APPLIED,
 						 .version = (int64_t)st->version,
 						 .step = st->ms->m.step,
@@ -147,7 +150,7 @@ static void on_object(struct wsync_store_result *res, void *userdata)
 		sub_store_worked(s);
 		st->downloaded = true;
 		c->bytes_done += st->obj->ref.size;
-		s->bytes_downloaded += st->obj->ref.size;
+		s->metrics.bytes_downloaded += st->obj->ref.size;
 		if (c->failed) {
 			sub_end_cycle(s);
 			return;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tool_status.c -- `wsync status [--config FILE | --runtime-dir DIR] [--json]`:
+ * tool_status.c -- `wsync status [--config FILE | --runtime-dir DIR]
+ * [--json | --prometheus]`:
  * what the local wsyncd says about itself, from runtime_dir/status.json
  * (written by the role; role.h holds its schema and the rules that judge
  * it, both read here).  With --config FILE
@@ -12,7 +13,9 @@
  * A status file of the other role is not this configuration's daemon:
  * "not running", saying whose it is.  With neither option, BASE/status.json
  * or, for daemons whose files set no runtime_dir, BASE/publisher/ and
- * BASE/subscriber/ -- each one found (--json: an array when two are).
+ * BASE/subscriber/ -- each one found (--json: an array when two are;
+ * --prometheus: one exposition of every running daemon's "metrics",
+ * metrics.h, each family once).
  *
  * Exit codes, for scripts and health checks:
  *   0  the daemon reports itself healthy
@@ -33,7 +36,9 @@
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "config.h"
+#include "metrics.h"
 #include "role.h"
 #include "tool.h"
 
@@ -43,7 +48,7 @@
 #define TOOL "wsync status"
 
 static const char synopsis[] =
-	"Usage: wsync status [--config FILE | --runtime-dir DIR] [--json]\n";
+	"Usage: wsync status [--config FILE | --runtime-dir DIR] [--json | --prometheus]\n";
 
 static void usage(FILE *f)
 {
@@ -52,6 +57,8 @@ static void usage(FILE *f)
 		   "(with --config /etc/wsync/NAME.ini, also /run/wsync/NAME/status.json:\n"
 		   "the wsyncd@NAME service's; with neither option, every daemon found\n"
 		   "in the default runtime_dir: /run/wsync/publisher, /run/wsync/subscriber).\n"
+		   "--prometheus prints the daemons' metrics in Prometheus's text format\n"
+		   "(what they write to metrics_file, for a scrape script).\n"
 		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
 		   "3 not running.\n", synopsis);
 }
@@ -156,11 +163,77 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 }
 
+/* --prometheus: the metrics files of the running daemons shown, printed
+ * together at the end (each family once). */
+struct prom {
+	size_t n;
+	char *text[3];
+};
+
+/* Take the metrics file o names (a running daemon's): 0, or 1 when
+ * there is none to take (metrics off, the file unreadable). */
+static int prom_take(struct prom *pr, json_t *o, const char *path)
+{
+	const char *file = str(o, "metrics_file");
+	struct wsync_buf b = { 0 };
+	char chunk[65536];
+	size_t got;
+	FILE *f;
+
+	if (pr->n == sizeof(pr->text) / sizeof(pr->text[0]))
+		return 0;
+	if (!json_is_string(json_object_get(o, "metrics_file"))) {
+		fprintf(stderr, TOOL ": %s: the daemon writes no metrics (%s)\n", path,
+			json_object_get(o, "metrics_file") ? "[daemon] metrics_file is empty" :
+							     "a wsyncd older than this wsync");
+		return WSYNC_EXIT_FAILURE;
+	}
+	f = fopen(file, "re");
+	if (!f) {
+		fprintf(stderr, TOOL ": %s: %s\n", file, strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
+	while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len < (16u << 20))
+		if (wsync_buf_append(&b, chunk, got) < 0)
+			break;
+	fclose(f);
+	if (wsync_buf_append(&b, "", 1) < 0) {
+		wsync_buf_free(&b);
+		fprintf(stderr, TOOL ": out of memory\n");
+		return WSYNC_EXIT_FAILURE;
+	}
+	pr->text[pr->n++] = (char *)b.data;
+	return 0;
+}
+
+/* Print what pr took, merged; free it.  0, or 1 when that failed. */
+static int prom_print(struct prom *pr)
+{
+	struct wsync_buf b = { 0 };
+	int r = wsync_metrics_merge(&b, pr->n, (const char *const *)pr->text);
+
+	if (r == 0 && b.len && fwrite(b.data, 1, b.len, stdout) != b.len)
+		r = -EIO;
+	wsync_buf_free(&b);
+	for (size_t i = 0; i < pr->n; i++)
+		free(pr->text[i]);
+	pr->n = 0;
+	if (r < 0) {
+		fprintf(stderr, TOOL ": %s\n", strerror(-r));
+		return WSYNC_EXIT_FAILURE;
+	}
+	return 0;
+}
+
 /* Show the status file at path: 0 healthy, 1 unhealthy, 3 not running.
  * want_role: the role the configuration asked about, or NULL.  With
- * json_out, the object is appended to it instead of printed. */
-static int show(const char *path, bool json, const char *want_role, json_t *json_out)
+ * json_out, the object is appended to it instead of printed; with pr,
+ * its metrics are taken (a daemon not running has none: what is said of
+ * it goes to stderr). */
+static int show(const char *path, bool json, const char *want_role, json_t *json_out,
+		struct prom *pr)
 {
+	FILE *say = pr ? stderr : stdout;
 	bool running = true, healthy;
 	json_error_t je;
 	long long pid;
@@ -170,10 +243,10 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 	o = json_load_file(path, 0, &je);
 	if (!o) {
 		if (access(path, F_OK) < 0 && errno == ENOENT) {
-			if (json)
+			if (json && !pr)
 				printf("{\"state\": \"not running\"}\n");
 			else
-				printf("wsyncd: not running (no %s)\n", path);
+				fprintf(say, "wsyncd: not running (no %s)\n", path);
 		} else {
 			fprintf(stderr, TOOL ": %s: %s\n", path, je.text);
 		}
@@ -186,10 +259,10 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 	}
 	if (want_role && str(o, "role") && strcmp(str(o, "role"), want_role) != 0) {
 		/* Another daemon's: this one's would be here, and is not. */
-		if (json)
+		if (json && !pr)
 			printf("{\"state\": \"not running\"}\n");
 		else
-			printf("wsyncd: not running: %s is a %s's status, and the configuration "
+			fprintf(say, "wsyncd: not running: %s is a %s's status, and the configuration "
 			       "is a %s's (do two daemons share this runtime_dir? give each "
 			       "its own [daemon] runtime_dir)\n", path, str(o, "role"), want_role);
 		json_decref(o);
@@ -200,7 +273,12 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 		running = false;
 	healthy = wsync_role_status_healthy(o);
 	code = !running ? EXIT_NOT_RUNNING : healthy ? WSYNC_EXIT_OK : WSYNC_EXIT_FAILURE;
-	if (json_out) {
+	if (pr) {
+		if (!running)
+			fprintf(stderr, "wsyncd: not running (%s): no metrics\n", path);
+		else if (prom_take(pr, o, path))
+			code = WSYNC_EXIT_FAILURE;
+	} else if (json_out) {
 		json_array_append(json_out, o);
 	} else if (json) {
 		char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -218,7 +296,7 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 /* No --config, no --runtime-dir: the default runtime_dir's status, or
  * the status of each role that runs from a file that does not set one
  * (RUNTIME_DIR/publisher, RUNTIME_DIR/subscriber), every one found. */
-static int show_defaults(const char *base, bool json)
+static int show_defaults(const char *base, bool json, struct prom *pr)
 {
 	static const char *const subs[] = { "", "/publisher", "/subscriber" };
 	char *paths[3] = { NULL, NULL, NULL };
@@ -242,17 +320,17 @@ static int show_defaults(const char *base, bool json)
 			fprintf(stderr, TOOL ": out of memory\n");
 			return WSYNC_EXIT_FAILURE;
 		}
-		code = show(p, json, NULL, NULL);
+		code = show(p, json, NULL, NULL, pr);
 		free(p);
 		return code;
 	}
-	if (n == 1 || !json) {
+	if (n == 1 || !json || pr) {
 		for (size_t i = 0; i < n; i++) {
 			int c;
 
-			if (i)
+			if (i && !pr)
 				printf("\n");
-			c = show(paths[i], json, NULL, NULL);
+			c = show(paths[i], json, NULL, NULL, pr);
 			code = c > code ? c : code;
 		}
 	} else {
@@ -260,7 +338,7 @@ static int show_defaults(const char *base, bool json)
 		char *text;
 
 		for (size_t i = 0; i < n && all; i++) {
-			int c = show(paths[i], json, NULL, all);
+			int c = show(paths[i], json, NULL, all, NULL);
 
 			code = c > code ? c : code;
 		}
@@ -281,23 +359,26 @@ int tool_status(int argc, char **argv)
 		{ "config", required_argument, NULL, 'c' },
 		{ "runtime-dir", required_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	const char *config = NULL, *rundir = NULL;
 	struct wsync_config cfg;
-	bool json = false;
+	bool json = false, prometheus = false;
+	struct prom pr = { .n = 0 }, *prp = NULL;
 	char *path = NULL, *base = NULL;
 	const char *role = NULL;
 	int c, code;
 
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":c:r:jh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:r:jph", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'r': rundir = optarg; break;
 		case 'j': json = true; break;
+		case 'p': prometheus = true; prp = &pr; break;
 		case 'h': usage(stdout); return WSYNC_EXIT_OK;
 		default: return tool_option_error(TOOL, synopsis, c, argc, argv, opts);
 		}
@@ -308,16 +389,19 @@ int tool_status(int argc, char **argv)
 	if (config && rundir)
 		return tool_usage_error(TOOL, synopsis, "--config and --runtime-dir name the "
 					"same thing: give one");
+	if (json && prometheus)
+		return tool_usage_error(TOOL, synopsis, "--json and --prometheus are two "
+					"formats: give one");
 	if (wsync_config_init(&cfg) < 0 || !(base = strdup(cfg.runtime_dir))) {
 		wsync_config_free(&cfg);
 		fprintf(stderr, TOOL ": out of memory\n");
 		return WSYNC_EXIT_FAILURE;
 	}
 	if (!config && !rundir) {
-		code = show_defaults(base, json);
+		code = show_defaults(base, json, prp);
 		free(base);
 		wsync_config_free(&cfg);
-		return code;
+		return prp && prom_print(prp) ? WSYNC_EXIT_FAILURE : code;
 	}
 	if (config) {
 		struct wsync_config_errors errs = { 0 };
@@ -354,9 +438,9 @@ int tool_status(int argc, char **argv)
 			path = inst;
 		}
 	}
-	code = show(path, json, role, NULL);
+	code = show(path, json, role, NULL, prp);
 	wsync_config_free(&cfg);
 	free(base);
 	free(path);
-	return code;
+	return prp && prom_print(prp) ? WSYNC_EXIT_FAILURE : code;
 }

@@ -484,6 +484,11 @@ static void test_bad_values(void)
 	expect_bad("daemon", "state_dir", "/var/lib/w\x01", "control character 0x01");
 	expect_bad("daemon", "log_level", "warn", "expected one of");
 	expect_bad("daemon", "log_level", "7", "expected one of");
+	expect_bad("daemon", "metrics_file", "wsync.txt", "ending in \".prom\"");
+	expect_bad("daemon", "metrics_file", ".prom", "ending in \".prom\"");
+	expect_bad("daemon", "metrics_file", "/var/lib/node/.x.prom", "ending in \".prom\"");
+	expect_bad("daemon", "metrics_file", "sub/wsync.prom", "a file name in runtime_dir or an absolute path");
+	expect_bad("daemon", "metrics_file", "/var/lib/../x.prom", "must not contain");
 	expect_bad("store", "url", "/var/lib/wsync/bucket", "not a URL: for a local directory write file:///var/lib/wsync/bucket");
 	expect_bad("store", "url", "s3://Bucket", "must be lowercase");
 	expect_bad("store", "url", "hf://my-org/model", "hf://buckets/NAMESPACE/BUCKET");
@@ -563,6 +568,15 @@ static void test_good_values(void)
 	loaded_free(&l);
 	expect_ok(&l, "publisher", "exclude", "");
 	CHECK_STR(l.cfg.exclude, "");
+	loaded_free(&l);
+	expect_ok(&l, "daemon", "metrics_file", "");
+	CHECK_STR(l.cfg.metrics_file, "");
+	loaded_free(&l);
+	expect_ok(&l, "daemon", "metrics_file", "/var/lib/prometheus/node-exporter//wsync-a.prom");
+	CHECK_STR(l.cfg.metrics_file, "/var/lib/prometheus/node-exporter/wsync-a.prom");
+	loaded_free(&l);
+	expect_ok(&l, "daemon", "metrics_file", "node.prom");
+	CHECK_STR(l.cfg.metrics_file, "node.prom");
 	loaded_free(&l);
 	expect_ok(&l, "publisher", "include", "*.safetensors *.json tokenizer*");
 	CHECK_STR(l.cfg.include, "*.safetensors *.json tokenizer*");
@@ -758,7 +772,7 @@ static void test_unknown_section_and_key(void)
 	CHECK(l.errs.n == 8);
 	CHECK(has_issue(&l, 3, "[daemon] rol: unknown key (did you mean role?)"));
 	CHECK(has_issue(&l, 4, "[daemon] frobnicate: unknown key (valid keys in [daemon]: "
-			"role, state_dir, runtime_dir, threads, memory_limit or log_level)"));
+			"role, state_dir, runtime_dir, threads, memory_limit, log_level or metrics_file)"));
 	CHECK(has_issue(&l, 5, "[daemon] url: unknown key in [daemon]; url belongs in [store]"));
 	CHECK(has_issue(&l, 6, "[demon]: unknown section (did you mean [daemon]?)"));
 	CHECK(has_issue(&l, 8, "[metrics]: unknown section (valid sections: [daemon], [store], "
@@ -1255,6 +1269,7 @@ static void test_foreach_key(void)
 		{ "daemon", "role", 0 },	 { "daemon", "state_dir", 0 },
 		{ "daemon", "runtime_dir", 0 },	 { "daemon", "threads", 0 },
 		{ "daemon", "memory_limit", 0 }, { "daemon", "log_level", 0 },
+		{ "daemon", "metrics_file", 0 },
 		{ "store", "url", 0 },
 		{ "store", "endpoint", 0 },	 { "store", "region", 0 },
 		{ "store", "credentials", 0 },	 { "store", "path_style", 0 },
