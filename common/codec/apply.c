@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "durable.h"
 #include "hash.h"
 #include "io.h"
 #include "segment.h"
@@ -410,40 +411,13 @@ static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 	return wsync_error_set(err, -EEXIST, "%s: no free temp file name", it->dest_rel);
 }
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v;
-
-		memcpy(&v, p + i, 8);
-		if (v)
-			return false;
-	}
-	for (; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
+/* Write len bytes of p at off of fd; err names what. */
 static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
 		      const char *what, struct wsync_error *err)
 {
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+	int r = wsync_pwrite_all(fd, p, len, off);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return wsync_error_set(err, -errno, "%s: writing: %s", what,
-					       strerror(errno));
-		}
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return r < 0 ? wsync_error_set(err, r, "%s: writing: %s", what, strerror(-r)) : 0;
 }
 
 /* Write buf at off, skipping the file-aligned blocks that are all zero. */
@@ -458,7 +432,7 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 
 		if (end > len)
 			end = len;
-		if (all_zero(buf + pos, (size_t)(end - pos))) {
+		if (wsync_all_zero(buf + pos, (size_t)(end - pos))) {
 			pos = end;
 			continue;
 		}
@@ -466,7 +440,7 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 		pos = end;
 		while (pos < len) {
 			end = pos + HOLE_BLOCK > len ? len : pos + HOLE_BLOCK;
-			if (all_zero(buf + pos, (size_t)(end - pos)))
+			if (wsync_all_zero(buf + pos, (size_t)(end - pos)))
 				break;
 			pos = end;
 		}
@@ -945,8 +919,10 @@ static int seal_temp(struct item *it, int fd, int r, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 
-	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
+	if (r == 0 && fchmod(fd, f->mode) < 0)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	if (r == 0 && (r = wsync_fsync(fd)) < 0)
+		r = wsync_error_set(err, r, "%s: fsync: %s", it->dest_rel, strerror(-r));
 	if (fd >= 0 && close(fd) < 0 && r == 0)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 	return r;
@@ -1268,9 +1244,9 @@ static int sync_dir_of(struct applier *a, const char *rel, struct wsync_error *e
 	}
 	if (dfd < 0)
 		return dfd;
-	if (fsync(dfd) < 0)
-		r = wsync_error_set(err, -errno, "%s: syncing its directory: %s", rel,
-				    strerror(errno));
+	r = wsync_fsync(dfd);
+	if (r < 0)
+		r = wsync_error_set(err, r, "%s: syncing its directory: %s", rel, strerror(-r));
 	(void)close(dfd);
 	return r;
 }

@@ -48,6 +48,7 @@
 
 #include "buf.h"
 #include "hash.h"
+#include "durable.h"
 #include "io.h"
 
 #define TMP_PREFIX ".wsync-tmp."

@@ -46,6 +46,7 @@
 #include "buf.h"
 #include "credentials.h"
 #include "curl_lazy.h"
+#include "durable.h"
 #include "hash.h"
 #include "http.h"
 #include "s3_xml.h"
@@ -830,11 +831,10 @@ static void get_finish_work(uv_work_t *w)
 	struct s3_op *op = w->data;
 	struct wsync_hash128 h;
 	uint64_t n;
-	char *slash, *dir;
-	int dfd;
+	int r = wsync_fsync(op->fd);
 
-	if (fsync(op->fd) < 0) {
-		op_fail(op, -errno, "get: fsync %s: %m", op->tmp_path);
+	if (r < 0) {
+		op_fail(op, r, "get: fsync %s: %s", op->tmp_path, strerror(-r));
 		return;
 	}
 	if (op->check_xxh3) {
@@ -854,18 +854,7 @@ static void get_finish_work(uv_work_t *w)
 	}
 	free(op->tmp_path);
 	op->tmp_path = NULL;
-	dir = strdup(op->dest);
-	if (dir) {
-		slash = strrchr(dir, '/');
-		if (slash)
-			*(slash == dir ? slash + 1 : slash) = '\0';
-		dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			(void)fsync(dfd);
-			close(dfd);
-		}
-		free(dir);
-	}
+	(void)wsync_fsync_parent(op->dest);	/* best effort: the file is in place */
 }
 
 static void get_finish_done(uv_work_t *w, int status)

@@ -22,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "durable.h"
 #include "hash.h"
 #include "io.h"
 #include "path.h"

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * durable.h -- making writes survive a power loss, in one place: the fsync
+ * policy, the atomic replacement of a file (temp beside it, write, fsync,
+ * rename, fsync the directory) and the durable mkdir -p.  Nothing else in
+ * wsync calls fsync or fdatasync (tests/durable/ checks it), so every file
+ * wsync replaces follows one policy, and the crash tests' power-loss
+ * checks (which intercept libc's fsync) see every one of them.
+ */
+#ifndef WSYNC_DURABLE_H
+#define WSYNC_DURABLE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+/*
+ * The fsync policy: fsync fd, retrying EINTR.  Where the file system has
+ * no fsync for it (EINVAL, ENOSYS, ENOTSUP/EOPNOTSUPP: FUSE file systems,
+ * especially for directories; pipes), durability is given up rather than
+ * failing what is otherwise in place -- and said once per process through
+ * the hook of wsync_durable_set_warn.  Returns 0, or the negative errno of
+ * a real failure (EIO: the data may be lost).
+ */
+int wsync_fsync(int fd);
+
+/*
+ * Who is told, once per process, that a file system refused fsync: fn(what,
+ * err, ud) with what naming the file (or "fd N" where it cannot be named)
+ * and err the positive errno.  The library never logs; the programs
+ * install a hook that does.  It may be called from any thread, at most once
+ * (an atomic flag); a refusal while no hook is set tells nobody and uses
+ * up nothing.  Set it before threads start; NULL removes it.
+ */
+void wsync_durable_set_warn(void (*fn)(const char *what, int err, void *ud), void *ud);
+
+/*
+ * fsync the directory dir (relative to dirfd, or AT_FDCWD), so that the
+ * entries made, renamed or removed in it are durable.  0 or the negative
+ * errno of the open or of wsync_fsync.
+ */
+int wsync_fsync_dir(int dirfd, const char *dir);
+
+/*
+ * fsync the directory that holds path (its last component's parent: "."
+ * for a bare name).  As wsync_fsync_dir; -ENOMEM too.
+ */
+int wsync_fsync_parent(const char *path);
+
+/*
+ * mkdir -p: create path and every missing parent with mode (existing ones
+ * are left as they are), fsyncing the parent of each one it creates (so a
+ * target_dir or state_dir made here survives a power loss with the files
+ * later made durable in it).  Returns 0, or the negative errno of the
+ * first mkdir that failed for another reason than EEXIST, or of an fsync
+ * (-ENOMEM too).
+ */
+int wsync_mkdir_p(const char *path, unsigned mode);
+
+/* Flags of an atomic write. */
+enum {
+	/* No fsync at all: for a file that nobody needs after a power loss
+	 * (status.json in the runtime directory, rewritten every few seconds),
+	 * where a reader must still never see it half written. */
+	WSYNC_ATOMIC_NOSYNC = 1u << 0,
+	/* Give the file exactly mode (fchmod), not mode less the umask: a
+	 * file whose mode is part of what is written (an applied file). */
+	WSYNC_ATOMIC_EXACT_MODE = 1u << 1,
+};
+
+/*
+ * A file being replaced atomically: written as a temp beside it, then
+ * renamed over it.  Fill fd (open for reading and writing) between
+ * wsync_atomic_begin and wsync_atomic_commit, or give it up with
+ * wsync_atomic_abort.
+ */
+struct wsync_atomic {
+	int fd;			/* the temp, -1 once closed */
+	int dirfd;		/* its directory (owned), -1 when none */
+	char *tmp;		/* the temp's name in dirfd (owned) */
+	char *name;		/* the target's name in dirfd (owned) */
+	char *path;		/* what errors call the target (owned) */
+	unsigned flags;
+	mode_t mode;
+};
+
+/*
+ * Create the temp for path (relative to dirfd, or AT_FDCWD) in the same
+ * directory, with mode (less the umask, unless WSYNC_ATOMIC_EXACT_MODE)
+ * and O_EXCL | O_NOFOLLOW, so the bytes go into a file this call created
+ * and nothing else the name might be.  tmp NULL: ".<name>.wsync-XXXXXX",
+ * a fresh random name (for a file several processes may write at once;
+ * the appliers' stray-temp cleanup recognises it); otherwise that fixed
+ * name in the same directory, unlinked first (a single writer's file: the
+ * next write replaces what a killed one left).  Returns 0 with a->fd
+ * ready, or a negative errno with err naming path (a is then empty, and
+ * wsync_atomic_abort on it does nothing).
+ */
+int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, const char *tmp,
+		       mode_t mode, unsigned flags, struct wsync_error *err);
+
+/*
+ * Finish: (fchmod,) fsync and close the temp, rename it over the target,
+ * fsync the directory.  After a failure before the rename the temp is
+ * removed and the target is as it was; a failure of the directory's fsync
+ * leaves the new file in place (not yet durable).  0 or a negative errno
+ * with err set; a is released either way.
+ */
+int wsync_atomic_commit(struct wsync_atomic *a, struct wsync_error *err);
+
+/* Give up: close and remove the temp; the target is untouched.  Accepts a
+ * released or empty a. */
+void wsync_atomic_abort(struct wsync_atomic *a);
+
+/*
+ * Replace path (relative to dirfd, or AT_FDCWD) with the len bytes at buf,
+ * atomically: begin, write all, commit (arguments as theirs).  0 or a
+ * negative errno with err set; on failure the target is as it was and no
+ * temp is left.
+ */
+int wsync_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf,
+		       size_t len, mode_t mode, unsigned flags, struct wsync_error *err);
+
+#endif
