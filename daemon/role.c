@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "log-messages.h"
 #include "log.h"
 #include "role.h"
@@ -88,52 +89,28 @@ json_t *wsync_role_status_new(const struct wsync_role_status *c)
 	return o;
 }
 
-static int write_all(int fd, const char *s, size_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, s, len);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		s += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 int wsync_role_status_write(const char *runtime_dir, json_t *o)
 {
-	char *doc = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	char *path = NULL, *tmp = NULL;
-	int fd, r;
+	char *doc = o ? json_dumps(o, JSON_INDENT(2)) : NULL, *text = NULL;
+	char *path = NULL;
+	struct wsync_error err = { 0 };
+	int r;
 
 	json_decref(o);
 	if (!doc || asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, runtime_dir) < 0 ||
-	    asprintf(&tmp, "%s/." WSYNC_ROLE_STATUS_FILE ".tmp", runtime_dir) < 0) {
+	    asprintf(&text, "%s\n", doc) < 0) {
 		r = -ENOMEM;
 		goto out;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		r = -errno;
-		goto out;
-	}
-	r = write_all(fd, doc, strlen(doc));
-	if (r == 0)
-		r = write_all(fd, "\n", 1);
-	if (close(fd) < 0 && r == 0)
-		r = -errno;
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	if (r < 0)
-		(void)unlink(tmp);
+	/* Rewritten every few seconds in the runtime directory, which a
+	 * reboot empties anyway: atomic for its readers, never fsynced. */
+	r = wsync_write_atomic(AT_FDCWD, path, "." WSYNC_ROLE_STATUS_FILE ".tmp", text,
+			       strlen(text), 0644, WSYNC_ATOMIC_NOSYNC, &err);
 out:
 	if (r < 0)
 		log_debug("%s/" WSYNC_ROLE_STATUS_FILE ": cannot write the status file: %s",
 			  runtime_dir, strerror(-r));
-	free(tmp);
+	free(text);
 	free(path);
 	free(doc);
 	return r;
