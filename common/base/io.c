@@ -15,65 +15,47 @@
 #include <time.h>
 #include <unistd.h>
 
-int wsync_write_all(int fd, const void *buf, size_t len)
+/* The loop of the three below: len bytes between buf and fd, at off (at
+ * fd's offset when off < 0), retrying short transfers and EINTR.  A
+ * transfer of nothing is the end of the file for a read (-ENODATA), an
+ * error for a write (-EIO). */
+static int transfer_all(int fd, const void *buf, uint64_t len, int64_t off, bool out)
 {
-	const uint8_t *p = buf;
+	uint8_t *p = (uint8_t *)(uintptr_t)buf;	/* written to only when !out */
 
 	while (len > 0) {
-		ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+		/* one call at most 1 GiB: Linux caps a transfer near 2 GiB anyway */
+		size_t step = len > (1u << 30) ? (1u << 30) : (size_t)len;
+		ssize_t n = !out ? pread(fd, p, step, (off_t)off)
+			    : off < 0 ? write(fd, p, step) : pwrite(fd, p, step, (off_t)off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return -errno;
 		if (n == 0)
-			return -EIO;
+			return out ? -EIO : -ENODATA;
 		p += n;
-		len -= (size_t)n;
+		len -= (uint64_t)n;
+		if (off >= 0)
+			off += n;
 	}
 	return 0;
+}
+
+int wsync_write_all(int fd, const void *buf, size_t len)
+{
+	return transfer_all(fd, buf, len, -1, true);
 }
 
 int wsync_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return off > INT64_MAX ? -EINVAL : transfer_all(fd, buf, len, (int64_t)off, true);
 }
 
 int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
 {
-	uint8_t *p = buf;
-
-	while (len > 0) {
-		/* one call at most 1 GiB: Linux caps a read near 2 GiB anyway */
-		ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len,
-				  (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ENODATA;
-		p += n;
-		len -= (uint64_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return off > INT64_MAX ? -EINVAL : transfer_all(fd, buf, len, (int64_t)off, false);
 }
 
 void wsync_writeback_start(int fd, uint64_t off, uint64_t len)
