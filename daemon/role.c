@@ -16,26 +16,15 @@
 #include "log-messages.h"
 #include "log.h"
 #include "role.h"
+#include "units.h"
 
 /* ---- times ---- */
-
-bool wsync_role_time_text(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm)) {
-		snprintf(buf, len, "?");
-		return false;
-	}
-	return true;
-}
 
 json_t *wsync_role_time(int64_t t)
 {
 	char when[32];
 
-	if (t <= 0 || !wsync_role_time_text(t, when, sizeof(when)))
+	if (t <= 0 || !wsync_format_time(when, sizeof(when), t))
 		return json_null();
 	return json_string(when);
 }

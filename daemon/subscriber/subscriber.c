@@ -67,6 +67,7 @@
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_cycle.h"
+#include "units.h"
 
 #define BACKOFF_MAX_MS 60000u
 
@@ -145,7 +146,7 @@ void sub_update_status(struct wsync_subscriber *s)
 	else
 		snprintf(v, sizeof(v), "no version applied yet");
 	if (s->outage.down) {
-		(void)wsync_role_time_text(s->outage.since, when, sizeof(when));
+		(void)wsync_format_time(when, sizeof(when), s->outage.since);
 		snprintf(s->line, sizeof(s->line), "%s, store unreachable since %s", v, when);
 		s->state_word = "error";
 	} else if (s->phase == PH_TRANSFER && c && c->n_steps) {
@@ -611,7 +612,7 @@ static void check_stale(struct wsync_subscriber *s)
 	if (stale && !s->stale_logged) {
 		char when[32];
 
-		(void)wsync_role_time_text(s->head_created, when, sizeof(when));
+		(void)wsync_format_time(when, sizeof(when), s->head_created);
 		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_HEAD_STALE,
 						    .version = (int64_t)s->head_version),
 			  "HEAD (version %" PRIu64 ") was written at %s, longer ago than "
