@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io.h"
@@ -166,33 +167,73 @@ static void atomic_release(struct wsync_atomic *a)
 	a->fd = a->dirfd = -1;
 }
 
-/* Create a fresh ".<name>.wsync-XXXXXX" in a->dirfd: a->tmp, a->fd. */
-static int create_random(struct wsync_atomic *a, int flags)
+/* n random characters of [A-Za-z0-9] and a NUL into out, as mkstemp's
+ * XXXXXX. */
+static void random_suffix(char *out, size_t n)
 {
-	static const char chars[] =
+	static const char set[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	static atomic_uint counter;
+	uint8_t rnd[16];
 
-	for (int tries = 0; tries < 100; tries++) {
-		uint8_t rnd[6];
-		char *x;
+	if (n > sizeof(rnd))
+		n = sizeof(rnd);
+	if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) {
+		/* no entropy yet (early boot): uniqueness is all O_EXCL needs */
+		struct timespec ts;
+		uint64_t x;
 
-		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-			return errno ? -errno : -EIO;
-		free(a->tmp);
-		if (asprintf(&a->tmp, ".%s.wsync-XXXXXX", a->name) < 0) {
-			a->tmp = NULL;
-			return -ENOMEM;
-		}
-		x = a->tmp + strlen(a->tmp) - 6;
-		for (int i = 0; i < 6; i++)
-			x[i] = chars[rnd[i] % (sizeof(chars) - 1)];
-		a->fd = openat(a->dirfd, a->tmp, flags, a->mode);
-		if (a->fd >= 0)
-			return 0;
-		if (errno != EEXIST)
-			return -errno;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
+		    (uint64_t)atomic_fetch_add(&counter, 1) << 32 ^ (uint64_t)getpid();
+		for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ULL + 1)
+			rnd[i] = (uint8_t)(x >> 56);
 	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = set[rnd[i] % (sizeof(set) - 1)];
+	out[n] = '\0';
+}
+
+#define TEMP_TRIES 100
+#define TEMP_NAME_KEEP 200	/* of the target's name: the temp's stays < NAME_MAX */
+
+int wsync_temp_create(int dirfd, const char *prefix, mode_t mode, char **name)
+{
+	size_t plen = strlen(prefix);
+	char *n = malloc(plen + 7);
+
+	*name = NULL;
+	if (!n)
+		return -ENOMEM;
+	memcpy(n, prefix, plen);
+	for (int i = 0; i < TEMP_TRIES; i++) {
+		int fd;
+
+		random_suffix(n + plen, 6);
+		fd = openat(dirfd, n, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
+			    mode);
+		if (fd >= 0) {
+			*name = n;
+			return fd;
+		}
+		if (errno != EEXIST) {
+			int e = errno;
+
+			free(n);
+			return -e;
+		}
+	}
+	free(n);
 	return -EEXIST;
+}
+
+char *wsync_temp_prefix(const char *name)
+{
+	size_t n = strlen(name);
+	char *p;
+
+	return asprintf(&p, ".%.*s.wsync-", (int)(n > TEMP_NAME_KEEP ? TEMP_NAME_KEEP : n),
+			name) < 0 ? NULL : p;
 }
 
 int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, const char *tmp,
@@ -224,7 +265,11 @@ int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, cons
 		goto fail;
 	}
 	if (!tmp) {
-		r = create_random(a, oflags);
+		char *prefix = wsync_temp_prefix(a->name);
+
+		a->fd = prefix ? wsync_temp_create(a->dirfd, prefix, mode, &a->tmp) : -ENOMEM;
+		r = a->fd < 0 ? a->fd : 0;
+		free(prefix);
 	} else if (unlinkat(a->dirfd, tmp, 0) < 0 && errno != ENOENT) {
 		r = -errno;
 	} else {

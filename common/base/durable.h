@@ -58,6 +58,24 @@ int wsync_fsync_parent(const char *path);
  */
 int wsync_mkdir_p(const char *path, unsigned mode);
 
+/*
+ * Create a new, empty temp in dirfd (or AT_FDCWD) named prefix and six
+ * random characters of [A-Za-z0-9] (mkstemp's XXXXXX, beside a directory
+ * descriptor), O_RDWR | O_EXCL | O_NOFOLLOW (a planted link of the name is
+ * refused, not followed), mode less the umask.  Returns the fd with *name
+ * its malloc'd name, or a negative errno (-EEXIST when a hundred names
+ * were all taken) with *name NULL.
+ */
+int wsync_temp_create(int dirfd, const char *prefix, mode_t mode, char **name);
+
+/*
+ * The prefix of the temps that replace the file name: ".<name>.wsync-"
+ * (name cut to 200 bytes, so the temp's name stays within NAME_MAX), the
+ * form the appliers' stray-temp cleanups recognise.  malloc'd; NULL when
+ * out of memory.
+ */
+char *wsync_temp_prefix(const char *name);
+
 /* Flags of an atomic write. */
 enum {
 	/* No fsync at all: for a file that nobody needs after a power loss

@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,7 +52,6 @@
 
 #define TMP_PREFIX ".wsync-tmp."
 #define TMP_NAME_MAX 32
-#define TMP_TRIES 100
 #define ETAG_MAX 64
 #define KEY_MAX 1024
 #define COPY_CHUNK (64u << 20)	/* between two looks at the cancel flag */
@@ -127,49 +125,18 @@ static bool has_tmp_component(const char *s)
 	return false;
 }
 
-/* Six random characters of [A-Za-z0-9], as mkstemp's XXXXXX. */
-static void random_suffix(char *out, size_t n)
+/* A new ".wsync-tmp.XXXXXX" in dirfd (wsync_temp_create), mode 0644 less
+ * the umask as the objects are.  name (TMP_NAME_MAX bytes) gets the name. */
+static int tmp_create(int dirfd, char name[TMP_NAME_MAX])
 {
-	static const char set[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-	static atomic_uint counter;
-	uint8_t rnd[16];
+	char *n;
+	int fd = wsync_temp_create(dirfd, TMP_PREFIX, 0644, &n);
 
-	if (n > sizeof(rnd))
-		n = sizeof(rnd);
-	if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) {
-		/* no entropy yet (early boot): uniqueness is all O_EXCL needs */
-		struct timespec ts;
-		uint64_t x;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
-		    (uint64_t)atomic_fetch_add(&counter, 1) << 32 ^ (uint64_t)getpid();
-		for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ULL + 1)
-			rnd[i] = (uint8_t)(x >> 56);
+	if (fd >= 0) {
+		(void)snprintf(name, TMP_NAME_MAX, "%s", n);
+		free(n);
 	}
-	for (size_t i = 0; i < n; i++)
-		out[i] = set[rnd[i] % (sizeof(set) - 1)];
-	out[n] = '\0';
-}
-
-/* mkstemp() relative to dirfd: ".wsync-tmp.XXXXXX", created O_EXCL (which
- * also refuses a planted symlink of that name), mode 0644 less the umask as
- * the objects are.  name (TMP_NAME_MAX bytes) gets the name. */
-static int tmp_create(int dirfd, char *name)
-{
-	for (int i = 0; i < TMP_TRIES; i++) {
-		int fd;
-
-		memcpy(name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1);
-		random_suffix(name + sizeof(TMP_PREFIX) - 1, 6);
-		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-		if (fd >= 0)
-			return fd;
-		if (errno != EEXIST)
-			return -errno;
-	}
-	return -EEXIST;
+	return fd;
 }
 
 /*

@@ -31,7 +31,7 @@ static char root[64];
 
 static char *at(const char *rel)
 {
-	static char buf[4][256];
+	static char buf[4][512];
 	static int i;
 
 	i = (i + 1) % 4;
@@ -97,6 +97,34 @@ static void test_write_creates_and_replaces(void)
 	CHECK_EQ_U64(mode_of(at("b")), 0664);
 	(void)umask(old);
 	CHECK_EQ_U64(temps_in(root), 0);
+}
+
+/* The temps' names: ".<name>.wsync-" and six of [A-Za-z0-9], the name cut
+ * so that a 250-byte one still gets a temp within NAME_MAX. */
+static void test_temp_names(void)
+{
+	struct wsync_error err = { 0 };
+	char long_name[251], *prefix = wsync_temp_prefix("x.bin"), *name = NULL;
+	int fd;
+
+	CHECK_STR(prefix, ".x.bin.wsync-");
+	fd = wsync_temp_create(AT_FDCWD, at("t-"), 0600, &name);
+	CHECK(fd >= 0);
+	CHECK(name && strncmp(name, at("t-"), strlen(at("t-"))) == 0);
+	CHECK(name && strlen(name) == strlen(at("t-")) + 6);
+	CHECK(name && mode_of(name) == 0600 && unlink(name) == 0);
+	free(name);
+	free(prefix);
+	if (fd >= 0)
+		(void)close(fd);
+	memset(long_name, 'n', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = '\0';
+	prefix = wsync_temp_prefix(long_name);
+	CHECK(prefix && strlen(prefix) == 1 + 200 + strlen(".wsync-"));
+	free(prefix);
+	CHECK(wsync_write_atomic(AT_FDCWD, at(long_name), NULL, "l", 1, 0644, 0, &err) == 0);
+	CHECK(has_content(at(long_name), "l"));
+	CHECK(unlink(at(long_name)) == 0);
 }
 
 /* Relative to a directory descriptor, as the subscriber writes its state. */
@@ -288,6 +316,7 @@ int main(void)
 		return 1;
 	}
 	TEST(test_write_creates_and_replaces);
+	TEST(test_temp_names);
 	TEST(test_write_at_dirfd);
 	TEST(test_failure_leaves_no_temp);
 	TEST(test_fixed_temp_not_followed);
