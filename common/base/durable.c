@@ -242,6 +242,7 @@ int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, cons
 	const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
 	const char *slash = strrchr(path, '/');
 	char *dir = NULL;
+	size_t tlen = 0;
 	int r;
 
 	memset(a, 0, sizeof(*a));
@@ -264,9 +265,11 @@ int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, cons
 		r = -errno;
 		goto fail;
 	}
-	if (!tmp) {
-		char *prefix = wsync_temp_prefix(a->name);
+	if (!tmp || ((tlen = strlen(tmp)) >= 6 && strcmp(tmp + tlen - 6, "XXXXXX") == 0)) {
+		char *prefix = !tmp ? wsync_temp_prefix(a->name) : strndup(tmp, tlen - 6);
 
+		free(a->tmp);
+		a->tmp = NULL;
 		a->fd = prefix ? wsync_temp_create(a->dirfd, prefix, mode, &a->tmp) : -ENOMEM;
 		r = a->fd < 0 ? a->fd : 0;
 		free(prefix);
@@ -302,39 +305,43 @@ void wsync_atomic_abort(struct wsync_atomic *a)
 	atomic_release(a);
 }
 
+int wsync_atomic_sync(struct wsync_atomic *a, struct wsync_error *err)
+{
+	int r = 0;
+
+	if (a->fd < 0 || !a->tmp)
+		return wsync_error_set(err, -EBADF, "%s: no temp to sync",
+				       a->path ? a->path : "?");
+	if (a->synced)
+		return 0;
+	if ((a->flags & WSYNC_ATOMIC_EXACT_MODE) && fchmod(a->fd, a->mode) < 0)
+		r = wsync_error_set(err, -errno, "%s: %s", a->path, strerror(errno));
+	else if (!(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(a->fd)) < 0)
+		r = wsync_error_set(err, r, "%s: fsync: %s", a->path, strerror(-r));
+	a->synced = r == 0;
+	return r;
+}
+
 int wsync_atomic_commit(struct wsync_atomic *a, struct wsync_error *err)
 {
-	const char *step = "";
-	int r = 0, fd = a->fd;
+	int r = wsync_atomic_sync(a, err), fd = a->fd;
 
-	if (fd < 0 || !a->tmp) {
-		r = -EBADF;
-		goto fail;
-	}
-	if ((a->flags & WSYNC_ATOMIC_EXACT_MODE) && fchmod(fd, a->mode) < 0)
-		r = -errno;
-	if (r == 0 && !(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(fd)) < 0)
-		step = "fsync: ";
-	a->fd = -1;
-	if (close(fd) < 0 && r == 0)
-		r = -errno;
-	if (r == 0 && renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0)
-		r = -errno;
-	if (r < 0)
-		goto fail;
-	free(a->tmp);
-	a->tmp = NULL;	/* renamed: nothing to remove any more */
-	if (!(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(a->dirfd)) < 0) {
-		(void)wsync_error_set(err, r, "%s: syncing its directory: %s", a->path,
-				      strerror(-r));
-		atomic_release(a);
+	if (r < 0) {
+		wsync_atomic_abort(a);
 		return r;
 	}
+	a->fd = -1;
+	if (close(fd) < 0 || renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0) {
+		r = wsync_error_set(err, -errno, "%s: %s", a->path, strerror(errno));
+		wsync_atomic_abort(a);
+		return r;
+	}
+	free(a->tmp);
+	a->tmp = NULL;	/* renamed: nothing to remove any more */
+	if (!(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(a->dirfd)) < 0)
+		(void)wsync_error_set(err, r, "%s: syncing its directory: %s", a->path,
+				      strerror(-r));
 	atomic_release(a);
-	return 0;
-fail:
-	(void)wsync_error_set(err, r, "%s: %s%s", a->path, step, strerror(-r));
-	wsync_atomic_abort(a);
 	return r;
 }
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * durable.h -- making writes survive a power loss, in one place: the fsync
- * policy, the atomic replacement of a file (temp beside it, write, fsync,
- * rename, fsync the directory) and the durable mkdir -p.  Nothing else in
+ * policy, the temps beside a file and its atomic replacement (temp, write,
+ * fsync, rename, fsync the directory), and the durable mkdir -p.  Nothing else in
  * wsync calls fsync or fdatasync (tests/durable/ checks it), so every file
  * wsync replaces follows one policy, and the crash tests' power-loss
  * checks (which intercept libc's fsync) see every one of them.
@@ -10,6 +10,7 @@
 #ifndef WSYNC_DURABLE_H
 #define WSYNC_DURABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -101,6 +102,7 @@ struct wsync_atomic {
 	char *path;		/* what errors call the target (owned) */
 	unsigned flags;
 	mode_t mode;
+	bool synced;		/* wsync_atomic_sync done */
 };
 
 /*
@@ -109,9 +111,10 @@ struct wsync_atomic {
  * and O_EXCL | O_NOFOLLOW, so the bytes go into a file this call created
  * and nothing else the name might be.  tmp NULL: ".<name>.wsync-XXXXXX",
  * a fresh random name (for a file several processes may write at once;
- * the appliers' stray-temp cleanup recognises it); otherwise that fixed
- * name in the same directory, unlinked first (a single writer's file: the
- * next write replaces what a killed one left).  Returns 0 with a->fd
+ * the appliers' stray-temp cleanup recognises it); a tmp ending in
+ * "XXXXXX": that prefix and six random characters (wsync_temp_create);
+ * otherwise that fixed name in the same directory, unlinked first (a
+ * single writer's file: the next write replaces what a killed one left).  Returns 0 with a->fd
  * ready, or a negative errno with err naming path (a is then empty, and
  * wsync_atomic_abort on it does nothing).
  */
@@ -119,8 +122,16 @@ int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, cons
 		       mode_t mode, unsigned flags, struct wsync_error *err);
 
 /*
- * Finish: (fchmod,) fsync and close the temp, rename it over the target,
- * fsync the directory.  After a failure before the rename the temp is
+ * The temp's content final: fchmod (WSYNC_ATOMIC_EXACT_MODE) and fsync it
+ * now, for a caller that checks what will be renamed in (its hash, its
+ * size) before wsync_atomic_commit, which then does not sync it again.
+ * 0 or a negative errno with err set; a stays as it is (abort it).
+ */
+int wsync_atomic_sync(struct wsync_atomic *a, struct wsync_error *err);
+
+/*
+ * Finish: wsync_atomic_sync unless done, close the temp, rename it over
+ * the target, fsync the directory.  After a failure before the rename the temp is
  * removed and the target is as it was; a failure of the directory's fsync
  * leaves the new file in place (not yet durable).  0 or a negative errno
  * with err set; a is released either way.

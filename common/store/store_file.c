@@ -51,7 +51,6 @@
 #include "io.h"
 
 #define TMP_PREFIX ".wsync-tmp."
-#define TMP_NAME_MAX 32
 #define ETAG_MAX 64
 #define KEY_MAX 1024
 #define COPY_CHUNK (64u << 20)	/* between two looks at the cancel flag */
@@ -123,20 +122,6 @@ static bool has_tmp_component(const char *s)
 			return true;
 	}
 	return false;
-}
-
-/* A new ".wsync-tmp.XXXXXX" in dirfd (wsync_temp_create), mode 0644 less
- * the umask as the objects are.  name (TMP_NAME_MAX bytes) gets the name. */
-static int tmp_create(int dirfd, char name[TMP_NAME_MAX])
-{
-	char *n;
-	int fd = wsync_temp_create(dirfd, TMP_PREFIX, 0644, &n);
-
-	if (fd >= 0) {
-		(void)snprintf(name, TMP_NAME_MAX, "%s", n);
-		free(n);
-	}
-	return fd;
 }
 
 /*
@@ -388,10 +373,10 @@ static int open_object(struct wsync_store_req *req, int bucket, int *fd_ret, str
 static int op_put(struct file_job *job, int bucket)
 {
 	struct wsync_store_req *req = job->req;
-	char tmp[TMP_NAME_MAX];
+	struct wsync_atomic a = { .fd = -1, .dirfd = -1 };
+	struct wsync_error err = { 0 };
 	const char *leaf;
-	int dirfd = -1, src = -1, fd = -1, r;
-	bool tmp_made = false;
+	int dirfd = -1, src = -1, r;
 	uint64_t size;
 	struct stat st;
 
@@ -418,19 +403,18 @@ static int op_put(struct file_job *job, int bucket)
 	if (r < 0)
 		goto out;
 	sweep_stale_tmps(dirfd);
-	fd = tmp_create(dirfd, tmp);
-	if (fd < 0) {
-		r = wsync_store_req_fail(req, fd, "%s: cannot create a temporary file: %s",
-					 req->key, strerror(-fd));
+	r = wsync_atomic_begin(&a, dirfd, leaf, TMP_PREFIX "XXXXXX", 0644, 0, &err);
+	if (r < 0) {
+		r = wsync_store_req_fail(req, r, "%s: cannot create a temporary file: %s",
+					 req->key, strerror(-r));
 		goto out;
 	}
-	tmp_made = true;
 	if (src >= 0) {
-		r = copy_fd(src, 0, fd, size, job);
+		r = copy_fd(src, 0, a.fd, size, job);
 	} else {
 		struct out_pos o = { 0, 0 };
 
-		r = write_all(fd, req->buf, size, &o, job);
+		r = write_all(a.fd, req->buf, size, &o, job);
 	}
 	if (r == -ENODATA)
 		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->path);
@@ -438,8 +422,10 @@ static int op_put(struct file_job *job, int bucket)
 		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
 	if (r < 0)
 		goto out;
-	r = wsync_fsync(fd);
-	if (r == 0 && fstat(fd, &st) < 0)
+	/* synced and stat'ed before the rename: what the reply describes is
+	 * what the rename puts in place */
+	r = wsync_atomic_sync(&a, &err);
+	if (r == 0 && fstat(a.fd, &st) < 0)
 		r = -errno;
 	if (r < 0) {
 		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
@@ -449,26 +435,17 @@ static int op_put(struct file_job *job, int bucket)
 		r = -ECANCELED;
 		goto out;
 	}
-	if (renameat(dirfd, tmp, dirfd, leaf) < 0) {
-		r = errno == EISDIR ? wsync_store_req_fail(req, -EISDIR, "%s: a directory has "
-							   "this name", req->key)
-				    : wsync_store_req_fail(req, -errno, "%s: rename: %s",
-							   req->key, strerror(errno));
-		goto out;
-	}
-	tmp_made = false;
-	r = wsync_fsync(dirfd);
+	r = wsync_atomic_commit(&a, &err);
 	if (r < 0) {
-		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->key,
-					 strerror(-r));
+		r = r == -EISDIR ? wsync_store_req_fail(req, -EISDIR, "%s: a directory has "
+							"this name", req->key)
+				 : wsync_store_req_fail(req, r, "%s: %s", req->key,
+							wsync_error_str(&err));
 		goto out;
 	}
 	fill_stat(req, job, &st);
 out:
-	if (tmp_made)
-		(void)unlinkat(dirfd, tmp, 0);
-	if (fd >= 0)
-		(void)close(fd);
+	wsync_atomic_abort(&a);	/* nothing left after a commit */
 	if (dirfd >= 0)
 		(void)close(dirfd);
 	if (src >= 0)
@@ -541,46 +518,22 @@ static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
 	return 0;
 }
 
-/* The directory of path, opened, and its last component. */
-static int open_dest_dir(struct wsync_store_req *req, const char **leaf)
-{
-	const char *path = req->path, *slash = strrchr(path, '/');
-	char *dir;
-	int fd;
-
-	if (slash && !slash[1])
-		return wsync_store_req_fail(req, -EISDIR, "%s: names a directory", path);
-	*leaf = slash ? slash + 1 : path;
-	dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-	if (!dir)
-		return wsync_store_req_fail(req, -ENOMEM, "out of memory");
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		fd = wsync_store_req_fail(req, -errno, "%s: %s", dir, strerror(errno));
-	free(dir);
-	return fd;
-}
-
 static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 {
 	struct wsync_store_req *req = job->req;
+	const char *slash = strrchr(req->path, '/');
+	struct wsync_atomic a;
 	struct wsync_error err = { 0 };
-	char tmp[TMP_NAME_MAX];
 	struct wsync_hash128 h;
-	const char *leaf = NULL;
-	int dirfd, out, r;
-	bool tmp_made = true;
+	int r;
 
-	dirfd = open_dest_dir(req, &leaf);
-	if (dirfd < 0)
-		return dirfd;
-	out = tmp_create(dirfd, tmp);
-	if (out < 0) {
-		(void)close(dirfd);
-		return wsync_store_req_fail(req, out, "%s: cannot create a temporary file "
-					    "beside it: %s", req->path, strerror(-out));
-	}
-	r = copy_fd(fd, off, out, n, job);
+	if (slash && !slash[1])
+		return wsync_store_req_fail(req, -EISDIR, "%s: names a directory", req->path);
+	r = wsync_atomic_begin(&a, AT_FDCWD, req->path, TMP_PREFIX "XXXXXX", 0644, 0, &err);
+	if (r < 0)
+		return wsync_store_req_fail(req, r, "%s: cannot create a temporary file "
+					    "beside it: %s", req->path, strerror(-r));
+	r = copy_fd(fd, off, a.fd, n, job);
 	if (r == -ENODATA)
 		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->key);
 	else if (r < 0 && r != -ECANCELED)
@@ -588,14 +541,14 @@ static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 					 strerror(-r));
 	if (r < 0)
 		goto out;
-	r = wsync_fsync(out);
+	r = wsync_atomic_sync(&a, &err);
 	if (r < 0) {
-		r = wsync_store_req_fail(req, r, "%s: %s", req->path, strerror(-r));
+		r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
 		goto out;
 	}
 	/* Hash what will be renamed in, not what was meant to be written. */
 	if (req->get.expect_xxh3) {
-		r = wsync_hash_fd(out, req->path, &h, NULL, &err);
+		r = wsync_hash_fd(a.fd, req->path, &h, NULL, &err);
 		if (r < 0) {
 			r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
 			goto out;
@@ -608,21 +561,11 @@ static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 		r = -ECANCELED;
 		goto out;
 	}
-	if (renameat(dirfd, tmp, dirfd, leaf) < 0) {
-		r = wsync_store_req_fail(req, -errno, "%s: rename: %s", req->path,
-					 strerror(errno));
-		goto out;
-	}
-	tmp_made = false;
-	r = wsync_fsync(dirfd);
+	r = wsync_atomic_commit(&a, &err);
 	if (r < 0)
-		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->path,
-					 strerror(-r));
+		r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
 out:
-	if (tmp_made)
-		(void)unlinkat(dirfd, tmp, 0);
-	(void)close(out);
-	(void)close(dirfd);
+	wsync_atomic_abort(&a);	/* nothing left after a commit */
 	return r;
 }
 

@@ -131,6 +131,7 @@ static void test_temp_names(void)
 static void test_write_at_dirfd(void)
 {
 	struct wsync_error err = { 0 };
+	struct wsync_atomic a;
 	int dfd;
 
 	CHECK(mkdir(at("meta"), 0755) == 0);
@@ -139,6 +140,14 @@ static void test_write_at_dirfd(void)
 	CHECK(wsync_write_atomic(dfd, "state.json", "state.json.tmp", "{}\n", 3, 0644, 0,
 				 &err) == 0);
 	CHECK(has_content(at("meta/state.json"), "{}\n"));
+	CHECK_EQ_U64(temps_in(at("meta")), 0);
+	/* a pattern's temp, synced (and checked) before the commit */
+	CHECK(wsync_atomic_begin(&a, dfd, "obj", ".wsync-tmp.XXXXXX", 0644, 0, &err) == 0);
+	CHECK(a.tmp && strncmp(a.tmp, ".wsync-tmp.", 11) == 0 && strlen(a.tmp) == 17);
+	CHECK(wsync_write_all(a.fd, "o", 1) == 0);
+	CHECK(wsync_atomic_sync(&a, &err) == 0);
+	CHECK(wsync_atomic_commit(&a, &err) == 0);
+	CHECK(has_content(at("meta/obj"), "o"));
 	CHECK_EQ_U64(temps_in(at("meta")), 0);
 	(void)close(dfd);
 }
