@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * io.h -- small I/O helpers shared by the readers and the codecs, and the
- * clock their durations are taken on.
+ * io.h -- small I/O helpers shared by the readers, the codecs and the
+ * programs: whole reads and writes, mapped files, the walk below a
+ * directory that follows no link, rm -rf, and the clock durations are
+ * taken on.  What makes a write durable is durable.h's.
  */
 #ifndef WSYNC_IO_H
 #define WSYNC_IO_H
