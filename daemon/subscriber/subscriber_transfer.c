@@ -244,7 +244,7 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		struct req *q;
 		int r;
 
-		st->path = sub_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
+		st->path = wsync_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
 		q = st->path ? sub_req_new(s, RQ_OBJECT, st->version, i) : NULL;
 		if (!q) {
 			sub_set_error(s, "out of memory");
