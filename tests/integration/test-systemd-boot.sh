@@ -138,8 +138,8 @@ else
 	cp -a --reflink=auto "$cached/." "$ROOT/" || bail "cannot copy $cached"
 fi
 install -m 0644 "$deb" "$ROOT/var/tmp/wsync.deb"
-# four tiny checkpoints, made here (the root has no numpy)
-"$GEN" --params 1M --steps 4 --shards 1 --quiet --out "$ROOT/srv/src" || bail "gen-checkpoints failed"
+# five tiny checkpoints, made here (the root has no numpy)
+"$GEN" --params 1M --steps 5 --shards 1 --quiet --out "$ROOT/srv/src" || bail "gen-checkpoints failed"
 
 # ---- boot -----------------------------------------------------------------
 # No machined and no system bus on the host: --register=no --keep-unit.
@@ -377,6 +377,16 @@ for u in publisher subscriber; do
 	check "... and so does its STATUS= line" bash -c '[[ $1 =~ version\ 3([^0-9]|$) ]]' _ "$(prop $u StatusText)"
 done
 
+# The bucket moves on while both are stopped (the trainer writes
+# checkpoint-4): started again, each names the new version within seconds.
+cin systemctl stop wsyncd@publisher wsyncd@subscriber
+checkpoint 4
+check "stopped while checkpoint-4 arrived: systemctl start wsyncd@publisher" cin systemctl start wsyncd@publisher
+check "... its status names version 4 (just published) within 10 s" wait_version publisher 4 10
+check "systemctl start wsyncd@subscriber after the bucket moved to version 4" cin systemctl start wsyncd@subscriber
+check "... its status names version 4 within 5 s" wait_version subscriber 4 5
+check "... byte-identical" identical 4
+
 # ---- 7. seccomp violations fatal: everything still works ---------------------------
 mkdir -p "$ROOT/etc/systemd/system/wsyncd@.service.d"
 printf '[Service]\n# a system call outside the filter kills (SIGSYS) instead of failing\nSystemCallErrorNumber=\n' \
@@ -386,11 +396,11 @@ cin systemctl daemon-reload
 check "SystemCallErrorNumber= cleared by a drop-in (a violation kills)" \
 	test "$(prop publisher SystemCallErrorNumber)" = 2147483646
 check "restart both with violations fatal" cin systemctl restart wsyncd@publisher wsyncd@subscriber
-checkpoint 4
-check "violations fatal: the publisher publishes version 4" wait_version publisher 4
-check "violations fatal: the subscriber applies version 4" wait_version subscriber 4
-check "... byte-identical" identical 4
-check "violations fatal: the on_apply hook runs" wait_for 10 grep -q '^4 ' "/proc/$CPID/root/srv/hook/applied"
+checkpoint 5
+check "violations fatal: the publisher publishes version 5" wait_version publisher 5
+check "violations fatal: the subscriber applies version 5" wait_version subscriber 5
+check "... byte-identical" identical 5
+check "violations fatal: the on_apply hook runs" wait_for 10 grep -q '^5 ' "/proc/$CPID/root/srv/hook/applied"
 for u in publisher subscriber; do
 	pid=$(prop $u MainPID)
 	since=$(cin date '+%Y-%m-%d %H:%M:%S')
@@ -412,10 +422,20 @@ if [ $left -gt 0 ]; then
 	echo "# waiting ${left} s for wsyncd@watchdog's two minutes"
 	sleep $left
 fi
-check "wsyncd@watchdog follows the bucket (version 4)" wait_version watchdog 4
+check "wsyncd@watchdog follows the bucket (version 5)" wait_version watchdog 5
 check "after $(($(date +%s) - WD_START)) s wsyncd@watchdog is the same process" test "$(prop watchdog MainPID)" = "$WD_PID"
 check "... active (running), NRestarts=0" bash -c '[ "$1" = 0 ]' _ "$(prop watchdog NRestarts)"
 check "... running" running watchdog
+# WatchdogTimestamp is the last WATCHDOG=1 systemd received: the daemon
+# pings (every 30 s, half of WatchdogSec=), not only escapes the timeout
+wd_age() {
+	local last now
+	last=$(prop watchdog WatchdogTimestampMonotonic)
+	now=$("$PYTHON3" -c 'import time; print(int(time.monotonic() * 1e6))') # one clock for all namespaces
+	echo "# last WATCHDOG=1 $(((now - last) / 1000000)) s ago (WatchdogTimestampMonotonic $last)"
+	[ "${last:-0}" -gt 0 ] && [ $((now - last)) -lt 40000000 ]
+}
+check "... systemd had a WATCHDOG=1 from it in the last 40 s" wd_age
 wd=$(journal -b -q -o cat | grep -i 'watchdog timeout' | head -5)
 [ -z "$wd" ] || printf '# %s\n' "$wd"
 check "no 'Watchdog timeout' in the journal" test -z "$wd"
@@ -432,7 +452,7 @@ for u in publisher subscriber watchdog; do
 		bash -c '[ "$1" != "$2" ] && [ "$1" != 0 ]' _ "$(prop $u MainPID)" "${before[$u]}"
 	check "... wsyncd@$u active (running)" wait_for 10 running $u
 done
-check "... the subscriber is still at version 4" wait_version subscriber 4 10
+check "... the subscriber is still at version 5" wait_version subscriber 5 10
 
 # ---- 10. dpkg -r stops them, dpkg -P removes the conffiles -----------------------------
 out=$(cin dpkg -r wsync </dev/null 2>&1)
