@@ -116,7 +116,6 @@ urllib.request.urlopen(sys.argv[1] + "/dists/" + sys.argv[2] + "/Release", timeo
 	# no login prompt on the console, no network to wait for
 	ln -sf /dev/null "$cached.new/etc/systemd/system/console-getty.service"
 	ln -sf /dev/null "$cached.new/etc/systemd/system/systemd-networkd-wait-online.service"
-	echo wsync-boot >"$cached.new/etc/hostname"
 	touch "$cached.new/.wsync-complete"
 	mv "$cached.new" "$cached"
 	# older roots (another package list) go
@@ -143,7 +142,9 @@ install -m 0644 "$deb" "$ROOT/var/tmp/wsync.deb"
 
 # ---- boot -----------------------------------------------------------------
 # No machined and no system bus on the host: --register=no --keep-unit.
-systemd-nspawn -b -D "$ROOT" --register=no --keep-unit --private-network \
+# A name of its own: nspawn keeps per-machine files in /run/systemd/nspawn/,
+# and two runs at once must not share them.
+systemd-nspawn -b -D "$ROOT" -M "wsync-boot-$$" --register=no --keep-unit --private-network \
 	--console=read-only >"$TMP/console.log" 2>&1 </dev/null &
 NSPAWN=$!
 for _ in $(seq 300); do
@@ -436,6 +437,7 @@ wd_age() {
 	[ "${last:-0}" -gt 0 ] && [ $((now - last)) -lt 40000000 ]
 }
 check "... systemd had a WATCHDOG=1 from it in the last 40 s" wd_age
+echo "# WatchdogTimestamp: $(prop watchdog WatchdogTimestamp), now $(cin date)"
 wd=$(journal -b -q -o cat | grep -i 'watchdog timeout' | head -5)
 [ -z "$wd" ] || printf '# %s\n' "$wd"
 check "no 'Watchdog timeout' in the journal" test -z "$wd"
