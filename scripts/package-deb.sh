@@ -65,6 +65,9 @@ fi
 
 # Library dependencies, as dh_shlibdeps finds them; libcurl is loaded with
 # dlopen when first used (common/store/curl_lazy.h), so it is named by hand.
+# procps: the unit's ExecReload= runs /bin/kill, which a minimal Debian
+# (debootstrap --variant=minbase, container images) does not have, and
+# without it `systemctl reload` fails (203/EXEC) and the daemon never re-reads.
 mkdir -p "$work/debian"
 printf 'Source: wsync\n\nPackage: wsync\nArchitecture: any\n' >"$work/debian/control"
 shlibs=$(cd "$work" && dpkg-shlibdeps -O -e"$stage/usr/sbin/wsyncd" -e"$stage/usr/bin/wsync" 2>/dev/null |
@@ -78,7 +81,7 @@ Maintainer: wsync developers <wsync@localhost>
 Section: net
 Priority: optional
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
-Depends: $shlibs, libcurl4 (>= 7.88) | libcurl3-gnutls (>= 7.88), systemd | systemd-sysusers
+Depends: $shlibs, libcurl4 (>= 7.88) | libcurl3-gnutls (>= 7.88), procps, systemd | systemd-sysusers
 Homepage: https://github.com/wsync/wsync
 Description: keep LLM weights in sync across the nodes of a training cluster
  wsyncd ships only what changed between checkpoints: a publisher on the

@@ -65,6 +65,9 @@ test_packages=(
 	# man pages (daemon/man/*.scd); systemd-analyze verify/security, dpkg-deb and
 	# deb-systemd-helper for tests/integration/test-systemd.sh, test-package.sh
 	scdoc systemd dpkg-dev init-system-helpers
+	# tests/integration/test-systemd-boot.sh: a Debian 12 root, booted
+	# under systemd-nspawn
+	debootstrap systemd-container
 	# s3rver (tests/s3rver) runs on node, installed with npm
 	nodejs npm
 )

@@ -48,6 +48,7 @@ info=$(dpkg-deb -I "$deb")
 contains "control names the package" "$info" "Package: wsync"
 contains "dependencies come from dpkg-shlibdeps" "$info" "libuv1"
 contains "libcurl, loaded when first used, is a dependency too" "$info" "libcurl4 (>= 7.88)"
+contains "procps (the unit's ExecReload= runs /bin/kill) is a dependency" "$info" "procps"
 check "the programs do not link libcurl (it is loaded when first used)" \
 	bash -c "! readelf -d '$build/daemon/wsync' '$build/daemon/wsyncd' | grep -q 'NEEDED.*libcurl'"
 contains "/etc/wsync/*.ini are conffiles" "$(dpkg-deb -I "$deb" conffiles)" "/etc/wsync/publisher.ini"
