@@ -275,6 +275,8 @@ static void publication_free(struct publication *pb)
 	if (pb->src_fd >= 0)
 		(void)close(pb->src_fd);
 	pubjob_files_free(pb->job.files, pb->job.n_files);
+	wsync_delta_index_free(pb->job.delta_index);
+	wsync_delta_index_free(pb->job.anchor_index);
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
 	free(pb);
@@ -496,10 +498,11 @@ static void head_put_done(struct wsync_store_result *res, void *data);
 /* A manifest's entry for an object this publication uploads. */
 static void object_entry(struct wsync_manifest_object *o, enum wsync_manifest_role role,
 			 char *key, uint64_t size, const struct wsync_hash128 *hash,
-			 const uint8_t sha256[WSYNC_SHA256_LEN])
+			 const uint8_t sha256[WSYNC_SHA256_LEN],
+			 struct wsync_manifest_index *index)
 {
 	*o = (struct wsync_manifest_object){ .role = role, .ref = { key, size, *hash },
-					     .has_sha256 = true };
+					     .has_sha256 = true, .index = index };
 	memcpy(o->sha256, sha256, WSYNC_SHA256_LEN);
 }
 
@@ -525,10 +528,12 @@ static void put_manifest(struct wsync_publisher *p)
 			   (prev ? prev->anchor_version : pb->version);
 	if (pb->job.has_anchor)
 		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_ANCHOR, pb->anchor_key,
-			     pb->job.anchor_size, &pb->job.anchor_hash, pb->job.anchor_sha256);
+			     pb->job.anchor_size, &pb->job.anchor_hash, pb->job.anchor_sha256,
+			     pb->job.anchor_index);
 	if (pb->job.has_delta)
 		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_DELTA, pb->delta_key,
-			     pb->job.delta_size, &pb->job.delta_hash, pb->job.delta_sha256);
+			     pb->job.delta_size, &pb->job.delta_hash, pb->job.delta_sha256,
+			     pb->job.delta_index);
 	m.objects = objs;
 	m.files = pb->job.files;
 	m.n_files = pb->job.n_files;

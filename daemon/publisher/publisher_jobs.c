@@ -281,12 +281,16 @@ static void rebase_message(struct wsync_error *err, const char *from, const char
 	memcpy(err->msg, out, sizeof(out));
 }
 
+/* Encode new against old into out; then, in one pass over what was
+ * written, its size, XXH3-128 and SHA-256 and its index. */
 static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
-		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN])
+		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN],
+		  struct wsync_manifest_index **index)
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
 				     .memory_limit = j->memory_limit };
+	struct wsync_delta_object obj;
 	int fd, r;
 
 	fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -294,9 +298,13 @@ static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	r = wsync_diff(old, new, fd, &o, stats, &j->err);
 	if (r == 0)
-		r = wsync_hash_fd(fd, out, hash, size, &j->err);
-	if (r == 0)
-		r = wsync_sha256_fd(fd, out, sha256, &j->err);
+		r = wsync_delta_index(fd, out, &obj, &j->err);
+	if (r == 0) {
+		*size = obj.size;
+		*hash = obj.hash;
+		memcpy(sha256, obj.sha256, WSYNC_SHA256_LEN);
+		*index = obj.index;
+	}
 	close(fd);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
@@ -391,7 +399,7 @@ void pubjob_prepare_work(void *data)
 	if (j->want_delta) {
 		PATHF(p, "%s/delta.wsd", out);
 		r = encode(j, base, staging, p, &j->delta_stats, &j->delta_size, &j->delta_hash,
-			   j->delta_sha256);
+			   j->delta_sha256, &j->delta_index);
 		if (r < 0) {
 			j->result = r;
 			return;
@@ -403,7 +411,7 @@ void pubjob_prepare_work(void *data)
 
 		PATHF(p, "%s/anchor.wsa", out);
 		r = encode(j, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash,
-			   j->anchor_sha256);
+			   j->anchor_sha256, &j->anchor_index);
 		if (r < 0) {
 			j->result = r;
 			return;
