@@ -576,6 +576,16 @@ static void put_manifest(struct wsync_publisher *p)
 	m.anchors = anc + first;
 	m.n_anchors = na - first;
 	r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
+	if (r == -EFBIG) {
+		/* So many files that their indexes do not fit in a manifest:
+		 * without them subscribers fetch the objects whole. */
+		log_warning("manifest of version %" PRIu64 ": too large with the objects' "
+			    "indexes (%s); written without them, so partial subscribers "
+			    "download whole objects", pb->version, wsync_error_str(&err));
+		for (size_t i = 0; i < m.n_objects; i++)
+			objs[i].index = NULL;
+		r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
+	}
 	free(anc);
 	if (r < 0) {
 		log_error("manifest of version %" PRIu64 ": %s", pb->version,
