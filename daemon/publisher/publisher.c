@@ -910,7 +910,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (ckscan_filter_init(&p->filter, cfg->include, cfg->exclude) < 0) {
+	if (wsync_file_filter_init(&p->filter, cfg->include, cfg->exclude) < 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1045,7 +1045,7 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	wsync_buf_free(&p->recover_head_doc);
 	wsync_sign_key_free(p->key);
 	wsync_instance_unlock(&p->state_lock);
-	ckscan_filter_free(&p->filter);
+	wsync_file_filter_free(&p->filter);
 	pub_seen_free(p);
 	pub_gc_free(p);
 	free(p->commit.state_text);

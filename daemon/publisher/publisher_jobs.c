@@ -475,17 +475,17 @@ void pubjob_commit_work(void *data)
 static bool dir_matches(const char *dir, const struct wsync_manifest_file *files, size_t n,
 			struct wsync_error *err)
 {
-	struct ckscan_filter all;
+	struct wsync_file_filter all;
 	struct ckscan_tree t;
 	bool ok;
 
-	if (ckscan_filter_init(&all, "*", "") < 0)
+	if (wsync_file_filter_init(&all, "*", "") < 0)
 		return false;
 	if (ckscan_tree_read(dir, &all, NULL, &t, err) < 0) {
-		ckscan_filter_free(&all);
+		wsync_file_filter_free(&all);
 		return false;
 	}
-	ckscan_filter_free(&all);
+	wsync_file_filter_free(&all);
 	ok = t.n == n;
 	/* both sorted bytewise */
 	for (size_t i = 0; ok && i < n; i++) {

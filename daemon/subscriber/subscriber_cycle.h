@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "file_filter.h"
 #include "instance_lock.h"
 #include "manifest.h"
 #include "metrics.h"
@@ -55,6 +56,14 @@ struct step {
 	const struct wsync_manifest_object *obj;
 	char *path;			/* in downloads/ */
 	bool downloaded;
+	/* A partial subscriber's fetch by file (BUCKET.md §3.1), when the
+	 * object has an index: its head and the ranges of the files taken
+	 * (sel, in object order) arrive one after another in path, at fd. */
+	const struct wsync_manifest_range **sel;
+	size_t n_sel;
+	int fd;				/* -1: none open */
+	unsigned chunks_left;
+	uint64_t bytes;			/* to download for this step */
 };
 
 struct cycle {
@@ -78,7 +87,7 @@ struct cycle {
 	struct sub_apply_job job;
 };
 
-enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT };
+enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT, RQ_RANGE };
 
 /* A store request in flight.  stop() detaches them (s = NULL): their
  * callbacks then only free the record (the store ends them with
@@ -90,12 +99,15 @@ struct req {
 	enum req_kind kind;
 	uint64_t version;
 	size_t step;
+	uint64_t local_off, len;	/* RQ_RANGE: where its bytes go in the step's file */
 };
 
 struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *verify;
+	struct wsync_file_filter filter;	/* [subscriber] include, exclude */
+	bool partial;			/* the filter does not take every file */
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_instance_lock target_lock, state_lock;
@@ -164,6 +176,12 @@ static inline const char *sub_err_text(const struct wsync_error *e, int r)
 {
 	return e->code ? wsync_error_str(e) : strerror(-r);
 }
+
+/* A partial subscriber keeps of manifest m (just parsed) the files it
+ * takes; 0, or, for HEAD's (head), -EDOM when they hold no weight file
+ * (err says so, naming the version). */
+int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
+		      struct wsync_error *err);
 
 /* "a/b", malloc'd; NULL when out of memory. */
 char *sub_path_join(const char *a, const char *b);

@@ -10,6 +10,7 @@
  * it writes (checked by the apply job).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,9 @@ static void on_job_done(void *data, bool cancelled)
 	try_apply(s);
 }
 
+static void object_failed(struct wsync_subscriber *s, struct step *st,
+			  struct wsync_store_result *res);
+
 static void try_apply(struct wsync_subscriber *s)
 {
 	struct cycle *c = s->c;
@@ -159,6 +163,15 @@ static void on_object(struct wsync_store_result *res, void *userdata)
 		try_apply(s);
 		return;
 	}
+	object_failed(s, st, res);
+}
+
+/* A download of the step failed: why, and the cycle ends. */
+static void object_failed(struct wsync_subscriber *s, struct step *st,
+			  struct wsync_store_result *res)
+{
+	struct cycle *c = s->c;
+
 	if (!c->failed) {
 		if (res->err == -EIO || res->err == -EFBIG) {
 			char what[600];
@@ -182,8 +195,28 @@ static void on_object(struct wsync_store_result *res, void *userdata)
 	sub_end_cycle(s);
 }
 
-static int add_step(struct cycle *c, uint64_t v, bool anchor)
+/* A partial subscriber's step from an indexed object: the ranges of the
+ * files it takes (the manifest's files are those already; the index also
+ * names the files a delta deletes, taken when the filter takes them). */
+static int select_ranges(struct wsync_subscriber *s, struct step *st)
 {
+	const struct wsync_manifest_index *ix = st->obj->index;
+
+	st->sel = calloc(ix->n_files + 1, sizeof(*st->sel));
+	if (!st->sel)
+		return -ENOMEM;
+	st->bytes = ix->head.length;
+	for (size_t i = 0; i < ix->n_files; i++)
+		if (wsync_file_filter_match(&s->filter, ix->files[i].path)) {
+			st->sel[st->n_sel++] = &ix->files[i];
+			st->bytes += ix->files[i].length;
+		}
+	return 0;
+}
+
+static int add_step(struct wsync_subscriber *s, uint64_t v, bool anchor)
+{
+	struct cycle *c = s->c;
 	struct mslot *ms = sub_slot(c, v);
 	struct step *st = &c->steps[c->n_steps];
 	const struct wsync_manifest_object *o =
@@ -194,9 +227,130 @@ static int add_step(struct cycle *c, uint64_t v, bool anchor)
 	st->anchor = anchor;
 	st->ms = ms;
 	st->obj = o;
+	st->fd = -1;
+	st->bytes = o->ref.size;
 	c->n_steps++;
-	c->bytes_total += o->ref.size;
+	if (s->partial && o->index && select_ranges(s, st) < 0)
+		return -ENOMEM;
+	c->bytes_total += st->bytes;
 	return 0;
+}
+
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t w = pwrite(fd, buf, len, (off_t)off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		buf = (const char *)buf + w;
+		len -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+/* The bytes of a range request arrived: into the step's file. */
+static void on_range(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	size_t i = q->step;
+	uint64_t off = q->local_off, len = q->len;
+	struct wsync_subscriber *s = sub_req_end(q);
+	struct cycle *c;
+	struct step *st;
+	int r = 0;
+
+	if (!s)
+		return;
+	c = s->c;
+	c->inflight--;
+	st = &c->steps[i];
+	if (res->err == 0) {
+		sub_store_worked(s);
+		s->metrics.bytes_downloaded += len;
+		c->bytes_done += len;
+		if (!c->failed && st->fd >= 0)
+			r = pwrite_all(st->fd, res->data, res->data_len, off);
+		if (r < 0) {
+			sub_set_error(s, "%s: %s", st->path, strerror(-r));
+			c->failed = true;
+		}
+		if (!c->failed && --st->chunks_left == 0) {
+			(void)close(st->fd);
+			st->fd = -1;
+			st->downloaded = true;
+			sub_update_status(s);
+			try_apply(s);
+			return;
+		}
+		if (c->failed)
+			sub_end_cycle(s);
+		else
+			sub_update_status(s);
+		return;
+	}
+	object_failed(s, st, res);
+}
+
+/* Ask for [off, off + len) of the step's object, to go to local_off of its
+ * file; requests of at most RANGE_CHUNK bytes. */
+#define RANGE_CHUNK (8ull << 20)
+static int request_ranges(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
+			  uint64_t local_off)
+{
+	struct step *st = &s->c->steps[i];
+
+	while (len) {
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+		uint64_t n = len < RANGE_CHUNK ? len : RANGE_CHUNK;
+		struct req *q = sub_req_new(s, RQ_RANGE, st->version, i);
+		int r;
+
+		if (!q)
+			return -ENOMEM;
+		q->local_off = local_off;
+		q->len = n;
+		o.offset = off;
+		o.length = n;
+		o.expect_size = (int64_t)n;
+		o.max_size = n;
+		r = wsync_store_get_buf(s->d->store, st->obj->ref.key, &o, on_range, q);
+		if (r < 0) {
+			sub_req_end(q);
+			return r;
+		}
+		s->c->inflight++;
+		st->chunks_left++;
+		off += n;
+		local_off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* The head and the selected ranges, runs of adjacent ones together. */
+static int fetch_by_file(struct wsync_subscriber *s, size_t i)
+{
+	struct step *st = &s->c->steps[i];
+	uint64_t local = st->obj->index->head.length;
+	int r;
+
+	st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (st->fd < 0)
+		return -errno;
+	r = request_ranges(s, i, 0, local, 0);
+	for (size_t k = 0; r == 0 && k < st->n_sel;) {
+		uint64_t off = st->sel[k]->offset, len = st->sel[k]->length;
+
+		while (++k < st->n_sel && st->sel[k]->offset == off + len)
+			len += st->sel[k]->length;
+		r = request_ranges(s, i, off, len, local);
+		local += len;
+	}
+	return r;
 }
 
 /* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
@@ -214,10 +368,15 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		return;
 	}
 	c->anchor_plan = from_anchor;
-	if (from_anchor)
-		add_step(c, c->anchor, true);
-	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h; v++)
-		add_step(c, v, false);
+	int added = from_anchor ? add_step(s, c->anchor, true) : 0;
+
+	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h && added == 0; v++)
+		added = add_step(s, v, false);
+	if (added < 0) {
+		sub_set_error(s, "out of memory");
+		sub_cycle_fail(s);
+		return;
+	}
 	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
 		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
 		 c->bytes_total);
@@ -245,6 +404,16 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		int r;
 
 		st->path = sub_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
+		if (st->path && st->sel) {
+			r = fetch_by_file(s, i);
+			if (r < 0) {
+				sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key,
+					      strerror(-r));
+				sub_cycle_fail(s);
+				return;
+			}
+			continue;
+		}
 		q = st->path ? sub_req_new(s, RQ_OBJECT, st->version, i) : NULL;
 		if (!q) {
 			sub_set_error(s, "out of memory");
