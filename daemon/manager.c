@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "log-messages.h"
 #include "instance_lock.h"
+#include "durable.h"
 #include "io.h"
 #include "log.h"
 #include "manager.h"

@@ -13,30 +13,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "log-messages.h"
 #include "log.h"
 #include "metrics.h"
 #include "role.h"
+#include "units.h"
 
 /* ---- times ---- */
-
-bool wsync_role_time_text(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm)) {
-		snprintf(buf, len, "?");
-		return false;
-	}
-	return true;
-}
 
 json_t *wsync_role_time(int64_t t)
 {
 	char when[32];
 
-	if (t <= 0 || !wsync_role_time_text(t, when, sizeof(when)))
+	if (t <= 0 || !wsync_format_time(when, sizeof(when), t))
 		return json_null();
 	return json_string(when);
 }
@@ -90,61 +80,16 @@ json_t *wsync_role_status_new(const struct wsync_role_status *c)
 	return o;
 }
 
-static int write_all(int fd, const char *s, size_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, s, len);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		s += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Replace PATH by TEXT whole: a temp file beside it (".NAME.tmp": a name
- * node_exporter's collector skips), then rename, so that a reader sees
- * the old file or the new one.  MODE is set whatever the umask (the
- * metrics file is read by the collector's user).  No fsync: both files
- * describe the running process only. */
-static int replace_file(const char *path, const char *text, size_t len, mode_t mode)
-{
-	const char *slash = strrchr(path, '/');
-	char *tmp = NULL;
-	int fd, r;
-
-	if (asprintf(&tmp, "%.*s.%s.tmp", slash ? (int)(slash - path + 1) : 0, path,
-		     slash ? slash + 1 : path) < 0)
-		return -ENOMEM;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0) {
-		r = -errno;
-		free(tmp);
-		return r;
-	}
-	r = write_all(fd, text, len);
-	if (r == 0 && fchmod(fd, mode) < 0)
-		r = -errno;
-	if (close(fd) < 0 && r == 0)
-		r = -errno;
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	if (r < 0)
-		(void)unlink(tmp);
-	free(tmp);
-	return r;
-}
-
 /* The metrics file: M's exposition, or, when the daemon has stopped,
- * none -- a file left behind would be read as a daemon still there. */
+ * none -- a file left behind would be read as a daemon still there.  Its
+ * temp (".NAME.wsync-XXXXXX") is a name node_exporter's collector skips;
+ * the mode is exact whatever the umask (the collector's user reads it). */
 static int write_metrics(const struct wsync_config *cfg, const char *path,
 			 const struct wsync_metrics *m, bool stopped, double now)
 {
 	char instance[256];
 	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
 	enum wsync_role role = cfg->role;
 	const char *inst = instance;
 	int r;
@@ -154,19 +99,21 @@ static int write_metrics(const struct wsync_config *cfg, const char *path,
 	wsync_metrics_instance(cfg->path, instance, sizeof(instance));
 	r = wsync_metrics_format(&b, 1, &m, &role, &inst, NULL, now);
 	if (r == 0)
-		r = replace_file(path, (const char *)b.data, b.len, 0644);
+		r = wsync_write_atomic(AT_FDCWD, path, NULL, b.data, b.len, 0644,
+				       WSYNC_ATOMIC_NOSYNC | WSYNC_ATOMIC_EXACT_MODE, &err);
 	wsync_buf_free(&b);
 	if (r < 0)
-		log_debug("%s: cannot write the metrics file: %s", path, strerror(-r));
+		log_debug("%s: cannot write the metrics file: %s", path,
+			  err.code ? wsync_error_str(&err) : strerror(-r));
 	return r;
 }
 
 int wsync_role_status_write(const struct wsync_config *cfg, json_t *o, struct wsync_metrics *m)
 {
 	struct timespec ts;
-	char *doc = NULL, *path = NULL, *mpath = NULL;
+	char *doc = NULL, *line = NULL, *path = NULL, *mpath = NULL;
 	bool stopped = o && wsync_role_status_stopped(o), off = true;
-	size_t len;
+	struct wsync_error err = { 0 };
 	double now;
 	int r;
 
@@ -185,20 +132,23 @@ int wsync_role_status_write(const struct wsync_config *cfg, json_t *o, struct ws
 	}
 	doc = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	json_decref(o);
-	if (!doc || asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, cfg->runtime_dir) < 0) {
+	if (!doc || asprintf(&path, "%s/" WSYNC_ROLE_STATUS_FILE, cfg->runtime_dir) < 0 ||
+	    asprintf(&line, "%s\n", doc) < 0) {
 		r = -ENOMEM;
 		goto out;
 	}
-	len = strlen(doc);
-	doc[len] = '\n';	/* over the NUL: the text's end is len + 1 */
-	r = replace_file(path, doc, len + 1, 0644);
+	/* Rewritten every few seconds in the runtime directory, which a
+	 * reboot empties anyway: atomic for its readers, never fsynced. */
+	r = wsync_write_atomic(AT_FDCWD, path, "." WSYNC_ROLE_STATUS_FILE ".tmp", line,
+			       strlen(line), 0644, WSYNC_ATOMIC_NOSYNC, &err);
 out:
 	if (r < 0)
 		log_debug("%s/" WSYNC_ROLE_STATUS_FILE ": cannot write the status file: %s",
-			  cfg->runtime_dir, strerror(-r));
+			  cfg->runtime_dir, err.code ? wsync_error_str(&err) : strerror(-r));
 	if (m && mpath)
 		(void)write_metrics(cfg, mpath, m, stopped, now);
 	free(mpath);
+	free(line);
 	free(path);
 	free(doc);
 	return r;

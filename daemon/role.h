@@ -134,13 +134,9 @@ bool wsync_role_status_stopped(json_t *o);
 const char *wsync_role_status_last_error(json_t *o);
 bool wsync_role_status_healthy(json_t *o);
 
-/* T (Unix seconds) as an RFC 3339 UTC string, or null when T <= 0 (none);
- * a new reference, NULL when out of memory. */
+/* T (Unix seconds) as an RFC 3339 UTC string (wsync_format_time), or null
+ * when T <= 0 (none); a new reference, NULL when out of memory. */
 json_t *wsync_role_time(int64_t t);
-
-/* T as RFC 3339 UTC text into BUF (at least 21 bytes): true, or false
- * (BUF then "?") when T cannot be shown. */
-bool wsync_role_time_text(int64_t t, char *buf, size_t len);
 
 /* ---- the bucket: outages and backoff ---- */
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "durable.h"
 #include "log-messages.h"
 #include "log.h"
 #include "manager.h"
@@ -75,6 +76,16 @@ static int load_config(const char *path, struct wsync_config *cfg)
 			  errs.n, errs.n == 1 ? "" : "s");
 	wsync_config_errors_free(&errs);
 	return r;
+}
+
+/* The library's word that a file system refused fsync (durable.h): the
+ * operator must hear it, once, since nothing fails. */
+static void warn_not_durable(const char *what, int err, void *ud)
+{
+	(void)ud;
+	log_event(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_NOT_DURABLE, .file = what),
+		  "%s: the file system refuses fsync (%s): what wsync writes there is not "
+		  "safe from a power loss", what, strerror(err));
 }
 
 int main(int argc, char **argv)
@@ -150,6 +161,7 @@ int main(int argc, char **argv)
 		return r == -ENOMEM ? 1 : WSYNC_EX_CONFIG;
 	}
 	wsync_log_set_level(cfg.log_level);
+	wsync_durable_set_warn(warn_not_durable, NULL);
 	if (check) {
 		if (dump)
 			wsync_config_dump(&cfg, stdout);

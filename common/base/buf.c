@@ -121,3 +121,21 @@ void wsync_buf_free(struct wsync_buf *b)
 	b->data = NULL;
 	b->len = b->cap = 0;
 }
+
+bool wsync_all_zero(const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+
+		memcpy(&v, p + i, 8);
+		if (v)
+			return false;
+	}
+	for (; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}

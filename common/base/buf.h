@@ -7,6 +7,7 @@
 #ifndef WSYNC_BUF_H
 #define WSYNC_BUF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,10 @@ void wsync_buf_free(struct wsync_buf *b);	/* frees and zeroes */
  * array as it was (out of memory, or a size that would overflow).
  * WSYNC_GROW(a, cap, n, first) for an array a with its capacity cap.
  */
+/* Are the n bytes at p all zero?  (Holes in a sparse write, reserved
+ * fields in a header.) */
+bool wsync_all_zero(const void *p, size_t n);
+
 int wsync_grow(void **arr, size_t *cap, size_t n, size_t elem, size_t first);
 #define WSYNC_GROW(a, cap, n, first) \
 	wsync_grow((void **)&(a), &(cap), (n), sizeof(*(a)), (first))

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,51 +15,47 @@
 #include <time.h>
 #include <unistd.h>
 
-int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
+/* The loop of the three below: len bytes between buf and fd, at off (at
+ * fd's offset when off < 0), retrying short transfers and EINTR.  A
+ * transfer of nothing is the end of the file for a read (-ENODATA), an
+ * error for a write (-EIO). */
+static int transfer_all(int fd, const void *buf, uint64_t len, int64_t off, bool out)
 {
-	uint8_t *p = buf;
+	uint8_t *p = (uint8_t *)(uintptr_t)buf;	/* written to only when !out */
 
 	while (len > 0) {
-		/* one call at most 1 GiB: Linux caps a read near 2 GiB anyway */
-		ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len,
-				  (off_t)off);
+		/* one call at most 1 GiB: Linux caps a transfer near 2 GiB anyway */
+		size_t step = len > (1u << 30) ? (1u << 30) : (size_t)len;
+		ssize_t n = !out ? pread(fd, p, step, (off_t)off)
+			    : off < 0 ? write(fd, p, step) : pwrite(fd, p, step, (off_t)off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return -errno;
 		if (n == 0)
-			return -ENODATA;
+			return out ? -EIO : -ENODATA;
 		p += n;
 		len -= (uint64_t)n;
-		off += (uint64_t)n;
+		if (off >= 0)
+			off += n;
 	}
 	return 0;
 }
 
-int wsync_fsync(int fd)
+int wsync_write_all(int fd, const void *buf, size_t len)
 {
-	if (fsync(fd) == 0 || errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)
-		return 0;
-	return -errno;
+	return transfer_all(fd, buf, len, -1, true);
 }
 
-int wsync_fsync_parent(const char *path)
+int wsync_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-	const char *slash = strrchr(path, '/');
-	char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
-			   : strndup(path, (size_t)(slash - path));
-	int fd, r = 0;
+	return off > INT64_MAX ? -EINVAL : transfer_all(fd, buf, len, (int64_t)off, true);
+}
 
-	if (!dir)
-		return -ENOMEM;
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		r = -errno;
-	if (fd >= 0)
-		(void)close(fd);
-	free(dir);
-	return r;
+int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
+{
+	return off > INT64_MAX ? -EINVAL : transfer_all(fd, buf, len, (int64_t)off, false);
 }
 
 void wsync_writeback_start(int fd, uint64_t off, uint64_t len)
@@ -77,53 +74,6 @@ void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
 		wsync_writeback_start(fd, start + *kicked, written - *kicked);
 		*kicked = written;
 	}
-}
-
-/* mkdir p; when it made it, fsync its parent so that the new entry
- * survives a power loss as what is later written inside it does.  A
- * parent we may write but not read, or a filesystem without directory
- * fsync (some FUSE ones), is not an error: nothing better can be done. */
-static int mkdir_durable(char *p, mode_t mode)
-{
-	char *slash = strrchr(p, '/');
-	int fd, r;
-
-	if (mkdir(p, mode) < 0)
-		return errno == EEXIST ? 0 : -errno;
-	if (!slash)
-		fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	else if (slash == p)
-		fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	else {
-		*slash = '\0';
-		fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		*slash = '/';
-	}
-	if (fd < 0)
-		return 0;
-	r = wsync_fsync(fd);
-	(void)close(fd);
-	return r;
-}
-
-int wsync_mkdir_p(const char *path, unsigned mode)
-{
-	char *p = strdup(path);
-	int r = 0;
-
-	if (!p)
-		return -ENOMEM;
-	for (char *q = p + 1; *q && r == 0; q++) {
-		if (*q != '/')
-			continue;
-		*q = '\0';
-		r = mkdir_durable(p, (mode_t)mode);
-		*q = '/';
-	}
-	if (r == 0)
-		r = mkdir_durable(p, (mode_t)mode);
-	free(p);
-	return r;
 }
 
 /* ---- mapped files ---- */
@@ -363,4 +313,81 @@ int wsync_read_fd(int fd, const char *path, uint64_t max, char **buf_ret, size_t
 	*buf_ret = buf;
 	*len_ret = (size_t)st.st_size;
 	return 0;
+}
+
+/* ---- removing a tree ---- */
+
+/* Deeper than this is a loop someone made, or an attack: refused. */
+#define RM_RF_DEPTH 128
+
+static int rm_rf_at(int dfd, const char *name, unsigned depth)
+{
+	struct stat st;
+	struct dirent *de;
+	int sub, r = 0;
+	DIR *d;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+	if (depth > RM_RF_DEPTH)
+		return -ELOOP;
+	/* O_NOFOLLOW: a directory swapped for a link since the fstatat is
+	 * refused, not followed out of the tree. */
+	sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0)
+		return -errno;
+	d = fdopendir(sub);
+	if (!d) {
+		r = -errno;
+		(void)close(sub);
+		return r;
+	}
+	while (r == 0 && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			r = rm_rf_at(dirfd(d), de->d_name, depth + 1);
+	(void)closedir(d);
+	if (r == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		r = -errno;
+	return r;
+}
+
+int wsync_rm_rf_at(int dfd, const char *name)
+{
+	if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strchr(name, '/'))
+		return -EINVAL;
+	return rm_rf_at(dfd, name, 0);
+}
+
+int wsync_rm_rf(const char *path)
+{
+	char *p = strdup(path), *slash;
+	size_t n;
+	int dfd, r;
+
+	if (!p)
+		return -ENOMEM;
+	n = strlen(p);
+	while (n > 1 && p[n - 1] == '/')
+		p[--n] = '\0';
+	slash = strrchr(p, '/');
+	if (slash == p && !p[1]) {
+		free(p);
+		return -EINVAL;	/* "/" */
+	}
+	if (slash) {
+		*slash = '\0';
+		dfd = open(slash == p ? "/" : p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	} else {
+		dfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (dfd < 0)
+		r = errno == ENOENT ? 0 : -errno;
+	else
+		r = wsync_rm_rf_at(dfd, slash ? slash + 1 : p);
+	if (dfd >= 0)
+		(void)close(dfd);
+	free(p);
+	return r;
 }

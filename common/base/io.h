@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * io.h -- small I/O helpers shared by the readers and the codecs, and the
- * clock their durations are taken on.
+ * io.h -- small I/O helpers shared by the readers, the codecs and the
+ * programs: whole reads and writes, mapped files, the walk below a
+ * directory that follows no link, rm -rf, and the clock durations are
+ * taken on.  What makes a write durable is durable.h's.
  */
 #ifndef WSYNC_IO_H
 #define WSYNC_IO_H
@@ -20,18 +22,12 @@
 int wsync_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
 
 /*
- * fsync, where the filesystem has one: some (FUSE ones especially, for
- * directories) answer EINVAL, ENOSYS or ENOTSUP, which must not fail what
- * is otherwise in place.  0 or another negative errno.
+ * Write exactly len bytes of buf to fd (at its offset, or at off), retrying
+ * short writes and EINTR.  Returns 0 or a negative errno (-EIO for a write
+ * that took nothing).  Callers name the file in their own errors.
  */
-int wsync_fsync(int fd);
-
-/*
- * fsync the directory that holds path (its last component's parent: "."
- * for a bare name), so that an entry renamed or made there is durable.
- * 0 or the negative errno of the open or the fsync.
- */
-int wsync_fsync_parent(const char *path);
+int wsync_write_all(int fd, const void *buf, size_t len);
+int wsync_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
 /*
  * Start writing [off, off + len) of fd out to its disk now, without
@@ -49,16 +45,6 @@ void wsync_writeback_start(int fd, uint64_t off, uint64_t len);
  */
 void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
 			      uint64_t *kicked);
-
-/*
- * mkdir -p: create path and every missing parent with mode (existing ones
- * are left as they are), fsyncing the parent of each one it creates (so a
- * target_dir or state_dir made here survives a power loss with the files
- * later made durable in it).  Returns 0, or the negative errno of the
- * first mkdir that failed for another reason than EEXIST, or of an fsync
- * (-ENOMEM too).
- */
-int wsync_mkdir_p(const char *path, unsigned mode);
 
 /*
  * Map a whole file read-only (shared, pages faulted in as they are read)
@@ -141,6 +127,22 @@ int wsync_open_beneath(int root, const char *rel, int flags);
  * errno as wsync_open_beneath's.
  */
 int wsync_lstat_beneath(int root, const char *rel, struct stat *st);
+
+/*
+ * rm -rf of name in the directory dfd: everything below it removed, no
+ * symbolic link ever followed (a link is removed as an entry, and a
+ * directory swapped for a link meanwhile is refused with -ELOOP), so what
+ * is removed lies below dfd whatever someone renames meanwhile.  A missing
+ * name is 0.  name is one component ("", ".", ".." and a '/' give
+ * -EINVAL).  0 or the negative errno of the first failure (-ELOOP beyond
+ * 128 levels).
+ */
+int wsync_rm_rf_at(int dfd, const char *name);
+
+/* As wsync_rm_rf_at for path, in the directory that holds it (opened
+ * following links: only what is below path's last component is walked
+ * without them); a missing parent is 0, "/" -EINVAL. */
+int wsync_rm_rf(const char *path);
 
 /* Seconds on the monotonic clock (for durations: MB/s, job times). */
 double wsync_monotonic_seconds(void);

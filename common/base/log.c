@@ -18,6 +18,8 @@
 
 #include <systemd/sd-journal.h>
 
+#include "io.h"
+
 /* A message longer than this is cut (with "..." at the end); journald
  * itself caps fields far above, and a log line is not a data channel. */
 #define LOG_MSG_MAX 4096
@@ -191,14 +193,7 @@ static void emit_stderr(int level, const struct wsync_log_fields *fields,
 	}
 
 	pthread_mutex_lock(&log_state.stderr_lock);
-	for (size_t off = 0; off < (size_t)n;) {
-		ssize_t w = write(STDERR_FILENO, line + off, (size_t)n - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
+	(void)wsync_write_all(STDERR_FILENO, line, (size_t)n);	/* nowhere to report it */
 	pthread_mutex_unlock(&log_state.stderr_lock);
 }
 

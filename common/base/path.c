@@ -5,6 +5,7 @@
 #include "path.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "text.h"
@@ -57,4 +58,11 @@ int wsync_path_check(const char *path, size_t len, struct wsync_error *err)
 		i += n;
 	}
 	return 0;
+}
+
+char *wsync_path_join(const char *dir, const char *name)
+{
+	char *p;
+
+	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }

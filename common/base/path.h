@@ -30,4 +30,7 @@
  */
 int wsync_path_check(const char *path, size_t len, struct wsync_error *err);
 
+/* "dir/name", malloc'd (freed by the caller); NULL when out of memory. */
+char *wsync_path_join(const char *dir, const char *name);
+
 #endif

@@ -2,6 +2,7 @@
 #include "units.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -124,4 +125,39 @@ const char *wsync_format_bytes(char *buf, size_t len, uint64_t bytes)
 	else
 		snprintf(buf, len, "%.1f %s", v, names[i]);
 	return buf;
+}
+
+/* The proleptic Gregorian date of day z since 1970-01-01 (H. Hinnant's
+ * civil_from_days: arithmetic only, any 64-bit day). */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+	int64_t era, doe, yoe, doy, mp;
+
+	z += 719468;
+	era = (z >= 0 ? z : z - 146096) / 146097;
+	doe = z - era * 146097;
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	mp = (5 * doy + 2) / 153;
+	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
+	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
+	*y = yoe + era * 400 + (*m <= 2);
+}
+
+bool wsync_format_time(char *buf, size_t len, int64_t t)
+{
+	int64_t y;
+	int m, d, n = -1;
+
+	if (t >= 0 && t <= WSYNC_TIME_MAX) {
+		civil_from_days(t / 86400, &y, &m, &d);
+		n = snprintf(buf, len, "%04" PRId64 "-%02d-%02dT%02d:%02d:%02dZ", y, m, d,
+			     (int)(t % 86400 / 3600), (int)(t % 3600 / 60), (int)(t % 60));
+	}
+	if (n < 0 || (size_t)n >= len) {
+		if (len)
+			(void)snprintf(buf, len, "?");
+		return false;
+	}
+	return true;
 }

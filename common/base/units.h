@@ -29,4 +29,13 @@ int wsync_parse_bool(const char *s, bool *ret);
 /* "1.5 GiB"-style rendering of a byte count into buf; returns buf. */
 const char *wsync_format_bytes(char *buf, size_t len, uint64_t bytes);
 
+/* The last second RFC 3339's four-digit years can name. */
+#define WSYNC_TIME_MAX 253402300799LL	/* 9999-12-31T23:59:59Z */
+
+/* t (Unix seconds, 0..WSYNC_TIME_MAX) as RFC 3339 UTC text,
+ * "2026-12-04T20:41:48Z", into buf (21 bytes hold it): true, or false
+ * (buf then "?", room permitting) when t is out of range or buf too
+ * small. */
+bool wsync_format_time(char *buf, size_t len, int64_t t);
+
 #endif

@@ -14,11 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "buf.h"
+#include "durable.h"
 #include "hash.h"
 #include "io.h"
 #include "segment.h"
@@ -26,9 +26,6 @@
 /* Holes: decoded pages that are all zero are not written (the temp file
  * was extended with ftruncate, so they read as zeros already). */
 #define HOLE_BLOCK 4096u
-/* Temp names keep at most this much of the destination's name, so that
- * ".<name>.wsync-XXXXXX" stays within NAME_MAX (255). */
-#define TEMP_NAME_KEEP 200
 #define COPY_CHUNK (4u << 20)
 /* Decoding streams through buffers of this size (two per worker): small
  * enough to stay in a core's L2 cache. */
@@ -347,11 +344,9 @@ static int check_bases(struct applier *a, struct wsync_error *err)
 static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 		     struct wsync_error *err)
 {
-	static const char chars[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 	const char *name = NULL;
-	int dfd = open_parent(a->dest_root, it->dest_rel, a, &name, err);
-	size_t nlen;
+	int dfd = open_parent(a->dest_root, it->dest_rel, a, &name, err), fd;
+	char *prefix;
 
 	if (dfd < 0)
 		return dfd;
@@ -368,82 +363,25 @@ static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 					       it->dest_rel);
 		}
 	}
-	nlen = strlen(name);
-	it->tmp = malloc(1 + TEMP_NAME_KEEP + sizeof(".wsync-XXXXXX"));
-	if (!it->tmp) {
-		(void)close(dfd);
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	}
-	for (int tries = 0; tries < 100; tries++) {
-		uint8_t rnd[6];
-		char suffix[7];
-		int fd;
-
-		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-			for (size_t i = 0; i < sizeof(rnd); i++) /* never in practice */
-				rnd[i] = (uint8_t)(rand() ^ tries);
-		for (size_t i = 0; i < 6; i++)
-			suffix[i] = chars[rnd[i] % (sizeof(chars) - 1)];
-		suffix[6] = '\0';
-		sprintf(it->tmp, ".%.*s.wsync-%s",
-			(int)(nlen > TEMP_NAME_KEEP ? TEMP_NAME_KEEP : nlen), name, suffix);
-		fd = openat(dfd, it->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
-			    O_CLOEXEC, 0600);
-		if (fd >= 0) {
-			(void)close(dfd);
-			*ret_fd = fd;
-			return 0;
-		}
-		if (errno != EEXIST) {
-			int e = errno;
-
-			(void)close(dfd);
-			free(it->tmp);
-			it->tmp = NULL;
-			return wsync_error_set(err, -e, "%s: creating a temp file: %s",
-					       it->dest_rel, strerror(e));
-		}
-	}
+	/* 0600: seal_temp gives it the delta's mode */
+	prefix = wsync_temp_prefix(name);
+	fd = prefix ? wsync_temp_create(dfd, prefix, 0600, &it->tmp) : -ENOMEM;
+	free(prefix);
 	(void)close(dfd);
-	free(it->tmp);
-	it->tmp = NULL;
-	return wsync_error_set(err, -EEXIST, "%s: no free temp file name", it->dest_rel);
+	if (fd < 0)
+		return wsync_error_set(err, fd, "%s: creating a temp file: %s", it->dest_rel,
+				       fd == -EEXIST ? "no free temp file name" : strerror(-fd));
+	*ret_fd = fd;
+	return 0;
 }
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v;
-
-		memcpy(&v, p + i, 8);
-		if (v)
-			return false;
-	}
-	for (; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
+/* Write len bytes of p at off of fd; err names what. */
 static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
 		      const char *what, struct wsync_error *err)
 {
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+	int r = wsync_pwrite_all(fd, p, len, off);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return wsync_error_set(err, -errno, "%s: writing: %s", what,
-					       strerror(errno));
-		}
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return r < 0 ? wsync_error_set(err, r, "%s: writing: %s", what, strerror(-r)) : 0;
 }
 
 /* Write buf at off, skipping the file-aligned blocks that are all zero. */
@@ -458,7 +396,7 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 
 		if (end > len)
 			end = len;
-		if (all_zero(buf + pos, (size_t)(end - pos))) {
+		if (wsync_all_zero(buf + pos, (size_t)(end - pos))) {
 			pos = end;
 			continue;
 		}
@@ -466,7 +404,7 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 		pos = end;
 		while (pos < len) {
 			end = pos + HOLE_BLOCK > len ? len : pos + HOLE_BLOCK;
-			if (all_zero(buf + pos, (size_t)(end - pos)))
+			if (wsync_all_zero(buf + pos, (size_t)(end - pos)))
 				break;
 			pos = end;
 		}
@@ -945,8 +883,10 @@ static int seal_temp(struct item *it, int fd, int r, struct wsync_error *err)
 {
 	const struct wsync_delta_file *f = &it->e->file;
 
-	if (r == 0 && (fchmod(fd, f->mode) < 0 || fsync(fd) < 0))
+	if (r == 0 && fchmod(fd, f->mode) < 0)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
+	if (r == 0 && (r = wsync_fsync(fd)) < 0)
+		r = wsync_error_set(err, r, "%s: fsync: %s", it->dest_rel, strerror(-r));
 	if (fd >= 0 && close(fd) < 0 && r == 0)
 		r = wsync_error_set(err, -errno, "%s: %s", it->dest_rel, strerror(errno));
 	return r;
@@ -1268,9 +1208,9 @@ static int sync_dir_of(struct applier *a, const char *rel, struct wsync_error *e
 	}
 	if (dfd < 0)
 		return dfd;
-	if (fsync(dfd) < 0)
-		r = wsync_error_set(err, -errno, "%s: syncing its directory: %s", rel,
-				    strerror(errno));
+	r = wsync_fsync(dfd);
+	if (r < 0)
+		r = wsync_error_set(err, r, "%s: syncing its directory: %s", rel, strerror(-r));
 	(void)close(dfd);
 	return r;
 }

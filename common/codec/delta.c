@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "buf.h"
+#include "io.h"
 #include "path.h"
 
 /* Writer buffer: records smaller than this are gathered, bigger ones go
@@ -200,20 +201,9 @@ struct wsync_delta_writer {
 static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
 		      struct wsync_error *err)
 {
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+	int r = wsync_pwrite_all(fd, p, len, off);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return wsync_error_set(err, -errno, "writing the delta: %s",
-					       strerror(errno));
-		}
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return r < 0 ? wsync_error_set(err, r, "writing the delta: %s", strerror(-r)) : 0;
 }
 
 static int writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)

@@ -17,13 +17,6 @@
 
 #define WINDOW (1u << 20)
 
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	ssize_t w = pwrite(fd, buf, len, (off_t)off);
-
-	return w < 0 ? -errno : (size_t)w == len ? 0 : -EIO;
-}
-
 /* One pass over the object: every byte read once goes into the object's
  * XXH3-128 and SHA-256 and the SHA-256 of the record it belongs to. */
 struct pass {
@@ -280,9 +273,9 @@ int wsync_delta_end_partial(int fd, uint64_t len, struct wsync_error *err)
 	wsync_st64(end, files);
 	wsync_st64(end + 8, write_bytes);
 	wsync_delta_record_header(h, WSYNC_DELTA_REC_END, end, sizeof(end));
-	r = pwrite_all(fd, h, sizeof(h), len);
+	r = wsync_pwrite_all(fd, h, sizeof(h), len);
 	if (r == 0)
-		r = pwrite_all(fd, end, sizeof(end), len + sizeof(h));
+		r = wsync_pwrite_all(fd, end, sizeof(end), len + sizeof(h));
 	if (r < 0)
 		return wsync_error_set(err, r, "write: %s", strerror(-r));
 	return 0;

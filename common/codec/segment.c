@@ -12,6 +12,7 @@
 
 #include <zstd.h>
 
+#include "buf.h"
 #include "codec_dense.h"
 #include "codec_float.h"
 
@@ -607,14 +608,6 @@ out:
 
 /* ---- parser ---- */
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 int wsync_segment_parse(const uint8_t *payload, size_t len,
 			struct wsync_segment **ret, struct wsync_error *err)
 {
@@ -667,7 +660,7 @@ int wsync_segment_parse(const uint8_t *payload, size_t len,
 		pc->len = wsync_le64(p + 8);
 		pc->base_offset = wsync_le64(p + 16);
 		pc->payload_len = wsync_le64(p + 24);
-		if (pc->method >= WSYNC_PIECE_METHODS || !all_zero(p + 3, 5) ||
+		if (pc->method >= WSYNC_PIECE_METHODS || !wsync_all_zero(p + 3, 5) ||
 		    (pc->method == WSYNC_PIECE_FLOAT
 			     ? (pc->family == 0 || pc->family >= WSYNC_FAMILY_COUNT ||
 				pc->len % wsync_float_elem_size(pc->family) ||
@@ -712,7 +705,7 @@ int wsync_segment_parse(const uint8_t *payload, size_t len,
 		st->bits_len = wsync_le64(p + 24);
 		if (st->kind < 1 || st->kind > 2 || st->family < 1 ||
 		    st->family >= WSYNC_FAMILY_COUNT || st->cls >= WSYNC_FLOAT_CLASSES ||
-		    st->coding > 2 || !all_zero(p + 4, 4) ||
+		    st->coding > 2 || !wsync_all_zero(p + 4, 4) ||
 		    seen[st->kind][st->family][st->cls]) {
 			r = wsync_error_set(err, -EINVAL, "segment stream %u is malformed", i);
 			goto fail;

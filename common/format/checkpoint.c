@@ -10,15 +10,7 @@
 #include <sys/stat.h>
 
 #include "buf.h"
-
-static char *path_join(const char *dir, const char *name)
-{
-	char *p;
-
-	if (asprintf(&p, "%s/%s", dir, name) < 0)
-		return NULL;
-	return p;
-}
+#include "path.h"
 
 static bool has_suffix(const char *s, const char *suffix)
 {
@@ -134,7 +126,7 @@ int wsync_checkpoint_open(const char *dir, struct wsync_checkpoint **ret,
 		free(c);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	}
-	ipath = path_join(dir, WSYNC_INDEX_NAME);
+	ipath = wsync_path_join(dir, WSYNC_INDEX_NAME);
 	if (!ipath) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
@@ -176,7 +168,7 @@ int wsync_checkpoint_open(const char *dir, struct wsync_checkpoint **ret,
 		goto fail;
 	}
 	for (size_t i = 0; i < n_names; i++) {
-		char *p = path_join(dir, names[i]);
+		char *p = wsync_path_join(dir, names[i]);
 
 		if (!p) {
 			r = wsync_error_set(err, -ENOMEM, "out of memory");

@@ -27,11 +27,11 @@
 #include "json.h"
 #include "path.h"
 #include "text.h"
+#include "units.h"
 #include "url.h"
 
 #define MANIFEST_FORMAT "wsync-manifest"
 #define HEAD_FORMAT "wsync-head"
-#define TIME_MAX 253402300799LL		/* 9999-12-31T23:59:59Z */
 
 static int check_ref(const struct wsync_manifest_ref *ref, struct wsync_error *err);
 
@@ -57,21 +57,6 @@ static int64_t days_from_civil(int64_t y, int m, int d)
 	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
 	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
 	return era * 146097 + doe - 719468;
-}
-
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
-{
-	int64_t era, doe, yoe, doy, mp;
-
-	z += 719468;
-	era = (z >= 0 ? z : z - 146096) / 146097;
-	doe = z - era * 146097;
-	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	mp = (5 * doy + 2) / 153;
-	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
-	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
-	*y = yoe + era * 400 + (*m <= 2);
 }
 
 /* Digits of s[at, at+n) as a number, or -1. */
@@ -121,7 +106,7 @@ static int parse_time(const char *s, size_t len, int64_t *ret)
 		return -EINVAL;
 	/* A leap second (:60) counts as the first second of the next minute. */
 	*ret = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
-	return *ret > TIME_MAX ? -EINVAL : 0;
+	return *ret > WSYNC_TIME_MAX ? -EINVAL : 0;
 }
 
 static int read_time(struct wsync_json_reader *j, const char *name, int64_t *t)
@@ -830,7 +815,7 @@ static int check_manifest(const struct wsync_manifest *m, struct wsync_error *er
 	if (m->version < 1 || m->version > WSYNC_MANIFEST_VERSION_MAX)
 		return wsync_error_set(err, -EINVAL, "\"version\" %" PRIu64 " is not in "
 				       "1..%llu", m->version, WSYNC_MANIFEST_VERSION_MAX);
-	if (m->created < 0 || m->created > TIME_MAX)
+	if (m->created < 0 || m->created > WSYNC_TIME_MAX)
 		return wsync_error_set(err, -EINVAL, "\"created\" %" PRId64 " is not a "
 				       "time from 1970 to 9999", m->created);
 	if (m->kind != WSYNC_MANIFEST_DELTA && m->kind != WSYNC_MANIFEST_ANCHOR)
@@ -1006,7 +991,7 @@ static int check_head(const struct wsync_manifest_head *h, struct wsync_error *e
 	if (h->version < 1 || h->version > WSYNC_MANIFEST_VERSION_MAX)
 		return wsync_error_set(err, -EINVAL, "\"version\" %" PRIu64 " is not in "
 				       "1..%llu", h->version, WSYNC_MANIFEST_VERSION_MAX);
-	if (h->created < 0 || h->created > TIME_MAX)
+	if (h->created < 0 || h->created > WSYNC_TIME_MAX)
 		return wsync_error_set(err, -EINVAL, "\"created\" %" PRId64 " is not a "
 				       "time from 1970 to 9999", h->created);
 	r = check_ref(&h->manifest, err);
@@ -1246,12 +1231,11 @@ static void write_hash(struct wsync_json_writer *w, const struct wsync_hash128 *
 
 static void write_time(struct wsync_json_writer *w, int64_t t)
 {
-	int64_t y;
-	int m, d;
+	char text[32];
 
-	civil_from_days(t / 86400, &y, &m, &d);
-	wsync_json_write_fmt(w, "\"%04" PRId64 "-%02d-%02dT%02d:%02d:%02dZ\"", y, m, d,
-			     (int)(t % 86400 / 3600), (int)(t % 3600 / 60), (int)(t % 60));
+	/* t was validated (0..WSYNC_TIME_MAX): it always fits */
+	(void)wsync_format_time(text, sizeof(text), t);
+	wsync_json_write_fmt(w, "\"%s\"", text);
 }
 
 /* "key": ..., "size": ..., "xxh128": ... (inside braces the caller writes) */

@@ -24,6 +24,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "durable.h"
 #include "io.h"
 
 #define TAG "wsync-signature"
@@ -199,7 +200,7 @@ int wsync_sign_key_from_raw(bool is_private, const uint8_t raw[WSYNC_SIGN_RAW_LE
 }
 
 /* Write the PEM that fill() puts in a secure-memory BIO to a new file
- * (O_EXCL, mode), fsync it.  On failure a file this call created is
+ * (O_EXCL, mode), fsync it and its directory.  On failure a file this call created is
  * removed again. */
 static int write_pem_file(const char *path, mode_t mode, EVP_PKEY *pkey, bool priv,
 			  struct wsync_error *err)
@@ -227,26 +228,19 @@ static int write_pem_file(const char *path, mode_t mode, EVP_PKEY *pkey, bool pr
 				       r == -EEXIST ? "already exists (not overwritten)"
 						    : strerror(-r));
 	}
-	r = 0;
-	for (long off = 0; off < n;) {
-		ssize_t w = write(fd, data + off, (size_t)(n - off));
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			r = w < 0 ? -errno : -EIO;
-			break;
-		}
-		off += w;
-	}
+	/* Not an atomic replacement (wsync_write_atomic): a key file is never
+	 * replaced, and O_EXCL on the name itself is what refuses to. */
+	r = wsync_write_all(fd, data, n > 0 ? (size_t)n : 0);
 	/* The umask may have made the mode stricter; never looser, but make
 	 * sure a private key is not group- or world-readable either way. */
 	if (r == 0 && fchmod(fd, mode) < 0)
 		r = -errno;
-	if (r == 0 && fsync(fd) < 0)
-		r = -errno;
+	if (r == 0)
+		r = wsync_fsync(fd);
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
+	if (r == 0)
+		r = wsync_fsync_parent(path);	/* the new name, durable too */
 	BIO_free(bio);
 	if (r < 0) {
 		(void)unlink(path);

@@ -165,6 +165,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	struct wsync_http_req *req = userdata;
 	size_t n = size * nmemb;
+	int r;
 
 	if (receiving_error(req)) {
 		/* Keep the head of an error page for the message, then cut
@@ -197,21 +198,12 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 		req->received += n;
 		return n;
 	}
-	for (size_t done = 0; done < n;) {
-		ssize_t w = pwrite(req->sink_fd, ptr + done, n - done,
-				   (off_t)(req->sink_offset + req->received));
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			int e = w < 0 ? errno : EIO;
-
-			sink_fail(req, -e, "writing the body: %s", strerror(e));
-			return 0;
-		}
-		done += (size_t)w;
-		req->received += (uint64_t)w;
+	r = wsync_pwrite_all(req->sink_fd, ptr, n, req->sink_offset + req->received);
+	if (r < 0) {
+		sink_fail(req, r, "writing the body: %s", strerror(-r));
+		return 0;
 	}
+	req->received += n;
 	/* a big download goes out to the disk as it comes, not all at the
 	 * fsync that ends it */
 	wsync_writeback_progress(req->sink_fd, req->sink_offset, req->received,

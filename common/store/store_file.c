@@ -41,18 +41,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
 #include "hash.h"
+#include "durable.h"
 #include "io.h"
 
 #define TMP_PREFIX ".wsync-tmp."
-#define TMP_NAME_MAX 32
-#define TMP_TRIES 100
 #define ETAG_MAX 64
 #define KEY_MAX 1024
 #define COPY_CHUNK (64u << 20)	/* between two looks at the cancel flag */
@@ -124,51 +122,6 @@ static bool has_tmp_component(const char *s)
 			return true;
 	}
 	return false;
-}
-
-/* Six random characters of [A-Za-z0-9], as mkstemp's XXXXXX. */
-static void random_suffix(char *out, size_t n)
-{
-	static const char set[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-	static atomic_uint counter;
-	uint8_t rnd[16];
-
-	if (n > sizeof(rnd))
-		n = sizeof(rnd);
-	if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) {
-		/* no entropy yet (early boot): uniqueness is all O_EXCL needs */
-		struct timespec ts;
-		uint64_t x;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
-		    (uint64_t)atomic_fetch_add(&counter, 1) << 32 ^ (uint64_t)getpid();
-		for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ULL + 1)
-			rnd[i] = (uint8_t)(x >> 56);
-	}
-	for (size_t i = 0; i < n; i++)
-		out[i] = set[rnd[i] % (sizeof(set) - 1)];
-	out[n] = '\0';
-}
-
-/* mkstemp() relative to dirfd: ".wsync-tmp.XXXXXX", created O_EXCL (which
- * also refuses a planted symlink of that name), mode 0644 less the umask as
- * the objects are.  name (TMP_NAME_MAX bytes) gets the name. */
-static int tmp_create(int dirfd, char *name)
-{
-	for (int i = 0; i < TMP_TRIES; i++) {
-		int fd;
-
-		memcpy(name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1);
-		random_suffix(name + sizeof(TMP_PREFIX) - 1, 6);
-		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-		if (fd >= 0)
-			return fd;
-		if (errno != EEXIST)
-			return -errno;
-	}
-	return -EEXIST;
 }
 
 /*
@@ -420,10 +373,10 @@ static int open_object(struct wsync_store_req *req, int bucket, int *fd_ret, str
 static int op_put(struct file_job *job, int bucket)
 {
 	struct wsync_store_req *req = job->req;
-	char tmp[TMP_NAME_MAX];
+	struct wsync_atomic a = { .fd = -1, .dirfd = -1 };
+	struct wsync_error err = { 0 };
 	const char *leaf;
-	int dirfd = -1, src = -1, fd = -1, r;
-	bool tmp_made = false;
+	int dirfd = -1, src = -1, r;
 	uint64_t size;
 	struct stat st;
 
@@ -450,19 +403,18 @@ static int op_put(struct file_job *job, int bucket)
 	if (r < 0)
 		goto out;
 	sweep_stale_tmps(dirfd);
-	fd = tmp_create(dirfd, tmp);
-	if (fd < 0) {
-		r = wsync_store_req_fail(req, fd, "%s: cannot create a temporary file: %s",
-					 req->key, strerror(-fd));
+	r = wsync_atomic_begin(&a, dirfd, leaf, TMP_PREFIX "XXXXXX", 0644, 0, &err);
+	if (r < 0) {
+		r = wsync_store_req_fail(req, r, "%s: cannot create a temporary file: %s",
+					 req->key, strerror(-r));
 		goto out;
 	}
-	tmp_made = true;
 	if (src >= 0) {
-		r = copy_fd(src, 0, fd, size, job);
+		r = copy_fd(src, 0, a.fd, size, job);
 	} else {
 		struct out_pos o = { 0, 0 };
 
-		r = write_all(fd, req->buf, size, &o, job);
+		r = write_all(a.fd, req->buf, size, &o, job);
 	}
 	if (r == -ENODATA)
 		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->path);
@@ -470,8 +422,10 @@ static int op_put(struct file_job *job, int bucket)
 		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
 	if (r < 0)
 		goto out;
-	r = wsync_fsync(fd);
-	if (r == 0 && fstat(fd, &st) < 0)
+	/* synced and stat'ed before the rename: what the reply describes is
+	 * what the rename puts in place */
+	r = wsync_atomic_sync(&a, &err);
+	if (r == 0 && fstat(a.fd, &st) < 0)
 		r = -errno;
 	if (r < 0) {
 		r = wsync_store_req_fail(req, r, "%s: writing: %s", req->key, strerror(-r));
@@ -481,26 +435,17 @@ static int op_put(struct file_job *job, int bucket)
 		r = -ECANCELED;
 		goto out;
 	}
-	if (renameat(dirfd, tmp, dirfd, leaf) < 0) {
-		r = errno == EISDIR ? wsync_store_req_fail(req, -EISDIR, "%s: a directory has "
-							   "this name", req->key)
-				    : wsync_store_req_fail(req, -errno, "%s: rename: %s",
-							   req->key, strerror(errno));
-		goto out;
-	}
-	tmp_made = false;
-	r = wsync_fsync(dirfd);
+	r = wsync_atomic_commit(&a, &err);
 	if (r < 0) {
-		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->key,
-					 strerror(-r));
+		r = r == -EISDIR ? wsync_store_req_fail(req, -EISDIR, "%s: a directory has "
+							"this name", req->key)
+				 : wsync_store_req_fail(req, r, "%s: %s", req->key,
+							wsync_error_str(&err));
 		goto out;
 	}
 	fill_stat(req, job, &st);
 out:
-	if (tmp_made)
-		(void)unlinkat(dirfd, tmp, 0);
-	if (fd >= 0)
-		(void)close(fd);
+	wsync_atomic_abort(&a);	/* nothing left after a commit */
 	if (dirfd >= 0)
 		(void)close(dirfd);
 	if (src >= 0)
@@ -573,46 +518,22 @@ static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
 	return 0;
 }
 
-/* The directory of path, opened, and its last component. */
-static int open_dest_dir(struct wsync_store_req *req, const char **leaf)
-{
-	const char *path = req->path, *slash = strrchr(path, '/');
-	char *dir;
-	int fd;
-
-	if (slash && !slash[1])
-		return wsync_store_req_fail(req, -EISDIR, "%s: names a directory", path);
-	*leaf = slash ? slash + 1 : path;
-	dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-	if (!dir)
-		return wsync_store_req_fail(req, -ENOMEM, "out of memory");
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		fd = wsync_store_req_fail(req, -errno, "%s: %s", dir, strerror(errno));
-	free(dir);
-	return fd;
-}
-
 static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 {
 	struct wsync_store_req *req = job->req;
+	const char *slash = strrchr(req->path, '/');
+	struct wsync_atomic a;
 	struct wsync_error err = { 0 };
-	char tmp[TMP_NAME_MAX];
 	struct wsync_hash128 h;
-	const char *leaf = NULL;
-	int dirfd, out, r;
-	bool tmp_made = true;
+	int r;
 
-	dirfd = open_dest_dir(req, &leaf);
-	if (dirfd < 0)
-		return dirfd;
-	out = tmp_create(dirfd, tmp);
-	if (out < 0) {
-		(void)close(dirfd);
-		return wsync_store_req_fail(req, out, "%s: cannot create a temporary file "
-					    "beside it: %s", req->path, strerror(-out));
-	}
-	r = copy_fd(fd, off, out, n, job);
+	if (slash && !slash[1])
+		return wsync_store_req_fail(req, -EISDIR, "%s: names a directory", req->path);
+	r = wsync_atomic_begin(&a, AT_FDCWD, req->path, TMP_PREFIX "XXXXXX", 0644, 0, &err);
+	if (r < 0)
+		return wsync_store_req_fail(req, r, "%s: cannot create a temporary file "
+					    "beside it: %s", req->path, strerror(-r));
+	r = copy_fd(fd, off, a.fd, n, job);
 	if (r == -ENODATA)
 		r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read", req->key);
 	else if (r < 0 && r != -ECANCELED)
@@ -620,14 +541,14 @@ static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 					 strerror(-r));
 	if (r < 0)
 		goto out;
-	r = wsync_fsync(out);
+	r = wsync_atomic_sync(&a, &err);
 	if (r < 0) {
-		r = wsync_store_req_fail(req, r, "%s: %s", req->path, strerror(-r));
+		r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
 		goto out;
 	}
 	/* Hash what will be renamed in, not what was meant to be written. */
 	if (req->get.expect_xxh3) {
-		r = wsync_hash_fd(out, req->path, &h, NULL, &err);
+		r = wsync_hash_fd(a.fd, req->path, &h, NULL, &err);
 		if (r < 0) {
 			r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
 			goto out;
@@ -640,21 +561,11 @@ static int get_to_file(struct file_job *job, int fd, uint64_t off, uint64_t n)
 		r = -ECANCELED;
 		goto out;
 	}
-	if (renameat(dirfd, tmp, dirfd, leaf) < 0) {
-		r = wsync_store_req_fail(req, -errno, "%s: rename: %s", req->path,
-					 strerror(errno));
-		goto out;
-	}
-	tmp_made = false;
-	r = wsync_fsync(dirfd);
+	r = wsync_atomic_commit(&a, &err);
 	if (r < 0)
-		r = wsync_store_req_fail(req, r, "%s: fsync of its directory: %s", req->path,
-					 strerror(-r));
+		r = wsync_store_req_fail(req, r, "%s", wsync_error_str(&err));
 out:
-	if (tmp_made)
-		(void)unlinkat(dirfd, tmp, 0);
-	(void)close(out);
-	(void)close(dirfd);
+	wsync_atomic_abort(&a);	/* nothing left after a commit */
 	return r;
 }
 

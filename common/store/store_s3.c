@@ -46,6 +46,7 @@
 #include "buf.h"
 #include "credentials.h"
 #include "curl_lazy.h"
+#include "durable.h"
 #include "hash.h"
 #include "http.h"
 #include "s3_xml.h"
@@ -113,7 +114,7 @@ struct s3_op {
 	int err;			/* first failure */
 	struct wsync_error error;
 	int fd;				/* put from / get into */
-	char *tmp_path;			/* get to file: the temp file */
+	struct wsync_atomic out;	/* get to file: the temp (fd is its fd) */
 	uint64_t size;			/* put: the body size; get: the object size */
 	/* multipart */
 	char *upload_id;
@@ -829,16 +830,16 @@ static void get_finish_work(uv_work_t *w)
 	 * uses the op's own copies only. */
 	struct s3_op *op = w->data;
 	struct wsync_hash128 h;
+	struct wsync_error err = { 0 };
 	uint64_t n;
-	char *slash, *dir;
-	int dfd;
+	int r = wsync_atomic_sync(&op->out, &err);
 
-	if (fsync(op->fd) < 0) {
-		op_fail(op, -errno, "get: fsync %s: %m", op->tmp_path);
+	if (r < 0) {
+		op_fail(op, r, "get: %s", wsync_error_str(&err));
 		return;
 	}
 	if (op->check_xxh3) {
-		if (wsync_hash_fd(op->fd, op->tmp_path, &h, &n, &op->error) < 0) {
+		if (wsync_hash_fd(op->fd, op->dest, &h, &n, &op->error) < 0) {
 			op->err = op->error.code;
 			return;
 		}
@@ -848,24 +849,10 @@ static void get_finish_work(uv_work_t *w)
 			return;
 		}
 	}
-	if (rename(op->tmp_path, op->dest) < 0) {
-		op_fail(op, -errno, "get: rename to %s: %m", op->dest);
-		return;
-	}
-	free(op->tmp_path);
-	op->tmp_path = NULL;
-	dir = strdup(op->dest);
-	if (dir) {
-		slash = strrchr(dir, '/');
-		if (slash)
-			*(slash == dir ? slash + 1 : slash) = '\0';
-		dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			(void)fsync(dfd);
-			close(dfd);
-		}
-		free(dir);
-	}
+	/* closes the temp: op->fd is not used after this */
+	r = wsync_atomic_commit(&op->out, &err);
+	if (r < 0)
+		op_fail(op, r, "get: %s", wsync_error_str(&err));
 }
 
 static void get_finish_done(uv_work_t *w, int status)
@@ -1127,26 +1114,18 @@ static int get_start(struct s3_op *op)
 		memcpy(op->xxh3, req->get.expect_xxh3, 16);
 	}
 	if (req->path) {
-		char *slash = strrchr(req->path, '/');
+		struct wsync_error err = { 0 };
+		int r;
 
 		if (!(op->dest = strdup(req->path)))
 			return -ENOMEM;
-		size_t dl = slash ? (size_t)(slash - req->path + 1) : 0;
-
-		op->tmp_path = malloc(dl + 32);
-		if (!op->tmp_path)
-			return -ENOMEM;
-		memcpy(op->tmp_path, req->path, dl);
-		strcpy(op->tmp_path + dl, ".wsync-tmp.XXXXXX");
-		op->fd = mkostemp(op->tmp_path, O_CLOEXEC);
-		if (op->fd < 0) {
-			int r = -errno;
-
-			free(op->tmp_path);
-			op->tmp_path = NULL;
-			return wsync_store_req_fail(req, r, "get %s: cannot create a file beside %s: %m",
-						    req->key, req->path);
-		}
+		/* 0600, the mode the downloads always had */
+		r = wsync_atomic_begin(&op->out, AT_FDCWD, req->path, ".wsync-tmp.XXXXXX", 0600, 0,
+				       &err);
+		if (r < 0)
+			return wsync_store_req_fail(req, r, "get %s: cannot create a file beside "
+						    "%s: %s", req->key, req->path, strerror(-r));
+		op->fd = op->out.fd;
 		if (!len && !req->get.offset) {
 			/* A whole object into a file: HEAD first for its size
 			 * and ETag, then one GET or parallel ranges. */
@@ -1427,12 +1406,10 @@ static void xfer_done(struct wsync_http_req *h)
 
 static void op_free(struct s3_op *op)
 {
-	if (op->fd >= 0)
+	if (op->dest)
+		wsync_atomic_abort(&op->out);	/* op->fd is its temp's, closed there */
+	else if (op->fd >= 0)
 		close(op->fd);
-	if (op->tmp_path) {
-		(void)unlink(op->tmp_path);
-		free(op->tmp_path);
-	}
 	free(op->upload_id);
 	if (op->etags)
 		for (unsigned i = 0; i < op->n_parts; i++)
@@ -1516,6 +1493,7 @@ static int s3_submit(struct wsync_store_req *req)
 	op->s3 = s3;
 	op->req = req;
 	op->fd = -1;
+	op->out.fd = op->out.dirfd = -1;
 	req->backend_data = op;
 	op->next = s3->ops;
 	if (op->next)

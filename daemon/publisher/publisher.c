@@ -33,6 +33,7 @@
 
 #include <jansson.h>
 
+#include "durable.h"
 #include "io.h"
 #include "log-messages.h"
 #include "log.h"

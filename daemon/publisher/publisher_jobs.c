@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "durable.h"
 #include "io.h"
 #include "publisher_jobs.h"
 #include "sign.h"
@@ -37,74 +37,16 @@ int pubjob_pathf(char *buf, size_t n, const char *fmt, ...)
 	return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
 }
 
-static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-		return -errno;
-	return 0;
-}
-
-int pubjob_rm_rf(const char *path)
-{
-	struct stat st;
-	int r;
-
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	r = nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-	return r > 0 ? -EIO : r;
-}
-
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		r = -errno;
-	close(fd);
-	return r;
-}
-
 int pubjob_write_atomic(const char *dir, const char *name, const char *text, size_t len,
 			bool durable, struct wsync_error *err)
 {
 	char tmp[PATH_MAX], path[PATH_MAX];
-	int fd, r = 0;
-	size_t off = 0;
+	int r;
 
-	PATHF(path, "%s/%s", dir, name);
-	PATHF(tmp, "%s/.%s.tmp", dir, name);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return wsync_error_set(err, -errno, "%s: %s", tmp, strerror(errno));
-	while (off < len) {
-		ssize_t w = write(fd, text + off, len - off);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			break;
-		}
-		off += (size_t)w;
-	}
-	if (r == 0 && durable && fsync(fd) < 0)
-		r = -errno;
-	if (close(fd) < 0 && r == 0)
-		r = -errno;
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	if (r < 0) {
-		(void)unlink(tmp);
-		return wsync_error_set(err, r, "%s: %s", path, strerror(-r));
-	}
-	if (durable && (r = fsync_dir(dir)) < 0)
-		return wsync_error_set(err, r, "%s: fsync: %s", dir, strerror(-r));
-	return 0;
+	if ((r = PATHF(path, "%s/%s", dir, name)) < 0 || (r = PATHF(tmp, ".%s.tmp", name)) < 0)
+		return wsync_error_set(err, r, "%s/%s: %s", dir, name, strerror(-r));
+	return wsync_write_atomic(AT_FDCWD, path, tmp, text, len, 0644,
+				  durable ? 0 : WSYNC_ATOMIC_NOSYNC, err);
 }
 
 void pubjob_files_free(struct wsync_manifest_file *files, size_t n)
@@ -325,7 +267,7 @@ void pubjob_prepare_work(void *data)
 	PATHF(base, "%s/base", j->pub_dir);
 	PATHF(empty, "%s/empty", j->pub_dir);
 	PATHF(out, "%s/out", j->pub_dir);
-	if ((r = pubjob_rm_rf(staging)) < 0 || (r = pubjob_rm_rf(out)) < 0) {
+	if ((r = wsync_rm_rf(staging)) < 0 || (r = wsync_rm_rf(out)) < 0) {
 		j->result = wsync_error_set(&j->err, r, "cleaning %s: %s", j->pub_dir,
 					    strerror(-r));
 		return;
@@ -449,7 +391,7 @@ void pubjob_commit_work(void *data)
 						    staging, base, strerror(errno));
 			return;
 		}
-		if ((r = fsync_dir(j->pub_dir)) < 0) {
+		if ((r = wsync_fsync_dir(AT_FDCWD, j->pub_dir)) < 0) {
 			j->result = wsync_error_set(&j->err, r, "%s: fsync: %s", j->pub_dir,
 						    strerror(-r));
 			return;
@@ -465,8 +407,8 @@ void pubjob_commit_work(void *data)
 		char out[PATH_MAX];
 
 		PATHF(out, "%s/out", j->pub_dir);
-		(void)pubjob_rm_rf(staging);	/* the previous base */
-		(void)pubjob_rm_rf(out);
+		(void)wsync_rm_rf(staging);	/* the previous base */
+		(void)wsync_rm_rf(out);
 	}
 	j->result = 0;
 }

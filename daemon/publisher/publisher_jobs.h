@@ -94,12 +94,9 @@ struct pubjob_verify {
 
 void pubjob_verify_work(void *data);
 
-/* Remove a tree (no symlinks followed).  0 or a negative errno; a missing
- * path is 0. */
-int pubjob_rm_rf(const char *path);
-
-/* Write text to dir/name atomically and durably (temp, fsync, rename,
- * fsync dir).  0 or a negative errno with err set. */
+/* Write text to dir/name atomically (wsync_write_atomic, with the temp
+ * ".<name>.tmp"), and durably unless !durable.  0 or a negative errno with
+ * err set. */
 int pubjob_write_atomic(const char *dir, const char *name, const char *text, size_t len,
 			bool durable, struct wsync_error *err);
 

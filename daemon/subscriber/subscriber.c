@@ -62,10 +62,12 @@
 
 #include <jansson.h>
 
+#include "durable.h"
 #include "io.h"
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_cycle.h"
+#include "units.h"
 
 #define BACKOFF_MAX_MS 60000u
 
@@ -73,13 +75,6 @@ static void start_cycle(struct wsync_subscriber *s);
 static void maybe_stopped(struct wsync_subscriber *s);
 
 /* ---- small helpers ---- */
-
-char *sub_path_join(const char *a, const char *b)
-{
-	char *p;
-
-	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
-}
 
 static uint64_t rng_next(struct wsync_subscriber *s)
 {
@@ -165,7 +160,7 @@ void sub_update_status(struct wsync_subscriber *s)
 	else
 		snprintf(v, sizeof(v), "no version applied yet");
 	if (s->outage.down) {
-		(void)wsync_role_time_text(s->outage.since, when, sizeof(when));
+		(void)wsync_format_time(when, sizeof(when), s->outage.since);
 		snprintf(s->line, sizeof(s->line), "%s, store unreachable since %s", v, when);
 		s->state_word = "error";
 	} else if (s->phase == PH_TRANSFER && c && c->n_steps) {
@@ -687,7 +682,7 @@ static void check_stale(struct wsync_subscriber *s)
 	if (stale && !s->stale_logged) {
 		char when[32];
 
-		(void)wsync_role_time_text(s->head_created, when, sizeof(when));
+		(void)wsync_format_time(when, sizeof(when), s->head_created);
 		wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_HEAD_STALE,
 						    .version = (int64_t)s->head_version),
 			  "HEAD (version %" PRIu64 ") was written at %s, longer ago than "
@@ -927,9 +922,9 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		r = wsync_error_set(err, -EINVAL, "[subscriber] target_dir is not set");
 		goto fail;
 	}
-	s->sub_dir = sub_path_join(cfg->state_dir, "subscriber");
-	s->legacy_state = s->sub_dir ? sub_path_join(s->sub_dir, "state.json") : NULL;
-	s->state_path = sub_path_join(cfg->target_dir, SUB_META_DIR "/state.json");
+	s->sub_dir = wsync_path_join(cfg->state_dir, "subscriber");
+	s->legacy_state = s->sub_dir ? wsync_path_join(s->sub_dir, "state.json") : NULL;
+	s->state_path = wsync_path_join(cfg->target_dir, SUB_META_DIR "/state.json");
 	if (cfg->layout == WSYNC_LAYOUT_SYMLINK) {
 		/* Beside the link: inside it, the lock would move with each flip. */
 		const char *slash = strrchr(cfg->target_dir, '/');
@@ -939,10 +934,10 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			     slash ? cfg->target_dir : ".", slash ? slash + 1 : cfg->target_dir) < 0)
 			s->lock_path = NULL;
 	} else {
-		s->lock_path = sub_path_join(cfg->target_dir, SUB_META_DIR "/lock");
+		s->lock_path = wsync_path_join(cfg->target_dir, SUB_META_DIR "/lock");
 	}
-	s->downloads = s->sub_dir ? sub_path_join(s->sub_dir, "downloads") : NULL;
-	s->empty_dir = s->sub_dir ? sub_path_join(s->sub_dir, "empty") : NULL;
+	s->downloads = s->sub_dir ? wsync_path_join(s->sub_dir, "downloads") : NULL;
+	s->empty_dir = s->sub_dir ? wsync_path_join(s->sub_dir, "empty") : NULL;
 	if (!s->state_path || !s->legacy_state || !s->lock_path || !s->downloads ||
 	    !s->empty_dir) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
@@ -989,7 +984,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	 * wsyncd and a `wsync pull`, or two daemons sharing either. */
 	{
 		const char *prog = d->program ? d->program : "wsync";
-		char *state_lock = sub_path_join(s->sub_dir, "lock");
+		char *state_lock = wsync_path_join(s->sub_dir, "lock");
 		struct wsync_error e = { 0 };
 
 		r = state_lock ? wsync_instance_lock(&s->state_lock, state_lock, prog, cfg->path,

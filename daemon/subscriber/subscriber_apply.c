@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "durable.h"
+#include "io.h"
 #include "sign.h"
 #include "subscriber_local.h"
 
@@ -184,7 +186,7 @@ static void prune_parents(int root, const char *rel)
 			(void)close(dfd);
 			break;
 		}
-		(void)fsync(dfd);
+		(void)wsync_fsync(dfd);
 		(void)close(dfd);
 	}
 	free(p);
@@ -213,7 +215,7 @@ static int delete_dropped(struct sub_apply_job *j, int root,
 			return wsync_error_set(&j->err, -e, "%s: removing: %s", f->path,
 					       strerror(e));
 		}
-		(void)fsync(dfd);
+		(void)wsync_fsync(dfd);
 		(void)close(dfd);
 		j->deleted++;
 		prune_parents(root, f->path);
@@ -376,7 +378,7 @@ void sub_apply_work(void *data)
 	}
 out:
 	if (built && r < 0)
-		(void)sub_rm_rf(build);	/* the link still names the old version */
+		(void)wsync_rm_rf(build);	/* the link still names the old version */
 	free(build);
 	if (r < 0)
 		sub_local_free(&j->next);

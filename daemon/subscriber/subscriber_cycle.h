@@ -20,6 +20,7 @@
 #include "instance_lock.h"
 #include "manifest.h"
 #include "metrics.h"
+#include "path.h"
 #include "role.h"
 #include "sign.h"
 #include "subscriber.h"
@@ -182,9 +183,6 @@ static inline const char *sub_err_text(const struct wsync_error *e, int r)
  * (err says so, naming the version). */
 int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
 		      struct wsync_error *err);
-
-/* "a/b", malloc'd; NULL when out of memory. */
-char *sub_path_join(const char *a, const char *b);
 
 /* A store request of the cycle: made and linked (NULL: no memory); ended:
  * unlinked and freed, returning its subscriber (NULL when stop detached

@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "io.h"
 #include "subscriber_local.h"
 
@@ -68,53 +69,6 @@ char *sub_version_dir(const char *target, uint64_t version)
 	char *p;
 
 	return asprintf(&p, "%s.v%" PRIu64, target, version) < 0 ? NULL : p;
-}
-
-/* Remove name under dfd and everything below it, never following a link. */
-static int rm_rf_at(int dfd, const char *name, unsigned depth)
-{
-	struct stat st;
-	int sub, r = 0;
-	DIR *d;
-	struct dirent *de;
-
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode))
-		return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-	if (depth > 128)
-		return -ELOOP;
-	sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sub < 0)
-		return -errno;
-	d = fdopendir(sub);
-	if (!d) {
-		(void)close(sub);
-		return -errno;
-	}
-	while ((de = readdir(d)) && r == 0)
-		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-			r = rm_rf_at(dirfd(d), de->d_name, depth + 1);
-	(void)closedir(d);
-	if (r == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		r = -errno;
-	return r;
-}
-
-int sub_rm_rf(const char *path)
-{
-	char *dir, *base;
-	int dfd, r = split(path, &dir, &base);
-
-	if (r < 0)
-		return r;
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	r = dfd < 0 ? -errno : rm_rf_at(dfd, base, 0);
-	if (dfd >= 0)
-		(void)close(dfd);
-	free(dir);
-	free(base);
-	return r;
 }
 
 /* ".<name>.wsync-XXXXXX" (apply.h's temps). */
@@ -166,7 +120,7 @@ static int link_tree(int from, int to, unsigned depth)
 			if (a >= 0)
 				(void)close(a);
 			if (b >= 0) {
-				(void)fsync(b);
+				(void)wsync_fsync(b);
 				(void)close(b);
 			}
 		}
@@ -212,7 +166,7 @@ int sub_layout_begin(const char *target, const char *vdir, bool from_current,
 	if (!*build)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	vdir = *build;
-	r = sub_rm_rf(vdir);
+	r = wsync_rm_rf(vdir);
 	if (r < 0)
 		return wsync_error_set(err, r, "%s: removing a leftover: %s", vdir, strerror(-r));
 	/* its parent fsynced too (wsync_mkdir_p): the directory must be
@@ -225,14 +179,14 @@ int sub_layout_begin(const char *target, const char *vdir, bool from_current,
 	from = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);	/* through the link */
 	to = open(vdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	r = from < 0 || to < 0 ? -errno : link_tree(from, to, 0);
-	if (r == 0 && fsync(to) < 0)
-		r = -errno;
+	if (r == 0)
+		r = wsync_fsync(to);
 	if (from >= 0)
 		(void)close(from);
 	if (to >= 0)
 		(void)close(to);
 	if (r < 0) {
-		(void)sub_rm_rf(vdir);
+		(void)wsync_rm_rf(vdir);
 		return wsync_error_set(err, r, "%s: hardlinking the current version into %s: %s",
 				       target, vdir, strerror(-r));
 	}
@@ -255,7 +209,7 @@ static int exchange(const char *build, const char *vdir, struct wsync_error *err
 		old = rebuild_dir(vdir, "wsync-old");
 		if (!old)
 			r = -ENOMEM;
-		else if ((r = sub_rm_rf(old)) == 0 && rename(vdir, old) < 0)
+		else if ((r = wsync_rm_rf(old)) == 0 && rename(vdir, old) < 0)
 			r = -errno;
 		else if (r == 0 && rename(build, vdir) < 0) {
 			r = -errno;
@@ -267,7 +221,7 @@ static int exchange(const char *build, const char *vdir, struct wsync_error *err
 	if (r == 0)
 		r = wsync_fsync_parent(vdir);
 	if (r == 0)
-		(void)sub_rm_rf(old);	/* the damaged tree; prune retries a leftover */
+		(void)wsync_rm_rf(old);	/* the damaged tree; prune retries a leftover */
 	free(old);
 	return r < 0 ? wsync_error_set(err, r, "%s: replacing it with the rebuilt %s: %s",
 				       vdir, build, strerror(-r)) : 0;
@@ -363,7 +317,7 @@ int sub_layout_prune(const char *target, uint64_t keep)
 			uint64_t n;
 
 			if (pass == 1 && de->d_name[0] == '.' && leftover(de->d_name + 1, base, bl)) {
-				removed += rm_rf_at(dirfd(d), de->d_name, 0) == 0;
+				removed += wsync_rm_rf_at(dirfd(d), de->d_name) == 0;
 				continue;
 			}
 			if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".v", 2) ||
@@ -376,7 +330,7 @@ int sub_layout_prune(const char *target, uint64_t keep)
 				if (n < keep && n > below)
 					below = n;
 			} else if (n != keep && n != below &&
-				   rm_rf_at(dirfd(d), de->d_name, 0) == 0) {
+				   wsync_rm_rf_at(dirfd(d), de->d_name) == 0) {
 				removed++;
 			}
 		}
@@ -417,7 +371,7 @@ int sub_layout_prepare(const char *target, struct wsync_error *err)
 		sub_local_free(&s);
 		if (!vdir)
 			return wsync_error_set(err, -ENOMEM, "out of memory");
-		r = sub_rm_rf(vdir);
+		r = wsync_rm_rf(vdir);
 		if (r == 0 && rename(target, vdir) < 0)
 			r = -errno;
 		if (r < 0) {
@@ -447,6 +401,6 @@ int sub_layout_prepare(const char *target, struct wsync_error *err)
 					       "wsync state: with layout = symlink it must be a "
 					       "symbolic link (move the directory away)", target);
 	}
-	r = sub_rm_rf(target);
+	r = wsync_rm_rf(target);
 	return r < 0 ? wsync_error_set(err, r, "%s: %s", target, strerror(-r)) : 0;
 }

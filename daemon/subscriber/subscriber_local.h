@@ -290,9 +290,6 @@ int sub_space_check(const char *path, uint64_t need, const char *what,
 
 /* "<target>.v<version>", malloc'd (NULL: ENOMEM). */
 char *sub_version_dir(const char *target, uint64_t version);
-/* Remove path and everything below it, never following a link.  0 (also
- * when missing) or a negative errno. */
-int sub_rm_rf(const char *path);
 /* Make the directory the step builds fresh, *build (malloc'd): vdir, or,
  * when target already names vdir (a repair of the current version), a
  * sibling that sub_layout_commit exchanges with it.  from_current:

@@ -22,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "durable.h"
 #include "hash.h"
 #include "io.h"
 #include "path.h"
@@ -225,8 +226,8 @@ int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
 {
 	char hex[WSYNC_HASH_HEX_LEN + 1], *text = NULL;
 	json_t *root = json_object(), *files = json_array();
-	bool made = false;
-	int fd = -1, r = -ENOMEM;
+	struct wsync_atomic a;
+	int r = -ENOMEM;
 
 	if (!root || !files)
 		goto fail;
@@ -255,63 +256,20 @@ int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
 		r = -ENOMEM;
 		goto fail;
 	}
-	/* A temp a killed save left goes first: O_EXCL then makes sure the
-	 * bytes go into a file this save created, not into whatever else
-	 * the name might be (the directory is ours: sub_meta_open). */
-	if (unlinkat(dirfd, STATE_TMP, 0) < 0 && errno != ENOENT) {
-		r = -errno;
-		goto fail;
-	}
-	fd = openat(dirfd, STATE_TMP, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		r = -errno;
-		goto fail;
-	}
-	made = true;
-	size_t len = strlen(text), off = 0;
-
-	while (off < len) {
-		ssize_t n = write(fd, text + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			goto fail;
-		}
-		off += (size_t)n;
-	}
-	if (write(fd, "\n", 1) != 1 || fsync(fd) < 0) {
-		r = errno ? -errno : -EIO;
-		goto fail;
-	}
-	if (close(fd) < 0) {
-		fd = -1;
-		r = -errno;
-		goto fail;
-	}
-	fd = -1;
-	if (renameat(dirfd, STATE_TMP, dirfd, STATE_NAME) < 0) {
-		r = -errno;
-		goto fail;
-	}
-	made = false;
-	r = wsync_fsync(dirfd);
-	if (r < 0)
-		goto fail;
-	free(text);
-	json_decref(files);
-	json_decref(root);
-	return 0;
+	/* The temp has a fixed name (the directory is ours: sub_meta_open),
+	 * so the next save replaces what a killed one left. */
+	r = wsync_atomic_begin(&a, dirfd, STATE_NAME, STATE_TMP, 0644, 0, err);
+	if (r == 0 && ((r = wsync_write_all(a.fd, text, strlen(text))) < 0 ||
+		       (r = wsync_write_all(a.fd, "\n", 1)) < 0))
+		wsync_atomic_abort(&a);
+	else if (r == 0)
+		r = wsync_atomic_commit(&a, err);
 fail:
-	if (fd >= 0)
-		(void)close(fd);
-	if (made)
-		(void)unlinkat(dirfd, STATE_TMP, 0);
 	free(text);
 	json_decref(files);
 	json_decref(root);
-	return wsync_error_set(err, r, "%s: writing the state: %s", path, strerror(-r));
+	return r < 0 ? wsync_error_set(err, r, "%s: writing the state: %s", path, strerror(-r))
+		     : 0;
 }
 
 int sub_state_save(const char *target, const struct sub_local *s, struct wsync_error *err)
@@ -573,7 +531,7 @@ static int remove_temps_in(int dfd, unsigned depth)
 		}
 	}
 	if (removed)
-		(void)fsync(dirfd(d));
+		(void)wsync_fsync(dirfd(d));
 	(void)closedir(d);
 	return removed;
 }
@@ -612,8 +570,8 @@ int sub_meta_open(const char *target, bool create, struct wsync_error *err)
 	 * directory, after apply synced it): its entry must be as durable as
 	 * the state.json about to be written in it, or a power loss after the
 	 * flip leaves a version without its marker. */
-	if (made == 0 && fsync(tfd) < 0 && errno != EINVAL) {
-		r = wsync_error_set(err, -errno, "%s: fsync: %s", target, strerror(errno));
+	if (made == 0 && (r = wsync_fsync(tfd)) < 0) {
+		r = wsync_error_set(err, r, "%s: fsync: %s", target, strerror(-r));
 		goto out;
 	}
 	/* The check and every later use are this one descriptor: what is

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_cycle.h"
@@ -236,22 +237,6 @@ static int add_step(struct wsync_subscriber *s, uint64_t v, bool anchor)
 	return 0;
 }
 
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t w = pwrite(fd, buf, len, (off_t)off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		buf = (const char *)buf + w;
-		len -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
-
 /* The bytes of a range request arrived: into the step's file. */
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
@@ -273,7 +258,7 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 		s->metrics.bytes_downloaded += len;
 		c->bytes_done += len;
 		if (!c->failed && st->fd >= 0)
-			r = pwrite_all(st->fd, res->data, res->data_len, off);
+			r = wsync_pwrite_all(st->fd, res->data, res->data_len, off);
 		if (r < 0) {
 			sub_set_error(s, "%s: %s", st->path, strerror(-r));
 			c->failed = true;
@@ -403,7 +388,7 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		struct req *q;
 		int r;
 
-		st->path = sub_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
+		st->path = wsync_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
 		if (st->path && st->sel) {
 			r = fetch_by_file(s, i);
 			if (r < 0) {

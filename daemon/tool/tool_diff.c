@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "diff.h"
+#include "durable.h"
 #include "tool.h"
 #include "units.h"
 
@@ -106,11 +107,10 @@ int tool_diff(int argc, char **argv)
 	struct wsync_diff_stats st;
 	struct wsync_error err = { 0 };
 	const char *out = NULL;
-	char *tmp = NULL, *slash;
+	struct wsync_atomic out_file;
 	bool json = false;
 	uint64_t level;
-	mode_t mask;
-	int c, fd, r;
+	int c, r;
 
 	optind = 1;
 	opterr = 0;
@@ -159,37 +159,21 @@ int tool_diff(int argc, char **argv)
 	if (r)
 		return r;
 
-	/* ".<name>.wsync-XXXXXX" beside the output, as the applier names its
-	 * temps, so a crash leaves recognisable litter. */
-	slash = strrchr(out, '/');
-	if (asprintf(&tmp, "%.*s.%s.wsync-XXXXXX", slash ? (int)(slash - out + 1) : 0,
-		     out, slash ? slash + 1 : out) < 0) {
-		fprintf(stderr, TOOL ": out of memory\n");
-		return WSYNC_EXIT_FAILURE;
+	/* The temp is ".<name>.wsync-XXXXXX" beside the output, as the
+	 * applier names its temps, so a crash leaves recognisable litter; the
+	 * mode is a plain create's (0666 less the umask). */
+	r = wsync_atomic_begin(&out_file, AT_FDCWD, out, NULL, 0666, 0, &err);
+	if (r == 0) {
+		r = wsync_diff(argv[optind], argv[optind + 1], out_file.fd, &dopts, &st, &err);
+		if (r < 0)
+			wsync_atomic_abort(&out_file);
+		else
+			r = wsync_atomic_commit(&out_file, &err);
 	}
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		fprintf(stderr, TOOL ": %s: %s\n", out, strerror(errno));
-		free(tmp);
-		return WSYNC_EXIT_FAILURE;
-	}
-	r = wsync_diff(argv[optind], argv[optind + 1], fd, &dopts, &st, &err);
-	/* mkostemp made it 0600; give it the mode a plain create would. */
-	mask = umask(0);
-	(void)umask(mask);
-	if (r == 0 && (fchmod(fd, 0666 & ~mask) < 0 || fsync(fd) < 0))
-		r = wsync_error_set(&err, -errno, "%s: %s", out, strerror(errno));
-	if (close(fd) < 0 && r == 0)
-		r = wsync_error_set(&err, -errno, "%s: %s", out, strerror(errno));
-	if (r == 0 && rename(tmp, out) < 0)
-		r = wsync_error_set(&err, -errno, "%s: %s", out, strerror(errno));
 	if (r < 0) {
-		(void)unlink(tmp);
-		free(tmp);
 		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		return r == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
-	free(tmp);
 	print_summary(&st, json);
 	if (fflush(stdout) != 0) {
 		fprintf(stderr, TOOL ": writing the output: %s\n", strerror(errno));

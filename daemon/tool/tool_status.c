@@ -41,6 +41,7 @@
 #include "metrics.h"
 #include "role.h"
 #include "tool.h"
+#include "units.h"
 
 #define EXIT_NOT_RUNNING 3
 
@@ -158,7 +159,7 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	} else if (has_int(o, "updated", &v)) {	/* a publisher before RFC 3339 */
 		char when[32];
 
-		if (wsync_role_time_text((int64_t)v, when, sizeof(when)))
+		if (wsync_format_time(when, sizeof(when), (int64_t)v))
 			printf("  updated:        %s (%s)\n", when, path);
 	}
 }

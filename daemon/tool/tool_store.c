@@ -263,7 +263,7 @@ static void on_done(struct wsync_store_result *res, void *userdata)
 
 static void format_time(int64_t t, char *buf, size_t len)
 {
-	if (t <= 0 || !wsync_role_time_text(t, buf, len))
+	if (t <= 0 || !wsync_format_time(buf, len, t))
 		snprintf(buf, len, "-");
 }
 

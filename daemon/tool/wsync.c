@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "durable.h"
 #include "log.h"
 #include "tool.h"
 #include "units.h"
@@ -176,10 +177,20 @@ static void usage(FILE *f)
 		   "did not verify), 78 bad configuration file.\n");
 }
 
+/* The library's word that a file system refused fsync (durable.h): said
+ * once, since nothing fails. */
+static void warn_not_durable(const char *what, int err, void *ud)
+{
+	(void)ud;
+	fprintf(stderr, "wsync: warning: %s: the file system refuses fsync (%s): what "
+		"wsync writes there is not safe from a power loss\n", what, strerror(err));
+}
+
 int main(int argc, char **argv)
 {
 	wsync_log_set_ident("wsync");
 	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
+	wsync_durable_set_warn(warn_not_durable, NULL);
 
 	if (argc < 2) {
 		usage(stderr);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "io.h"
 #include "tap.h"
 

@@ -165,6 +165,29 @@ static void test_format_bytes(void)
 	CHECK_STR(wsync_format_bytes(buf, sizeof(buf), 3 * GiB / 2), "1.5 GiB");
 }
 
+/* RFC 3339 UTC, the one formatter of status.json's and the manifests'
+ * times: leap days, the ends of the range, "?" outside it or when the
+ * buffer is short. */
+static void test_format_time(void)
+{
+	char buf[32], small[20];
+
+	CHECK(wsync_format_time(buf, sizeof(buf), 0));
+	CHECK_STR(buf, "1970-01-01T00:00:00Z");
+	CHECK(wsync_format_time(buf, sizeof(buf), 1796416908));
+	CHECK_STR(buf, "2026-12-04T20:41:48Z");
+	CHECK(wsync_format_time(buf, sizeof(buf), 951825599));
+	CHECK_STR(buf, "2000-02-29T11:59:59Z");
+	CHECK(wsync_format_time(buf, sizeof(buf), WSYNC_TIME_MAX));
+	CHECK_STR(buf, "9999-12-31T23:59:59Z");
+	CHECK(!wsync_format_time(buf, sizeof(buf), WSYNC_TIME_MAX + 1));
+	CHECK_STR(buf, "?");
+	CHECK(!wsync_format_time(buf, sizeof(buf), -1));
+	CHECK_STR(buf, "?");
+	CHECK(!wsync_format_time(small, sizeof(small), 0));
+	CHECK_STR(small, "?");
+}
+
 int main(void)
 {
 	TEST(test_size_accepts_units);
@@ -175,5 +198,6 @@ int main(void)
 	TEST(test_duration_rejects);
 	TEST(test_bool);
 	TEST(test_format_bytes);
+	TEST(test_format_time);
 	return tap_done();
 }

@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "durable.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io.h"
+
+/* ---- the fsync policy ---- */
+
+typedef void (*warn_fn)(const char *what, int err, void *ud);
+
+static _Atomic(warn_fn) warn_hook;
+static _Atomic(void *) warn_ud;
+static atomic_bool warned;
+
+void wsync_durable_set_warn(void (*fn)(const char *what, int err, void *ud), void *ud)
+{
+	atomic_store(&warn_ud, ud);
+	atomic_store(&warn_hook, fn);
+}
+
+/* Errors that say "this file system has no fsync here", not "it failed". */
+static bool refused(int e)
+{
+	return e == EINVAL || e == ENOSYS || e == ENOTSUP
+#if EOPNOTSUPP != ENOTSUP
+	       || e == EOPNOTSUPP
+#endif
+		;
+}
+
+static void warn_once(int fd, int e)
+{
+	warn_fn fn = atomic_load(&warn_hook);
+	char link[64], what[4096];
+	ssize_t n;
+
+	if (!fn || atomic_exchange(&warned, true))
+		return;
+	/* The file's name is what an operator needs to find the mount. */
+	(void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, what, sizeof(what) - 1);
+	if (n > 0)
+		what[n] = '\0';
+	else
+		(void)snprintf(what, sizeof(what), "fd %d", fd);
+	fn(what, e, atomic_load(&warn_ud));
+}
+
+int wsync_fsync(int fd)
+{
+	int e;
+
+	/* libc's fsync, not a system call of our own: the crash tests' shim
+	 * intercepts it to model a power loss. */
+	while (fsync(fd) < 0) {
+		e = errno;
+		if (e == EINTR)
+			continue;
+		if (!refused(e))
+			return -e;
+		warn_once(fd, e);
+		return 0;
+	}
+	return 0;
+}
+
+int wsync_fsync_dir(int dirfd, const char *dir)
+{
+	int fd = openat(dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return -errno;
+	r = wsync_fsync(fd);
+	(void)close(fd);
+	return r;
+}
+
+/* The directory part of path (".", "/" or a copy of what precedes the
+ * last slash), malloc'd; NULL when out of memory. */
+static char *parent_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return !slash ? strdup(".") : slash == path ? strdup("/")
+			: strndup(path, (size_t)(slash - path));
+}
+
+int wsync_fsync_parent(const char *path)
+{
+	char *dir = parent_of(path);
+	int r;
+
+	if (!dir)
+		return -ENOMEM;
+	r = wsync_fsync_dir(AT_FDCWD, dir);
+	free(dir);
+	return r;
+}
+
+/* mkdir p; when it made it, fsync its parent so that the new entry
+ * survives a power loss as what is later written inside it does.  A
+ * parent we may write but not open is not an error: nothing better can be
+ * done. */
+static int mkdir_durable(const char *p, mode_t mode)
+{
+	char *dir;
+	int fd, r;
+
+	if (mkdir(p, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	dir = parent_of(p);
+	if (!dir)
+		return -ENOMEM;
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(dir);
+	if (fd < 0)
+		return 0;
+	r = wsync_fsync(fd);
+	(void)close(fd);
+	return r;
+}
+
+int wsync_mkdir_p(const char *path, unsigned mode)
+{
+	char *p = strdup(path);
+	int r = 0;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *q = p + 1; *q && r == 0; q++) {
+		if (*q != '/')
+			continue;
+		*q = '\0';
+		r = mkdir_durable(p, (mode_t)mode);
+		*q = '/';
+	}
+	if (r == 0)
+		r = mkdir_durable(p, (mode_t)mode);
+	free(p);
+	return r;
+}
+
+/* ---- atomic replacement ---- */
+
+static void atomic_release(struct wsync_atomic *a)
+{
+	if (a->fd >= 0)
+		(void)close(a->fd);
+	if (a->dirfd >= 0)
+		(void)close(a->dirfd);
+	free(a->tmp);
+	free(a->name);
+	free(a->path);
+	memset(a, 0, sizeof(*a));
+	a->fd = a->dirfd = -1;
+}
+
+/* n random characters of [A-Za-z0-9] and a NUL into out, as mkstemp's
+ * XXXXXX. */
+static void random_suffix(char *out, size_t n)
+{
+	static const char set[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	static atomic_uint counter;
+	uint8_t rnd[16];
+
+	if (n > sizeof(rnd))
+		n = sizeof(rnd);
+	if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) {
+		/* no entropy yet (early boot): uniqueness is all O_EXCL needs */
+		struct timespec ts;
+		uint64_t x;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
+		    (uint64_t)atomic_fetch_add(&counter, 1) << 32 ^ (uint64_t)getpid();
+		for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ULL + 1)
+			rnd[i] = (uint8_t)(x >> 56);
+	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = set[rnd[i] % (sizeof(set) - 1)];
+	out[n] = '\0';
+}
+
+#define TEMP_TRIES 100
+#define TEMP_NAME_KEEP 200	/* of the target's name: the temp's stays < NAME_MAX */
+
+int wsync_temp_create(int dirfd, const char *prefix, mode_t mode, char **name)
+{
+	size_t plen = strlen(prefix);
+	char *n = malloc(plen + 7);
+
+	*name = NULL;
+	if (!n)
+		return -ENOMEM;
+	memcpy(n, prefix, plen);
+	for (int i = 0; i < TEMP_TRIES; i++) {
+		int fd;
+
+		random_suffix(n + plen, 6);
+		fd = openat(dirfd, n, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
+			    mode);
+		if (fd >= 0) {
+			*name = n;
+			return fd;
+		}
+		if (errno != EEXIST) {
+			int e = errno;
+
+			free(n);
+			return -e;
+		}
+	}
+	free(n);
+	return -EEXIST;
+}
+
+char *wsync_temp_prefix(const char *name)
+{
+	size_t n = strlen(name);
+	char *p;
+
+	return asprintf(&p, ".%.*s.wsync-", (int)(n > TEMP_NAME_KEEP ? TEMP_NAME_KEEP : n),
+			name) < 0 ? NULL : p;
+}
+
+int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, const char *tmp,
+		       mode_t mode, unsigned flags, struct wsync_error *err)
+{
+	const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
+	const char *slash = strrchr(path, '/');
+	char *dir = NULL;
+	size_t tlen = 0;
+	int r;
+
+	memset(a, 0, sizeof(*a));
+	a->fd = a->dirfd = -1;
+	a->flags = flags;
+	a->mode = mode;
+	a->path = strdup(path);
+	a->name = strdup(slash ? slash + 1 : path);
+	dir = parent_of(path);
+	if (!a->path || !a->name || !dir || (tmp && !(a->tmp = strdup(tmp)))) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	if (!*a->name) {
+		r = -EISDIR;
+		goto fail;
+	}
+	a->dirfd = openat(dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (a->dirfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (!tmp || ((tlen = strlen(tmp)) >= 6 && strcmp(tmp + tlen - 6, "XXXXXX") == 0)) {
+		char *prefix = !tmp ? wsync_temp_prefix(a->name) : strndup(tmp, tlen - 6);
+
+		free(a->tmp);
+		a->tmp = NULL;
+		a->fd = prefix ? wsync_temp_create(a->dirfd, prefix, mode, &a->tmp) : -ENOMEM;
+		r = a->fd < 0 ? a->fd : 0;
+		free(prefix);
+	} else if (unlinkat(a->dirfd, tmp, 0) < 0 && errno != ENOENT) {
+		r = -errno;
+	} else {
+		a->fd = openat(a->dirfd, tmp, oflags, mode);
+		r = a->fd < 0 ? -errno : 0;
+	}
+	if (r < 0) {
+		/* no temp of ours exists: none is removed */
+		free(a->tmp);
+		a->tmp = NULL;
+		goto fail;
+	}
+	free(dir);
+	return 0;
+fail:
+	free(dir);
+	(void)wsync_error_set(err, r, "%s: %s", path, strerror(-r));
+	atomic_release(a);
+	return r;
+}
+
+void wsync_atomic_abort(struct wsync_atomic *a)
+{
+	if (a->fd >= 0) {
+		(void)close(a->fd);
+		a->fd = -1;
+	}
+	if (a->tmp && a->dirfd >= 0)
+		(void)unlinkat(a->dirfd, a->tmp, 0);
+	atomic_release(a);
+}
+
+int wsync_atomic_sync(struct wsync_atomic *a, struct wsync_error *err)
+{
+	int r = 0;
+
+	if (a->fd < 0 || !a->tmp)
+		return wsync_error_set(err, -EBADF, "%s: no temp to sync",
+				       a->path ? a->path : "?");
+	if (a->synced)
+		return 0;
+	if ((a->flags & WSYNC_ATOMIC_EXACT_MODE) && fchmod(a->fd, a->mode) < 0)
+		r = wsync_error_set(err, -errno, "%s: %s", a->path, strerror(errno));
+	else if (!(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(a->fd)) < 0)
+		r = wsync_error_set(err, r, "%s: fsync: %s", a->path, strerror(-r));
+	a->synced = r == 0;
+	return r;
+}
+
+int wsync_atomic_commit(struct wsync_atomic *a, struct wsync_error *err)
+{
+	int r = wsync_atomic_sync(a, err), fd = a->fd;
+
+	if (r < 0) {
+		wsync_atomic_abort(a);
+		return r;
+	}
+	a->fd = -1;
+	if (close(fd) < 0 || renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0) {
+		r = wsync_error_set(err, -errno, "%s: %s", a->path, strerror(errno));
+		wsync_atomic_abort(a);
+		return r;
+	}
+	free(a->tmp);
+	a->tmp = NULL;	/* renamed: nothing to remove any more */
+	if (!(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(a->dirfd)) < 0)
+		(void)wsync_error_set(err, r, "%s: syncing its directory: %s", a->path,
+				      strerror(-r));
+	atomic_release(a);
+	return r;
+}
+
+int wsync_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf,
+		       size_t len, mode_t mode, unsigned flags, struct wsync_error *err)
+{
+	struct wsync_atomic a;
+	int r = wsync_atomic_begin(&a, dirfd, path, tmp, mode, flags, err);
+
+	if (r < 0)
+		return r;
+	r = wsync_write_all(a.fd, buf, len);
+	if (r < 0) {
+		wsync_atomic_abort(&a);
+		return wsync_error_set(err, r, "%s: %s", path, strerror(-r));
+	}
+	return wsync_atomic_commit(&a, err);
+}
