@@ -12,6 +12,7 @@
 #include "sign.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -540,20 +541,20 @@ int wsync_sha256_mem(const void *p, size_t len, uint8_t out[WSYNC_SHA256_LEN])
 	return r;
 }
 
-int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
-		    struct wsync_error *err)
+int wsync_sha256_fd_range(int fd, uint64_t off, uint64_t len, const char *what,
+			  uint8_t out[WSYNC_SHA256_LEN], struct wsync_error *err)
 {
 	struct wsync_sha256 *s = wsync_sha256_new();
 	uint8_t *buf = malloc(1u << 20);
-	uint64_t off = 0;
 	int r = 0;
 
 	if (!s || !buf) {
 		r = wsync_error_set(err, -ENOMEM, "%s: SHA-256: out of memory", what);
 		goto out;
 	}
-	for (;;) {
-		ssize_t n = pread(fd, buf, 1u << 20, (off_t)off);
+	while (len) {
+		size_t want = len < (1u << 20) ? (size_t)len : 1u << 20;
+		ssize_t n = pread(fd, buf, want, (off_t)off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -561,13 +562,21 @@ int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
 			r = wsync_error_set(err, -errno, "%s: read: %s", what, strerror(errno));
 			goto out;
 		}
-		if (n == 0)
+		if (n == 0) {
+			if (len != UINT64_MAX)
+				r = wsync_error_set(err, -ENODATA, "%s: ends %" PRIu64 " bytes "
+						    "early", what, len);
+			if (r < 0)
+				goto out;
 			break;
+		}
 		if (wsync_sha256_update(s, buf, (size_t)n) < 0) {
 			r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
 			goto out;
 		}
 		off += (uint64_t)n;
+		if (len != UINT64_MAX)
+			len -= (uint64_t)n;
 	}
 	if (wsync_sha256_final(s, out) < 0)
 		r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
@@ -575,4 +584,10 @@ out:
 	wsync_sha256_free(s);
 	free(buf);
 	return r;
+}
+
+int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
+		    struct wsync_error *err)
+{
+	return wsync_sha256_fd_range(fd, 0, UINT64_MAX, what, out, err);
 }

@@ -150,6 +150,11 @@ int wsync_sign_doc_check(const struct wsync_sign_key *verify, const void *doc,
 int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
 		    struct wsync_error *err);
 
+/* The same for the len bytes at off (UINT64_MAX: to the end); a file
+ * that ends before them is -ENODATA. */
+int wsync_sha256_fd_range(int fd, uint64_t off, uint64_t len, const char *what,
+			  uint8_t out[WSYNC_SHA256_LEN], struct wsync_error *err);
+
 /* SHA-256 in steps: new (NULL when out of memory), update, final (which
  * starts the next digest over), free (NULL is fine).  update and final
  * fail (-EIO) only when OpenSSL does. */

@@ -115,6 +115,13 @@ static void try_apply(struct wsync_subscriber *s)
 	j->prev = &s->local;
 	j->owner = s;
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
+	if (s->partial) {
+		j->filter = &s->filter;
+		j->include = s->cfg->sub_include;
+		j->exclude = s->cfg->sub_exclude;
+		j->sel = st->sel;
+		j->n_sel = st->n_sel;
+	}
 	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
 					     NULL;
 	if (!j->object_path || (j->symlink_layout && !j->version_dir)) {
