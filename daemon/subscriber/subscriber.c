@@ -73,6 +73,8 @@
 
 static void start_cycle(struct wsync_subscriber *s);
 static void maybe_stopped(struct wsync_subscriber *s);
+static int set_filter(struct wsync_subscriber *s, const char *include, const char *exclude);
+static void filter_changed(struct wsync_subscriber *s);
 
 /* ---- small helpers ---- */
 
@@ -452,8 +454,8 @@ static void check_work(void *data)
 	if (sub_local_adopt(s->cfg->target_dir, &s->local, k->head, &k->head_hash, &k->adopt,
 			    why, sizeof(why)) != 0)
 		return;
-	if (sub_local_set_filter(&k->adopt, s->partial ? s->cfg->sub_include : NULL,
-				 s->partial ? s->cfg->sub_exclude : NULL) == 0 &&
+	if (sub_local_set_filter(&k->adopt, s->partial ? s->include : NULL,
+				 s->partial ? s->exclude : NULL) == 0 &&
 	    sub_state_save(s->cfg->target_dir, &k->adopt, &k->err) == 0)
 		k->adopted = true;
 	else
@@ -582,7 +584,7 @@ int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool
 		return wsync_error_set(err, -EDOM, "[subscriber] include = \"%.200s\" and "
 				       "exclude = \"%.200s\" take %s of version %" PRIu64 "'s "
 				       "files and no weight file: a node serves weights",
-				       s->cfg->sub_include, s->cfg->sub_exclude,
+				       s->include, s->exclude,
 				       k ? "some" : "none", m->version);
 	return 0;
 }
@@ -823,6 +825,16 @@ static void start_cycle(struct wsync_subscriber *s)
 
 	if (s->stopping || s->c)
 		return;
+	if (s->pending_include) {	/* a reload's, between two cycles */
+		if (set_filter(s, s->pending_include, s->pending_exclude) == 0) {
+			filter_changed(s);
+			free(s->etag);	/* HEAD is to be dealt with again */
+			s->etag = NULL;
+		}
+		free(s->pending_include);
+		free(s->pending_exclude);
+		s->pending_include = s->pending_exclude = NULL;
+	}
 	s->once_verify_failed = false;
 	s->c = calloc(1, sizeof(*s->c));
 	q = s->c ? sub_req_new(s, RQ_HEAD, 0, 0) : NULL;
@@ -874,17 +886,38 @@ static void empty_dir_contents(const char *dir)
  * repair does.  Files that left the set are no longer ours: never written
  * or deleted again.
  */
+/* Take include and exclude (copied) as the files this node takes. */
+static int set_filter(struct wsync_subscriber *s, const char *include, const char *exclude)
+{
+	struct wsync_file_filter f;
+	char *inc = strdup(include), *exc = strdup(exclude);
+
+	if (!inc || !exc || wsync_file_filter_init(&f, inc, exc) < 0) {
+		free(inc);
+		free(exc);
+		return -ENOMEM;
+	}
+	wsync_file_filter_free(&s->filter);
+	free(s->include);
+	free(s->exclude);
+	s->filter = f;
+	s->include = inc;
+	s->exclude = exc;
+	s->partial = strcmp(inc, "*") != 0 || exc[0] != '\0';
+	return 0;
+}
+
 static void filter_changed(struct wsync_subscriber *s)
 {
 	const char *inc = s->local.include ? s->local.include : "*";
 	const char *exc = s->local.exclude ? s->local.exclude : "";
 	size_t k = 0;
 
-	if (strcmp(inc, s->cfg->sub_include) == 0 && strcmp(exc, s->cfg->sub_exclude) == 0)
+	if (strcmp(inc, s->include) == 0 && strcmp(exc, s->exclude) == 0)
 		return;
 	log_notice("the files this node takes changed (include \"%.200s\" exclude \"%.200s\", "
 		   "was \"%.200s\" and \"%.200s\"): bringing them to HEAD from the newest "
-		   "anchor", s->cfg->sub_include, s->cfg->sub_exclude, inc, exc);
+		   "anchor", s->include, s->exclude, inc, exc);
 	for (size_t i = 0; i < s->local.n_files; i++) {
 		if (wsync_file_filter_match(&s->filter, s->local.files[i].path))
 			s->local.files[k++] = s->local.files[i];
@@ -908,8 +941,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	s->d = d;
 	s->cfg = cfg;
-	s->partial = strcmp(cfg->sub_include, "*") != 0 || cfg->sub_exclude[0] != '\0';
-	if (wsync_file_filter_init(&s->filter, cfg->sub_include, cfg->sub_exclude) < 0) {
+	if (set_filter(s, cfg->sub_include, cfg->sub_exclude) < 0) {
 		free(s);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	}
@@ -1193,6 +1225,10 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	sub_local_free(&s->local);
 	wsync_sign_key_free(s->verify);
 	wsync_file_filter_free(&s->filter);
+	free(s->include);
+	free(s->exclude);
+	free(s->pending_include);
+	free(s->pending_exclude);
 	free(s->etag);
 	if (s->hooks_init)
 		sub_hooks_free(&s->hooks);
@@ -1205,6 +1241,23 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	free(s->downloads);
 	free(s->empty_dir);
 	free(s);
+}
+
+int wsync_subscriber_reload_filter(struct wsync_subscriber *s, const char *include,
+				   const char *exclude)
+{
+	char *inc = strdup(include), *exc = strdup(exclude);
+
+	if (!inc || !exc) {
+		free(inc);
+		free(exc);
+		return -ENOMEM;
+	}
+	free(s->pending_include);
+	free(s->pending_exclude);
+	s->pending_include = inc;
+	s->pending_exclude = exc;
+	return 0;
 }
 
 int wsync_subscriber_write_status(struct wsync_subscriber *s)

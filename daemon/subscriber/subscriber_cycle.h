@@ -107,7 +107,10 @@ struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *verify;
-	struct wsync_file_filter filter;	/* [subscriber] include, exclude */
+	/* [subscriber] include and exclude as taken (the file's, or a
+	 * reload's from the next cycle on: pending_*), and their filter */
+	char *include, *exclude, *pending_include, *pending_exclude;
+	struct wsync_file_filter filter;
 	bool partial;			/* the filter does not take every file */
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */

@@ -117,8 +117,8 @@ static void try_apply(struct wsync_subscriber *s)
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
 	if (s->partial) {
 		j->filter = &s->filter;
-		j->include = s->cfg->sub_include;
-		j->exclude = s->cfg->sub_exclude;
+		j->include = s->include;
+		j->exclude = s->exclude;
 		j->sel = st->sel;
 		j->n_sel = st->n_sel;
 	}

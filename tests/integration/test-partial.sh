@@ -9,8 +9,8 @@
 #    outside its set (a junk shard, a file of the operator's) untouched;
 #  - its state lists only its files; status and metrics count bytes it
 #    received, at most ~30% of what the full subscriber received;
-#  - include widened between runs brings the new shard in (from the
-#    anchor), leaves the junk alone;
+#  - include widened between runs, and again by a reload, brings the new
+#    shards in (from the anchor), leaves the junk alone;
 #  - a bucket written without indexes (WSYNC_TEST_NO_INDEX) is read too:
 #    whole objects, the files cut out of them;
 #  - a byte flipped inside a taken file's range of a delta is refused
@@ -144,6 +144,17 @@ check "include widened: the new shard comes in" wait_for 60 same_files "$C5" "$T
 check "... the node stays at the version" wait_at part 5
 check "... its state lists the new set" lists part "config.json $SHARD1 $SHARD2 "
 check "... the junk shard is still untouched" cmp -s "$TMP/junk4" "$TMP/part/model/$SHARD4"
+
+# ---- include changed by a reload (SIGHUP): same process, from the next poll
+SHARD3=model-00003-of-00004.safetensors
+ini part subscriber "$B" "include = $SHARD1 $SHARD2 $SHARD3 config.json"
+PARTPID=${DPID[part]}
+kill -HUP "$PARTPID"
+check "reload: the third shard comes in" wait_for 60 same_files "$C5" "$TMP/part/model" "$SHARD1" "$SHARD2" "$SHARD3" config.json
+check "... by the same process" kill -0 "$PARTPID"
+check "... which said so" grep -q "include and exclude from the next poll" "$TMP/part/log"
+check "... its state lists the new set" lists part "config.json $SHARD1 $SHARD2 $SHARD3 "
+check "... the junk shard still untouched" cmp -s "$TMP/junk4" "$TMP/part/model/$SHARD4"
 
 # ---- hostile: a flipped byte inside a taken file's range ----------------
 daemon_stop pub
