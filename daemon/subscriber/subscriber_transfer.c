@@ -145,19 +145,29 @@ static void try_apply(struct wsync_subscriber *s)
 	sub_update_status(s);
 }
 
-static void on_object(struct wsync_store_result *res, void *userdata)
+/* A download of the transfer came back: its step, its subscriber in *sp;
+ * NULL when stop detached it. */
+static struct step *step_req_end(struct req *q, struct wsync_subscriber **sp)
 {
-	struct req *q = userdata;
 	size_t i = q->step;
 	struct wsync_subscriber *s = sub_req_end(q);
-	struct cycle *c;
-	struct step *st;
 
 	if (!s)
+		return NULL;
+	s->c->inflight--;
+	*sp = s;
+	return &s->c->steps[i];
+}
+
+static void on_object(struct wsync_store_result *res, void *userdata)
+{
+	struct wsync_subscriber *s;
+	struct step *st = step_req_end(userdata, &s);
+	struct cycle *c;
+
+	if (!st)
 		return;
 	c = s->c;
-	c->inflight--;
-	st = &c->steps[i];
 	if (res->err == 0) {
 		sub_store_worked(s);
 		st->downloaded = true;
@@ -248,18 +258,15 @@ static int add_step(struct wsync_subscriber *s, uint64_t v, bool anchor)
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	size_t i = q->step;
 	uint64_t off = q->local_off, len = q->len;
-	struct wsync_subscriber *s = sub_req_end(q);
+	struct wsync_subscriber *s;
+	struct step *st = step_req_end(q, &s);
 	struct cycle *c;
-	struct step *st;
 	int r = 0;
 
-	if (!s)
+	if (!st)
 		return;
 	c = s->c;
-	c->inflight--;
-	st = &c->steps[i];
 	if (res->err == 0) {
 		sub_store_worked(s);
 		s->metrics.bytes_downloaded += len;
