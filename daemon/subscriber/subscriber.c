@@ -306,6 +306,9 @@ static void cycle_free(struct cycle *c)
 			(void)unlink(c->steps[i].path); /* a leftover download; cheap */
 		free(c->steps[i].path);
 		free(c->steps[i].sel);
+		free(c->steps[i].pcs);
+		free(c->steps[i].pcs_off);
+		free(c->steps[i].pcs_ok);
 	}
 	free(c->steps);
 	for (size_t i = 0; i < c->n_ms; i++)

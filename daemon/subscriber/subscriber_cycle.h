@@ -62,6 +62,10 @@ struct step {
 	 * (sel, in object order) arrive one after another in path, at fd. */
 	const struct wsync_manifest_range **sel;
 	size_t n_sel;
+	const struct wsync_manifest_piece **pcs;	/* the head, then sel's pieces */
+	uint64_t *pcs_off;		/* where each one is in the object */
+	bool *pcs_ok;			/* checked on arrival */
+	size_t n_pcs;
 	int fd;				/* -1: none open */
 	unsigned chunks_left;
 	uint64_t bytes;			/* to download for this step */
@@ -101,6 +105,7 @@ struct req {
 	uint64_t version;
 	size_t step;
 	uint64_t local_off, len;	/* RQ_RANGE: where its bytes go in the step's file */
+	size_t first_piece, n_pieces;	/* and the step's whole pieces it holds (0: part of one) */
 };
 
 struct wsync_subscriber {

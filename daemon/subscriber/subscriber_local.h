@@ -237,6 +237,7 @@ struct sub_apply_job {
 	const char *include, *exclude;
 	const struct wsync_manifest_range *const *sel;
 	size_t n_sel;
+	const bool *piece_ok;		/* per piece, the head first: checked already */
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
 	char *version_dir;		/* symlink layout: target_dir.v<N> (owned) */
 	void *owner;			/* the caller's, for the done callback */

@@ -121,6 +121,7 @@ static void try_apply(struct wsync_subscriber *s)
 		j->exclude = s->exclude;
 		j->sel = st->sel;
 		j->n_sel = st->n_sel;
+		j->piece_ok = st->pcs_ok;
 	}
 	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
 					     NULL;
@@ -220,6 +221,8 @@ static int select_ranges(struct wsync_subscriber *s, struct step *st)
 {
 	const struct wsync_manifest_index *ix = st->obj->index;
 
+	size_t n = 1;
+
 	st->sel = calloc(ix->n_files + 1, sizeof(*st->sel));
 	if (!st->sel)
 		return -ENOMEM;
@@ -228,7 +231,23 @@ static int select_ranges(struct wsync_subscriber *s, struct step *st)
 		if (wsync_file_filter_match(&s->filter, ix->files[i].path)) {
 			st->sel[st->n_sel++] = &ix->files[i];
 			st->bytes += ix->files[i].length;
+			n += ix->files[i].n_pieces;
 		}
+	st->pcs = calloc(n, sizeof(*st->pcs));
+	st->pcs_off = calloc(n, sizeof(*st->pcs_off));
+	st->pcs_ok = calloc(n, sizeof(*st->pcs_ok));
+	if (!st->pcs || !st->pcs_off || !st->pcs_ok)
+		return -ENOMEM;
+	st->pcs[st->n_pcs++] = &ix->head;
+	for (size_t i = 0; i < st->n_sel; i++) {
+		uint64_t off = st->sel[i]->offset;
+
+		for (size_t p = 0; p < st->sel[i]->n_pieces; p++) {
+			st->pcs_off[st->n_pcs] = off;
+			st->pcs[st->n_pcs++] = &st->sel[i]->pieces[p];
+			off += st->sel[i]->pieces[p].length;
+		}
+	}
 	return 0;
 }
 
@@ -254,11 +273,42 @@ static int add_step(struct wsync_subscriber *s, uint64_t v, bool anchor)
 	return 0;
 }
 
+/* Pieces first .. first + n of the step arrived whole in res: each as its
+ * SHA-256 says (then marked, for the apply job not to read it again), or
+ * the step is refused now. */
+static int check_arrived(struct wsync_subscriber *s, struct step *st,
+			 const struct wsync_store_result *res, size_t first, size_t n)
+{
+	const uint8_t *p = res->data;
+	uint8_t got[WSYNC_SHA256_LEN];
+
+	for (size_t k = first; k < first + n; k++) {
+		char what[600];
+
+		if (wsync_sha256_mem(p, (size_t)st->pcs[k]->length, got) < 0) {
+			sub_set_error(s, "out of memory");
+			return -ENOMEM;
+		}
+		if (memcmp(got, st->pcs[k]->sha256, sizeof(got)) != 0) {
+			snprintf(what, sizeof(what), "%s: the piece at byte %" PRIu64 " (%" PRIu64
+				 " bytes) does not match its SHA-256", st->obj->ref.key,
+				 st->pcs_off[k], st->pcs[k]->length);
+			sub_verify_failed(s, st->version, what);
+			s->c->chain_broken = true;
+			return -EINVAL;
+		}
+		st->pcs_ok[k] = true;
+		p += st->pcs[k]->length;
+	}
+	return 0;
+}
+
 /* The bytes of a range request arrived: into the step's file. */
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
 	uint64_t off = q->local_off, len = q->len;
+	size_t first = q->first_piece, n_pieces = q->n_pieces;
 	struct wsync_subscriber *s;
 	struct step *st = step_req_end(q, &s);
 	struct cycle *c;
@@ -271,6 +321,11 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 		sub_store_worked(s);
 		s->metrics.bytes_downloaded += len;
 		c->bytes_done += len;
+		if (!c->failed && n_pieces && (r = check_arrived(s, st, res, first, n_pieces)) < 0) {
+			c->failed = true;
+			sub_end_cycle(s);
+			return;
+		}
 		if (!c->failed && st->fd >= 0)
 			r = wsync_pwrite_all(st->fd, res->data, res->data_len, off);
 		if (r < 0) {
@@ -294,59 +349,71 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 	object_failed(s, st, res);
 }
 
-/* Ask for [off, off + len) of the step's object, to go to local_off of its
- * file; requests of at most RANGE_CHUNK bytes. */
+/*
+ * The requests of a fetch by file.  The step's pieces (the head, then
+ * each selected range's), flattened in st->pcs, go to its file one after
+ * another.  A request takes whole pieces adjacent in the object, up to
+ * RANGE_CHUNK bytes, so that each is checked against its SHA-256 the
+ * moment it arrives (a bad one fails the step before the rest of a big
+ * file comes, and the apply job does not read it again); a piece larger
+ * than that goes in several requests and is checked by the job.
+ */
 #define RANGE_CHUNK (8ull << 20)
-static int request_ranges(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
-			  uint64_t local_off)
+
+static int request_range(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
+			 uint64_t local_off, size_t first, size_t n_pieces)
 {
 	struct step *st = &s->c->steps[i];
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct req *q = sub_req_new(s, RQ_RANGE, st->version, i);
+	int r;
 
-	while (len) {
-		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-		uint64_t n = len < RANGE_CHUNK ? len : RANGE_CHUNK;
-		struct req *q = sub_req_new(s, RQ_RANGE, st->version, i);
-		int r;
-
-		if (!q)
-			return -ENOMEM;
-		q->local_off = local_off;
-		q->len = n;
-		o.offset = off;
-		o.length = n;
-		o.expect_size = (int64_t)n;
-		o.max_size = n;
-		r = wsync_store_get_buf(s->d->store, st->obj->ref.key, &o, on_range, q);
-		if (r < 0) {
-			sub_req_end(q);
-			return r;
-		}
-		s->c->inflight++;
-		st->chunks_left++;
-		off += n;
-		local_off += n;
-		len -= n;
+	if (!q)
+		return -ENOMEM;
+	q->local_off = local_off;
+	q->len = len;
+	q->first_piece = first;
+	q->n_pieces = n_pieces;
+	o.offset = off;
+	o.length = len;
+	o.expect_size = (int64_t)len;
+	o.max_size = len;
+	r = wsync_store_get_buf(s->d->store, st->obj->ref.key, &o, on_range, q);
+	if (r < 0) {
+		sub_req_end(q);
+		return r;
 	}
+	s->c->inflight++;
+	st->chunks_left++;
 	return 0;
 }
 
-/* The head and the selected ranges, runs of adjacent ones together. */
 static int fetch_by_file(struct wsync_subscriber *s, size_t i)
 {
 	struct step *st = &s->c->steps[i];
-	uint64_t local = st->obj->index->head.length;
-	int r;
+	uint64_t local = 0;
+	size_t k = 0;
+	int r = 0;
 
 	st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (st->fd < 0)
 		return -errno;
-	r = request_ranges(s, i, 0, local, 0);
-	for (size_t k = 0; r == 0 && k < st->n_sel;) {
-		uint64_t off = st->sel[k]->offset, len = st->sel[k]->length;
+	while (r == 0 && k < st->n_pcs) {
+		uint64_t off = st->pcs_off[k], len = st->pcs[k]->length;
+		size_t first = k;
 
-		while (++k < st->n_sel && st->sel[k]->offset == off + len)
-			len += st->sel[k]->length;
-		r = request_ranges(s, i, off, len, local);
+		if (len > RANGE_CHUNK) {	/* alone, in chunks, checked later */
+			for (uint64_t at = 0; r == 0 && at < len; at += RANGE_CHUNK)
+				r = request_range(s, i, off + at, len - at < RANGE_CHUNK ?
+						  len - at : RANGE_CHUNK, local + at, k, 0);
+			local += len;
+			k++;
+			continue;
+		}
+		while (++k < st->n_pcs && st->pcs_off[k] == off + len &&
+		       len + st->pcs[k]->length <= RANGE_CHUNK)
+			len += st->pcs[k]->length;
+		r = request_range(s, i, off, len, local, first, k - first);
 		local += len;
 	}
 	return r;

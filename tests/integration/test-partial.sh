@@ -207,7 +207,7 @@ b[at] ^= 0x40
 open(p, "wb").write(b)
 PY
 start part
-check "a flipped byte in a taken file's range is refused" wait_for 30 grep -q "does not match its SHA-256" "$TMP/part/log"
+check "a flipped byte in a taken file's range is refused as it arrives" wait_for 30 grep -q "the piece at byte [0-9]* ([0-9]* bytes) does not match its SHA-256" "$TMP/part/log"
 version_is() { [ "$(field "$1" version)" = "$2" ]; }
 check "... the target stays at version 6" version_is part 6
 check "... its files are checkpoint-6's" same_files "$TMP/ck6src" "$TMP/part/model" "$SHARD1" "$SHARD2"
