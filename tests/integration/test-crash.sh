@@ -20,7 +20,8 @@
 # killed while its ranged reads are written into downloads/, while
 # applying, before and after the marker: its versions are those files of
 # each checkpoint and the junk shard, untouched, so the checks below say
-# its files hold whole versions and the junk is never written.
+# its files hold whole versions and the junk is never written; PS3 (1 ->
+# 2) the same on s3rver (its ranged GETs).
 # At each: the process died by SIGKILL at that very call (exit 137, the
 # shim's KILL line); right after the kill every target file holds a whole
 # version OLD..NEW of itself (hashed against the published checkpoints),
@@ -233,6 +234,7 @@ point() {
 	S3) old=1 new=2 ;;	# the bucket on s3rver
 	P) old=2 new=3 ;;	# partial: include = $PINC
 	PA) old=0 new=5 ;;	# partial from nothing (anchor 4, delta 5)
+	PS3) old=1 new=2 ;;	# partial, the bucket on s3rver
 	esac
 	# a partial target's versions: its files and the junk shard
 	case $plan in P*) local CK=$PCK SUB_INCLUDE=$PINC ;; esac
@@ -242,6 +244,9 @@ point() {
 	if [ "$plan" = S ]; then
 		sub_ini "$d" symlink
 		cp -a "$G/s2/target" "$G/s2"/target.v* "$d/"
+	elif [ "$plan" = PS3 ]; then
+		SUB_STORE=$S3STORE sub_ini "$d"
+		cp -a "$G/ps3-1/target" "$d/target"
 	elif [ "$plan" = P ]; then
 		sub_ini "$d"
 		cp -a "$G/p2/target" "$d/target"
@@ -256,7 +261,7 @@ point() {
 		sub_ini "$d"
 		[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
 	fi
-	[ "$plan" = S3 ] || set_head "$new"
+	case $plan in *S3) ;; *) set_head "$new" ;; esac
 	if [ "$mode" = daemon ]; then
 		shim "$d/shim.log" "$spec" "$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/crash.log" 2>&1
 	else
@@ -458,11 +463,19 @@ if have_s3rver; then
 	SUB_STORE=$S3STORE sub_ini "$G/s3-1"
 	timeout -s KILL 60 "$WSYNC" pull --config "$G/s3-1/sub.ini" >/dev/null 2>&1
 	check "s3: a fresh target pulls version 1" same "$G/s3-1/target" 1
+	SUB_STORE=$S3STORE SUB_INCLUDE=$PINC sub_ini "$G/ps3-1"
+	mkdir -p "$G/ps3-1/target"
+	cp "$TMP/junk2" "$G/ps3-1/target/model-00002-of-00003.safetensors"
+	timeout -s KILL 60 "$WSYNC" pull --config "$G/ps3-1/sub.ini" >/dev/null 2>&1
+	check "s3: a fresh partial target pulls its files of version 1" psame "$G/ps3-1/target" 1
 	"$WSYNC" publish --config "$TMP/s3pub/pub.ini" "$CK/checkpoint-2" >/dev/null 2>>"$TMP/s3pub/log"
 	point "s3: before the download" S3 "open:1:downloads/"
 	point "s3: mid download" S3 "write:2:downloads/"
 	point "s3: download done" S3 "rename:1:downloads/"
 	point "s3: between renames" S3 "rename:2:target/."
+	# a partial subscriber on s3rver: ranged GETs, written into downloads/
+	point "s3 partial: mid ranged writes" PS3 "write:2:downloads/"
+	point "s3 partial: between renames" PS3 "rename:2:target/."
 else
 	echo "# s3 kill points skipped: $S3S_WHY"
 fi
