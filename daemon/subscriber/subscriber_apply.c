@@ -151,6 +151,32 @@ static int check_pieces(struct sub_apply_job *j, int fd, uint64_t *len)
 	return 0;
 }
 
+/* 0. ... and each range the records of the file the index names there,
+ * exactly: one FILE record of that path and its SEGMENT records. */
+static int check_ranges_hold(struct sub_apply_job *j, const struct wsync_delta_reader *d)
+{
+	for (size_t k = 0; k < j->n_sel || k < d->n_files; k++) {
+		const struct wsync_manifest_range *x = k < j->n_sel ? j->sel[k] : NULL;
+		const struct wsync_delta_entry *e = k < d->n_files ? &d->files[k] : NULL;
+
+		if (x && e && strcmp(x->path, e->file.path) == 0 && x->length == e->delta_bytes)
+			continue;
+		j->verify_failed = true;
+		if (x && e && strcmp(x->path, e->file.path) == 0)
+			return wsync_error_set(&j->err, -EINVAL, "%s: the index's range of %s "
+					       "is %" PRIu64 " bytes, its records %" PRIu64,
+					       j->obj->ref.key, x->path, x->length, e->delta_bytes);
+		if (x && e)
+			return wsync_error_set(&j->err, -EINVAL, "%s: the index's range of %s "
+					       "holds the records of %s", j->obj->ref.key, x->path,
+					       e->file.path);
+		return wsync_error_set(&j->err, -EINVAL, "%s: the index's ranges of %zu files "
+				       "hold %zu FILE records", j->obj->ref.key, j->n_sel,
+				       d->n_files);
+	}
+	return 0;
+}
+
 /* 0. A partial subscriber's step from an object without an index (a
  * bucket written before them), whole and checked: its preamble and the
  * records of the files taken, cut into a file of their own, which takes
@@ -425,8 +451,13 @@ void sub_apply_work(void *data)
 		uint64_t len = 0;
 
 		r = check_pieces(j, fd, &len);
-		if (r == 0)
+		if (r == 0) {
+			/* ranges whose bytes are not whole FILE and SEGMENT
+			 * records: the index lies about the object */
 			r = wsync_delta_end_partial(fd, len, &j->err);
+			if (r == -EINVAL)
+				j->verify_failed = true;
+		}
 		if (r < 0)
 			goto out;
 	} else if (j->obj && j->obj->has_sha256) {
@@ -448,6 +479,8 @@ void sub_apply_work(void *data)
 	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;
+	if (r == 0 && j->filter && j->sel)
+		r = check_ranges_hold(j, d);
 	if (r < 0)
 		goto out;
 	if (j->symlink_layout) {
