@@ -10,7 +10,7 @@
 #    shard outside its set untouched;
 #  - every GET of an object (anchors/, deltas/) by the partial subscriber
 #    was a ranged GET of at most 8 MiB, shard 1's range in the anchor (over
-#    8 MiB) cut into GETs of 8 MiB, and the bytes of their replies are what its
+#    8 MiB) in several GETs of whole pieces, and the bytes of their replies are what its
 #    status counts: well below the objects' sizes (<= 60%, the objects
 #    hold two shards of about the same size) and below the full one's;
 #  - a late partial subscriber catches up from the anchor (version 4),
@@ -110,11 +110,12 @@ for l in open(sys.argv[1]):
     e = json.loads(l)
     k = (e["conn"], e["seq"])
     (req if e["event"] == "request" else resp)[k] = e
-bad, total, n, per = [], 0, 0, {}
+bad, total, n, per, anchor_gets = [], 0, 0, {}, 0
 for k, e in req.items():
     if e["method"] != "GET" or not re.search(r"/(anchors|deltas)/", e["path"]):
         continue
     n += 1
+    anchor_gets += "/anchors/" in e["path"]
     r = resp.get(k, {})
     total += r.get("body_bytes", 0)
     m = re.fullmatch(r"bytes=(\d+)-(\d+)", e["range"] or "")
@@ -125,16 +126,16 @@ for k, e in req.items():
     else:
         per[e["path"]] = max(per.get(e["path"], 0), int(m.group(2)) - int(m.group(1)) + 1)
 with open(sys.argv[2], "w") as f:
-    f.write("%d %d %d\n" % (n, total, max(per.values()) if per else 0))
+    f.write("%d %d %d %d\n" % (n, total, max(per.values()) if per else 0, anchor_gets))
     for b in bad:
         f.write("# %s\n" % b)
 PY
-read -r NGET GOT LONGEST <"$TMP/ranges"
+read -r NGET GOT LONGEST NANCHOR <"$TMP/ranges"
 sed -n '2,$p' "$TMP/ranges"
 echo "# partial: $NGET object GETs, $GOT bytes in their replies, the longest range $LONGEST bytes; status: $PART_B bytes; full: $FULL_B"
 check "the partial subscriber's object GETs were all ranged, of at most 8 MiB each" \
 	test "$(wc -l <"$TMP/ranges")" = 1 -a "$NGET" -gt 0
-check "shard 1's range in the anchor (> 8 MiB) was cut into GETs of 8 MiB" test "$LONGEST" = $((8 << 20))
+check "shard 1's range in the anchor (> 8 MiB) took several GETs ($NANCHOR)" test "$NANCHOR" -ge 2 -a "$LONGEST" -le $((8 << 20))
 check "its status counts the bytes of those replies" test "$PART_B" = "$GOT"
 check "it downloaded at most 60% of the objects' bytes (the full subscriber's: $PART_B of $FULL_B)" \
 	"$PYTHON3" -c "import sys; sys.exit(not (0 < $PART_B <= 0.60 * $FULL_B))"
