@@ -756,6 +756,9 @@ static const struct config_key config_keys[] = {
 	KEY("subscriber", "notify_url", parse_notify_url, format_string, notify_url,
 	    .flags = KEY_OPTIONAL),
 	KEY("subscriber", "layout", parse_layout, format_layout, layout),
+	KEY("subscriber", "include", parse_globs, format_string, sub_include, .max = 4096),
+	KEY("subscriber", "exclude", parse_globs, format_string, sub_exclude, .max = 4096,
+	    .flags = KEY_EMPTY_OK),
 };
 
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -1438,6 +1441,8 @@ int wsync_config_init(struct wsync_config *cfg)
 	    !(cfg->step_pattern = strdup("checkpoint-*")) ||
 	    !(cfg->marker = strdup("trainer_state.json")) ||
 	    !(cfg->include = strdup("*")) ||
+	    !(cfg->sub_include = strdup("*")) ||
+	    !(cfg->sub_exclude = strdup("")) ||
 	    !(cfg->exclude = strdup(WSYNC_DEFAULT_EXCLUDE))) {
 		free(state_fallback);
 		free(runtime_fallback);
@@ -1467,6 +1472,8 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->marker);
 	free(cfg->include);
 	free(cfg->exclude);
+	free(cfg->sub_include);
+	free(cfg->sub_exclude);
 	free(cfg->signing_key);
 	free(cfg->target_dir);
 	free(cfg->verify_key);

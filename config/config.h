@@ -113,6 +113,9 @@ struct wsync_config {
 	uint64_t on_apply_timeout_ms; /* hook and notify POST time limit; default 60s */
 	char *notify_url;	/* http(s):// URL POSTed {"version","step","dir"}, optional */
 	enum wsync_layout layout; /* default inplace */
+	char *sub_include;	/* [subscriber] include: space-separated globs of the
+				 * files this node takes; default "*" */
+	char *sub_exclude;	/* [subscriber] exclude; default "" */
 };
 
 /* One collected problem in a config file. */

@@ -127,13 +127,19 @@ static void reload(struct manager *m)
 	} else {
 		bool restart = nc.role != m->cfg->role ||
 			       strcmp(nc.store_url, m->cfg->store_url) != 0;
+		bool files = m->sub && !restart &&
+			     (strcmp(nc.sub_include, m->cfg->sub_include) != 0 ||
+			      strcmp(nc.sub_exclude, m->cfg->sub_exclude) != 0) &&
+			     wsync_subscriber_reload_filter(m->sub, nc.sub_include,
+							    nc.sub_exclude) == 0;
 
 		m->cfg->log_level = nc.log_level;
 		wsync_log_set_level(nc.log_level);
 		wsync_log(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_RELOADED,
 						   .file = m->config_path),
-			  "%s: configuration reloaded (log_level %s)%s", m->config_path,
+			  "%s: configuration reloaded (log_level %s%s)%s", m->config_path,
 			  wsync_log_level_name(nc.log_level),
+			  files ? "; [subscriber] include and exclude from the next poll" : "",
 			  restart ? "; role and store changes take effect after a restart" :
 				    "; other settings take effect after a restart");
 	}

@@ -87,8 +87,8 @@ static const struct family families[] = {
 	{ "wsync_bytes_uploaded_total", "counter", P, K_COUNTER, F(bytes_uploaded), NONE,
 	  "Bytes the publisher uploaded: delta and anchor objects, manifests, HEAD." },
 	{ "wsync_bytes_downloaded_total", "counter", S, K_COUNTER, F(bytes_downloaded), NONE,
-	  "Bytes of the delta and anchor objects the subscriber downloaded whole "
-	  "(an object fetched again after a failure counts again)." },
+	  "Bytes the subscriber received: delta and anchor objects whole, or a partial "
+	  "subscriber's ranges of its files (a step fetched again counts again)." },
 	{ "wsync_bytes_written_total", "counter", S, K_COUNTER, F(bytes_written), NONE,
 	  "Bytes of model files the subscriber built in its target." },
 	{ "wsync_publish_duration_seconds", "histogram", P, K_HIST, F(publish_duration), NONE,

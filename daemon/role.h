@@ -59,7 +59,10 @@
  *   "last_applied"      when the last version was applied, or null
  *   "stale"             HEAD is older than max_head_age
  *   "lag_seconds"       HEAD's age when the target is behind it, else 0
- *   "bytes_downloaded"  objects downloaded since the daemon started
+ *   "bytes_downloaded"  bytes received since the daemon started: objects
+ *                       downloaded whole, or a partial subscriber's
+ *                       ranges; a request the store retried counts once,
+ *                       a step fetched again by a later cycle again
  *   "bytes_total"       bytes of the objects of the current (or last) plan;
  *   "bytes_done"        of them downloaded so far
  *   "hook_failures"     on_apply / notify_url runs that failed since start

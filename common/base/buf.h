@@ -81,4 +81,23 @@ static inline uint64_t wsync_le64(const uint8_t *p)
 	return (uint64_t)wsync_le32(p) | (uint64_t)wsync_le32(p + 4) << 32;
 }
 
+/* Little-endian stores to unaligned memory. */
+static inline void wsync_st16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void wsync_st32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void wsync_st64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
 #endif

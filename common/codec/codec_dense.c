@@ -38,11 +38,6 @@ static inline uint16_t ld16(const uint8_t *p)
 	return v;
 }
 
-static inline void st16(uint8_t *p, uint16_t v)
-{
-	memcpy(p, &v, 2);
-}
-
 /* FORMAT.md §4's key, modulo 2^16: an involution (the sign bit stays). */
 static inline uint16_t key16(uint16_t x)
 {
@@ -287,7 +282,7 @@ int wsync_dense_encode(void *cctx, const uint8_t *base, const uint8_t *target,
 		*escapes += e;
 		r = wsync_buf_reserve(esc, 2 * e);
 		for (size_t k = 0; r == 0 && k < e; k++, esc->len += 2)
-			st16(esc->data + esc->len, step_of(b + 2 * pos[k], t + 2 * pos[k]));
+			wsync_st16(esc->data + esc->len, step_of(b + 2 * pos[k], t + 2 * pos[k]));
 		if (r == 0 && *escapes * 4 > nelem)
 			r = -E2BIG;	/* would not pay: caps the escapes' memory */
 		if (r == 0)
@@ -436,15 +431,15 @@ static ALWAYS_INLINE void apply_run_body(const uint8_t *nb, const uint8_t *b, ui
 		uint8_t *og = o + 2 * GROUP * g;
 
 		for (size_t k = 0; k < GROUP / 2; k++) {
-			st16(og + 2 * k, decode_one(ld16(bg + 2 * k), ng[k] & 15));
-			st16(og + GROUP + 2 * k, decode_one(ld16(bg + GROUP + 2 * k), ng[k] >> 4));
+			wsync_st16(og + 2 * k, decode_one(ld16(bg + 2 * k), ng[k] & 15));
+			wsync_st16(og + GROUP + 2 * k, decode_one(ld16(bg + GROUP + 2 * k), ng[k] >> 4));
 		}
 	}
 	for (size_t i = 0; i < m % GROUP; i++) {
 		const uint8_t *ng = nb + GROUP / 2 * g;
 		size_t e = GROUP * g + i;
 
-		st16(o + 2 * e, decode_one(ld16(b + 2 * e),
+		wsync_st16(o + 2 * e, decode_one(ld16(b + 2 * e),
 					   ng[i % (GROUP / 2)] >> (i < GROUP / 2 ? 0 : 4) & 15));
 	}
 }
@@ -519,7 +514,7 @@ int wsync_dense_dec_run(struct wsync_dense_dec *d, const uint8_t *base, uint8_t 
 		for (size_t k = 0; k < e; k++) {
 			uint32_t i = d->pos[k];
 
-			st16(out + 2 * i, key16((uint16_t)(key16(ld16(base + 2 * i)) +
+			wsync_st16(out + 2 * i, key16((uint16_t)(key16(ld16(base + 2 * i)) +
 							   ld16(d->esc + 2 * k))));
 		}
 		base += 2 * m;

@@ -28,24 +28,6 @@
 
 /* ---- little-endian stores ---- */
 
-static void st16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void st32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void st64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static bool hash_is_zero(const struct wsync_hash128 *h)
 {
 	for (int i = 0; i < 16; i++)
@@ -132,20 +114,20 @@ int wsync_delta_file_encode(const struct wsync_delta_file *f,
 	if (r < 0)
 		return wsync_error_set(err, r, "out of memory");
 	p = out->data + out->len;
-	st16(p, (uint16_t)plen);
+	wsync_st16(p, (uint16_t)plen);
 	memcpy(p + 2, f->path, plen);
 	p += 2 + plen;
 	p[0] = (uint8_t)f->op;
 	p[1] = (uint8_t)f->kind;
-	st16(p + 2, f->flags);
-	st32(p + 4, f->mode);
-	st64(p + 8, f->base_size);
+	wsync_st16(p + 2, f->flags);
+	wsync_st32(p + 4, f->mode);
+	wsync_st64(p + 8, f->base_size);
 	memcpy(p + 16, f->base_hash.b, 16);
-	st64(p + 32, f->target_size);
+	wsync_st64(p + 32, f->target_size);
 	memcpy(p + 40, f->target_hash.b, 16);
-	st64(p + 56, f->n_segments);
-	st64(p + 64, f->changed);
-	st64(p + 72, f->elements);
+	wsync_st64(p + 56, f->n_segments);
+	wsync_st64(p + 64, f->changed);
+	wsync_st64(p + 72, f->elements);
 	out->len += WSYNC_DELTA_FILE_FIXED_LEN + plen;
 	return 0;
 }
@@ -240,13 +222,13 @@ static int writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)
 	return 0;
 }
 
-static void record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN],
-			  uint32_t type, const uint8_t *payload, size_t len)
+void wsync_delta_record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], uint32_t type,
+			       const uint8_t *payload, size_t len)
 {
-	st32(h, type);
-	st32(h + 4, 0);
-	st64(h + 8, len);
-	st64(h + 16, XXH3_64bits(payload, len));
+	wsync_st32(h, type);
+	wsync_st32(h + 4, 0);
+	wsync_st64(h + 8, len);
+	wsync_st64(h + 16, XXH3_64bits(payload, len));
 }
 
 /* Append one record (header and payload) to the delta. */
@@ -261,7 +243,7 @@ static int writer_emit(struct wsync_delta_writer *w, uint32_t type,
 	if ((uint64_t)len > WSYNC_DELTA_PAYLOAD_MAX)
 		return wsync_error_set(err, -EINVAL, "record payload of %zu bytes "
 				       "over the 1 GiB limit", len);
-	record_header(h, type, payload, len);
+	wsync_delta_record_header(h, type, payload, len);
 	if (w->buf.len + sizeof(h) + len > WRITE_BUFFER) {
 		r = writer_flush(w, err);
 		if (r < 0)
@@ -299,8 +281,8 @@ int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
 	}
 	w->fd = fd;
 	memcpy(pre, WSYNC_DELTA_MAGIC, 8);
-	st32(pre + 8, WSYNC_DELTA_VERSION);
-	st32(pre + 12, 0);
+	wsync_st32(pre + 8, WSYNC_DELTA_VERSION);
+	wsync_st32(pre + 12, 0);
 	(void)wsync_buf_append(&w->buf, pre, sizeof(pre)); /* reserved above */
 	*ret = w;
 	return 0;
@@ -386,7 +368,7 @@ static int patch_file_record(struct wsync_delta_writer *w, struct wsync_error *e
 	r = wsync_delta_file_encode(&w->cur, &w->scratch, err);
 	if (r < 0)
 		return r;
-	record_header(h, WSYNC_DELTA_REC_FILE, w->scratch.data, w->scratch.len);
+	wsync_delta_record_header(h, WSYNC_DELTA_REC_FILE, w->scratch.data, w->scratch.len);
 	if (w->cur_offset >= w->flushed) {
 		/* Still buffered: patch it there. */
 		uint8_t *p = w->buf.data + (w->cur_offset - w->flushed);
@@ -499,8 +481,8 @@ int wsync_delta_writer_finish(struct wsync_delta_writer *w,
 	r = writer_close_file(w, err);
 	if (r < 0)
 		return r;
-	st64(end, w->n_files);
-	st64(end + 8, w->write_bytes);
+	wsync_st64(end, w->n_files);
+	wsync_st64(end + 8, w->write_bytes);
 	r = writer_emit(w, WSYNC_DELTA_REC_END, end, sizeof(end), err);
 	if (r < 0)
 		return r;

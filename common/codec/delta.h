@@ -103,6 +103,11 @@ void wsync_delta_file_clear(struct wsync_delta_file *f);
 
 /* ---- writing ---- */
 
+/* The header of a record of TYPE whose payload is the LEN bytes at
+ * PAYLOAD (FORMAT.md §1: type, 0, length, XXH3-64 of the payload). */
+void wsync_delta_record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], uint32_t type,
+			       const uint8_t *payload, size_t len);
+
 /*
  * A writer streams records to fd with pwrite, starting at offset 0 (so the
  * fd must be a regular file; its position is not used), through a 1 MiB

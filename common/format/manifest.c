@@ -267,13 +267,135 @@ static int read_format_version(struct wsync_json_reader *j, const char *what,
 struct arrays {
 	size_t objects_cap, files_cap, anchors_cap;
 	size_t objects_seen;	/* skipped ones included: the limit counts all */
+	size_t pieces_seen;	/* of every index */
 };
 
-enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_SHA256, O_N };
-static const char *const object_fields[] = { "role", "key", "size", "xxh128", "sha256" };
+/* ---- an object's index (BUCKET.md §3.1) ---- */
+
+/* [length, "sha256"] */
+static int read_piece(struct wsync_json_reader *j, const char *name, struct arrays *a,
+		      struct wsync_manifest_piece *pc)
+{
+	bool first = true;
+	int r;
+
+	if (++a->pieces_seen > WSYNC_MANIFEST_PIECES_MAX)
+		return wsync_error_set(j->err, -EINVAL, "more than %u pieces",
+				       WSYNC_MANIFEST_PIECES_MAX);
+	r = wsync_json_open(j, '[', name, "an array [length, sha256]");
+	if (r == 0 && (r = wsync_json_element(j, &first)) == 1)
+		r = wsync_json_read_u64(j, "length", 1, WSYNC_MANIFEST_PIECE_MAX, &pc->length);
+	else if (r == 0)
+		r = 1;
+	if (r == 0 && (r = wsync_json_element(j, &first)) == 1)
+		r = wsync_json_read_hex(j, "sha256", pc->sha256, sizeof(pc->sha256),
+					"a SHA-256");
+	else if (r == 0)
+		r = 1;
+	if (r == 0 && (r = wsync_json_element(j, &first)) == 0)
+		return 0;
+	if (r < 0)
+		return r;
+	return wsync_error_set(j->err, -EINVAL, "\"%s\" must be [length, sha256]", name);
+}
+
+enum { IR_PATH, IR_OFFSET, IR_LENGTH, IR_PIECES, IR_N };
+static const char *const range_fields[] = { "path", "offset", "length", "pieces" };
+
+struct range_read {
+	struct wsync_manifest_range *f;
+	struct arrays *a;
+	size_t cap;
+};
+
+static int read_range_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct range_read *rd = arg;
+	struct wsync_manifest_range *f = rd->f;
+	bool first = true;
+	size_t len;
+	int r;
+
+	switch (idx) {
+	case IR_PATH:
+		return wsync_json_read_string(j, "path", &f->path, &len);
+	case IR_OFFSET:
+		return wsync_json_read_u64(j, "offset", 0, INT64_MAX, &f->offset);
+	case IR_LENGTH:
+		return wsync_json_read_u64(j, "length", 1, INT64_MAX, &f->length);
+	default:
+		if (f->pieces)
+			return wsync_error_set(j->err, -EINVAL, "\"pieces\" given twice");
+		r = wsync_json_open(j, '[', "pieces", "an array");
+		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
+			struct wsync_manifest_piece *pc;
+
+			r = grow(j, (void **)&f->pieces, &f->n_pieces, &rd->cap, sizeof(*pc),
+				 WSYNC_MANIFEST_PIECES_MAX, "pieces", (void **)&pc);
+			if (r == 0)
+				r = read_piece(j, "pieces[]", rd->a, pc);
+		}
+		if (r == 0 && f->n_pieces == 0)
+			r = wsync_error_set(j->err, -EINVAL, "\"pieces\" is empty");
+		return r;
+	}
+}
+
+enum { IX_HEAD, IX_FILES, IX_N };
+static const char *const index_fields[] = { "head", "files" };
+
+struct index_read {
+	struct wsync_manifest_index *ix;
+	struct arrays *a;
+	size_t files_cap;
+};
+
+static int read_index_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct index_read *rd = arg;
+	bool first = true;
+	size_t i = 0;
+	int r;
+
+	if (idx == IX_HEAD)
+		return read_piece(j, "head", rd->a, &rd->ix->head);
+	if (rd->ix->files)
+		return wsync_error_set(j->err, -EINVAL, "\"files\" given twice");
+	r = wsync_json_open(j, '[', "files", "an array");
+	while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
+		struct range_read rr = { .a = rd->a };
+
+		r = grow(j, (void **)&rd->ix->files, &rd->ix->n_files, &rd->files_cap,
+			 sizeof(*rr.f), WSYNC_MANIFEST_FILES_MAX, "files", (void **)&rr.f);
+		if (r == 0)
+			r = wsync_json_read_object(j, "files[]", "an array of objects",
+						   range_fields, IR_N, 0, 6, read_range_field,
+						   &rr);
+		if (r < 0)
+			wsync_error_prefix(j->err, "files[%zu]", i);
+		i++;
+	}
+	return r;
+}
+
+static void index_free(struct wsync_manifest_index *ix)
+{
+	if (!ix)
+		return;
+	for (size_t i = 0; i < ix->n_files; i++)
+		free(ix->files[i].pieces);
+	free(ix->files);
+	free(ix);
+}
+
+enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_SHA256, O_INDEX, O_N };
+static const char *const object_fields[] = {
+	"role", "key", "size", "xxh128", "sha256", "index",
+};
 
 struct object_read {
 	struct wsync_manifest_object *o;
+	struct arrays *a;
 	bool keep;		/* false: a role of a later format, skipped */
 };
 
@@ -284,6 +406,17 @@ static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 	char *role;
 	int r;
 
+	if (idx == O_INDEX) {
+		struct index_read ir = { .a = rd->a };
+
+		if (rd->o->index)
+			return wsync_error_set(j->err, -EINVAL, "\"index\" given twice");
+		rd->o->index = ir.ix = calloc(1, sizeof(*ir.ix));
+		if (!ir.ix)
+			return wsync_error_set(j->err, -ENOMEM, "out of memory");
+		return wsync_json_read_object(j, "index", "an object", index_fields, IX_N, 0, 4,
+					      read_index_field, &ir);
+	}
 	if (idx == O_SHA256) {
 		rd->o->has_sha256 = true;
 		return wsync_json_read_hex(j, "sha256", rd->o->sha256,
@@ -304,7 +437,7 @@ static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 static int read_object(struct wsync_json_reader *j, struct wsync_manifest *m,
 		       struct arrays *a)
 {
-	struct object_read rd = { .keep = true };
+	struct object_read rd = { .a = a, .keep = true };
 	int r;
 
 	if (++a->objects_seen > WSYNC_MANIFEST_OBJECTS_MAX)
@@ -314,12 +447,14 @@ static int read_object(struct wsync_json_reader *j, struct wsync_manifest *m,
 		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&rd.o);
 	if (r == 0)
 		r = wsync_json_read_object(j, "objects[]", "an array of objects",
-					   object_fields, O_N, 1u << O_SHA256, 3,
-					   read_object_field, &rd);
+					   object_fields, O_N, (1u << O_SHA256) | (1u << O_INDEX),
+					   3, read_object_field, &rd);
 	if (r == 0 && !rd.keep) {
 		/* Skipped, but its key must still be a key (and it did count
 		 * against the limit). */
 		r = check_ref(&rd.o->ref, j->err);
+		index_free(rd.o->index);
+		rd.o->index = NULL;
 		m->n_objects--;
 	}
 	return r;
@@ -573,8 +708,105 @@ static int check_writer(const char *w, struct wsync_error *err)
 	return 0;
 }
 
+static int strptr_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * An object's index (BUCKET.md §3.1): the head within the object; each
+ * file's range after the head and the range before it, inside the object,
+ * tiled by its pieces; paths valid and unique; every file of the manifest
+ * indexed (an anchor's index: exactly those).  *pieces counts them.
+ */
+static int check_index(const struct wsync_manifest *m, const struct wsync_manifest_object *o,
+		       size_t *pieces, struct wsync_error *err)
+{
+	const struct wsync_manifest_index *ix = o->index;
+	uint64_t end, size = o->ref.size;
+	const char **mp;
+	size_t k = 0;
+	int r = 0;
+
+	if (ix->head.length < 1 || ix->head.length > WSYNC_MANIFEST_INDEX_HEAD_MAX ||
+	    ix->head.length > size)
+		return wsync_error_set(err, -EINVAL, "index: \"head\" is %" PRIu64 " bytes "
+				       "(1..%u, within the object's %" PRIu64 ")",
+				       ix->head.length, WSYNC_MANIFEST_INDEX_HEAD_MAX, size);
+	if (ix->n_files == 0 || ix->n_files > WSYNC_MANIFEST_FILES_MAX)
+		return wsync_error_set(err, -EINVAL, "index: \"files\" must list 1 to %u "
+				       "files", WSYNC_MANIFEST_FILES_MAX);
+	end = ix->head.length;
+	*pieces += 1;
+	for (size_t i = 0; i < ix->n_files; i++) {
+		const struct wsync_manifest_range *f = &ix->files[i];
+		uint64_t sum = 0;
+
+		r = check_path(f->path, err);
+		if (r < 0) {
+			wsync_error_prefix(err, "index: files[%zu]", i);
+			return r;
+		}
+		if (i > 0 && strcmp(ix->files[i - 1].path, f->path) >= 0)
+			return wsync_error_set(err, -EINVAL, "index: files[%zu] (%.200s) is not "
+					       "after \"%.200s\" in byte order (a delta's files are "
+					       "in that order, each once)", i, f->path,
+					       ix->files[i - 1].path);
+		if (f->offset < end)
+			return wsync_error_set(err, -EINVAL, "index: files[%zu] (%.200s) begins "
+					       "at %" PRIu64 ", inside what comes before it "
+					       "(up to %" PRIu64 ")", i, f->path, f->offset, end);
+		if (f->length == 0 || f->length > size || f->offset > size - f->length)
+			return wsync_error_set(err, -EINVAL, "index: files[%zu] (%.200s) "
+					       "[%" PRIu64 ", +%" PRIu64 ") is not inside the "
+					       "object's %" PRIu64 " bytes", i, f->path,
+					       f->offset, f->length, size);
+		if (f->n_pieces == 0)
+			return wsync_error_set(err, -EINVAL, "index: files[%zu] (%.200s) has no "
+					       "pieces", i, f->path);
+		for (size_t p = 0; p < f->n_pieces; p++) {
+			if (f->pieces[p].length < 1 ||
+			    f->pieces[p].length > WSYNC_MANIFEST_PIECE_MAX)
+				return wsync_error_set(err, -EINVAL, "index: files[%zu] (%.200s): "
+						       "a piece of %" PRIu64 " bytes", i, f->path,
+						       f->pieces[p].length);
+			sum += f->pieces[p].length;	/* <= 2^20 * 2^31: no overflow */
+		}
+		if (sum != f->length)
+			return wsync_error_set(err, -EINVAL, "index: files[%zu] (%.200s): its "
+					       "pieces add up to %" PRIu64 " bytes, not its "
+					       "length %" PRIu64, i, f->path, sum, f->length);
+		*pieces += f->n_pieces;
+		end = f->offset + f->length;
+	}
+	if (*pieces > WSYNC_MANIFEST_PIECES_MAX)
+		return wsync_error_set(err, -EINVAL, "more than %u pieces",
+				       WSYNC_MANIFEST_PIECES_MAX);
+
+	/* the manifest's files all there (the index is in byte order) */
+	mp = malloc((m->n_files ? m->n_files : 1) * sizeof(*mp));
+	if (!mp)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < m->n_files; i++)
+		mp[i] = m->files[i].path;
+	qsort(mp, m->n_files, sizeof(*mp), strptr_cmp);
+	for (size_t i = 0; i < m->n_files && r == 0; i++) {
+		while (k < ix->n_files && strcmp(ix->files[k].path, mp[i]) < 0)
+			k++;
+		if (k == ix->n_files || strcmp(ix->files[k].path, mp[i]) != 0)
+			r = wsync_error_set(err, -EINVAL, "index: file \"%.200s\" of the "
+					    "manifest is not in it", mp[i]);
+	}
+	if (r == 0 && o->role == WSYNC_MANIFEST_ROLE_ANCHOR && ix->n_files != m->n_files)
+		r = wsync_error_set(err, -EINVAL, "index: an anchor's index lists %zu files, "
+				    "the manifest %zu", ix->n_files, m->n_files);
+	free(mp);
+	return r;
+}
+
 static int check_manifest(const struct wsync_manifest *m, struct wsync_error *err)
 {
+	size_t pieces = 0;
 	size_t n_delta = 0, n_anchor = 0;
 	const char **names;
 	bool listed = false;
@@ -683,6 +915,15 @@ static int check_manifest(const struct wsync_manifest *m, struct wsync_error *er
 	}
 	if (m->writer && (r = check_writer(m->writer, err)) < 0)
 		return r;
+	for (size_t i = 0; i < m->n_objects; i++) {
+		if (!m->objects[i].index)
+			continue;
+		r = check_index(m, &m->objects[i], &pieces, err);
+		if (r < 0) {
+			wsync_error_prefix(err, "objects[%zu]", i);
+			return r;
+		}
+	}
 
 	/* duplicates: paths (and file/directory clashes), object keys */
 	names = malloc((m->n_files > m->n_objects ? m->n_files : m->n_objects) *
@@ -920,11 +1161,32 @@ void wsync_manifest_free(struct wsync_manifest *m)
 {
 	if (!m)
 		return;
+	for (size_t i = 0; i < m->n_objects; i++)
+		index_free(m->objects[i].index);
 	free(m->objects);
 	free(m->files);
 	free(m->anchors);
 	wsync_json_pool_free(m->strings_);
 	memset(m, 0, sizeof(*m));
+}
+
+const struct wsync_manifest_range *
+wsync_manifest_index_find(const struct wsync_manifest_index *index, const char *path)
+{
+	size_t lo = 0, hi = index ? index->n_files : 0;
+
+	while (lo < hi) {	/* checked: in byte order, each once */
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(index->files[mid].path, path);
+
+		if (c == 0)
+			return &index->files[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
 }
 
 const struct wsync_manifest_object *
@@ -983,6 +1245,43 @@ static void write_ref(struct wsync_json_writer *w, const struct wsync_manifest_r
 	wsync_json_write_string(w, ref->key);
 	wsync_json_write_fmt(w, ", \"size\": %" PRIu64 ", \"xxh128\": ", ref->size);
 	write_hash(w, &ref->hash);
+}
+
+static void write_piece(struct wsync_json_writer *w, const struct wsync_manifest_piece *pc)
+{
+	char hex[2 * sizeof(pc->sha256) + 1];
+
+	for (size_t k = 0; k < sizeof(pc->sha256); k++)
+		snprintf(hex + 2 * k, 3, "%02x", pc->sha256[k]);
+	wsync_json_write_fmt(w, "[%" PRIu64 ", \"%s\"]", pc->length, hex);
+}
+
+/* , "index": {...}: one file's range per line */
+static void write_index(struct wsync_json_writer *w, const struct wsync_manifest_index *ix,
+			const struct wsync_buf *out)
+{
+	wsync_json_write_str(w, ", \"index\": {\"head\": ");
+	write_piece(w, &ix->head);
+	wsync_json_write_str(w, ", \"files\": [\n");
+	for (size_t i = 0; i < ix->n_files; i++) {
+		const struct wsync_manifest_range *f = &ix->files[i];
+
+		wsync_json_write_str(w, "      {\"path\": ");
+		wsync_json_write_string(w, f->path);
+		wsync_json_write_fmt(w, ", \"offset\": %" PRIu64 ", \"length\": %" PRIu64
+				     ", \"pieces\": [", f->offset, f->length);
+		for (size_t p = 0; p < f->n_pieces; p++) {
+			if (p)
+				wsync_json_write_str(w, ", ");
+			write_piece(w, &f->pieces[p]);
+			if (out->len > WSYNC_MANIFEST_MAX)
+				break;
+		}
+		wsync_json_write_str(w, i + 1 < ix->n_files ? "]},\n" : "]}\n    ");
+		if (out->len > WSYNC_MANIFEST_MAX)
+			break;
+	}
+	wsync_json_write_str(w, "]}");
 }
 
 /* Finish: the error of the writer, the size limit, the signature. */
@@ -1045,6 +1344,8 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 				snprintf(hex + 2 * k, 3, "%02x", o->sha256[k]);
 			wsync_json_write_fmt(&w, ", \"sha256\": \"%s\"", hex);
 		}
+		if (o->index)
+			write_index(&w, o->index, out);
 		wsync_json_write_str(&w, i + 1 < m->n_objects ? "},\n" : "}\n");
 	}
 	wsync_json_write_str(&w, m->n_files ? "  ],\n  \"files\": [\n" : "  ],\n  \"files\": [");

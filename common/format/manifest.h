@@ -49,6 +49,9 @@
 #define WSYNC_MANIFEST_SEGMENT_MAX 255u		/* bytes per path segment */
 #define WSYNC_MANIFEST_WRITER_MAX 256u		/* bytes of "writer" */
 #define WSYNC_MANIFEST_DEPTH_MAX 64		/* nesting of JSON values */
+#define WSYNC_MANIFEST_PIECES_MAX 4000000u	/* pieces of every index together */
+#define WSYNC_MANIFEST_PIECE_MAX ((1ull << 30) + 24)	/* bytes: one record, header included */
+#define WSYNC_MANIFEST_INDEX_HEAD_MAX 4096u	/* bytes before an object's first record */
 
 /* The format_version this code reads and writes. */
 #define WSYNC_MANIFEST_FORMAT_VERSION 1
@@ -94,15 +97,46 @@ enum wsync_manifest_role {
 	WSYNC_MANIFEST_ROLE_ANCHOR = 2,	/* the whole checkpoint at version */
 };
 
+/* A run of an object's bytes with a SHA-256 of its own (BUCKET.md §3.1),
+ * so that it can be fetched and checked alone. */
+struct wsync_manifest_piece {
+	uint64_t length;		/* 1..WSYNC_MANIFEST_PIECE_MAX */
+	uint8_t sha256[32];
+};
+
+/* Where one file's records lie in an object: its FILE record and the
+ * SEGMENT records after it, [offset, offset + length), tiled by pieces. */
+struct wsync_manifest_range {
+	char *path;
+	uint64_t offset, length;
+	struct wsync_manifest_piece *pieces;
+	size_t n_pieces;
+};
+
+/* An object's index: the bytes before its first record (the preamble),
+ * then each file's range, in object order (ascending, not overlapping). */
+struct wsync_manifest_index {
+	struct wsync_manifest_piece head;	/* [0, head.length) */
+	struct wsync_manifest_range *files;
+	size_t n_files;
+};
+
 /* A delta or anchor; with sha256 (when the manifest gives one, as wsync
  * 0.1's publisher always does) bound to the signed manifest against a
- * bucket writer who could forge an XXH3 (BUCKET.md §3). */
+ * bucket writer who could forge an XXH3 (BUCKET.md §3); with an index
+ * (NULL: none, the object is fetched whole), so that a subscriber can
+ * fetch and check only the files it takes. */
 struct wsync_manifest_object {
 	enum wsync_manifest_role role;
 	struct wsync_manifest_ref ref;
 	bool has_sha256;
 	uint8_t sha256[32];
+	struct wsync_manifest_index *index;
 };
+
+/* The range of path in index, or NULL. */
+const struct wsync_manifest_range *
+wsync_manifest_index_find(const struct wsync_manifest_index *index, const char *path);
 
 struct wsync_manifest_file {
 	char *path;			/* relative, checked: see BUCKET.md §3 */

@@ -12,6 +12,7 @@
 #include "sign.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -494,21 +495,66 @@ int wsync_sign_doc_check(const struct wsync_sign_key *verify, const void *doc,
 	return wsync_sign_verify(verify, doc, *body_len, t->sig, err);
 }
 
-int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
-		    struct wsync_error *err)
+/* An EVP_MD_CTX set up for SHA-256. */
+struct wsync_sha256 *wsync_sha256_new(void)
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	uint8_t *buf = malloc(1u << 20);
+
+	if (ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		EVP_MD_CTX_free(ctx);
+		ctx = NULL;
+	}
+	return (struct wsync_sha256 *)ctx;
+}
+
+int wsync_sha256_update(struct wsync_sha256 *s, const void *p, size_t len)
+{
+	return EVP_DigestUpdate((EVP_MD_CTX *)s, p, len) == 1 ? 0 : -EIO;
+}
+
+int wsync_sha256_final(struct wsync_sha256 *s, uint8_t out[WSYNC_SHA256_LEN])
+{
 	unsigned int len = 0;
-	uint64_t off = 0;
+
+	if (EVP_DigestFinal_ex((EVP_MD_CTX *)s, out, &len) != 1 || len != WSYNC_SHA256_LEN ||
+	    EVP_DigestInit_ex((EVP_MD_CTX *)s, EVP_sha256(), NULL) != 1)
+		return -EIO;
+	return 0;
+}
+
+void wsync_sha256_free(struct wsync_sha256 *s)
+{
+	EVP_MD_CTX_free((EVP_MD_CTX *)s);
+}
+
+int wsync_sha256_mem(const void *p, size_t len, uint8_t out[WSYNC_SHA256_LEN])
+{
+	struct wsync_sha256 *s = wsync_sha256_new();
+	int r;
+
+	if (!s)
+		return -ENOMEM;
+	r = wsync_sha256_update(s, p, len);
+	if (r == 0)
+		r = wsync_sha256_final(s, out);
+	wsync_sha256_free(s);
+	return r;
+}
+
+int wsync_sha256_fd_range(int fd, uint64_t off, uint64_t len, const char *what,
+			  uint8_t out[WSYNC_SHA256_LEN], struct wsync_error *err)
+{
+	struct wsync_sha256 *s = wsync_sha256_new();
+	uint8_t *buf = malloc(1u << 20);
 	int r = 0;
 
-	if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+	if (!s || !buf) {
 		r = wsync_error_set(err, -ENOMEM, "%s: SHA-256: out of memory", what);
 		goto out;
 	}
-	for (;;) {
-		ssize_t n = pread(fd, buf, 1u << 20, (off_t)off);
+	while (len) {
+		size_t want = len < (1u << 20) ? (size_t)len : 1u << 20;
+		ssize_t n = pread(fd, buf, want, (off_t)off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -516,18 +562,32 @@ int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
 			r = wsync_error_set(err, -errno, "%s: read: %s", what, strerror(errno));
 			goto out;
 		}
-		if (n == 0)
+		if (n == 0) {
+			if (len != UINT64_MAX)
+				r = wsync_error_set(err, -ENODATA, "%s: ends %" PRIu64 " bytes "
+						    "early", what, len);
+			if (r < 0)
+				goto out;
 			break;
-		if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) {
+		}
+		if (wsync_sha256_update(s, buf, (size_t)n) < 0) {
 			r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
 			goto out;
 		}
 		off += (uint64_t)n;
+		if (len != UINT64_MAX)
+			len -= (uint64_t)n;
 	}
-	if (EVP_DigestFinal_ex(ctx, out, &len) != 1 || len != WSYNC_SHA256_LEN)
+	if (wsync_sha256_final(s, out) < 0)
 		r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
 out:
-	EVP_MD_CTX_free(ctx);
+	wsync_sha256_free(s);
 	free(buf);
 	return r;
+}
+
+int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
+		    struct wsync_error *err)
+{
+	return wsync_sha256_fd_range(fd, 0, UINT64_MAX, what, out, err);
 }

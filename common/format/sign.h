@@ -150,4 +150,21 @@ int wsync_sign_doc_check(const struct wsync_sign_key *verify, const void *doc,
 int wsync_sha256_fd(int fd, const char *what, uint8_t out[WSYNC_SHA256_LEN],
 		    struct wsync_error *err);
 
+/* The same for the len bytes at off (UINT64_MAX: to the end); a file
+ * that ends before them is -ENODATA. */
+int wsync_sha256_fd_range(int fd, uint64_t off, uint64_t len, const char *what,
+			  uint8_t out[WSYNC_SHA256_LEN], struct wsync_error *err);
+
+/* SHA-256 in steps: new (NULL when out of memory), update, final (which
+ * starts the next digest over), free (NULL is fine).  update and final
+ * fail (-EIO) only when OpenSSL does. */
+struct wsync_sha256;
+struct wsync_sha256 *wsync_sha256_new(void);
+int wsync_sha256_update(struct wsync_sha256 *s, const void *p, size_t len);
+int wsync_sha256_final(struct wsync_sha256 *s, uint8_t out[WSYNC_SHA256_LEN]);
+void wsync_sha256_free(struct wsync_sha256 *s);
+
+/* The SHA-256 of len bytes at p: 0, or -ENOMEM / -EIO. */
+int wsync_sha256_mem(const void *p, size_t len, uint8_t out[WSYNC_SHA256_LEN]);
+
 #endif

@@ -28,117 +28,10 @@
  * simply not found), which -Wformat-truncation wants acknowledged. */
 #define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
 
-/* ---- filter ---- */
-
-static int split_globs(const char *s, char ***out, size_t *n)
-{
-	char *copy = strdup(s ? s : ""), *save = NULL;
-	size_t cap = 0;
-
-	if (!copy)
-		return -ENOMEM;
-	*out = NULL;
-	*n = 0;
-	for (char *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-		if (WSYNC_GROW(*out, cap, *n, 8) < 0)
-			goto oom;
-		if (!((*out)[*n] = strdup(tok)))
-			goto oom;
-		(*n)++;
-	}
-	free(copy);
-	return 0;
-oom:
-	free(copy);
-	return -ENOMEM;
-}
-
-int ckscan_filter_init(struct ckscan_filter *f, const char *include, const char *exclude)
-{
-	memset(f, 0, sizeof(*f));
-	if (split_globs(include, &f->include, &f->n_include) < 0 ||
-	    split_globs(exclude, &f->exclude, &f->n_exclude) < 0) {
-		ckscan_filter_free(f);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-void ckscan_filter_free(struct ckscan_filter *f)
-{
-	if (!f)
-		return;
-	for (size_t i = 0; i < f->n_include; i++)
-		free(f->include[i]);
-	for (size_t i = 0; i < f->n_exclude; i++)
-		free(f->exclude[i]);
-	free(f->include);
-	free(f->exclude);
-	memset(f, 0, sizeof(*f));
-}
-
-static const char *base_name(const char *rel)
-{
-	const char *s = strrchr(rel, '/');
-
-	return s ? s + 1 : rel;
-}
-
-/* Does pattern p match rel: a component pattern against the last
- * component, a path pattern against the whole path. */
-static bool glob_match(const char *p, const char *rel)
-{
-	if (strchr(p, '/'))
-		return fnmatch(p, rel, FNM_PATHNAME) == 0;
-	return fnmatch(p, base_name(rel), 0) == 0;
-}
-
-static bool excluded(const struct ckscan_filter *f, const char *rel)
-{
-	for (size_t i = 0; i < f->n_exclude; i++)
-		if (glob_match(f->exclude[i], rel))
-			return true;
-	return false;
-}
-
-/* A subscriber's own state (target_dir/.wsync/, BUCKET.md) is never
- * shipped, whatever the patterns say: a publisher watching a subscriber's
- * folder would otherwise publish versions every subscriber must refuse. */
-static bool is_wsync_state(const char *rel)
-{
-	return strncmp(rel, ".wsync", 6) == 0 && (rel[6] == '\0' || rel[6] == '/');
-}
-
-bool ckscan_filter_prunes_dir(const struct ckscan_filter *f, const char *rel)
-{
-	return is_wsync_state(rel) || excluded(f, rel);
-}
-
-bool ckscan_filter_match(const struct ckscan_filter *f, const char *rel)
-{
-	bool inc = false;
-	char buf[PATH_MAX];
-
-	if (is_wsync_state(rel))
-		return false;
-	for (size_t i = 0; i < f->n_include && !inc; i++)
-		inc = glob_match(f->include[i], rel);
-	if (!inc || excluded(f, rel))
-		return false;
-	/* every directory on the way, for patterns without '/' */
-	PATHF(buf, "%s", rel);
-	for (char *s = strrchr(buf, '/'); s; s = strrchr(buf, '/')) {
-		*s = '\0';
-		if (excluded(f, buf))
-			return false;
-	}
-	return true;
-}
-
 /* ---- tree ---- */
 
 struct walk {
-	const struct ckscan_filter *f;
+	const struct wsync_file_filter *f;
 	struct ckscan_tree *t;
 	size_t cap;
 	struct wsync_error *err;
@@ -206,7 +99,7 @@ static int walk_dir(struct walk *w, int dfd, const char *root, const char *rel,
 		if (S_ISDIR(st.st_mode)) {
 			int sfd;
 
-			if (ckscan_filter_prunes_dir(w->f, sub))
+			if (wsync_file_filter_prunes_dir(w->f, sub))
 				continue;
 			sfd = openat(dirfd(d), de->d_name,
 				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -221,7 +114,7 @@ static int walk_dir(struct walk *w, int dfd, const char *root, const char *rel,
 			if (r < 0)
 				break;
 		} else if (S_ISREG(st.st_mode)) {
-			if (!ckscan_filter_match(w->f, sub))
+			if (!wsync_file_filter_match(w->f, sub))
 				continue;
 			if ((r = add_file(w, sub, &st)) < 0) {
 				wsync_error_set(w->err, r, "out of memory");
@@ -251,7 +144,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
-int ckscan_tree_read(const char *dir, const struct ckscan_filter *f, const char *skip_top,
+int ckscan_tree_read(const char *dir, const struct wsync_file_filter *f, const char *skip_top,
 		     struct ckscan_tree *out, struct wsync_error *err)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r;
@@ -264,7 +157,7 @@ int ckscan_tree_read(const char *dir, const struct ckscan_filter *f, const char 
 	return r;
 }
 
-int ckscan_tree_read_at(int dirfd, const char *dir, const struct ckscan_filter *f,
+int ckscan_tree_read_at(int dirfd, const char *dir, const struct wsync_file_filter *f,
 			const char *skip_top, struct ckscan_tree *out, struct wsync_error *err)
 {
 	struct walk w = { .f = f, .t = out, .err = err };

@@ -17,26 +17,8 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "file_filter.h"
 
-/* The include/exclude globs of [publisher].  A pattern without '/' is
- * matched against one path component (a file's base name, or for exclude
- * any directory on its path too, so "global_step*" drops DeepSpeed's
- * folders); a pattern with '/' against the whole relative path (fnmatch
- * with FNM_PATHNAME).  A file is shipped when it matches an include pattern
- * and no exclude pattern. */
-struct ckscan_filter {
-	char **include, **exclude;
-	size_t n_include, n_exclude;
-};
-
-/* Split the space-separated lists.  0 or -ENOMEM. */
-int ckscan_filter_init(struct ckscan_filter *f, const char *include, const char *exclude);
-void ckscan_filter_free(struct ckscan_filter *f);
-/* Is the file at relative path rel shipped? */
-bool ckscan_filter_match(const struct ckscan_filter *f, const char *rel);
-/* Is the directory at relative path rel pruned (an exclude pattern matches
- * it)? */
-bool ckscan_filter_prunes_dir(const struct ckscan_filter *f, const char *rel);
 
 struct ckscan_file {
 	char *path;		/* relative, '/'-separated */
@@ -65,11 +47,11 @@ struct ckscan_tree {
  * lies inside an in-place watch_dir).  0, or a negative errno with err
  * set.
  */
-int ckscan_tree_read_at(int dirfd, const char *dir, const struct ckscan_filter *f,
+int ckscan_tree_read_at(int dirfd, const char *dir, const struct wsync_file_filter *f,
 			const char *skip_top, struct ckscan_tree *out, struct wsync_error *err);
 /* ckscan_tree_read_at on dir opened by its path (the caller's word: it
  * may be or go through a symbolic link).  -ENOENT: dir is missing. */
-int ckscan_tree_read(const char *dir, const struct ckscan_filter *f, const char *skip_top,
+int ckscan_tree_read(const char *dir, const struct wsync_file_filter *f, const char *skip_top,
 		     struct ckscan_tree *out, struct wsync_error *err);
 void ckscan_tree_free(struct ckscan_tree *t);
 

@@ -276,6 +276,8 @@ static void publication_free(struct publication *pb)
 	if (pb->src_fd >= 0)
 		(void)close(pb->src_fd);
 	pubjob_files_free(pb->job.files, pb->job.n_files);
+	wsync_delta_index_free(pb->job.delta_index);
+	wsync_delta_index_free(pb->job.anchor_index);
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
 	free(pb);
@@ -497,10 +499,11 @@ static void head_put_done(struct wsync_store_result *res, void *data);
 /* A manifest's entry for an object this publication uploads. */
 static void object_entry(struct wsync_manifest_object *o, enum wsync_manifest_role role,
 			 char *key, uint64_t size, const struct wsync_hash128 *hash,
-			 const uint8_t sha256[WSYNC_SHA256_LEN])
+			 const uint8_t sha256[WSYNC_SHA256_LEN],
+			 struct wsync_manifest_index *index)
 {
 	*o = (struct wsync_manifest_object){ .role = role, .ref = { key, size, *hash },
-					     .has_sha256 = true };
+					     .has_sha256 = true, .index = index };
 	memcpy(o->sha256, sha256, WSYNC_SHA256_LEN);
 }
 
@@ -526,10 +529,12 @@ static void put_manifest(struct wsync_publisher *p)
 			   (prev ? prev->anchor_version : pb->version);
 	if (pb->job.has_anchor)
 		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_ANCHOR, pb->anchor_key,
-			     pb->job.anchor_size, &pb->job.anchor_hash, pb->job.anchor_sha256);
+			     pb->job.anchor_size, &pb->job.anchor_hash, pb->job.anchor_sha256,
+			     pb->job.anchor_index);
 	if (pb->job.has_delta)
 		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_DELTA, pb->delta_key,
-			     pb->job.delta_size, &pb->job.delta_hash, pb->job.delta_sha256);
+			     pb->job.delta_size, &pb->job.delta_hash, pb->job.delta_sha256,
+			     pb->job.delta_index);
 	m.objects = objs;
 	m.files = pb->job.files;
 	m.n_files = pb->job.n_files;
@@ -571,7 +576,20 @@ static void put_manifest(struct wsync_publisher *p)
 		first--;
 	m.anchors = anc + first;
 	m.n_anchors = na - first;
+	if (getenv("WSYNC_TEST_NO_INDEX"))	/* tests: a bucket written before indexes */
+		for (size_t i = 0; i < m.n_objects; i++)
+			objs[i].index = NULL;
 	r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
+	if (r == -EFBIG) {
+		/* So many files that their indexes do not fit in a manifest:
+		 * without them subscribers fetch the objects whole. */
+		log_warning("manifest of version %" PRIu64 ": too large with the objects' "
+			    "indexes (%s); written without them, so partial subscribers "
+			    "download whole objects", pb->version, wsync_error_str(&err));
+		for (size_t i = 0; i < m.n_objects; i++)
+			objs[i].index = NULL;
+		r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
+	}
 	free(anc);
 	if (r < 0) {
 		log_error("manifest of version %" PRIu64 ": %s", pb->version,
@@ -896,7 +914,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (ckscan_filter_init(&p->filter, cfg->include, cfg->exclude) < 0) {
+	if (wsync_file_filter_init(&p->filter, cfg->include, cfg->exclude) < 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1031,7 +1049,7 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	wsync_buf_free(&p->recover_head_doc);
 	wsync_sign_key_free(p->key);
 	wsync_instance_unlock(&p->state_lock);
-	ckscan_filter_free(&p->filter);
+	wsync_file_filter_free(&p->filter);
 	pub_seen_free(p);
 	pub_gc_free(p);
 	free(p->commit.state_text);

@@ -223,12 +223,16 @@ static void rebase_message(struct wsync_error *err, const char *from, const char
 	memcpy(err->msg, out, sizeof(out));
 }
 
+/* Encode new against old into out; then, in one pass over what was
+ * written, its size, XXH3-128 and SHA-256 and its index. */
 static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
-		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN])
+		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN],
+		  struct wsync_manifest_index **index)
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
 				     .memory_limit = j->memory_limit };
+	struct wsync_delta_object obj;
 	int fd, r;
 
 	fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -236,9 +240,13 @@ static int encode(struct pubjob_prepare *j, const char *old, const char *new,
 		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	r = wsync_diff(old, new, fd, &o, stats, &j->err);
 	if (r == 0)
-		r = wsync_hash_fd(fd, out, hash, size, &j->err);
-	if (r == 0)
-		r = wsync_sha256_fd(fd, out, sha256, &j->err);
+		r = wsync_delta_index(fd, out, &obj, &j->err);
+	if (r == 0) {
+		*size = obj.size;
+		*hash = obj.hash;
+		memcpy(sha256, obj.sha256, WSYNC_SHA256_LEN);
+		*index = obj.index;
+	}
 	close(fd);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
@@ -333,7 +341,7 @@ void pubjob_prepare_work(void *data)
 	if (j->want_delta) {
 		PATHF(p, "%s/delta.wsd", out);
 		r = encode(j, base, staging, p, &j->delta_stats, &j->delta_size, &j->delta_hash,
-			   j->delta_sha256);
+			   j->delta_sha256, &j->delta_index);
 		if (r < 0) {
 			j->result = r;
 			return;
@@ -345,7 +353,7 @@ void pubjob_prepare_work(void *data)
 
 		PATHF(p, "%s/anchor.wsa", out);
 		r = encode(j, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash,
-			   j->anchor_sha256);
+			   j->anchor_sha256, &j->anchor_index);
 		if (r < 0) {
 			j->result = r;
 			return;
@@ -409,17 +417,17 @@ void pubjob_commit_work(void *data)
 static bool dir_matches(const char *dir, const struct wsync_manifest_file *files, size_t n,
 			struct wsync_error *err)
 {
-	struct ckscan_filter all;
+	struct wsync_file_filter all;
 	struct ckscan_tree t;
 	bool ok;
 
-	if (ckscan_filter_init(&all, "*", "") < 0)
+	if (wsync_file_filter_init(&all, "*", "") < 0)
 		return false;
 	if (ckscan_tree_read(dir, &all, NULL, &t, err) < 0) {
-		ckscan_filter_free(&all);
+		wsync_file_filter_free(&all);
 		return false;
 	}
-	ckscan_filter_free(&all);
+	wsync_file_filter_free(&all);
 	ok = t.n == n;
 	/* both sorted bytewise */
 	for (size_t i = 0; ok && i < n; i++) {

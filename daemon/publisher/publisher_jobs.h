@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "checkpoint_scan.h"
+#include "delta_index.h"
 #include "diff.h"
 #include "error.h"
 #include "hash.h"
@@ -59,6 +60,9 @@ struct pubjob_prepare {
 	uint64_t delta_size, anchor_size;
 	struct wsync_hash128 delta_hash, anchor_hash;
 	uint8_t delta_sha256[32], anchor_sha256[32];	/* of the same objects */
+	/* where each file's records lie in them (delta_index.h): the caller's
+	 * to free with wsync_delta_index_free, set or not */
+	struct wsync_manifest_index *delta_index, *anchor_index;
 	struct wsync_diff_stats delta_stats;
 	double seconds;
 	unsigned copies;		/* files that could not be hardlinked */

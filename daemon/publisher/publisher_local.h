@@ -103,7 +103,7 @@ struct wsync_publisher {
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *key;	/* NULL: unsigned */
 	struct wsync_instance_lock state_lock;	/* state_dir/publisher/lock */
-	struct ckscan_filter filter;
+	struct wsync_file_filter filter;
 	char pub_dir[PATH_MAX];
 	char watch_dir[PATH_MAX];
 	char skip_top[NAME_MAX + 1];	/* state_dir inside an in-place watch_dir */

@@ -73,6 +73,8 @@
 
 static void start_cycle(struct wsync_subscriber *s);
 static void maybe_stopped(struct wsync_subscriber *s);
+static int set_filter(struct wsync_subscriber *s, const char *include, const char *exclude);
+static void filter_changed(struct wsync_subscriber *s);
 
 /* ---- small helpers ---- */
 
@@ -298,9 +300,15 @@ static void cycle_free(struct cycle *c)
 	if (!c)
 		return;
 	for (size_t i = 0; i < c->n_steps; i++) {
+		if (c->steps[i].fd >= 0)
+			(void)close(c->steps[i].fd);
 		if (c->steps[i].path)
 			(void)unlink(c->steps[i].path); /* a leftover download; cheap */
 		free(c->steps[i].path);
+		free(c->steps[i].sel);
+		free(c->steps[i].pcs);
+		free(c->steps[i].pcs_off);
+		free(c->steps[i].pcs_ok);
 	}
 	free(c->steps);
 	for (size_t i = 0; i < c->n_ms; i++)
@@ -449,7 +457,9 @@ static void check_work(void *data)
 	if (sub_local_adopt(s->cfg->target_dir, &s->local, k->head, &k->head_hash, &k->adopt,
 			    why, sizeof(why)) != 0)
 		return;
-	if (sub_state_save(s->cfg->target_dir, &k->adopt, &k->err) == 0)
+	if (sub_local_set_filter(&k->adopt, s->partial ? s->include : NULL,
+				 s->partial ? s->exclude : NULL) == 0 &&
+	    sub_state_save(s->cfg->target_dir, &k->adopt, &k->err) == 0)
 		k->adopted = true;
 	else
 		sub_local_free(&k->adopt);
@@ -540,6 +550,48 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 		s->phase = PH_CHECK;
 }
 
+/* ---- a partial subscriber's files ---- */
+
+/* Files a node serves weights from: what the publisher checks as weights
+ * (checkpoint_complete.h). */
+static bool is_weight_file(const char *path)
+{
+	static const char *const ext[] = { ".safetensors", ".bin", ".pt", ".pth", ".gguf" };
+	size_t n = strlen(path);
+
+	for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
+		size_t e = strlen(ext[i]);
+
+		if (n > e && strcmp(path + n - e, ext[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
+		      struct wsync_error *err)
+{
+	size_t k = 0;
+	bool weights = false;
+
+	if (!s->partial)
+		return 0;
+	for (size_t i = 0; i < m->n_files; i++) {
+		if (!wsync_file_filter_match(&s->filter, m->files[i].path))
+			continue;
+		weights |= is_weight_file(m->files[i].path);
+		m->files[k++] = m->files[i];
+	}
+	m->n_files = k;
+	if (head && !weights)
+		return wsync_error_set(err, -EDOM, "[subscriber] include = \"%.200s\" and "
+				       "exclude = \"%.200s\" take %s of version %" PRIu64 "'s "
+				       "files and no weight file: a node serves weights",
+				       s->include, s->exclude,
+				       k ? "some" : "none", m->version);
+	return 0;
+}
+
 /* ---- MANIFEST (HEAD's) ---- */
 
 static void on_head_manifest(struct wsync_store_result *res, void *userdata)
@@ -575,6 +627,14 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 		r = wsync_error_set(&err, -EINVAL, "HEAD names version %" PRIu64 " but its "
 				    "manifest is of version %" PRIu64, h, m.version);
 		wsync_manifest_free(&m);
+	}
+	if (r == 0 && (r = sub_manifest_take(s, &m, true, &err)) < 0) {
+		wsync_manifest_free(&m);
+		log_error("%s; target stays at version %" PRIu64, wsync_error_str(&err),
+			  s->local.version);
+		sub_set_error(s, "%s", wsync_error_str(&err));
+		sub_cycle_fail(s);
+		return;
 	}
 	if (r < 0) {
 		sub_verify_failed(s, h, sub_err_text(&err, r));
@@ -768,6 +828,16 @@ static void start_cycle(struct wsync_subscriber *s)
 
 	if (s->stopping || s->c)
 		return;
+	if (s->pending_include) {	/* a reload's, between two cycles */
+		if (set_filter(s, s->pending_include, s->pending_exclude) == 0) {
+			filter_changed(s);
+			free(s->etag);	/* HEAD is to be dealt with again */
+			s->etag = NULL;
+		}
+		free(s->pending_include);
+		free(s->pending_exclude);
+		s->pending_include = s->pending_exclude = NULL;
+	}
 	s->once_verify_failed = false;
 	s->c = calloc(1, sizeof(*s->c));
 	q = s->c ? sub_req_new(s, RQ_HEAD, 0, 0) : NULL;
@@ -811,6 +881,56 @@ static void empty_dir_contents(const char *dir)
 	}
 }
 
+/*
+ * The files this node takes are not those the state was applied with
+ * (include or exclude changed, or a full subscriber became partial or the
+ * reverse): the state keeps the files of the new set it holds, and the
+ * next cycle brings the whole set to HEAD from the newest anchor, as a
+ * repair does.  Files that left the set are no longer ours: never written
+ * or deleted again.
+ */
+/* Take include and exclude (copied) as the files this node takes. */
+static int set_filter(struct wsync_subscriber *s, const char *include, const char *exclude)
+{
+	struct wsync_file_filter f;
+	char *inc = strdup(include), *exc = strdup(exclude);
+
+	if (!inc || !exc || wsync_file_filter_init(&f, inc, exc) < 0) {
+		free(inc);
+		free(exc);
+		return -ENOMEM;
+	}
+	wsync_file_filter_free(&s->filter);
+	free(s->include);
+	free(s->exclude);
+	s->filter = f;
+	s->include = inc;
+	s->exclude = exc;
+	s->partial = strcmp(inc, "*") != 0 || exc[0] != '\0';
+	return 0;
+}
+
+static void filter_changed(struct wsync_subscriber *s)
+{
+	const char *inc = s->local.include ? s->local.include : "*";
+	const char *exc = s->local.exclude ? s->local.exclude : "";
+	size_t k = 0;
+
+	if (strcmp(inc, s->include) == 0 && strcmp(exc, s->exclude) == 0)
+		return;
+	log_notice("the files this node takes changed (include \"%.200s\" exclude \"%.200s\", "
+		   "was \"%.200s\" and \"%.200s\"): bringing them to HEAD from the newest "
+		   "anchor", s->include, s->exclude, inc, exc);
+	for (size_t i = 0; i < s->local.n_files; i++) {
+		if (wsync_file_filter_match(&s->filter, s->local.files[i].path))
+			s->local.files[k++] = s->local.files[i];
+		else
+			free(s->local.files[i].path);
+	}
+	s->local.n_files = k;
+	s->force_anchor = s->local_damaged = true;
+}
+
 int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			 struct wsync_error *err)
 {
@@ -824,6 +944,10 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	s->d = d;
 	s->cfg = cfg;
+	if (set_filter(s, cfg->sub_include, cfg->sub_exclude) < 0) {
+		free(s);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
 	s->target_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	s->state_word = "idle";
@@ -967,6 +1091,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	} else {
 		log_info("target %s at version %" PRIu64 " (step %" PRId64 ")",
 			 cfg->target_dir, s->local.version, s->local.step);
+		filter_changed(s);
 	}
 	if (meta >= 0)
 		(void)close(meta);
@@ -1102,6 +1227,11 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	cycle_free(s->c);
 	sub_local_free(&s->local);
 	wsync_sign_key_free(s->verify);
+	wsync_file_filter_free(&s->filter);
+	free(s->include);
+	free(s->exclude);
+	free(s->pending_include);
+	free(s->pending_exclude);
 	free(s->etag);
 	if (s->hooks_init)
 		sub_hooks_free(&s->hooks);
@@ -1114,6 +1244,23 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	free(s->downloads);
 	free(s->empty_dir);
 	free(s);
+}
+
+int wsync_subscriber_reload_filter(struct wsync_subscriber *s, const char *include,
+				   const char *exclude)
+{
+	char *inc = strdup(include), *exc = strdup(exclude);
+
+	if (!inc || !exc) {
+		free(inc);
+		free(exc);
+		return -ENOMEM;
+	}
+	free(s->pending_include);
+	free(s->pending_exclude);
+	s->pending_include = inc;
+	s->pending_exclude = exc;
+	return 0;
 }
 
 int wsync_subscriber_write_status(struct wsync_subscriber *s)

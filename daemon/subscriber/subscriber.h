@@ -17,6 +17,13 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret, 
 int wsync_subscriber_start(struct wsync_subscriber *r);
 void wsync_subscriber_stop(struct wsync_subscriber *r);
 void wsync_subscriber_free(struct wsync_subscriber *r);
+/* A reload's [subscriber] include and exclude (copied): taken when the
+ * next cycle starts (the current one ends with the files it began with);
+ * a set that changed is brought to HEAD from the newest anchor.  0 or
+ * -ENOMEM. */
+int wsync_subscriber_reload_filter(struct wsync_subscriber *r, const char *include,
+				   const char *exclude);
+
 /* Rewrite runtime_dir/status.json now (atomically).  0 or a negative errno. */
 int wsync_subscriber_write_status(struct wsync_subscriber *r);
 

@@ -40,6 +40,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +50,29 @@
 
 #include "durable.h"
 #include "io.h"
+#include "delta_index.h"
+#include "io.h"
 #include "sign.h"
 #include "subscriber_local.h"
+
+/* Copy len bytes at off of in to at of out, through b. */
+static int copy_range(int in, uint64_t off, int out, uint64_t at, uint64_t len,
+		      struct wsync_buf *b)
+{
+	int r = wsync_buf_scratch(b, 1u << 20);
+
+	while (r == 0 && len) {
+		size_t n = len < (1u << 20) ? (size_t)len : 1u << 20;
+
+		r = wsync_pread_all(in, b->data, n, off);
+		if (r == 0)
+			r = wsync_pwrite_all(out, b->data, n, at);
+		off += n;
+		at += n;
+		len -= n;
+	}
+	return r == -ENODATA ? -EINVAL : r;
+}
 
 static int cmp_file_ptr(const void *a, const void *b)
 {
@@ -76,6 +98,142 @@ const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest 
 		v[i] = &m->files[i];
 	qsort(v, m->n_files, sizeof(*v), cmp_file_ptr);
 	return v;
+}
+
+/* 0. A partial subscriber's step from an indexed object: the head and the
+ * ranges of the files taken, one after another, each piece as the signed
+ * manifest says; *len gets their length. */
+static int check_pieces(struct sub_apply_job *j, int fd, uint64_t *len)
+{
+	const struct wsync_manifest_index *ix = j->obj->index;
+	uint8_t got[WSYNC_SHA256_LEN];
+	uint64_t at = 0;
+	size_t flat = 0;	/* the piece's index in j->piece_ok */
+	struct stat st;
+	int r;
+
+	for (size_t k = 0; k <= j->n_sel; k++) {
+		const struct wsync_manifest_piece *pc = k == 0 ? &ix->head : NULL;
+		size_t n = k == 0 ? 1 : j->sel[k - 1]->n_pieces;
+
+		for (size_t p = 0; p < n; p++) {
+			if (k > 0)
+				pc = &j->sel[k - 1]->pieces[p];
+			if (j->piece_ok && j->piece_ok[flat++]) {
+				at += pc->length;
+				continue;
+			}
+			r = wsync_sha256_fd_range(fd, at, pc->length, j->object_path, got, &j->err);
+			if (r == -ENODATA)
+				r = -EINVAL;
+			if (r == 0 && memcmp(got, pc->sha256, sizeof(got)) != 0)
+				r = wsync_error_set(&j->err, -EINVAL, "%s: %s %zu of %s (%" PRIu64
+						    " bytes) does not match its SHA-256",
+						    j->obj->ref.key, k ? "a piece" : "the head", p,
+						    k ? j->sel[k - 1]->path : "the object", pc->length);
+			if (r < 0) {
+				if (r == -EINVAL)
+					j->verify_failed = true;
+				return r;
+			}
+			at += pc->length;
+		}
+	}
+	if (fstat(fd, &st) < 0)
+		return wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
+	if ((uint64_t)st.st_size != at) {
+		j->verify_failed = true;
+		return wsync_error_set(&j->err, -EINVAL, "%s: %" PRIu64 " bytes fetched, the "
+				       "index says %" PRIu64, j->obj->ref.key, (uint64_t)st.st_size,
+				       at);
+	}
+	*len = at;
+	return 0;
+}
+
+/* 0. ... and each range the records of the file the index names there,
+ * exactly: one FILE record of that path and its SEGMENT records. */
+static int check_ranges_hold(struct sub_apply_job *j, const struct wsync_delta_reader *d)
+{
+	for (size_t k = 0; k < j->n_sel || k < d->n_files; k++) {
+		const struct wsync_manifest_range *x = k < j->n_sel ? j->sel[k] : NULL;
+		const struct wsync_delta_entry *e = k < d->n_files ? &d->files[k] : NULL;
+
+		if (x && e && strcmp(x->path, e->file.path) == 0 && x->length == e->delta_bytes)
+			continue;
+		j->verify_failed = true;
+		if (x && e && strcmp(x->path, e->file.path) == 0)
+			return wsync_error_set(&j->err, -EINVAL, "%s: the index's range of %s "
+					       "is %" PRIu64 " bytes, its records %" PRIu64,
+					       j->obj->ref.key, x->path, x->length, e->delta_bytes);
+		if (x && e)
+			return wsync_error_set(&j->err, -EINVAL, "%s: the index's range of %s "
+					       "holds the records of %s", j->obj->ref.key, x->path,
+					       e->file.path);
+		return wsync_error_set(&j->err, -EINVAL, "%s: the index's ranges of %zu files "
+				       "hold %zu FILE records", j->obj->ref.key, j->n_sel,
+				       d->n_files);
+	}
+	return 0;
+}
+
+/* 0. A partial subscriber's step from an object without an index (a
+ * bucket written before them), whole and checked: its preamble and the
+ * records of the files taken, cut into a file of their own, which takes
+ * the object's place (*fd). */
+static int cut_files(struct sub_apply_job *j, int *fd)
+{
+	struct wsync_delta_reader *d = NULL;
+	struct wsync_buf b = { 0 };
+	char *part = NULL;
+	uint64_t at;
+	int out = -1, r;
+
+	r = wsync_delta_reader_open_fd_as(*fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
+	if (r == -EINVAL)
+		j->verify_failed = true;
+	if (r < 0)
+		return r;
+	if (asprintf(&part, "%s.part", j->object_path) < 0) {
+		part = NULL;
+		r = wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		goto done;
+	}
+	out = open(part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (out < 0) {
+		r = wsync_error_set(&j->err, -errno, "%s: %s", part, strerror(errno));
+		goto done;
+	}
+	at = WSYNC_DELTA_PREAMBLE_LEN;
+	r = copy_range(*fd, 0, out, 0, at, &b);
+	for (size_t i = 0; r == 0 && i < d->n_files; i++) {
+		const struct wsync_delta_entry *e = &d->files[i];
+
+		if (!wsync_file_filter_match(j->filter, e->file.path))
+			continue;
+		r = copy_range(*fd, e->record_offset, out, at, e->delta_bytes, &b);
+		at += e->delta_bytes;
+	}
+	if (r < 0)
+		r = wsync_error_set(&j->err, r, "%s: %s", part, strerror(-r));
+	if (r == 0)
+		r = wsync_delta_end_partial(out, at, &j->err);
+	if (r == 0 && rename(part, j->object_path) < 0)
+		r = wsync_error_set(&j->err, -errno, "%s: %s", part, strerror(errno));
+	if (r == 0) {
+		(void)close(*fd);
+		*fd = out;
+		out = -1;
+	}
+done:
+	if (out >= 0) {
+		(void)close(out);
+		(void)unlink(part);
+	}
+	free(part);
+	wsync_buf_free(&b);
+	wsync_delta_reader_free(d);
+	return r;
 }
 
 /* 1. The delta's index against the manifest. */
@@ -259,6 +417,8 @@ static int check_result(struct sub_apply_job *j, int root)
 	s->step = m->step;
 	s->manifest_hash = j->manifest_hash;
 	s->applied = (int64_t)time(NULL);
+	if (sub_local_set_filter(s, j->include, j->exclude) < 0)
+		return wsync_error_set(&j->err, -ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -277,7 +437,7 @@ void sub_apply_work(void *data)
 	wsync_error_clear(&j->err);
 	j->verify_failed = false;
 	j->local_damaged = false;
-	fd = open(j->object_path, O_RDONLY | O_CLOEXEC);
+	fd = open(j->object_path, (j->filter ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (fd < 0) {
 		r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 		goto out;
@@ -285,8 +445,22 @@ void sub_apply_work(void *data)
 	/* the object was checked against its manifest's size and xxh3 when it
 	 * came, and wsync_apply checks each segment as it reads it; the
 	 * SHA-256 is what binds it to a signed manifest (XXH3 is no defence
-	 * against a bucket writer who can forge one) */
-	if (j->obj && j->obj->has_sha256) {
+	 * against a bucket writer who can forge one) -- for the records of
+	 * some files fetched by the object's index, each record's SHA-256 */
+	if (j->filter && j->sel) {
+		uint64_t len = 0;
+
+		r = check_pieces(j, fd, &len);
+		if (r == 0) {
+			/* ranges whose bytes are not whole FILE and SEGMENT
+			 * records: the index lies about the object */
+			r = wsync_delta_end_partial(fd, len, &j->err);
+			if (r == -EINVAL)
+				j->verify_failed = true;
+		}
+		if (r < 0)
+			goto out;
+	} else if (j->obj && j->obj->has_sha256) {
 		uint8_t got[WSYNC_SHA256_LEN];
 
 		r = wsync_sha256_fd(fd, j->object_path, got, &j->err);
@@ -297,14 +471,23 @@ void sub_apply_work(void *data)
 		if (r < 0)
 			goto out;
 	}
+	if (j->filter && !j->sel) {	/* a whole object: keep the files taken */
+		r = cut_files(j, &fd);
+		if (r < 0)
+			goto out;
+	}
 	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;
+	if (r == 0 && j->filter && j->sel)
+		r = check_ranges_hold(j, d);
 	if (r < 0)
 		goto out;
 	if (j->symlink_layout) {
-		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor, &build,
-				     &j->err);
+		/* a partial subscriber's version carries the files it does not
+		 * take along, an anchor too */
+		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor || j->filter,
+				     &build, &j->err);
 		if (r < 0)
 			goto out;
 		built = true;
@@ -361,7 +544,8 @@ void sub_apply_work(void *data)
 		j->verify_failed = true;
 	if (r < 0)
 		goto out;
-	if (j->is_anchor && !j->symlink_layout)	/* a fresh version dir has nothing to drop */
+	/* a fresh version dir has nothing to drop */
+	if (j->is_anchor && (!j->symlink_layout || j->filter))
 		r = delete_dropped(j, root, mf);
 	if (r == 0)
 		r = check_result(j, root);

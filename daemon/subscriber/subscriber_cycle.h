@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "file_filter.h"
 #include "instance_lock.h"
 #include "manifest.h"
 #include "metrics.h"
@@ -56,6 +57,18 @@ struct step {
 	const struct wsync_manifest_object *obj;
 	char *path;			/* in downloads/ */
 	bool downloaded;
+	/* A partial subscriber's fetch by file (BUCKET.md §3.1), when the
+	 * object has an index: its head and the ranges of the files taken
+	 * (sel, in object order) arrive one after another in path, at fd. */
+	const struct wsync_manifest_range **sel;
+	size_t n_sel;
+	const struct wsync_manifest_piece **pcs;	/* the head, then sel's pieces */
+	uint64_t *pcs_off;		/* where each one is in the object */
+	bool *pcs_ok;			/* checked on arrival */
+	size_t n_pcs;
+	int fd;				/* -1: none open */
+	unsigned chunks_left;
+	uint64_t bytes;			/* to download for this step */
 };
 
 struct cycle {
@@ -79,7 +92,7 @@ struct cycle {
 	struct sub_apply_job job;
 };
 
-enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT };
+enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT, RQ_RANGE };
 
 /* A store request in flight.  stop() detaches them (s = NULL): their
  * callbacks then only free the record (the store ends them with
@@ -91,12 +104,19 @@ struct req {
 	enum req_kind kind;
 	uint64_t version;
 	size_t step;
+	uint64_t local_off, len;	/* RQ_RANGE: where its bytes go in the step's file */
+	size_t first_piece, n_pieces;	/* and the step's whole pieces it holds (0: part of one) */
 };
 
 struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
 	struct wsync_sign_key *verify;
+	/* [subscriber] include and exclude as taken (the file's, or a
+	 * reload's from the next cycle on: pending_*), and their filter */
+	char *include, *exclude, *pending_include, *pending_exclude;
+	struct wsync_file_filter filter;
+	bool partial;			/* the filter does not take every file */
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_instance_lock target_lock, state_lock;
@@ -165,6 +185,12 @@ static inline const char *sub_err_text(const struct wsync_error *e, int r)
 {
 	return e->code ? wsync_error_str(e) : strerror(-r);
 }
+
+/* A partial subscriber keeps of manifest m (just parsed) the files it
+ * takes; 0, or, for HEAD's (head), -EDOM when they hold no weight file
+ * (err says so, naming the version). */
+int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
+		      struct wsync_error *err);
 
 /* A store request of the cycle: made and linked (NULL: no memory); ended:
  * unlinked and freed, returning its subscriber (NULL when stop detached

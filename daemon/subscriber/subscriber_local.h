@@ -40,7 +40,11 @@
  *    "version": 12, "step": 2400, "manifest_xxh128": "<32 hex>",
  *    "applied": 1764687600,
  *    "files": [{"path": "config.json", "size": 654, "xxh128": "<32 hex>",
- *               "mtime_ns": 1764687600123456789}, ...]}
+ *               "mtime_ns": 1764687600123456789}, ...],
+ *    "include": "model-0000[12]-*", "exclude": ""}
+ *
+ * include and exclude: a partial subscriber's filter when it applied the
+ * version (absent: a full subscriber's); files lists only its files.
  *
  * Paths in it were checked by manifest.h when they were applied; they are
  * checked again (wsync_path_check) when the file is read back, since
@@ -59,6 +63,7 @@
 
 #include "apply.h"
 #include "config.h"
+#include "file_filter.h"
 #include "error.h"
 #include "hash.h"
 #include "manifest.h"
@@ -79,6 +84,9 @@ struct sub_local {
 	int64_t applied;			/* Unix seconds of the apply */
 	struct sub_file *files;
 	size_t n_files;
+	/* A partial subscriber's [subscriber] include and exclude when it
+	 * applied this (NULL, NULL: a full one's, every file). */
+	char *include, *exclude;
 };
 
 /*
@@ -141,6 +149,10 @@ int sub_state_load(int meta, const char *target, struct sub_local *out,
 void sub_state_remove_temp(const char *target);
 
 void sub_local_free(struct sub_local *s);
+
+/* Record in s the filter its files were taken with: include and exclude
+ * copied, or both NULL (a full subscriber).  0 or -ENOMEM. */
+int sub_local_set_filter(struct sub_local *s, const char *include, const char *exclude);
 
 /*
  * The cheap check: does every file s lists exist under target (no symlink
@@ -217,6 +229,15 @@ struct sub_apply_job {
 	const struct wsync_manifest *m;	/* the version this step reaches */
 	struct wsync_hash128 manifest_hash;
 	const struct sub_local *prev;	/* the state before (anchor: what to delete) */
+	/* a partial subscriber's ([subscriber] include, exclude; NULL: a full
+	 * one): the step's file holds only its files -- the head and their
+	 * ranges (sel, n_sel: the object's index) to check piece by piece,
+	 * or the whole object (no index) to cut them from */
+	const struct wsync_file_filter *filter;
+	const char *include, *exclude;
+	const struct wsync_manifest_range *const *sel;
+	size_t n_sel;
+	const bool *piece_ok;		/* per piece, the head first: checked already */
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
 	char *version_dir;		/* symlink layout: target_dir.v<N> (owned) */
 	void *owner;			/* the caller's, for the done callback */

@@ -117,6 +117,7 @@ static void on_manifest(struct wsync_store_result *res, void *userdata)
 		} else {
 			ms->st = MS_OK;
 			wsync_hash_mem(res->data, res->data_len, &ms->hash);
+			(void)sub_manifest_take(s, &ms->m, false, &err);
 		}
 	}
 	if (c->failed) {

@@ -40,7 +40,21 @@ void sub_local_free(struct sub_local *s)
 	for (size_t i = 0; i < s->n_files; i++)
 		free(s->files[i].path);
 	free(s->files);
+	free(s->include);
+	free(s->exclude);
 	memset(s, 0, sizeof(*s));
+}
+
+int sub_local_set_filter(struct sub_local *s, const char *include, const char *exclude)
+{
+	free(s->include);
+	free(s->exclude);
+	s->include = s->exclude = NULL;
+	if (!include || !exclude)
+		return 0;
+	s->include = strdup(include);
+	s->exclude = strdup(exclude);
+	return s->include && s->exclude ? 0 : -ENOMEM;
 }
 
 static int hex_to_hash(const char *hex, struct wsync_hash128 *h)
@@ -109,6 +123,19 @@ int sub_local_parse(const char *buf, size_t len, const char *path, struct sub_lo
 		goto out;
 	}
 	out->step = (int64_t)json_integer_value(json_object_get(root, "step"));
+	{
+		json_t *inc = json_object_get(root, "include"), *exc = json_object_get(root, "exclude");
+
+		if ((inc && !json_is_string(inc)) || (exc && !json_is_string(exc)) || !inc != !exc) {
+			wsync_error_set(err, -EINVAL, "%s: bad include or exclude", path);
+			goto out;
+		}
+		if (inc && (!(out->include = strdup(json_string_value(inc))) ||
+			    !(out->exclude = strdup(json_string_value(exc))))) {
+			r = wsync_error_set(err, -ENOMEM, "out of memory");
+			goto out;
+		}
+	}
 	j = json_object_get(root, "applied");
 	out->applied = json_is_integer(j) ? (int64_t)json_integer_value(j) : 0;
 	files = json_object_get(root, "files");
@@ -211,6 +238,10 @@ int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
 	r |= json_object_set_new(root, "manifest_xxh128",
 				 json_string(wsync_hash_hex(&s->manifest_hash, hex, sizeof(hex))));
 	r |= json_object_set_new(root, "applied", json_integer(s->applied));
+	if (s->include && s->exclude) {
+		r |= json_object_set_new(root, "include", json_string(s->include));
+		r |= json_object_set_new(root, "exclude", json_string(s->exclude));
+	}
 	for (size_t i = 0; i < s->n_files && r == 0; i++) {
 		const struct sub_file *f = &s->files[i];
 

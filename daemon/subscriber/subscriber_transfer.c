@@ -10,12 +10,14 @@
  * it writes (checked by the apply job).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_cycle.h"
@@ -85,6 +87,9 @@ static void on_job_done(void *data, bool cancelled)
 	try_apply(s);
 }
 
+static void object_failed(struct wsync_subscriber *s, struct step *st,
+			  struct wsync_store_result *res);
+
 static void try_apply(struct wsync_subscriber *s)
 {
 	struct cycle *c = s->c;
@@ -110,6 +115,14 @@ static void try_apply(struct wsync_subscriber *s)
 	j->prev = &s->local;
 	j->owner = s;
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
+	if (s->partial) {
+		j->filter = &s->filter;
+		j->include = s->include;
+		j->exclude = s->exclude;
+		j->sel = st->sel;
+		j->n_sel = st->n_sel;
+		j->piece_ok = st->pcs_ok;
+	}
 	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
 					     NULL;
 	if (!j->object_path || (j->symlink_layout && !j->version_dir)) {
@@ -133,19 +146,29 @@ static void try_apply(struct wsync_subscriber *s)
 	sub_update_status(s);
 }
 
-static void on_object(struct wsync_store_result *res, void *userdata)
+/* A download of the transfer came back: its step, its subscriber in *sp;
+ * NULL when stop detached it. */
+static struct step *step_req_end(struct req *q, struct wsync_subscriber **sp)
 {
-	struct req *q = userdata;
 	size_t i = q->step;
 	struct wsync_subscriber *s = sub_req_end(q);
-	struct cycle *c;
-	struct step *st;
 
 	if (!s)
+		return NULL;
+	s->c->inflight--;
+	*sp = s;
+	return &s->c->steps[i];
+}
+
+static void on_object(struct wsync_store_result *res, void *userdata)
+{
+	struct wsync_subscriber *s;
+	struct step *st = step_req_end(userdata, &s);
+	struct cycle *c;
+
+	if (!st)
 		return;
 	c = s->c;
-	c->inflight--;
-	st = &c->steps[i];
 	if (res->err == 0) {
 		sub_store_worked(s);
 		st->downloaded = true;
@@ -159,6 +182,15 @@ static void on_object(struct wsync_store_result *res, void *userdata)
 		try_apply(s);
 		return;
 	}
+	object_failed(s, st, res);
+}
+
+/* A download of the step failed: why, and the cycle ends. */
+static void object_failed(struct wsync_subscriber *s, struct step *st,
+			  struct wsync_store_result *res)
+{
+	struct cycle *c = s->c;
+
 	if (!c->failed) {
 		if (res->err == -EIO || res->err == -EFBIG) {
 			char what[600];
@@ -182,8 +214,46 @@ static void on_object(struct wsync_store_result *res, void *userdata)
 	sub_end_cycle(s);
 }
 
-static int add_step(struct cycle *c, uint64_t v, bool anchor)
+/* A partial subscriber's step from an indexed object: the ranges of the
+ * files it takes (the manifest's files are those already; the index also
+ * names the files a delta deletes, taken when the filter takes them). */
+static int select_ranges(struct wsync_subscriber *s, struct step *st)
 {
+	const struct wsync_manifest_index *ix = st->obj->index;
+
+	size_t n = 1;
+
+	st->sel = calloc(ix->n_files + 1, sizeof(*st->sel));
+	if (!st->sel)
+		return -ENOMEM;
+	st->bytes = ix->head.length;
+	for (size_t i = 0; i < ix->n_files; i++)
+		if (wsync_file_filter_match(&s->filter, ix->files[i].path)) {
+			st->sel[st->n_sel++] = &ix->files[i];
+			st->bytes += ix->files[i].length;
+			n += ix->files[i].n_pieces;
+		}
+	st->pcs = calloc(n, sizeof(*st->pcs));
+	st->pcs_off = calloc(n, sizeof(*st->pcs_off));
+	st->pcs_ok = calloc(n, sizeof(*st->pcs_ok));
+	if (!st->pcs || !st->pcs_off || !st->pcs_ok)
+		return -ENOMEM;
+	st->pcs[st->n_pcs++] = &ix->head;
+	for (size_t i = 0; i < st->n_sel; i++) {
+		uint64_t off = st->sel[i]->offset;
+
+		for (size_t p = 0; p < st->sel[i]->n_pieces; p++) {
+			st->pcs_off[st->n_pcs] = off;
+			st->pcs[st->n_pcs++] = &st->sel[i]->pieces[p];
+			off += st->sel[i]->pieces[p].length;
+		}
+	}
+	return 0;
+}
+
+static int add_step(struct wsync_subscriber *s, uint64_t v, bool anchor)
+{
+	struct cycle *c = s->c;
 	struct mslot *ms = sub_slot(c, v);
 	struct step *st = &c->steps[c->n_steps];
 	const struct wsync_manifest_object *o =
@@ -194,9 +264,159 @@ static int add_step(struct cycle *c, uint64_t v, bool anchor)
 	st->anchor = anchor;
 	st->ms = ms;
 	st->obj = o;
+	st->fd = -1;
+	st->bytes = o->ref.size;
 	c->n_steps++;
-	c->bytes_total += o->ref.size;
+	if (s->partial && o->index && select_ranges(s, st) < 0)
+		return -ENOMEM;
+	c->bytes_total += st->bytes;
 	return 0;
+}
+
+/* Pieces first .. first + n of the step arrived whole in res: each as its
+ * SHA-256 says (then marked, for the apply job not to read it again), or
+ * the step is refused now. */
+static int check_arrived(struct wsync_subscriber *s, struct step *st,
+			 const struct wsync_store_result *res, size_t first, size_t n)
+{
+	const uint8_t *p = res->data;
+	uint8_t got[WSYNC_SHA256_LEN];
+
+	for (size_t k = first; k < first + n; k++) {
+		char what[600];
+
+		if (wsync_sha256_mem(p, (size_t)st->pcs[k]->length, got) < 0) {
+			sub_set_error(s, "out of memory");
+			return -ENOMEM;
+		}
+		if (memcmp(got, st->pcs[k]->sha256, sizeof(got)) != 0) {
+			snprintf(what, sizeof(what), "%s: the piece at byte %" PRIu64 " (%" PRIu64
+				 " bytes) does not match its SHA-256", st->obj->ref.key,
+				 st->pcs_off[k], st->pcs[k]->length);
+			sub_verify_failed(s, st->version, what);
+			s->c->chain_broken = true;
+			return -EINVAL;
+		}
+		st->pcs_ok[k] = true;
+		p += st->pcs[k]->length;
+	}
+	return 0;
+}
+
+/* The bytes of a range request arrived: into the step's file. */
+static void on_range(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	uint64_t off = q->local_off, len = q->len;
+	size_t first = q->first_piece, n_pieces = q->n_pieces;
+	struct wsync_subscriber *s;
+	struct step *st = step_req_end(q, &s);
+	struct cycle *c;
+	int r = 0;
+
+	if (!st)
+		return;
+	c = s->c;
+	if (res->err == 0) {
+		sub_store_worked(s);
+		s->metrics.bytes_downloaded += len;
+		c->bytes_done += len;
+		if (!c->failed && n_pieces && (r = check_arrived(s, st, res, first, n_pieces)) < 0) {
+			c->failed = true;
+			sub_end_cycle(s);
+			return;
+		}
+		if (!c->failed && st->fd >= 0)
+			r = wsync_pwrite_all(st->fd, res->data, res->data_len, off);
+		if (r < 0) {
+			sub_set_error(s, "%s: %s", st->path, strerror(-r));
+			c->failed = true;
+		}
+		if (!c->failed && --st->chunks_left == 0) {
+			(void)close(st->fd);
+			st->fd = -1;
+			st->downloaded = true;
+			sub_update_status(s);
+			try_apply(s);
+			return;
+		}
+		if (c->failed)
+			sub_end_cycle(s);
+		else
+			sub_update_status(s);
+		return;
+	}
+	object_failed(s, st, res);
+}
+
+/*
+ * The requests of a fetch by file.  The step's pieces (the head, then
+ * each selected range's), flattened in st->pcs, go to its file one after
+ * another.  A request takes whole pieces adjacent in the object, up to
+ * RANGE_CHUNK bytes, so that each is checked against its SHA-256 the
+ * moment it arrives (a bad one fails the step before the rest of a big
+ * file comes, and the apply job does not read it again); a piece larger
+ * than that goes in several requests and is checked by the job.
+ */
+#define RANGE_CHUNK (8ull << 20)
+
+static int request_range(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
+			 uint64_t local_off, size_t first, size_t n_pieces)
+{
+	struct step *st = &s->c->steps[i];
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct req *q = sub_req_new(s, RQ_RANGE, st->version, i);
+	int r;
+
+	if (!q)
+		return -ENOMEM;
+	q->local_off = local_off;
+	q->len = len;
+	q->first_piece = first;
+	q->n_pieces = n_pieces;
+	o.offset = off;
+	o.length = len;
+	o.expect_size = (int64_t)len;
+	o.max_size = len;
+	r = wsync_store_get_buf(s->d->store, st->obj->ref.key, &o, on_range, q);
+	if (r < 0) {
+		sub_req_end(q);
+		return r;
+	}
+	s->c->inflight++;
+	st->chunks_left++;
+	return 0;
+}
+
+static int fetch_by_file(struct wsync_subscriber *s, size_t i)
+{
+	struct step *st = &s->c->steps[i];
+	uint64_t local = 0;
+	size_t k = 0;
+	int r = 0;
+
+	st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (st->fd < 0)
+		return -errno;
+	while (r == 0 && k < st->n_pcs) {
+		uint64_t off = st->pcs_off[k], len = st->pcs[k]->length;
+		size_t first = k;
+
+		if (len > RANGE_CHUNK) {	/* alone, in chunks, checked later */
+			for (uint64_t at = 0; r == 0 && at < len; at += RANGE_CHUNK)
+				r = request_range(s, i, off + at, len - at < RANGE_CHUNK ?
+						  len - at : RANGE_CHUNK, local + at, k, 0);
+			local += len;
+			k++;
+			continue;
+		}
+		while (++k < st->n_pcs && st->pcs_off[k] == off + len &&
+		       len + st->pcs[k]->length <= RANGE_CHUNK)
+			len += st->pcs[k]->length;
+		r = request_range(s, i, off, len, local, first, k - first);
+		local += len;
+	}
+	return r;
 }
 
 /* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
@@ -214,10 +434,15 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		return;
 	}
 	c->anchor_plan = from_anchor;
-	if (from_anchor)
-		add_step(c, c->anchor, true);
-	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h; v++)
-		add_step(c, v, false);
+	int added = from_anchor ? add_step(s, c->anchor, true) : 0;
+
+	for (uint64_t v = from_anchor ? c->anchor + 1 : from; v <= h && added == 0; v++)
+		added = add_step(s, v, false);
+	if (added < 0) {
+		sub_set_error(s, "out of memory");
+		sub_cycle_fail(s);
+		return;
+	}
 	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
 		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
 		 c->bytes_total);
@@ -245,6 +470,16 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		int r;
 
 		st->path = wsync_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
+		if (st->path && st->sel) {
+			r = fetch_by_file(s, i);
+			if (r < 0) {
+				sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key,
+					      strerror(-r));
+				sub_cycle_fail(s);
+				return;
+			}
+			continue;
+		}
 		q = st->path ? sub_req_new(s, RQ_OBJECT, st->version, i) : NULL;
 		if (!q) {
 			sub_set_error(s, "out of memory");

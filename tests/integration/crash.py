@@ -11,7 +11,8 @@ shim killed the process).
       version V; OLD 0: no file before), no path is foreign, and every
       path of both OLD and NEW is there
   crash.py inplace LOG SCOPE [SKIP [CKPT_DIR OLD NEW]]
-      nothing under SCOPE (but .wsync/ folders and SKIP) was opened for
+      nothing under SCOPE (but .wsync/ folders, SKIP and state_dir's
+      downloads/, where a partial fetch writes its ranges) was opened for
       writing under its final name, renamed away or removed (but a file a
       step of OLD..NEW drops, and that only once every temp made so far
       is durable and before no temp of its step), and every rename into SCOPE moved a temp that had been
@@ -143,7 +144,11 @@ def inplace(log, scope, skip=None, drops=frozenset()):
     # the daemon's lock files (daemon/instance_lock.h) are written in place
     # by design: they say who holds them, and the kernel drops the lock
     is_lock = lambda p: re.search(r"/(state/(subscriber|publisher)|run)/lock$", p)
-    meta = lambda p: "/.wsync/" in p or p.endswith("/.wsync") or is_lock(p) or \
+    # a partial subscriber's fetch writes its ranges straight into its file
+    # in state_dir's downloads/ (emptied at each start, every piece checked
+    # against the manifest's SHA-256 before use): not a file of the target
+    is_fetch = lambda p: "/state/subscriber/downloads/" in p
+    meta = lambda p: "/.wsync/" in p or p.endswith("/.wsync") or is_lock(p) or is_fetch(p) or \
         (skip is not None and under(p, os.path.realpath(skip)))
     bad, last_open, last_write, synced = [], {}, {}, {}
     removed = []	# dropped files removed in the step not yet marked

@@ -14,7 +14,14 @@
 # (1 -> 5), an anchor bootstrap (nothing -> 5, anchor 4 + delta 5), one
 # delta with layout = symlink (the version directory built over
 # hardlinks, then the link flipped), and one delta from a bucket on
-# s3rver (curl writing the download; skipped without s3rver).
+# s3rver (curl writing the download; skipped without s3rver).  Plans P
+# (2 -> 3) and PA (nothing -> 5): a partial subscriber (include = shards
+# 1 and 3 and config.json; an operator's junk shard 2 in the target),
+# killed while its ranged reads are written into downloads/, while
+# applying, before and after the marker: its versions are those files of
+# each checkpoint and the junk shard, untouched, so the checks below say
+# its files hold whole versions and the junk is never written; PS3 (1 ->
+# 2) the same on s3rver (its ranged GETs).
 # At each: the process died by SIGKILL at that very call (exit 137, the
 # shim's KILL line); right after the kill every target file holds a whole
 # version OLD..NEW of itself (hashed against the published checkpoints),
@@ -92,7 +99,7 @@ sub_ini() {
 	mkdir -p "$1/state" "$1/run"
 	write_ini "$1/sub.ini" subscriber "$1" "${SUB_STORE:-url = file://$B}"$'\n'"retry_attempts = 1" \
 		"[subscriber]" "target_dir = $1/target" "poll_interval = 200ms" \
-		"layout = ${2:-inplace}"
+		"layout = ${2:-inplace}" ${SUB_INCLUDE:+"include = $SUB_INCLUDE"}
 }
 shim() { # shim LOG SPEC COMMAND...: COMMAND under the shim, SIGKILLed at 60 s
 	local log=$1 spec=$2
@@ -167,6 +174,27 @@ check "layout = symlink: a fresh target pulls version 2" same "$G/s2/target" 2
 check "layout = symlink: target_dir is a link to target.v2" test "$(readlink "$G/s2/target")" = target.v2
 check "power loss, layout = symlink: each version directory durable, marker included, before its flip" \
 	cpy symorder "$G/s2.log" "$G/s2/target"
+# A partial subscriber (include = shards 1 and 3, config.json): its
+# versions are $PCK/checkpoint-V, those files of checkpoint-V and a junk
+# shard 2 of the operator's (never touched: the same in every version).
+PINC="model-00001-of-00003.safetensors model-00003-of-00003.safetensors config.json"
+PCK=$TMP/ckP
+head -c 3000 /dev/urandom >"$TMP/junk2"
+for v in 1 2 3 4 5; do
+	mkdir -p "$PCK/checkpoint-$v"
+	for f in $PINC; do cp "$CK/checkpoint-$v/$f" "$PCK/checkpoint-$v/"; done
+	cp "$TMP/junk2" "$PCK/checkpoint-$v/model-00002-of-00003.safetensors"
+done
+set_head 2
+SUB_INCLUDE=$PINC sub_ini "$G/p2"
+mkdir -p "$G/p2/target"
+cp "$TMP/junk2" "$G/p2/target/model-00002-of-00003.safetensors"
+shim "$G/p2.log" "" "$WSYNC" pull --config "$G/p2/sub.ini" >/dev/null 2>&1
+psame() { local CK=$PCK; same "$@"; }
+check "partial: a fresh target pulls its files of version 2, the junk shard untouched" \
+	psame "$G/p2/target" 2
+check "power loss, partial subscriber: data durable before the marker, the marker durable" \
+	cpy order "$G/p2.log" "$G/p2/target"
 for l in 1 2 5; do
 	case $l in 1) o=0 ;; *) o=1 ;; esac
 	check "normal apply $l: nothing written in place, every rename from a temp fsynced after its last write" \
@@ -204,13 +232,28 @@ point() {
 	A) old=0 new=5 ;;
 	S) old=2 new=3 ;;	# layout = symlink
 	S3) old=1 new=2 ;;	# the bucket on s3rver
+	P) old=2 new=3 ;;	# partial: include = $PINC
+	PA) old=0 new=5 ;;	# partial from nothing (anchor 4, delta 5)
+	PS3) old=1 new=2 ;;	# partial, the bucket on s3rver
 	esac
+	# a partial target's versions: its files and the junk shard
+	case $plan in P*) local CK=$PCK SUB_INCLUDE=$PINC ;; esac
 	NPOINT=$((NPOINT + 1))
 	d=$TMP/p$NPOINT
 	rm -rf "$d"
 	if [ "$plan" = S ]; then
 		sub_ini "$d" symlink
 		cp -a "$G/s2/target" "$G/s2"/target.v* "$d/"
+	elif [ "$plan" = PS3 ]; then
+		SUB_STORE=$S3STORE sub_ini "$d"
+		cp -a "$G/ps3-1/target" "$d/target"
+	elif [ "$plan" = P ]; then
+		sub_ini "$d"
+		cp -a "$G/p2/target" "$d/target"
+	elif [ "$plan" = PA ]; then
+		sub_ini "$d"
+		mkdir -p "$d/target"
+		cp "$TMP/junk2" "$d/target/model-00002-of-00003.safetensors"
 	elif [ "$plan" = S3 ]; then
 		SUB_STORE=$S3STORE sub_ini "$d"
 		cp -a "$G/s3-1/target" "$d/target"
@@ -218,7 +261,7 @@ point() {
 		sub_ini "$d"
 		[ "$old" = 0 ] || cp -a "$G/$old/target" "$d/target"
 	fi
-	[ "$plan" = S3 ] || set_head "$new"
+	case $plan in *S3) ;; *) set_head "$new" ;; esac
 	if [ "$mode" = daemon ]; then
 		shim "$d/shim.log" "$spec" "$WSYNCD" -c "$d/sub.ini" --log-target stderr >"$d/crash.log" 2>&1
 	else
@@ -309,6 +352,23 @@ point "catch-up: 2nd step renames" C "rename:7:target/."
 point "catch-up: 3rd step temps" C "write:2:.model-00003-of-00003.safetensors.wsync-"
 point "catch-up: 4th step marker" C "open:4:.wsync/state.json.tmp" pull verified
 point "catch-up: 3rd download" C "rename:3:downloads/"
+# a partial subscriber (include = shards 1 and 3, config.json): ranged
+# reads of the objects written into one file in downloads/ (head, then its
+# files' ranges), its pieces checked, applied; the junk shard 2 untouched
+point "partial: fetch opened" P "open:1:downloads/"
+point "partial: writing the head" P "write:1:downloads/"
+point "partial: writing a file's range" P "write:2:downloads/"
+point "partial: fetch done" P "close:1:downloads/"
+point "partial: writing temps" P "open:1:target/."
+point "partial: a temp written" P "fsync:1:target/."
+point "partial: between renames" P "rename:2:target/."
+point "partial: renames done" P "rename:2:target/.:after" pull verified
+point "partial: before the marker" P "open:1:.wsync/state.json.tmp" pull verified
+point "partial: marker renamed" P "rename:1:.wsync/state.json:after" daemon none
+point "partial: after the marker" P "unlink:1:downloads/"
+point "partial anchor: per-file fetch" PA "write:3:downloads/"
+point "partial anchor: between renames" PA "rename:2:target/."
+point "partial anchor: the delta after" PA "rename:4:target/."
 
 # ---- disk full mid-apply: the shim fails the Nth write into a temp in
 # target_dir, and every later one, with ENOSPC (past the free-space check)
@@ -403,11 +463,19 @@ if have_s3rver; then
 	SUB_STORE=$S3STORE sub_ini "$G/s3-1"
 	timeout -s KILL 60 "$WSYNC" pull --config "$G/s3-1/sub.ini" >/dev/null 2>&1
 	check "s3: a fresh target pulls version 1" same "$G/s3-1/target" 1
+	SUB_STORE=$S3STORE SUB_INCLUDE=$PINC sub_ini "$G/ps3-1"
+	mkdir -p "$G/ps3-1/target"
+	cp "$TMP/junk2" "$G/ps3-1/target/model-00002-of-00003.safetensors"
+	timeout -s KILL 60 "$WSYNC" pull --config "$G/ps3-1/sub.ini" >/dev/null 2>&1
+	check "s3: a fresh partial target pulls its files of version 1" psame "$G/ps3-1/target" 1
 	"$WSYNC" publish --config "$TMP/s3pub/pub.ini" "$CK/checkpoint-2" >/dev/null 2>>"$TMP/s3pub/log"
 	point "s3: before the download" S3 "open:1:downloads/"
 	point "s3: mid download" S3 "write:2:downloads/"
 	point "s3: download done" S3 "rename:1:downloads/"
 	point "s3: between renames" S3 "rename:2:target/."
+	# a partial subscriber on s3rver: ranged GETs, written into downloads/
+	point "s3 partial: mid ranged writes" PS3 "write:2:downloads/"
+	point "s3 partial: between renames" PS3 "rename:2:target/."
 else
 	echo "# s3 kill points skipped: $S3S_WHY"
 fi

@@ -69,28 +69,28 @@ static size_t make_st(uint8_t *buf, const char *hdr_json)
 
 static void test_filter(void)
 {
-	struct ckscan_filter f;
+	struct wsync_file_filter f;
 
-	CHECK(ckscan_filter_init(&f, "*", "optimizer* rng_state*.pth global_step* sub/skip.bin") == 0);
-	CHECK(ckscan_filter_match(&f, "model.safetensors"));
-	CHECK(ckscan_filter_match(&f, "deep/er/config.json"));
-	CHECK(!ckscan_filter_match(&f, "optimizer.pt"));
-	CHECK(!ckscan_filter_match(&f, "x/optimizer.pt"));	/* any depth */
-	CHECK(!ckscan_filter_match(&f, "rng_state_3.pth"));
-	CHECK(!ckscan_filter_match(&f, "global_step12/mp_rank_00.pt"));	/* folder */
-	CHECK(!ckscan_filter_match(&f, "sub/skip.bin"));	/* path pattern */
-	CHECK(ckscan_filter_match(&f, "other/skip.bin"));
-	CHECK(ckscan_filter_prunes_dir(&f, "global_step7"));
+	CHECK(wsync_file_filter_init(&f, "*", "optimizer* rng_state*.pth global_step* sub/skip.bin") == 0);
+	CHECK(wsync_file_filter_match(&f, "model.safetensors"));
+	CHECK(wsync_file_filter_match(&f, "deep/er/config.json"));
+	CHECK(!wsync_file_filter_match(&f, "optimizer.pt"));
+	CHECK(!wsync_file_filter_match(&f, "x/optimizer.pt"));	/* any depth */
+	CHECK(!wsync_file_filter_match(&f, "rng_state_3.pth"));
+	CHECK(!wsync_file_filter_match(&f, "global_step12/mp_rank_00.pt"));	/* folder */
+	CHECK(!wsync_file_filter_match(&f, "sub/skip.bin"));	/* path pattern */
+	CHECK(wsync_file_filter_match(&f, "other/skip.bin"));
+	CHECK(wsync_file_filter_prunes_dir(&f, "global_step7"));
 	/* a subscriber's state folder is never shipped, whatever the globs */
-	CHECK(!ckscan_filter_match(&f, ".wsync/state.json"));
-	CHECK(ckscan_filter_prunes_dir(&f, ".wsync"));
-	CHECK(ckscan_filter_match(&f, ".wsyncrc"));
-	ckscan_filter_free(&f);
+	CHECK(!wsync_file_filter_match(&f, ".wsync/state.json"));
+	CHECK(wsync_file_filter_prunes_dir(&f, ".wsync"));
+	CHECK(wsync_file_filter_match(&f, ".wsyncrc"));
+	wsync_file_filter_free(&f);
 
-	CHECK(ckscan_filter_init(&f, "*.safetensors *.json", "") == 0);
-	CHECK(ckscan_filter_match(&f, "a/model.safetensors"));
-	CHECK(!ckscan_filter_match(&f, "tokenizer.model"));
-	ckscan_filter_free(&f);
+	CHECK(wsync_file_filter_init(&f, "*.safetensors *.json", "") == 0);
+	CHECK(wsync_file_filter_match(&f, "a/model.safetensors"));
+	CHECK(!wsync_file_filter_match(&f, "tokenizer.model"));
+	wsync_file_filter_free(&f);
 }
 
 /* ckscan_read_global_step in dir (absolute, or under tmpdir). */
@@ -124,7 +124,7 @@ static void test_steps(void)
 
 static void test_tree(void)
 {
-	struct ckscan_filter f;
+	struct wsync_file_filter f;
 	struct ckscan_tree t;
 	struct wsync_error err = { 0 };
 
@@ -136,7 +136,7 @@ static void test_tree(void)
 	write_file("ck/sub/c.txt", "c", 1);
 	write_file("ck/optimizer.pt", "o", 1);
 	write_file("ck/global_step3/x", "x", 1);
-	CHECK(ckscan_filter_init(&f, "*", "optimizer* global_step*") == 0);
+	CHECK(wsync_file_filter_init(&f, "*", "optimizer* global_step*") == 0);
 	char dir[512];
 
 	snprintf(dir, sizeof(dir), "%s/ck", tmpdir);
@@ -155,7 +155,7 @@ static void test_tree(void)
 	CHECK_EQ_U64(t.n, 2);
 	CHECK(t.fingerprint != fp);
 	ckscan_tree_free(&t);
-	ckscan_filter_free(&f);
+	wsync_file_filter_free(&f);
 }
 
 /* A one-tensor safetensors file holding tensor name (4 bytes of F32). */
@@ -187,13 +187,13 @@ static int judge_dir(const char *sub, const char *exclude, const char *marker,
 	struct ckcomplete_opts o = { .marker = marker, .marker_last = marker_last,
 				     .cache = judge_cache };
 	struct wsync_error why = { 0 };
-	struct ckscan_filter f;
+	struct wsync_file_filter f;
 	struct ckscan_tree t = { 0 };
 	char dir[512];
 	int r, dfd;
 
 	snprintf(dir, sizeof(dir), "%s/%s", tmpdir, sub);
-	if (ckscan_filter_init(&f, "*", exclude) < 0)
+	if (wsync_file_filter_init(&f, "*", exclude) < 0)
 		return -ENOMEM;
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	r = dfd < 0 ? -errno : ckscan_tree_read_at(dfd, dir, &f, NULL, &t, &why);
@@ -202,7 +202,7 @@ static int judge_dir(const char *sub, const char *exclude, const char *marker,
 	if (dfd >= 0)
 		(void)close(dfd);
 	ckscan_tree_free(&t);
-	ckscan_filter_free(&f);
+	wsync_file_filter_free(&f);
 	snprintf(why_out, why_len, "%s", why.msg);
 	return r;
 }
@@ -522,7 +522,7 @@ static void test_watch(void)
 static void test_links_out(void)
 {
 	char out[300], p[600], why[600];
-	struct ckscan_filter f;
+	struct wsync_file_filter f;
 	struct ckscan_tree t = { 0 };
 	struct wsync_error err = { 0 };
 	struct ckcomplete_opts o = { 0 };
@@ -546,7 +546,7 @@ static void test_links_out(void)
 	CHECK(dfd >= 0);
 	if (dfd < 0)
 		return;
-	CHECK(ckscan_filter_init(&f, "*", "") == 0);
+	CHECK(wsync_file_filter_init(&f, "*", "") == 0);
 	CHECK(ckscan_tree_read_at(dfd, p, &f, NULL, &t, &err) == 0);
 	CHECK_EQ_U64(t.n, 1);	/* model.safetensors only */
 	/* trainer_state.json through a link: not read */
@@ -592,7 +592,7 @@ static void test_links_out(void)
 	CHECK(ckscan_parse_global_step("{\"global_step\": \"5\"}", 20, &s) == -EINVAL);
 	CHECK(ckscan_parse_global_step("{}", (size_t)CKSCAN_TRAINER_STATE_MAX + 1, &s) == -EFBIG);
 	(void)close(dfd);
-	ckscan_filter_free(&f);
+	wsync_file_filter_free(&f);
 }
 
 /* A shard that turned into a FIFO since the scan is not waited on, and

@@ -1288,6 +1288,7 @@ static void test_foreach_key(void)
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
 		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },
 		{ "subscriber", "notify_url", 0 }, { "subscriber", "layout", 0 },
+		{ "subscriber", "include", 0 }, { "subscriber", "exclude", 0 },
 		{ NULL, NULL, 0 },
 	};
 	size_t n = sizeof(keys) / sizeof(keys[0]) - 1;

@@ -18,6 +18,7 @@
 
 #include "buf.h"
 #include "delta.h"
+#include "delta_index.h"
 #include "hash.h"
 #include "tap.h"
 
@@ -301,6 +302,89 @@ static void test_round_trip_fd_and_mem(void)
 		check_sample(r);
 	wsync_delta_reader_free(r);
 	close(fd);
+	free(img);
+}
+
+/* The index of the sample: head, four files' ranges tiling the records,
+ * one piece per record with its SHA-256; the object's hashes as the
+ * one-pass functions give them.  Then a delta of two of its files, from
+ * the head and their ranges with END appended, reads as those two. */
+static void test_index_and_partial(void)
+{
+	struct wsync_delta_object o;
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_error err = { 0 };
+	struct wsync_hash128 h;
+	uint8_t *img, sha[32];
+	size_t len = sample_delta(&img);
+	uint64_t size = 0, at;
+	int fd = memfd(), part = memfd();
+
+	CHECK(pwrite(fd, img, len, 0) == (ssize_t)len);
+	CHECK(wsync_delta_index(fd, "sample", &o, &err) == 0);
+	if (!o.index) {
+		printf("# %s\n", err.msg);
+		goto out;
+	}
+	CHECK_EQ_U64(o.size, len);
+	CHECK(wsync_hash_fd(fd, "sample", &h, &size, &err) == 0);
+	CHECK(wsync_hash_equal(&h, &o.hash));
+	CHECK(wsync_sha256_fd(fd, "sample", sha, &err) == 0);
+	CHECK(memcmp(sha, o.sha256, 32) == 0);
+	CHECK_EQ_U64(o.index->head.length, 16);
+	CHECK_EQ_U64(o.index->n_files, 4);
+	at = 16;
+	for (size_t i = 0; i < o.index->n_files; i++) {
+		const struct wsync_manifest_range *f = &o.index->files[i];
+		uint64_t p = f->offset;
+
+		CHECK_EQ_U64(f->offset, at);
+		for (size_t k = 0; k < f->n_pieces; k++) {
+			CHECK(wsync_sha256_mem(img + p, f->pieces[k].length, sha) == 0);
+			CHECK(memcmp(sha, f->pieces[k].sha256, 32) == 0);
+			p += f->pieces[k].length;
+		}
+		CHECK_EQ_U64(p, f->offset + f->length);
+		at = p;
+	}
+	CHECK_STR(o.index->files[1].path, "model-00001-of-00002.safetensors");
+	CHECK_EQ_U64(o.index->files[1].n_pieces, 3);	/* FILE and two SEGMENTs */
+	CHECK_STR(o.index->files[3].path, "old.bin");
+	CHECK_EQ_U64(at + 24 + 16, len);		/* then END */
+
+	/* A delta of the model and the deleted file alone. */
+	{
+		const struct wsync_manifest_range *a = &o.index->files[1], *b = &o.index->files[3];
+		uint64_t n = 16;
+
+		CHECK(pwrite(part, img, 16, 0) == 16);
+		CHECK(pwrite(part, img + a->offset, a->length, (off_t)n) == (ssize_t)a->length);
+		n += a->length;
+		CHECK(pwrite(part, img + b->offset, b->length, (off_t)n) == (ssize_t)b->length);
+		n += b->length;
+		CHECK(wsync_delta_end_partial(part, n, &err) == 0);
+		CHECK(wsync_delta_reader_open_fd(part, &r, &err) == 0);
+		if (r) {
+			CHECK_EQ_U64(r->n_files, 2);
+			CHECK_STR(r->files[0].file.path, "model-00001-of-00002.safetensors");
+			CHECK(r->files[1].file.op == WSYNC_DELTA_DELETE);
+			CHECK_EQ_U64(r->write_bytes, 100);
+		}
+		wsync_delta_reader_free(r);
+		/* records that do not follow one another are refused */
+		CHECK(wsync_delta_end_partial(part, n - 1, &err) == -EINVAL);
+	}
+	/* not a delta wsync wrote: cut short, or bytes after END */
+	CHECK(ftruncate(fd, (off_t)len - 1) == 0);
+	wsync_delta_index_free(o.index);
+	CHECK(wsync_delta_index(fd, "cut", &o, &err) == -EINVAL && o.index == NULL);
+	CHECK(pwrite(fd, img + len - 1, 1, (off_t)len - 1) == 1 &&
+	      pwrite(fd, "x", 1, (off_t)len) == 1);
+	CHECK(wsync_delta_index(fd, "long", &o, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "after the END record");
+out:
+	close(fd);
+	close(part);
 	free(img);
 }
 
@@ -805,6 +889,7 @@ int main(void)
 	TEST(test_file_record_round_trip);
 	TEST(test_file_record_rules);
 	TEST(test_round_trip_fd_and_mem);
+	TEST(test_index_and_partial);
 	TEST(test_big_segment);
 	TEST(test_writer_hashes_and_drop);
 	TEST(test_writer_refuses_disorder);

@@ -190,6 +190,29 @@ static int same_manifest(const struct wsync_manifest *a, const struct wsync_mani
 		    (a->objects[i].has_sha256 &&
 		     memcmp(a->objects[i].sha256, b->objects[i].sha256, 32) != 0))
 			return 0;
+	for (size_t i = 0; i < a->n_objects; i++) {
+		const struct wsync_manifest_index *x = a->objects[i].index,
+						  *y = b->objects[i].index;
+
+		if (!x != !y)
+			return 0;
+		if (!x)
+			continue;
+		if (x->head.length != y->head.length ||
+		    memcmp(x->head.sha256, y->head.sha256, 32) != 0 || x->n_files != y->n_files)
+			return 0;
+		for (size_t k = 0; k < x->n_files; k++) {
+			const struct wsync_manifest_range *f = &x->files[k], *g = &y->files[k];
+
+			if (strcmp(f->path, g->path) != 0 || f->offset != g->offset ||
+			    f->length != g->length || f->n_pieces != g->n_pieces)
+				return 0;
+			for (size_t p = 0; p < f->n_pieces; p++)
+				if (f->pieces[p].length != g->pieces[p].length ||
+				    memcmp(f->pieces[p].sha256, g->pieces[p].sha256, 32) != 0)
+					return 0;
+		}
+	}
 	for (size_t i = 0; i < a->n_files; i++)
 		if (strcmp(a->files[i].path, b->files[i].path) != 0 ||
 		    a->files[i].size != b->files[i].size ||
@@ -1185,6 +1208,151 @@ static void test_serialize_checks(void)
 
 /* ---- keys and refs ---- */
 
+/* ---- an object's index (BUCKET.md §3.1) ---- */
+
+static struct wsync_manifest_piece ix_pieces[4];
+static struct wsync_manifest_range ix_files[4];
+static struct wsync_manifest_index ix_sample;
+
+/* The sample with an index on its delta object of 81234567 bytes:
+ * config.json, a deleted file, the shard (two pieces), the tokenizer. */
+static void sample_indexed(struct wsync_manifest *m)
+{
+	sample(m);
+	for (int i = 0; i < 4; i++)
+		for (int k = 0; k < 32; k++)
+			ix_pieces[i].sha256[k] = (uint8_t)(i * 32 + k);
+	ix_pieces[0].length = 200;
+	ix_pieces[1].length = 1000;
+	ix_pieces[2].length = 50000000;
+	ix_pieces[3].length = 300;
+	ix_sample.head = (struct wsync_manifest_piece){ .length = 16 };
+	ix_files[0] = (struct wsync_manifest_range){ "config.json", 16, 200, &ix_pieces[0], 1 };
+	ix_files[1] = (struct wsync_manifest_range){ "gone.bin", 216, 200, &ix_pieces[0], 1 };
+	ix_files[2] = (struct wsync_manifest_range){ "model-00001-of-00002.safetensors", 416,
+						     50001000, &ix_pieces[1], 2 };
+	ix_files[3] = (struct wsync_manifest_range){ "sub/dir/tokenizer.json", 50001416, 300,
+						     &ix_pieces[3], 1 };
+	ix_sample.files = ix_files;
+	ix_sample.n_files = 4;
+	s_objects[0].index = &ix_sample;
+}
+
+static void test_index_round_trip(void)
+{
+	struct wsync_manifest m, back;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+	const struct wsync_manifest_range *f;
+	int r;
+
+	sample_indexed(&m);
+	r = wsync_manifest_serialize(&m, NULL, &b, &err);
+	CHECK(r == 0);
+	if (r < 0) {
+		printf("# %s\n", err.msg);
+		s_objects[0].index = NULL;
+		return;
+	}
+	CHECK(strstr(cstr(&b), "\"index\": {\"head\": [16, \"000000") != NULL);
+	CHECK(strstr(cstr(&b), "{\"path\": \"gone.bin\", \"offset\": 216, \"length\": 200, "
+			       "\"pieces\": [[200, \"") != NULL);
+	r = wsync_manifest_parse(b.data, b.len, NULL, &back, &err);
+	CHECK(r == 0);
+	if (r == 0) {
+		CHECK(same_manifest(&m, &back));
+		CHECK(back.objects[0].index != NULL);
+		f = wsync_manifest_index_find(back.objects[0].index,
+					      "model-00001-of-00002.safetensors");
+		CHECK(f && f->offset == 416 && f->length == 50001000 && f->n_pieces == 2 &&
+		      f->pieces[1].length == 50000000 && f->pieces[1].sha256[0] == 64);
+		CHECK(wsync_manifest_index_find(back.objects[0].index, "nothing") == NULL);
+		CHECK(wsync_manifest_index_find(back.objects[0].index, "gone.bin") != NULL);
+		wsync_manifest_free(&back);
+	}
+	/* Without an index the object has none. */
+	s_objects[0].index = NULL;
+	r = wsync_manifest_serialize(&m, NULL, &b, &err);
+	CHECK(r == 0 && wsync_manifest_parse(b.data, b.len, NULL, &back, &err) == 0);
+	if (r == 0) {
+		CHECK(back.objects[0].index == NULL);
+		wsync_manifest_free(&back);
+	}
+	wsync_buf_free(&b);
+}
+
+/* Each rule of the index, broken in the text: refused, naming it. */
+static void test_index_refused(void)
+{
+	static const struct bad cases[] = {
+		/* a range reaching past the object's end */
+		{ "\"offset\": 50001416, \"length\": 300", "\"offset\": 81234500, \"length\": 300",
+		  -EINVAL, "is not inside the object's 81234567 bytes" },
+		/* two files' ranges overlapping */
+		{ "\"offset\": 216, \"length\": 200", "\"offset\": 100, \"length\": 200",
+		  -EINVAL, "inside what comes before it" },
+		/* a range inside the head */
+		{ "\"offset\": 16, \"length\": 200", "\"offset\": 8, \"length\": 200",
+		  -EINVAL, "inside what comes before it" },
+		/* pieces not tiling the range */
+		{ "\"length\": 50001000", "\"length\": 50001001", -EINVAL,
+		  "pieces add up to 50001000 bytes, not its length 50001001" },
+		/* a file of the manifest left out of the index */
+		{ "{\"path\": \"config.json\", \"offset\"", "{\"path\": \"aaa.json\", \"offset\"",
+		  -EINVAL, "file \"config.json\" of the manifest is not in it" },
+		/* out of byte order (which also catches a path listed twice) */
+		{ "{\"path\": \"gone.bin\", \"offset\"", "{\"path\": \"config.json\", \"offset\"",
+		  -EINVAL, "is not after \"config.json\" in byte order" },
+		{ "{\"path\": \"gone.bin\", \"offset\"", "{\"path\": \"../gone.bin\", \"offset\"",
+		  -EINVAL, "\"..\" component" },
+		{ "\"head\": [16,", "\"head\": [0,", -EINVAL, "\"length\"" },
+		{ "\"head\": [16,", "\"head\": [5000,", -EINVAL, "\"head\" is 5000 bytes" },
+		{ "\"head\": [16, \"", "\"head\": [16, \"zz", -EINVAL, "sha256" },
+		{ "\"pieces\": [[200, \"", "\"pieces\": [[200, \"" H32 H32 "\", 3], [200, \"", -EINVAL,
+		  "[length, sha256]" },
+		{ "\"pieces\": [[200, \"", "\"pieces\": [], \"x\": [[200, \"", -EINVAL,
+		  "\"pieces\" is empty" },
+		{ "\"index\": {\"head\"", "\"index\": {\"files\": [], \"head\"", -EINVAL, NULL },
+	};
+	struct wsync_manifest m;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+	char *t;
+
+	sample_indexed(&m);
+	if (wsync_manifest_serialize(&m, NULL, &b, &err) < 0) {
+		printf("# %s\n", err.msg);
+		CHECK(!"the indexed sample serializes");
+		s_objects[0].index = NULL;
+		return;
+	}
+	t = copy_text(&b);
+	wsync_buf_free(&b);
+	for (size_t i = 0; t && i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct bad *c = &cases[i];
+		char *d = subst(t, c->from, c->to);
+		int r;
+
+		if (!d) {
+			CHECK(!"substitution applies");
+			continue;
+		}
+		r = parse_m(d, &err);
+		if (r != c->code || (c->msg && !strstr(err.msg, c->msg))) {
+			printf("# case %zu: got %d \"%s\"\n", i, r, err.msg);
+			CHECK(!"refused with the expected message");
+		}
+		free(d);
+	}
+	/* serialize refuses what parse would */
+	ix_files[1].offset = 100;
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == -EINVAL);
+	CHECK(strstr(err.msg, "inside what comes before it") != NULL);
+	wsync_buf_free(&b);
+	s_objects[0].index = NULL;
+	free(t);
+}
+
 static void test_keys(void)
 {
 	char buf[WSYNC_MANIFEST_KEY_MAX];
@@ -1227,6 +1395,8 @@ static void test_ref_check(void)
 int main(void)
 {
 	TEST(test_value_bomb_bounded);	/* first: the smallest peak to compare with */
+	TEST(test_index_round_trip);
+	TEST(test_index_refused);
 	TEST(test_manifest_round_trip);
 	TEST(test_anchor_manifests_round_trip);
 	TEST(test_head_round_trip_and_text);

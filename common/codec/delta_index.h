@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * delta_index.h -- an object's index (BUCKET.md §3.1), both ways.
+ *
+ * A publisher indexes each delta or anchor object it made: where each
+ * file's records lie (its FILE record and the SEGMENT records after it)
+ * and a SHA-256 of every record, so that a subscriber can fetch the
+ * records of the files it takes and check each one alone against the
+ * signed manifest.  The same single pass over the object gives the
+ * object's XXH3-128 and SHA-256 for its manifest entry.
+ *
+ * A subscriber that fetched the head and some files' ranges of an object
+ * into a file, one after another, ends it with an END record counting
+ * them: a delta of those files (FORMAT.md) that delta.h reads and apply.h
+ * applies like any other.
+ */
+#ifndef WSYNC_DELTA_INDEX_H
+#define WSYNC_DELTA_INDEX_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "hash.h"
+#include "manifest.h"
+#include "sign.h"
+
+struct wsync_delta_object {
+	uint64_t size;
+	struct wsync_hash128 hash;		/* XXH3-128 of the whole object */
+	uint8_t sha256[WSYNC_SHA256_LEN];	/* SHA-256 of the whole object */
+	struct wsync_manifest_index *index;	/* owned (paths too): free below */
+};
+
+/*
+ * Read the delta written to fd (from offset 0 to its end; a delta this
+ * process wrote, so its records are taken as they are, but every length
+ * is still checked against the file) once, and fill out.  what names the
+ * file in errors.  0, or -EINVAL (not a delta wsync writes: no END, a
+ * record past the end, bytes after END), -ENOMEM, a read error.
+ */
+int wsync_delta_index(int fd, const char *what, struct wsync_delta_object *out,
+		      struct wsync_error *err);
+
+/* Free an index made by wsync_delta_index() (not a parsed manifest's). */
+void wsync_delta_index_free(struct wsync_manifest_index *index);
+
+/*
+ * fd holds, from offset 0 to len, a delta's preamble and then whole
+ * FILE records each followed by its SEGMENT records (ranges of an
+ * object's index, checked against their SHA-256 already).  Append the END
+ * record that counts them (FILE records, target bytes of WRITE files) at
+ * len.  0, or -EINVAL when the records do not follow one another to len,
+ * -ENOMEM, an I/O error.
+ */
+int wsync_delta_end_partial(int fd, uint64_t len, struct wsync_error *err);
+
+#endif

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# test-partial: partial subscribers ([subscriber] include / exclude) on a
+# file:// bucket.  A publisher (an anchor every 3 versions) publishes five
+# checkpoints of four shards; a full subscriber and a partial one taking
+# one shard and config.json follow from the start; a second partial one
+# starts late and catches up from an anchor.  Then:
+#  - each partial target holds exactly its files, byte for byte, and files
+#    outside its set (a junk shard, a file of the operator's) untouched;
+#  - its state lists only its files; status and metrics count bytes it
+#    received, at most ~30% of what the full subscriber received;
+#  - include widened between runs, and again by a reload, brings the new
+#    shards in (from the anchor), leaves the junk alone;
+#  - a bucket written without indexes (WSYNC_TEST_NO_INDEX) is read too:
+#    whole objects, the files cut out of them;
+#  - a byte flipped inside a taken file's range of a delta is refused
+#    (VERIFY_FAILED), the target keeps its version; a flip outside its
+#    files is not its business;
+#  - an include taking no weight file is refused with a clear error and
+#    nothing written.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/daemons.sh"
+
+CK=$TMP/ck
+"$GEN" --params 4M --steps 5 --shards 4 --quiet --out "$CK" >/dev/null || {
+	tap_result 1 "gen-checkpoints"
+	tap_done
+	exit 1
+}
+SHARD1=model-00001-of-00004.safetensors
+SHARD2=model-00002-of-00004.safetensors
+SHARD4=model-00004-of-00004.safetensors
+
+ini() { # ini NAME ROLE BUCKET [LINE...]: $TMP/NAME.ini, lines after the role's section
+	local name=$1 role=$2 bucket=$3
+	shift 3
+	{
+		echo "[daemon]"
+		echo "role = $role"
+		echo "state_dir = $TMP/$name/state"
+		echo "runtime_dir = $TMP/$name/run"
+		echo "threads = 1"
+		echo "[store]"
+		echo "url = file://$bucket"
+		if [ "$role" = publisher ]; then
+			echo "[publisher]"
+			echo "watch_dir = $TMP/$name/train"
+			echo "settle_time = 200ms"
+			echo "anchor_every = 3"
+		else
+			echo "[subscriber]"
+			echo "target_dir = $TMP/$name/model"
+			echo "poll_interval = 200ms"
+		fi
+		for l in "$@"; do echo "$l"; done
+	} >"$TMP/$name.ini"
+	mkdir -p "$TMP/$name"
+}
+start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
+field() { status_field "$TMP/$1/run/status.json" "$2"; }
+at_version() { # at_version NAME V: idle at V
+	[ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ]
+}
+wait_at() { # wait_at NAME V
+	wait_for 60 at_version "$1" "$2" || {
+		echo "# $1: version $(field "$1" version), $(field "$1" message)"
+		tail -5 "$TMP/$1/log" | sed 's/^/# /'
+		return 1
+	}
+}
+# same_files CKPT TARGET FILE...: those files identical
+same_files() {
+	local ck=$1 t=$2 f
+	shift 2
+	for f in "$@"; do
+		cmp -s "$ck/$f" "$t/$f" || { echo "# $f differs"; return 1; }
+	done
+}
+# only_files TARGET FILE...: the target's files (.wsync aside) are exactly these
+only_files() {
+	local t=$1
+	shift
+	diff <(cd "$t" && find . -path ./.wsync -prune -o -type f -print | sed 's|^\./||' | sort) \
+		<(printf '%s\n' "$@" | sort)
+}
+put() { # put PUBNAME STEP: checkpoint-STEP into its watch_dir, marker last
+	put_ckpt "$CK/checkpoint-$2" "$TMP/$1/train/checkpoint-$2"
+}
+state_files() { # the paths the state lists
+	"$PYTHON3" -c 'import json,sys; print("\n".join(sorted(f["path"] for f in json.load(open(sys.argv[1]))["files"])))' \
+		"$TMP/$1/model/.wsync/state.json"
+}
+trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
+
+# ---- the indexed bucket --------------------------------------------------
+B=$TMP/bucket
+mkdir -p "$B"
+ini pub publisher "$B"
+mkdir -p "$TMP/pub/train"
+ini full subscriber "$B"
+ini part subscriber "$B" "include = $SHARD1 config.json"
+# Files of the operator's and a junk shard outside the set: never touched.
+mkdir -p "$TMP/part/model"
+echo "the operator's notes" >"$TMP/part/model/NOTES.txt"
+head -c 4096 /dev/urandom >"$TMP/part/model/$SHARD4"
+cp "$TMP/part/model/$SHARD4" "$TMP/junk4"
+
+start pub
+start full
+start part
+for s in 1 2 3 4 5; do
+	put pub $s
+	check "checkpoint-$s: the full subscriber reaches it" wait_at full $s
+	check "checkpoint-$s: the partial one too" wait_at part $s
+done
+C5=$CK/checkpoint-5
+check "the partial target's files are the checkpoint's" same_files "$C5" "$TMP/part/model" "$SHARD1" config.json
+check "it holds nothing else of the checkpoint" only_files "$TMP/part/model" "$SHARD1" config.json NOTES.txt "$SHARD4"
+check "files outside its set are untouched" bash -c "cmp -s '$TMP/junk4' '$TMP/part/model/$SHARD4' && grep -q notes '$TMP/part/model/NOTES.txt'"
+lists() { [ "$(state_files "$1" | tr '\n' ' ')" = "$2" ]; }
+check "its state lists only its files" lists part "config.json $SHARD1 "
+check "the full subscriber is byte-identical" bash -c \
+	"diff -r -x .wsync -x 'optimizer*' -x scheduler.pt -x 'rng_state*' -x training_args.bin '$C5' '$TMP/full/model' >/dev/null"
+FULL_B=$(field full bytes_downloaded)
+PART_B=$(field part bytes_downloaded)
+check "the partial subscriber downloaded at most 30% of the full one's bytes ($PART_B of $FULL_B)" \
+	"$PYTHON3" -c "import sys; sys.exit(not (0 < $PART_B <= 0.30 * $FULL_B))"
+check "its metrics say the same" bash -c \
+	"grep -q '^wsync_bytes_downloaded_total{role=\"subscriber\",instance=\"part\"} $PART_B\$' '$TMP/part/run/wsync.prom'"
+
+# A late partial subscriber catches up from the anchor (versions 1..5,
+# anchors at 1 and 4).
+ini late subscriber "$B" "include = $SHARD2 config.json"
+start late
+check "a late partial subscriber catches up" wait_at late 5
+check "... from the anchor, exact on its files" same_files "$C5" "$TMP/late/model" "$SHARD2" config.json
+check "... and nothing else" only_files "$TMP/late/model" "$SHARD2" config.json
+
+# ---- include changed between runs --------------------------------------
+daemon_stop part
+ini part subscriber "$B" "include = $SHARD1 $SHARD2 config.json"
+start part
+check "include widened: the new shard comes in" wait_for 60 same_files "$C5" "$TMP/part/model" "$SHARD1" "$SHARD2" config.json
+check "... the node stays at the version" wait_at part 5
+check "... its state lists the new set" lists part "config.json $SHARD1 $SHARD2 "
+check "... the junk shard is still untouched" cmp -s "$TMP/junk4" "$TMP/part/model/$SHARD4"
+
+# ---- include changed by a reload (SIGHUP): same process, from the next poll
+SHARD3=model-00003-of-00004.safetensors
+ini part subscriber "$B" "include = $SHARD1 $SHARD2 $SHARD3 config.json"
+PARTPID=${DPID[part]}
+kill -HUP "$PARTPID"
+check "reload: the third shard comes in" wait_for 60 same_files "$C5" "$TMP/part/model" "$SHARD1" "$SHARD2" "$SHARD3" config.json
+check "... by the same process" kill -0 "$PARTPID"
+check "... which said so" grep -q "include and exclude from the next poll" "$TMP/part/log"
+check "... its state lists the new set" lists part "config.json $SHARD1 $SHARD2 $SHARD3 "
+check "... the junk shard still untouched" cmp -s "$TMP/junk4" "$TMP/part/model/$SHARD4"
+
+# ---- hostile: a flipped byte inside a taken file's range ----------------
+daemon_stop pub
+# checkpoint-6: checkpoint-5's files with shards 1 and 4 changed a little
+mkdir -p "$TMP/ck6src"
+cp "$C5"/* "$TMP/ck6src/"
+"$PYTHON3" - "$TMP/ck6src/$SHARD1" "$TMP/ck6src/$SHARD4" <<'PY'
+import sys
+for p in sys.argv[1:]:
+    b = bytearray(open(p, "rb").read())
+    for i in range(len(b) - 64, len(b) - 4096, -97):   # tensor bytes near the end
+        b[i] ^= 1
+    open(p, "wb").write(b)
+PY
+start pub
+put_ckpt "$TMP/ck6src" "$TMP/pub/train/checkpoint-6"
+check "checkpoint-6 reaches the full subscriber" wait_at full 6
+check "and the partial ones" wait_at part 6
+check "the late one too" wait_at late 6
+check "the partial target has checkpoint-6's files" same_files "$TMP/ck6src" "$TMP/part/model" "$SHARD1" "$SHARD2" config.json
+daemon_stop pub
+daemon_stop part
+# Tamper with version 7's delta: flip a byte inside shard 1's range.
+mkdir -p "$TMP/ck7src"
+cp "$TMP/ck6src"/* "$TMP/ck7src/"
+"$PYTHON3" - "$TMP/ck7src/$SHARD1" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+for i in range(len(b) - 64, len(b) - 8192, -89):
+    b[i] ^= 2
+open(p, "wb").write(b)
+PY
+start pub
+put_ckpt "$TMP/ck7src" "$TMP/pub/train/checkpoint-7"
+pub_step() { [ "$(field pub step)" = "$1" ] && [ "$(field pub state)" = idle ]; }
+check "checkpoint-7 published" wait_for 60 pub_step 7
+daemon_stop pub
+daemon_stop late
+"$PYTHON3" - "$B" "$SHARD1" <<'PY'
+import json, re, sys
+bucket, shard = sys.argv[1:3]
+m = json.loads(open(bucket + "/manifests/000000000007.json").read().split("\nwsync-signature")[0])
+obj = [o for o in m["objects"] if o["role"] == "delta"][0]
+r = [f for f in obj["index"]["files"] if f["path"] == shard][0]
+at = r["offset"] + r["length"] - 10      # inside its last piece
+p = bucket + "/" + obj["key"]
+b = bytearray(open(p, "rb").read())
+b[at] ^= 0x40
+open(p, "wb").write(b)
+PY
+start part
+check "a flipped byte in a taken file's range is refused as it arrives" wait_for 30 grep -q "the piece at byte [0-9]* ([0-9]* bytes) does not match its SHA-256" "$TMP/part/log"
+version_is() { [ "$(field "$1" version)" = "$2" ]; }
+check "... the target stays at version 6" version_is part 6
+check "... its files are checkpoint-6's" same_files "$TMP/ck6src" "$TMP/part/model" "$SHARD1" "$SHARD2"
+start late
+check "a node that does not take that file applies version 7" wait_at late 7
+check "... exact on its files" same_files "$TMP/ck7src" "$TMP/late/model" "$SHARD2" config.json
+daemon_stop part
+daemon_stop late
+daemon_stop full
+
+# ---- a bucket written without indexes ----------------------------------
+B2=$TMP/bucket2
+mkdir -p "$B2"
+ini pub2 publisher "$B2"
+mkdir -p "$TMP/pub2/train"
+ini old subscriber "$B2" "include = $SHARD1 config.json"
+daemon_start pub2 "$TMP/pub2.ini" "$TMP/pub2/log" WSYNC_TEST_NO_INDEX=1
+start old
+for s in 1 2; do
+	put pub2 $s
+	check "no index, checkpoint-$s: the partial subscriber reaches it" wait_at old $s
+done
+check "the manifests have no index" bash -c "! grep -q '\"index\"' '$B2'/manifests/*.json"
+check "its files are the checkpoint's, cut from whole objects" same_files "$CK/checkpoint-2" "$TMP/old/model" "$SHARD1" config.json
+check "... and nothing else" only_files "$TMP/old/model" "$SHARD1" config.json
+daemon_stop old
+
+# ---- an include that takes no weight file -------------------------------
+ini noweights subscriber "$B2" "include = config.json"
+start noweights
+check "an include taking no weight file is refused" wait_for 30 bash -c \
+	"grep -q 'no weight file' '$TMP/noweights/log'"
+error_says() { case "$(field "$1" last_error)" in *"$2"*) true ;; *) false ;; esac; }
+check "... and reported in the status" wait_for 10 error_says noweights "no weight file"
+check "... with nothing written" bash -c "[ ! -e '$TMP/noweights/model/config.json' ]"
+daemon_stop noweights
+daemon_stop pub2
+check "no sanitizer or crash report in any log" bash -c \
+	"! grep -l -E 'ERROR: AddressSanitizer|runtime error|Segmentation' '$TMP'/*/log"
+tap_done
