@@ -12,6 +12,27 @@
 #include "buf.h"
 #include "path.h"
 
+static const char *const weight_exts[] = { ".safetensors", ".bin", ".pt", ".pth", ".gguf" };
+
+const char *wsync_checkpoint_weight_ext(const char *name, size_t n)
+{
+	for (size_t i = 0; i < sizeof(weight_exts) / sizeof(weight_exts[0]); i++) {
+		size_t k = strlen(weight_exts[i]);
+
+		if (n > k && memcmp(name + n - k, weight_exts[i], k) == 0)
+			return weight_exts[i];
+	}
+	return NULL;
+}
+
+bool wsync_checkpoint_is_weight_name(const char *rel)
+{
+	const char *b = strrchr(rel, '/');
+
+	b = b ? b + 1 : rel;
+	return *b != '.' && wsync_checkpoint_weight_ext(b, strlen(b)) != NULL;
+}
+
 static bool has_suffix(const char *s, const char *suffix)
 {
 	size_t a = strlen(s), b = strlen(suffix);

@@ -12,6 +12,7 @@
 #ifndef WSYNC_CHECKPOINT_H
 #define WSYNC_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,5 +44,16 @@ int wsync_checkpoint_open(const char *dir, struct wsync_checkpoint **ret,
 			  struct wsync_error *err);
 
 void wsync_checkpoint_free(struct wsync_checkpoint *c);
+
+/*
+ * The weight formats a checkpoint may hold, by name: *.safetensors,
+ * *.bin, *.pt, *.pth, *.gguf.  The extension of the n bytes at name when
+ * it is one of them and more than the extension, else NULL; and whether
+ * the path rel names a weight file (its last component, not hidden).
+ * What the publisher judges as weights and what a partial subscriber must
+ * take at least one of.
+ */
+const char *wsync_checkpoint_weight_ext(const char *name, size_t n);
+bool wsync_checkpoint_is_weight_name(const char *rel);
 
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "checkpoint.h"
 #include "checkpoint_complete.h"
 #include "io.h"
 #include "publisher_jobs.h"
@@ -27,8 +28,6 @@
  * (real models have hundreds; the bound keeps a crafted name cheap). */
 #define SHARD_SET_MAX 100000u
 
-static const char *const weight_exts[] = { ".safetensors", ".bin", ".pt", ".pth", ".gguf" };
-#define N_WEIGHT_EXTS (sizeof(weight_exts) / sizeof(weight_exts[0]))
 #define INDEX_SUFFIX ".index.json"
 
 static bool has_suffix(const char *s, size_t n, const char *suffix)
@@ -36,22 +35,6 @@ static bool has_suffix(const char *s, size_t n, const char *suffix)
 	size_t k = strlen(suffix);
 
 	return n >= k && memcmp(s + n - k, suffix, k) == 0;
-}
-
-static const char *weight_ext(const char *s, size_t n)
-{
-	for (size_t i = 0; i < N_WEIGHT_EXTS; i++)
-		if (has_suffix(s, n, weight_exts[i]) && n > strlen(weight_exts[i]))
-			return weight_exts[i];
-	return NULL;
-}
-
-bool ckcomplete_is_weight_name(const char *rel)
-{
-	const char *b = strrchr(rel, '/');
-
-	b = b ? b + 1 : rel;
-	return *b != '.' && weight_ext(b, strlen(b)) != NULL;
 }
 
 /* model.safetensors.index.json, pytorch_model.bin.index.json, ... */
@@ -63,7 +46,7 @@ static bool is_index_name(const char *rel)
 	b = b ? b + 1 : rel;
 	n = strlen(b);
 	return *b != '.' && has_suffix(b, n, INDEX_SUFFIX) &&
-	       weight_ext(b, n - strlen(INDEX_SUFFIX)) != NULL;
+	       wsync_checkpoint_weight_ext(b, n - strlen(INDEX_SUFFIX)) != NULL;
 }
 
 static const struct ckscan_file *tree_find(const struct ckscan_tree *t, const char *rel)
@@ -474,7 +457,7 @@ static void check_unindexed(struct judge *j, const struct index *x)
 {
 	const char *base = x->rel + x->dir_len;
 	size_t bl = strlen(base) - strlen(INDEX_SUFFIX);
-	const char *ext = weight_ext(base, bl);
+	const char *ext = wsync_checkpoint_weight_ext(base, bl);
 	size_t stem = bl - strlen(ext);
 
 	for (size_t i = 0; i < j->t->n; i++) {
@@ -577,7 +560,7 @@ static int check_safetensors(struct judge *j)
 		char path[PATH_MAX];
 		int fd, r;
 
-		if (!ckcomplete_is_weight_name(f->path))
+		if (!wsync_checkpoint_is_weight_name(f->path))
 			continue;
 		j->weights++;
 		if (!has_suffix(f->path, strlen(f->path), ".safetensors"))
@@ -646,7 +629,7 @@ static bool parse_set(const char *rel, struct set *s)
 	uint64_t k = 0, m = 0;
 
 	b = b ? b + 1 : rel;
-	if (!(ext = weight_ext(b, strlen(b))))
+	if (!(ext = wsync_checkpoint_weight_ext(b, strlen(b))))
 		return false;
 	for (const char *q = b; (q = strstr(q, "-of-")); q++)
 		of = q;	/* the last one: a prefix may hold "-of-" too */

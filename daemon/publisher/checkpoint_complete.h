@@ -111,7 +111,4 @@ struct wsync_st_header;
 int ckcomplete_judge_header(const uint8_t *buf, size_t len, uint64_t size, const char *name,
 			    struct wsync_st_header **ret, struct wsync_error *why);
 
-/* Is rel (a path in a checkpoint) a weight file by its name? */
-bool ckcomplete_is_weight_name(const char *rel);
-
 #endif

@@ -66,6 +66,7 @@
 #include "io.h"
 #include "log-messages.h"
 #include "log.h"
+#include "checkpoint.h"
 #include "subscriber_cycle.h"
 #include "units.h"
 
@@ -552,22 +553,6 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 
 /* ---- a partial subscriber's files ---- */
 
-/* Files a node serves weights from: what the publisher checks as weights
- * (checkpoint_complete.h). */
-static bool is_weight_file(const char *path)
-{
-	static const char *const ext[] = { ".safetensors", ".bin", ".pt", ".pth", ".gguf" };
-	size_t n = strlen(path);
-
-	for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
-		size_t e = strlen(ext[i]);
-
-		if (n > e && strcmp(path + n - e, ext[i]) == 0)
-			return true;
-	}
-	return false;
-}
-
 int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
 		      struct wsync_error *err)
 {
@@ -579,7 +564,7 @@ int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool
 	for (size_t i = 0; i < m->n_files; i++) {
 		if (!wsync_file_filter_match(&s->filter, m->files[i].path))
 			continue;
-		weights |= is_weight_file(m->files[i].path);
+		weights |= wsync_checkpoint_is_weight_name(m->files[i].path);
 		m->files[k++] = m->files[i];
 	}
 	m->n_files = k;

@@ -24,6 +24,7 @@
 
 #include <uv.h>
 
+#include "checkpoint.h"
 #include "checkpoint_complete.h"
 #include "checkpoint_scan.h"
 #include "tap.h"
@@ -242,12 +243,12 @@ static void test_shard_whole(void)
 	write_file("sh/model.safetensors", "{\"__metadata__\":{}}!!!!!!!!!!", 28);
 	CHECK(ckcomplete_shard_whole(p, 28, &err) == -EINVAL);	/* a JSON file */
 	CHECK(strstr(err.msg, "not a safetensors file") != NULL);
-	CHECK(ckcomplete_is_weight_name("a/model-00001-of-00002.safetensors"));
-	CHECK(ckcomplete_is_weight_name("pytorch_model.bin"));
-	CHECK(ckcomplete_is_weight_name("m.gguf") && ckcomplete_is_weight_name("x.pth"));
-	CHECK(!ckcomplete_is_weight_name("config.json"));
-	CHECK(!ckcomplete_is_weight_name(".model.safetensors"));
-	CHECK(!ckcomplete_is_weight_name(".safetensors"));
+	CHECK(wsync_checkpoint_is_weight_name("a/model-00001-of-00002.safetensors"));
+	CHECK(wsync_checkpoint_is_weight_name("pytorch_model.bin"));
+	CHECK(wsync_checkpoint_is_weight_name("m.gguf") && wsync_checkpoint_is_weight_name("x.pth"));
+	CHECK(!wsync_checkpoint_is_weight_name("config.json"));
+	CHECK(!wsync_checkpoint_is_weight_name(".model.safetensors"));
+	CHECK(!wsync_checkpoint_is_weight_name(".safetensors"));
 }
 
 static void set_mtime(const char *rel, long sec)
