@@ -80,25 +80,6 @@ static int add_piece(struct pass *p, struct wsync_manifest_range *f, size_t *cap
 	return end_piece(p, &f->pieces[f->n_pieces++], start);
 }
 
-/* The path of a FILE payload (its first field: u16 length, bytes). */
-static char *file_path(const uint8_t *payload, uint64_t len)
-{
-	uint16_t n;
-	char *s;
-
-	if (len < 2)
-		return NULL;
-	n = (uint16_t)(payload[0] | payload[1] << 8);
-	if (n == 0 || 2 + (uint64_t)n > len)
-		return NULL;
-	s = malloc((size_t)n + 1);
-	if (s) {
-		memcpy(s, payload + 2, n);
-		s[n] = '\0';
-	}
-	return s;
-}
-
 int wsync_delta_index(int fd, const char *what, struct wsync_delta_object *out,
 		      struct wsync_error *err)
 {
@@ -164,10 +145,14 @@ int wsync_delta_index(int fd, const char *what, struct wsync_delta_object *out,
 			memset(f, 0, sizeof(*f));
 			pieces_cap = 0;
 			f->offset = start;
-			f->path = r == 0 ? file_path(payload, len) : NULL;
-			if (r == 0 && !f->path)
-				r = wsync_error_set(err, -EINVAL, "%s: a FILE record without a "
-						    "path", what);
+			if (r == 0) {
+				struct wsync_delta_file df;
+
+				r = wsync_delta_file_decode(payload, (size_t)len, &df, err);
+				f->path = df.path;	/* taken: freed with the index */
+				if (r < 0)
+					wsync_error_prefix(err, "%s", what);
+			}
 		} else if (type == WSYNC_DELTA_REC_SEGMENT && f) {
 			r = take(&p, NULL, len);
 		} else if (type == WSYNC_DELTA_REC_END) {
