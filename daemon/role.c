@@ -84,10 +84,10 @@ json_t *wsync_role_status_new(const struct wsync_role_status *c)
  * none -- a file left behind would be read as a daemon still there.  Its
  * temp (".NAME.wsync-XXXXXX") is a name node_exporter's collector skips;
  * the mode is exact whatever the umask (the collector's user reads it). */
-static int write_metrics(const struct wsync_config *cfg, const char *path,
-			 const struct wsync_metrics *m, bool stopped, double now)
+static int write_metrics(const struct wsync_config *cfg, const char *instance,
+			 const char *path, const struct wsync_metrics *m, bool stopped,
+			 double now)
 {
-	char instance[256];
 	struct wsync_buf b = { 0 };
 	struct wsync_error err = { 0 };
 	enum wsync_role role = cfg->role;
@@ -96,7 +96,6 @@ static int write_metrics(const struct wsync_config *cfg, const char *path,
 
 	if (stopped)
 		return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
-	wsync_metrics_instance(cfg->path, instance, sizeof(instance));
 	r = wsync_metrics_format(&b, 1, &m, &role, &inst, NULL, now);
 	if (r == 0)
 		r = wsync_write_atomic(AT_FDCWD, path, NULL, b.data, b.len, 0644,
@@ -111,7 +110,7 @@ static int write_metrics(const struct wsync_config *cfg, const char *path,
 int wsync_role_status_write(const struct wsync_config *cfg, json_t *o, struct wsync_metrics *m)
 {
 	struct timespec ts;
-	char *doc = NULL, *line = NULL, *path = NULL, *mpath = NULL;
+	char *doc = NULL, *line = NULL, *path = NULL, *mpath = NULL, instance[256];
 	bool stopped = o && wsync_role_status_stopped(o), off = true;
 	struct wsync_error err = { 0 };
 	double now;
@@ -119,10 +118,8 @@ int wsync_role_status_write(const struct wsync_config *cfg, json_t *o, struct ws
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	wsync_metrics_instance(cfg->path, instance, sizeof(instance));
 	if (o && m) {
-		char instance[256];
-
-		wsync_metrics_instance(cfg->path, instance, sizeof(instance));
 		mpath = wsync_metrics_path(cfg, &off);
 		if (json_object_set_new(o, "instance", text(instance)) < 0 ||
 		    json_object_set_new(o, "metrics_file", mpath ? text(mpath) : json_null()) < 0) {
@@ -146,7 +143,7 @@ out:
 		log_debug("%s/" WSYNC_ROLE_STATUS_FILE ": cannot write the status file: %s",
 			  cfg->runtime_dir, err.code ? wsync_error_str(&err) : strerror(-r));
 	if (m && mpath)
-		(void)write_metrics(cfg, mpath, m, stopped, now);
+		(void)write_metrics(cfg, instance, mpath, m, stopped, now);
 	free(mpath);
 	free(line);
 	free(path);
