@@ -21,6 +21,10 @@
 #                      timeout
 #   put_ckpt SRC DEST  the trainer saves SRC as DEST, file by file,
 #                      trainer_state.json last (the publisher's marker)
+#   same_files REF TARGET FILE...   those files of the two folders
+#                      byte-identical (a partial subscriber's)
+#   only_files TARGET FILE...  TARGET's files (.wsync/ aside) are exactly
+#                      these
 #   same_tree REF TARGET       byte-identical, .wsync/ (the subscriber's
 #                      own) left out
 #   journal_start NAME SOCKET OUT   tests/integration/journal-recv.py
@@ -140,6 +144,21 @@ put_ckpt() {
 }
 
 same_tree() { diff -r -x .wsync "$1" "$2" >/dev/null; }
+
+same_files() {
+	local ref=$1 t=$2 f
+	shift 2
+	for f in "$@"; do
+		cmp -s "$ref/$f" "$t/$f" || { echo "# $f differs"; return 1; }
+	done
+}
+
+only_files() {
+	local t=$1
+	shift
+	diff <(cd "$t" && find . -path ./.wsync -prune -o -type f -print | sed 's|^\./||' | sort) \
+		<(printf '%s\n' "$@" | sort)
+}
 
 journal_start() {
 	local name=$1 sock=$2 out=$3 i

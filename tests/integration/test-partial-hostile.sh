@@ -55,20 +55,6 @@ sub() {
 	write_ini "$TMP/$1/sub.ini" subscriber "$TMP/$1" "url = file://$2"$'\n'"retry_attempts = 1" \
 		"[subscriber]" "target_dir = $TMP/$1/target" "poll_interval = 200ms" "include = $3"
 }
-# same_files CKPT TARGET FILE...: those files identical
-same_files() {
-	local ck=$1 t=$2 f
-	shift 2
-	for f in "$@"; do
-		cmp -s "$ck/$f" "$t/$f" || { echo "# $f differs"; return 1; }
-	done
-}
-only_files() {
-	local t=$1
-	shift
-	diff <(cd "$t" && find . -path ./.wsync -prune -o -type f -print | sed 's|^\./||' | sort) \
-		<(printf '%s\n' "$@" | sort)
-}
 no_temps() { ! find "$1" \( -name '.*.wsync-*' -o -name '*.part' \) | grep -q .; }
 marker_version() {
 	"$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' \

@@ -67,19 +67,6 @@ wait_at() {
 		return 1
 	}
 }
-same_files() {
-	local ck=$1 t=$2 f
-	shift 2
-	for f in "$@"; do
-		cmp -s "$ck/$f" "$t/$f" || { echo "# $f differs"; return 1; }
-	done
-}
-only_files() {
-	local t=$1
-	shift
-	diff <(cd "$t" && find . -path ./.wsync -prune -o -type f -print | sed 's|^\./||' | sort) \
-		<(printf '%s\n' "$@" | sort)
-}
 
 start pub
 start full

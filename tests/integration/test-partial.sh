@@ -68,21 +68,6 @@ wait_at() { # wait_at NAME V
 		return 1
 	}
 }
-# same_files CKPT TARGET FILE...: those files identical
-same_files() {
-	local ck=$1 t=$2 f
-	shift 2
-	for f in "$@"; do
-		cmp -s "$ck/$f" "$t/$f" || { echo "# $f differs"; return 1; }
-	done
-}
-# only_files TARGET FILE...: the target's files (.wsync aside) are exactly these
-only_files() {
-	local t=$1
-	shift
-	diff <(cd "$t" && find . -path ./.wsync -prune -o -type f -print | sed 's|^\./||' | sort) \
-		<(printf '%s\n' "$@" | sort)
-}
 put() { # put PUBNAME STEP: checkpoint-STEP into its watch_dir, marker last
 	put_ckpt "$CK/checkpoint-$2" "$TMP/$1/train/checkpoint-$2"
 }
