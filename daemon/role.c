@@ -217,6 +217,14 @@ bool wsync_role_store_worked(struct wsync_role_outage *o, const struct wsync_sto
 	return true;
 }
 
+void wsync_role_outage_gauges(const struct wsync_role_outage *o, struct wsync_metrics *m,
+			      double now)
+{
+	m->store_up = !o->down;
+	m->store_down_seconds = o->down && now > (double)o->since ? now - (double)o->since : 0;
+	m->store_errors = o->failures;
+}
+
 uint64_t wsync_role_backoff_next(struct wsync_role_backoff *b, uint64_t first_ms,
 				 uint64_t max_ms)
 {

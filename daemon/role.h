@@ -163,6 +163,11 @@ struct wsync_role_outage {
 bool wsync_role_store_failed(struct wsync_role_outage *o, const struct wsync_store *store,
 			     int64_t version, const char *what, const char *why);
 
+/* The bucket's metrics of outage o at now (Unix seconds): store_up,
+ * store_down_seconds, store_errors. */
+void wsync_role_outage_gauges(const struct wsync_role_outage *o, struct wsync_metrics *m,
+			      double now);
+
 /* A store request worked.  Returns true when this ended an outage. */
 bool wsync_role_store_worked(struct wsync_role_outage *o, const struct wsync_store *store);
 

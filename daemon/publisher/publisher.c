@@ -79,10 +79,7 @@ static void pub_metrics_gauges(struct wsync_publisher *p)
 	m->waiting_seconds = 0;
 	if (p->pending_mtime_ns > 0 && now > p->pending_mtime_ns / 1e9)
 		m->waiting_seconds = now - p->pending_mtime_ns / 1e9;
-	m->store_up = !p->outage.down;
-	m->store_down_seconds = p->outage.down && now > p->outage.since ?
-					now - (double)p->outage.since : 0;
-	m->store_errors = p->outage.failures;
+	wsync_role_outage_gauges(&p->outage, m, now);
 }
 
 void pub_write_status(struct wsync_publisher *p)

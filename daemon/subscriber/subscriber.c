@@ -132,10 +132,7 @@ static void write_status_file(struct wsync_subscriber *s)
 	m->version_time = s->local.applied;
 	m->has_lag = true;
 	m->lag_seconds = lag > 0 ? (double)lag : 0;
-	m->store_up = !s->outage.down;
-	m->store_down_seconds = s->outage.down && now > s->outage.since ?
-					(double)(now - s->outage.since) : 0;
-	m->store_errors = s->outage.failures;
+	wsync_role_outage_gauges(&s->outage, m, (double)now);
 	m->hook_failures = s->hooks.failures;
 	o = wsync_role_status_new(&c);
 	if (!o)
