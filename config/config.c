@@ -736,6 +736,8 @@ static const struct config_key config_keys[] = {
 	KEY("publisher", "include", parse_globs, format_string, include, .max = 4096),
 	KEY("publisher", "exclude", parse_globs, format_string, exclude, .max = 4096,
 	    .flags = KEY_EMPTY_OK),
+	KEY("publisher", "chunk_size", parse_size, format_size, chunk_size,
+	    .min = 0, .max = 4ull << 30),
 	KEY("publisher", "keep_anchors", parse_uint32, format_uint32, keep_anchors,
 	    .min = 1, .max = 1000),
 	KEY("publisher", "gc_grace", parse_duration, format_duration, gc_grace_ms,
@@ -1418,6 +1420,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->rescan_interval_ms = 30000;
 	cfg->keep_anchors = 2;
 	cfg->gc_grace_ms = 600000;
+	cfg->chunk_size = 16 * MiB;
 	cfg->poll_interval_ms = 2000;
 	cfg->on_apply_timeout_ms = 60000;
 	/* [store]: the same defaults as store.h's wsync_store_options */

@@ -101,6 +101,8 @@ struct wsync_config {
 	char *include;		/* space-separated globs; default "*" */
 	char *exclude;		/* space-separated globs; default: training-only state */
 	uint32_t keep_anchors;	/* default 2; 1..1000 */
+	uint64_t chunk_size;	/* objects uploaded in chunks of at least this
+				 * while they are coded; default 16 MiB; 0: whole */
 	uint64_t gc_grace_ms;	/* default 10min; 0..7d */
 	char *signing_key;	/* Ed25519 private key (PEM), optional */
 

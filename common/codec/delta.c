@@ -222,6 +222,13 @@ static int writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)
 	return 0;
 }
 
+int wsync_delta_writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)
+{
+	if (w->failed)
+		return wsync_error_set(err, -EIO, "writing the delta: an earlier write failed");
+	return writer_flush(w, err);
+}
+
 void wsync_delta_record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], uint32_t type,
 			       const uint8_t *payload, size_t len)
 {

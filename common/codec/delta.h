@@ -168,6 +168,11 @@ int wsync_delta_writer_segment(struct wsync_delta_writer *w,
 int wsync_delta_writer_finish(struct wsync_delta_writer *w,
 			      struct wsync_error *err);
 
+/* Write what is buffered: the file then holds every byte so far.  Those
+ * before the current FILE record are final (drop_file, file_counts and
+ * file_hashes only touch the current file's records). */
+int wsync_delta_writer_flush(struct wsync_delta_writer *w, struct wsync_error *err);
+
 /* Bytes of delta produced so far (buffered ones included). */
 uint64_t wsync_delta_writer_size(const struct wsync_delta_writer *w);
 

@@ -25,7 +25,7 @@ struct pass {
 	uint64_t off, size;
 	uint8_t *buf;
 	struct wsync_hasher *xxh;
-	struct wsync_sha256 *whole, *piece;
+	struct wsync_sha256 *whole, *piece, *chunk;
 	struct wsync_error *err;
 };
 
@@ -44,7 +44,8 @@ static int take(struct pass *p, uint8_t *dst, uint64_t n)
 			return wsync_error_set(p->err, r, "%s: read: %s", p->what, strerror(-r));
 		wsync_hasher_update(p->xxh, p->buf, k);
 		if (wsync_sha256_update(p->whole, p->buf, k) < 0 ||
-		    wsync_sha256_update(p->piece, p->buf, k) < 0)
+		    wsync_sha256_update(p->piece, p->buf, k) < 0 ||
+		    (p->chunk && wsync_sha256_update(p->chunk, p->buf, k) < 0))
 			return wsync_error_set(p->err, -EIO, "%s: SHA-256 failed", p->what);
 		if (dst) {
 			memcpy(dst, p->buf, k);
@@ -80,117 +81,251 @@ static int add_piece(struct pass *p, struct wsync_manifest_range *f, size_t *cap
 	return end_piece(p, &f->pieces[f->n_pieces++], start);
 }
 
-int wsync_delta_index(int fd, const char *what, struct wsync_delta_object *out,
-		      struct wsync_error *err)
+/*
+ * The indexer: the pass above, taken as far as whole records have been
+ * written (a publisher indexes its delta while the encoder still writes
+ * it), cutting chunks on the way.
+ */
+struct wsync_delta_indexer {
+	struct pass p;
+	struct wsync_error err;		/* where p.err points */
+	struct wsync_manifest_index *ix;
+	struct wsync_manifest_range *f;	/* the file whose records are being taken */
+	size_t files_cap, pieces_cap;
+	struct wsync_manifest_file *targets;
+	size_t n_targets, targets_cap;
+	struct wsync_sha256 *chunk;	/* of the bytes since the last cut */
+	uint64_t chunk_start;
+	bool started, done;
+};
+
+int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer **ret,
+			    struct wsync_error *err)
 {
-	struct pass p = { .fd = fd, .what = what, .err = err };
-	struct wsync_manifest_index *ix = calloc(1, sizeof(*ix));
-	struct wsync_manifest_range *f = NULL;
-	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], *payload = NULL;
-	size_t files_cap = 0, pieces_cap = 0;
-	off_t end = lseek(fd, 0, SEEK_END);
-	bool done = false;
+	struct wsync_delta_indexer *x = calloc(1, sizeof(*x));
+
+	*ret = NULL;
+	if (x) {
+		x->p.fd = fd;
+		x->p.what = what;
+		x->p.err = &x->err;
+		x->p.buf = malloc(WINDOW);
+		x->p.whole = wsync_sha256_new();
+		x->p.piece = wsync_sha256_new();
+		x->chunk = x->p.chunk = wsync_sha256_new();
+		x->ix = calloc(1, sizeof(*x->ix));
+	}
+	if (!x || !x->p.buf || !x->p.whole || !x->p.piece || !x->chunk || !x->ix ||
+	    wsync_hasher_new(&x->p.xxh) < 0) {
+		wsync_delta_indexer_free(x);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	*ret = x;
+	return 0;
+}
+
+void wsync_delta_indexer_free(struct wsync_delta_indexer *x)
+{
+	if (!x)
+		return;
+	wsync_delta_index_free(x->ix);
+	for (size_t i = 0; i < x->n_targets; i++)
+		free(x->targets[i].path);
+	free(x->targets);
+	wsync_hasher_free(x->p.xxh);
+	wsync_sha256_free(x->p.whole);
+	wsync_sha256_free(x->p.piece);
+	wsync_sha256_free(x->chunk);
+	free(x->p.buf);
+	free(x);
+}
+
+/* A file the object makes (not one it deletes): for the manifest's list. */
+static int add_target(struct wsync_delta_indexer *x, const struct wsync_delta_file *df)
+{
+	struct wsync_manifest_file *t;
+
+	if (df->op == WSYNC_DELTA_DELETE)
+		return 0;
+	if (x->n_targets == x->targets_cap) {
+		size_t nc = x->targets_cap ? 2 * x->targets_cap : 16;
+		void *np = realloc(x->targets, nc * sizeof(*x->targets));
+
+		if (!np)
+			return wsync_error_set(&x->err, -ENOMEM, "out of memory");
+		x->targets = np;
+		x->targets_cap = nc;
+	}
+	t = &x->targets[x->n_targets];
+	if (!(t->path = strdup(df->path)))
+		return wsync_error_set(&x->err, -ENOMEM, "out of memory");
+	t->size = df->target_size;
+	t->hash = df->target_hash;
+	x->n_targets++;
+	return 0;
+}
+
+/* Take one record (its header at p.off, all of it in the file). */
+static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
+{
+	struct pass *p = &x->p;
+	uint64_t start = p->off, len = wsync_le64(h + 8);
+	uint32_t type = wsync_le32(h);
+	uint8_t hb[WSYNC_DELTA_RECORD_HEADER_LEN];
+	uint8_t *payload = NULL;
+	int r;
+
+	if (len > WSYNC_DELTA_PAYLOAD_MAX)
+		return wsync_error_set(&x->err, -EINVAL, "%s: a record of %" PRIu64 " bytes",
+				       p->what, len);
+	r = take(p, hb, sizeof(hb));
+	if (r < 0)
+		return r;
+	if (type == WSYNC_DELTA_REC_FILE) {
+		struct wsync_delta_file df = { 0 };
+
+		if (x->ix->n_files == x->files_cap) {
+			size_t nc = x->files_cap ? x->files_cap * 2 : 16;
+			void *nf = realloc(x->ix->files, nc * sizeof(*x->ix->files));
+
+			if (!nf)
+				return wsync_error_set(&x->err, -ENOMEM, "out of memory");
+			x->ix->files = nf;
+			x->files_cap = nc;
+		}
+		payload = malloc(len ? (size_t)len : 1);
+		if (!payload)
+			return wsync_error_set(&x->err, -ENOMEM, "out of memory");
+		r = take(p, payload, len);
+		x->f = &x->ix->files[x->ix->n_files++];
+		memset(x->f, 0, sizeof(*x->f));
+		x->pieces_cap = 0;
+		x->f->offset = start;
+		if (r == 0) {
+			r = wsync_delta_file_decode(payload, (size_t)len, &df, &x->err);
+			x->f->path = df.path;	/* taken: freed with the index */
+			if (r < 0)
+				wsync_error_prefix(&x->err, "%s", p->what);
+			else
+				r = add_target(x, &df);
+		}
+		free(payload);
+	} else if (type == WSYNC_DELTA_REC_SEGMENT && x->f) {
+		r = take(p, NULL, len);
+	} else if (type == WSYNC_DELTA_REC_END) {
+		x->done = true;
+		return take(p, NULL, len);
+	} else {
+		return wsync_error_set(&x->err, -EINVAL, "%s: a record of type %" PRIu32
+				       " at %" PRIu64, p->what, type, start);
+	}
+	if (r == 0)
+		r = add_piece(p, x->f, &x->pieces_cap, start);
+	if (r == 0)
+		x->f->length = p->off - x->f->offset;
+	return r;
+}
+
+int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
+				struct wsync_error *err)
+{
+	struct pass *p = &x->p;
+	int r = 0;
+
+	p->size = upto;
+	if (!x->started) {
+		if (upto < WSYNC_DELTA_PREAMBLE_LEN)
+			return 0;
+		r = take(p, NULL, WSYNC_DELTA_PREAMBLE_LEN);
+		if (r == 0)
+			r = end_piece(p, &x->ix->head, 0);
+		x->started = r == 0;
+	}
+	while (r == 0 && !x->done && upto - p->off >= WSYNC_DELTA_RECORD_HEADER_LEN) {
+		uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
+
+		r = wsync_pread_all(p->fd, h, sizeof(h), p->off);
+		if (r < 0) {
+			r = wsync_error_set(&x->err, r, "%s: read: %s", p->what, strerror(-r));
+			break;
+		}
+		if (wsync_le64(h + 8) > upto - p->off - sizeof(h))
+			break;	/* not all written yet */
+		r = take_record(x, h);
+	}
+	if (r < 0)
+		*err = x->err;
+	return r;
+}
+
+uint64_t wsync_delta_indexer_offset(const struct wsync_delta_indexer *x)
+{
+	return x->p.off;
+}
+
+int wsync_delta_indexer_cut(struct wsync_delta_indexer *x, struct wsync_delta_chunk *c,
+			    struct wsync_error *err)
+{
+	c->offset = x->chunk_start;
+	c->size = x->p.off - x->chunk_start;
+	if (wsync_sha256_final(x->chunk, c->sha256) < 0)
+		return wsync_error_set(err, -EIO, "%s: SHA-256 failed", x->p.what);
+	x->chunk_start = x->p.off;
+	return 0;
+}
+
+int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta_object *out,
+			       struct wsync_error *err)
+{
+	struct pass *p = &x->p;
+	off_t end = lseek(p->fd, 0, SEEK_END);
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	p.buf = malloc(WINDOW);
-	p.whole = wsync_sha256_new();
-	p.piece = wsync_sha256_new();
-	if (end < 0) {
-		r = wsync_error_set(err, -errno, "%s: %s", what, strerror(errno));
-		goto out;
-	}
-	p.size = (uint64_t)end;
-	if (!ix || !p.buf || !p.whole || !p.piece || wsync_hasher_new(&p.xxh) < 0) {
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	r = take(&p, NULL, WSYNC_DELTA_PREAMBLE_LEN);
+	if (end < 0)
+		return wsync_error_set(err, -errno, "%s: %s", p->what, strerror(errno));
+	r = wsync_delta_indexer_advance(x, (uint64_t)end, err);
+	if (r < 0)
+		return r;
+	if (!x->started || !x->done)
+		return wsync_error_set(err, -EINVAL, "%s: no END record", p->what);
+	if (p->off != (uint64_t)end)
+		return wsync_error_set(err, -EINVAL, "%s: %" PRIu64 " bytes after the END record",
+				       p->what, (uint64_t)end - p->off);
+	if (x->ix->n_files == 0)
+		return wsync_error_set(err, -EINVAL, "%s: no file", p->what);
+	if (wsync_sha256_final(p->whole, out->sha256) < 0)
+		return wsync_error_set(err, -EIO, "%s: SHA-256 failed", p->what);
+	wsync_hasher_digest(p->xxh, &out->hash);
+	out->size = p->off;
+	out->index = x->ix;
+	out->files = x->targets;
+	out->n_files = x->n_targets;
+	x->ix = NULL;
+	x->targets = NULL;
+	x->n_targets = 0;
+	return 0;
+}
+
+int wsync_delta_index(int fd, const char *what, struct wsync_delta_object *out,
+		      struct wsync_error *err)
+{
+	struct wsync_delta_indexer *x;
+	int r = wsync_delta_indexer_new(fd, what, &x, err);
+
 	if (r == 0)
-		r = end_piece(&p, &ix->head, 0);
-	while (r == 0 && !done) {
-		uint64_t start = p.off, len;
-		uint32_t type;
-
-		r = take(&p, h, sizeof(h));
-		if (r < 0)
-			break;
-		type = wsync_le32(h);
-		len = wsync_le64(h + 8);
-		if (len > WSYNC_DELTA_PAYLOAD_MAX) {
-			r = wsync_error_set(err, -EINVAL, "%s: a record of %" PRIu64 " bytes",
-					    what, len);
-			break;
-		}
-		if (type == WSYNC_DELTA_REC_FILE) {
-			void *nf;
-
-			if (ix->n_files == files_cap) {
-				files_cap = files_cap ? files_cap * 2 : 16;
-				nf = realloc(ix->files, files_cap * sizeof(*ix->files));
-				if (!nf) {
-					r = wsync_error_set(err, -ENOMEM, "out of memory");
-					break;
-				}
-				ix->files = nf;
-			}
-			free(payload);
-			payload = malloc(len ? (size_t)len : 1);
-			if (!payload) {
-				r = wsync_error_set(err, -ENOMEM, "out of memory");
-				break;
-			}
-			r = take(&p, payload, len);
-			f = &ix->files[ix->n_files++];
-			memset(f, 0, sizeof(*f));
-			pieces_cap = 0;
-			f->offset = start;
-			if (r == 0) {
-				struct wsync_delta_file df;
-
-				r = wsync_delta_file_decode(payload, (size_t)len, &df, err);
-				f->path = df.path;	/* taken: freed with the index */
-				if (r < 0)
-					wsync_error_prefix(err, "%s", what);
-			}
-		} else if (type == WSYNC_DELTA_REC_SEGMENT && f) {
-			r = take(&p, NULL, len);
-		} else if (type == WSYNC_DELTA_REC_END) {
-			r = take(&p, NULL, len);
-			done = true;
-			break;
-		} else {
-			r = wsync_error_set(err, -EINVAL, "%s: a record of type %" PRIu32
-					    " at %" PRIu64, what, type, start);
-		}
-		if (r == 0)
-			r = add_piece(&p, f, &pieces_cap, start);
-		if (r == 0)
-			f->length = p.off - f->offset;
-	}
-	if (r == 0 && !done)
-		r = wsync_error_set(err, -EINVAL, "%s: no END record", what);
-	if (r == 0 && p.off != p.size)
-		r = wsync_error_set(err, -EINVAL, "%s: %" PRIu64 " bytes after the END record",
-				    what, p.size - p.off);
-	if (r == 0 && ix->n_files == 0)
-		r = wsync_error_set(err, -EINVAL, "%s: no file", what);
-	if (r == 0 && wsync_sha256_final(p.whole, out->sha256) < 0)
-		r = wsync_error_set(err, -EIO, "%s: SHA-256 failed", what);
-	if (r == 0) {
-		wsync_hasher_digest(p.xxh, &out->hash);
-		out->size = p.size;
-		out->index = ix;
-		ix = NULL;
-	}
-out:
-	wsync_delta_index_free(ix);
-	wsync_hasher_free(p.xxh);
-	wsync_sha256_free(p.whole);
-	wsync_sha256_free(p.piece);
-	free(p.buf);
-	free(payload);
+		r = wsync_delta_indexer_finish(x, out, err);
+	wsync_delta_indexer_free(x);
 	return r;
+}
+
+void wsync_delta_object_free(struct wsync_delta_object *o)
+{
+	wsync_delta_index_free(o->index);
+	for (size_t i = 0; i < o->n_files; i++)
+		free(o->files[i].path);
+	free(o->files);
+	memset(o, 0, sizeof(*o));
 }
 
 void wsync_delta_index_free(struct wsync_manifest_index *index)

@@ -29,6 +29,17 @@ struct wsync_delta_object {
 	struct wsync_hash128 hash;		/* XXH3-128 of the whole object */
 	uint8_t sha256[WSYNC_SHA256_LEN];	/* SHA-256 of the whole object */
 	struct wsync_manifest_index *index;	/* owned (paths too): free below */
+	/* the files it makes (FILE records other than DELETE), in object
+	 * order, with the size and XXH3-128 their records give: the
+	 * manifest's files, without reading them again */
+	struct wsync_manifest_file *files;
+	size_t n_files;
+};
+
+/* A run of the object's bytes, cut while indexing. */
+struct wsync_delta_chunk {
+	uint64_t offset, size;
+	uint8_t sha256[WSYNC_SHA256_LEN];
 };
 
 /*
@@ -43,6 +54,31 @@ int wsync_delta_index(int fd, const char *what, struct wsync_delta_object *out,
 
 /* Free an index made by wsync_delta_index() (not a parsed manifest's). */
 void wsync_delta_index_free(struct wsync_manifest_index *index);
+/* Free out's index and files. */
+void wsync_delta_object_free(struct wsync_delta_object *o);
+
+/*
+ * The same pass while the delta is being written: advance() takes the
+ * whole records among the first upto bytes of fd (the bytes the writer
+ * will not change again), cut() makes the bytes taken since the last cut
+ * a chunk (offset, size, SHA-256: an object stored in chunks, BUCKET.md
+ * §3.2), finish() takes the rest up to the end of the file, which must
+ * end with the END record, and fills out as wsync_delta_index does.
+ * Every byte is read once, whatever the calls.
+ */
+struct wsync_delta_indexer;
+
+int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer **ret,
+			    struct wsync_error *err);
+int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
+				struct wsync_error *err);
+/* Bytes taken so far: whole records, the chunk being cut ends there. */
+uint64_t wsync_delta_indexer_offset(const struct wsync_delta_indexer *x);
+int wsync_delta_indexer_cut(struct wsync_delta_indexer *x, struct wsync_delta_chunk *c,
+			    struct wsync_error *err);
+int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta_object *out,
+			       struct wsync_error *err);
+void wsync_delta_indexer_free(struct wsync_delta_indexer *x);
 
 /*
  * fd holds, from offset 0 to len, a delta's preamble and then whole

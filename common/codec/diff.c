@@ -62,6 +62,8 @@
 /* Reading this much on its own, the writer lets the workers start on the
  * files queued (see pool_kick). */
 #define LONG_READ (4u << 20)
+/* opts->progress: every this many bytes of delta at most */
+#define PROGRESS_STEP (1u << 20)
 
 /* ---- listing the trees ---- */
 
@@ -1066,6 +1068,7 @@ struct differ {
 	bool single;			/* two files, not two directories */
 	int old_fd, new_fd;		/* the roots (-1 when single) */
 	const char *old_root, *new_root;
+	uint64_t reported;		/* delta bytes last told to opts->progress */
 };
 
 /*
@@ -1288,6 +1291,22 @@ static int write_file(struct differ *d, struct item *it, struct wsync_error *err
 	return 0;
 }
 
+/* Every file before the next is final: tell the caller, each MiB. */
+static int report_progress(struct differ *d, struct wsync_error *err)
+{
+	uint64_t n = wsync_delta_writer_size(d->w);
+	int r;
+
+	if (!d->opts || !d->opts->progress || n - d->reported < PROGRESS_STEP)
+		return 0;
+	r = wsync_delta_writer_flush(d->w, err);
+	if (r < 0)
+		return r;
+	d->reported = n;
+	d->opts->progress(d->opts->progress_arg, n);
+	return 0;
+}
+
 /* Write the first item waiting, and let it go. */
 static int write_head(struct differ *d, struct wsync_error *err)
 {
@@ -1306,7 +1325,7 @@ static int write_head(struct differ *d, struct wsync_error *err)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	item_free(it);
-	return 0;
+	return report_progress(d, err);
 }
 
 /*

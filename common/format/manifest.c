@@ -32,6 +32,7 @@
 
 #define MANIFEST_FORMAT "wsync-manifest"
 #define HEAD_FORMAT "wsync-head"
+#define NEXT_FORMAT "wsync-next"
 
 static int check_ref(const struct wsync_manifest_ref *ref, struct wsync_error *err);
 
@@ -219,14 +220,16 @@ static int grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap,
 enum {
 	M_FORMAT, M_FORMAT_VERSION, M_VERSION, M_STEP, M_CREATED, M_KIND,
 	M_BASE_VERSION, M_ANCHOR_VERSION, M_OBJECTS, M_FILES, M_ANCHORS, M_WRITER,
-	M_N,
+	M_FLIGHT, M_N,
 };
 static const char *const manifest_fields[] = {
 	"format", "format_version", "version", "step", "created", "kind",
 	"base_version", "anchor_version", "objects", "files", "anchors", "writer",
+	"flight",
 };
-/* Not required: base_version (present by rule, see check_manifest) and writer. */
-#define M_OPTIONAL ((1u << M_BASE_VERSION) | (1u << M_WRITER))
+/* Not required: base_version (present by rule, see check_manifest), writer
+ * and flight. */
+#define M_OPTIONAL ((1u << M_BASE_VERSION) | (1u << M_WRITER) | (1u << M_FLIGHT))
 
 /* "format" and "format_version" of a document of format fmt; a wrong
  * one is the verdict on the whole document (*verdict set). */
@@ -247,20 +250,27 @@ static int read_format(struct wsync_json_reader *j, const char *fmt, const char 
 	return 0;
 }
 
-static int read_format_version(struct wsync_json_reader *j, const char *what,
-			       bool *verdict)
+/* "format_version": 1..max (*got, when not NULL); another is the verdict. */
+static int read_format_version(struct wsync_json_reader *j, const char *what, int max,
+			       bool *verdict, int *got)
 {
 	int64_t v;
 	int r = wsync_json_read_int(j, "format_version", INT64_MIN, INT64_MAX, &v);
 
 	if (r < 0)
 		return r;
-	if (v != WSYNC_MANIFEST_FORMAT_VERSION) {
+	if (v < WSYNC_MANIFEST_FORMAT_VERSION || v > max) {
 		*verdict = true;
+		if (max == WSYNC_MANIFEST_FORMAT_VERSION)
+			return wsync_error_set(j->err, -EPROTONOSUPPORT, "unsupported %s "
+					       "format_version %" PRId64 " (this reader knows %d)",
+					       what, v, max);
 		return wsync_error_set(j->err, -EPROTONOSUPPORT, "unsupported %s "
-				       "format_version %" PRId64 " (this reader knows %d)",
-				       what, v, WSYNC_MANIFEST_FORMAT_VERSION);
+				       "format_version %" PRId64 " (this reader knows 1 to %d)",
+				       what, v, max);
 	}
+	if (got)
+		*got = (int)v;
 	return 0;
 }
 
@@ -268,6 +278,7 @@ struct arrays {
 	size_t objects_cap, files_cap, anchors_cap;
 	size_t objects_seen;	/* skipped ones included: the limit counts all */
 	size_t pieces_seen;	/* of every index */
+	int format_version;	/* as read: 0 before it is */
 };
 
 /* ---- an object's index (BUCKET.md §3.1) ---- */
@@ -388,9 +399,123 @@ static void index_free(struct wsync_manifest_index *ix)
 	free(ix);
 }
 
-enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_SHA256, O_INDEX, O_N };
+/* ---- an object's chunks (BUCKET.md §3.2) ---- */
+
+enum { C_KEY, C_SIZE, C_SHA256, C_N };
+static const char *const chunk_fields[] = { "key", "size", "sha256" };
+
+static int read_chunk_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct wsync_manifest_chunk *c = arg;
+	size_t len;
+
+	if (idx == C_KEY)
+		return wsync_json_read_string(j, "key", &c->key, &len);
+	if (idx == C_SIZE)
+		return wsync_json_read_u64(j, "size", 1, INT64_MAX, &c->size);
+	return wsync_json_read_hex(j, "sha256", c->sha256, sizeof(c->sha256), "a SHA-256");
+}
+
+static int read_chunks(struct wsync_json_reader *j, struct wsync_manifest_object *o,
+		       int depth)
+{
+	bool first = true;
+	size_t cap = 0, i = 0;
+	int r;
+
+	if (o->chunks)
+		return wsync_error_set(j->err, -EINVAL, "\"chunks\" given twice");
+	r = wsync_json_open(j, '[', "chunks", "an array");
+	while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
+		struct wsync_manifest_chunk *c;
+
+		r = grow(j, (void **)&o->chunks, &o->n_chunks, &cap, sizeof(*c),
+			 WSYNC_MANIFEST_CHUNKS_MAX, "chunks", (void **)&c);
+		if (r == 0)
+			r = read_record(j, "chunks[]", "an array of objects", chunk_fields, C_N,
+					depth + 1, read_chunk_field, c);
+		if (r < 0)
+			wsync_error_prefix(j->err, "chunks[%zu]", i);
+		i++;
+	}
+	if (r == 0 && o->n_chunks == 0)
+		r = wsync_error_set(j->err, -EINVAL, "\"chunks\" is empty");
+	return r;
+}
+
+/* An object's chunks: keys valid, sizes adding up to the object's. */
+static int check_chunks(const struct wsync_manifest_object *o, struct wsync_error *err)
+{
+	uint64_t sum = 0;
+
+	if (o->n_chunks > WSYNC_MANIFEST_CHUNKS_MAX)
+		return wsync_error_set(err, -EINVAL, "more than %u chunks",
+				       WSYNC_MANIFEST_CHUNKS_MAX);
+	for (size_t i = 0; i < o->n_chunks; i++) {
+		const struct wsync_manifest_chunk *c = &o->chunks[i];
+		int r;
+
+		if (!c->key)
+			return wsync_error_set(err, -EINVAL, "chunks[%zu]: no key", i);
+		r = wsync_url_check_key(c->key, err);
+		if (r < 0) {
+			wsync_error_prefix(err, "chunks[%zu]: key \"%.80s\"", i, c->key);
+			return r;
+		}
+		if (c->size < 1 || c->size > INT64_MAX || sum > INT64_MAX - c->size)
+			return wsync_error_set(err, -EINVAL, "chunks[%zu]: size %" PRIu64
+					       " (1..2^63-1, all of them too)", i, c->size);
+		sum += c->size;
+	}
+	return 0;
+}
+
+static void chunks_write(struct wsync_json_writer *w, const struct wsync_manifest_object *o,
+			 const struct wsync_buf *out)
+{
+	wsync_json_write_str(w, ", \"chunks\": [\n");
+	for (size_t i = 0; i < o->n_chunks; i++) {
+		char hex[2 * sizeof(o->chunks[i].sha256) + 1];
+
+		for (size_t k = 0; k < sizeof(o->chunks[i].sha256); k++)
+			snprintf(hex + 2 * k, 3, "%02x", o->chunks[i].sha256[k]);
+		wsync_json_write_str(w, "      {\"key\": ");
+		wsync_json_write_string(w, o->chunks[i].key);
+		wsync_json_write_fmt(w, ", \"size\": %" PRIu64 ", \"sha256\": \"%s\"}%s",
+				     o->chunks[i].size, hex, i + 1 < o->n_chunks ? ",\n" : "\n    ");
+		if (out->len > WSYNC_MANIFEST_MAX)
+			break;
+	}
+	wsync_json_write_str(w, "]");
+}
+
+const struct wsync_manifest_chunk *
+wsync_manifest_object_locate(const struct wsync_manifest_object *o, uint64_t off,
+			     uint64_t *in_chunk, uint64_t *avail)
+{
+	uint64_t start = 0;
+
+	if (!o->n_chunks) {
+		*in_chunk = off;
+		*avail = o->ref.size - off;
+		return NULL;
+	}
+	/* linear: an object has few chunks (they grow with its size) */
+	for (size_t i = 0; i < o->n_chunks; i++) {
+		if (off < start + o->chunks[i].size) {
+			*in_chunk = off - start;
+			*avail = start + o->chunks[i].size - off;
+			return &o->chunks[i];
+		}
+		start += o->chunks[i].size;
+	}
+	*in_chunk = *avail = 0;
+	return NULL;
+}
+
+enum { O_ROLE, O_KEY, O_SIZE, O_HASH, O_SHA256, O_INDEX, O_CHUNKS, O_N };
 static const char *const object_fields[] = {
-	"role", "key", "size", "xxh128", "sha256", "index",
+	"role", "key", "size", "xxh128", "sha256", "index", "chunks",
 };
 
 struct object_read {
@@ -417,6 +542,8 @@ static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 		return wsync_json_read_object(j, "index", "an object", index_fields, IX_N, 0, 4,
 					      read_index_field, &ir);
 	}
+	if (idx == O_CHUNKS)
+		return read_chunks(j, rd->o, 3);
 	if (idx == O_SHA256) {
 		rd->o->has_sha256 = true;
 		return wsync_json_read_hex(j, "sha256", rd->o->sha256,
@@ -447,14 +574,19 @@ static int read_object(struct wsync_json_reader *j, struct wsync_manifest *m,
 		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&rd.o);
 	if (r == 0)
 		r = wsync_json_read_object(j, "objects[]", "an array of objects",
-					   object_fields, O_N, (1u << O_SHA256) | (1u << O_INDEX),
-					   3, read_object_field, &rd);
+					   object_fields, O_N, (1u << O_SHA256) | (1u << O_INDEX) |
+					   (1u << O_CHUNKS), 3, read_object_field, &rd);
+	if (r == 0 && rd.o->chunks && a->format_version == WSYNC_MANIFEST_FORMAT_VERSION)
+		r = wsync_error_set(j->err, -EINVAL, "\"chunks\" in a format_version 1 "
+				    "manifest (chunks take 2)");
 	if (r == 0 && !rd.keep) {
 		/* Skipped, but its key must still be a key (and it did count
 		 * against the limit). */
 		r = check_ref(&rd.o->ref, j->err);
 		index_free(rd.o->index);
+		free(rd.o->chunks);
 		rd.o->index = NULL;
+		rd.o->chunks = NULL;
 		m->n_objects--;
 	}
 	return r;
@@ -552,7 +684,14 @@ static int read_manifest_field(struct wsync_json_reader *j, int idx, void *arg)
 		r = read_format(j, MANIFEST_FORMAT, "manifest", rd->verdict);
 		break;
 	case M_FORMAT_VERSION:
-		r = read_format_version(j, "manifest", rd->verdict);
+		r = read_format_version(j, "manifest", WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS,
+					rd->verdict, &rd->a.format_version);
+		m->format_version = rd->a.format_version;
+		break;
+	case M_FLIGHT:
+		m->has_flight = true;
+		r = wsync_json_read_hex(j, "flight", m->flight, sizeof(m->flight),
+					"a flight id");
 		break;
 	case M_VERSION:
 		r = wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX,
@@ -600,14 +739,27 @@ static int read_manifest_field(struct wsync_json_reader *j, int idx, void *arg)
 	return r;
 }
 
+/* Objects read before "format_version" said 2 could not be refused for
+ * their chunks then. */
+static int check_chunks_format(const struct wsync_manifest *m, struct wsync_error *err)
+{
+	for (size_t i = 0; i < m->n_objects; i++)
+		if (m->objects[i].chunks && m->format_version != WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS)
+			return wsync_error_set(err, -EINVAL, "objects[%zu]: \"chunks\" in a "
+					       "format_version 1 manifest (chunks take 2)", i);
+	return 0;
+}
+
 static int read_manifest(struct wsync_json_reader *j, struct wsync_manifest *m,
 			 bool *verdict)
 {
 	struct manifest_read rd = { .m = m, .verdict = verdict };
 
 	_Static_assert(M_FORMAT == 0, "read_document takes field 0 for \"format\"");
-	return read_document(j, "manifest", manifest_fields, M_N, M_OPTIONAL,
-			     read_manifest_field, &rd, verdict);
+	int r = read_document(j, "manifest", manifest_fields, M_N, M_OPTIONAL,
+			      read_manifest_field, &rd, verdict);
+
+	return r < 0 ? r : check_chunks_format(m, j->err);
 }
 
 /* ---- cross-field rules, shared by parse and serialize ---- */
@@ -806,7 +958,7 @@ static int check_index(const struct wsync_manifest *m, const struct wsync_manife
 
 static int check_manifest(const struct wsync_manifest *m, struct wsync_error *err)
 {
-	size_t pieces = 0;
+	size_t pieces = 0, n_keys = 0;
 	size_t n_delta = 0, n_anchor = 0;
 	const char **names;
 	bool listed = false;
@@ -838,10 +990,26 @@ static int check_manifest(const struct wsync_manifest *m, struct wsync_error *er
 		else
 			return wsync_error_set(err, -EINVAL, "objects[%zu]: unknown role", i);
 		r = check_ref(&o->ref, err);
+		if (r == 0 && o->n_chunks && !o->has_sha256)
+			r = wsync_error_set(err, -EINVAL, "\"chunks\" without the object's "
+					    "\"sha256\"");
+		if (r == 0 && o->n_chunks)
+			r = check_chunks(o, err);
+		if (r == 0 && o->n_chunks) {
+			uint64_t sum = 0;
+
+			for (size_t k = 0; k < o->n_chunks; k++)
+				sum += o->chunks[k].size;
+			if (sum != o->ref.size)
+				r = wsync_error_set(err, -EINVAL, "its chunks add up to %" PRIu64
+						    " bytes, not its size %" PRIu64, sum,
+						    o->ref.size);
+		}
 		if (r < 0) {
 			wsync_error_prefix(err, "objects[%zu]", i);
 			return r;
 		}
+		n_keys += 1 + o->n_chunks;
 	}
 	if (m->kind == WSYNC_MANIFEST_DELTA && (n_delta != 1 || n_anchor != 0))
 		return wsync_error_set(err, -EINVAL, "a \"delta\" manifest lists exactly "
@@ -926,17 +1094,20 @@ static int check_manifest(const struct wsync_manifest *m, struct wsync_error *er
 	}
 
 	/* duplicates: paths (and file/directory clashes), object keys */
-	names = malloc((m->n_files > m->n_objects ? m->n_files : m->n_objects) *
-		       sizeof(*names));
+	names = malloc((m->n_files > n_keys ? m->n_files : n_keys) * sizeof(*names) + 1);
 	if (!names)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < m->n_files; i++)
 		names[i] = m->files[i].path;
 	r = check_unique(names, m->n_files, true, "path", err);
-	for (size_t i = 0; r == 0 && i < m->n_objects; i++)
-		names[i] = m->objects[i].ref.key;
+	n_keys = 0;
+	for (size_t i = 0; r == 0 && i < m->n_objects; i++) {
+		names[n_keys++] = m->objects[i].ref.key;
+		for (size_t k = 0; k < m->objects[i].n_chunks; k++)
+			names[n_keys++] = m->objects[i].chunks[k].key;
+	}
 	if (r == 0)
-		r = check_unique(names, m->n_objects, false, "object key", err);
+		r = check_unique(names, n_keys, false, "object key", err);
 	free(names);
 	return r;
 }
@@ -964,7 +1135,8 @@ static int read_head_field(struct wsync_json_reader *j, int idx, void *arg)
 	case H_FORMAT:
 		return read_format(j, HEAD_FORMAT, "HEAD", rd->verdict);
 	case H_FORMAT_VERSION:
-		return read_format_version(j, "HEAD", rd->verdict);
+		return read_format_version(j, "HEAD", WSYNC_MANIFEST_FORMAT_VERSION, rd->verdict,
+					   NULL);
 	case H_VERSION:
 		return wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX,
 					   &h->version);
@@ -1001,6 +1173,145 @@ static int check_head(const struct wsync_manifest_head *h, struct wsync_error *e
 }
 
 /* ======================================================================
+ * NEXT (BUCKET.md §4.1)
+ * ====================================================================== */
+
+enum { N_FORMAT, N_FORMAT_VERSION, N_VERSION, N_FLIGHT, N_STEP, N_CREATED,
+       N_BASE_VERSION, N_OBJECTS, N_N };
+static const char *const next_fields[] = {
+	"format", "format_version", "version", "flight", "step", "created",
+	"base_version", "objects",
+};
+
+enum { NO_ROLE, NO_KEY, NO_CHUNKS, NO_N };
+static const char *const next_object_fields[] = { "role", "key", "chunks" };
+
+struct next_read {
+	struct wsync_manifest_next *n;
+	size_t objects_cap, objects_seen;
+	bool *verdict;
+};
+
+static int read_next_object_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct object_read *rd = arg;
+	size_t len;
+	char *role;
+	int r;
+
+	if (idx == NO_KEY)
+		return wsync_json_read_string(j, "key", &rd->o->ref.key, &len);
+	if (idx == NO_CHUNKS)
+		return read_chunks(j, rd->o, 3);
+	r = wsync_json_read_temp_string(j, "role", &role, &len);
+	if (r == 0 && strcmp(role, "delta") == 0)
+		rd->o->role = WSYNC_MANIFEST_ROLE_DELTA;
+	else if (r == 0 && strcmp(role, "anchor") == 0)
+		rd->o->role = WSYNC_MANIFEST_ROLE_ANCHOR;
+	else
+		rd->keep = false;
+	return r;
+}
+
+static int read_next_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct next_read *rd = arg;
+	struct wsync_manifest_next *n = rd->n;
+	bool first = true;
+	int r;
+
+	switch (idx) {
+	case N_FORMAT:
+		return read_format(j, NEXT_FORMAT, "NEXT", rd->verdict);
+	case N_FORMAT_VERSION:
+		return read_format_version(j, "NEXT", WSYNC_MANIFEST_FORMAT_VERSION, rd->verdict,
+					   NULL);
+	case N_VERSION:
+		return wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					   &n->version);
+	case N_FLIGHT:
+		return wsync_json_read_hex(j, "flight", n->flight, sizeof(n->flight),
+					   "a flight id");
+	case N_STEP:
+		return wsync_json_read_int(j, "step", INT64_MIN, INT64_MAX, &n->step);
+	case N_CREATED:
+		return read_time(j, "created", &n->created);
+	case N_BASE_VERSION:
+		return wsync_json_read_u64(j, "base_version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					   &n->base_version);
+	default:
+		r = wsync_json_open(j, '[', "objects", "an array");
+		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
+			struct object_read ord = { .keep = true };
+
+			if (++rd->objects_seen > WSYNC_MANIFEST_OBJECTS_MAX)
+				return wsync_error_set(j->err, -EINVAL, "more than %u objects",
+						       WSYNC_MANIFEST_OBJECTS_MAX);
+			r = grow(j, (void **)&n->objects, &n->n_objects, &rd->objects_cap,
+				 sizeof(*ord.o), WSYNC_MANIFEST_OBJECTS_MAX, "objects",
+				 (void **)&ord.o);
+			if (r == 0)
+				r = wsync_json_read_object(j, "objects[]", "an array of objects",
+							   next_object_fields, NO_N, 0, 3,
+							   read_next_object_field, &ord);
+			if (r == 0 && !ord.keep) {
+				free(ord.o->chunks);
+				n->n_objects--;
+			}
+		}
+		return r;
+	}
+}
+
+static int next_read(struct wsync_json_reader *j, void *out, bool *verdict)
+{
+	struct next_read rd = { .n = out, .verdict = verdict };
+
+	_Static_assert(N_FORMAT == 0, "read_document takes field 0 for \"format\"");
+	return read_document(j, "NEXT", next_fields, N_N, 1u << N_BASE_VERSION,
+			     read_next_field, &rd, verdict);
+}
+
+static int next_check(const void *arg, struct wsync_error *err)
+{
+	const struct wsync_manifest_next *n = arg;
+	bool delta = false;
+	int r = 0;
+
+	if (n->version < 1 || n->version > WSYNC_MANIFEST_VERSION_MAX)
+		return wsync_error_set(err, -EINVAL, "\"version\" %" PRIu64 " is not in "
+				       "1..%llu", n->version, WSYNC_MANIFEST_VERSION_MAX);
+	if (n->created < 0 || n->created > WSYNC_TIME_MAX)
+		return wsync_error_set(err, -EINVAL, "\"created\" %" PRId64 " is not a "
+				       "time from 1970 to 9999", n->created);
+	for (size_t i = 0; i < n->n_objects && r == 0; i++) {
+		const struct wsync_manifest_object *o = &n->objects[i];
+
+		delta |= o->role == WSYNC_MANIFEST_ROLE_DELTA;
+		for (size_t k = 0; k < i && r == 0; k++)
+			if (n->objects[k].role == o->role)
+				r = wsync_error_set(err, -EINVAL, "two objects of one role");
+		if (r == 0 && (!o->ref.key || wsync_url_check_key(o->ref.key, err) < 0))
+			r = wsync_error_set(err, -EINVAL, "objects[%zu]: a bad key", i);
+		if (r == 0)
+			r = check_chunks(o, err);
+		if (r < 0)
+			wsync_error_prefix(err, "objects[%zu]", i);
+	}
+	if (r == 0 && delta != (n->base_version != 0))
+		r = wsync_error_set(err, -EINVAL, "\"base_version\" goes with a delta object");
+	if (r == 0 && delta && n->base_version != n->version - 1)
+		r = wsync_error_set(err, -EINVAL, "\"base_version\" %" PRIu64 " must be "
+				    "version - 1", n->base_version);
+	return r;
+}
+
+static void next_free(void *n)
+{
+	wsync_manifest_next_free(n);
+}
+
+/* ======================================================================
  * Parsing: the shared frame
  * ====================================================================== */
 
@@ -1012,7 +1323,7 @@ static int check_head(const struct wsync_manifest_head *h, struct wsync_error *e
  * that stands: r0 or the verdict's.
  */
 static int rescan_format(const uint8_t *body, size_t len, const char *fmt,
-			 const char *what, int r0, struct wsync_error *err)
+			 const char *what, int max, int r0, struct wsync_error *err)
 {
 	static const char *const names[] = { "format", "format_version" };
 	struct wsync_error e2 = { 0 };
@@ -1028,7 +1339,7 @@ static int rescan_format(const uint8_t *body, size_t len, const char *fmt,
 			have_format = true;
 			r = read_format(&j, fmt, what, &verdict);
 		} else if (idx == 1) {
-			r = read_format_version(&j, what, &verdict);
+			r = read_format_version(&j, what, max, &verdict, NULL);
 		} else {
 			r = wsync_json_skip(&j, 1);
 		}
@@ -1072,6 +1383,7 @@ struct doc_kind {
 	const char *what;	/* "manifest", "HEAD": prefixes every error */
 	const char *format;	/* its "format" value */
 	size_t max;		/* its size limit */
+	int max_version;	/* the newest format_version read */
 	/* *verdict set: the error is about what the document is (not a
 	 * wsync one, a format_version unknown), and stands */
 	int (*read)(struct wsync_json_reader *j, void *out, bool *verdict);
@@ -1099,7 +1411,7 @@ static int parse_doc(const struct doc_kind *k, const void *doc, size_t len,
 	r = k->read(&j, out, &verdict);
 	*strings = j.pool;
 	if (r < 0 && !verdict)
-		r = rescan_format(doc, body_len, k->format, k->what, r, err);
+		r = rescan_format(doc, body_len, k->format, k->what, k->max_version, r, err);
 	else if (r == 0)
 		r = k->check(out, err);
 	if (r < 0) {
@@ -1142,12 +1454,43 @@ static void head_free(void *h)
 }
 
 static const struct doc_kind manifest_kind = {
-	"manifest", MANIFEST_FORMAT, WSYNC_MANIFEST_MAX,
+	"manifest", MANIFEST_FORMAT, WSYNC_MANIFEST_MAX, WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS,
 	manifest_read, manifest_check, manifest_free,
 };
 static const struct doc_kind head_kind = {
-	"HEAD", HEAD_FORMAT, WSYNC_MANIFEST_HEAD_MAX, head_read, head_check, head_free,
+	"HEAD", HEAD_FORMAT, WSYNC_MANIFEST_HEAD_MAX, WSYNC_MANIFEST_FORMAT_VERSION,
+	head_read, head_check, head_free,
 };
+
+static const struct doc_kind next_kind = {
+	"NEXT", NEXT_FORMAT, WSYNC_MANIFEST_NEXT_MAX, WSYNC_MANIFEST_FORMAT_VERSION,
+	next_read, next_check, next_free,
+};
+
+int wsync_manifest_next_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
+			      struct wsync_manifest_next *out, struct wsync_error *err)
+{
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	r = parse_doc(&next_kind, doc, len, verify, out, &out->strings_, &out->signature, err);
+	if (r == 0)
+		for (size_t i = 0; i < out->n_objects; i++)
+			for (size_t k = 0; k < out->objects[i].n_chunks; k++)
+				out->objects[i].ref.size += out->objects[i].chunks[k].size;
+	return r;
+}
+
+void wsync_manifest_next_free(struct wsync_manifest_next *n)
+{
+	if (!n)
+		return;
+	for (size_t i = 0; i < n->n_objects; i++)
+		free(n->objects[i].chunks);
+	free(n->objects);
+	wsync_json_pool_free(n->strings_);
+	memset(n, 0, sizeof(*n));
+}
 
 int wsync_manifest_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
 			 struct wsync_manifest *out, struct wsync_error *err)
@@ -1161,8 +1504,10 @@ void wsync_manifest_free(struct wsync_manifest *m)
 {
 	if (!m)
 		return;
-	for (size_t i = 0; i < m->n_objects; i++)
+	for (size_t i = 0; i < m->n_objects; i++) {
 		index_free(m->objects[i].index);
+		free(m->objects[i].chunks);
+	}
 	free(m->objects);
 	free(m->files);
 	free(m->anchors);
@@ -1238,6 +1583,16 @@ static void write_time(struct wsync_json_writer *w, int64_t t)
 	wsync_json_write_fmt(w, "\"%s\"", text);
 }
 
+/* sep "flight": "<32 hex>" */
+static void write_flight(struct wsync_json_writer *w, const uint8_t *flight, const char *sep)
+{
+	char hex[2 * WSYNC_MANIFEST_FLIGHT_LEN + 1];
+
+	for (size_t k = 0; k < WSYNC_MANIFEST_FLIGHT_LEN; k++)
+		snprintf(hex + 2 * k, 3, "%02x", flight[k]);
+	wsync_json_write_fmt(w, "%s  \"flight\": \"%s\"", sep, hex);
+}
+
 /* "key": ..., "size": ..., "xxh128": ... (inside braces the caller writes) */
 static void write_ref(struct wsync_json_writer *w, const struct wsync_manifest_ref *ref)
 {
@@ -1310,6 +1665,7 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 {
 	const struct wsync_manifest_object *delta;
 	struct wsync_json_writer w = { out, 0 };
+	int fv = WSYNC_MANIFEST_FORMAT_VERSION;
 	int r;
 
 	r = check_manifest(m, err);
@@ -1318,9 +1674,12 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 		return r;
 	}
 	delta = wsync_manifest_find_object(m, WSYNC_MANIFEST_ROLE_DELTA);
+	for (size_t i = 0; i < m->n_objects; i++)
+		if (m->objects[i].n_chunks)
+			fv = WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS;
 	wsync_buf_reset(out);
 	wsync_json_write_fmt(&w, "{\n  \"format\": \"" MANIFEST_FORMAT "\",\n"
-			     "  \"format_version\": %d,\n", WSYNC_MANIFEST_FORMAT_VERSION);
+			     "  \"format_version\": %d,\n", fv);
 	wsync_json_write_fmt(&w, "  \"version\": %" PRIu64 ",\n  \"step\": %" PRId64 ",\n",
 			     m->version, m->step);
 	wsync_json_write_str(&w, "  \"created\": ");
@@ -1344,6 +1703,8 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 				snprintf(hex + 2 * k, 3, "%02x", o->sha256[k]);
 			wsync_json_write_fmt(&w, ", \"sha256\": \"%s\"", hex);
 		}
+		if (o->n_chunks)
+			chunks_write(&w, o, out);
 		if (o->index)
 			write_index(&w, o->index, out);
 		wsync_json_write_str(&w, i + 1 < m->n_objects ? "},\n" : "}\n");
@@ -1373,8 +1734,47 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 		wsync_json_write_str(&w, ",\n  \"writer\": ");
 		wsync_json_write_string(&w, m->writer);
 	}
+	if (m->has_flight)
+		write_flight(&w, m->flight, ",\n");
 	wsync_json_write_str(&w, "\n}\n");
 	return write_finish(&w, WSYNC_MANIFEST_MAX, "manifest", sign, err);
+}
+
+int wsync_manifest_next_serialize(const struct wsync_manifest_next *n,
+				  const struct wsync_sign_key *sign, struct wsync_buf *out,
+				  struct wsync_error *err)
+{
+	struct wsync_json_writer w = { out, 0 };
+	int r = next_check(n, err);
+
+	if (r < 0) {
+		wsync_error_prefix(err, "NEXT");
+		return r;
+	}
+	wsync_buf_reset(out);
+	wsync_json_write_fmt(&w, "{\n  \"format\": \"" NEXT_FORMAT "\",\n"
+			     "  \"format_version\": %d,\n  \"version\": %" PRIu64 ",\n",
+			     WSYNC_MANIFEST_FORMAT_VERSION, n->version);
+	write_flight(&w, n->flight, "");
+	wsync_json_write_fmt(&w, ",\n  \"step\": %" PRId64 ",\n  \"created\": ", n->step);
+	write_time(&w, n->created);
+	if (n->base_version)
+		wsync_json_write_fmt(&w, ",\n  \"base_version\": %" PRIu64, n->base_version);
+	wsync_json_write_str(&w, ",\n  \"objects\": [\n");
+	for (size_t i = 0; i < n->n_objects; i++) {
+		const struct wsync_manifest_object *o = &n->objects[i];
+
+		wsync_json_write_fmt(&w, "    {\"role\": \"%s\", \"key\": ",
+				     o->role == WSYNC_MANIFEST_ROLE_DELTA ? "delta" : "anchor");
+		wsync_json_write_string(&w, o->ref.key);
+		if (o->n_chunks)
+			chunks_write(&w, o, out);
+		else
+			wsync_json_write_str(&w, ", \"chunks\": []");
+		wsync_json_write_str(&w, i + 1 < n->n_objects ? "},\n" : "}\n");
+	}
+	wsync_json_write_str(&w, "  ]\n}\n");
+	return write_finish(&w, WSYNC_MANIFEST_NEXT_MAX, "NEXT", sign, err);
 }
 
 int wsync_manifest_head_serialize(const struct wsync_manifest_head *h,
@@ -1420,15 +1820,33 @@ const char *wsync_manifest_key(enum wsync_manifest_key_type t, uint64_t version,
 	return buf;
 }
 
+const char *wsync_manifest_chunk_key(enum wsync_manifest_key_type t, uint64_t version,
+				     unsigned n, char buf[WSYNC_MANIFEST_KEY_MAX])
+{
+	snprintf(buf, WSYNC_MANIFEST_KEY_MAX, "%s%012" PRIu64 "-%05u%s", key_forms[t].dir,
+		 version, n, key_forms[t].ext);
+	return buf;
+}
+
 int wsync_manifest_key_parse(const char *key, enum wsync_manifest_key_type *t,
 			     uint64_t *version)
 {
 	for (size_t i = 0; i < sizeof(key_forms) / sizeof(key_forms[0]); i++) {
 		size_t dl = strlen(key_forms[i].dir), el = strlen(key_forms[i].ext);
+		size_t kl = strlen(key), mid = 0;
 		uint64_t v = 0;
 
-		if (strncmp(key, key_forms[i].dir, dl) != 0 || strlen(key) != dl + 12 + el ||
-		    strcmp(key + dl + 12, key_forms[i].ext) != 0)
+		if (strncmp(key, key_forms[i].dir, dl) != 0)
+			continue;
+		/* an object's chunk: "-NNNNN" between the version and the extension */
+		if (i != WSYNC_MANIFEST_KEY_MANIFEST && kl == dl + 12 + 6 + el &&
+		    key[dl + 12] == '-') {
+			for (size_t k = dl + 13; k < dl + 18; k++)
+				if (key[k] < '0' || key[k] > '9')
+					return -EINVAL;
+			mid = 6;
+		}
+		if (kl != dl + 12 + mid + el || strcmp(key + dl + 12 + mid, key_forms[i].ext) != 0)
 			continue;
 		for (size_t k = dl; k < dl + 12; k++) {
 			if (key[k] < '0' || key[k] > '9')

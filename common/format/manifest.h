@@ -53,12 +53,19 @@
 #define WSYNC_MANIFEST_PIECE_MAX ((1ull << 30) + 24)	/* bytes: one record, header included */
 #define WSYNC_MANIFEST_INDEX_HEAD_MAX 4096u	/* bytes before an object's first record */
 
-/* The format_version this code reads and writes. */
+/* The format_versions this code reads: HEAD and NEXT are 1; a manifest
+ * is 1, or 2 when an object is stored in chunks (wsync writes 1 whenever
+ * it can, so that readers of the first format read it). */
 #define WSYNC_MANIFEST_FORMAT_VERSION 1
+#define WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS 2
+#define WSYNC_MANIFEST_CHUNKS_MAX 99999u	/* chunks of one object: 5 digits */
+#define WSYNC_MANIFEST_NEXT_MAX (16u << 20)	/* bytes, signature line included */
+#define WSYNC_MANIFEST_FLIGHT_LEN 16		/* bytes of a flight id (32 hex) */
 
 /* ---- keys (BUCKET.md §2) ---- */
 
 #define WSYNC_MANIFEST_HEAD_KEY "HEAD"
+#define WSYNC_MANIFEST_NEXT_KEY "NEXT"
 #define WSYNC_MANIFEST_KEY_MAX 32	/* buffer for a key below, NUL included */
 
 enum wsync_manifest_key_type {
@@ -72,7 +79,12 @@ enum wsync_manifest_key_type {
 const char *wsync_manifest_key(enum wsync_manifest_key_type t, uint64_t version,
 			       char buf[WSYNC_MANIFEST_KEY_MAX]);
 
-/* The reverse, for walking a bucket listing: 0 with *t and *version if
+/* Chunk n (1..WSYNC_MANIFEST_CHUNKS_MAX) of that object:
+ * deltas/<V>-<NNNNN>.wsd, anchors/<V>-<NNNNN>.wsa. */
+const char *wsync_manifest_chunk_key(enum wsync_manifest_key_type t, uint64_t version,
+				     unsigned n, char buf[WSYNC_MANIFEST_KEY_MAX]);
+
+/* The reverse (chunk keys too, as their object's type), for walking a bucket listing: 0 with *t and *version if
  * key is exactly one of the three forms (12 digits, version >= 1),
  * -EINVAL otherwise (HEAD, or anything else). */
 int wsync_manifest_key_parse(const char *key, enum wsync_manifest_key_type *t,
@@ -121,6 +133,14 @@ struct wsync_manifest_index {
 	size_t n_files;
 };
 
+/* A stored piece of an object written in chunks (BUCKET.md §3.2): the
+ * object is its chunks' bytes one after another. */
+struct wsync_manifest_chunk {
+	char *key;
+	uint64_t size;			/* 1..INT64_MAX */
+	uint8_t sha256[32];
+};
+
 /* A delta or anchor; with sha256 (when the manifest gives one, as wsync
  * 0.1's publisher always does) bound to the signed manifest against a
  * bucket writer who could forge an XXH3 (BUCKET.md §3); with an index
@@ -132,7 +152,18 @@ struct wsync_manifest_object {
 	bool has_sha256;
 	uint8_t sha256[32];
 	struct wsync_manifest_index *index;
+	/* stored in chunks (format_version 2; then ref.key names the object
+	 * but is not stored itself); n_chunks 0: stored whole at ref.key */
+	struct wsync_manifest_chunk *chunks;
+	size_t n_chunks;
 };
+
+/* Where byte off of object o lies: its chunk (NULL: o is stored whole)
+ * and the offset in it; *avail gets the bytes from there to the end of
+ * that chunk (or of the object).  off must be below o's size. */
+const struct wsync_manifest_chunk *
+wsync_manifest_object_locate(const struct wsync_manifest_object *o, uint64_t off,
+			     uint64_t *in_chunk, uint64_t *avail);
 
 /* The range of path in index, or NULL. */
 const struct wsync_manifest_range *
@@ -164,6 +195,12 @@ struct wsync_manifest {
 	struct wsync_manifest_anchor *anchors;	/* increasing versions */
 	size_t n_anchors;
 	char *writer;			/* NULL: not given */
+	/* the id of the flight the publisher announced this version under
+	 * (NEXT, BUCKET.md §4.1): a subscriber that built ahead from it
+	 * keeps what it built only for the same id */
+	bool has_flight;
+	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
+	int format_version;		/* parse: as read (serialize picks its own) */
 
 	/* Filled by parse: the signature line, if any.  With a verify key it
 	 * has been verified; without one it is only what the line claims. */
@@ -224,6 +261,30 @@ int wsync_manifest_head_serialize(const struct wsync_manifest_head *h,
 				  const struct wsync_sign_key *sign,
 				  struct wsync_buf *out, struct wsync_error *err);
 void wsync_manifest_head_free(struct wsync_manifest_head *h);
+
+/* NEXT (BUCKET.md §4.1): the version a publisher is uploading now, and
+ * the chunks of its objects uploaded so far (each object's ref has its
+ * key, and size the sum of its chunks; no hash).  Parsed and written as
+ * HEAD is (limit WSYNC_MANIFEST_NEXT_MAX). */
+struct wsync_manifest_next {
+	uint64_t version;
+	int64_t step;
+	int64_t created;
+	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
+	uint64_t base_version;		/* version-1 when a delta object is listed, else 0 */
+	struct wsync_manifest_object *objects;	/* chunks only; unknown roles dropped */
+	size_t n_objects;
+	struct wsync_sign_trailer signature;
+	void *strings_;
+};
+
+int wsync_manifest_next_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
+			      struct wsync_manifest_next *out, struct wsync_error *err);
+int wsync_manifest_next_serialize(const struct wsync_manifest_next *n,
+				  const struct wsync_sign_key *sign, struct wsync_buf *out,
+				  struct wsync_error *err);
+/* Only for a parsed one (a serialized one is the caller's). */
+void wsync_manifest_next_free(struct wsync_manifest_next *n);
 
 /*
  * Check fetched bytes against a ref (HEAD's manifest, an anchor's

@@ -446,16 +446,23 @@ static int req_submit(struct wsync_store_req *req)
 }
 
 static int put(struct wsync_store *store, const char *key, const char *path,
-	       const void *data, size_t len, wsync_store_cb cb, void *userdata)
+	       const void *data, size_t len, const uint64_t *range, wsync_store_cb cb,
+	       void *userdata)
 {
 	struct wsync_store_req *req;
 	int r;
 
-	if ((!path && !data && len) || (path && !*path))
+	if ((!path && !data && len) || (path && !*path) ||
+	    (range && range[0] + range[1] < range[0]))
 		return -EINVAL;
 	r = req_new(store, WSYNC_STORE_PUT, key, cb, userdata, &req);
 	if (r < 0)
 		return r;
+	if (range) {
+		req->put_range = true;
+		req->put_offset = range[0];
+		req->put_length = range[1];
+	}
 	if (path) {
 		req->path = strdup(path);
 		if (!req->path) {
@@ -474,13 +481,23 @@ int wsync_store_put_file(struct wsync_store *store, const char *key, const char 
 {
 	if (!path)
 		return -EINVAL;
-	return put(store, key, path, NULL, 0, cb, userdata);
+	return put(store, key, path, NULL, 0, NULL, cb, userdata);
+}
+
+int wsync_store_put_range(struct wsync_store *store, const char *key, const char *path,
+			  uint64_t offset, uint64_t length, wsync_store_cb cb, void *userdata)
+{
+	uint64_t range[2] = { offset, length };
+
+	if (!path)
+		return -EINVAL;
+	return put(store, key, path, NULL, 0, range, cb, userdata);
 }
 
 int wsync_store_put_buf(struct wsync_store *store, const char *key, const void *data,
 			size_t len, wsync_store_cb cb, void *userdata)
 {
-	return put(store, key, NULL, data, len, cb, userdata);
+	return put(store, key, NULL, data, len, NULL, cb, userdata);
 }
 
 static int get(struct wsync_store *store, const char *key, const char *path,

@@ -163,6 +163,11 @@ const char *wsync_store_describe(const struct wsync_store *store);
 /* put: the object appears whole or not at all. */
 int wsync_store_put_file(struct wsync_store *store, const char *key,
 			 const char *path, wsync_store_cb cb, void *userdata);
+/* put bytes [offset, offset + length) of the file at path: a chunk of a
+ * file still being written beyond them (the publisher's streaming
+ * upload).  A file shorter than that is -EIO ("shrank"). */
+int wsync_store_put_range(struct wsync_store *store, const char *key, const char *path,
+			  uint64_t offset, uint64_t length, wsync_store_cb cb, void *userdata);
 /* data must stay valid until the callback. */
 int wsync_store_put_buf(struct wsync_store *store, const char *key,
 			const void *data, size_t len, wsync_store_cb cb, void *userdata);

@@ -52,6 +52,8 @@ struct wsync_store_req {
 	char *path;			/* put from / get into this file; NULL: buffer */
 	const void *buf;		/* put from buffer (caller's memory) */
 	size_t buf_len;
+	bool put_range;			/* put only [put_offset, +put_length) of path */
+	uint64_t put_offset, put_length;
 	struct wsync_store_get_options get;	/* get: copied, max_size's default
 						 * filled in (never 0); if_none_match and
 						 * expect_xxh3 point into storage below */

@@ -396,6 +396,13 @@ static int op_put(struct file_job *job, int bucket)
 			goto out;
 		}
 		size = (uint64_t)st.st_size;
+		if (req->put_range && req->put_offset + req->put_length > size) {
+			r = wsync_store_req_fail(req, -EIO, "%s: shrank while it was read",
+						 req->path);
+			goto out;
+		}
+		if (req->put_range)
+			size = req->put_length;
 	} else {
 		size = req->buf_len;
 	}
@@ -410,7 +417,7 @@ static int op_put(struct file_job *job, int bucket)
 		goto out;
 	}
 	if (src >= 0) {
-		r = copy_fd(src, 0, a.fd, size, job);
+		r = copy_fd(src, req->put_range ? req->put_offset : 0, a.fd, size, job);
 	} else {
 		struct out_pos o = { 0, 0 };
 

@@ -116,6 +116,7 @@ struct s3_op {
 	int fd;				/* put from / get into */
 	struct wsync_atomic out;	/* get to file: the temp (fd is its fd) */
 	uint64_t size;			/* put: the body size; get: the object size */
+	uint64_t base;			/* put_range: the body starts here in fd */
 	/* multipart */
 	char *upload_id;
 	char **etags;			/* per part */
@@ -509,6 +510,7 @@ static int put_single(struct s3_op *op)
 	x->h.body = op->fd >= 0 ? WSYNC_HTTP_BODY_FD : WSYNC_HTTP_BODY_BUF;
 	x->h.body_fd = op->fd;
 	x->h.body_buf = req->buf;
+	x->h.body_offset = op->fd >= 0 ? op->base : 0;
 	x->h.body_len = op->size;
 	return xfer_hash_then_send(x);
 }
@@ -535,7 +537,7 @@ static int put_part(struct s3_op *op)
 	x->h.body = op->fd >= 0 ? WSYNC_HTTP_BODY_FD : WSYNC_HTTP_BODY_BUF;
 	x->h.body_fd = op->fd;
 	x->h.body_buf = op->fd >= 0 ? NULL : (const char *)op->req->buf + x->offset;
-	x->h.body_offset = op->fd >= 0 ? x->offset : 0;
+	x->h.body_offset = op->fd >= 0 ? op->base + x->offset : 0;
 	x->h.body_len = x->len;
 	return xfer_hash_then_send(x);
 }
@@ -707,6 +709,13 @@ static int put_start(struct s3_op *op)
 			return wsync_store_req_fail(req, -EINVAL, "put %s: %s is not a regular file",
 						    req->key, req->path);
 		op->size = (uint64_t)st.st_size;
+		if (req->put_range && req->put_offset + req->put_length > op->size)
+			return wsync_store_req_fail(req, -EIO, "put %s: %s shrank while it was "
+						    "read", req->key, req->path);
+		if (req->put_range) {
+			op->base = req->put_offset;
+			op->size = req->put_length;
+		}
 	} else {
 		op->size = req->buf_len;
 	}

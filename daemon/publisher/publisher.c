@@ -277,13 +277,27 @@ static void publication_free(struct publication *pb)
 	wsync_delta_index_free(pb->job.anchor_index);
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
+	pub_stream_free(pb);
 	free(pb);
 }
 
 void pub_end_publication(struct wsync_publisher *p)
 {
+	struct publication *pb = p->pub;
+
+	if (pb && (pb->chunk_inflight || pb->next_busy)) {
+		pb->ended = true;	/* pub_release_publication once they are back */
+		return;
+	}
+	publication_free(pb);
+	p->pub = NULL;
+}
+
+void pub_release_publication(struct wsync_publisher *p)
+{
 	publication_free(p->pub);
 	p->pub = NULL;
+	pub_advance(p);
 }
 
 static void prepare_done(void *data, bool cancelled);
@@ -322,6 +336,12 @@ void pub_start_publication(struct wsync_publisher *p, struct candidate *c, char 
 		.version = v, .threads = p->cfg->threads,
 		.memory_limit = p->cfg->memory_limit, .pause_ms = p->test_pause_ms,
 	};
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, v, pb->manifest_key);
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_DELTA, v, pb->delta_key);
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_ANCHOR, v, pb->anchor_key);
+	if (pub_stream_begin(p, pb) < 0)
+		log_warning("version %" PRIu64 ": uploaded after coding, not while: out of "
+			    "memory", v);
 	p->pub = pb;
 	if (skipped)
 		log_notice("skipping checkpoint%s %s: %s is newer", strchr(skipped, ',') ? "s" : "",
@@ -415,11 +435,14 @@ static void prepare_done(void *data, bool cancelled)
 		pub_advance(p);
 		return;
 	}
-	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, pb->version, pb->manifest_key);
-	wsync_manifest_key(WSYNC_MANIFEST_KEY_DELTA, pb->version, pb->delta_key);
-	wsync_manifest_key(WSYNC_MANIFEST_KEY_ANCHOR, pb->version, pb->anchor_key);
-	PATHF(pb->delta_path, "%s/out/delta.wsd", p->pub_dir);
-	PATHF(pb->anchor_path, "%s/out/anchor.wsa", p->pub_dir);
+	if (pub_stream_job_done(pb) < 0) {
+		pub_set_error(p, "out of memory");
+		pub_end_publication(p);
+		pub_set_state(p, PUB_IDLE);
+		pub_schedule_scan(p, RETRY_MAX_MS);
+		pub_advance(p);
+		return;
+	}
 	pub_write_pending(p, pb);
 	put_objects(p);
 }
@@ -434,8 +457,19 @@ static void object_put_done(struct wsync_store_result *res, void *data)
 		pub_set_error(p, "uploading version %" PRIu64 ": %s", pb->version,
 			      wsync_error_str(&res->error));
 	}
-	if (--pb->puts_pending)
+	--pb->puts_pending;
+	pub_objects_settled(p);
+}
+
+void pub_objects_settled(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+	int chunks = pub_stream_uploaded(pb);
+
+	if (pb->puts_pending || chunks == 0)
 		return;
+	if (chunks < 0 && !pb->put_error)
+		pb->put_error = chunks;
 	if (pb->put_error) {
 		struct wsync_store_result r2 = { .err = pb->put_error };
 
@@ -467,7 +501,9 @@ static void put_objects(struct wsync_publisher *p)
 			   (pb->job.has_anchor ? pb->job.anchor_size : 0));
 	pb->puts_pending = 1;	/* held until both are queued */
 	pb->put_error = 0;
-	if (pb->job.has_anchor) {
+	pb->chunk_error = 0;
+	pub_stream_submit(p);	/* chunks not uploaded yet, or that failed */
+	if (pb->job.has_anchor && !pub_stream_chunked(pb, 1)) {
 		pb->puts_pending++;
 		r = wsync_store_put_file(p->d->store, pb->anchor_key, pb->anchor_path,
 					 object_put_done, p);
@@ -476,7 +512,7 @@ static void put_objects(struct wsync_publisher *p)
 			pb->put_error = r;
 		}
 	}
-	if (pb->job.has_delta) {
+	if (pb->job.has_delta && !pub_stream_chunked(pb, 0)) {
 		pb->puts_pending++;
 		r = wsync_store_put_file(p->d->store, pb->delta_key, pb->delta_path,
 					 object_put_done, p);
@@ -493,15 +529,23 @@ static void put_objects(struct wsync_publisher *p)
 static void manifest_put_done(struct wsync_store_result *res, void *data);
 static void head_put_done(struct wsync_store_result *res, void *data);
 
-/* A manifest's entry for an object this publication uploads. */
-static void object_entry(struct wsync_manifest_object *o, enum wsync_manifest_role role,
-			 char *key, uint64_t size, const struct wsync_hash128 *hash,
+/* A manifest's entry for an object this publication uploads (role: 0
+ * the delta, 1 the anchor), with its chunks when it went in chunks. */
+static void object_entry(struct wsync_publisher *p, struct wsync_manifest_object *o,
+			 int role, char *key, uint64_t size, const struct wsync_hash128 *hash,
 			 const uint8_t sha256[WSYNC_SHA256_LEN],
 			 struct wsync_manifest_index *index)
 {
-	*o = (struct wsync_manifest_object){ .role = role, .ref = { key, size, *hash },
-					     .has_sha256 = true, .index = index };
+	struct publication *pb = p->pub;
+
+	*o = (struct wsync_manifest_object){
+		.role = role ? WSYNC_MANIFEST_ROLE_ANCHOR : WSYNC_MANIFEST_ROLE_DELTA,
+		.ref = { key, size, *hash }, .has_sha256 = true, .index = index };
 	memcpy(o->sha256, sha256, WSYNC_SHA256_LEN);
+	if (pub_stream_chunked(pb, role)) {
+		o->n_chunks = pb->chunks[role].n;
+		o->chunks = (struct wsync_manifest_chunk *)pub_stream_manifest_chunks(pb, role);
+	}
 }
 
 static void put_manifest(struct wsync_publisher *p)
@@ -525,13 +569,21 @@ static void put_manifest(struct wsync_publisher *p)
 	m.anchor_version = pb->job.has_anchor ? pb->version :
 			   (prev ? prev->anchor_version : pb->version);
 	if (pb->job.has_anchor)
-		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_ANCHOR, pb->anchor_key,
+		object_entry(p, &objs[m.n_objects++], 1, pb->anchor_key,
 			     pb->job.anchor_size, &pb->job.anchor_hash, pb->job.anchor_sha256,
 			     pb->job.anchor_index);
 	if (pb->job.has_delta)
-		object_entry(&objs[m.n_objects++], WSYNC_MANIFEST_ROLE_DELTA, pb->delta_key,
+		object_entry(p, &objs[m.n_objects++], 0, pb->delta_key,
 			     pb->job.delta_size, &pb->job.delta_hash, pb->job.delta_sha256,
 			     pb->job.delta_index);
+	for (size_t i = 0; i < m.n_objects; i++)
+		if (objs[i].n_chunks && !objs[i].chunks) {
+			log_error("out of memory");
+			goto fail;
+		}
+	/* the flight subscribers may have built ahead from */
+	m.has_flight = pb->stream_on && !pb->next_failed && pb->announced;
+	memcpy(m.flight, pb->flight, sizeof(m.flight));
 	m.objects = objs;
 	m.files = pb->job.files;
 	m.n_files = pb->job.n_files;
@@ -778,6 +830,11 @@ void pub_advance(struct wsync_publisher *p)
 		pub_set_state(p, PUB_STOPPED);
 		pub_status(p, "stopped at version %" PRIu64, p->head_version);
 		p->closing = 1;
+		if (p->stream_ready) {
+			p->closing++;
+			p->stream_ready = false;
+			uv_close((uv_handle_t *)&p->stream_wake, on_timer_closed);
+		}
 		if (p->started) {
 			p->closing += 3;
 			uv_close((uv_handle_t *)&p->scan_timer, on_timer_closed);
@@ -792,8 +849,8 @@ void pub_advance(struct wsync_publisher *p)
 		closed_one(p);
 		return;
 	}
-	if (p->state != PUB_IDLE)
-		return;
+	if (p->state != PUB_IDLE || p->pub)
+		return;	/* or an ended publication's uploads are still to come back */
 	pub_scan(p);
 }
 
@@ -801,7 +858,7 @@ static void on_scan_timer(uv_timer_t *t)
 {
 	struct wsync_publisher *p = t->data;
 
-	if (p->state == PUB_IDLE && !p->stopping)
+	if (p->state == PUB_IDLE && !p->stopping && !p->pub)
 		pub_scan(p);
 }
 
@@ -819,7 +876,7 @@ static void on_rescan(uv_timer_t *t)
 {
 	struct wsync_publisher *p = t->data;
 
-	if (p->state == PUB_IDLE && !p->stopping)
+	if (p->state == PUB_IDLE && !p->stopping && !p->pub)
 		pub_scan(p);
 }
 
@@ -996,6 +1053,9 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	uv_timer_init(loop, &p->retry_timer);
 	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
 	p->started = true;
+	if (pub_stream_init(p) < 0)
+		log_warning("cannot set up the streaming upload: versions are uploaded once "
+			    "coded");
 	if (p->once_dir) {
 		log_info("publishing %s once, state in %s", p->once_dir, p->pub_dir);
 		pub_recover(p);
@@ -1041,7 +1101,8 @@ void wsync_publisher_free(struct wsync_publisher *p)
 {
 	if (!p)
 		return;
-	pub_end_publication(p);
+	publication_free(p->pub);
+	p->pub = NULL;
 	wsync_manifest_free(&p->head_manifest);
 	wsync_buf_free(&p->recover_head_doc);
 	wsync_sign_key_free(p->key);

@@ -223,30 +223,124 @@ static void rebase_message(struct wsync_error *err, const char *from, const char
 	memcpy(err->msg, out, sizeof(out));
 }
 
-/* Encode new against old into out; then, in one pass over what was
- * written, its size, XXH3-128 and SHA-256 and its index. */
-static int encode(struct pubjob_prepare *j, const char *old, const char *new,
+/* The object being coded, indexed as its files are written. */
+struct coding {
+	struct pubjob_prepare *j;
+	struct pubjob_chunks *chunks;	/* NULL: not uploaded in chunks */
+	struct wsync_delta_indexer *x;
+	int r;				/* the first failure of a progress call */
+	struct wsync_error err;
+};
+
+/* Make what was indexed since the last cut a chunk, for the loop. */
+static int cut_chunk(struct coding *c)
+{
+	struct pubjob_stream *s = c->j->stream;
+	struct wsync_delta_chunk ch;
+	int r = wsync_delta_indexer_cut(c->x, &ch, &c->err);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&s->mu);
+	if (c->chunks->n == c->chunks->cap) {
+		size_t nc = c->chunks->cap ? 2 * c->chunks->cap : 16;
+		void *np = realloc(c->chunks->c, nc * sizeof(*c->chunks->c));
+
+		if (!np) {
+			pthread_mutex_unlock(&s->mu);
+			return wsync_error_set(&c->err, -ENOMEM, "out of memory");
+		}
+		c->chunks->c = np;
+		c->chunks->cap = nc;
+	}
+	c->chunks->c[c->chunks->n++] = ch;
+	pthread_mutex_unlock(&s->mu);
+	uv_async_send(c->j->stream->wake);
+	return 0;
+}
+
+/* The diff's progress: index the final bytes; cut a chunk once there is
+ * enough -- chunk_size, or 1/512 of the object so far, so that a 2 TB
+ * anchor is a few thousand chunks -- keeping the last of
+ * WSYNC_MANIFEST_CHUNKS_MAX for the rest. */
+static void on_progress(void *arg, uint64_t final)
+{
+	struct coding *c = arg;
+	uint64_t at, start, want;
+
+	if (c->r < 0)
+		return;
+	c->r = wsync_delta_indexer_advance(c->x, final, &c->err);
+	if (c->r < 0 || !c->chunks || c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
+		return;
+	at = wsync_delta_indexer_offset(c->x);
+	start = c->chunks->n ? c->chunks->c[c->chunks->n - 1].offset +
+			       c->chunks->c[c->chunks->n - 1].size : 0;
+	want = c->j->stream->chunk_size;
+	if (want < PUBJOB_CHUNK_MIN)
+		want = PUBJOB_CHUNK_MIN;
+	if (want < start / 512)
+		want = start / 512;
+	if (at - start >= want)
+		c->r = cut_chunk(c);
+}
+
+/* Encode new against old into out, uploading it in chunks meanwhile
+ * (role: 0 delta, 1 anchor); in the same pass over what was written, its
+ * size, XXH3-128 and SHA-256, its index and the files it makes. */
+static int encode(struct pubjob_prepare *j, int role, const char *old, const char *new,
 		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
 		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN],
-		  struct wsync_manifest_index **index)
+		  struct wsync_manifest_index **index, struct wsync_manifest_file **files,
+		  size_t *n_files)
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
-				     .memory_limit = j->memory_limit };
+				     .memory_limit = j->memory_limit,
+				     .progress = on_progress };
+	struct coding c = { .j = j };
 	struct wsync_delta_object obj;
 	int fd, r;
 
 	fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
-	r = wsync_diff(old, new, fd, &o, stats, &j->err);
+	o.progress_arg = &c;
+	if (j->stream && j->stream->chunk_size)
+		c.chunks = &j->stream->role[role];
+	r = wsync_delta_indexer_new(fd, out, &c.x, &j->err);
 	if (r == 0)
-		r = wsync_delta_index(fd, out, &obj, &j->err);
+		r = wsync_diff(old, new, fd, &o, stats, &j->err);
+	if (r == 0 && c.r < 0) {
+		r = c.r;
+		j->err = c.err;
+	}
+	if (r == 0)
+		r = wsync_delta_indexer_finish(c.x, &obj, &j->err);
+	/* the rest is the last chunk -- unless nothing was cut: then the
+	 * object goes whole */
+	if (r == 0 && c.chunks && c.chunks->n && (r = cut_chunk(&c)) < 0)
+		j->err = c.err;
+	if (r == 0 && c.chunks) {
+		pthread_mutex_lock(&j->stream->mu);
+		c.chunks->done = true;
+		pthread_mutex_unlock(&j->stream->mu);
+		uv_async_send(j->stream->wake);
+	}
 	if (r == 0) {
 		*size = obj.size;
 		*hash = obj.hash;
 		memcpy(sha256, obj.sha256, WSYNC_SHA256_LEN);
 		*index = obj.index;
+		if (files) {
+			*files = obj.files;
+			*n_files = obj.n_files;
+			obj.files = NULL;
+			obj.n_files = 0;
+		}
+		obj.index = NULL;
+		wsync_delta_object_free(&obj);
 	}
+	wsync_delta_indexer_free(c.x);
 	close(fd);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
@@ -309,39 +403,15 @@ void pubjob_prepare_work(void *data)
 		return;
 	}
 
-	/* 3. the files list */
-	j->files = calloc(j->tree->n ? j->tree->n : 1, sizeof(*j->files));
-	if (!j->files) {
-		j->result = wsync_error_set(&j->err, -ENOMEM, "out of memory");
-		return;
-	}
-	for (size_t i = 0; i < j->tree->n; i++) {
-		struct wsync_manifest_file *mf = &j->files[i];
-
-		PATHF(p, "%s/%s", staging, j->tree->files[i].path);
-		if (!(mf->path = strdup(j->tree->files[i].path))) {
-			j->result = wsync_error_set(&j->err, -ENOMEM, "out of memory");
-			return;
-		}
-		j->n_files++;
-		r = wsync_hash_file(p, &mf->hash, &mf->size, &j->err);
-		if (r < 0) {
-			j->result = r;
-			return;
-		}
-		if (mf->size != j->tree->files[i].size) {
-			j->result = wsync_error_set(&j->err, -EAGAIN, "%s changed while being "
-						    "read", j->tree->files[i].path);
-			return;
-		}
-		j->total_bytes += mf->size;
-	}
-
-	/* 4. the objects */
+	/* 3. the objects, and from the first the files list: each file's
+	 * size and hash as its FILE record gives them (the encoder hashed
+	 * it as it read it; reading it once more to hash it would cost a
+	 * third more of the step's reads) */
 	if (j->want_delta) {
 		PATHF(p, "%s/delta.wsd", out);
-		r = encode(j, base, staging, p, &j->delta_stats, &j->delta_size, &j->delta_hash,
-			   j->delta_sha256, &j->delta_index);
+		r = encode(j, 0, base, staging, p, &j->delta_stats, &j->delta_size,
+			   &j->delta_hash, j->delta_sha256, &j->delta_index, &j->files,
+			   &j->n_files);
 		if (r < 0) {
 			j->result = r;
 			return;
@@ -352,8 +422,9 @@ void pubjob_prepare_work(void *data)
 		struct wsync_diff_stats st;
 
 		PATHF(p, "%s/anchor.wsa", out);
-		r = encode(j, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash,
-			   j->anchor_sha256, &j->anchor_index);
+		r = encode(j, 1, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash,
+			   j->anchor_sha256, &j->anchor_index, j->want_delta ? NULL : &j->files,
+			   &j->n_files);
 		if (r < 0) {
 			j->result = r;
 			return;
@@ -361,6 +432,23 @@ void pubjob_prepare_work(void *data)
 		j->has_anchor = true;
 		if (!j->want_delta)
 			j->delta_stats = st;
+	}
+
+	/* 4. what was coded is what the scan saw (both in byte order) */
+	r = j->n_files == j->tree->n ? 0 : -EAGAIN;
+	for (size_t i = 0; r == 0 && i < j->n_files; i++) {
+		if (strcmp(j->files[i].path, j->tree->files[i].path) != 0 ||
+		    j->files[i].size != j->tree->files[i].size)
+			r = wsync_error_set(&j->err, -EAGAIN, "%s changed while being read",
+					    j->tree->files[i].path);
+		else
+			j->total_bytes += j->files[i].size;
+	}
+	if (r < 0 && !j->err.msg[0])
+		wsync_error_set(&j->err, r, "%s: its files changed while being read", j->src_dir);
+	if (r < 0) {
+		j->result = r;
+		return;
 	}
 	j->seconds = wsync_monotonic_seconds() - t0;
 	j->result = 0;

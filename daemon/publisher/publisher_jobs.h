@@ -22,9 +22,12 @@
 #ifndef WSYNC_PUBLISHER_JOBS_H
 #define WSYNC_PUBLISHER_JOBS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <uv.h>
 
 #include "checkpoint_scan.h"
 #include "delta_index.h"
@@ -32,6 +35,28 @@
 #include "error.h"
 #include "hash.h"
 #include "manifest.h"
+
+/*
+ * Chunks cut while an object is coded (BUCKET.md §3.2), for the loop to
+ * upload while the rest is coded: the job appends under mu and sends
+ * wake; the loop takes them from there.  role[0] the delta, role[1] the
+ * anchor.  An object that ends before its first cut has no chunk: it is
+ * uploaded whole, as before chunks.
+ */
+#define PUBJOB_CHUNK_MIN (64u << 10)
+
+struct pubjob_chunks {
+	struct wsync_delta_chunk *c;
+	size_t n, cap;
+	bool done;			/* the object is coded: n is final */
+};
+
+struct pubjob_stream {
+	pthread_mutex_t mu;
+	uv_async_t *wake;
+	uint64_t chunk_size;		/* at least this (and 1/512 of what came before) */
+	struct pubjob_chunks role[2];
+};
 
 /* Snapshot + encode. */
 struct pubjob_prepare {
@@ -47,6 +72,7 @@ struct pubjob_prepare {
 	unsigned threads;
 	uint64_t memory_limit;		/* for the encoder, 0: its default */
 	unsigned pause_ms;		/* tests: sleep this long before the snapshot */
+	struct pubjob_stream *stream;	/* NULL: objects are uploaded whole */
 
 	/* out */
 	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it

@@ -76,6 +76,21 @@ struct gc_entry {
 	int64_t since;
 };
 
+/* A chunk of an object, as the loop uploads it (publisher_stream.c). */
+enum { PUB_CHUNK_WAITING, PUB_CHUNK_SENDING, PUB_CHUNK_UPLOADED };
+
+struct pub_chunk {
+	struct wsync_manifest_chunk mc;	/* key owned */
+	uint64_t offset;		/* in the object's file */
+	int state;
+};
+
+struct pub_chunks {
+	struct pub_chunk *c;
+	size_t n, cap;
+	bool done;			/* the job cut its last one */
+};
+
 /* The version being published. */
 struct publication {
 	uint64_t version;
@@ -96,6 +111,20 @@ struct publication {
 	int put_error;
 	uint64_t started_ms;
 	char *skipped;		/* "1200, 1300" -- steps skipped for this one */
+
+	/* Streaming (publisher_stream.c): chunks cut by the job, uploaded as
+	 * they come; NEXT announcing them.  [0] delta, [1] anchor. */
+	bool stream_on;
+	struct pubjob_stream stream;	/* shared with the job */
+	struct pub_chunks chunks[2];
+	struct wsync_manifest_chunk *manifest_chunks[2];
+	unsigned chunk_inflight;
+	int chunk_error;
+	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
+	struct wsync_buf next_doc;
+	size_t next_listed[2];		/* chunks NEXT lists */
+	bool next_busy, next_dirty, next_failed, announced;
+	bool ended;			/* over: freed once nothing is in flight */
 };
 
 struct wsync_publisher {
@@ -122,6 +151,8 @@ struct wsync_publisher {
 	uv_timer_t scan_timer;		/* debounce and quiet deadlines */
 	uv_timer_t rescan_timer;	/* every rescan_interval */
 	uv_timer_t retry_timer;		/* store backoff */
+	uv_async_t stream_wake;		/* the job cut a chunk (publisher_stream.c) */
+	bool stream_ready;		/* stream_wake is set up */
 	struct wsync_watch *watch;
 	struct wsync_role_backoff backoff;	/* store retries */
 
@@ -228,6 +259,34 @@ int pub_put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t vers
 		 const struct wsync_manifest_ref *ref, wsync_store_cb cb);
 /* The jobs thread's side of p->commit (jobs.h; data: p). */
 void pub_commit_work(void *data);
+
+/* The ended publication p->pub is freed now (nothing of it in flight any
+ * more), and what comes next starts. */
+void pub_release_publication(struct wsync_publisher *p);
+/* Uploading (PUB_UPLOAD): the objects' puts and chunks all came back? --
+ * then the manifest, or the backoff after a failure. */
+void pub_objects_settled(struct wsync_publisher *p);
+
+/* ---- publisher_stream.c ---- */
+
+/* Set up p->stream_wake (once, at start). */
+int pub_stream_init(struct wsync_publisher *p);
+/* A publication starts: its paths, flight id, and chunks unless
+ * chunk_size is 0. */
+int pub_stream_begin(struct wsync_publisher *p, struct publication *pb);
+void pub_stream_free(struct publication *pb);
+/* The job is done: its last chunks taken. */
+int pub_stream_job_done(struct publication *pb);
+/* Upload the chunks not uploaded (nor in flight). */
+void pub_stream_submit(struct wsync_publisher *p);
+/* Rewrite NEXT with the chunks uploaded so far. */
+void pub_stream_announce(struct wsync_publisher *p);
+/* Is object role (0 delta, 1 anchor) stored in chunks? */
+bool pub_stream_chunked(const struct publication *pb, int role);
+/* 1 every chunk uploaded, 0 some in flight, negative some failed. */
+int pub_stream_uploaded(struct publication *pb);
+/* The chunks of object role, for its manifest entry (owned by pb). */
+const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication *pb, int role);
 
 /* ---- publisher_scan.c ---- */
 

@@ -360,25 +360,44 @@ static void on_range(struct wsync_store_result *res, void *userdata)
  */
 #define RANGE_CHUNK (8ull << 20)
 
+/* The end of the stored object (the whole, or the chunk) that holds byte
+ * off of the step's object: no request reaches past it. */
+static uint64_t stored_end(const struct wsync_manifest_object *o, uint64_t off)
+{
+	uint64_t in, avail;
+
+	(void)wsync_manifest_object_locate(o, off, &in, &avail);
+	return off + avail;
+}
+
+/* Bytes [off, off + len) of the step's object -- inside one stored
+ * object (stored_end) -- into its file at local_off; pieces first ..
+ * first + n_pieces are those bytes, checked on arrival. */
 static int request_range(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
 			 uint64_t local_off, size_t first, size_t n_pieces)
 {
 	struct step *st = &s->c->steps[i];
 	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-	struct req *q = sub_req_new(s, RQ_RANGE, st->version, i);
+	const struct wsync_manifest_chunk *ch;
+	struct req *q;
+	uint64_t in, avail;
 	int r;
 
+	ch = wsync_manifest_object_locate(st->obj, off, &in, &avail);
+	if (len > avail)
+		return -EINVAL;	/* the callers cut at stored_end */
+	q = sub_req_new(s, RQ_RANGE, st->version, i);
 	if (!q)
 		return -ENOMEM;
 	q->local_off = local_off;
 	q->len = len;
 	q->first_piece = first;
 	q->n_pieces = n_pieces;
-	o.offset = off;
+	o.offset = in;
 	o.length = len;
 	o.expect_size = (int64_t)len;
 	o.max_size = len;
-	r = wsync_store_get_buf(s->d->store, st->obj->ref.key, &o, on_range, q);
+	r = wsync_store_get_buf(s->d->store, ch ? ch->key : st->obj->ref.key, &o, on_range, q);
 	if (r < 0) {
 		sub_req_end(q);
 		return r;
@@ -386,6 +405,27 @@ static int request_range(struct wsync_subscriber *s, size_t i, uint64_t off, uin
 	s->c->inflight++;
 	st->chunks_left++;
 	return 0;
+}
+
+/* Bytes [off, off + len) of the step's object into its file at local,
+ * in requests of at most RANGE_CHUNK that each stay in one stored object,
+ * checked later (by the job). */
+static int request_unchecked(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
+			     uint64_t local, size_t piece)
+{
+	const struct wsync_manifest_object *o = s->c->steps[i].obj;
+	int r = 0;
+
+	for (uint64_t at = 0; r == 0 && at < len;) {
+		uint64_t n = len - at < RANGE_CHUNK ? len - at : RANGE_CHUNK;
+		uint64_t end = stored_end(o, off + at);
+
+		if (n > end - (off + at))
+			n = end - (off + at);
+		r = request_range(s, i, off + at, n, local + at, piece, 0);
+		at += n;
+	}
+	return r;
 }
 
 static int fetch_by_file(struct wsync_subscriber *s, size_t i)
@@ -400,23 +440,36 @@ static int fetch_by_file(struct wsync_subscriber *s, size_t i)
 		return -errno;
 	while (r == 0 && k < st->n_pcs) {
 		uint64_t off = st->pcs_off[k], len = st->pcs[k]->length;
+		uint64_t end = stored_end(st->obj, off);
 		size_t first = k;
 
-		if (len > RANGE_CHUNK) {	/* alone, in chunks, checked later */
-			for (uint64_t at = 0; r == 0 && at < len; at += RANGE_CHUNK)
-				r = request_range(s, i, off + at, len - at < RANGE_CHUNK ?
-						  len - at : RANGE_CHUNK, local + at, k, 0);
+		if (len > RANGE_CHUNK || len > end - off) {
+			/* alone, in requests, checked later */
+			r = request_unchecked(s, i, off, len, local, k);
 			local += len;
 			k++;
 			continue;
 		}
 		while (++k < st->n_pcs && st->pcs_off[k] == off + len &&
-		       len + st->pcs[k]->length <= RANGE_CHUNK)
+		       len + st->pcs[k]->length <= RANGE_CHUNK &&
+		       off + len + st->pcs[k]->length <= end)
 			len += st->pcs[k]->length;
 		r = request_range(s, i, off, len, local, first, k - first);
 		local += len;
 	}
 	return r;
+}
+
+/* A whole object stored in chunks: every byte, into its file; the job
+ * checks it against its SHA-256 (which the manifest gives with chunks). */
+static int fetch_chunks(struct wsync_subscriber *s, size_t i)
+{
+	struct step *st = &s->c->steps[i];
+
+	st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (st->fd < 0)
+		return -errno;
+	return request_unchecked(s, i, 0, st->obj->ref.size, 0, 0);
 }
 
 /* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
@@ -470,8 +523,8 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		int r;
 
 		st->path = wsync_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
-		if (st->path && st->sel) {
-			r = fetch_by_file(s, i);
+		if (st->path && (st->sel || st->obj->n_chunks)) {
+			r = st->sel ? fetch_by_file(s, i) : fetch_chunks(s, i);
 			if (r < 0) {
 				sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key,
 					      strerror(-r));

@@ -1283,6 +1283,7 @@ static void test_foreach_key(void)
 		{ "publisher", "watch_mode", 0 },
 		{ "publisher", "rescan_interval", 0 }, { "publisher", "include", 0 },
 		{ "publisher", "exclude", 0 },	 { "publisher", "keep_anchors", 0 },
+		{ "publisher", "chunk_size", 0 },
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },

@@ -375,8 +375,45 @@ static void test_index_and_partial(void)
 		CHECK(wsync_delta_end_partial(part, n - 1, &err) == -EINVAL);
 	}
 	/* not a delta wsync wrote: cut short, or bytes after END */
+	CHECK_EQ_U64(o.n_files, 3);	/* the files it makes: not old.bin, deleted */
+	for (size_t i = 0; i < o.n_files; i++)
+		CHECK(strcmp(o.files[i].path, "old.bin") != 0);
+
+	/* Indexed while written, a byte more each time, cut into chunks:
+	 * the same index and hashes, the chunks tile it with their SHA-256. */
+	{
+		struct wsync_delta_indexer *x = NULL;
+		struct wsync_delta_object o2;
+		struct wsync_delta_chunk c;
+		int grow = memfd();
+		uint64_t chunked = 0, cuts = 0;
+
+		CHECK(wsync_delta_indexer_new(grow, "growing", &x, &err) == 0);
+		for (size_t n = 1; x && n <= len; n++) {
+			CHECK(pwrite(grow, img + n - 1, 1, (off_t)n - 1) == 1);
+			CHECK(wsync_delta_indexer_advance(x, n, &err) == 0);
+			CHECK(wsync_delta_indexer_offset(x) <= n);
+			if (wsync_delta_indexer_offset(x) - chunked >= 40 &&
+			    wsync_delta_indexer_cut(x, &c, &err) == 0) {
+				CHECK_EQ_U64(c.offset, chunked);
+				CHECK(wsync_sha256_mem(img + c.offset, c.size, sha) == 0);
+				CHECK(memcmp(sha, c.sha256, 32) == 0);
+				chunked += c.size;
+				cuts++;
+			}
+		}
+		CHECK(cuts >= 2);
+		CHECK(x && wsync_delta_indexer_finish(x, &o2, &err) == 0);
+		CHECK(x && wsync_delta_indexer_cut(x, &c, &err) == 0 && c.offset + c.size == len);
+		CHECK_EQ_U64(o2.size, len);
+		CHECK(memcmp(o2.sha256, o.sha256, 32) == 0 && wsync_hash_equal(&o2.hash, &o.hash));
+		CHECK(o2.index && o2.index->n_files == o.index->n_files && o2.n_files == 3);
+		wsync_delta_object_free(&o2);
+		wsync_delta_indexer_free(x);
+		close(grow);
+	}
 	CHECK(ftruncate(fd, (off_t)len - 1) == 0);
-	wsync_delta_index_free(o.index);
+	wsync_delta_object_free(&o);
 	CHECK(wsync_delta_index(fd, "cut", &o, &err) == -EINVAL && o.index == NULL);
 	CHECK(pwrite(fd, img + len - 1, 1, (off_t)len - 1) == 1 &&
 	      pwrite(fd, "x", 1, (off_t)len) == 1);

@@ -612,7 +612,7 @@ static const struct bad bad_manifests[] = {
 	{ "\"wsync 0.1.0\"", "\"a\\ud83d\"", -EINVAL, "lone surrogate" },
 	/* format */
 	{ "\"wsync-manifest\"", "\"wsync-head\"", -EINVAL, "not a wsync manifest: format is \"wsync-head\", expected \"wsync-manifest\"" },
-	{ "\"format_version\": 1,", "\"format_version\": 2,", -EPROTONOSUPPORT, "unsupported manifest format_version 2 (this reader knows 1)" },
+	{ "\"format_version\": 1,", "\"format_version\": 3,", -EPROTONOSUPPORT, "unsupported manifest format_version 3 (this reader knows 1 to 2)" },
 	{ "\"format_version\": 1,", "\"format_version\": \"1\",", -EINVAL, "\"format_version\" must be an integer" },
 	{ "  \"format\": \"wsync-manifest\",\n", "", -EINVAL, "manifest: not a wsync manifest: no \"format\" field" },
 	/* fields missing, doubled, of the wrong type */
@@ -681,14 +681,14 @@ static void test_format_reported_first(void)
 {
 	struct wsync_error err = { 0 };
 	const char *d1 = "{\"files\": [{\"path\": \"../x\"}], \"mode\": [1,2],"
-			 " \"format\": \"wsync-manifest\", \"format_version\": 2}";
+			 " \"format\": \"wsync-manifest\", \"format_version\": 3}";
 	const char *d2 = "{\"version\": 0, \"format\": \"wsync-head\"}";
 	const char *d3 = "{\"version\": 0}";
 	const char *d4 = "{\"version\": 0, \"format\": \"wsync-manifest\", \"format_version\": 1";
 	const char *h1 = "{\"version\": \"x\", \"format_version\": 3, \"format\": \"wsync-head\"}";
 
 	CHECK(parse_m(d1, &err) == -EPROTONOSUPPORT);
-	CHECK_STR(err.msg, "manifest: unsupported manifest format_version 2 (this reader knows 1)");
+	CHECK_STR(err.msg, "manifest: unsupported manifest format_version 3 (this reader knows 1 to 2)");
 	CHECK(parse_m(d2, &err) == -EINVAL);
 	CHECK_CONTAINS(err.msg, "not a wsync manifest: format is \"wsync-head\"");
 	CHECK(parse_m(d3, &err) == -EINVAL);

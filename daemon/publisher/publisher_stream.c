@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * publisher_stream.c -- a version flows out as it is coded (publisher_local.h).
+ *
+ * The encoding job cuts each object into chunks as its files are written
+ * (publisher_jobs.c, BUCKET.md §3.2); this uploads every chunk the
+ * moment it is cut, each as an object of its own, while the job codes
+ * the rest.  After each upload it rewrites NEXT (BUCKET.md §4.1): the
+ * version in flight, a random flight id, and the chunks uploaded so far,
+ * signed as HEAD is, so that subscribers can fetch and build ahead of
+ * the commit.  The manifest lists the same chunks and the same flight id;
+ * HEAD commits the version as before.
+ *
+ * A publication whose chunk uploads or NEXT write are still in flight is
+ * not freed when it ends (abandoned, rejected, stopping): it waits for
+ * them (pub_end_publication), so that no callback finds it gone.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "log.h"
+#include "publisher_local.h"
+
+struct chunk_put {
+	struct wsync_publisher *p;
+	struct publication *pb;
+	int role;
+	size_t k;
+};
+
+static const char *object_path(struct publication *pb, int role)
+{
+	return role ? pb->anchor_path : pb->delta_path;
+}
+
+int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
+{
+	PATHF(pb->delta_path, "%s/out/delta.wsd", p->pub_dir);
+	PATHF(pb->anchor_path, "%s/out/anchor.wsa", p->pub_dir);
+	if (getrandom(pb->flight, sizeof(pb->flight), GRND_NONBLOCK) != sizeof(pb->flight)) {
+		/* no entropy yet (early boot): time and pid still differ
+		 * between two runs of one version */
+		uint64_t t = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+
+		memcpy(pb->flight, &t, sizeof(t));
+		memcpy(pb->flight + 8, &pb->started_ms, sizeof(pb->started_ms));
+	}
+	if (!p->cfg->chunk_size || !p->stream_ready)
+		return 0;
+	if (pthread_mutex_init(&pb->stream.mu, NULL) != 0)
+		return -ENOMEM;
+	pb->stream_on = true;
+	pb->stream.wake = &p->stream_wake;
+	pb->stream.chunk_size = p->cfg->chunk_size;
+	pb->job.stream = &pb->stream;
+	return 0;
+}
+
+void pub_stream_free(struct publication *pb)
+{
+	for (int r = 0; r < 2; r++) {
+		for (size_t k = 0; k < pb->chunks[r].n; k++)
+			free(pb->chunks[r].c[k].mc.key);
+		free(pb->chunks[r].c);
+		free(pb->stream.role[r].c);
+	}
+	free(pb->manifest_chunks[0]);
+	free(pb->manifest_chunks[1]);
+	wsync_buf_free(&pb->next_doc);
+	if (pb->stream_on)
+		pthread_mutex_destroy(&pb->stream.mu);
+}
+
+bool pub_stream_chunked(const struct publication *pb, int role)
+{
+	return pb->stream_on && pb->chunks[role].n > 0;
+}
+
+/* The chunks the job cut since the last look, into the loop's list. */
+static int take_chunks(struct publication *pb)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&pb->stream.mu);
+	for (int role = 0; role < 2 && r == 0; role++) {
+		struct pubjob_chunks *in = &pb->stream.role[role];
+		struct pub_chunks *out = &pb->chunks[role];
+
+		if (in->n > out->cap) {
+			void *np = realloc(out->c, in->cap * sizeof(*out->c));
+
+			if (!np) {
+				r = -ENOMEM;
+				break;
+			}
+			out->c = np;
+			out->cap = in->cap;
+		}
+		for (; out->n < in->n; out->n++) {
+			struct pub_chunk *c = &out->c[out->n];
+			char key[WSYNC_MANIFEST_KEY_MAX];
+
+			wsync_manifest_chunk_key(role ? WSYNC_MANIFEST_KEY_ANCHOR :
+							WSYNC_MANIFEST_KEY_DELTA,
+						 pb->version, (unsigned)out->n + 1, key);
+			memset(c, 0, sizeof(*c));
+			if (!(c->mc.key = strdup(key))) {
+				r = -ENOMEM;
+				break;
+			}
+			c->mc.size = in->c[out->n].size;
+			memcpy(c->mc.sha256, in->c[out->n].sha256, sizeof(c->mc.sha256));
+			c->offset = in->c[out->n].offset;
+		}
+		out->done = in->done;
+	}
+	pthread_mutex_unlock(&pb->stream.mu);
+	return r;
+}
+
+static void chunk_put_done(struct wsync_store_result *res, void *data);
+
+/* Upload every chunk not uploaded or in flight. */
+void pub_stream_submit(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+
+	if (!pb || !pb->stream_on || pb->ended || p->stopping)
+		return;
+	for (int role = 0; role < 2; role++)
+		for (size_t k = 0; k < pb->chunks[role].n; k++) {
+			struct pub_chunk *c = &pb->chunks[role].c[k];
+			struct chunk_put *q;
+			int r;
+
+			if (c->state != PUB_CHUNK_WAITING)
+				continue;
+			q = malloc(sizeof(*q));
+			if (!q)
+				return;
+			*q = (struct chunk_put){ p, pb, role, k };
+			r = wsync_store_put_range(p->d->store, c->mc.key, object_path(pb, role),
+						  c->offset, c->mc.size, chunk_put_done, q);
+			if (r < 0) {
+				free(q);
+				pb->chunk_error = r;
+				continue;
+			}
+			c->state = PUB_CHUNK_SENDING;
+			pb->chunk_inflight++;
+		}
+}
+
+static void on_wake(uv_async_t *a)
+{
+	struct wsync_publisher *p = a->data;
+	struct publication *pb = p->pub;
+
+	if (!pb || !pb->stream_on || pb->ended)
+		return;
+	if (take_chunks(pb) < 0) {
+		log_error("out of memory");
+		return;
+	}
+	pub_stream_submit(p);
+}
+
+int pub_stream_init(struct wsync_publisher *p)
+{
+	int r = uv_async_init(p->d->loop, &p->stream_wake, on_wake);
+
+	if (r < 0)
+		return r;
+	p->stream_wake.data = p;
+	p->stream_ready = true;
+	return 0;
+}
+
+/* The publication ended and nothing of it is in flight any more: free it. */
+static void maybe_release(struct wsync_publisher *p, struct publication *pb)
+{
+	if (pb->ended && !pb->chunk_inflight && !pb->next_busy)
+		pub_release_publication(p);
+}
+
+/* Chunks from 0 that are uploaded, of each object: what NEXT can list. */
+static size_t uploaded_prefix(const struct pub_chunks *c)
+{
+	size_t k = 0;
+
+	while (k < c->n && c->c[k].state == PUB_CHUNK_UPLOADED)
+		k++;
+	return k;
+}
+
+static void next_put_done(struct wsync_store_result *res, void *data);
+
+/* Rewrite NEXT if more chunks are uploaded than it lists (one write at a
+ * time: one that comes while another is in flight follows it). */
+void pub_stream_announce(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+	struct wsync_manifest_next n = { 0 };
+	struct wsync_manifest_object objs[2];
+	struct wsync_manifest_chunk *mc[2] = { NULL, NULL };
+	struct wsync_error err = { 0 };
+	size_t listed[2];
+	int r = 0;
+
+	if (!pb || !pb->stream_on || pb->ended || p->stopping)
+		return;
+	if (pb->next_busy) {
+		pb->next_dirty = true;
+		return;
+	}
+	pb->next_dirty = false;
+	listed[0] = uploaded_prefix(&pb->chunks[0]);
+	listed[1] = uploaded_prefix(&pb->chunks[1]);
+	if (listed[0] == pb->next_listed[0] && listed[1] == pb->next_listed[1])
+		return;
+	n.version = pb->version;
+	n.step = pb->step;
+	n.created = time(NULL);
+	memcpy(n.flight, pb->flight, sizeof(n.flight));
+	n.base_version = pb->delta ? pb->version - 1 : 0;
+	n.objects = objs;
+	for (int role = 0; role < 2 && r == 0; role++) {
+		struct wsync_manifest_object *o = &objs[n.n_objects];
+
+		if (!(role ? pb->anchor : pb->delta))
+			continue;
+		memset(o, 0, sizeof(*o));
+		o->role = role ? WSYNC_MANIFEST_ROLE_ANCHOR : WSYNC_MANIFEST_ROLE_DELTA;
+		o->ref.key = role ? pb->anchor_key : pb->delta_key;
+		mc[role] = calloc(listed[role] + 1, sizeof(*mc[role]));
+		if (!mc[role]) {
+			r = -ENOMEM;
+			break;
+		}
+		for (size_t k = 0; k < listed[role]; k++)
+			mc[role][k] = pb->chunks[role].c[k].mc;
+		o->chunks = mc[role];
+		o->n_chunks = listed[role];
+		n.n_objects++;
+	}
+	if (r == 0)
+		r = wsync_manifest_next_serialize(&n, p->key, &pb->next_doc, &err);
+	free(mc[0]);
+	free(mc[1]);
+	if (r < 0) {
+		log_warning("NEXT of version %" PRIu64 ": %s", pb->version,
+			    r == -ENOMEM ? "out of memory" : wsync_error_str(&err));
+		return;
+	}
+	r = wsync_store_put_buf(p->d->store, WSYNC_MANIFEST_NEXT_KEY, pb->next_doc.data,
+				pb->next_doc.len, next_put_done, p);
+	if (r < 0)
+		return;
+	pb->next_busy = true;
+	pb->next_listed[0] = listed[0];
+	pb->next_listed[1] = listed[1];
+}
+
+static void next_put_done(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct publication *pb = p->pub;
+
+	pb->next_busy = false;
+	if (res->err < 0) {
+		/* Subscribers then build after the commit, as without NEXT:
+		 * nothing is lost but the head start. */
+		if (!pb->next_failed)
+			log_warning("version %" PRIu64 ": writing NEXT: %s (subscribers will "
+				    "not build ahead of the commit)", pb->version,
+				    wsync_error_str(&res->error));
+		pb->next_failed = true;
+		pb->next_listed[0] = pb->next_listed[1] = 0;
+	} else if (!pb->announced) {
+		pb->announced = true;
+		log_info("version %" PRIu64 " (step %" PRId64 ") announced: %zu chunk%s "
+			 "uploaded while coding", pb->version, pb->step,
+			 pb->next_listed[0] + pb->next_listed[1],
+			 pb->next_listed[0] + pb->next_listed[1] == 1 ? "" : "s");
+	}
+	maybe_release(p, pb);
+	if (p->pub == pb && (pb->next_dirty || res->err == 0))
+		pub_stream_announce(p);
+}
+
+static void chunk_put_done(struct wsync_store_result *res, void *data)
+{
+	struct chunk_put *q = data;
+	struct wsync_publisher *p = q->p;
+	struct publication *pb = q->pb;
+	struct pub_chunk *c = &pb->chunks[q->role].c[q->k];
+
+	free(q);
+	pb->chunk_inflight--;
+	if (res->err < 0) {
+		c->state = PUB_CHUNK_WAITING;	/* again in PUB_UPLOAD, after a backoff */
+		if (!pb->chunk_error) {
+			pb->chunk_error = res->err;
+			pub_set_error(p, "uploading %s: %s", c->mc.key,
+				      wsync_error_str(&res->error));
+		}
+	} else {
+		c->state = PUB_CHUNK_UPLOADED;	/* counted with the version, at HEAD */
+	}
+	if (pb->ended) {
+		maybe_release(p, pb);
+		return;
+	}
+	if (res->err == 0)
+		pub_stream_announce(p);
+	if (p->state == PUB_UPLOAD)
+		pub_objects_settled(p);
+}
+
+/* Every chunk of the objects cut (the job is done), uploaded?  1 yes, 0
+ * some in flight, negative: some failed (the first error). */
+int pub_stream_uploaded(struct publication *pb)
+{
+	if (!pb->stream_on)
+		return 1;
+	if (pb->chunk_inflight)
+		return 0;
+	for (int role = 0; role < 2; role++)
+		for (size_t k = 0; k < pb->chunks[role].n; k++)
+			if (pb->chunks[role].c[k].state != PUB_CHUNK_UPLOADED)
+				return pb->chunk_error ? pb->chunk_error : -EIO;
+	return 1;
+}
+
+/* The job ended: take its last chunks (the wake may not have come yet). */
+int pub_stream_job_done(struct publication *pb)
+{
+	return pb->stream_on ? take_chunks(pb) : 0;
+}
+
+const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication *pb, int role)
+{
+	struct pub_chunks *c = &pb->chunks[role];
+
+	if (!pb->manifest_chunks[role]) {
+		pb->manifest_chunks[role] = calloc(c->n + 1, sizeof(*pb->manifest_chunks[role]));
+		if (!pb->manifest_chunks[role])
+			return NULL;
+		for (size_t k = 0; k < c->n; k++)
+			pb->manifest_chunks[role][k] = c->c[k].mc;
+	}
+	return pb->manifest_chunks[role];
+}
