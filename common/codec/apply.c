@@ -37,37 +37,56 @@
  * most a segment of each (WSYNC_SEGMENT_TARGET_DEFAULT). */
 #define AHEAD_BUDGET (128u << 20)
 
+/*
+ * Temps built and verified, waiting for their commit, and the directories
+ * made for them.  Every apply stages into one: wsync_apply makes one per
+ * call and commits it at once, wsync_apply_stage merges each call's into
+ * the caller's -- so both commit, and clean up, the same way.  It holds
+ * copies (paths, temp names, hashes): the deltas are gone by the commit.
+ */
+struct wsync_apply_staged {
+	int root;			/* the directory the paths are relative to */
+	bool in_place;			/* root is the base too: a DELETE's file is there */
+	bool committed;			/* nothing more to stage or commit */
+	struct wsync_apply_staged_file *files;	/* sorted by path, paths owned */
+	char **tmps;			/* files[i]'s temp beside it, NULL if none waits */
+	size_t n;
+	char **made_dirs;		/* created under root, parents first */
+	size_t n_made, cap_made;
+};
+
 /* One file of the delta and where it goes. */
 struct item {
 	const struct wsync_delta_entry *e;
 	const char *base_rel;		/* relative to base_root */
-	const char *dest_rel;		/* relative to dest_root */
+	const char *dest_rel;		/* relative to set->root: its path in the set */
 	bool dest_is_base;		/* the result replaces the base itself */
 	bool base_deferred;		/* base judged by the rebuilt file's hash */
-	char *tmp;			/* temp file name in dest's directory */
+	char **tmp;			/* where the set keeps its temp's name */
 };
 
 struct applier {
 	const struct wsync_delta_reader *d;
-	const char *target;		/* for messages */
 	unsigned threads;
 	uint64_t memory_limit;		/* 0: WSYNC_MEMORY_DEFAULT */
-	int base_root, dest_root;	/* directory fds */
-	bool same_root;			/* dest_root is base_root */
+	int base_root;			/* directory fd */
+	bool single;			/* TARGET is a file */
+	char *tdir, *tname;		/* its directory and name, for a file */
 	struct item *items;
 	size_t n;
-	char **made_dirs;		/* created under dest_root, in order */
-	size_t n_made, cap_made;
-	struct wsync_apply_stats *st;
+	struct wsync_apply_staged *set;	/* this call's temps and directories */
+	struct wsync_apply_stats *st;	/* the caller's, or local */
+	struct wsync_apply_stats local;
+	double t0;			/* when the call began */
 };
 
 /* ---- safe paths ---- */
 
-/* wsync_open_parent's make: create the directory, remembered in a (to
- * remove it on failure). */
+/* wsync_open_parent's make: create the directory, remembered in the set
+ * (to remove it unless committed). */
 static int make_dir(void *arg, int dfd, const char *comp, const char *rel, size_t len)
 {
-	struct applier *a = arg;
+	struct wsync_apply_staged *s = arg;
 	char *made = strndup(rel, len);
 	int e;
 
@@ -78,29 +97,29 @@ static int make_dir(void *arg, int dfd, const char *comp, const char *rel, size_
 		free(made);
 		return -e;
 	}
-	if (WSYNC_GROW(a->made_dirs, a->cap_made, a->n_made, 16) < 0) {
+	if (WSYNC_GROW(s->made_dirs, s->cap_made, s->n_made, 16) < 0) {
 		(void)unlinkat(dfd, comp, AT_REMOVEDIR);
 		free(made);
 		return -ENOMEM;
 	}
-	a->made_dirs[a->n_made++] = made;
+	s->made_dirs[s->n_made++] = made;
 	return 0;
 }
 
 /*
  * Open the directory holding rel (relative to root) through
  * wsync_open_parent: a symbolic link anywhere on the way is refused
- * instead of followed out of the tree.  With a non-NULL a, missing
- * directories are created (and remembered, to remove them on failure).
- * *name points at rel's last component.  Returns the directory fd, or a
- * negative errno (-ENOENT for a missing directory when not creating,
- * -EINVAL for a symlink or non-directory on the way).
+ * instead of followed out of the tree.  With a non-NULL mk, missing
+ * directories are created (and remembered in mk, to remove them unless
+ * committed).  *name points at rel's last component.  Returns the
+ * directory fd, or a negative errno (-ENOENT for a missing directory when
+ * not creating, -EINVAL for a symlink or non-directory on the way).
  */
-static int open_parent(int root, const char *rel, struct applier *a,
+static int open_parent(int root, const char *rel, struct wsync_apply_staged *mk,
 		       const char **name, struct wsync_error *err)
 {
 	size_t bad;
-	int fd = wsync_open_parent(root, rel, name, &bad, a ? make_dir : NULL, a);
+	int fd = wsync_open_parent(root, rel, name, &bad, mk ? make_dir : NULL, mk);
 
 	if (fd >= 0)
 		return fd;
@@ -112,6 +131,23 @@ static int open_parent(int root, const char *rel, struct applier *a,
 	if (fd == -ENAMETOOLONG || bad == 0)
 		return wsync_error_set(err, fd, "%s: %s", rel, strerror(-fd));
 	return wsync_error_set(err, fd, "%.*s: %s", (int)bad, rel, strerror(-fd));
+}
+
+/* unlinkat(flags) of the entry name in rel's directory (rel's last
+ * component when name is NULL), reached through open_parent.  Returns 0
+ * or a negative errno. */
+static int remove_beside(int root, const char *rel, const char *name, int flags)
+{
+	struct wsync_error ignored;
+	const char *last;
+	int dfd = open_parent(root, rel, NULL, &last, &ignored), r = 0;
+
+	if (dfd < 0)
+		return dfd;
+	if (unlinkat(dfd, name ? name : last, flags) < 0)
+		r = -errno;
+	(void)close(dfd);
+	return r;
 }
 
 /* Open rel for reading, refusing symlinks on the way and at the end. */
@@ -147,36 +183,71 @@ static int cmp_entry_path(const void *key, const void *elem)
 	return strcmp(key, ((const struct wsync_delta_entry *)elem)->file.path);
 }
 
+static int cmp_staged_path(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct wsync_apply_staged_file *)elem)->path);
+}
+
+/* The first of path's directories ("a", then "a/b" for "a/b/c") that is
+ * also one of the n files at files (sorted, compared by cmp), copied into
+ * buf; NULL if none is. */
+static const char *file_above(const char *path, char *buf, const void *files, size_t n,
+			      size_t size, int (*cmp)(const void *, const void *))
+{
+	if (n == 0)
+		return NULL;	/* files may be NULL then, which bsearch refuses */
+	for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+		memcpy(buf, path, (size_t)(s - path));
+		buf[s - path] = '\0';
+		if (bsearch(buf, files, n, size, cmp))
+			return buf;
+	}
+	return NULL;
+}
+
 /*
  * A path that is also a directory of another ("a" and "a/b") cannot be
  * applied: one of the renames would fail half way through the commit.
- * The format does not forbid it, so look before writing anything.
+ * The format does not forbid it, so look before writing anything.  The
+ * files staged before (prior, or NULL) are committed by the same renames,
+ * so the delta's paths are looked at with theirs; and a path staged
+ * before is refused too, since one destination cannot take two temps.
  */
-static int check_nesting(const struct wsync_delta_reader *d, struct wsync_error *err)
+static int check_paths(const struct wsync_delta_reader *d,
+		       const struct wsync_apply_staged *prior, struct wsync_error *err)
 {
+	size_t n_prior = prior ? prior->n : 0;
+	const struct wsync_apply_staged_file *pf = prior ? prior->files : NULL;
 	char *buf = malloc(WSYNC_DELTA_PATH_MAX + 1);
+	const char *file = NULL, *under = NULL;
+	bool with_prior = false;	/* the two paths are not both the delta's */
+	int r = 0;
 
 	if (!buf)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < d->n_files; i++) {
-		const char *p = d->files[i].file.path;
-
-		for (const char *s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
-			memcpy(buf, p, (size_t)(s - p));
-			buf[s - p] = '\0';
-			if (bsearch(buf, d->files, d->n_files, sizeof(*d->files),
-				    cmp_entry_path)) {
-				int r = wsync_error_set(err, -EINVAL,
-					"the delta names %s both as a file and as a "
-					"directory (of %s)", buf, p);
-
-				free(buf);
-				return r;
-			}
+	for (size_t i = 0; i < d->n_files && !file && r == 0; i++) {
+		under = d->files[i].file.path;
+		if (n_prior && bsearch(under, pf, n_prior, sizeof(*pf), cmp_staged_path))
+			r = wsync_error_set(err, -EINVAL, "%s: staged already (by an "
+					    "earlier delta)", under);
+		else if (!(file = file_above(under, buf, d->files, d->n_files,
+					     sizeof(*d->files), cmp_entry_path))) {
+			file = file_above(under, buf, pf, n_prior, sizeof(*pf), cmp_staged_path);
+			with_prior = file != NULL;
 		}
 	}
+	for (size_t i = 0; i < n_prior && !file && r == 0; i++) {
+		under = pf[i].path;
+		file = file_above(under, buf, d->files, d->n_files, sizeof(*d->files),
+				  cmp_entry_path);
+		with_prior = file != NULL;
+	}
+	if (file)
+		r = wsync_error_set(err, -EINVAL, "the delta%s names %s both as a file "
+				    "and as a directory (of %s)",
+				    with_prior ? " with the files staged before" : "", file, under);
 	free(buf);
-	return 0;
+	return r;
 }
 
 /* The error for a base that is not the delta's. */
@@ -345,7 +416,7 @@ static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 		     struct wsync_error *err)
 {
 	const char *name = NULL;
-	int dfd = open_parent(a->dest_root, it->dest_rel, a, &name, err), fd;
+	int dfd = open_parent(a->set->root, it->dest_rel, a->set, &name, err), fd;
 	char *prefix;
 
 	if (dfd < 0)
@@ -365,7 +436,7 @@ static int make_temp(struct applier *a, struct item *it, int *ret_fd,
 	}
 	/* 0600: seal_temp gives it the delta's mode */
 	prefix = wsync_temp_prefix(name);
-	fd = prefix ? wsync_temp_create(dfd, prefix, 0600, &it->tmp) : -ENOMEM;
+	fd = prefix ? wsync_temp_create(dfd, prefix, 0600, it->tmp) : -ENOMEM;
 	free(prefix);
 	(void)close(dfd);
 	if (fd < 0)
@@ -1169,36 +1240,36 @@ static int copy_kept(struct applier *a, struct item *it, struct wsync_error *err
 
 /* ---- 3. commit, and cleaning up ---- */
 
-/* Remove every temp file and created directory (after a failure). */
-static void cleanup(struct applier *a)
+/* Forget the directories s made: committed, or removed. */
+static void forget_made_dirs(struct wsync_apply_staged *s)
 {
-	struct wsync_error ignored;
+	for (size_t i = 0; i < s->n_made; i++)
+		free(s->made_dirs[i]);
+	s->n_made = 0;
+}
 
-	for (size_t i = 0; i < a->n; i++) {
-		struct item *it = &a->items[i];
-		const char *name;
-		int dfd;
-
-		if (!it->tmp)
+/* Remove every temp s holds, then the directories it made, deepest first
+ * (a directory someone else filled meanwhile stays). */
+static void discard(struct wsync_apply_staged *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		if (!s->tmps[i])
 			continue;
-		dfd = open_parent(a->dest_root, it->dest_rel, NULL, &name, &ignored);
-		if (dfd >= 0) {
-			(void)unlinkat(dfd, it->tmp, 0);
-			(void)close(dfd);
-		}
-		free(it->tmp);
-		it->tmp = NULL;
+		(void)remove_beside(s->root, s->files[i].path, s->tmps[i], 0);
+		free(s->tmps[i]);
+		s->tmps[i] = NULL;
 	}
-	/* Deepest first; a directory someone else filled meanwhile stays. */
-	for (size_t i = a->n_made; i-- > 0;)
-		(void)unlinkat(a->dest_root, a->made_dirs[i], AT_REMOVEDIR);
+	for (size_t i = s->n_made; i-- > 0;)
+		(void)remove_beside(s->root, s->made_dirs[i], NULL, AT_REMOVEDIR);
+	forget_made_dirs(s);
 }
 
 /* fsync the directory of rel (and so the entries renamed into it). */
-static int sync_dir_of(struct applier *a, const char *rel, struct wsync_error *err)
+static int sync_dir_of(const struct wsync_apply_staged *s, const char *rel,
+		       struct wsync_error *err)
 {
 	const char *name;
-	int dfd = open_parent(a->dest_root, rel, NULL, &name, err), r = 0;
+	int dfd = open_parent(s->root, rel, NULL, &name, err), r = 0;
 
 	if (dfd == -ENOENT) {
 		/* Pruned after its last file was deleted: prune_dirs synced
@@ -1229,7 +1300,8 @@ static bool same_dir(const char *a, const char *b)
  * sync the parent of the highest one removed.  A delta carries files, not
  * directories: a directory is there because files are.
  */
-static int prune_dirs(struct applier *a, const char *rel, struct wsync_error *err)
+static int prune_dirs(const struct wsync_apply_staged *s, const char *rel,
+		      struct wsync_error *err)
 {
 	char *p = strdup(rel), *slash, *top = NULL;
 	int r = 0;
@@ -1237,23 +1309,13 @@ static int prune_dirs(struct applier *a, const char *rel, struct wsync_error *er
 	if (!p)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	while ((slash = strrchr(p, '/'))) {
-		const char *name;
-		int dfd;
-
 		*slash = '\0';
-		dfd = open_parent(a->dest_root, p, NULL, &name, err);
-		if (dfd < 0)
+		if (remove_beside(s->root, p, NULL, AT_REMOVEDIR) < 0)
 			break;
-		r = unlinkat(dfd, name, AT_REMOVEDIR);
-		(void)close(dfd);
-		if (r < 0) {
-			r = 0;
-			break;
-		}
 		top = p;
 	}
 	if (top)
-		r = sync_dir_of(a, top, err);
+		r = sync_dir_of(s, top, err);
 	free(p);
 	return r;
 }
@@ -1263,58 +1325,140 @@ static int prune_dirs(struct applier *a, const char *rel, struct wsync_error *er
  * then the files the version drops deleted -- so a reader of an in-place
  * target never finds it without weights, nor an index naming a shard
  * already gone, even when a resharding renames every shard. */
-static int commit(struct applier *a, struct wsync_error *err)
+static int commit(struct wsync_apply_staged *s, struct wsync_error *err)
 {
 	const char *last_dir = NULL;
 	size_t renamed = 0;
 	int r = 0;
 
-	for (size_t k = 0; k < 2 * a->n && r == 0; k++) {
-		struct item *it = &a->items[k % a->n];
-		bool deletes = k >= a->n;
+	for (size_t k = 0; k < 2 * s->n && r == 0; k++) {
+		const struct wsync_apply_staged_file *f = &s->files[k % s->n];
+		char **tmp = &s->tmps[k % s->n];
+		bool deletes = k >= s->n;
 		const char *name;
 		int dfd;
 
-		if (deletes ? it->tmp || it->e->file.op != WSYNC_DELTA_DELETE : !it->tmp)
+		if (deletes ? *tmp || f->op != WSYNC_DELTA_DELETE : !*tmp)
 			continue;
-		dfd = open_parent(a->dest_root, it->dest_rel, NULL, &name, err);
-		if (dfd == -ENOENT && !it->tmp)
+		dfd = open_parent(s->root, f->path, NULL, &name, err);
+		if (dfd == -ENOENT && !*tmp)
 			continue; /* deleting from an out_dir that never had it */
 		if (dfd < 0) {
 			r = dfd;
 			break;
 		}
-		if (it->tmp) {
-			if (renameat(dfd, it->tmp, dfd, name) < 0)
+		if (*tmp) {
+			if (renameat(dfd, *tmp, dfd, name) < 0)
 				r = wsync_error_set(err, -errno, "%s: renaming into place: %s",
-						    it->dest_rel, strerror(errno));
+						    f->path, strerror(errno));
 			else {
-				free(it->tmp);
-				it->tmp = NULL;
+				free(*tmp);
+				*tmp = NULL;
 				renamed++;
 			}
 		} else if (unlinkat(dfd, name, 0) < 0) {
-			if (errno != ENOENT || it->dest_is_base)
+			if (errno != ENOENT || s->in_place)
 				r = wsync_error_set(err, -errno, "%s: removing: %s",
-						    it->dest_rel, strerror(errno));
+						    f->path, strerror(errno));
 		} else {
-			r = prune_dirs(a, it->dest_rel, err);
+			r = prune_dirs(s, f->path, err);
 		}
 		(void)close(dfd);
 		/* Paths are sorted, so a directory's entries mostly come
 		 * together: sync each run of them once. */
-		if (r == 0 && last_dir && !same_dir(last_dir, it->dest_rel))
-			r = sync_dir_of(a, last_dir, err);
-		last_dir = it->dest_rel;
+		if (r == 0 && last_dir && !same_dir(last_dir, f->path))
+			r = sync_dir_of(s, last_dir, err);
+		last_dir = f->path;
 	}
 	if (r == 0 && last_dir)
-		r = sync_dir_of(a, last_dir, err);
+		r = sync_dir_of(s, last_dir, err);
 	/* New directories' own entries live in their parents. */
-	for (size_t i = 0; r == 0 && i < a->n_made; i++)
-		r = sync_dir_of(a, a->made_dirs[i], err);
+	for (size_t i = 0; r == 0 && i < s->n_made; i++)
+		r = sync_dir_of(s, s->made_dirs[i], err);
 	if (r < 0 && renamed)
 		wsync_error_prefix(err, "partly applied (%zu files replaced)", renamed);
 	return r;
+}
+
+int wsync_apply_staged_commit(struct wsync_apply_staged *s, struct wsync_error *err)
+{
+	int r;
+
+	if (s->committed)
+		return wsync_error_set(err, -EINVAL, "the staged files were committed already");
+	r = commit(s, err);
+	s->committed = true;
+	/* a failed commit leaves no temp behind, as a failed apply does */
+	if (r < 0)
+		discard(s);
+	else
+		forget_made_dirs(s);
+	return r;
+}
+
+const struct wsync_apply_staged_file *wsync_apply_staged_files(const struct wsync_apply_staged *s,
+								size_t *n)
+{
+	*n = s ? s->n : 0;
+	return s ? s->files : NULL;
+}
+
+void wsync_apply_staged_free(struct wsync_apply_staged *s)
+{
+	if (!s)
+		return;
+	discard(s);
+	for (size_t i = 0; i < s->n; i++)
+		free((char *)s->files[i].path);
+	free(s->files);
+	free(s->tmps);
+	free(s->made_dirs);
+	if (s->root >= 0)
+		(void)close(s->root);
+	free(s);
+}
+
+/*
+ * Move src's files, temps and directories into dst, which stays sorted
+ * (no path is in both: check_paths saw to it); src is left empty.
+ * Returns 0, or -ENOMEM with both as they were.
+ */
+static int merge(struct wsync_apply_staged *dst, struct wsync_apply_staged *src,
+		 struct wsync_error *err)
+{
+	size_t n = dst->n + src->n, i = 0, j = 0;
+	struct wsync_apply_staged_file *files = malloc((n ? n : 1) * sizeof(*files));
+	char **tmps = malloc((n ? n : 1) * sizeof(*tmps));
+
+	if (!files || !tmps ||
+	    (src->n_made && WSYNC_GROW(dst->made_dirs, dst->cap_made,
+				       dst->n_made + src->n_made - 1, 16) < 0)) {
+		free(files);
+		free(tmps);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++) {
+		bool mine = j == src->n ||
+			    (i < dst->n && strcmp(dst->files[i].path, src->files[j].path) < 0);
+		struct wsync_apply_staged *from = mine ? dst : src;
+		size_t at = mine ? i++ : j++;
+
+		files[k] = from->files[at];
+		tmps[k] = from->tmps[at];
+	}
+	free(dst->files);
+	free(dst->tmps);
+	dst->files = files;
+	dst->tmps = tmps;
+	dst->n = n;
+	/* made after dst's, so removed before them: a child is made after
+	 * its parent, whichever call made each */
+	if (src->n_made)
+		memcpy(dst->made_dirs + dst->n_made, src->made_dirs,
+		       src->n_made * sizeof(*src->made_dirs));
+	dst->n_made += src->n_made;
+	src->n = src->n_made = 0;
+	return 0;
 }
 
 /* ---- setting up ---- */
@@ -1358,24 +1502,22 @@ static bool same_inode(int a, int b)
 	       sa.st_ino == sb.st_ino;
 }
 
-int wsync_apply(const struct wsync_delta_reader *d, const char *target,
-		const struct wsync_apply_opts *opts, struct wsync_apply_stats *stats,
-		struct wsync_error *err)
+/*
+ * Open target for one call: what it is (a directory, or a file for a
+ * one-file delta) and its directory, and an item for every file of d.
+ */
+static int applier_init(struct applier *a, const struct wsync_delta_reader *d,
+			const char *target, const struct wsync_apply_opts *opts,
+			struct wsync_apply_stats *stats, struct wsync_error *err)
 {
-	struct wsync_apply_stats local;
-	struct applier a = { .d = d, .target = target, .base_root = -1,
-			     .dest_root = -1 };
-	const char *out = opts ? opts->out_dir : NULL;
-	char *tdir = NULL, *tname = NULL, *odir = NULL, *oname = NULL;
-	bool single, made_out = false, committed = false;
-	double t0 = wsync_monotonic_seconds();
 	struct stat st;
-	int r = 0;
+	int r;
 
-	a.st = stats ? stats : &local;
-	memset(a.st, 0, sizeof(*a.st));
-	a.threads = opts && opts->threads ? opts->threads : 1;
-	a.memory_limit = opts ? opts->memory_limit : 0;
+	*a = (struct applier){ .d = d, .base_root = -1, .t0 = wsync_monotonic_seconds() };
+	a->st = stats ? stats : &a->local;
+	memset(a->st, 0, sizeof(*a->st));
+	a->threads = opts && opts->threads ? opts->threads : 1;
+	a->memory_limit = opts ? opts->memory_limit : 0;
 	if (lstat(target, &st) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
 	if (S_ISLNK(st.st_mode) && stat(target, &st) == 0 && S_ISREG(st.st_mode))
@@ -1384,121 +1526,214 @@ int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 			"the result replaces the link otherwise)", target);
 	if (stat(target, &st) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
-	single = !S_ISDIR(st.st_mode);
-	if (single && !S_ISREG(st.st_mode))
+	a->single = !S_ISDIR(st.st_mode);
+	if (a->single && !S_ISREG(st.st_mode))
 		return wsync_error_set(err, -EINVAL, "%s: not a file or directory", target);
-	if (single && (d->n_files != 1 ||
-		       !(d->files[0].file.flags & WSYNC_DELTA_FILE_HAS_BASE) ||
-		       d->files[0].file.op == WSYNC_DELTA_DELETE))
+	if (a->single && (d->n_files != 1 ||
+			  !(d->files[0].file.flags & WSYNC_DELTA_FILE_HAS_BASE) ||
+			  d->files[0].file.op == WSYNC_DELTA_DELETE))
 		return wsync_error_set(err, -EINVAL,
 			"%s is a file, but the delta is not for one existing file "
 			"(%zu files): give a directory", target, d->n_files);
 
-	a.items = calloc(d->n_files ? d->n_files : 1, sizeof(*a.items));
-	if (!a.items)
+	a->items = calloc(d->n_files ? d->n_files : 1, sizeof(*a->items));
+	if (!a->items)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	a.n = d->n_files;
-	if (single) {
-		r = split_path(target, &tdir, &tname, err);
+	a->n = d->n_files;
+	if (a->single) {
+		r = split_path(target, &a->tdir, &a->tname, err);
 		if (r == 0)
-			r = a.base_root = open_dir(tdir, err);
+			r = a->base_root = open_dir(a->tdir, err);
 	} else {
-		r = a.base_root = open_dir(target, err);
+		r = a->base_root = open_dir(target, err);
 	}
 	if (r < 0)
-		goto out;
-	r = 0;
-	for (size_t i = 0; i < a.n; i++) {
-		a.items[i].e = &d->files[i];
-		a.items[i].base_rel = single ? tname : d->files[i].file.path;
+		return r;
+	for (size_t i = 0; i < a->n; i++) {
+		a->items[i].e = &d->files[i];
+		a->items[i].base_rel = a->single ? a->tname : d->files[i].file.path;
 	}
+	return 0;
+}
+
+/*
+ * a->set, over root (taken: a->set closes it), with a copy of what its
+ * commit needs of each item; the item's dest_rel then points at the set's
+ * copy of it, and its temp's name goes into the set.
+ */
+static int make_set(struct applier *a, int root, struct wsync_error *err)
+{
+	struct wsync_apply_staged *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		(void)close(root);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	s->root = root;
+	a->set = s;
+	s->files = calloc(a->n ? a->n : 1, sizeof(*s->files));
+	s->tmps = calloc(a->n ? a->n : 1, sizeof(*s->tmps));
+	if (!s->files || !s->tmps)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	s->n = a->n;
+	s->in_place = same_inode(a->base_root, root);
+	for (size_t i = 0; i < a->n; i++) {
+		struct item *it = &a->items[i];
+		const struct wsync_delta_file *f = &it->e->file;
+		struct wsync_apply_staged_file *sf = &s->files[i];
+		bool gone = f->op == WSYNC_DELTA_DELETE;
+
+		sf->path = strdup(it->dest_rel);
+		if (!sf->path)
+			return wsync_error_set(err, -ENOMEM, "out of memory");
+		sf->op = f->op;
+		sf->size = gone ? 0 : f->target_size;
+		sf->hash = gone ? f->base_hash : f->target_hash;
+		it->dest_is_base = s->in_place && strcmp(it->dest_rel, it->base_rel) == 0;
+		it->dest_rel = sf->path;
+		it->tmp = &s->tmps[i];
+	}
+	return 0;
+}
+
+/* Where the results go, as a->set: in place when out is NULL, else
+ * out_dir as apply.h says (*made_out when this call created it). */
+static int open_dest(struct applier *a, const char *out, bool *made_out,
+		     struct wsync_error *err)
+{
+	char *odir = NULL, *oname = NULL;
+	struct stat st;
+	int root, r;
+
+	if (!out) {
+		root = dup(a->base_root);
+		if (root < 0)
+			return wsync_error_set(err, -errno, "%s", strerror(errno));
+		for (size_t i = 0; i < a->n; i++)
+			a->items[i].dest_rel = a->items[i].base_rel;
+	} else if (a->single && !(stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
+		root = split_path(out, &odir, &oname, err);
+		if (root == 0)
+			root = open_dir(odir, err);
+		a->items[0].dest_rel = oname;
+	} else {
+		if (!a->single && mkdir(out, 0755) == 0)
+			*made_out = true;
+		else if (!a->single && errno != EEXIST)
+			return wsync_error_set(err, -errno, "%s: %s", out, strerror(errno));
+		root = open_dir(out, err);
+		for (size_t i = 0; i < a->n; i++)
+			a->items[i].dest_rel = a->items[i].e->file.path;
+	}
+	r = root < 0 ? root : make_set(a, root, err);
+	free(odir);
+	free(oname);
+	return r;
+}
+
+/*
+ * Steps 1 and 2 (apply.h) on an opened applier: every base checked, and
+ * the paths with those of prior (the files staged before, or NULL); then
+ * every temp built and verified, in a->set over out (NULL: in place).
+ */
+static int stage(struct applier *a, const char *out, const struct wsync_apply_staged *prior,
+		 bool *made_out, struct wsync_error *err)
+{
+	int r = 0;
 
 	/* 1. Every base, before anything is written. */
-	if (!single)
-		r = check_nesting(d, err);
+	if (!a->single)
+		r = check_paths(a->d, prior, err);
 	if (r == 0)
-		r = check_bases(&a, err);
-	if (r < 0)
-		goto out;
-
-	/* Where the results go. */
-	if (!out) {
-		r = a.dest_root = dup(a.base_root);
-		if (r < 0)
-			r = wsync_error_set(err, -errno, "%s", strerror(errno));
-		for (size_t i = 0; i < a.n; i++)
-			a.items[i].dest_rel = a.items[i].base_rel;
-	} else if (single && !(stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
-		r = split_path(out, &odir, &oname, err);
-		if (r == 0)
-			r = a.dest_root = open_dir(odir, err);
-		a.items[0].dest_rel = oname;
-	} else {
-		if (!single && mkdir(out, 0755) == 0)
-			made_out = true;
-		else if (!single && errno != EEXIST)
-			r = wsync_error_set(err, -errno, "%s: %s", out, strerror(errno));
-		if (r == 0)
-			r = a.dest_root = open_dir(out, err);
-		for (size_t i = 0; i < a.n; i++)
-			a.items[i].dest_rel = d->files[i].file.path;
-	}
-	if (r < 0)
-		goto out;
-	r = 0;
-	a.same_root = same_inode(a.base_root, a.dest_root);
-	for (size_t i = 0; i < a.n; i++)
-		a.items[i].dest_is_base = a.same_root &&
-			strcmp(a.items[i].dest_rel, a.items[i].base_rel) == 0;
+		r = check_bases(a, err);
+	if (r == 0)
+		r = open_dest(a, out, made_out, err);
 
 	/* 2. Build and verify every temp. */
-	for (size_t i = 0; i < a.n && r == 0; i++) {
-		struct item *it = &a.items[i];
+	for (size_t i = 0; i < a->n && r == 0; i++) {
+		struct item *it = &a->items[i];
 		const struct wsync_delta_file *f = &it->e->file;
 
-		a.st->files++;
+		a->st->files++;
 		if (f->op != WSYNC_DELTA_DELETE)
-			a.st->target_bytes += f->target_size;
+			a->st->target_bytes += f->target_size;
 		if (f->op == WSYNC_DELTA_KEEP)
-			a.st->kept++;
+			a->st->kept++;
 		if (f->op == WSYNC_DELTA_WRITE)
-			a.st->written++;
+			a->st->written++;
 		if (f->op == WSYNC_DELTA_DELETE)
-			a.st->deleted++;
+			a->st->deleted++;
 		if (f->op == WSYNC_DELTA_KEEP && !it->dest_is_base)
-			r = copy_kept(&a, it, err);
+			r = copy_kept(a, it, err);
 	}
 	if (r == 0)
-		r = build_files(&a, err);
-	if (r < 0)
-		goto out;
+		r = build_files(a, err);
+	return r;
+}
 
-	/* 3. Swap them in. */
-	r = commit(&a, err);
-	committed = true;
+/* The end of a call: a->set freed unless taken (so what it staged is
+ * removed), and the time it took. */
+static void applier_done(struct applier *a)
+{
+	wsync_apply_staged_free(a->set);
+	free(a->items);
+	free(a->tdir);
+	free(a->tname);
+	if (a->base_root >= 0)
+		(void)close(a->base_root);
+	a->st->seconds = wsync_monotonic_seconds() - a->t0;
+}
+
+int wsync_apply(const struct wsync_delta_reader *d, const char *target,
+		const struct wsync_apply_opts *opts, struct wsync_apply_stats *stats,
+		struct wsync_error *err)
+{
+	const char *out = opts ? opts->out_dir : NULL;
+	bool made_out = false, committed = false;
+	struct applier a;
+	int r = applier_init(&a, d, target, opts, stats, err);
+
+	if (r == 0)
+		r = stage(&a, out, NULL, &made_out, err);
+	if (r == 0) {
+		/* 3. Swap them in. */
+		r = wsync_apply_staged_commit(a.set, err);
+		committed = true;
+	}
 	if (r == 0 && made_out && (r = wsync_fsync_parent(out)) < 0)	/* -o's new directory */
 		wsync_error_set(err, r, "%s: fsync of the directory holding it: %s", out,
 				strerror(-r));
-out:
-	if (r < 0) {
-		cleanup(&a);
-		if (made_out && !committed)
-			(void)rmdir(out);
+	applier_done(&a);
+	if (r < 0 && made_out && !committed)
+		(void)rmdir(out);	/* emptied by applier_done */
+	return r;
+}
+
+int wsync_apply_stage(const struct wsync_delta_reader *d, const char *target,
+		      const struct wsync_apply_opts *opts, struct wsync_apply_staged **staged,
+		      struct wsync_apply_stats *stats, struct wsync_error *err)
+{
+	struct wsync_apply_staged *prior = *staged;
+	struct applier a;
+	int r = applier_init(&a, d, target, opts, stats, err);
+
+	if (r == 0 && opts && opts->out_dir)
+		r = wsync_error_set(err, -EINVAL, "staging is in place only (no out_dir)");
+	else if (r == 0 && a.single)
+		r = wsync_error_set(err, -EINVAL, "%s: staging needs a directory", target);
+	else if (r == 0 && prior && prior->committed)
+		r = wsync_error_set(err, -EINVAL, "the staged files were committed already");
+	else if (r == 0 && prior && !same_inode(a.base_root, prior->root))
+		r = wsync_error_set(err, -EINVAL, "%s: not the directory of the files "
+				    "staged before", target);
+	if (r == 0)
+		r = stage(&a, NULL, prior, NULL, err);
+	if (r == 0 && prior) {
+		r = merge(prior, a.set, err);
+	} else if (r == 0) {
+		*staged = a.set;
+		a.set = NULL;
 	}
-	for (size_t i = 0; i < a.n; i++)
-		free(a.items[i].tmp);
-	for (size_t i = 0; i < a.n_made; i++)
-		free(a.made_dirs[i]);
-	free(a.made_dirs);
-	free(a.items);
-	free(tdir);
-	free(tname);
-	free(odir);
-	free(oname);
-	if (a.base_root >= 0)
-		(void)close(a.base_root);
-	if (a.dest_root >= 0)
-		(void)close(a.dest_root);
-	a.st->seconds = wsync_monotonic_seconds() - t0;
+	applier_done(&a);
 	return r;
 }

@@ -26,6 +26,15 @@
  * during step 3 (a rename refused by the file system) can leave some files
  * replaced and others not; the error says so.
  *
+ * Stage mode splits the sequence in two, so that a version's files can be
+ * built ahead of its commit: wsync_apply_stage runs steps 1 and 2 for one
+ * delta, in place, and keeps the temps in a staged set; several deltas,
+ * each holding a disjoint part of one version's files, stage into the
+ * same set one after another; wsync_apply_staged_commit then runs step 3
+ * once over all of them, or wsync_apply_staged_free drops them.  wsync_apply
+ * is a stage and a commit of one delta, on the same code.  Between the two
+ * the caller owns TARGET: a base changed meanwhile is not seen again.
+ *
  * Inside TARGET (and out_dir) every path is opened relative to the
  * directory with O_NOFOLLOW on each component: a symbolic link on the way
  * is refused, so nothing is read or written outside.
@@ -80,5 +89,60 @@ struct wsync_apply_stats {
 int wsync_apply(const struct wsync_delta_reader *d, const char *target,
 		const struct wsync_apply_opts *opts, struct wsync_apply_stats *stats,
 		struct wsync_error *err);
+
+/* ---- stage then commit ---- */
+
+/*
+ * Temps built and verified, not renamed yet: what steps 1 and 2 left for
+ * step 3, from one delta or several.  It copies what it needs (paths,
+ * temp names, hashes), so the deltas can be freed before the commit, and
+ * keeps TARGET open, so the commit renames in the same directory tree
+ * however much later it comes.  Not for two threads at once.
+ */
+struct wsync_apply_staged;
+
+struct wsync_apply_staged_file {
+	const char *path;		/* relative to the target */
+	enum wsync_delta_op op;		/* WRITE: a temp waits; DELETE: removed at
+					 * commit; KEEP: checked, untouched */
+	uint64_t size;			/* target size (0 for DELETE) */
+	struct wsync_hash128 hash;	/* target XXH3-128 as verified (DELETE:
+					 * the base's) */
+};
+
+/*
+ * Steps 1 and 2 of wsync_apply for d on the directory target, in place
+ * (opts->out_dir must be NULL), adding the temps to *staged, made on the
+ * first call when *staged is NULL.  Later calls must name the same
+ * directory.  Returns 0, or a negative errno with err as wsync_apply's;
+ * -EINVAL besides for a path already in *staged, or one that is a file in
+ * one delta and a directory in another, for an out_dir, a target that is
+ * not a directory or not that of *staged, and a set already committed.
+ * On failure only this call's temps and directories are removed: what
+ * earlier calls staged stays.  stats count this call.
+ */
+int wsync_apply_stage(const struct wsync_delta_reader *d, const char *target,
+		      const struct wsync_apply_opts *opts, struct wsync_apply_staged **staged,
+		      struct wsync_apply_stats *stats, struct wsync_error *err);
+
+/* The files staged so far, sorted by path (*n of them; NULL s: none).
+ * Valid until the next call on s. */
+const struct wsync_apply_staged_file *wsync_apply_staged_files(const struct wsync_apply_staged *s,
+								size_t *n);
+
+/*
+ * Step 3 over everything staged, exactly wsync_apply's: every temp renamed
+ * into place in path order, then the DELETE files removed (pruning the
+ * directories they leave empty), then the directories fsync'ed.  After it,
+ * success or not, the set holds no temps (a failure removes those not
+ * renamed yet: "partly applied" in err when some were) and takes nothing
+ * more; free it.  Returns 0, -EINVAL for a set committed already, or the
+ * error of the rename, removal or fsync that failed.
+ */
+int wsync_apply_staged_commit(struct wsync_apply_staged *s, struct wsync_error *err);
+
+/* Remove what was not committed (temps, and the directories made for
+ * them when empty, deepest first), and free s.  NULL is fine. */
+void wsync_apply_staged_free(struct wsync_apply_staged *s);
 
 #endif

@@ -7,6 +7,12 @@
  * also a directory of another -- each leaves the target directory exactly
  * as it was: no file replaced, no temp file, no directory created.  And a
  * good delta built the same way applies.
+ *
+ * Stage then commit (wsync_apply_stage): deltas of disjoint parts of one
+ * version, made by wsync_diff, staged one after another and committed
+ * together give the version; dropped instead, they leave the target as it
+ * was; a stage that fails or repeats a path takes back only its own
+ * temps and directories.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +27,7 @@
 #include "apply.h"
 #include "buf.h"
 #include "delta.h"
+#include "diff.h"
 #include "hash.h"
 #include "segment.h"
 #include "tap.h"
@@ -421,6 +428,367 @@ static void test_many_files_on_workers(void)
 	apply_threads = 2;
 }
 
+/* ---- stage then commit ---- */
+
+/* Write rel under dir, making its directories. */
+static void put_file(const char *dir, const char *rel, const char *content)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	for (char *s = strchr(path + strlen(dir) + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		(void)mkdir(path, 0755);
+		*s = '/';
+	}
+	write_file(dir, rel, content);
+}
+
+/* Make dir holding the files of spec ("path=content;...") whose path is
+ * in subset ("path;path;"; NULL: all of them). */
+static void make_tree(const char *dir, const char *spec, const char *subset)
+{
+	char copy[1024], among[1024], *save = NULL;
+
+	(void)mkdir(dir, 0755);
+	snprintf(copy, sizeof(copy), "%s", spec);
+	snprintf(among, sizeof(among), ";%s", subset ? subset : "");
+	for (char *e = strtok_r(copy, ";", &save); e; e = strtok_r(NULL, ";", &save)) {
+		char *eq = strchr(e, '='), want[256];
+
+		*eq = '\0';
+		snprintf(want, sizeof(want), ";%s;", e);
+		if (!subset || strstr(among, want))
+			put_file(dir, e, eq + 1);
+	}
+}
+
+/* One version cut in two parts.  Part 1: a.txt rebuilt, b.txt kept, a new
+ * file in new directories; part 2: sub/c.txt rebuilt, gone/d.txt deleted
+ * (and its directory with it). */
+static const char old_spec[] = "a.txt=alpha;b.txt=bravo;gone/d.txt=delta;sub/c.txt=charlie;";
+static const char new_spec[] = "a.txt=ALPHA!;b.txt=bravo;new/deep/e.txt=echo;sub/c.txt=CHARLIE;";
+static const char part1[] = "a.txt;b.txt;new/deep/e.txt;";
+static const char part2[] = "gone/d.txt;sub/c.txt;";
+
+static char stage_root[64];
+
+/* Under a fresh stage_root: old/ and new/ (the whole version), oldN/ and
+ * newN/ (part N of each), and target/, a copy of old/. */
+static void make_version(void)
+{
+	char dir[128];
+
+	snprintf(stage_root, sizeof(stage_root), "/tmp/test-apply-stage.XXXXXX");
+	if (!mkdtemp(stage_root))
+		stage_root[0] = '\0';
+	snprintf(dir, sizeof(dir), "%s/old", stage_root);
+	make_tree(dir, old_spec, NULL);
+	snprintf(dir, sizeof(dir), "%s/new", stage_root);
+	make_tree(dir, new_spec, NULL);
+	snprintf(dir, sizeof(dir), "%s/target", stage_root);
+	make_tree(dir, old_spec, NULL);
+	for (int k = 1; k <= 2; k++) {
+		snprintf(dir, sizeof(dir), "%s/old%d", stage_root, k);
+		make_tree(dir, old_spec, k == 1 ? part1 : part2);
+		snprintf(dir, sizeof(dir), "%s/new%d", stage_root, k);
+		make_tree(dir, new_spec, k == 1 ? part1 : part2);
+	}
+}
+
+/* listing() of stage_root's sub into out (emptied first). */
+static void list_sub(const char *sub, char *out, size_t len)
+{
+	char dir[128];
+
+	snprintf(dir, sizeof(dir), "%s/%s", stage_root, sub);
+	out[0] = '\0';
+	listing(dir, "", out, len);
+}
+
+/* Stage the delta in fd (closed then) onto stage_root's target/, its
+ * reader freed at once: the staged set must not need it.  r: how making
+ * the delta went. */
+static int stage_fd(int r, int fd, struct wsync_apply_staged **staged,
+		    struct wsync_error *err)
+{
+	struct wsync_apply_opts opts = { .threads = apply_threads };
+	struct wsync_delta_reader *d = NULL;
+	char target[128];
+
+	snprintf(target, sizeof(target), "%s/target", stage_root);
+	if (r == 0)
+		r = wsync_delta_reader_open_fd(fd, &d, err);
+	if (r == 0)
+		r = wsync_apply_stage(d, target, &opts, staged, NULL, err);
+	wsync_delta_reader_free(d);
+	close(fd);
+	return r;
+}
+
+/* Stage the delta from stage_root's old to new (subdirectories), made by
+ * wsync_diff; message in err. */
+static int stage_diff(const char *old, const char *new, struct wsync_apply_staged **staged,
+		      struct wsync_error *err)
+{
+	int fd = memfd_create("delta", MFD_CLOEXEC);
+	char o[128], n[128];
+
+	snprintf(o, sizeof(o), "%s/%s", stage_root, old);
+	snprintf(n, sizeof(n), "%s/%s", stage_root, new);
+	wsync_error_clear(err);
+	return stage_fd(wsync_diff(o, n, fd, NULL, NULL, err), fd, staged, err);
+}
+
+/* How many entries of a listing are temps. */
+static int temps_in(const char *list)
+{
+	int n = 0;
+
+	for (const char *p = strstr(list, ".wsync-"); p; p = strstr(p + 1, ".wsync-"))
+		n++;
+	return n;
+}
+
+/* (a) Two deltas of disjoint parts of one version, staged one after the
+ * other, then committed: the target is the new version, no temp left; on
+ * one to three workers. */
+static void test_stage_two_parts_then_commit(void)
+{
+	char want[4096], got[4096], staged[4096];
+	struct wsync_apply_staged *s = NULL;
+	struct wsync_error err;
+
+	for (unsigned t = 1; t <= 3; t++) {
+		apply_threads = t;
+		make_version();
+		CHECK(stage_diff("old1", "new1", &s, &err) == 0);
+		CHECK(s != NULL);
+		CHECK(stage_diff("old2", "new2", &s, &err) == 0);
+		list_sub("target", staged, sizeof(staged));
+		CHECK(temps_in(staged) == 3);	/* a.txt, e.txt, c.txt wait */
+		CHECK_CONTAINS(staged, "gone/d.txt=delta;");
+		CHECK(wsync_apply_staged_commit(s, &err) == 0);
+		wsync_apply_staged_free(s);
+		s = NULL;
+		list_sub("new", want, sizeof(want));
+		list_sub("target", got, sizeof(got));
+		CHECK_STR(got, want);
+		remove_tree(stage_root);
+	}
+	apply_threads = 2;
+}
+
+/* (b) Staged, then freed without a commit: the target is the old version,
+ * no temp and no directory made for one left -- whichever stage made the
+ * directories (the first makes the set, a later one is merged into it). */
+static void test_stage_then_free(void)
+{
+	char want[4096], got[4096];
+	struct wsync_error err;
+
+	for (int first = 1; first <= 2; first++) {
+		struct wsync_apply_staged *s = NULL;
+
+		make_version();
+		CHECK(stage_diff(first == 1 ? "old1" : "old2", first == 1 ? "new1" : "new2",
+				 &s, &err) == 0);
+		CHECK(stage_diff(first == 1 ? "old2" : "old1", first == 1 ? "new2" : "new1",
+				 &s, &err) == 0);
+		list_sub("target", got, sizeof(got));
+		CHECK_CONTAINS(got, "new/deep/");
+		wsync_apply_staged_free(s);
+		list_sub("old", want, sizeof(want));
+		list_sub("target", got, sizeof(got));
+		CHECK_STR(got, want);
+		remove_tree(stage_root);
+	}
+	wsync_apply_staged_free(NULL);
+}
+
+/* A stage that returned r was refused, -EINVAL with needle in err, and
+ * left target/ as listed in before. */
+static void expect_refused(int r, const struct wsync_error *err, const char *needle,
+			   const char *before)
+{
+	char got[4096];
+
+	CHECK(r == -EINVAL);
+	CHECK_CONTAINS(err->msg, needle);
+	list_sub("target", got, sizeof(got));
+	CHECK_STR(got, before);
+}
+
+/* A fresh version (make_version) with part 1 staged into *s, and
+ * target/ then listed into before. */
+static void stage_part1(struct wsync_apply_staged **s, char *before, size_t len)
+{
+	struct wsync_error err;
+
+	make_version();
+	CHECK(stage_diff("old1", "new1", s, &err) == 0);
+	list_sub("target", before, len);
+}
+
+/* (c) A path staged twice, or a file of one delta that is a directory in
+ * another: -EINVAL before anything is written, and what was staged stays
+ * and commits. */
+static void test_stage_path_twice(void)
+{
+	char before[4096], got[4096], dir[128];
+	struct wsync_apply_staged *s = NULL;
+	struct wsync_error err;
+
+	stage_part1(&s, before, sizeof(before));
+	expect_refused(stage_diff("old1", "new1", &s, &err), &err, "a.txt: staged already",
+		       before);
+
+	/* "new" is a directory of part 1's new/deep/e.txt: a file here */
+	snprintf(dir, sizeof(dir), "%s/empty", stage_root);
+	make_tree(dir, "", NULL);
+	snprintf(dir, sizeof(dir), "%s/clash", stage_root);
+	make_tree(dir, "new=a file;", NULL);
+	expect_refused(stage_diff("empty", "clash", &s, &err), &err,
+		       "names new both as a file and as a directory (of new/deep/e.txt)",
+		       before);
+
+	CHECK(wsync_apply_staged_commit(s, &err) == 0);
+	list_sub("target", got, sizeof(got));
+	CHECK_STR(got, "a.txt=ALPHA!;b.txt=bravo;gone/;gone/d.txt=delta;new/;new/deep/;"
+		  "new/deep/e.txt=echo;sub/;sub/c.txt=charlie;");
+	/* committed: nothing more to stage or commit */
+	CHECK(wsync_apply_staged_commit(s, &err) == -EINVAL);
+	CHECK(stage_diff("old2", "new2", &s, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "committed already");
+	wsync_apply_staged_free(s);
+	remove_tree(stage_root);
+}
+
+/* Stage files (build_delta's) onto stage_root's target/. */
+static int stage_built(const struct fdesc *files, size_t n, struct wsync_apply_staged **staged,
+		       struct wsync_error *err)
+{
+	int fd = memfd_create("delta", MFD_CLOEXEC);
+
+	wsync_error_clear(err);
+	return stage_fd(build_delta(files, n, fd), fd, staged, err);
+}
+
+/* (d) A stage that fails -- a rebuilt file that does not match, after a
+ * new file in new directories was built; a base that does not match --
+ * removes its own temps and directories, and the earlier stage's stay
+ * and commit. */
+static void test_stage_failure_keeps_earlier(void)
+{
+	static const struct fdesc forged[] = {
+		{ .path = "more/x/f.txt", .base = NULL, .target = "foxtrot" },
+		{ .path = "sub/c.txt", .base = "charlie", .target = "CHARLIE", .forge_hash = true },
+	};
+	char before[4096], got[4096], dir[128];
+	struct wsync_apply_staged *s = NULL;
+	struct wsync_error err;
+
+	stage_part1(&s, before, sizeof(before));
+	expect_refused(stage_built(forged, 2, &s, &err), &err,
+		       "sub/c.txt: the rebuilt file does not match", before);
+
+	/* the target's sub/c.txt is not part 2's base */
+	snprintf(dir, sizeof(dir), "%s/target", stage_root);
+	write_file(dir, "sub/c.txt", "chArlie");
+	list_sub("target", before, sizeof(before));
+	expect_refused(stage_diff("old2", "new2", &s, &err), &err,
+		       "sub/c.txt: base does not match the delta", before);
+	CHECK(temps_in(before) == 2);	/* part 1's a.txt and e.txt */
+
+	CHECK(wsync_apply_staged_commit(s, &err) == 0);
+	wsync_apply_staged_free(s);
+	list_sub("target", got, sizeof(got));
+	CHECK_STR(got, "a.txt=ALPHA!;b.txt=bravo;gone/;gone/d.txt=delta;new/;new/deep/;"
+		  "new/deep/e.txt=echo;sub/;sub/c.txt=chArlie;");
+	remove_tree(stage_root);
+}
+
+/* (e) KEEP and DELETE records are staged and listed, in path order across
+ * both deltas, with their op, size and hash; the commit removes the
+ * deleted file and the directory it leaves empty. */
+static void test_stage_lists_keep_and_delete(void)
+{
+	static const struct {
+		const char *path;
+		enum wsync_delta_op op;
+		const char *content;	/* whose size and hash */
+	} want[] = {
+		{ "a.txt", WSYNC_DELTA_WRITE, "ALPHA!" },
+		{ "b.txt", WSYNC_DELTA_KEEP, "bravo" },
+		{ "gone/d.txt", WSYNC_DELTA_DELETE, "delta" },	/* the base's hash */
+		{ "new/deep/e.txt", WSYNC_DELTA_WRITE, "echo" },
+		{ "sub/c.txt", WSYNC_DELTA_WRITE, "CHARLIE" },
+	};
+	const struct wsync_apply_staged_file *f;
+	struct wsync_apply_staged *s = NULL;
+	struct wsync_error err;
+	char got[4096];
+	size_t n;
+
+	make_version();
+	/* part 2 first: the listing is sorted whatever the order of stages */
+	CHECK(stage_diff("old2", "new2", &s, &err) == 0);
+	CHECK(stage_diff("old1", "new1", &s, &err) == 0);
+	f = wsync_apply_staged_files(s, &n);
+	CHECK_EQ_U64(n, 5);
+	for (size_t i = 0; i < n && i < 5; i++) {
+		struct wsync_hash128 h;
+		bool gone = want[i].op == WSYNC_DELTA_DELETE;
+
+		wsync_hash_mem(want[i].content, strlen(want[i].content), &h);
+		CHECK_STR(f[i].path, want[i].path);
+		CHECK_EQ_U64(f[i].op, want[i].op);
+		CHECK_EQ_U64(f[i].size, gone ? 0 : strlen(want[i].content));
+		CHECK(wsync_hash_equal(&f[i].hash, &h));
+	}
+	CHECK(wsync_apply_staged_files(NULL, &n) == NULL && n == 0);
+	CHECK(wsync_apply_staged_commit(s, &err) == 0);
+	wsync_apply_staged_free(s);
+	list_sub("target", got, sizeof(got));
+	CHECK(strstr(got, "gone") == NULL);
+	CHECK_STR(got, "a.txt=ALPHA!;b.txt=bravo;new/;new/deep/;new/deep/e.txt=echo;sub/;"
+		  "sub/c.txt=CHARLIE;");
+	remove_tree(stage_root);
+}
+
+/* Staging is in place, into one directory: an out_dir, a file target or
+ * another directory than the first stage's is -EINVAL, nothing staged. */
+static void test_stage_refuses_other_targets(void)
+{
+	struct wsync_apply_opts opts = { .threads = 1 };
+	struct wsync_apply_staged *s = NULL;
+	struct wsync_delta_reader *d = NULL;
+	int fd = memfd_create("delta", MFD_CLOEXEC);
+	char old[128], new[128], out[128];
+	struct wsync_error err;
+
+	make_version();
+	snprintf(old, sizeof(old), "%s/old1", stage_root);
+	snprintf(new, sizeof(new), "%s/new1", stage_root);
+	snprintf(out, sizeof(out), "%s/out", stage_root);
+	CHECK(wsync_diff(old, new, fd, NULL, NULL, &err) == 0);
+	CHECK(wsync_delta_reader_open_fd(fd, &d, &err) == 0);
+	opts.out_dir = out;
+	CHECK(wsync_apply_stage(d, old, &opts, &s, NULL, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "in place only");
+	opts.out_dir = NULL;
+	snprintf(out, sizeof(out), "%s/old1/a.txt", stage_root);
+	CHECK(wsync_apply_stage(d, out, &opts, &s, NULL, &err) == -EINVAL);
+	CHECK(s == NULL);
+	CHECK(stage_diff("old2", "new2", &s, &err) == 0);
+	CHECK(wsync_apply_stage(d, old, &opts, &s, NULL, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "not the directory of the files staged before");
+	wsync_apply_staged_free(s);
+	wsync_delta_reader_free(d);
+	close(fd);
+	remove_tree(stage_root);
+}
+
 int main(void)
 {
 	TEST(test_good_delta_applies);
@@ -432,5 +800,11 @@ int main(void)
 	TEST(test_file_and_directory_of_same_name);
 	TEST(test_out_dir);
 	TEST(test_many_files_on_workers);
+	TEST(test_stage_two_parts_then_commit);
+	TEST(test_stage_then_free);
+	TEST(test_stage_path_twice);
+	TEST(test_stage_failure_keeps_earlier);
+	TEST(test_stage_lists_keep_and_delete);
+	TEST(test_stage_refuses_other_targets);
 	return tap_done();
 }
