@@ -758,6 +758,8 @@ static const struct config_key config_keys[] = {
 	KEY("subscriber", "notify_url", parse_notify_url, format_string, notify_url,
 	    .flags = KEY_OPTIONAL),
 	KEY("subscriber", "layout", parse_layout, format_layout, layout),
+	KEY("subscriber", "ahead_max", parse_size, format_size, ahead_max,
+	    .min = 0, .max = 1ull << 50),
 	KEY("subscriber", "include", parse_globs, format_string, sub_include, .max = 4096),
 	KEY("subscriber", "exclude", parse_globs, format_string, sub_exclude, .max = 4096,
 	    .flags = KEY_EMPTY_OK),
@@ -1421,6 +1423,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->keep_anchors = 2;
 	cfg->gc_grace_ms = 600000;
 	cfg->chunk_size = 16 * MiB;
+	cfg->ahead_max = 16ull << 30;
 	cfg->poll_interval_ms = 2000;
 	cfg->on_apply_timeout_ms = 60000;
 	/* [store]: the same defaults as store.h's wsync_store_options */

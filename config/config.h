@@ -109,6 +109,8 @@ struct wsync_config {
 	/* [subscriber] */
 	char *target_dir;	/* required for role=subscriber */
 	uint64_t poll_interval_ms; /* default 2s; 100ms..1d */
+	uint64_t ahead_max;	/* bytes of a version in flight fetched and built
+				 * before its commit; default 16 GiB; 0: none */
 	char *verify_key;	/* Ed25519 public key (PEM), optional */
 	uint64_t max_head_age_ms; /* 0 (default): off; else warn when HEAD is older */
 	char *on_apply;		/* /bin/sh -c command after each applied version, optional */

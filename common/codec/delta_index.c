@@ -95,6 +95,7 @@ struct wsync_delta_indexer {
 	struct wsync_manifest_file *targets;
 	size_t n_targets, targets_cap;
 	struct wsync_sha256 *chunk;	/* of the bytes since the last cut */
+	uint64_t segs_left;		/* SEGMENT records the last FILE record announces, to come */
 	uint64_t chunk_start;
 	bool started, done;
 };
@@ -208,10 +209,13 @@ static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
 				wsync_error_prefix(&x->err, "%s", p->what);
 			else
 				r = add_target(x, &df);
+			x->segs_left = df.n_segments;
 		}
 		free(payload);
 	} else if (type == WSYNC_DELTA_REC_SEGMENT && x->f) {
 		r = take(p, NULL, len);
+		if (x->segs_left)
+			x->segs_left--;
 	} else if (type == WSYNC_DELTA_REC_END) {
 		x->done = true;
 		return take(p, NULL, len);
@@ -256,6 +260,13 @@ int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 	if (r < 0)
 		*err = x->err;
 	return r;
+}
+
+const struct wsync_manifest_index *wsync_delta_indexer_index(const struct wsync_delta_indexer *x,
+							     bool *last_whole)
+{
+	*last_whole = x->done || x->segs_left == 0;
+	return x->ix;
 }
 
 uint64_t wsync_delta_indexer_offset(const struct wsync_delta_indexer *x)

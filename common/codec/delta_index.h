@@ -17,6 +17,7 @@
 #ifndef WSYNC_DELTA_INDEX_H
 #define WSYNC_DELTA_INDEX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -72,6 +73,11 @@ int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer
 			    struct wsync_error *err);
 int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 				struct wsync_error *err);
+/* The index so far; *last_whole: its last file's records are all taken
+ * (as many SEGMENT records as its FILE record announces).  Valid until
+ * the next call. */
+const struct wsync_manifest_index *wsync_delta_indexer_index(const struct wsync_delta_indexer *x,
+							     bool *last_whole);
 /* Bytes taken so far: whole records, the chunk being cut ends there. */
 uint64_t wsync_delta_indexer_offset(const struct wsync_delta_indexer *x);
 int wsync_delta_indexer_cut(struct wsync_delta_indexer *x, struct wsync_delta_chunk *c,

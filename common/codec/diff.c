@@ -63,7 +63,7 @@
  * files queued (see pool_kick). */
 #define LONG_READ (4u << 20)
 /* opts->progress: every this many bytes of delta at most */
-#define PROGRESS_STEP (1u << 20)
+#define PROGRESS_STEP (64u << 10)
 
 /* ---- listing the trees ---- */
 

@@ -951,6 +951,9 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 	if (getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"))
 		p->test_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"),
 						     NULL, 10) % 60000;
+	if (getenv("WSYNC_TEST_CHUNK_PAUSE_MS"))
+		p->test_chunk_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_CHUNK_PAUSE_MS"),
+							   NULL, 10) % 60000;
 	if (getenv("WSYNC_TEST_COMMIT_PAUSE_MS"))
 		p->test_commit_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_COMMIT_PAUSE_MS"),
 							    NULL, 10) % 60000;

@@ -256,6 +256,8 @@ static int cut_chunk(struct coding *c)
 	c->chunks->c[c->chunks->n++] = ch;
 	pthread_mutex_unlock(&s->mu);
 	uv_async_send(c->j->stream->wake);
+	if (s->pause_ms)	/* tests: a slow encoder, for subscribers to build ahead of */
+		(void)usleep(s->pause_ms * 1000u);
 	return 0;
 }
 

@@ -55,6 +55,7 @@ struct pubjob_stream {
 	pthread_mutex_t mu;
 	uv_async_t *wake;
 	uint64_t chunk_size;		/* at least this (and 1/512 of what came before) */
+	unsigned pause_ms;		/* tests: sleep this long after each cut */
 	struct pubjob_chunks role[2];
 };
 

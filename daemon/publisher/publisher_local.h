@@ -139,6 +139,7 @@ struct wsync_publisher {
 	bool inplace;
 	unsigned test_pause_ms;		/* $WSYNC_TEST_SNAPSHOT_PAUSE_MS (tests only) */
 	unsigned test_commit_pause_ms;	/* $WSYNC_TEST_COMMIT_PAUSE_MS (tests only) */
+	unsigned test_chunk_pause_ms;	/* $WSYNC_TEST_CHUNK_PAUSE_MS (tests only) */
 
 	/* One-shot (`wsync publish`): publish once_dir, report, publish no more. */
 	char *once_dir;

@@ -56,6 +56,7 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 	pb->stream_on = true;
 	pb->stream.wake = &p->stream_wake;
 	pb->stream.chunk_size = p->cfg->chunk_size;
+	pb->stream.pause_ms = p->test_chunk_pause_ms;
 	pb->job.stream = &pb->stream;
 	return 0;
 }

@@ -651,7 +651,9 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 
 static void up_to_date(struct wsync_subscriber *s)
 {
-	/* Nothing to fetch: look at the target cheaply, then idle. */
+	/* Nothing to fetch: build what NEXT announces; look at the target
+	 * cheaply, then idle. */
+	sub_ahead_poll(s);
 	if (s->local.version > 0) {
 		run_check(s, true);
 		return;
@@ -1149,10 +1151,15 @@ static void on_timer_closed(uv_handle_t *h)
 	s->d->stopped(s->d);
 }
 
+void sub_maybe_stopped(struct wsync_subscriber *s)
+{
+	maybe_stopped(s);
+}
+
 static void maybe_stopped(struct wsync_subscriber *s)
 {
 	if (!s->stopping || s->closing || s->check_job_running ||
-	    (s->c && s->c->job_running) || sub_hooks_busy(&s->hooks))
+	    (s->c && s->c->job_running) || sub_hooks_busy(&s->hooks) || sub_ahead_busy(s))
 		return;
 	cycle_free(s->c);
 	s->c = NULL;
@@ -1192,7 +1199,7 @@ void wsync_subscriber_stop(struct wsync_subscriber *s)
 			 s->c->steps[s->c->next_apply].version);
 	/* From the loop, never from inside the caller. */
 	if (s->timer_init && !s->check_job_running && !(s->c && s->c->job_running) &&
-	    !sub_hooks_busy(&s->hooks)) {
+	    !sub_hooks_busy(&s->hooks) && !sub_ahead_busy(s)) {
 		s->closing = true;
 		cycle_free(s->c);
 		s->c = NULL;
@@ -1207,6 +1214,7 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	for (struct req *q = s->reqs; q; q = q->next)
 		q->s = NULL;
 	cycle_free(s->c);
+	sub_ahead_free(s);
 	sub_local_free(&s->local);
 	wsync_sign_key_free(s->verify);
 	wsync_file_filter_free(&s->filter);

@@ -381,6 +381,147 @@ static int delete_dropped(struct sub_apply_job *j, int root,
 	return 0;
 }
 
+/* ---- building ahead of the commit (subscriber_ahead.c) ---- */
+
+/*
+ * A delta of the whole FILE records [from, to) of the object in in (its
+ * head first, an END record counting them last), written to part_path
+ * and opened; the caller frees *d, then closes *fd (the reader reads
+ * through it).  The records come from chunks each checked against the
+ * SHA-256 that a signed NEXT or manifest gives.
+ */
+static int open_part(int in, uint64_t from, uint64_t to, const char *part_path,
+		     struct wsync_delta_reader **d, int *fdp, struct wsync_error *err)
+{
+	struct wsync_buf b = { 0 };
+	int fd, r;
+
+	*d = NULL;
+	*fdp = fd = open(part_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", part_path, strerror(errno));
+	r = copy_range(in, 0, fd, 0, WSYNC_DELTA_PREAMBLE_LEN, &b);
+	if (r == 0)
+		r = copy_range(in, from, fd, WSYNC_DELTA_PREAMBLE_LEN, to - from, &b);
+	wsync_buf_free(&b);
+	if (r < 0)
+		r = wsync_error_set(err, r, "%s: %s", part_path, strerror(-r));
+	if (r == 0)
+		r = wsync_delta_end_partial(fd, WSYNC_DELTA_PREAMBLE_LEN + to - from, err);
+	if (r == 0)
+		r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, d, err);
+	(void)unlink(part_path);	/* open: gone once closed */
+	return r;
+}
+
+/* Records [from, to) of the object in in: their files built and staged
+ * beside their destinations in dir (each checked against its hash). */
+static int stage_part(int in, uint64_t from, uint64_t to, const char *part_path,
+		      const char *dir, const struct wsync_apply_opts *ao,
+		      struct wsync_apply_staged **staged, struct wsync_apply_stats *stats,
+		      bool *verify_failed, struct wsync_error *err)
+{
+	struct wsync_delta_reader *d;
+	uint64_t need = 0;
+	int fd, r = open_part(in, from, to, part_path, &d, &fd, err);
+
+	if (r == -EINVAL)
+		*verify_failed = true;
+	if (r < 0) {
+		if (fd >= 0)
+			(void)close(fd);
+		return r;
+	}
+	for (size_t i = 0; i < d->n_files; i++)
+		if (d->files[i].file.op == WSYNC_DELTA_WRITE)
+			need += d->files[i].file.target_size;
+	r = sub_space_check(dir, need, "the files built ahead", err);
+	if (r == 0)
+		r = wsync_apply_stage(d, dir, ao, staged, stats, err);
+	if (r == -EINVAL)
+		*verify_failed = true;
+	wsync_delta_reader_free(d);
+	(void)close(fd);
+	return r;
+}
+
+void sub_ahead_build_work(void *data)
+{
+	struct sub_ahead_build *j = data;
+	struct wsync_apply_opts ao = { .threads = j->threads, .memory_limit = j->memory_limit };
+	int in = open(j->object_path, O_RDONLY | O_CLOEXEC);
+
+	wsync_error_clear(&j->err);
+	j->verify_failed = false;
+	if (in < 0) {
+		j->r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
+		return;
+	}
+	j->r = stage_part(in, j->from, j->to, j->part_path, j->target_dir, &ao, j->staged,
+			  &j->stats, &j->verify_failed, &j->err);
+	(void)close(in);
+}
+
+/* The staged files are exactly what d (the whole object) makes of the
+ * target: each FILE record's path, operation and result. */
+static int check_staged(struct sub_apply_job *j, const struct wsync_delta_reader *d)
+{
+	size_t n;
+	const struct wsync_apply_staged_file *sf = wsync_apply_staged_files(*j->staged, &n);
+
+	if (n != d->n_files)
+		return wsync_error_set(&j->err, -EINVAL, "%zu files built for a delta of %zu",
+				       n, d->n_files);
+	for (size_t i = 0; i < n; i++) {
+		const struct wsync_delta_file *f = &d->files[i].file;
+
+		if (strcmp(sf[i].path, f->path) != 0 || sf[i].op != f->op ||
+		    (f->op != WSYNC_DELTA_DELETE &&
+		     (sf[i].size != f->target_size || !wsync_hash_equal(&sf[i].hash,
+									 &f->target_hash))))
+			return wsync_error_set(&j->err, -EINVAL, "%s: what was built ahead is "
+					       "not what the version makes", f->path);
+	}
+	return 0;
+}
+
+/* The commit of a version built ahead: what is not built yet (records
+ * from staged_upto to the END record), then every temp renamed in. */
+static int apply_staged(struct sub_apply_job *j, int fd, const struct wsync_delta_reader *d,
+			const struct wsync_apply_opts *ao)
+{
+	struct stat st;
+	uint64_t end;
+	char part[4096];
+	int r;
+
+	if (fstat(fd, &st) < 0)
+		return wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
+	end = (uint64_t)st.st_size - WSYNC_DELTA_RECORD_HEADER_LEN - WSYNC_DELTA_END_LEN;
+	snprintf(part, sizeof(part), "%s.rest", j->object_path);
+	if (j->staged_upto < end) {
+		r = stage_part(fd, j->staged_upto, end, part, j->target_dir, ao, j->staged,
+			       &j->stats, &j->verify_failed, &j->err);
+		if (r < 0)
+			return r;
+	}
+	r = check_staged(j, d);
+	if (r < 0) {
+		j->verify_failed = true;
+		return r;
+	}
+	j->stats.files = d->n_files;
+	j->stats.written = j->stats.kept = j->stats.deleted = 0;
+	for (size_t i = 0; i < d->n_files; i++) {
+		enum wsync_delta_op op = d->files[i].file.op;
+
+		j->stats.written += op == WSYNC_DELTA_WRITE;
+		j->stats.kept += op == WSYNC_DELTA_KEEP;
+		j->stats.deleted += op == WSYNC_DELTA_DELETE;
+	}
+	return wsync_apply_staged_commit(*j->staged, &j->err);
+}
+
 /* 5. and the new state's file list. */
 static int check_result(struct sub_apply_job *j, int root)
 {
@@ -511,6 +652,13 @@ void sub_apply_work(void *data)
 	if (r < 0)
 		goto out;
 
+	if (j->staged) {
+		double t0 = wsync_monotonic_seconds();
+
+		r = apply_staged(j, fd, d, &ao);
+		j->stats.seconds = wsync_monotonic_seconds() - t0;
+		goto applied;
+	}
 	{
 		uint64_t need = 0;
 		char what[64];
@@ -540,6 +688,7 @@ void sub_apply_work(void *data)
 				wsync_error_prefix(&j->err, "the target was damaged (%s)", why);
 		}
 	}
+applied:
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r < 0)

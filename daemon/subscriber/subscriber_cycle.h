@@ -69,6 +69,10 @@ struct step {
 	int fd;				/* -1: none open */
 	unsigned chunks_left;
 	uint64_t bytes;			/* to download for this step */
+	/* built ahead of the commit (subscriber_ahead.c): the object's
+	 * first ahead_from bytes are in path already */
+	bool ahead;
+	uint64_t ahead_from;
 };
 
 struct cycle {
@@ -92,7 +96,8 @@ struct cycle {
 	struct sub_apply_job job;
 };
 
-enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT, RQ_RANGE };
+enum req_kind { RQ_HEAD, RQ_HEAD_MANIFEST, RQ_MANIFEST, RQ_OBJECT, RQ_RANGE, RQ_NEXT,
+		RQ_AHEAD };
 
 /* A store request in flight.  stop() detaches them (s = NULL): their
  * callbacks then only free the record (the store ends them with
@@ -137,6 +142,9 @@ struct wsync_subscriber {
 	struct req *reqs;
 	struct cycle *c;
 	bool check_job_running;		/* a CHECK or start-up job on the jobs thread */
+	struct sub_ahead *ahead;	/* a version built ahead (subscriber_ahead.c) */
+	char *next_etag;		/* of the last NEXT dealt with */
+	bool next_inflight;
 
 	struct sub_local local;		/* what target_dir holds */
 	char *etag;			/* of the last HEAD fully dealt with */
@@ -212,6 +220,25 @@ static inline struct mslot *sub_slot(struct cycle *c, uint64_t v)
 void sub_cycle_fail(struct wsync_subscriber *s);
 void sub_end_cycle(struct wsync_subscriber *s);
 
+/* Stopping: close once nothing runs any more. */
+void sub_maybe_stopped(struct wsync_subscriber *s);
+
+/* ---- subscriber_ahead.c ---- */
+
+/* Idle and up to date: read NEXT, build the version it announces. */
+void sub_ahead_poll(struct wsync_subscriber *s);
+/* Does step st (the first of a plan) take what was built ahead?  Then its
+ * path is the object so far and ahead_from how much of it there is. */
+bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st);
+/* A build job is running (the commit's apply waits for it). */
+bool sub_ahead_busy(const struct wsync_subscriber *s);
+/* The apply job of the claiming step: the staged temps. */
+void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j);
+/* That step is over (committed, or failed): what is left goes. */
+void sub_ahead_done(struct wsync_subscriber *s);
+void sub_ahead_drop(struct wsync_subscriber *s, const char *why);
+void sub_ahead_free(struct wsync_subscriber *s);
+
 /* ---- subscriber_plan.c ---- */
 
 /* Called whenever no manifest fetch of the cycle is in flight: fetch the
@@ -226,5 +253,7 @@ void sub_decide(struct wsync_subscriber *s);
  * HEAD.  Check the room for it, request every object at once (the store
  * caps what is in flight), apply the steps in order as they arrive. */
 void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t from);
+/* Apply the next step if its object is there and nothing else runs. */
+void sub_try_apply(struct wsync_subscriber *s);
 
 #endif

@@ -238,6 +238,11 @@ struct sub_apply_job {
 	const struct wsync_manifest_range *const *sel;
 	size_t n_sel;
 	const bool *piece_ok;		/* per piece, the head first: checked already */
+	/* a version built ahead (subscriber_ahead.c): the records of the
+	 * object before staged_upto are built in *staged; the job builds the
+	 * rest and renames everything in (in place, a delta) */
+	struct wsync_apply_staged **staged;
+	uint64_t staged_upto;
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
 	char *version_dir;		/* symlink layout: target_dir.v<N> (owned) */
 	void *owner;			/* the caller's, for the done callback */
@@ -254,6 +259,26 @@ struct sub_apply_job {
 
 /* The job's work function (jobs.h): everything in one go, state last. */
 void sub_apply_work(void *data);
+
+/* Building ahead of a commit: the files of the whole FILE records
+ * [from, to) of the object at object_path (whose chunks were checked
+ * against a signed NEXT), built and verified, added to *staged. */
+struct sub_ahead_build {
+	const char *target_dir;
+	const char *object_path;
+	const char *part_path;		/* scratch: the records as a delta */
+	uint64_t from, to;
+	unsigned threads;
+	uint64_t memory_limit;
+	struct wsync_apply_staged **staged;
+	void *owner;
+	int r;
+	bool verify_failed;
+	struct wsync_error err;
+	struct wsync_apply_stats stats;
+};
+
+void sub_ahead_build_work(void *data);
 
 /* ---- .wsync/ and free space (subscriber_state.c) ---- */
 

@@ -22,7 +22,6 @@
 #include "log.h"
 #include "subscriber_cycle.h"
 
-static void try_apply(struct wsync_subscriber *s);
 
 static void on_job_done(void *data, bool cancelled)
 {
@@ -79,28 +78,32 @@ static void on_job_done(void *data, bool cancelled)
 	j->object_path = NULL;
 	free(j->version_dir);
 	j->version_dir = NULL;
+	if (j->staged) {
+		j->staged = NULL;
+		sub_ahead_done(s);
+	}
 	if (s->stopping || c->failed || c->next_apply == c->n_steps) {
 		sub_end_cycle(s);
 		return;
 	}
 	sub_update_status(s);
-	try_apply(s);
+	sub_try_apply(s);
 }
 
 static void object_failed(struct wsync_subscriber *s, struct step *st,
 			  struct wsync_store_result *res);
 
-static void try_apply(struct wsync_subscriber *s)
+void sub_try_apply(struct wsync_subscriber *s)
 {
 	struct cycle *c = s->c;
 	struct step *st;
 	struct sub_apply_job *j = &c->job;
 	int r;
 
-	if (c->job_running || c->failed || s->stopping || c->next_apply >= c->n_steps)
+	if (!c || c->job_running || c->failed || s->stopping || c->next_apply >= c->n_steps)
 		return;
 	st = &c->steps[c->next_apply];
-	if (!st->downloaded)
+	if (!st->downloaded || (st->ahead && sub_ahead_busy(s)))
 		return;
 	memset(j, 0, sizeof(*j));
 	j->target_dir = s->cfg->target_dir;
@@ -115,6 +118,8 @@ static void try_apply(struct wsync_subscriber *s)
 	j->prev = &s->local;
 	j->owner = s;
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
+	if (st->ahead)
+		sub_ahead_fill_job(s, j);
 	if (s->partial) {
 		j->filter = &s->filter;
 		j->include = s->include;
@@ -179,7 +184,7 @@ static void on_object(struct wsync_store_result *res, void *userdata)
 			return;
 		}
 		sub_update_status(s);
-		try_apply(s);
+		sub_try_apply(s);
 		return;
 	}
 	object_failed(s, st, res);
@@ -337,7 +342,7 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 			st->fd = -1;
 			st->downloaded = true;
 			sub_update_status(s);
-			try_apply(s);
+			sub_try_apply(s);
 			return;
 		}
 		if (c->failed)
@@ -460,16 +465,25 @@ static int fetch_by_file(struct wsync_subscriber *s, size_t i)
 	return r;
 }
 
-/* A whole object stored in chunks: every byte, into its file; the job
- * checks it against its SHA-256 (which the manifest gives with chunks). */
+/* A whole object stored in chunks: every byte from ahead_from (what was
+ * fetched ahead of the commit is there already), into its file; the job
+ * checks it all against its SHA-256 (which the manifest gives with
+ * chunks). */
 static int fetch_chunks(struct wsync_subscriber *s, size_t i)
 {
 	struct step *st = &s->c->steps[i];
+	uint64_t from = st->ahead ? st->ahead_from : 0;
 
-	st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	st->fd = open(st->path, O_RDWR | O_CREAT | O_CLOEXEC | (st->ahead ? 0 : O_TRUNC), 0600);
 	if (st->fd < 0)
 		return -errno;
-	return request_unchecked(s, i, 0, st->obj->ref.size, 0, 0);
+	if (from == st->obj->ref.size) {
+		(void)close(st->fd);
+		st->fd = -1;
+		st->downloaded = true;
+		return 0;
+	}
+	return request_unchecked(s, i, from, st->obj->ref.size - from, from, 0);
 }
 
 /* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
@@ -522,6 +536,19 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		struct req *q;
 		int r;
 
+		if (i == 0 && !st->sel && st->obj->n_chunks && sub_ahead_claim(s, st)) {
+			c->bytes_total -= st->ahead_from;
+			r = fetch_chunks(s, i);
+			if (r < 0) {
+				sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key,
+					      strerror(-r));
+				sub_cycle_fail(s);
+				return;
+			}
+			continue;
+		}
+		if (i == 0)
+			sub_ahead_drop(s, "not built on: the plan does not take it");
 		st->path = wsync_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
 		if (st->path && (st->sel || st->obj->n_chunks)) {
 			r = st->sel ? fetch_by_file(s, i) : fetch_chunks(s, i);
@@ -552,5 +579,6 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		c->inflight++;
 	}
 	sub_update_status(s);
+	sub_try_apply(s);	/* a step built ahead may have everything already */
 }
 

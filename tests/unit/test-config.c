@@ -1290,6 +1290,7 @@ static void test_foreach_key(void)
 		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },
 		{ "subscriber", "notify_url", 0 }, { "subscriber", "layout", 0 },
 		{ "subscriber", "include", 0 }, { "subscriber", "exclude", 0 },
+		{ "subscriber", "ahead_max", 0 },
 		{ NULL, NULL, 0 },
 	};
 	size_t n = sizeof(keys) / sizeof(keys[0]) - 1;

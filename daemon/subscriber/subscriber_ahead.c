@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * subscriber_ahead.c -- building a version before it is committed
+ * (subscriber_cycle.h).
+ *
+ * A publisher that uploads in chunks announces the version it is coding
+ * in NEXT (BUCKET.md §4.1), signed as HEAD is.  Up to date and idle, the
+ * subscriber reads NEXT at each poll; when it names the version after its
+ * own, as a delta from it, the subscriber fetches the chunks listed, one
+ * after another, each checked against the SHA-256 NEXT gives, into
+ * downloads/ahead-<V>.wsd, and builds the files whose records are whole
+ * on the jobs thread (sub_ahead_build_work): each temp beside its
+ * destination, checked against the hash its FILE record gives, nothing
+ * renamed.
+ *
+ * When HEAD names that version, the plan's first step claims what was
+ * built (sub_ahead_claim) if the signed manifest confirms it -- the same
+ * flight id, the same chunks with the same SHA-256 -- fetches the rest,
+ * and the apply job builds the remaining files and renames them all in
+ * at once (sub_apply_work): all or nothing, as without NEXT.  Dropped,
+ * temps and all (sub_ahead_drop says why in the journal): what a manifest
+ * does not confirm, a version that NEXT or HEAD passes by, a NEXT whose
+ * flight changes (a publisher that restarted and reuses the number for
+ * another checkpoint), a chunk that does not match, a NEXT refused by
+ * the verify key.  A stopped or killed subscriber leaves temps that the
+ * next start removes (sub_remove_stray_temps).
+ *
+ * Bounds: ahead_max bytes of object fetched ahead; one request of at most
+ * AHEAD_RANGE bytes in flight; the build job's memory is the apply's
+ * (memory_limit); on disk, the temps take what an apply's take.
+ *
+ * Full subscribers with layout = inplace only: a partial one fetches
+ * only its files' records after the commit, and the symlink layout builds
+ * a whole version directory.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "delta.h"
+#include "delta_index.h"
+#include "io.h"
+#include "log.h"
+#include "subscriber_cycle.h"
+
+#define AHEAD_RANGE (8ull << 20)
+
+struct sub_ahead {
+	uint64_t version;
+	int64_t step;
+	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
+	struct wsync_manifest_chunk *chunks;	/* as NEXT lists them (keys owned) */
+	size_t n_chunks, cap;
+	size_t done;			/* chunks in the file, checked */
+	uint64_t size;			/* their bytes */
+	uint64_t got;			/* of chunk done, fetched so far */
+	struct wsync_sha256 *sha;	/* of chunk done so far */
+	bool fetching, capped;
+	char *path, *part_path;
+	int fd;
+	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
+	size_t built;			/* files of its index built */
+	uint64_t staged_upto;		/* object bytes whose files are built */
+	struct wsync_apply_staged *staged;
+	struct sub_ahead_build job;
+	size_t job_files;		/* files the running job builds up to */
+	bool job_running;
+	bool claimed;			/* a step of the cycle took it */
+	bool dropped;			/* drop once the job is back */
+	uint64_t bytes_built;
+	uint64_t t0;
+};
+
+bool sub_ahead_busy(const struct wsync_subscriber *s)
+{
+	return s->ahead && s->ahead->job_running;
+}
+
+static void ahead_free(struct sub_ahead *a)
+{
+	for (size_t k = 0; k < a->n_chunks; k++)
+		free(a->chunks[k].key);
+	free(a->chunks);
+	wsync_sha256_free(a->sha);
+	wsync_delta_indexer_free(a->x);
+	wsync_apply_staged_free(a->staged);	/* the temps not renamed in */
+	if (a->fd >= 0)
+		(void)close(a->fd);
+	if (a->path)
+		(void)unlink(a->path);
+	free(a->path);
+	free(a->part_path);
+	free(a);
+}
+
+/* Forget what was built ahead (now, or once the running job is back). */
+static void release(struct wsync_subscriber *s)
+{
+	struct sub_ahead *a = s->ahead;
+
+	if (!a)
+		return;
+	if (a->job_running) {
+		a->dropped = true;
+		return;
+	}
+	ahead_free(a);
+	s->ahead = NULL;
+}
+
+void sub_ahead_drop(struct wsync_subscriber *s, const char *why)
+{
+	struct sub_ahead *a = s->ahead;
+
+	if (!a || a->dropped)
+		return;
+	log_info("version %" PRIu64 ": dropping what was built ahead (%zu files, %" PRIu64
+		 " bytes fetched): %s", a->version, a->built, a->size + a->got, why);
+	release(s);
+}
+
+void sub_ahead_free(struct wsync_subscriber *s)
+{
+	if (s->ahead)
+		s->ahead->job_running = false;	/* the jobs thread is gone */
+	release(s);
+	free(s->next_etag);
+	s->next_etag = NULL;
+}
+
+/* ---- building ---- */
+
+static void build_done(void *data, bool cancelled);
+
+/* Build the files whose records are all in the file and not built yet. */
+static void build(struct wsync_subscriber *s)
+{
+	struct sub_ahead *a = s->ahead;
+	const struct wsync_manifest_index *ix;
+	struct wsync_error err = { 0 };
+	size_t whole;
+	bool last_whole;
+	int r;
+
+	if (!a || a->job_running || a->claimed || a->dropped || s->stopping)
+		return;
+	r = wsync_delta_indexer_advance(a->x, a->size, &err);
+	if (r < 0) {
+		sub_ahead_drop(s, wsync_error_str(&err));
+		return;
+	}
+	ix = wsync_delta_indexer_index(a->x, &last_whole);
+	whole = last_whole ? ix->n_files : ix->n_files - 1;
+	if (whole <= a->built)
+		return;
+	a->job = (struct sub_ahead_build){
+		.target_dir = s->cfg->target_dir, .object_path = a->path,
+		.part_path = a->part_path,
+		.from = ix->files[a->built].offset,
+		.to = ix->files[whole - 1].offset + ix->files[whole - 1].length,
+		.threads = s->cfg->threads, .memory_limit = s->cfg->memory_limit,
+		.staged = &a->staged, .owner = s,
+	};
+	a->job_files = whole;
+	r = wsync_jobs_submit(s->d->jobs, sub_ahead_build_work, build_done, &a->job);
+	if (r < 0) {
+		sub_ahead_drop(s, "cannot queue the job");
+		return;
+	}
+	a->job_running = true;
+}
+
+static void fetch(struct wsync_subscriber *s);
+
+static void build_done(void *data, bool cancelled)
+{
+	struct sub_ahead_build *j = data;
+	struct wsync_subscriber *s = j->owner;
+	struct sub_ahead *a = s->ahead;
+
+	a->job_running = false;
+	if (a->dropped || cancelled) {
+		release(s);
+		if (s->stopping)
+			sub_maybe_stopped(s);
+		return;
+	}
+	if (j->r < 0) {
+		char why[600];
+
+		snprintf(why, sizeof(why), "building: %s", sub_err_text(&j->err, j->r));
+		if (j->verify_failed)
+			sub_verify_failed(s, a->version, why);
+		sub_ahead_drop(s, why);
+		if (s->stopping)
+			sub_maybe_stopped(s);
+		return;
+	}
+	a->built = a->job_files;
+	a->staged_upto = j->to;
+	a->bytes_built += j->stats.bytes_written;
+	s->metrics.bytes_written += j->stats.bytes_written;
+	log_debug("version %" PRIu64 ": %zu files built ahead (%.2f s)", a->version, a->built,
+		  j->stats.seconds);
+	if (s->stopping) {
+		sub_maybe_stopped(s);
+		return;
+	}
+	if (a->claimed) {
+		sub_try_apply(s);	/* the commit waited for this job */
+		return;
+	}
+	build(s);
+	fetch(s);
+}
+
+/* ---- fetching ---- */
+
+static void on_range(struct wsync_store_result *res, void *userdata)
+{
+	struct req *q = userdata;
+	struct wsync_subscriber *s = sub_req_end(q);
+	struct sub_ahead *a;
+	struct wsync_manifest_chunk *c;
+	uint8_t got[WSYNC_SHA256_LEN];
+	int r;
+
+	if (!s || !(a = s->ahead) || a->version != q->version)
+		return;
+	a->fetching = false;
+	if (a->claimed || a->dropped)
+		return;
+	c = &a->chunks[a->done];
+	if (res->err < 0) {
+		/* NEXT named it: gone means the flight moved on (a new NEXT
+		 * tells); a store error is retried at the next poll */
+		log_debug("version %" PRIu64 ": fetching %s ahead: %s", a->version, c->key,
+			  wsync_error_str(&res->error));
+		if (!sub_is_store_error(res->err))
+			sub_ahead_drop(s, "a chunk NEXT names could not be fetched");
+		return;
+	}
+	s->metrics.bytes_downloaded += res->data_len;
+	r = wsync_pwrite_all(a->fd, res->data, res->data_len, a->size + a->got);
+	if (r == 0 && wsync_sha256_update(a->sha, res->data, res->data_len) < 0)
+		r = -ENOMEM;
+	if (r < 0) {
+		sub_ahead_drop(s, strerror(-r));
+		return;
+	}
+	a->got += res->data_len;
+	if (a->got == c->size) {
+		if (wsync_sha256_final(a->sha, got) < 0 ||
+		    memcmp(got, c->sha256, sizeof(got)) != 0) {
+			char why[300];
+
+			snprintf(why, sizeof(why), "%s does not match the SHA-256 NEXT gives",
+				 c->key);
+			sub_verify_failed(s, a->version, why);
+			sub_ahead_drop(s, why);
+			return;
+		}
+		wsync_sha256_free(a->sha);
+		a->sha = NULL;
+		a->done++;
+		a->size += c->size;
+		a->got = 0;
+		build(s);
+	}
+	fetch(s);
+}
+
+/* The next range of the first chunk not in the file, if NEXT listed it
+ * and ahead_max allows. */
+static void fetch(struct wsync_subscriber *s)
+{
+	struct sub_ahead *a = s->ahead;
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct wsync_manifest_chunk *c;
+	struct req *q;
+	uint64_t len;
+	int r;
+
+	if (!a || a->fetching || a->claimed || a->dropped || s->stopping ||
+	    a->done == a->n_chunks)
+		return;
+	c = &a->chunks[a->done];
+	if (a->size + c->size > s->cfg->ahead_max) {
+		if (!a->capped)
+			log_info("version %" PRIu64 ": %" PRIu64 " bytes fetched ahead, "
+				 "ahead_max; the rest comes after the commit", a->version,
+				 a->size);
+		a->capped = true;
+		return;
+	}
+	if (!a->sha && !(a->sha = wsync_sha256_new())) {
+		sub_ahead_drop(s, "out of memory");
+		return;
+	}
+	len = c->size - a->got < AHEAD_RANGE ? c->size - a->got : AHEAD_RANGE;
+	o.offset = a->got;
+	o.length = len;
+	o.expect_size = (int64_t)len;
+	o.max_size = len;
+	q = sub_req_new(s, RQ_AHEAD, a->version, 0);
+	r = q ? wsync_store_get_buf(s->d->store, c->key, &o, on_range, q) : -ENOMEM;
+	if (r < 0) {
+		if (q)
+			sub_req_end(q);
+		return;
+	}
+	a->fetching = true;
+}
+
+/* ---- NEXT ---- */
+
+static bool same_chunk(const struct wsync_manifest_chunk *x, const struct wsync_manifest_chunk *y)
+{
+	return strcmp(x->key, y->key) == 0 && x->size == y->size &&
+	       memcmp(x->sha256, y->sha256, sizeof(x->sha256)) == 0;
+}
+
+/* Start building version n announces (the delta from ours). */
+static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n)
+{
+	struct sub_ahead *a = calloc(1, sizeof(*a));
+	struct wsync_error err = { 0 };
+	char name[64];
+
+	if (!a)
+		return -ENOMEM;
+	a->fd = -1;
+	a->staged_upto = WSYNC_DELTA_PREAMBLE_LEN;	/* nothing built: the records start */
+	a->version = n->version;
+	a->step = n->step;
+	memcpy(a->flight, n->flight, sizeof(a->flight));
+	a->t0 = uv_now(s->d->loop);
+	snprintf(name, sizeof(name), "ahead-%012" PRIu64 ".wsd", n->version);
+	a->path = wsync_path_join(s->downloads, name);
+	snprintf(name, sizeof(name), "ahead-%012" PRIu64 ".part", n->version);
+	a->part_path = wsync_path_join(s->downloads, name);
+	if (!a->path || !a->part_path) {
+		ahead_free(a);
+		return -ENOMEM;
+	}
+	a->fd = open(a->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (a->fd < 0 || wsync_delta_indexer_new(a->fd, a->path, &a->x, &err) < 0) {
+		int r = a->fd < 0 ? -errno : err.code;
+
+		ahead_free(a);
+		return r;
+	}
+	s->ahead = a;
+	log_info("version %" PRIu64 " (step %" PRId64 ") announced: building it ahead of "
+		 "its commit", n->version, n->step);
+	return 0;
+}
+
+/* What NEXT says now: start, go on, or drop. */
+static void take_next(struct wsync_subscriber *s, const struct wsync_manifest_next *n)
+{
+	const struct wsync_manifest_object *o = NULL;
+	struct sub_ahead *a;
+	char why[200];
+
+	for (size_t i = 0; i < n->n_objects; i++)
+		if (n->objects[i].role == WSYNC_MANIFEST_ROLE_DELTA)
+			o = &n->objects[i];
+	if (n->version != s->local.version + 1 || !o) {
+		if (s->ahead && n->version != s->ahead->version) {
+			snprintf(why, sizeof(why), "NEXT names version %" PRIu64 " now",
+				 n->version);
+			sub_ahead_drop(s, why);
+		}
+		return;
+	}
+	a = s->ahead;
+	if (a && (a->dropped || a->claimed))
+		return;
+	if (a && memcmp(a->flight, n->flight, sizeof(a->flight)) != 0) {
+		sub_ahead_drop(s, "NEXT announces another flight of it (the publisher "
+			       "restarted)");
+		return;	/* built again from the next poll's NEXT */
+	}
+	if (!a) {
+		int r = begin(s, n);
+
+		if (r < 0) {
+			log_warning("version %" PRIu64 ": cannot build ahead: %s", n->version,
+				    strerror(-r));
+			return;
+		}
+		a = s->ahead;
+	}
+	if (o->n_chunks < a->n_chunks) {
+		sub_ahead_drop(s, "NEXT lists fewer chunks than before");
+		return;
+	}
+	for (size_t k = 0; k < o->n_chunks; k++) {
+		if (k < a->n_chunks) {
+			if (!same_chunk(&a->chunks[k], &o->chunks[k])) {
+				sub_ahead_drop(s, "NEXT rewrote a chunk it listed before");
+				return;
+			}
+			continue;
+		}
+		if (a->n_chunks == a->cap) {
+			size_t nc = a->cap ? 2 * a->cap : 16;
+			void *np = realloc(a->chunks, nc * sizeof(*a->chunks));
+
+			if (!np)
+				return;
+			a->chunks = np;
+			a->cap = nc;
+		}
+		a->chunks[a->n_chunks] = o->chunks[k];
+		if (!(a->chunks[a->n_chunks].key = strdup(o->chunks[k].key)))
+			return;
+		a->n_chunks++;
+	}
+	fetch(s);
+}
+
+static void on_next(struct wsync_store_result *res, void *userdata)
+{
+	struct wsync_subscriber *s = sub_req_end(userdata);
+	struct wsync_manifest_next n;
+	struct wsync_error err = { 0 };
+	int r;
+
+	if (!s)
+		return;
+	s->next_inflight = false;
+	if (res->err == -ENOENT || (res->err < 0 && sub_is_store_error(res->err)))
+		return;	/* no NEXT (a publisher that does not announce), or an outage */
+	if (res->err == 0 && res->not_modified) {
+		fetch(s);
+		return;
+	}
+	free(s->next_etag);	/* the same NEXT is not looked at twice */
+	s->next_etag = res->err == 0 && res->etag ? strdup(res->etag) : NULL;
+	r = res->err < 0 ? res->err
+			 : wsync_manifest_next_parse(res->data, res->data_len, s->verify, &n, &err);
+	if (r < 0) {
+		char why[600];
+
+		snprintf(why, sizeof(why), "%s", res->err < 0 ? sub_err_text(&res->error, r) :
+			 sub_err_text(&err, r));
+		sub_verify_failed(s, 0, why);
+		sub_ahead_drop(s, "NEXT refused");
+		return;
+	}
+	take_next(s, &n);
+	wsync_manifest_next_free(&n);
+}
+
+void sub_ahead_poll(struct wsync_subscriber *s)
+{
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct req *q;
+
+	if (s->next_inflight || s->once || s->partial || !s->cfg->ahead_max ||
+	    s->cfg->layout != WSYNC_LAYOUT_INPLACE || !s->local.version || s->stopping)
+		return;
+	if (s->ahead && s->ahead->version <= s->local.version) {
+		sub_ahead_drop(s, "applied already");
+		return;
+	}
+	o.max_size = WSYNC_MANIFEST_NEXT_MAX;
+	o.if_none_match = s->next_etag;
+	q = sub_req_new(s, RQ_NEXT, 0, 0);
+	if (!q)
+		return;
+	if (wsync_store_get_buf(s->d->store, WSYNC_MANIFEST_NEXT_KEY, &o, on_next, q) < 0) {
+		sub_req_end(q);
+		return;
+	}
+	s->next_inflight = true;
+}
+
+/* ---- the commit ---- */
+
+bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st)
+{
+	struct sub_ahead *a = s->ahead;
+	const struct wsync_manifest *m = &st->ms->m;
+	const struct wsync_manifest_object *o = st->obj;
+	char why[200];
+
+	if (!a || a->dropped)
+		return false;
+	if (st->anchor || a->version != st->version) {
+		snprintf(why, sizeof(why), "the plan goes %s", st->anchor ? "through an anchor" :
+			 "another way");
+		sub_ahead_drop(s, why);
+		return false;
+	}
+	if (!m->has_flight || memcmp(m->flight, a->flight, sizeof(a->flight)) != 0 ||
+	    !o->has_sha256 || o->n_chunks < a->done) {
+		sub_ahead_drop(s, "the committed version is not the flight announced");
+		return false;
+	}
+	for (size_t k = 0; k < a->done; k++)
+		if (!same_chunk(&a->chunks[k], &o->chunks[k])) {
+			sub_ahead_drop(s, "the committed version's chunks are not those "
+				       "announced");
+			return false;
+		}
+	if (!(st->path = strdup(a->path)))
+		return false;
+	a->claimed = true;
+	st->ahead = true;
+	st->ahead_from = a->size;
+	log_info("version %" PRIu64 ": %zu of %zu chunks fetched and %zu files built before "
+		 "the commit", a->version, a->done, o->n_chunks, a->built);
+	return true;
+}
+
+void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j)
+{
+	j->staged = &s->ahead->staged;
+	j->staged_upto = s->ahead->staged_upto;
+}
+
+void sub_ahead_done(struct wsync_subscriber *s)
+{
+	release(s);
+}

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# test-ahead: a version flows through as it is made, on a file:// bucket
+# with signed documents.  The publisher uploads its objects in chunks
+# while it codes (chunk_size 64KiB; WSYNC_TEST_CHUNK_PAUSE_MS makes the
+# coder slow enough to watch) and announces them in NEXT; a full
+# subscriber builds the files ahead of the commit.  Then:
+#  - built ahead, nothing renamed in before HEAD names the version (temps
+#    beside the old files, the old files intact), then byte-identical,
+#    no temp left, the log saying how much came before the commit;
+#  - the publisher killed mid-stream, the trainer's next checkpoint
+#    published under the same version number: the subscriber drops what
+#    it built and applies the version as committed;
+#  - the subscriber stopped (SIGSTOP) while building ahead, two versions
+#    committed meanwhile: it converges on the newest, byte-identical;
+#  - the subscriber killed (SIGKILL) while building ahead: the target
+#    keeps its version, and the restart leaves no temp and converges;
+#  - a NEXT not signed by the key, or naming chunks that do not match:
+#    refused, verification failures counted, the version kept, no temp;
+#  - the bucket's objects really went in chunks (format_version 2), and
+#    a subscriber with ahead_max = 0 follows the same series exactly.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/daemons.sh"
+
+CK=$TMP/ck
+"$GEN" --params 20M --steps 7 --shards 4 --quiet --out "$CK" >/dev/null || {
+	tap_result 1 "gen-checkpoints"
+	tap_done
+	exit 1
+}
+BUCKET=$TMP/bucket
+"$WSYNC" keygen "$TMP/wsync.key" >/dev/null
+
+ini() { # ini NAME ROLE [LINE...]
+	local name=$1 role=$2
+	shift 2
+	if [ "$role" = publisher ]; then
+		write_ini "$TMP/$name.ini" publisher "$TMP/$name" "url = file://$BUCKET" \
+			"[publisher]" "watch_dir = $TMP/train" "settle_time = 200ms" \
+			"chunk_size = 64KiB" "anchor_every = 1000" "signing_key = $TMP/wsync.key" "$@"
+	else
+		write_ini "$TMP/$name.ini" subscriber "$TMP/$name" "url = file://$BUCKET" \
+			"[subscriber]" "target_dir = $TMP/$name/model" "poll_interval = 200ms" \
+			"verify_key = $TMP/wsync.key.pub" "$@"
+	fi
+	mkdir -p "$TMP/$name"
+}
+start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
+field() { status_field "$TMP/$1/run/status.json" "$2"; }
+at_version() { [ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ]; }
+wait_at() { # wait_at NAME V
+	wait_for 90 at_version "$1" "$2" || {
+		echo "# $1: version $(field "$1" version), $(field "$1" message)"
+		tail -5 "$TMP/$1/log" | sed 's/^/# /'
+		return 1
+	}
+}
+head_version() { "$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().split("\nwsync-signature")[0])["version"])' "$BUCKET/HEAD" 2>/dev/null; }
+temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
+has_temps() { [ "$(temps "$1")" -gt 0 ]; }
+in_log() { grep -q -- "$2" "$TMP/$1/log"; }
+# the subscriber's target holds exactly checkpoint STEP's shipped files
+same_as() { # same_as NAME STEP
+	local ref=$CK/checkpoint-$2 t=$TMP/$1/model f n=0
+	for f in "$ref"/*; do
+		case ${f##*/} in optimizer* | scheduler.pt | rng_state*.pth | training_args.bin) continue ;; esac
+		cmp -s "$f" "$t/${f##*/}" || { echo "# ${f##*/} differs from checkpoint-$2"; return 1; }
+		n=$((n + 1))
+	done
+	# (temps built ahead aside: they are not the inference server's files)
+	[ "$(find "$t" -path "$t/.wsync" -prune -o -type f ! -name '.*.wsync-*' -print | wc -l)" = "$n" ] ||
+		{ echo "# $t has other files"; return 1; }
+}
+verify_failures() { grep -o 'wsync_verification_failures_total{[^}]*} [0-9]*' "$TMP/$1/run/wsync.prom" | awk '{ print $2 }'; }
+trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/train" "$BUCKET"
+
+ini pub publisher
+ini sub subscriber
+ini flat subscriber "ahead_max = 0"
+start pub WSYNC_TEST_CHUNK_PAUSE_MS=1500
+start sub
+start flat
+
+# ---- 1. built ahead, renamed in only at the commit --------------------------
+put_ckpt "$CK/checkpoint-1" "$TMP/train/checkpoint-1"
+check "version 1 (the anchor) applied" wait_at sub 1
+check "the anchor went up in chunks (format_version 2)" \
+	grep -q '"format_version": 2' "$BUCKET/manifests/000000000001.json"
+check "its chunks are objects of their own" test -e "$BUCKET/anchors/000000000001-00002.wsa"
+put_ckpt "$CK/checkpoint-2" "$TMP/train/checkpoint-2"
+check "the subscriber builds version 2 ahead (NEXT read)" \
+	wait_for 60 in_log sub "version 2 (step 2) announced: building it ahead"
+check "temps built beside the old files before the commit" wait_for 60 has_temps sub
+check "... while HEAD still names version 1" test "$(head_version)" = 1
+check "... and the target still holds version 1, intact" same_as sub 1
+check "version 2 applied" wait_at sub 2
+check "byte-identical to checkpoint-2" same_as sub 2
+check "no temp left" test "$(temps sub)" = 0
+check "the log says what came before the commit" \
+	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/sub/log"
+check "the publisher announced version 2" grep -q "version 2 (step 2) announced" "$TMP/pub/log"
+check "ahead_max = 0: version 2 too, after the commit" wait_at flat 2
+check "... byte-identical" same_as flat 2
+check "... having built nothing ahead" sh -c "! grep -q 'building it ahead' '$TMP/flat/log'"
+
+# ---- 2. the publisher killed mid-stream, the number reused ------------------
+put_ckpt "$CK/checkpoint-3" "$TMP/train/checkpoint-3"
+check "version 3 (checkpoint-3) being built ahead" \
+	wait_for 60 in_log sub "version 3 (step 3) announced: building it ahead"
+check "temps of version 3 there" wait_for 60 has_temps sub
+kill -9 "${DPID[pub]}"
+wait "${DPID[pub]}" 2>/dev/null
+DPID[pub]=
+check "the publisher died before committing version 3" test "$(head_version)" = 2
+rm -rf "$TMP/train/checkpoint-3"
+put_ckpt "$CK/checkpoint-4" "$TMP/train/checkpoint-4"
+start pub
+check "version 3 committed again, from checkpoint-4" wait_at sub 3
+check "the subscriber holds checkpoint-4 (step 4), byte-identical" same_as sub 4
+check "... its state says step 4" test "$(field sub step)" = 4
+check "... having dropped what it built for the first flight" \
+	grep -Eq 'version 3: dropping what was built ahead .*(another flight|not the flight announced|chunks are not those)' "$TMP/sub/log"
+check "no temp left" test "$(temps sub)" = 0
+check "the flat subscriber: checkpoint-4 too" wait_at flat 3
+check "... byte-identical" same_as flat 4
+daemon_stop pub
+start pub WSYNC_TEST_CHUNK_PAUSE_MS=1500
+
+# ---- 3. stopped while building ahead, two versions committed meanwhile -------
+put_ckpt "$CK/checkpoint-5" "$TMP/train/checkpoint-5"
+check "version 4 being built ahead" wait_for 60 in_log sub "version 4 (step 5) announced: building it ahead"
+kill -STOP "${DPID[sub]}"
+check "version 4 committed while the subscriber sleeps" wait_for 60 at_version pub 4
+put_ckpt "$CK/checkpoint-6" "$TMP/train/checkpoint-6"
+check "version 5 committed while the subscriber sleeps" wait_for 90 at_version pub 5
+kill -CONT "${DPID[sub]}"
+check "the subscriber converges on version 5" wait_at sub 5
+check "byte-identical to checkpoint-6" same_as sub 6
+check "no temp left" test "$(temps sub)" = 0
+
+# ---- 4. killed while building ahead ------------------------------------------
+put_ckpt "$CK/checkpoint-7" "$TMP/train/checkpoint-7"
+check "version 6 being built ahead" wait_for 60 in_log sub "version 6 (step 7) announced: building it ahead"
+check "temps of version 6 there" wait_for 60 has_temps sub
+kill -9 "${DPID[sub]}"
+wait "${DPID[sub]}" 2>/dev/null
+DPID[sub]=
+check "killed: the target still holds version 5 intact" same_as sub 6
+start sub
+check "restarted: version 6" wait_at sub 6
+check "byte-identical to checkpoint-7" same_as sub 7
+check "no temp left" test "$(temps sub)" = 0
+check "the flat subscriber too" wait_at flat 6
+check "... byte-identical" same_as flat 7
+daemon_stop pub
+
+# ---- 5. NEXT tampered with ----------------------------------------------------
+before=$(verify_failures sub)
+n=$(grep -c "NEXT" "$TMP/sub/log")
+good=$TMP/next.good
+cp "$BUCKET/NEXT" "$good"
+# the version after the subscriber's, signed by nobody the subscriber trusts
+sed -e 's/"version": 6,/"version": 7,/' -e 's/"base_version": 5/"base_version": 6/' "$good" >"$BUCKET/NEXT.tmp"
+mv "$BUCKET/NEXT.tmp" "$BUCKET/NEXT"
+check "a NEXT whose signature does not verify is refused" \
+	wait_for 30 sh -c "[ \$(grep -c NEXT '$TMP/sub/log') -gt $n ]"
+check "... counted as a verification failure" \
+	wait_for 10 sh -c "[ \"\$(grep -o 'wsync_verification_failures_total{[^}]*} [0-9]*' '$TMP/sub/run/wsync.prom' | awk '{ print \$2 }')\" -gt '${before:-0}' ]"
+check "... nothing built: no temp" test "$(temps sub)" = 0
+check "... the version kept" test "$(field sub version)" = 6
+check "... byte-identical still" same_as sub 7
+# unsigned: the signature line dropped
+head -n -1 "$BUCKET/NEXT" >"$BUCKET/NEXT.tmp"
+mv "$BUCKET/NEXT.tmp" "$BUCKET/NEXT"
+n=$(grep -c "NEXT" "$TMP/sub/log")
+check "an unsigned NEXT is refused too" \
+	wait_for 30 sh -c "[ \$(grep -c NEXT '$TMP/sub/log') -gt $n ]"
+check "... no temp, the version kept" sh -c "[ $(temps sub) = 0 ] && [ $(field sub version) = 6 ]"
+
+daemon_stop sub
+daemon_stop flat
+tap_done
