@@ -1828,6 +1828,19 @@ const char *wsync_manifest_chunk_key(enum wsync_manifest_key_type t, uint64_t ve
 	return buf;
 }
 
+unsigned wsync_manifest_key_chunk(const char *key)
+{
+	enum wsync_manifest_key_type t;
+	uint64_t v;
+	size_t kl = strlen(key);
+	const char *dot = strrchr(key, '.');
+
+	if (wsync_manifest_key_parse(key, &t, &v) < 0 || !dot || dot - key < 6 || kl < 6 ||
+	    dot[-6] != '-')
+		return 0;
+	return (unsigned)strtoul(dot - 5, NULL, 10);
+}
+
 int wsync_manifest_key_parse(const char *key, enum wsync_manifest_key_type *t,
 			     uint64_t *version)
 {

@@ -79,6 +79,10 @@ enum wsync_manifest_key_type {
 const char *wsync_manifest_key(enum wsync_manifest_key_type t, uint64_t version,
 			       char buf[WSYNC_MANIFEST_KEY_MAX]);
 
+/* The chunk number of a chunk key (key_parse's kind and version are its
+ * object's), 0 for any other key. */
+unsigned wsync_manifest_key_chunk(const char *key);
+
 /* Chunk n (1..WSYNC_MANIFEST_CHUNKS_MAX) of that object:
  * deltas/<V>-<NNNNN>.wsd, anchors/<V>-<NNNNN>.wsa. */
 const char *wsync_manifest_chunk_key(enum wsync_manifest_key_type t, uint64_t version,

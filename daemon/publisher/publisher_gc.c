@@ -110,6 +110,27 @@ static void gc_deleted(struct wsync_store_result *res, void *data)
 	gc_finish(p, p->n_gc_delete > 0);
 }
 
+/* How many chunks HEAD's manifest's object of type t has (0: whole). */
+static size_t head_chunks(const struct wsync_manifest *hm, enum wsync_manifest_key_type t)
+{
+	const struct wsync_manifest_object *o = wsync_manifest_find_object(
+		hm, t == WSYNC_MANIFEST_KEY_ANCHOR ? WSYNC_MANIFEST_ROLE_ANCHOR :
+						     WSYNC_MANIFEST_ROLE_DELTA);
+
+	return o ? o->n_chunks : 0;
+}
+
+static void gc_delete_now(struct wsync_publisher *p, const char *k)
+{
+	char **nk = realloc(p->gc_delete_keys, (p->n_gc_delete + 1) * sizeof(*nk));
+
+	if (!nk)
+		return;
+	p->gc_delete_keys = nk;
+	if ((nk[p->n_gc_delete] = strdup(k)))
+		p->n_gc_delete++;
+}
+
 static void gc_listed(struct wsync_store_result *res, void *data)
 {
 	struct wsync_publisher *p = data;
@@ -153,6 +174,13 @@ static void gc_listed(struct wsync_store_result *res, void *data)
 			continue;	/* HEAD, or not ours */
 		if (v > p->head_version)
 			continue;	/* unreachable leftovers: the next publish overwrites */
+		if (v == p->head_version && wsync_manifest_key_chunk(k) &&
+		    wsync_manifest_key_chunk(k) > head_chunks(hm, t)) {
+			/* a chunk of a killed attempt at this version that the
+			 * committed one did not overwrite: never in a manifest */
+			gc_delete_now(p, k);
+			continue;
+		}
 		switch (t) {
 		case WSYNC_MANIFEST_KEY_MANIFEST:
 			needed = v >= oldest;
@@ -177,16 +205,8 @@ static void gc_listed(struct wsync_store_result *res, void *data)
 		}
 		int64_t since = gc_since(p, k, now, &changed);
 
-		if ((uint64_t)(now - since) * 1000 >= p->cfg->gc_grace_ms) {
-			char **nk = realloc(p->gc_delete_keys,
-					    (p->n_gc_delete + 1) * sizeof(*nk));
-
-			if (!nk)
-				break;
-			p->gc_delete_keys = nk;
-			if ((nk[p->n_gc_delete] = strdup(k)))
-				p->n_gc_delete++;
-		}
+		if ((uint64_t)(now - since) * 1000 >= p->cfg->gc_grace_ms)
+			gc_delete_now(p, k);
 	}
 	if (!p->n_gc_delete) {
 		gc_finish(p, changed);

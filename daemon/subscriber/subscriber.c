@@ -145,6 +145,13 @@ static void write_status_file(struct wsync_subscriber *s)
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
 	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
+	{
+		uint64_t av = 0, files = 0;
+
+		sub_ahead_progress(s, &av, &files);
+		json_object_set_new(o, "ahead_version", json_integer((json_int_t)av));
+		json_object_set_new(o, "ahead_files", json_integer((json_int_t)files));
+	}
 	(void)wsync_role_status_write(s->cfg, o, m);
 }
 
@@ -195,7 +202,13 @@ void sub_update_status(struct wsync_subscriber *s)
 			 v, s->head_version);
 		s->state_word = "downloading";	/* manifests */
 	} else {
-		snprintf(s->line, sizeof(s->line), "%s, up to date%s", v,
+		uint64_t av = 0, files = 0;
+		char ahead[96] = "";
+
+		if (sub_ahead_progress(s, &av, &files))
+			snprintf(ahead, sizeof(ahead), ", building version %" PRIu64 " ahead (%"
+				 PRIu64 " files)", av, files);
+		snprintf(s->line, sizeof(s->line), "%s, up to date%s%s", v, ahead,
 			 s->stale ? " (but HEAD is stale: nothing published for longer "
 				    "than max_head_age)" : "");
 		s->state_word = "idle";

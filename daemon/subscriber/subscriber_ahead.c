@@ -75,6 +75,17 @@ struct sub_ahead {
 	uint64_t t0;
 };
 
+bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version, uint64_t *files)
+{
+	const struct sub_ahead *a = s->ahead;
+
+	if (!a || a->dropped)
+		return false;
+	*version = a->version;
+	*files = a->built;
+	return true;
+}
+
 bool sub_ahead_busy(const struct wsync_subscriber *s)
 {
 	return s->ahead && s->ahead->job_running;
@@ -206,6 +217,8 @@ static void build_done(void *data, bool cancelled)
 	s->metrics.bytes_written += j->stats.bytes_written;
 	log_debug("version %" PRIu64 ": %zu files built ahead (%.2f s)", a->version, a->built,
 		  j->stats.seconds);
+	if (!s->c)
+		sub_update_status(s);
 	if (s->stopping) {
 		sub_maybe_stopped(s);
 		return;

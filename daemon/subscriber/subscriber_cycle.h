@@ -230,6 +230,9 @@ void sub_ahead_poll(struct wsync_subscriber *s);
 /* Does step st (the first of a plan) take what was built ahead?  Then its
  * path is the object so far and ahead_from how much of it there is. */
 bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st);
+/* What is being built ahead, for the status: the version and the files
+ * built so far (false: nothing). */
+bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version, uint64_t *files);
 /* A build job is running (the commit's apply waits for it). */
 bool sub_ahead_busy(const struct wsync_subscriber *s);
 /* The apply job of the claiming step: the staged temps. */

@@ -37,11 +37,13 @@ shim killed the process).
   crash.py killed LOG KIND
       the log has the shim's KILL line, for KIND (any: whatever kind)
   crash.py orphans BUCKET
-      every file in BUCKET is HEAD, or a manifest from the oldest anchor
-      HEAD's manifest lists up to HEAD, or an object one of those lists
-      (BUCKET.md section 2 rule 3), temps included
+      every file in BUCKET is HEAD (or NEXT), or a manifest from the oldest
+      anchor HEAD's manifest lists up to HEAD, or an object (or chunk) one
+      of those lists (BUCKET.md section 2 rule 3), temps included
   crash.py head BUCKET
       print HEAD's version, then its manifest's step
+  crash.py headkey BUCKET
+      print the key of HEAD's manifest
 """
 import hashlib
 import json
@@ -348,8 +350,14 @@ def orphans(bucket):
     for v in range(min(a["version"] for a in hm["anchors"]), h["version"] + 1):
         key = "manifests/%012d.json" % v
         want.add(key)
-        want.update(o["key"] for o in doc(os.path.join(bucket, key))["objects"])
+        for o in doc(os.path.join(bucket, key))["objects"]:
+            if "chunks" in o:   # stored in chunks: they are the objects (BUCKET.md 3.2)
+                want.update(c["key"] for c in o["chunks"])
+            else:
+                want.add(o["key"])
     have = set(files(bucket))
+    if "NEXT" in have:          # the version in flight (BUCKET.md 4.1): overwritten
+        want.add("NEXT")
     for k in sorted(have - want):
         print("orphan: %s" % k)
     for k in sorted(want - have):
@@ -380,6 +388,9 @@ def main():
         return symorder(a[0], a[1])
     if cmd == "puborder":
         return puborder(a[0], a[1])
+    if cmd == "headkey":
+        print(doc(os.path.join(a[0], "HEAD"))["manifest"]["key"])
+        return True
     if cmd == "killed":
         return killed(a[0], a[1])
     if cmd == "orphans":

@@ -93,6 +93,8 @@ check "the subscriber builds version 2 ahead (NEXT read)" \
 	wait_for 60 in_log sub "version 2 (step 2) announced: building it ahead"
 check "temps built beside the old files before the commit" wait_for 60 has_temps sub
 check "... while HEAD still names version 1" test "$(head_version)" = 1
+ahead_shown() { [ "$(field sub ahead_version)" = 2 ] && [ "$(field sub ahead_files)" -gt 0 ]; }
+check "... status.json says what is built ahead" wait_for 10 ahead_shown
 check "... and the target still holds version 1, intact" same_as sub 1
 check "version 2 applied" wait_at sub 2
 check "byte-identical to checkpoint-2" same_as sub 2

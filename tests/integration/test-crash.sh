@@ -36,7 +36,9 @@
 #
 # Publisher (wsync publish, and wsyncd once): SIGKILL during encode,
 # during an upload, between two objects, between the objects and the
-# manifest, between the manifest and HEAD, during and after the HEAD write
+# manifest, between the manifest and HEAD, during and after the HEAD write;
+# streaming (objects in chunks, NEXT): during a chunk's upload, after NEXT
+# is written, after the last chunk
 # (test-publisher.sh covers the kill between HEAD and the base swap).
 # After each, HEAD names a complete
 # version a fresh subscriber reproduces byte for byte, the restarted
@@ -542,7 +544,7 @@ ppoint() {
 	d=$TMP/pk$STEP
 	mkdir -p "$d"
 	read -r before _ <<<"$(cpy head "$PB")"
-	shim "$d/shim.log" "$spec" "$WSYNC" publish --config "$PP/pub.ini" "$CK/checkpoint-$STEP" >"$d/crash.log" 2>&1
+	shim "$d/shim.log" "$spec" "$WSYNC" publish --config "${PPCONF:-$PP/pub.ini}" "$CK/checkpoint-$STEP" >"$d/crash.log" 2>&1
 	rc=$?
 	check "publisher [$stage] $spec: killed by SIGKILL there" died_at "$d" "$rc" "${spec%%:*}"
 	check "publisher [$stage]: HEAD names a complete version a fresh subscriber reproduces" head_ok
@@ -563,6 +565,15 @@ ppoint "objects done, manifest not" "open:1:/pbucket/manifests/"
 ppoint "manifest written, HEAD not" "rename:1:/pbucket/manifests/:after"
 ppoint "writing HEAD" "fsync:1:/pbucket/.wsync-tmp."
 ppoint "HEAD renamed, not synced" "rename:1:/pbucket/HEAD:after"
+# Streaming: objects in 64 KiB chunks, uploaded while the rest is coded,
+# announced in NEXT (every version an anchor, so there are chunks to cut)
+sed -e 's/^anchor_every = .*/anchor_every = 1/' -e '/^\[publisher\]/a chunk_size = 64KiB' \
+	"$PP/pub.ini" >"$PP/pub-chunks.ini"
+PPCONF=$PP/pub-chunks.ini ppoint "streaming: uploading chunk 2" "fsync:2:/pbucket/anchors/.wsync-tmp."
+PPCONF=$PP/pub-chunks.ini ppoint "streaming: NEXT written, manifest not" "rename:1:/pbucket/NEXT:after"
+PPCONF=$PP/pub-chunks.ini ppoint "streaming: last chunk, then killed" "open:1:/pbucket/manifests/"
+check "streaming: the manifests of the chunked versions list chunks" \
+	grep -q '"chunks"' "$PB/$(cpy headkey "$PB")"
 # The daemon too: wsyncd killed between its objects and the manifest of a
 # checkpoint it saw in watch_dir; restarted, it publishes it
 STEP=$((STEP + 1))
