@@ -498,8 +498,9 @@ PY
 	[ "$k" = "$shards" ] || echo "# the model has $k shards, not $shards (one tensor or more per shard)"
 	half=$((k / 2))
 	inc="*.json ${shard_names[*]:0:$half}"
-	# disk: watch 2x, publisher base + staging 2x, bucket ~0.8x, subscribers
-	# (target, download, the partial's half) ~2.7x
+	# disk: watch 2x; the publisher's base (hardlinks of a checkpoint, kept
+	# past the rotation) 1x; bucket ~0.8x; subscribers (target, download,
+	# the partial's half) ~2.7x; the 8 GB run used 5.4x (43 GB) at most
 	need=$((ckb * 7))
 	avail=$(($(df -k --output=avail "$WORK" | tail -1) * 1024))
 	if [ "$avail" -lt "$need" ]; then
