@@ -185,7 +185,7 @@ subfs_umount() {
 	MNT=
 }
 cleanup() {
-	local n
+	local st=$? n
 	for n in "${!PID[@]}"; do [ -n "${PID[$n]}" ] && stop_pid "${PID[$n]}"; done
 	[ -n "$TRAINER_PID" ] && stop_pid "$TRAINER_PID"
 	proxies_stop
@@ -198,6 +198,7 @@ cleanup() {
 		find "$WORK" -mindepth 1 -maxdepth 1 ! -name bench-scale.tsv -exec rm -rf {} + 2>/dev/null || true
 		[ -s "$TSV" ] && echo "# TSV: $TSV" >&2
 	fi
+	exit "$st"	# the status the script was leaving with, whatever ran here
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
