@@ -574,6 +574,7 @@ EOF
 	echo "## $b: $p parameters, $(commas "$ckb") bytes of weights in $k shards; 1 anchor + $steps delta steps"
 	echo "# full subscriber s1: every file; partial subscriber s2: include = $inc"
 	echo "# subscribers' state and targets: $SUBFS"
+	case $SUBFS in ext4*) echo "#   (so the trainer's writes do not charge the subscribers' fsyncs through ext4's shared journal)" ;; esac
 	[ "$rate" -gt 0 ] && [ "$b" = s3 ] &&
 		echo "# each daemon reaches s3rver through its own faultproxy.py --rate $rate (bytes/s each way)"
 
