@@ -82,6 +82,12 @@ Log (--log, JSON lines, compact separators so grep works):
 A "request" line is written as soon as the request head is read (before
 forwarding), a "response" line when the exchange ends; "outcome" is ok,
 reset, truncated, closed, expect-rejected or an error message.
+
+Bandwidth (--rate BYTES, suffixes k, M, G for 10^3, 10^6, 10^9): at most
+BYTES a second go to the clients, and at most BYTES a second to upstream,
+over all connections together, as through one full-duplex link of that
+speed (heads and bodies alike; each send waits for its turn, in order).
+Without --rate nothing is held back.
 """
 
 import argparse
@@ -283,6 +289,51 @@ class Reader:
         data = bytes(self.buf[:n])
         del self.buf[:n]
         return data
+
+
+def parse_rate(text):
+    """'20M' -> 20000000 (bytes a second); k, M, G are powers of 1000."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError("expected bytes a second, e.g. 500k or 20M, not %r" % text)
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+
+
+class Throttle:
+    """One direction of a link of `rate` bytes a second, shared by every
+    connection: each send books the next slot of the link (its length the
+    send's size over the rate) and waits until its slot has passed."""
+
+    def __init__(self, rate):
+        self.rate = rate
+        self.lock = threading.Lock()
+        self.free_at = time.monotonic()  # when the link is next idle
+
+    def take(self, n):
+        with self.lock:
+            now = time.monotonic()
+            self.free_at = max(self.free_at, now) + n / self.rate
+            until = self.free_at
+        sleep(until - time.monotonic())
+
+
+class ThrottledSocket:
+    """A socket whose sendall goes through a Throttle; the rest is the
+    socket's own."""
+
+    def __init__(self, sock, throttle):
+        self._sock = sock
+        self._throttle = throttle
+
+    def sendall(self, data):
+        view = memoryview(data)
+        for i in range(0, len(view), CHUNK):
+            piece = view[i:i + CHUNK]
+            self._throttle.take(len(piece))
+            self._sock.sendall(piece)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
 
 
 class Cut(Exception):
@@ -512,6 +563,8 @@ class Handler(socketserver.BaseRequestHandler):
         self.csock = self.request
         self.csock.settimeout(CLIENT_IDLE_TIMEOUT)
         self.csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ctx.down is not None:
+            self.csock = ThrottledSocket(self.csock, self.ctx.down)
         self.cr = Reader(self.csock)
         self.usock = None
         self.ur = None
@@ -526,7 +579,7 @@ class Handler(socketserver.BaseRequestHandler):
         s = socket.create_connection((self.ctx.uhost, self.ctx.uport), timeout=10)
         s.settimeout(UPSTREAM_TIMEOUT)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.usock = s
+        self.usock = s if self.ctx.up is None else ThrottledSocket(s, self.ctx.up)
         self.ur = Reader(s)
 
     def close_upstream(self):
@@ -870,6 +923,8 @@ class Context:
         self.rules = Rules()
         self.log = Log(args.log)
         self.redirect_port = None
+        self.up = Throttle(args.rate) if args.rate else None
+        self.down = Throttle(args.rate) if args.rate else None
 
 
 def main():
@@ -883,6 +938,9 @@ def main():
     ap.add_argument("--log", help="JSON-lines request log (appended)")
     ap.add_argument("--rules", help="JSON list of rules queued at start")
     ap.add_argument("--ports-file", help='written once listening: {"port":P,"redirect_port":R}')
+    ap.add_argument("--rate", type=parse_rate, default=None,
+                    help="bytes a second each way, all connections together (k, M, G: "
+                         "10^3, 10^6, 10^9); default: unlimited")
     args = ap.parse_args()
 
     ctx = Context(args)

@@ -39,6 +39,9 @@
 #                                  proxy picks free ones).  Sets FAULTPROXY_PORT,
 #                                  FAULTPROXY_REDIRECT_PORT, FAULTPROXY_URL,
 #                                  FAULTPROXY_LOG (JSON lines), FAULTPROXY_PID.
+#                                  With FAULTPROXY_RATE set (bytes a second,
+#                                  20M), the proxy passes at most that each
+#                                  way (faultproxy.py --rate).
 #   faultproxy_rule JSON           queue a rule (object or list); see faultproxy.py
 #   faultproxy_clear               empty the rule queue
 #   faultproxy_stop
@@ -488,7 +491,8 @@ faultproxy_start() { # faultproxy_start DIR UPSTREAM_PORT [PORT [REDIRECT_PORT]]
 	rm -f "$dir/ports.json"
 	_s3s_spawn "$dir/faultproxy.stderr" "$PYTHON3" "$S3S_DIR/faultproxy.py" \
 		--port "${3:-0}" --redirect-port "${4:-0}" --upstream-port "$2" \
-		--log "$FAULTPROXY_LOG" --ports-file "$dir/ports.json"
+		--log "$FAULTPROXY_LOG" --ports-file "$dir/ports.json" \
+		${FAULTPROXY_RATE:+--rate "$FAULTPROXY_RATE"}
 	FAULTPROXY_PID=$S3S_PID
 	for ((i = 0; i < S3S_START_TIMEOUT * 10; i++)); do
 		[ -s "$dir/ports.json" ] && break

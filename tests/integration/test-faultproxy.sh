@@ -5,7 +5,8 @@
 # uploads, HEAD, ranges, keep-alive, pipelining; awscli: a multipart put
 # and a get), and each scripted fault -- status, reset, stall, truncate,
 # redirect, corrupt -- does what the S3 backend tests will rely on, as
-# curl (the CLI) sees it and as the proxy's JSON log records it.
+# curl (the CLI) sees it and as the proxy's JSON log records it; with
+# --rate it passes the bytes, unchanged, no faster than that each way.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
 s3servers_trap_exit
@@ -224,4 +225,25 @@ contains "awscli used multipart (2 parts of 8 MiB + 4 MiB in the log)" \
 contains "no fault touched the awscli requests, all answered < 300" \
 	"$(logq "(all(r['fault'] is None for r in req[$n0:]), all(r['status'] < 300 for r in resp[$n0:]))")" \
 	"(True, True)"
+
+# --- bandwidth (--rate) ------------------------------------------------------------
+# 3 MiB at 2 MB/s: 1.57 s each way at the least (a 64 KiB send waits for
+# its slot), and well under 5 s on an idle link
+faultproxy_stop
+FAULTPROXY_RATE=2M faultproxy_start "$TMP/proxy-rate" "$S3RVER_PORT"
+tap_result $? "faultproxy --rate 2M starts"
+P=$FAULTPROXY_URL
+elapsed() { "$PYTHON3" -c 'import sys; print("%.2f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$1" "$2"; }
+t1=$(date +%s.%N)
+out=$(c -T "$TMP/big" "$P/bkt/slow" -o /dev/null -w '%{http_code}')
+t2=$(date +%s.%N)
+c "$P/bkt/slow" -o "$TMP/got"
+t3=$(date +%s.%N)
+contains "rate: PUT 3 MiB through the throttled proxy: 200" "$out" 200
+check "rate: GET back byte-identical" cmp "$TMP/big" "$TMP/got"
+up=$(elapsed "$t1" "$t2") down=$(elapsed "$t2" "$t3")
+check "rate: 3 MiB up took 1.5-5 s at 2 MB/s ($up s)" \
+	"$PYTHON3" -c 'import sys; sys.exit(not 1.5 <= float(sys.argv[1]) < 5)' "$up"
+check "rate: 3 MiB down took 1.5-5 s at 2 MB/s ($down s)" \
+	"$PYTHON3" -c 'import sys; sys.exit(not 1.5 <= float(sys.argv[1]) < 5)' "$down"
 tap_done

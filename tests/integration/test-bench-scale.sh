@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# test-bench-scale: scripts/bench-scale.sh --quick runs end to end on this
+# build's programs (200M parameters, 4 shards, an anchor and one delta
+# step, a full and a partial subscriber on a file:// bucket): it exits 0,
+# prints its tables, verified both subscribers at every step (the full one
+# byte-identical to the checkpoint, the partial one exactly its files), and
+# each daemon peaked under 256 MiB. Speeds here mean nothing and are not
+# checked.
+. "$(dirname "$0")/lib.sh"
+
+expect_exit 0 "bench-scale.sh --quick exits 0" env WSYNC="$WSYNC" WSYNCD="$WSYNCD" timeout 300 \
+	"$WSYNC_SOURCE_ROOT/scripts/bench-scale.sh" --quick --dir "$TMP/scale"
+out=$OUT
+contains "the latency table" "$out" "| step | object bytes | → announced | → HEAD (publish) |"
+contains "a row for the anchor" "$out" "| 1 (anchor) |"
+contains "a row for the delta step" "$out" "| 2 (delta) |"
+contains "the bytes table (the publisher's reads per checkpoint byte)" "$out" \
+	"publisher rchar ÷ ckpt bytes"
+contains "the per-daemon /proc table" "$out" "| 2 | partial s2 |"
+contains "it says where the subscribers' files live" "$out" "# subscribers' state and targets: "
+n=$(printf '%s\n' "$out" | grep -cE '^step [0-9]+ (full s1|partial s2): ok: ')
+check "every step's two subscribers verified (4 lines, $n found)" test "$n" -eq 4
+check "no mismatch" bash -c '! grep -q MISMATCH <<<"$1"' _ "$out"
+n=$(printf '%s\n' "$out" | grep -c '^PASS peak RSS < 256 MiB: ')
+check "peak RSS under 256 MiB for the 3 daemons ($n PASS lines)" test "$n" -eq 3
+check "the TSV is left in the work dir, a row per step" \
+	test "$(wc -l <"$TMP/scale/bench-scale.tsv" 2>/dev/null)" -eq 3
+check "no loop device left on the work dir" bash -c '! losetup -a | grep -qF "$1"' _ "$TMP/scale"
+check "nothing left mounted there" bash -c '! grep -qF "$1" /proc/mounts' _ "$TMP/scale"
+tap_done
