@@ -717,7 +717,9 @@ print(hdr)
 print(sep)
 for i in done:
     k = "%012d" % i
-    obj = size.get("deltas/%s.wsd" % k, 0) + size.get("anchors/%s.wsa" % k, 0)
+    # an object stored whole, or in chunks (BUCKET.md 3.2: deltas/<V>-<N>.wsd)
+    obj = sum(n for key, n in size.items()
+              if re.fullmatch(r"(deltas/%s(-\d{5})?\.wsd|anchors/%s(-\d{5})?\.wsa)" % (k, k), key))
     m0 = marker[i]
     ann = announced[i][0] - m0 if i in announced else None
     head = published[i][0] - m0 if i in published else None

@@ -6,7 +6,8 @@
  * A publisher that uploads in chunks announces the version it is coding
  * in NEXT (BUCKET.md §4.1), signed as HEAD is.  Up to date and idle, the
  * subscriber reads NEXT at each poll; when it names the version after its
- * own, as a delta from it, the subscriber fetches the chunks listed, one
+ * own, as a delta from it (on a fresh target, version 1's anchor), the
+ * subscriber fetches the chunks listed, one
  * after another, each checked against the SHA-256 NEXT gives, into
  * downloads/ahead-<V>.wsd, and builds the files whose records are whole
  * on the jobs thread (sub_ahead_build_work): each temp beside its
@@ -52,6 +53,7 @@
 struct sub_ahead {
 	uint64_t version;
 	int64_t step;
+	bool anchor;			/* building from the anchor (a fresh target) */
 	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
 	struct wsync_manifest_chunk *chunks;	/* as NEXT lists them (keys owned) */
 	size_t n_chunks, cap;
@@ -72,6 +74,7 @@ struct sub_ahead {
 	bool claimed;			/* a step of the cycle took it */
 	bool dropped;			/* drop once the job is back */
 	uint64_t bytes_built;
+	double build_seconds;		/* of the build jobs */
 	uint64_t t0;
 };
 
@@ -214,6 +217,7 @@ static void build_done(void *data, bool cancelled)
 	a->built = a->job_files;
 	a->staged_upto = j->to;
 	a->bytes_built += j->stats.bytes_written;
+	a->build_seconds += j->stats.seconds;
 	s->metrics.bytes_written += j->stats.bytes_written;
 	log_debug("version %" PRIu64 ": %zu files built ahead (%.2f s)", a->version, a->built,
 		  j->stats.seconds);
@@ -338,7 +342,7 @@ static bool same_chunk(const struct wsync_manifest_chunk *x, const struct wsync_
 }
 
 /* Start building version n announces (the delta from ours). */
-static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n)
+static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n, bool anchor)
 {
 	struct sub_ahead *a = calloc(1, sizeof(*a));
 	struct wsync_error err = { 0 };
@@ -350,6 +354,7 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 	a->staged_upto = WSYNC_DELTA_PREAMBLE_LEN;	/* nothing built: the records start */
 	a->version = n->version;
 	a->step = n->step;
+	a->anchor = anchor;
 	memcpy(a->flight, n->flight, sizeof(a->flight));
 	a->t0 = uv_now(s->d->loop);
 	snprintf(name, sizeof(name), "ahead-%012" PRIu64 ".wsd", n->version);
@@ -377,11 +382,14 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 static void take_next(struct wsync_subscriber *s, const struct wsync_manifest_next *n)
 {
 	const struct wsync_manifest_object *o = NULL;
+	/* a delta from our version; on a fresh target, an anchor */
+	enum wsync_manifest_role want = s->local.version ? WSYNC_MANIFEST_ROLE_DELTA :
+							    WSYNC_MANIFEST_ROLE_ANCHOR;
 	struct sub_ahead *a;
 	char why[200];
 
 	for (size_t i = 0; i < n->n_objects; i++)
-		if (n->objects[i].role == WSYNC_MANIFEST_ROLE_DELTA)
+		if (n->objects[i].role == want)
 			o = &n->objects[i];
 	if (n->version != s->local.version + 1 || !o) {
 		if (s->ahead && n->version != s->ahead->version) {
@@ -400,7 +408,7 @@ static void take_next(struct wsync_subscriber *s, const struct wsync_manifest_ne
 		return;	/* built again from the next poll's NEXT */
 	}
 	if (!a) {
-		int r = begin(s, n);
+		int r = begin(s, n, want == WSYNC_MANIFEST_ROLE_ANCHOR);
 
 		if (r < 0) {
 			log_warning("version %" PRIu64 ": cannot build ahead: %s", n->version,
@@ -477,7 +485,7 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 	struct req *q;
 
 	if (s->next_inflight || s->once || s->partial || !s->cfg->ahead_max ||
-	    s->cfg->layout != WSYNC_LAYOUT_INPLACE || !s->local.version || s->stopping)
+	    s->cfg->layout != WSYNC_LAYOUT_INPLACE || s->stopping)
 		return;
 	if (s->ahead && s->ahead->version <= s->local.version) {
 		sub_ahead_drop(s, "applied already");
@@ -506,7 +514,7 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st)
 
 	if (!a || a->dropped)
 		return false;
-	if (st->anchor || a->version != st->version) {
+	if (st->anchor != a->anchor || a->version != st->version) {
 		snprintf(why, sizeof(why), "the plan goes %s", st->anchor ? "through an anchor" :
 			 "another way");
 		sub_ahead_drop(s, why);
@@ -537,6 +545,11 @@ void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j)
 {
 	j->staged = &s->ahead->staged;
 	j->staged_upto = s->ahead->staged_upto;
+}
+
+double sub_ahead_seconds(const struct wsync_subscriber *s)
+{
+	return s->ahead ? s->ahead->build_seconds : 0;
 }
 
 void sub_ahead_done(struct wsync_subscriber *s)

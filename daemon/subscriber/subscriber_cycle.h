@@ -237,6 +237,8 @@ bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version, uin
 bool sub_ahead_busy(const struct wsync_subscriber *s);
 /* The apply job of the claiming step: the staged temps. */
 void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j);
+/* Seconds the build jobs took (the apply's share done before the commit). */
+double sub_ahead_seconds(const struct wsync_subscriber *s);
 /* That step is over (committed, or failed): what is left goes. */
 void sub_ahead_done(struct wsync_subscriber *s);
 void sub_ahead_drop(struct wsync_subscriber *s, const char *why);

@@ -51,23 +51,30 @@ static void on_job_done(void *data, bool cancelled)
 		}
 		c->failed = true;
 	} else {
+		/* the apply's work: this job's, and the build jobs' before the commit */
+		double ahead = j->staged ? sub_ahead_seconds(s) : 0;
+		double secs = j->stats.seconds + ahead;
+		char how[64] = "";
+
 		sub_local_free(&s->local);
 		s->local = j->next;
 		memset(&j->next, 0, sizeof(j->next));
 		c->progressed = true;
 		s->metrics.versions_applied++;
 		s->metrics.bytes_written += j->stats.bytes_written;
-		wsync_histogram_observe(&s->metrics.apply_duration, j->stats.seconds);
+		wsync_histogram_observe(&s->metrics.apply_duration, secs);
+		if (j->staged)
+			snprintf(how, sizeof(how), " (%.2f s of it before the commit)", ahead);
 		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_APPLIED,
 						 .version = (int64_t)st->version,
 						 .step = st->ms->m.step,
 						 .bytes = (int64_t)st->obj->ref.size,
-						 .duration_ms = (int64_t)(j->stats.seconds * 1000)),
+						 .duration_ms = (int64_t)(secs * 1000)),
 			  "version %" PRIu64 " (step %" PRId64 ") applied from %s %s: %" PRIu64
-			  " files written, %" PRIu64 " kept, %" PRIu64 " deleted, %.2f s",
+			  " files written, %" PRIu64 " kept, %" PRIu64 " deleted, %.2f s%s",
 			  st->version, st->ms->m.step, st->anchor ? "anchor" : "delta",
 			  st->obj->ref.key, j->stats.written, j->stats.kept,
-			  j->stats.deleted + j->deleted, j->stats.seconds);
+			  j->stats.deleted + j->deleted, secs, how);
 		free(st->path);	/* the job removed the file */
 		st->path = NULL;
 		c->next_apply++;

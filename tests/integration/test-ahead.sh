@@ -78,7 +78,7 @@ mkdir -p "$TMP/train" "$BUCKET"
 ini pub publisher
 ini sub subscriber
 ini flat subscriber "ahead_max = 0"
-start pub WSYNC_TEST_CHUNK_PAUSE_MS=1500
+start pub WSYNC_TEST_CHUNK_PAUSE_MS=3000
 start sub
 start flat
 
@@ -127,7 +127,7 @@ check "no temp left" test "$(temps sub)" = 0
 check "the flat subscriber: checkpoint-4 too" wait_at flat 3
 check "... byte-identical" same_as flat 4
 daemon_stop pub
-start pub WSYNC_TEST_CHUNK_PAUSE_MS=1500
+start pub WSYNC_TEST_CHUNK_PAUSE_MS=3000
 
 # ---- 3. stopped while building ahead, two versions committed meanwhile -------
 put_ckpt "$CK/checkpoint-5" "$TMP/train/checkpoint-5"
