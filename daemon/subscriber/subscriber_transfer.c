@@ -544,19 +544,13 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		int r;
 
 		if (i == 0 && !st->sel && st->obj->n_chunks && sub_ahead_claim(s, st)) {
-			c->bytes_total -= st->ahead_from;
-			r = fetch_chunks(s, i);
-			if (r < 0) {
-				sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key,
-					      strerror(-r));
-				sub_cycle_fail(s);
-				return;
-			}
-			continue;
+			c->bytes_total -= st->ahead_from;	/* st->path: what it fetched */
+		} else {
+			if (i == 0)
+				sub_ahead_drop(s, "not built on: the plan does not take it");
+			st->path = wsync_path_join(s->downloads,
+						   base ? base + 1 : st->obj->ref.key);
 		}
-		if (i == 0)
-			sub_ahead_drop(s, "not built on: the plan does not take it");
-		st->path = wsync_path_join(s->downloads, base ? base + 1 : st->obj->ref.key);
 		if (st->path && (st->sel || st->obj->n_chunks)) {
 			r = st->sel ? fetch_by_file(s, i) : fetch_chunks(s, i);
 			if (r < 0) {

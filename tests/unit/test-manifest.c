@@ -1377,6 +1377,137 @@ static void test_keys(void)
 	CHECK(wsync_manifest_key_parse("deltas/00000000000x.wsd", &t, &v) == -EINVAL);
 	CHECK(wsync_manifest_key_parse("deltas/000000000007.wsa", &t, &v) == -EINVAL);
 	CHECK(wsync_manifest_key_parse("x/deltas/000000000007.wsd", &t, &v) == -EINVAL);
+	/* chunks: their object's kind and version, and their number */
+	CHECK_STR(wsync_manifest_chunk_key(WSYNC_MANIFEST_KEY_ANCHOR, 42, 3, buf),
+		  "anchors/000000000042-00003.wsa");
+	CHECK(wsync_manifest_key_parse("anchors/000000000042-00003.wsa", &t, &v) == 0 &&
+	      t == WSYNC_MANIFEST_KEY_ANCHOR && v == 42);
+	CHECK(wsync_manifest_key_chunk("anchors/000000000042-00003.wsa") == 3);
+	CHECK(wsync_manifest_key_chunk("deltas/000000000042.wsd") == 0);
+	CHECK(wsync_manifest_key_chunk("HEAD") == 0);
+	CHECK(wsync_manifest_key_parse("deltas/000000000042-0003.wsd", &t, &v) == -EINVAL);
+	CHECK(wsync_manifest_key_parse("deltas/000000000042-0000x.wsd", &t, &v) == -EINVAL);
+	CHECK(wsync_manifest_key_parse("manifests/000000000042-00001.json", &t, &v) == -EINVAL);
+}
+
+/* Objects in chunks (BUCKET.md §3.2): written as format_version 2 with the
+ * flight id, read back the same; refused when they do not add up, lack
+ * the object's sha256, or come in a format_version 1 document. */
+static void test_chunks(void)
+{
+	struct wsync_manifest m, back;
+	struct wsync_manifest_chunk ch[2] = {
+		{ "deltas/000000000042-00001.wsd", 81000000, { 1 } },
+		{ "deltas/000000000042-00002.wsd", 234567, { 2 } },
+	};
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+	const struct wsync_manifest_chunk *c;
+	uint64_t in, avail;
+	char *t, *v1;
+
+	sample(&m);
+	s_objects[0].has_sha256 = true;
+	s_objects[0].chunks = ch;
+	s_objects[0].n_chunks = 2;
+	m.has_flight = true;
+	memset(m.flight, 0xab, sizeof(m.flight));
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == 0);
+	t = copy_text(&b);
+	CHECK(t && strstr(t, "\"format_version\": 2,") != NULL);
+	CHECK(t && strstr(t, "\"flight\": \"abababababababababababababababab\"") != NULL);
+	CHECK(wsync_manifest_parse(b.data, b.len, NULL, &back, &err) == 0);
+	CHECK(back.format_version == 2 && back.has_flight && back.flight[15] == 0xab);
+	CHECK(back.n_objects == 1 && back.objects[0].n_chunks == 2);
+	if (back.n_objects == 1 && back.objects[0].n_chunks == 2) {
+		CHECK_STR(back.objects[0].chunks[1].key, "deltas/000000000042-00002.wsd");
+		CHECK(back.objects[0].chunks[1].sha256[0] == 2);
+		c = wsync_manifest_object_locate(&back.objects[0], 81000001, &in, &avail);
+		CHECK(c == &back.objects[0].chunks[1] && in == 1 && avail == 234566);
+		c = wsync_manifest_object_locate(&back.objects[0], 0, &in, &avail);
+		CHECK(c == &back.objects[0].chunks[0] && in == 0 && avail == 81000000);
+	}
+	wsync_manifest_free(&back);
+
+	/* the same bytes in a format_version 1 document: refused */
+	v1 = t ? strdup(t) : NULL;
+	if (v1) {
+		char *at = strstr(v1, "\"format_version\": 2");
+
+		at[strlen("\"format_version\": ")] = '1';
+		CHECK(wsync_manifest_parse(v1, strlen(v1), NULL, &back, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "chunks take 2");
+	}
+	free(v1);
+	free(t);
+
+	/* sizes that do not add up; chunks without the object's sha256 */
+	ch[1].size = 1;
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "chunks add up to");
+	ch[1].size = 234567;
+	s_objects[0].has_sha256 = false;
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "without the object's");
+	s_objects[0].has_sha256 = true;
+	/* a chunk key given twice */
+	ch[1].key = ch[0].key;
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "listed twice");
+	ch[1].key = "deltas/000000000042-00002.wsd";
+	/* no chunks: format_version 1, and readers of it read it */
+	s_objects[0].chunks = NULL;
+	s_objects[0].n_chunks = 0;
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == 0);
+	t = copy_text(&b);
+	CHECK(t && strstr(t, "\"format_version\": 1,") != NULL);
+	free(t);
+	wsync_buf_free(&b);
+}
+
+/* NEXT (BUCKET.md §4.1): round trip, signed; refused unsigned with a key,
+ * with a base_version that is not version-1, with a bad chunk. */
+static void test_next(void)
+{
+	struct wsync_manifest_chunk ch[1] = { { "deltas/000000000043-00001.wsd", 4096, { 7 } } };
+	struct wsync_manifest_object o = { .role = WSYNC_MANIFEST_ROLE_DELTA,
+					   .ref = { "deltas/000000000043.wsd", 0, { { 0 } } },
+					   .chunks = ch, .n_chunks = 1 };
+	struct wsync_manifest_next n = { .version = 43, .step = 8600, .created = T_CREATED,
+					 .base_version = 42, .objects = &o, .n_objects = 1 };
+	struct wsync_manifest_next back;
+	struct wsync_sign_key *k = NULL;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+
+	memset(n.flight, 0x5a, sizeof(n.flight));
+	CHECK(wsync_sign_key_from_raw(true, seed1, &k, &err) == 0);
+	CHECK(wsync_manifest_next_serialize(&n, k, &b, &err) == 0);
+	CHECK(wsync_manifest_next_parse(b.data, b.len, k, &back, &err) == 0);
+	CHECK(back.version == 43 && back.base_version == 42 && back.step == 8600);
+	CHECK(back.flight[0] == 0x5a && back.n_objects == 1 && back.objects[0].n_chunks == 1);
+	CHECK(back.n_objects == 1 && back.objects[0].ref.size == 4096);
+	wsync_manifest_next_free(&back);
+	/* unsigned, with a verify key: refused */
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == 0);
+	CHECK(wsync_manifest_next_parse(b.data, b.len, k, &back, &err) == -EBADMSG);
+	CHECK(wsync_manifest_next_parse(b.data, b.len, NULL, &back, &err) == 0);
+	wsync_manifest_next_free(&back);
+	/* not a NEXT: a HEAD is refused by name */
+	{
+		char *h = head_text();
+
+		CHECK(h && wsync_manifest_next_parse(h, strlen(h), NULL, &back, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "not a wsync NEXT");
+		free(h);
+	}
+	n.base_version = 41;
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == -EINVAL);
+	n.base_version = 42;
+	ch[0].size = 0;
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == -EINVAL);
+	wsync_buf_free(&b);
+	wsync_sign_key_free(k);
 }
 
 static void test_ref_check(void)
@@ -1413,6 +1544,8 @@ int main(void)
 	TEST(test_signed_documents);
 	TEST(test_serialize_checks);
 	TEST(test_keys);
+	TEST(test_chunks);
+	TEST(test_next);
 	TEST(test_ref_check);
 	return tap_done();
 }
