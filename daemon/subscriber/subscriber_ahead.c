@@ -240,13 +240,14 @@ static void build_done(void *data, bool cancelled)
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	struct wsync_subscriber *s = sub_req_end(q);
+	uint64_t version = q->version;
+	struct wsync_subscriber *s = sub_req_end(q);	/* frees q */
 	struct sub_ahead *a;
 	struct wsync_manifest_chunk *c;
 	uint8_t got[WSYNC_SHA256_LEN];
 	int r;
 
-	if (!s || !(a = s->ahead) || a->version != q->version)
+	if (!s || !(a = s->ahead) || a->version != version)
 		return;
 	a->fetching = false;
 	if (a->claimed || a->dropped)
