@@ -51,6 +51,8 @@
 #define AHEAD_RANGE (8ull << 20)
 
 struct sub_ahead {
+	size_t gen;			/* this attempt's number: a late answer to a
+					 * dropped one is not taken for it */
 	uint64_t version;
 	int64_t step;
 	bool anchor;			/* building from the anchor (a fresh target) */
@@ -240,14 +242,14 @@ static void build_done(void *data, bool cancelled)
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	uint64_t version = q->version;
+	size_t gen = q->step;
 	struct wsync_subscriber *s = sub_req_end(q);	/* frees q */
 	struct sub_ahead *a;
 	struct wsync_manifest_chunk *c;
 	uint8_t got[WSYNC_SHA256_LEN];
 	int r;
 
-	if (!s || !(a = s->ahead) || a->version != version)
+	if (!s || !(a = s->ahead) || a->gen != gen)
 		return;
 	a->fetching = false;
 	if (a->claimed || a->dropped)
@@ -324,7 +326,7 @@ static void fetch(struct wsync_subscriber *s)
 	o.length = len;
 	o.expect_size = (int64_t)len;
 	o.max_size = len;
-	q = sub_req_new(s, RQ_AHEAD, a->version, 0);
+	q = sub_req_new(s, RQ_AHEAD, a->version, a->gen);
 	r = q ? wsync_store_get_buf(s->d->store, c->key, &o, on_range, q) : -ENOMEM;
 	if (r < 0) {
 		if (q)
@@ -342,6 +344,8 @@ static bool same_chunk(const struct wsync_manifest_chunk *x, const struct wsync_
 	       memcmp(x->sha256, y->sha256, sizeof(x->sha256)) == 0;
 }
 
+static size_t ahead_gens;	/* attempts made, for sub_ahead.gen */
+
 /* Start building version n announces (the delta from ours). */
 static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n, bool anchor)
 {
@@ -351,6 +355,7 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 
 	if (!a)
 		return -ENOMEM;
+	a->gen = ++ahead_gens;
 	a->fd = -1;
 	a->staged_upto = WSYNC_DELTA_PREAMBLE_LEN;	/* nothing built: the records start */
 	a->version = n->version;
