@@ -416,8 +416,9 @@ static int read_chunk_field(struct wsync_json_reader *j, int idx, void *arg)
 	return wsync_json_read_hex(j, "sha256", c->sha256, sizeof(c->sha256), "a SHA-256");
 }
 
+/* An object's "chunks" (NEXT's may be empty: none uploaded yet). */
 static int read_chunks(struct wsync_json_reader *j, struct wsync_manifest_object *o,
-		       int depth)
+		       int depth, bool empty_ok)
 {
 	bool first = true;
 	size_t cap = 0, i = 0;
@@ -438,8 +439,10 @@ static int read_chunks(struct wsync_json_reader *j, struct wsync_manifest_object
 			wsync_error_prefix(j->err, "chunks[%zu]", i);
 		i++;
 	}
-	if (r == 0 && o->n_chunks == 0)
+	if (r == 0 && o->n_chunks == 0 && !empty_ok)
 		r = wsync_error_set(j->err, -EINVAL, "\"chunks\" is empty");
+	if (r == 0 && o->n_chunks == 0)
+		o->chunks = calloc(1, sizeof(*o->chunks));	/* given, empty */
 	return r;
 }
 
@@ -543,7 +546,7 @@ static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 					      read_index_field, &ir);
 	}
 	if (idx == O_CHUNKS)
-		return read_chunks(j, rd->o, 3);
+		return read_chunks(j, rd->o, 3, false);
 	if (idx == O_SHA256) {
 		rd->o->has_sha256 = true;
 		return wsync_json_read_hex(j, "sha256", rd->o->sha256,
@@ -1202,7 +1205,7 @@ static int read_next_object_field(struct wsync_json_reader *j, int idx, void *ar
 	if (idx == NO_KEY)
 		return wsync_json_read_string(j, "key", &rd->o->ref.key, &len);
 	if (idx == NO_CHUNKS)
-		return read_chunks(j, rd->o, 3);
+		return read_chunks(j, rd->o, 3, true);
 	r = wsync_json_read_temp_string(j, "role", &role, &len);
 	if (r == 0 && strcmp(role, "delta") == 0)
 		rd->o->role = WSYNC_MANIFEST_ROLE_DELTA;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz-manifest: the manifest and HEAD parsers (common/format/manifest.h) on
+ * fuzz-manifest: the manifest, HEAD and NEXT parsers (common/format/manifest.h) on
  * hostile bytes, with and without a verify key.  Nothing may crash, leak
  * or read out of bounds; a refusal leaves nothing to free and says which
  * document it refused; what is accepted keeps the promises of BUCKET.md:
@@ -16,7 +16,8 @@
  *              a good signature;
  *   'V' / 'W'  a manifest / HEAD parsed as is with the verify key: forged
  *              and malformed signature lines;
- *   anything else: the whole input as both documents, no key.
+ *   'N' / 'n'  a NEXT, without a key / signed by the harness first;
+ *   anything else: the whole input as all three documents, no key.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -154,6 +155,32 @@ static void head(const uint8_t *d, size_t n, const struct wsync_sign_key *verify
 	wsync_buf_free(&b);
 }
 
+static void next(const uint8_t *d, size_t n, const struct wsync_sign_key *verify)
+{
+	struct wsync_manifest_next x, x2;
+	struct wsync_error err = { 0 };
+	struct wsync_buf a = { 0 }, b = { 0 };
+
+	if (wsync_manifest_next_parse(d, n, verify, &x, &err) < 0) {
+		if (x.strings_ || x.objects || !starts_with(err.msg, "NEXT: "))
+			abort();
+		return;
+	}
+	check_json(d, n);
+	if (x.version < 1 || x.n_objects > 2)
+		abort();
+	if (wsync_manifest_next_serialize(&x, NULL, &a, &err) < 0 ||
+	    wsync_manifest_next_parse(a.data, a.len, NULL, &x2, &err) < 0)
+		abort();
+	if (wsync_manifest_next_serialize(&x2, NULL, &b, &err) < 0 || a.len != b.len ||
+	    memcmp(a.data, b.data, a.len) != 0)
+		abort();
+	wsync_manifest_next_free(&x2);
+	wsync_manifest_next_free(&x);
+	wsync_buf_free(&a);
+	wsync_buf_free(&b);
+}
+
 /* Sign rest (plus a final '\n' if missing) with the harness key. */
 static int sign_rest(const uint8_t *d, size_t n, struct wsync_buf *out)
 {
@@ -188,6 +215,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		else
 			head(signed_doc.data, signed_doc.len, pub);
 		break;
+	case 'N':
+		next(rest, n, NULL);
+		break;
+	case 'n':
+		if (sign_rest(rest, n, &signed_doc) < 0)
+			abort();
+		next(signed_doc.data, signed_doc.len, pub);
+		break;
 	case 'V':
 		manifest(rest, n, pub);
 		break;
@@ -197,6 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	default:
 		manifest(data, size, NULL);
 		head(data, size, NULL);
+		next(data, size, NULL);
 		break;
 	}
 	wsync_buf_free(&signed_doc);

@@ -80,7 +80,7 @@ cpy() { "$PYTHON3" "$HERE/crash.py" "$@"; }
 
 CK=$TMP/ck
 B=$TMP/bucket
-"$GEN" --params 1M --steps 13 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
+"$GEN" --params 1M --steps 16 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
 	echo "Bail out! gen-checkpoints failed"
 	exit 1
 }
@@ -506,7 +506,7 @@ PP=$TMP/ppub
 mkdir -p "$PB"
 pub_ini "$PP" "$PB" 1
 publish() { # publish CKPT_STEP: wsync publish, no shim
-	timeout -s KILL 60 "$WSYNC" publish --config "$PP/pub.ini" "$CK/checkpoint-$1" >>"$PP/out" 2>>"$PP/log"
+	timeout -s KILL 60 "$WSYNC" publish --config "${PPCONF:-$PP/pub.ini}" "$CK/checkpoint-$1" >>"$PP/out" 2>>"$PP/log"
 }
 # head_ok: HEAD names a complete version: a fresh subscriber verifies and
 # reproduces it byte for byte; manifests 1..HEAD have no gap

@@ -1488,6 +1488,22 @@ static void test_next(void)
 	CHECK(back.flight[0] == 0x5a && back.n_objects == 1 && back.objects[0].n_chunks == 1);
 	CHECK(back.n_objects == 1 && back.objects[0].ref.size == 4096);
 	wsync_manifest_next_free(&back);
+	/* an anchor+delta version whose anchor has no chunk up yet */
+	{
+		struct wsync_manifest_object two[2] = { o, {
+			.role = WSYNC_MANIFEST_ROLE_ANCHOR,
+			.ref = { "anchors/000000000043.wsa", 0, { { 0 } } } } };
+
+		n.objects = two;
+		n.n_objects = 2;
+		CHECK(wsync_manifest_next_serialize(&n, k, &b, &err) == 0);
+		CHECK(wsync_manifest_next_parse(b.data, b.len, k, &back, &err) == 0);
+		CHECK(back.n_objects == 2 && back.objects[1].n_chunks == 0 &&
+		      back.objects[1].ref.size == 0);
+		wsync_manifest_next_free(&back);
+		n.objects = &o;
+		n.n_objects = 1;
+	}
 	/* unsigned, with a verify key: refused */
 	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == 0);
 	CHECK(wsync_manifest_next_parse(b.data, b.len, k, &back, &err) == -EBADMSG);
