@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "config.h"
 #include "durable.h"
 #include "log-messages.h"
@@ -108,6 +109,7 @@ int main(int argc, char **argv)
 	int c, r;
 
 	wsync_log_set_ident("wsyncd");
+	wsync_malloc_policy();
 	while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':

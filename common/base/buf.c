@@ -2,6 +2,8 @@
 #include "buf.h"
 
 #include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -138,4 +140,16 @@ bool wsync_all_zero(const void *buf, size_t n)
 		if (p[i])
 			return false;
 	return true;
+}
+
+static void fix_mmap_threshold(void)
+{
+	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
+}
+
+void wsync_malloc_policy(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	(void)pthread_once(&once, fix_mmap_threshold);
 }

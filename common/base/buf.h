@@ -16,6 +16,18 @@ struct wsync_buf {
 	size_t len, cap;
 };
 
+/*
+ * glibc raises its mmap threshold each time a mapped block is freed (up to
+ * 32 MiB), after which blocks of that size come from the heaps, which
+ * keep what is freed resident: a diff's segment outputs then held up to
+ * 60 MiB more than it used (peak RSS 251-286 MiB at 2 threads on
+ * incompressible data against 208-211 with the threshold fixed at 1 MiB),
+ * a subscriber's 8 MiB downloads likewise.  Fixed once for the process
+ * (the encoder and the programs call it): large blocks are mapped and
+ * unmapped.
+ */
+void wsync_malloc_policy(void);
+
 int wsync_buf_reserve(struct wsync_buf *b, size_t extra);
 int wsync_buf_append(struct wsync_buf *b, const void *p, size_t n);
 int wsync_buf_put_u16(struct wsync_buf *b, uint16_t v);	/* little-endian */

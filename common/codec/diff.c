@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1556,19 +1555,6 @@ out:
 	return r;
 }
 
-/*
- * glibc raises its mmap threshold each time a mapped block is freed (up to
- * 32 MiB), after which blocks of that size come from the heaps, which
- * keep what is freed resident: the segment outputs a diff frees then held
- * up to 60 MiB more than it used (peak RSS 251-286 MiB at 2 threads on
- * incompressible data against 208-211 with the threshold fixed at 1 MiB).
- * Fixed once for the process: large blocks are mapped and unmapped.
- */
-static void fix_mmap_threshold(void)
-{
-	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
-}
-
 /* The pool's workers and queue, for threads workers (the calling thread
  * codes alone when there is one). */
 static int pool_init(struct pool *p, unsigned threads, uint64_t budget, int zstd_level)
@@ -1652,11 +1638,7 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 			S_ISDIR(ost.st_mode) ? old_path : new_path, "directory",
 			S_ISDIR(ost.st_mode) ? new_path : old_path);
 	d.single = !S_ISDIR(nst.st_mode);
-	{
-		static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-		(void)pthread_once(&once, fix_mmap_threshold);
-	}
+	wsync_malloc_policy();
 
 	{
 		/* Threads: as many as memory_limit holds, each coding a

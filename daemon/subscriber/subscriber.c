@@ -322,6 +322,7 @@ static void cycle_free(struct cycle *c)
 		free(c->steps[i].pcs_ok);
 	}
 	free(c->steps);
+	free(c->waits);
 	for (size_t i = 0; i < c->n_ms; i++)
 		if (c->ms[i].st == MS_OK)
 			wsync_manifest_free(&c->ms[i].m);

@@ -49,6 +49,10 @@
 #include "subscriber_cycle.h"
 
 #define AHEAD_RANGE (8ull << 20)
+/* No NEXT in the bucket (a publisher that does not stream, or whose
+ * objects are too small to chunk): look again only every this many polls,
+ * not to double the requests of every poll for nothing. */
+#define NEXT_MISSING_POLLS 10
 
 struct sub_ahead {
 	size_t gen;			/* this attempt's number: a late answer to a
@@ -462,6 +466,8 @@ static void on_next(struct wsync_store_result *res, void *userdata)
 	if (!s)
 		return;
 	s->next_inflight = false;
+	if (res->err == -ENOENT)
+		s->next_skip = NEXT_MISSING_POLLS - 1;
 	if (res->err == -ENOENT || (res->err < 0 && sub_is_store_error(res->err)))
 		return;	/* no NEXT (a publisher that does not announce), or an outage */
 	if (res->err == 0 && res->not_modified) {
@@ -495,6 +501,10 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 		return;
 	if (s->ahead && s->ahead->version <= s->local.version) {
 		sub_ahead_drop(s, "applied already");
+		return;
+	}
+	if (s->next_skip) {
+		s->next_skip--;
 		return;
 	}
 	o.max_size = WSYNC_MANIFEST_NEXT_MAX;

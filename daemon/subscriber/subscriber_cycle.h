@@ -49,6 +49,13 @@ struct mslot {
 	struct wsync_hash128 hash;	/* of the document as stored */
 };
 
+/* A range of an object to fetch, queued (subscriber_transfer.c). */
+struct range_wait {
+	size_t step;
+	uint64_t off, len, local_off;
+	size_t first, n_pieces;
+};
+
 /* One object of the plan, applied in order. */
 struct step {
 	uint64_t version;
@@ -93,6 +100,9 @@ struct cycle {
 	bool progressed;		/* at least one step applied */
 	uint64_t bytes_total, bytes_done;
 	uint64_t t0;			/* uv_now at the start of the transfer */
+	struct range_wait *waits;	/* ranges to fetch, in order */
+	size_t n_waits, cap_waits, next_wait;
+	unsigned ranges_inflight;
 	struct sub_apply_job job;
 };
 
@@ -145,6 +155,7 @@ struct wsync_subscriber {
 	struct sub_ahead *ahead;	/* a version built ahead (subscriber_ahead.c) */
 	char *next_etag;		/* of the last NEXT dealt with */
 	bool next_inflight;
+	unsigned next_skip;		/* polls without a look at NEXT (none there) */
 
 	struct sub_local local;		/* what target_dir holds */
 	char *etag;			/* of the last HEAD fully dealt with */

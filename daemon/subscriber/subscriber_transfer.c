@@ -315,6 +315,8 @@ static int check_arrived(struct wsync_subscriber *s, struct step *st,
 	return 0;
 }
 
+static int send_ranges(struct wsync_subscriber *s);
+
 /* The bytes of a range request arrived: into the step's file. */
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
@@ -329,6 +331,7 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 	if (!st)
 		return;
 	c = s->c;
+	c->ranges_inflight--;
 	if (res->err == 0) {
 		sub_store_worked(s);
 		s->metrics.bytes_downloaded += len;
@@ -342,6 +345,10 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 			r = wsync_pwrite_all(st->fd, res->data, res->data_len, off);
 		if (r < 0) {
 			sub_set_error(s, "%s: %s", st->path, strerror(-r));
+			c->failed = true;
+		}
+		if (!c->failed && (r = send_ranges(s)) < 0) {
+			sub_set_error(s, "%s: cannot request: %s", st->obj->ref.key, strerror(-r));
 			c->failed = true;
 		}
 		if (!c->failed && --st->chunks_left == 0) {
@@ -371,6 +378,7 @@ static void on_range(struct wsync_store_result *res, void *userdata)
  * than that goes in several requests and is checked by the job.
  */
 #define RANGE_CHUNK (8ull << 20)
+#define RANGES_INFLIGHT 4	/* 32 MiB of ranges in memory at most */
 
 /* The end of the stored object (the whole, or the chunk) that holds byte
  * off of the step's object: no request reaches past it. */
@@ -384,38 +392,68 @@ static uint64_t stored_end(const struct wsync_manifest_object *o, uint64_t off)
 
 /* Bytes [off, off + len) of the step's object -- inside one stored
  * object (stored_end) -- into its file at local_off; pieces first ..
- * first + n_pieces are those bytes, checked on arrival. */
+ * first + n_pieces are those bytes, checked on arrival.  Queued: each
+ * request holds its bytes in memory until they are written, so at most
+ * RANGES_INFLIGHT are in flight (send_ranges). */
 static int request_range(struct wsync_subscriber *s, size_t i, uint64_t off, uint64_t len,
 			 uint64_t local_off, size_t first, size_t n_pieces)
 {
-	struct step *st = &s->c->steps[i];
-	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-	const struct wsync_manifest_chunk *ch;
-	struct req *q;
+	struct cycle *c = s->c;
 	uint64_t in, avail;
-	int r;
 
-	ch = wsync_manifest_object_locate(st->obj, off, &in, &avail);
+	(void)wsync_manifest_object_locate(c->steps[i].obj, off, &in, &avail);
 	if (len > avail)
 		return -EINVAL;	/* the callers cut at stored_end */
-	q = sub_req_new(s, RQ_RANGE, st->version, i);
-	if (!q)
-		return -ENOMEM;
-	q->local_off = local_off;
-	q->len = len;
-	q->first_piece = first;
-	q->n_pieces = n_pieces;
-	o.offset = in;
-	o.length = len;
-	o.expect_size = (int64_t)len;
-	o.max_size = len;
-	r = wsync_store_get_buf(s->d->store, ch ? ch->key : st->obj->ref.key, &o, on_range, q);
-	if (r < 0) {
-		sub_req_end(q);
-		return r;
+	if (c->n_waits == c->cap_waits) {
+		size_t nc = c->cap_waits ? 2 * c->cap_waits : 64;
+		void *np = realloc(c->waits, nc * sizeof(*c->waits));
+
+		if (!np)
+			return -ENOMEM;
+		c->waits = np;
+		c->cap_waits = nc;
 	}
-	s->c->inflight++;
-	st->chunks_left++;
+	c->waits[c->n_waits++] = (struct range_wait){ i, off, len, local_off, first, n_pieces };
+	c->steps[i].chunks_left++;
+	return 0;
+}
+
+/* Send the queued ranges, up to RANGES_INFLIGHT at a time. */
+static int send_ranges(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+
+	while (!c->failed && c->next_wait < c->n_waits && c->ranges_inflight < RANGES_INFLIGHT) {
+		const struct range_wait *w = &c->waits[c->next_wait];
+		struct step *st = &c->steps[w->step];
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+		const struct wsync_manifest_chunk *ch;
+		uint64_t in, avail;
+		struct req *q;
+		int r;
+
+		ch = wsync_manifest_object_locate(st->obj, w->off, &in, &avail);
+		q = sub_req_new(s, RQ_RANGE, st->version, w->step);
+		if (!q)
+			return -ENOMEM;
+		q->local_off = w->local_off;
+		q->len = w->len;
+		q->first_piece = w->first;
+		q->n_pieces = w->n_pieces;
+		o.offset = in;
+		o.length = w->len;
+		o.expect_size = (int64_t)w->len;
+		o.max_size = w->len;
+		r = wsync_store_get_buf(s->d->store, ch ? ch->key : st->obj->ref.key, &o,
+					on_range, q);
+		if (r < 0) {
+			sub_req_end(q);
+			return r;
+		}
+		c->next_wait++;
+		c->inflight++;
+		c->ranges_inflight++;
+	}
 	return 0;
 }
 
@@ -578,6 +616,15 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 			return;
 		}
 		c->inflight++;
+	}
+	{
+		int r = send_ranges(s);
+
+		if (r < 0) {
+			sub_set_error(s, "cannot request: %s", strerror(-r));
+			sub_cycle_fail(s);
+			return;
+		}
 	}
 	sub_update_status(s);
 	sub_try_apply(s);	/* a step built ahead may have everything already */

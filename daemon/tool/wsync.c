@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "config.h"
 #include "durable.h"
 #include "log.h"
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
 {
 	wsync_log_set_ident("wsync");
 	wsync_log_set_target(WSYNC_LOG_TARGET_STDERR);
+	wsync_malloc_policy();
 	wsync_durable_set_warn(warn_not_durable, NULL);
 
 	if (argc < 2) {
