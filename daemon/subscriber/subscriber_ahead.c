@@ -49,6 +49,7 @@
 #include "subscriber_cycle.h"
 
 #define AHEAD_RANGE (8ull << 20)
+#define AHEAD_RANGES 4		/* in flight: 32 MiB in memory at most */
 /* No NEXT in the bucket (a publisher that does not stream, or whose
  * objects are too small to chunk): look again only every this many polls,
  * not to double the requests of every poll for nothing. */
@@ -63,11 +64,12 @@ struct sub_ahead {
 	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
 	struct wsync_manifest_chunk *chunks;	/* as NEXT lists them (keys owned) */
 	size_t n_chunks, cap;
+	uint64_t *arrived;		/* per chunk, bytes in the file */
 	size_t done;			/* chunks in the file, checked */
 	uint64_t size;			/* their bytes */
-	uint64_t got;			/* of chunk done, fetched so far */
-	struct wsync_sha256 *sha;	/* of chunk done so far */
-	bool fetching, capped;
+	uint64_t asked;			/* object bytes requested so far */
+	unsigned inflight;		/* ranges requested, not back */
+	bool capped;
 	char *path, *part_path;
 	int fd;
 	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
@@ -105,7 +107,7 @@ static void ahead_free(struct sub_ahead *a)
 	for (size_t k = 0; k < a->n_chunks; k++)
 		free(a->chunks[k].key);
 	free(a->chunks);
-	wsync_sha256_free(a->sha);
+	free(a->arrived);
 	wsync_delta_indexer_free(a->x);
 	wsync_apply_staged_free(a->staged);	/* the temps not renamed in */
 	if (a->fd >= 0)
@@ -139,7 +141,7 @@ void sub_ahead_drop(struct wsync_subscriber *s, const char *why)
 	if (!a || a->dropped)
 		return;
 	log_info("version %" PRIu64 ": dropping what was built ahead (%zu files, %" PRIu64
-		 " bytes fetched): %s", a->version, a->built, a->size + a->got, why);
+		 " bytes fetched): %s", a->version, a->built, a->size, why);
 	release(s);
 }
 
@@ -243,101 +245,124 @@ static void build_done(void *data, bool cancelled)
 
 /* ---- fetching ---- */
 
+/* The chunks now whole in the file, in order from the first not checked:
+ * each taken through the indexer (which reads every byte once) up to its
+ * end -- a chunk must end where a record does, as wsync cuts them -- and
+ * its bytes checked against the SHA-256 NEXT gives.  0, or -EBADMSG (the
+ * attempt was dropped, why logged). */
+static int check_chunks(struct wsync_subscriber *s)
+{
+	struct sub_ahead *a = s->ahead;
+	struct wsync_error err = { 0 };
+
+	while (a->done < a->n_chunks && a->arrived[a->done] == a->chunks[a->done].size) {
+		const struct wsync_manifest_chunk *c = &a->chunks[a->done];
+		uint64_t end = a->size + c->size;
+		struct wsync_delta_chunk cut;
+		char why[300];
+
+		if (wsync_delta_indexer_advance(a->x, end, &err) < 0 ||
+		    wsync_delta_indexer_offset(a->x) != end ||
+		    wsync_delta_indexer_cut(a->x, &cut, &err) < 0) {
+			snprintf(why, sizeof(why), "%.100s does not end where a record does%s%.150s",
+				 c->key, err.msg[0] ? ": " : "", err.msg);
+		} else if (memcmp(cut.sha256, c->sha256, sizeof(cut.sha256)) != 0) {
+			snprintf(why, sizeof(why), "%s does not match the SHA-256 NEXT gives",
+				 c->key);
+		} else {
+			a->done++;
+			a->size = end;
+			continue;
+		}
+		sub_verify_failed(s, a->version, why);
+		sub_ahead_drop(s, why);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	size_t gen = q->step;
+	size_t gen = q->step, k = q->first_piece;
+	uint64_t off = q->local_off;
 	struct wsync_subscriber *s = sub_req_end(q);	/* frees q */
 	struct sub_ahead *a;
-	struct wsync_manifest_chunk *c;
-	uint8_t got[WSYNC_SHA256_LEN];
 	int r;
 
 	if (!s || !(a = s->ahead) || a->gen != gen)
 		return;
-	a->fetching = false;
+	a->inflight--;
 	if (a->claimed || a->dropped)
 		return;
-	c = &a->chunks[a->done];
 	if (res->err < 0) {
 		/* NEXT named it: gone means the flight moved on (a new NEXT
-		 * tells); a store error is retried at the next poll */
-		log_debug("version %" PRIu64 ": fetching %s ahead: %s", a->version, c->key,
-			  wsync_error_str(&res->error));
-		if (!sub_is_store_error(res->err))
-			sub_ahead_drop(s, "a chunk NEXT names could not be fetched");
+		 * tells); a store error: the next poll's NEXT starts again */
+		log_debug("version %" PRIu64 ": fetching %s ahead: %s", a->version,
+			  a->chunks[k].key, wsync_error_str(&res->error));
+		sub_ahead_drop(s, "a chunk NEXT names could not be fetched");
+		free(s->next_etag);	/* the next poll reads NEXT again, whole */
+		s->next_etag = NULL;
 		return;
 	}
 	s->metrics.bytes_downloaded += res->data_len;
-	r = wsync_pwrite_all(a->fd, res->data, res->data_len, a->size + a->got);
-	if (r == 0 && wsync_sha256_update(a->sha, res->data, res->data_len) < 0)
-		r = -ENOMEM;
+	r = wsync_pwrite_all(a->fd, res->data, res->data_len, off);
 	if (r < 0) {
 		sub_ahead_drop(s, strerror(-r));
 		return;
 	}
-	a->got += res->data_len;
-	if (a->got == c->size) {
-		if (wsync_sha256_final(a->sha, got) < 0 ||
-		    memcmp(got, c->sha256, sizeof(got)) != 0) {
-			char why[300];
-
-			snprintf(why, sizeof(why), "%s does not match the SHA-256 NEXT gives",
-				 c->key);
-			sub_verify_failed(s, a->version, why);
-			sub_ahead_drop(s, why);
-			return;
-		}
-		wsync_sha256_free(a->sha);
-		a->sha = NULL;
-		a->done++;
-		a->size += c->size;
-		a->got = 0;
-		build(s);
-	}
+	a->arrived[k] += res->data_len;	/* each range asked once */
+	if (check_chunks(s) < 0)
+		return;
+	build(s);
 	fetch(s);
 }
 
-/* The next range of the first chunk not in the file, if NEXT listed it
- * and ahead_max allows. */
+/* Ask for the next ranges of the chunks NEXT listed, AHEAD_RANGES at a
+ * time, in object order, as far as ahead_max allows. */
 static void fetch(struct wsync_subscriber *s)
 {
 	struct sub_ahead *a = s->ahead;
-	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-	struct wsync_manifest_chunk *c;
-	struct req *q;
-	uint64_t len;
-	int r;
 
-	if (!a || a->fetching || a->claimed || a->dropped || s->stopping ||
-	    a->done == a->n_chunks)
-		return;
-	c = &a->chunks[a->done];
-	if (a->size + c->size > s->cfg->ahead_max) {
-		if (!a->capped)
-			log_info("version %" PRIu64 ": %" PRIu64 " bytes fetched ahead, "
-				 "ahead_max; the rest comes after the commit", a->version,
-				 a->size);
-		a->capped = true;
-		return;
-	}
-	if (!a->sha && !(a->sha = wsync_sha256_new())) {
-		sub_ahead_drop(s, "out of memory");
-		return;
-	}
-	len = c->size - a->got < AHEAD_RANGE ? c->size - a->got : AHEAD_RANGE;
-	o.offset = a->got;
-	o.length = len;
-	o.expect_size = (int64_t)len;
-	o.max_size = len;
-	q = sub_req_new(s, RQ_AHEAD, a->version, a->gen);
-	r = q ? wsync_store_get_buf(s->d->store, c->key, &o, on_range, q) : -ENOMEM;
-	if (r < 0) {
-		if (q)
+	while (a && a->inflight < AHEAD_RANGES && !a->claimed && !a->dropped && !s->stopping) {
+		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+		uint64_t start = 0, len;
+		size_t k = 0;
+		struct req *q;
+		int r;
+
+		while (k < a->n_chunks && start + a->chunks[k].size <= a->asked)
+			start += a->chunks[k++].size;
+		if (k == a->n_chunks)
+			return;	/* all asked for: more when NEXT lists more */
+		if (start + a->chunks[k].size > s->cfg->ahead_max) {
+			if (!a->capped)
+				log_info("version %" PRIu64 ": %" PRIu64 " bytes fetched ahead, "
+					 "ahead_max; the rest comes after the commit",
+					 a->version, start);
+			a->capped = true;
+			return;
+		}
+		len = start + a->chunks[k].size - a->asked;
+		if (len > AHEAD_RANGE)
+			len = AHEAD_RANGE;
+		o.offset = a->asked - start;
+		o.length = len;
+		o.expect_size = (int64_t)len;
+		o.max_size = len;
+		q = sub_req_new(s, RQ_AHEAD, a->version, a->gen);
+		if (!q)
+			return;
+		q->first_piece = k;
+		q->local_off = a->asked;
+		r = wsync_store_get_buf(s->d->store, a->chunks[k].key, &o, on_range, q);
+		if (r < 0) {
 			sub_req_end(q);
-		return;
+			return;
+		}
+		a->asked += len;
+		a->inflight++;
 	}
-	a->fetching = true;
 }
 
 /* ---- NEXT ---- */
@@ -442,12 +467,16 @@ static void take_next(struct wsync_subscriber *s, const struct wsync_manifest_ne
 		if (a->n_chunks == a->cap) {
 			size_t nc = a->cap ? 2 * a->cap : 16;
 			void *np = realloc(a->chunks, nc * sizeof(*a->chunks));
+			void *na = np ? realloc(a->arrived, nc * sizeof(*a->arrived)) : NULL;
 
-			if (!np)
+			if (np)
+				a->chunks = np;
+			if (!na)
 				return;
-			a->chunks = np;
+			a->arrived = na;
 			a->cap = nc;
 		}
+		a->arrived[a->n_chunks] = 0;
 		a->chunks[a->n_chunks] = o->chunks[k];
 		if (!(a->chunks[a->n_chunks].key = strdup(o->chunks[k].key)))
 			return;
