@@ -25,6 +25,11 @@
 #include "log.h"
 #include "publisher_local.h"
 
+/* Chunk uploads in flight at a time: in order, so that on a slow link the
+ * uploaded prefix NEXT lists grows chunk by chunk, rather than every chunk
+ * finishing together at the end of the step. */
+#define CHUNK_PUTS 2
+
 struct chunk_put {
 	struct wsync_publisher *p;
 	struct publication *pb;
@@ -125,7 +130,8 @@ static int take_chunks(struct publication *pb)
 
 static void chunk_put_done(struct wsync_store_result *res, void *data);
 
-/* Upload every chunk not uploaded or in flight. */
+/* Upload the chunks not uploaded nor in flight, in order, CHUNK_PUTS at a
+ * time. */
 void pub_stream_submit(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
@@ -133,7 +139,7 @@ void pub_stream_submit(struct wsync_publisher *p)
 	if (!pb || !pb->stream_on || pb->ended || p->stopping)
 		return;
 	for (int role = 0; role < 2; role++)
-		for (size_t k = 0; k < pb->chunks[role].n; k++) {
+		for (size_t k = 0; k < pb->chunks[role].n && pb->chunk_inflight < CHUNK_PUTS; k++) {
 			struct pub_chunk *c = &pb->chunks[role].c[k];
 			struct chunk_put *q;
 			int r;
@@ -316,8 +322,12 @@ static void chunk_put_done(struct wsync_store_result *res, void *data)
 		maybe_release(p, pb);
 		return;
 	}
-	if (res->err == 0)
+	if (res->err == 0) {
 		pub_stream_announce(p);
+		if (!pb->chunk_error)
+			pub_stream_submit(p);	/* the next ones (a failure waits
+						 * for PUB_UPLOAD's backoff) */
+	}
 	if (p->state == PUB_UPLOAD)
 		pub_objects_settled(p);
 }
