@@ -78,18 +78,8 @@ trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-if [ $prebuilt = 0 ]; then
-	# a build left from an older tree would run under this commit's name
-	echo "# building build-bench (release): wsync, wsyncd" >&2
-	if [ ! -d "$root/build-bench/meson-private" ]; then
-		(cd "$root" && meson setup build-bench -Dbuildtype=release) >"$WORK/setup.log" 2>&1 ||
-			{ cat "$WORK/setup.log" >&2; echo "bench-e2e.sh: meson setup failed" >&2; exit 1; }
-	fi
-	ninja -C "$root/build-bench" daemon/wsync daemon/wsyncd >"$WORK/build.log" 2>&1 ||
-		{ tail -40 "$WORK/build.log" >&2; echo "bench-e2e.sh: build failed" >&2; exit 1; }
-	WSYNC=$root/build-bench/daemon/wsync
-	WSYNCD=$root/build-bench/daemon/wsyncd
-fi
+. "$root/scripts/bench-build.sh"
+bench_build bench-e2e.sh
 
 commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 echo "# bench-e2e: params $params (bf16), $steps delta steps (+1 anchor), $subs subscribers," \
