@@ -42,6 +42,7 @@
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -195,6 +196,31 @@ static int parse_uint32(const struct config_key *k, const char *value, void *fie
 				       value, k->min, k->max);
 	*(uint32_t *)field = (uint32_t)v;
 	return 0;
+}
+
+/* part = K/N: 1 <= K <= N <= WSYNC_MANIFEST_PARTS_MAX (9999); field is
+ * part, and parts follows it in the struct. */
+static int parse_part(UNUSED const struct config_key *k, const char *value, void *field,
+		      struct wsync_error *why)
+{
+	unsigned kk, n;
+	int used = 0;
+
+	if (sscanf(value, "%u/%u%n", &kk, &n, &used) != 2 || value[used] != '\0' ||
+	    !isdigit((unsigned char)value[0]) || kk < 1 || n < 1 || kk > n || n > 9999)
+		return wsync_error_set(why, -EINVAL, "expected K/N with 1 <= K <= N <= 9999 "
+				       "(this instance publishes part K of N), not \"%.64s\"",
+				       value);
+	((uint32_t *)field)[0] = kk;
+	((uint32_t *)field)[1] = n;
+	return 0;
+}
+
+static const char *format_part(UNUSED const struct config_key *k, const void *field,
+			       char *buf, size_t len)
+{
+	snprintf(buf, len, "%u/%u", ((const uint32_t *)field)[0], ((const uint32_t *)field)[1]);
+	return buf;
 }
 
 static const char *format_uint32(UNUSED const struct config_key *k, const void *field,
@@ -744,6 +770,9 @@ static const struct config_key config_keys[] = {
 	    .min = 0, .max = 7 * 86400000ull),
 	KEY("publisher", "signing_key", parse_path, format_string, signing_key,
 	    .flags = KEY_OPTIONAL),
+	KEY("publisher", "part", parse_part, format_part, part),
+	KEY("publisher", "part_files", parse_globs, format_string, part_files, .max = 4096,
+	    .flags = KEY_EMPTY_OK),
 	KEY("subscriber", "target_dir", parse_path, format_string, target_dir),
 	KEY("subscriber", "poll_interval", parse_duration, format_duration,
 	    poll_interval_ms, .min = POLL_MIN_MS, .max = POLL_MAX_MS),
@@ -1423,6 +1452,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->keep_anchors = 2;
 	cfg->gc_grace_ms = 600000;
 	cfg->chunk_size = 16 * MiB;
+	cfg->part = cfg->parts = 1;
 	cfg->ahead_max = 16ull << 30;
 	cfg->poll_interval_ms = 2000;
 	cfg->on_apply_timeout_ms = 60000;
@@ -1449,6 +1479,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	    !(cfg->include = strdup("*")) ||
 	    !(cfg->sub_include = strdup("*")) ||
 	    !(cfg->sub_exclude = strdup("")) ||
+	    !(cfg->part_files = strdup("")) ||
 	    !(cfg->exclude = strdup(WSYNC_DEFAULT_EXCLUDE))) {
 		free(state_fallback);
 		free(runtime_fallback);
@@ -1481,6 +1512,7 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->sub_include);
 	free(cfg->sub_exclude);
 	free(cfg->signing_key);
+	free(cfg->part_files);
 	free(cfg->target_dir);
 	free(cfg->verify_key);
 	free(cfg->on_apply);

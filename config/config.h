@@ -105,6 +105,10 @@ struct wsync_config {
 				 * while they are coded; default 16 MiB; 0: whole */
 	uint64_t gc_grace_ms;	/* default 10min; 0..7d */
 	char *signing_key;	/* Ed25519 private key (PEM), optional */
+	uint32_t part, parts;	/* part = K/N: this instance publishes part K
+				 * of N (BUCKET.md §7); default 1/1: alone */
+	char *part_files;	/* space-separated globs: this part's files,
+				 * named explicitly; default "": by the rule */
 
 	/* [subscriber] */
 	char *target_dir;	/* required for role=subscriber */

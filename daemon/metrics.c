@@ -84,6 +84,10 @@ static const struct family families[] = {
 	{ "wsync_checkpoint_waiting_seconds", "gauge", P, K_F64, F(waiting_seconds), NONE,
 	  "Publisher: since the trainer last wrote the newest checkpoint that HEAD does not "
 	  "hold yet (waiting to be complete, or being published); 0 when HEAD has the newest." },
+	{ "wsync_parts_missing", "gauge", P, K_U64, F(parts_missing), NONE,
+	  "Publisher part 1 of several ([publisher] part = 1/N): parts whose record of the "
+	  "step being committed is missing or behind (PART_MISSING in the journal); 0 "
+	  "otherwise." },
 	{ "wsync_bytes_uploaded_total", "counter", P, K_COUNTER, F(bytes_uploaded), NONE,
 	  "Bytes the publisher uploaded: delta and anchor objects, manifests, HEAD." },
 	{ "wsync_bytes_downloaded_total", "counter", S, K_COUNTER, F(bytes_downloaded), NONE,
@@ -102,9 +106,10 @@ static const struct family families[] = {
 	  "How long the bucket outage going on has lasted; 0 while it answers." },
 	{ "wsync_store_errors_total", "counter", P | S, K_COUNTER, F(store_errors), NONE,
 	  "Bucket requests that failed after the store's own retries." },
-	{ "wsync_verification_failures_total", "counter", S, K_COUNTER, F(verification_failures),
-	  NONE, "Bucket data the subscriber refused: a signature, hash or format that does "
-	  "not verify (VERIFY_FAILED in the journal)." },
+	{ "wsync_verification_failures_total", "counter", P | S, K_COUNTER,
+	  F(verification_failures), NONE, "Bucket data the subscriber refused: a signature, "
+	  "hash or format that does not verify (VERIFY_FAILED in the journal); publisher part "
+	  "1: part records it refused." },
 	{ "wsync_hook_failures_total", "counter", S, K_COUNTER, F(hook_failures), NONE,
 	  "on_apply commands and notify_url requests that failed." },
 	{ "wsync_checkpoints_rejected_total", "counter", P, K_COUNTER, F(checkpoints_rejected),

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "durable.h"
 #include "log-messages.h"
+#include "publisher.h"
 #include "log.h"
 #include "manager.h"
 #include "wsync-build.h"
@@ -170,6 +171,10 @@ int main(int argc, char **argv)
 		else
 			printf("%s: configuration is valid (role %s)\n", config_path,
 			       wsync_role_name(cfg.role));
+		if (wsync_publisher_print_parts(&cfg, stdout) < 0) {
+			wsync_config_free(&cfg);
+			return 1;
+		}
 		wsync_config_free(&cfg);
 		return 0;
 	}

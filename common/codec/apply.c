@@ -301,6 +301,9 @@ static int check_base(struct applier *a, struct item *it,
 			return 0;
 		if (r < 0)
 			return wsync_error_set(err, r, "%s: %s", it->base_rel, strerror(-r));
+		/* REPLACE: whatever file is there goes, by the rename */
+		if ((f->flags & WSYNC_DELTA_FILE_REPLACE) && S_ISREG(st.st_mode))
+			return 0;
 		return wsync_error_set(err, -EINVAL,
 			"%s: base does not match the delta (the delta creates "
 			"this file, but it exists)", f->path);

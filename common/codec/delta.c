@@ -61,9 +61,12 @@ static int file_check(const struct wsync_delta_file *f, struct wsync_error *err)
 	if ((unsigned)f->kind > WSYNC_DELTA_KIND_SAFETENSORS)
 		return wsync_error_set(err, -EINVAL, "unknown kind %u",
 				       (unsigned)f->kind);
-	if (f->flags & ~WSYNC_DELTA_FILE_HAS_BASE)
+	if (f->flags & ~(WSYNC_DELTA_FILE_HAS_BASE | WSYNC_DELTA_FILE_REPLACE))
 		return wsync_error_set(err, -EINVAL, "unknown flags 0x%x",
 				       (unsigned)f->flags);
+	if ((f->flags & WSYNC_DELTA_FILE_REPLACE) && (has_base || f->op != WSYNC_DELTA_WRITE))
+		return wsync_error_set(err, -EINVAL, "REPLACE on a file that is not a WRITE "
+				       "without a base");
 	if (f->mode & ~07777u)
 		return wsync_error_set(err, -EINVAL, "mode 0%o has bits beyond 07777",
 				       (unsigned)f->mode);
@@ -275,6 +278,23 @@ static int writer_emit(struct wsync_delta_writer *w, uint32_t type,
 	return 0;
 }
 
+void wsync_delta_preamble(uint8_t out[WSYNC_DELTA_PREAMBLE_LEN])
+{
+	memcpy(out, WSYNC_DELTA_MAGIC, 8);
+	wsync_st32(out + 8, WSYNC_DELTA_VERSION);
+	wsync_st32(out + 12, 0);
+}
+
+void wsync_delta_end_record(uint8_t out[WSYNC_DELTA_END_RECORD_LEN], uint64_t files,
+			    uint64_t write_bytes)
+{
+	uint8_t *end = out + WSYNC_DELTA_RECORD_HEADER_LEN;
+
+	wsync_st64(end, files);
+	wsync_st64(end + 8, write_bytes);
+	wsync_delta_record_header(out, WSYNC_DELTA_REC_END, end, WSYNC_DELTA_END_LEN);
+}
+
 int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
 			   struct wsync_error *err)
 {
@@ -287,9 +307,7 @@ int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	}
 	w->fd = fd;
-	memcpy(pre, WSYNC_DELTA_MAGIC, 8);
-	wsync_st32(pre + 8, WSYNC_DELTA_VERSION);
-	wsync_st32(pre + 12, 0);
+	wsync_delta_preamble(pre);
 	(void)wsync_buf_append(&w->buf, pre, sizeof(pre)); /* reserved above */
 	*ret = w;
 	return 0;

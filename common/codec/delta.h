@@ -63,13 +63,17 @@ enum wsync_delta_kind {
 };
 
 #define WSYNC_DELTA_FILE_HAS_BASE 0x1u
+/* A WRITE without a base that replaces whatever the target holds at its
+ * path (FORMAT.md §2): what a publisher part without a base for a file
+ * writes, so that the file need not be absent. */
+#define WSYNC_DELTA_FILE_REPLACE 0x2u
 
 /* The fields of a FILE record (FORMAT.md §2). */
 struct wsync_delta_file {
 	char *path;		/* NUL-terminated (path.h); see wsync_delta_file_decode */
 	enum wsync_delta_op op;
 	enum wsync_delta_kind kind;
-	uint16_t flags;		/* WSYNC_DELTA_FILE_HAS_BASE */
+	uint16_t flags;		/* WSYNC_DELTA_FILE_HAS_BASE, _REPLACE */
 	uint32_t mode;		/* permission bits, & 07777 */
 	uint64_t base_size;
 	struct wsync_hash128 base_hash;	/* zero without HAS_BASE */
@@ -102,6 +106,15 @@ int wsync_delta_file_decode(const uint8_t *p, size_t len,
 void wsync_delta_file_clear(struct wsync_delta_file *f);
 
 /* ---- writing ---- */
+/* The 16-byte preamble of a delta this code writes (FORMAT.md §1), and
+ * the END record counting files FILE records and write_bytes target
+ * bytes of WRITE files (header and payload): the frame a committer puts
+ * around the records of several parts (BUCKET.md §7). */
+#define WSYNC_DELTA_END_RECORD_LEN (WSYNC_DELTA_RECORD_HEADER_LEN + WSYNC_DELTA_END_LEN)
+void wsync_delta_preamble(uint8_t out[WSYNC_DELTA_PREAMBLE_LEN]);
+void wsync_delta_end_record(uint8_t out[WSYNC_DELTA_END_RECORD_LEN], uint64_t files,
+			    uint64_t write_bytes);
+
 
 /* The header of a record of TYPE whose payload is the LEN bytes at
  * PAYLOAD (FORMAT.md §1: type, 0, length, XXH3-64 of the payload). */

@@ -98,7 +98,28 @@ struct wsync_delta_indexer {
 	uint64_t segs_left;		/* SEGMENT records the last FILE record announces, to come */
 	uint64_t chunk_start;
 	bool started, done;
+	wsync_delta_cut_cb cut_cb;	/* set: a cut at every file (cut_files) */
+	void *cut_arg;
 };
+
+void wsync_delta_indexer_cut_files(struct wsync_delta_indexer *x, wsync_delta_cut_cb cb,
+				   void *arg)
+{
+	x->cut_cb = cb;
+	x->cut_arg = arg;
+}
+
+/* cut_files: what was taken since the last cut is a chunk. */
+static int auto_cut(struct wsync_delta_indexer *x)
+{
+	struct wsync_delta_chunk c;
+	int r;
+
+	if (!x->cut_cb || x->p.off == x->chunk_start)
+		return 0;
+	r = wsync_delta_indexer_cut(x, &c, &x->err);
+	return r < 0 ? r : x->cut_cb(x->cut_arg, &c, &x->err);
+}
 
 int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer **ret,
 			    struct wsync_error *err)
@@ -179,6 +200,11 @@ static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
 	if (len > WSYNC_DELTA_PAYLOAD_MAX)
 		return wsync_error_set(&x->err, -EINVAL, "%s: a record of %" PRIu64 " bytes",
 				       p->what, len);
+	if (type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_END) {
+		r = auto_cut(x);
+		if (r < 0)
+			return r;
+	}
 	r = take(p, hb, sizeof(hb));
 	if (r < 0)
 		return r;
@@ -243,6 +269,8 @@ int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 		r = take(p, NULL, WSYNC_DELTA_PREAMBLE_LEN);
 		if (r == 0)
 			r = end_piece(p, &x->ix->head, 0);
+		if (r == 0)
+			r = auto_cut(x);
 		x->started = r == 0;
 	}
 	while (r == 0 && !x->done && upto - p->off >= WSYNC_DELTA_RECORD_HEADER_LEN) {
@@ -303,6 +331,11 @@ int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta
 	if (p->off != (uint64_t)end)
 		return wsync_error_set(err, -EINVAL, "%s: %" PRIu64 " bytes after the END record",
 				       p->what, (uint64_t)end - p->off);
+	r = auto_cut(x);	/* the END record */
+	if (r < 0) {
+		*err = x->err;
+		return r;
+	}
 	if (x->ix->n_files == 0)
 		return wsync_error_set(err, -EINVAL, "%s: no file", p->what);
 	if (wsync_sha256_final(p->whole, out->sha256) < 0)
@@ -353,7 +386,7 @@ void wsync_delta_index_free(struct wsync_manifest_index *index)
 
 int wsync_delta_end_partial(int fd, uint64_t len, struct wsync_error *err)
 {
-	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], end[WSYNC_DELTA_END_LEN];
+	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], end[WSYNC_DELTA_END_RECORD_LEN];
 	uint64_t off = WSYNC_DELTA_PREAMBLE_LEN, files = 0, write_bytes = 0;
 	struct wsync_buf payload = { 0 };
 	int r = 0;
@@ -401,12 +434,8 @@ int wsync_delta_end_partial(int fd, uint64_t len, struct wsync_error *err)
 	wsync_buf_free(&payload);
 	if (r < 0)
 		return r;
-	wsync_st64(end, files);
-	wsync_st64(end + 8, write_bytes);
-	wsync_delta_record_header(h, WSYNC_DELTA_REC_END, end, sizeof(end));
-	r = wsync_pwrite_all(fd, h, sizeof(h), len);
-	if (r == 0)
-		r = wsync_pwrite_all(fd, end, sizeof(end), len + sizeof(h));
+	wsync_delta_end_record(end, files, write_bytes);
+	r = wsync_pwrite_all(fd, end, sizeof(end), len);
 	if (r < 0)
 		return wsync_error_set(err, r, "write: %s", strerror(-r));
 	return 0;

@@ -84,6 +84,19 @@ int wsync_delta_indexer_cut(struct wsync_delta_indexer *x, struct wsync_delta_ch
 			    struct wsync_error *err);
 int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta_object *out,
 			       struct wsync_error *err);
+
+/* Cut by files instead (a publisher part, BUCKET.md §7): from now on the
+ * indexer cuts by itself -- after the preamble, before each FILE record
+ * but the first, before the END record and after it -- and hands each
+ * chunk to cb (on the thread calling advance or finish; a negative
+ * return, with err set, fails that call).  So the chunks are the
+ * preamble, one per file's records, and the END record.  Set it before
+ * the first advance. */
+typedef int (*wsync_delta_cut_cb)(void *arg, const struct wsync_delta_chunk *c,
+				  struct wsync_error *err);
+void wsync_delta_indexer_cut_files(struct wsync_delta_indexer *x, wsync_delta_cut_cb cb,
+				   void *arg);
+
 void wsync_delta_indexer_free(struct wsync_delta_indexer *x);
 
 /*

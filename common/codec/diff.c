@@ -1447,6 +1447,8 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 		d->st->deleted++;
 		return push_item(d, it, err);
 	}
+	if (!in_old && d->opts && d->opts->replace_new)
+		it->f.flags = WSYNC_DELTA_FILE_REPLACE;
 	it->f.mode = n->mode;
 	it->f.target_size = n->size;
 	it->f.target_hash = n->hash;	/* zero while fold: patched after coding */

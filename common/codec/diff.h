@@ -73,6 +73,9 @@ struct wsync_diff_opts {
 	 * length of that prefix.  NULL: not called. */
 	void (*progress)(void *arg, uint64_t final);
 	void *progress_arg;
+	/* Files only in NEW are written with REPLACE (delta.h): they may
+	 * exist in the target, and are replaced. */
+	bool replace_new;
 };
 
 struct wsync_diff_stats {

@@ -220,16 +220,17 @@ static int grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap,
 enum {
 	M_FORMAT, M_FORMAT_VERSION, M_VERSION, M_STEP, M_CREATED, M_KIND,
 	M_BASE_VERSION, M_ANCHOR_VERSION, M_OBJECTS, M_FILES, M_ANCHORS, M_WRITER,
-	M_FLIGHT, M_N,
+	M_FLIGHT, M_PARTS, M_RUN, M_N,
 };
 static const char *const manifest_fields[] = {
 	"format", "format_version", "version", "step", "created", "kind",
 	"base_version", "anchor_version", "objects", "files", "anchors", "writer",
-	"flight",
+	"flight", "parts", "run",
 };
 /* Not required: base_version (present by rule, see check_manifest), writer
  * and flight. */
-#define M_OPTIONAL ((1u << M_BASE_VERSION) | (1u << M_WRITER) | (1u << M_FLIGHT))
+#define M_OPTIONAL ((1u << M_BASE_VERSION) | (1u << M_WRITER) | (1u << M_FLIGHT) | \
+		    (1u << M_PARTS) | (1u << M_RUN))
 
 /* "format" and "format_version" of a document of format fmt; a wrong
  * one is the verdict on the whole document (*verdict set). */
@@ -525,6 +526,7 @@ struct object_read {
 	struct wsync_manifest_object *o;
 	struct arrays *a;
 	bool keep;		/* false: a role of a later format, skipped */
+	bool has_hash;		/* "xxh128" given */
 };
 
 static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
@@ -552,6 +554,8 @@ static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 		return wsync_json_read_hex(j, "sha256", rd->o->sha256,
 					   sizeof(rd->o->sha256), "a SHA-256");
 	}
+	if (idx == O_HASH)
+		rd->has_hash = true;
 	if (idx != O_ROLE)
 		return read_ref_field(j, idx - 1, &rd->o->ref);
 	r = wsync_json_read_temp_string(j, "role", &role, &len);
@@ -578,7 +582,16 @@ static int read_object(struct wsync_json_reader *j, struct wsync_manifest *m,
 	if (r == 0)
 		r = wsync_json_read_object(j, "objects[]", "an array of objects",
 					   object_fields, O_N, (1u << O_SHA256) | (1u << O_INDEX) |
-					   (1u << O_CHUNKS), 3, read_object_field, &rd);
+					   (1u << O_CHUNKS) | (1u << O_HASH), 3,
+					   read_object_field, &rd);
+	if (r == 0 && !rd.has_hash) {
+		/* only an object of parts has none (check_chunks_format) */
+		if (!rd.o->chunks || rd.o->has_sha256)
+			r = wsync_error_set(j->err, -EINVAL, "objects[]: \"xxh128\" is "
+					    "required (but for an object of parts: chunks, "
+					    "and no \"sha256\")");
+		rd.o->hashless = true;
+	}
 	if (r == 0 && rd.o->chunks && a->format_version == WSYNC_MANIFEST_FORMAT_VERSION)
 		r = wsync_error_set(j->err, -EINVAL, "\"chunks\" in a format_version 1 "
 				    "manifest (chunks take 2)");
@@ -687,9 +700,19 @@ static int read_manifest_field(struct wsync_json_reader *j, int idx, void *arg)
 		r = read_format(j, MANIFEST_FORMAT, "manifest", rd->verdict);
 		break;
 	case M_FORMAT_VERSION:
-		r = read_format_version(j, "manifest", WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS,
+		r = read_format_version(j, "manifest", WSYNC_MANIFEST_FORMAT_VERSION_PARTS,
 					rd->verdict, &rd->a.format_version);
 		m->format_version = rd->a.format_version;
+		break;
+	case M_PARTS: {
+		uint64_t n;
+
+		r = wsync_json_read_u64(j, "parts", 2, WSYNC_MANIFEST_PARTS_MAX, &n);
+		m->parts = (unsigned)n;
+		break;
+	}
+	case M_RUN:
+		r = wsync_json_read_u64(j, "run", 0, INT64_MAX, &m->run);
 		break;
 	case M_FLIGHT:
 		m->has_flight = true;
@@ -746,10 +769,18 @@ static int read_manifest_field(struct wsync_json_reader *j, int idx, void *arg)
  * their chunks then. */
 static int check_chunks_format(const struct wsync_manifest *m, struct wsync_error *err)
 {
-	for (size_t i = 0; i < m->n_objects; i++)
-		if (m->objects[i].chunks && m->format_version != WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS)
+	for (size_t i = 0; i < m->n_objects; i++) {
+		if (m->objects[i].chunks && m->format_version < WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS)
 			return wsync_error_set(err, -EINVAL, "objects[%zu]: \"chunks\" in a "
 					       "format_version 1 manifest (chunks take 2)", i);
+		if (m->objects[i].hashless && m->format_version < WSYNC_MANIFEST_FORMAT_VERSION_PARTS)
+			return wsync_error_set(err, -EINVAL, "objects[%zu]: no \"xxh128\" "
+					       "(only a format_version 3 object of parts may "
+					       "have none)", i);
+	}
+	if (m->parts && m->format_version < WSYNC_MANIFEST_FORMAT_VERSION_PARTS)
+		return wsync_error_set(err, -EINVAL, "\"parts\" in a format_version %d "
+				       "manifest (parts take 3)", m->format_version);
 	return 0;
 }
 
@@ -993,7 +1024,10 @@ static int check_manifest(const struct wsync_manifest *m, struct wsync_error *er
 		else
 			return wsync_error_set(err, -EINVAL, "objects[%zu]: unknown role", i);
 		r = check_ref(&o->ref, err);
-		if (r == 0 && o->n_chunks && !o->has_sha256)
+		if (r == 0 && o->hashless && (!o->n_chunks || o->has_sha256 || !m->parts))
+			r = wsync_error_set(err, -EINVAL, "an object without a hash of the "
+					    "whole must be a version of parts' chunks");
+		if (r == 0 && o->n_chunks && !o->has_sha256 && !o->hashless)
 			r = wsync_error_set(err, -EINVAL, "\"chunks\" without the object's "
 					    "\"sha256\"");
 		if (r == 0 && o->n_chunks)
@@ -1457,7 +1491,7 @@ static void head_free(void *h)
 }
 
 static const struct doc_kind manifest_kind = {
-	"manifest", MANIFEST_FORMAT, WSYNC_MANIFEST_MAX, WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS,
+	"manifest", MANIFEST_FORMAT, WSYNC_MANIFEST_MAX, WSYNC_MANIFEST_FORMAT_VERSION_PARTS,
 	manifest_read, manifest_check, manifest_free,
 };
 static const struct doc_kind head_kind = {
@@ -1680,6 +1714,8 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 	for (size_t i = 0; i < m->n_objects; i++)
 		if (m->objects[i].n_chunks)
 			fv = WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS;
+	if (m->parts)
+		fv = WSYNC_MANIFEST_FORMAT_VERSION_PARTS;
 	wsync_buf_reset(out);
 	wsync_json_write_fmt(&w, "{\n  \"format\": \"" MANIFEST_FORMAT "\",\n"
 			     "  \"format_version\": %d,\n", fv);
@@ -1698,7 +1734,13 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 
 		wsync_json_write_fmt(&w, "    {\"role\": \"%s\", ",
 				     o->role == WSYNC_MANIFEST_ROLE_DELTA ? "delta" : "anchor");
-		write_ref(&w, &o->ref);
+		if (o->hashless) {
+			wsync_json_write_str(&w, "\"key\": ");
+			wsync_json_write_string(&w, o->ref.key);
+			wsync_json_write_fmt(&w, ", \"size\": %" PRIu64, o->ref.size);
+		} else {
+			write_ref(&w, &o->ref);
+		}
 		if (o->has_sha256) {
 			char hex[2 * sizeof(o->sha256) + 1];
 
@@ -1739,6 +1781,9 @@ int wsync_manifest_serialize(const struct wsync_manifest *m,
 	}
 	if (m->has_flight)
 		write_flight(&w, m->flight, ",\n");
+	if (m->parts)
+		wsync_json_write_fmt(&w, ",\n  \"parts\": %u,\n  \"run\": %" PRIu64, m->parts,
+				     m->run);
 	wsync_json_write_str(&w, "\n}\n");
 	return write_finish(&w, WSYNC_MANIFEST_MAX, "manifest", sign, err);
 }

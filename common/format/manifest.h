@@ -58,6 +58,10 @@
  * it can, so that readers of the first format read it). */
 #define WSYNC_MANIFEST_FORMAT_VERSION 1
 #define WSYNC_MANIFEST_FORMAT_VERSION_CHUNKS 2
+/* 3: a version made by publisher parts (BUCKET.md §7): "parts" and "run",
+ * objects assembled from the parts' chunks without a whole-object hash */
+#define WSYNC_MANIFEST_FORMAT_VERSION_PARTS 3
+#define WSYNC_MANIFEST_PARTS_MAX 9999u
 #define WSYNC_MANIFEST_CHUNKS_MAX 99999u	/* chunks of one object: 5 digits */
 #define WSYNC_MANIFEST_NEXT_MAX (16u << 20)	/* bytes, signature line included */
 #define WSYNC_MANIFEST_FLIGHT_LEN 16		/* bytes of a flight id (32 hex) */
@@ -160,6 +164,10 @@ struct wsync_manifest_object {
 	 * but is not stored itself); n_chunks 0: stored whole at ref.key */
 	struct wsync_manifest_chunk *chunks;
 	size_t n_chunks;
+	/* format 3: assembled from parts' chunks, with no XXH3-128 nor
+	 * SHA-256 of the whole (ref.hash zero, has_sha256 false): each
+	 * chunk's SHA-256 binds it */
+	bool hashless;
 };
 
 /* Where byte off of object o lies: its chunk (NULL: o is stored whole)
@@ -205,6 +213,10 @@ struct wsync_manifest {
 	bool has_flight;
 	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
 	int format_version;		/* parse: as read (serialize picks its own) */
+	/* made by publisher parts (format 3, BUCKET.md §7): how many, and
+	 * the trainer run the step belongs to; parts 0: one publisher */
+	unsigned parts;
+	uint64_t run;
 
 	/* Filled by parse: the signature line, if any.  With a verify key it
 	 * has been verified; without one it is only what the line claims. */

@@ -737,14 +737,14 @@ int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 	r = load_indexes(&j);
 	if (r == 0)
 		r = check_safetensors(&j);
-	if (r == 0) {
+	if (r == 0 && !o->own_only) {
 		check_index_shards(&j);
 		r = check_sets(&j);
 	}
 	if (r == 0) {
 		for (size_t i = 0; i < j.n_ix; i++)	/* an index's word makes one */
 			j.weights += j.ix[i].idx ? j.ix[i].idx->n_shards : 0;
-		if (j.weights == 0)
+		if (j.weights == 0 && !o->own_only)
 			brokenf(&j, "no weight file (*.safetensors, *.bin, *.pt, *.pth, *.gguf, "
 				"or a file an index names)");
 		check_marker(&j, o);

@@ -62,6 +62,10 @@ struct ckcomplete_opts {
 	bool marker_last;	/* in place: the marker must be at least as new
 				 * as every shipped file */
 	struct ckcomplete_cache *cache;	/* of this checkpoint; NULL: none */
+	/* a publisher part naming its files (BUCKET.md §7): only the files
+	 * shipped are judged (whole, marker) -- the shards an index or a
+	 * shard name promises are other parts', and so may be no weight */
+	bool own_only;
 };
 
 /*

@@ -45,6 +45,8 @@ static const char *const state_names[] = {
 	[PUB_IDLE] = "idle",	      [PUB_PREPARE] = "encoding",   [PUB_UPLOAD] = "uploading",
 	[PUB_MANIFEST] = "uploading", [PUB_HEAD] = "uploading",	    [PUB_COMMIT] = "committing",
 	[PUB_GC] = "collecting",      [PUB_BACKOFF] = "retrying",   [PUB_STOPPED] = "stopping",
+	[PUB_RECORD] = "uploading",   [PUB_GATHER] = "waiting for parts",
+	[PUB_WAIT] = "waiting for the commit",
 };
 
 /* status.json's "state": the publisher's side of the coarse states both
@@ -54,6 +56,7 @@ static const char *const coarse_names[] = {
 	[PUB_IDLE] = "idle",	     [PUB_PREPARE] = "encoding",    [PUB_UPLOAD] = "uploading",
 	[PUB_MANIFEST] = "uploading", [PUB_HEAD] = "uploading",     [PUB_COMMIT] = "uploading",
 	[PUB_GC] = "idle",	     [PUB_BACKOFF] = "error",	    [PUB_STOPPED] = "stopped",
+	[PUB_RECORD] = "uploading",  [PUB_GATHER] = "uploading",    [PUB_WAIT] = "uploading",
 };
 
 static void on_retry(uv_timer_t *t);
@@ -277,6 +280,7 @@ static void publication_free(struct publication *pb)
 	wsync_delta_index_free(pb->job.anchor_index);
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
+	pub_parts_publication_free(pb);
 	pub_stream_free(pb);
 	free(pb);
 }
@@ -285,7 +289,7 @@ void pub_end_publication(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 
-	if (pb && (pb->chunk_inflight || pb->next_busy)) {
+	if (pb && (pb->chunk_inflight || pb->next_busy || pb->gets_pending || pb->frame_puts)) {
 		pb->ended = true;	/* pub_release_publication once they are back */
 		return;
 	}
@@ -336,10 +340,21 @@ void pub_start_publication(struct wsync_publisher *p, struct candidate *c, char 
 		.version = v, .threads = p->cfg->threads,
 		.memory_limit = p->cfg->memory_limit, .pause_ms = p->test_pause_ms,
 	};
+	if (p->parts > 1)
+		pub_parts_begin(p, pb);
 	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, v, pb->manifest_key);
 	wsync_manifest_key(WSYNC_MANIFEST_KEY_DELTA, v, pb->delta_key);
 	wsync_manifest_key(WSYNC_MANIFEST_KEY_ANCHOR, v, pb->anchor_key);
-	if (pub_stream_begin(p, pb) < 0)
+	if (pub_stream_begin(p, pb) < 0 && pb->part) {
+		log_error("version %" PRIu64 ": a part uploads by chunks, which cannot be "
+			  "set up (out of memory)", v);
+		pub_set_error(p, "cannot set up the chunk uploads");
+		p->pub = pb;
+		pub_end_publication(p);
+		pub_set_state(p, PUB_IDLE);
+		pub_schedule_scan(p, RETRY_MAX_MS);
+		return;
+	} else if (!pb->stream_on && !pb->part && p->cfg->chunk_size)
 		log_warning("version %" PRIu64 ": uploaded after coding, not while: out of "
 			    "memory", v);
 	p->pub = pb;
@@ -360,7 +375,6 @@ void pub_start_publication(struct wsync_publisher *p, struct candidate *c, char 
 }
 
 static void put_objects(struct wsync_publisher *p);
-static void put_manifest(struct wsync_publisher *p);
 
 static void prepare_done(void *data, bool cancelled)
 {
@@ -487,7 +501,10 @@ void pub_objects_settled(struct wsync_publisher *p)
 		pub_advance(p);
 		return;
 	}
-	put_manifest(p);
+	if (pb->part)
+		pub_parts_put_record(p);
+	else
+		pub_put_manifest(p);
 }
 
 static void put_objects(struct wsync_publisher *p)
@@ -548,7 +565,7 @@ static void object_entry(struct wsync_publisher *p, struct wsync_manifest_object
 	}
 }
 
-static void put_manifest(struct wsync_publisher *p)
+void pub_put_manifest(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 	struct wsync_manifest m = { 0 };
@@ -564,6 +581,27 @@ static void put_manifest(struct wsync_publisher *p)
 	m.version = pb->version;
 	m.step = pb->step;
 	m.created = time(NULL);
+	if (pb->part) {
+		/* a version of parts: what part 1 merged (publisher_parts.c) */
+		bool anchor = pb->n_merged && pb->merged[0].role == WSYNC_MANIFEST_ROLE_ANCHOR;
+		bool delta = pb->n_merged && pb->merged[pb->n_merged - 1].role ==
+						     WSYNC_MANIFEST_ROLE_DELTA;
+
+		m.kind = anchor ? WSYNC_MANIFEST_ANCHOR : WSYNC_MANIFEST_DELTA;
+		m.base_version = delta ? pb->version - 1 : 0;
+		m.anchor_version = anchor ? pb->version : (prev ? prev->anchor_version :
+								  pb->version);
+		m.objects = pb->merged;
+		m.n_objects = pb->n_merged;
+		m.files = pb->merged_files;
+		m.n_files = pb->n_merged_files;
+		m.parts = p->parts;
+		m.run = pb->run;
+		memcpy(m.flight, pb->flight, sizeof(m.flight));
+		m.has_flight = true;
+		m.writer = "wsync " WSYNC_VERSION;
+		goto anchors;
+	}
 	m.kind = pb->job.has_anchor ? WSYNC_MANIFEST_ANCHOR : WSYNC_MANIFEST_DELTA;
 	m.base_version = pb->job.has_delta ? pb->version - 1 : 0;
 	m.anchor_version = pb->job.has_anchor ? pb->version :
@@ -589,6 +627,7 @@ static void put_manifest(struct wsync_publisher *p)
 	m.n_files = pb->job.n_files;
 	m.writer = "wsync " WSYNC_VERSION;
 
+anchors:
 	/* Anchors still retained: the previous list (unless this is a fresh
 	 * start), this one if it is an anchor, the newest keep_anchors. */
 	anc = calloc((prev ? prev->n_anchors : 0) + 1, sizeof(*anc));
@@ -606,7 +645,7 @@ static void put_manifest(struct wsync_publisher *p)
 			na++;
 		}
 	}
-	if (pb->job.has_anchor) {
+	if (m.kind == WSYNC_MANIFEST_ANCHOR) {
 		/* BUCKET.md §3 wants the anchor's own entry in its anchors
 		 * list, with its manifest's size and hash -- which cannot be
 		 * known while writing that manifest.  Its own entry gets size 0
@@ -625,11 +664,11 @@ static void put_manifest(struct wsync_publisher *p)
 		first--;
 	m.anchors = anc + first;
 	m.n_anchors = na - first;
-	if (getenv("WSYNC_TEST_NO_INDEX"))	/* tests: a bucket written before indexes */
+	if (getenv("WSYNC_TEST_NO_INDEX") && !pb->part)	/* tests: a bucket before indexes */
 		for (size_t i = 0; i < m.n_objects; i++)
 			objs[i].index = NULL;
 	r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
-	if (r == -EFBIG) {
+	if (r == -EFBIG && !pb->part) {
 		/* So many files that their indexes do not fit in a manifest:
 		 * without them subscribers fetch the objects whole. */
 		log_warning("manifest of version %" PRIu64 ": too large with the objects' "
@@ -712,15 +751,11 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 	struct wsync_publisher *p = data;
 	struct publication *pb = p->pub;
 	struct wsync_error err = { 0 };
-	uint64_t ms, bytes;
 	int r;
 
 	if (put_failed(p, res, "writing HEAD", PUB_HEAD))
 		return;
 	pub_store_ok(p);
-	ms = pub_now_ms(p) - pb->started_ms;
-	bytes = (pb->job.has_delta ? pb->job.delta_size : 0) +
-		(pb->job.has_anchor ? pb->job.anchor_size : 0);
 	/* HEAD names V now. */
 	r = pub_adopt_head_manifest(p, pb->manifest_doc.data, pb->manifest_doc.len, pb->version,
 				    &err);
@@ -730,7 +765,21 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 		p->head_version = pb->version;
 		wsync_manifest_free(&p->head_manifest);
 	}
+	pub_committed(p, true);
+}
+
+void pub_committed(struct wsync_publisher *p, bool by_us)
+{
+	struct publication *pb = p->pub;
+	uint64_t ms, bytes;
+
+	ms = pub_now_ms(p) - pb->started_ms;
+	bytes = (pb->job.has_delta ? pb->job.delta_size : 0) +
+		(pb->job.has_anchor ? pb->job.anchor_size : 0);
 	p->need_anchor = false;
+	if (pb->part && p->has_target &&
+	    (pb->run > p->target_run || (pb->run == p->target_run && pb->step >= p->target_step)))
+		p->has_target = false;	/* reached */
 	free(p->source);
 	p->source = strdup(pb->source);
 	p->source_mtime_ns = pb->source_mtime_ns;
@@ -743,6 +792,7 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 	p->last_duration_ms = ms;
 	p->last_bytes = bytes;
 	p->metrics.bytes_uploaded += bytes + pb->manifest_doc.len + pb->head_doc.len;
+	p->metrics.parts_missing = 0;
 	if (p->pending_mtime_ns <= (int64_t)pb->source_mtime_ns)
 		p->pending_mtime_ns = 0;	/* the next scan says if a newer one waits */
 	{
@@ -758,8 +808,9 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 					 .version = (int64_t)pb->version, .step = pb->step,
 					 .file = pb->source, .bytes = (int64_t)bytes,
 					 .duration_ms = (int64_t)ms),
-		  "published version %" PRIu64 " (step %" PRId64 ", %s %s, %s%.1f MB, "
-		  "%" PRIu64 " files, %.1f s)", pb->version, pb->step,
+		  "%s version %" PRIu64 " (step %" PRId64 ", %s %s, %s%.1f MB, "
+		  "%" PRIu64 " files, %.1f s)", !pb->part ? "published" :
+		  by_us ? "committed the parts of" : "part committed in", pb->version, pb->step,
 		  *pb->source ? "from" : "in place", *pb->source ? pb->source : p->watch_dir,
 		  pb->job.has_anchor ? (pb->job.has_delta ? "anchor + delta " : "anchor ") :
 				       "delta ",
@@ -836,7 +887,8 @@ void pub_advance(struct wsync_publisher *p)
 			uv_close((uv_handle_t *)&p->stream_wake, on_timer_closed);
 		}
 		if (p->started) {
-			p->closing += 3;
+			p->closing += 4;
+			uv_close((uv_handle_t *)&p->part_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&p->scan_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&p->rescan_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&p->retry_timer, on_timer_closed);
@@ -904,7 +956,13 @@ static void on_retry(uv_timer_t *t)
 		put_objects(p);
 		break;
 	case PUB_MANIFEST:
-		put_manifest(p);
+		pub_put_manifest(p);
+		break;
+	case PUB_RECORD:
+		pub_parts_put_record(p);
+		break;
+	case PUB_GATHER:
+		pub_parts_gather(p);
 		break;
 	case PUB_HEAD:
 		pub_set_state(p, PUB_HEAD);
@@ -975,6 +1033,9 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
+	r = pub_parts_init(p, err);
+	if (r < 0)
+		goto fail;
 	/* state_dir/publisher and runtime_dir */
 	snprintf(p->pub_dir, sizeof(p->pub_dir), "%s/publisher", cfg->state_dir);
 	r = wsync_mkdir_p(p->pub_dir, 0750);
@@ -1054,7 +1115,9 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	uv_timer_init(loop, &p->scan_timer);
 	uv_timer_init(loop, &p->rescan_timer);
 	uv_timer_init(loop, &p->retry_timer);
+	uv_timer_init(loop, &p->part_timer);
 	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
+	p->part_timer.data = p;
 	p->started = true;
 	if (pub_stream_init(p) < 0)
 		log_warning("cannot set up the streaming upload: versions are uploaded once "
@@ -1075,6 +1138,10 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	log_info("publisher watching %s (%s, %s%s), state in %s", p->watch_dir,
 		 p->inplace ? "rewritten in place" : p->cfg->step_pattern,
 		 p->watch ? "inotify" : "polling", p->key ? ", signed" : "", p->pub_dir);
+	if (p->parts > 1)
+		log_info("publishing part %u of %u (%s)%s", p->part, p->parts,
+			 p->part_explicit ? "the files part_files names" : "by the rule",
+			 p->part == 1 ? "; this part commits" : "");
 	pub_recover(p);
 	return 0;
 }
@@ -1088,8 +1155,9 @@ void wsync_publisher_stop(struct wsync_publisher *p)
 		uv_timer_stop(&p->scan_timer);
 		uv_timer_stop(&p->rescan_timer);
 		uv_timer_stop(&p->retry_timer);
+		uv_timer_stop(&p->part_timer);
 	}
-	if (p->state == PUB_BACKOFF) {
+	if (p->state == PUB_BACKOFF || p->state == PUB_GATHER || p->state == PUB_WAIT) {
 		/* nothing in flight: abandon the step */
 		pub_end_publication(p);
 		pub_set_state(p, PUB_IDLE);
@@ -1111,6 +1179,7 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	wsync_sign_key_free(p->key);
 	wsync_instance_unlock(&p->state_lock);
 	wsync_file_filter_free(&p->filter);
+	pub_parts_free(p);
 	pub_seen_free(p);
 	pub_gc_free(p);
 	free(p->commit.state_text);

@@ -5,6 +5,8 @@
 #ifndef WSYNC_PUBLISHER_H
 #define WSYNC_PUBLISHER_H
 
+#include <stdio.h>
+
 #include "daemon.h"
 #include "role.h"
 
@@ -31,6 +33,11 @@ int wsync_publisher_start(struct wsync_publisher *r);
 void wsync_publisher_stop(struct wsync_publisher *r);
 void wsync_publisher_free(struct wsync_publisher *r);
 /* Rewrite runtime_dir/status.json now (atomically).  0 or a negative errno. */
+/* `wsyncd --check-config` of a publisher part (part = K/N, N > 1): print
+ * to out which part takes which file of the newest checkpoint in
+ * watch_dir (the rule of BUCKET.md §7, or part_files).  0 or -ENOMEM. */
+int wsync_publisher_print_parts(const struct wsync_config *cfg, FILE *out);
+
 int wsync_publisher_write_status(struct wsync_publisher *r);
 
 #endif

@@ -120,6 +120,16 @@ static size_t head_chunks(const struct wsync_manifest *hm, enum wsync_manifest_k
 	return o ? o->n_chunks : 0;
 }
 
+/* Does HEAD's manifest name key as a chunk of one of its objects? */
+static bool head_lists(const struct wsync_manifest *hm, const char *key)
+{
+	for (size_t i = 0; i < hm->n_objects; i++)
+		for (size_t k = 0; k < hm->objects[i].n_chunks; k++)
+			if (strcmp(hm->objects[i].chunks[k].key, key) == 0)
+				return true;
+	return false;
+}
+
 static void gc_delete_now(struct wsync_publisher *p, const char *k)
 {
 	char **nk = realloc(p->gc_delete_keys, (p->n_gc_delete + 1) * sizeof(*nk));
@@ -168,10 +178,22 @@ static void gc_listed(struct wsync_store_result *res, void *data)
 		const char *k = res->entries[i].key;
 		enum wsync_manifest_key_type t;
 		uint64_t v;
-		bool needed;
+		bool needed, is_record;
 
-		if (wsync_manifest_key_parse(k, &t, &v) < 0)
+		if (wsync_part_key_parse(k, &v, NULL, &is_record) == 0) {
+			/* parts (BUCKET.md §7): records are read only until their
+			 * version is committed; chunks HEAD's manifest does not
+			 * list were an attempt that lost */
+			if (v > p->head_version)
+				continue;	/* in flight */
+			if (is_record || (v == p->head_version && !head_lists(hm, k))) {
+				gc_delete_now(p, k);
+				continue;
+			}
+			t = WSYNC_MANIFEST_KEY_DELTA;	/* kept as long as its version */
+		} else if (wsync_manifest_key_parse(k, &t, &v) < 0) {
 			continue;	/* HEAD, or not ours */
+		}
 		if (v > p->head_version)
 			continue;	/* unreachable leftovers: the next publish overwrites */
 		if (v == p->head_version && wsync_manifest_key_chunk(k) &&
@@ -218,6 +240,10 @@ static void gc_listed(struct wsync_store_result *res, void *data)
 
 void pub_gc_start(struct wsync_publisher *p)
 {
+	if (p->part > 1) {	/* the committer collects for every part */
+		gc_finish(p, false);
+		return;
+	}
 	pub_set_state(p, PUB_GC);
 	if (wsync_store_list(p->d->store, "", gc_listed, p) < 0)
 		gc_finish(p, false);

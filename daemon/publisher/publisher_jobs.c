@@ -232,15 +232,12 @@ struct coding {
 	struct wsync_error err;
 };
 
-/* Make what was indexed since the last cut a chunk, for the loop. */
-static int cut_chunk(struct coding *c)
+/* Hand chunk ch to the loop. */
+static int push_chunk(void *arg, const struct wsync_delta_chunk *ch, struct wsync_error *err)
 {
+	struct coding *c = arg;
 	struct pubjob_stream *s = c->j->stream;
-	struct wsync_delta_chunk ch;
-	int r = wsync_delta_indexer_cut(c->x, &ch, &c->err);
 
-	if (r < 0)
-		return r;
 	pthread_mutex_lock(&s->mu);
 	if (c->chunks->n == c->chunks->cap) {
 		size_t nc = c->chunks->cap ? 2 * c->chunks->cap : 16;
@@ -248,17 +245,26 @@ static int cut_chunk(struct coding *c)
 
 		if (!np) {
 			pthread_mutex_unlock(&s->mu);
-			return wsync_error_set(&c->err, -ENOMEM, "out of memory");
+			return wsync_error_set(err, -ENOMEM, "out of memory");
 		}
 		c->chunks->c = np;
 		c->chunks->cap = nc;
 	}
-	c->chunks->c[c->chunks->n++] = ch;
+	c->chunks->c[c->chunks->n++] = *ch;
 	pthread_mutex_unlock(&s->mu);
 	uv_async_send(c->j->stream->wake);
 	if (s->pause_ms)	/* tests: a slow encoder, for subscribers to build ahead of */
 		(void)usleep(s->pause_ms * 1000u);
 	return 0;
+}
+
+/* Make what was indexed since the last cut a chunk, for the loop. */
+static int cut_chunk(struct coding *c)
+{
+	struct wsync_delta_chunk ch;
+	int r = wsync_delta_indexer_cut(c->x, &ch, &c->err);
+
+	return r < 0 ? r : push_chunk(c, &ch, &c->err);
 }
 
 /* The diff's progress: index the final bytes; cut a chunk once there is
@@ -273,7 +279,8 @@ static void on_progress(void *arg, uint64_t final)
 	if (c->r < 0)
 		return;
 	c->r = wsync_delta_indexer_advance(c->x, final, &c->err);
-	if (c->r < 0 || !c->chunks || c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
+	if (c->r < 0 || !c->chunks || c->j->stream->per_file ||
+	    c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
 		return;
 	at = wsync_delta_indexer_offset(c->x);
 	start = c->chunks->n ? c->chunks->c[c->chunks->n - 1].offset +
@@ -298,7 +305,7 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
 				     .memory_limit = j->memory_limit,
-				     .progress = on_progress };
+				     .progress = on_progress, .replace_new = j->part };
 	struct coding c = { .j = j };
 	struct wsync_delta_object obj;
 	int fd, r;
@@ -307,9 +314,11 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 	if (fd < 0)
 		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	o.progress_arg = &c;
-	if (j->stream && j->stream->chunk_size)
+	if (j->stream && (j->stream->chunk_size || j->stream->per_file))
 		c.chunks = &j->stream->role[role];
 	r = wsync_delta_indexer_new(fd, out, &c.x, &j->err);
+	if (r == 0 && c.chunks && j->stream->per_file)
+		wsync_delta_indexer_cut_files(c.x, push_chunk, &c);
 	if (r == 0)
 		r = wsync_diff(old, new, fd, &o, stats, &j->err);
 	if (r == 0 && c.r < 0) {
@@ -320,7 +329,8 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 		r = wsync_delta_indexer_finish(c.x, &obj, &j->err);
 	/* the rest is the last chunk -- unless nothing was cut: then the
 	 * object goes whole */
-	if (r == 0 && c.chunks && c.chunks->n && (r = cut_chunk(&c)) < 0)
+	if (r == 0 && c.chunks && c.chunks->n && !j->stream->per_file &&
+	    (r = cut_chunk(&c)) < 0)
 		j->err = c.err;
 	if (r == 0 && c.chunks) {
 		pthread_mutex_lock(&j->stream->mu);
@@ -392,7 +402,7 @@ void pubjob_prepare_work(void *data)
 		/* A shard the index names is missing: broken.  No safetensors
 		 * and no index at all: ship what there is. */
 		PATHF(p, "%s/%s", staging, WSYNC_INDEX_NAME);
-		r = access(p, F_OK) == 0 ? -EINVAL : 0;
+		r = access(p, F_OK) == 0 && !j->part ? -EINVAL : 0;
 	}
 	wsync_checkpoint_free(ck);
 	if (r < 0) {
@@ -411,7 +421,7 @@ void pubjob_prepare_work(void *data)
 	 * third more of the step's reads) */
 	if (j->want_delta) {
 		PATHF(p, "%s/delta.wsd", out);
-		r = encode(j, 0, base, staging, p, &j->delta_stats, &j->delta_size,
+		r = encode(j, 0, j->lost_base ? empty : base, staging, p, &j->delta_stats, &j->delta_size,
 			   &j->delta_hash, j->delta_sha256, &j->delta_index, &j->files,
 			   &j->n_files);
 		if (r < 0) {
@@ -503,9 +513,10 @@ void pubjob_commit_work(void *data)
 	j->result = 0;
 }
 
-/* Does dir hold exactly the files listed? */
+/* Does dir hold exactly the files listed (subset: some of them, at
+ * least one)? */
 static bool dir_matches(const char *dir, const struct wsync_manifest_file *files, size_t n,
-			struct wsync_error *err)
+			bool subset, struct wsync_error *err)
 {
 	struct wsync_file_filter all;
 	struct ckscan_tree t;
@@ -518,20 +529,22 @@ static bool dir_matches(const char *dir, const struct wsync_manifest_file *files
 		return false;
 	}
 	wsync_file_filter_free(&all);
-	ok = t.n == n;
+	ok = subset ? t.n > 0 && t.n <= n : t.n == n;
 	/* both sorted bytewise */
-	for (size_t i = 0; ok && i < n; i++) {
+	for (size_t i = 0, k = 0; ok && i < t.n; i++, k++) {
 		char p[PATH_MAX];
 		struct wsync_hash128 h;
 		uint64_t size;
 
-		ok = strcmp(t.files[i].path, files[i].path) == 0 &&
-		     t.files[i].size == files[i].size;
+		while (subset && k < n && strcmp(files[k].path, t.files[i].path) < 0)
+			k++;
+		ok = k < n && strcmp(t.files[i].path, files[k].path) == 0 &&
+		     t.files[i].size == files[k].size;
 		if (!ok)
 			break;
-		PATHF(p, "%s/%s", dir, files[i].path);
-		ok = wsync_hash_file(p, &h, &size, err) == 0 && size == files[i].size &&
-		     wsync_hash_equal(&h, &files[i].hash);
+		PATHF(p, "%s/%s", dir, files[k].path);
+		ok = wsync_hash_file(p, &h, &size, err) == 0 && size == files[k].size &&
+		     wsync_hash_equal(&h, &files[k].hash);
 	}
 	ckscan_tree_free(&t);
 	return ok;
@@ -556,11 +569,11 @@ void pubjob_verify_work(void *data)
 	memcpy(sorted, j->files, j->n_files * sizeof(*sorted));
 	qsort(sorted, j->n_files, sizeof(*sorted), cmp_mfile);
 	PATHF(p, "%s/staging", j->pub_dir);
-	if (dir_matches(p, sorted, j->n_files, &j->err))
+	if (dir_matches(p, sorted, j->n_files, j->subset, &j->err))
 		j->which = 2;
 	else {
 		PATHF(p, "%s/base", j->pub_dir);
-		if (dir_matches(p, sorted, j->n_files, &j->err))
+		if (dir_matches(p, sorted, j->n_files, j->subset, &j->err))
 			j->which = 1;
 	}
 	free(sorted);

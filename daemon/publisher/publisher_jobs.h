@@ -56,6 +56,8 @@ struct pubjob_stream {
 	uv_async_t *wake;
 	uint64_t chunk_size;		/* at least this (and 1/512 of what came before) */
 	unsigned pause_ms;		/* tests: sleep this long after each cut */
+	bool per_file;			/* a part: a cut at every file (delta_index.h
+					 * cut_files), chunk_size unused */
 	struct pubjob_chunks role[2];
 };
 
@@ -74,6 +76,10 @@ struct pubjob_prepare {
 	uint64_t memory_limit;		/* for the encoder, 0: its default */
 	unsigned pause_ms;		/* tests: sleep this long before the snapshot */
 	struct pubjob_stream *stream;	/* NULL: objects are uploaded whole */
+	/* A publisher part (BUCKET.md §7): files new to the base are written
+	 * with REPLACE; the checkpoint's index may name shards of other parts;
+	 * lost_base: the delta is from nothing (the base is not HEAD's). */
+	bool part, lost_base;
 
 	/* out */
 	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it
@@ -115,6 +121,7 @@ struct pubjob_verify {
 	const char *pub_dir;
 	const struct wsync_manifest_file *files;
 	size_t n_files;
+	bool subset;			/* a part: its files are some of them */
 	int which;
 	struct wsync_error err;
 };

@@ -27,9 +27,11 @@
 
 #include "checkpoint_complete.h"
 #include "checkpoint_scan.h"
+#include "delta.h"
 #include "instance_lock.h"
 #include "manifest.h"
 #include "metrics.h"
+#include "part.h"
 #include "publisher.h"
 #include "publisher_jobs.h"
 #include "role.h"
@@ -53,6 +55,9 @@ enum pub_state {
 	PUB_UPLOAD,		/* putting the objects */
 	PUB_MANIFEST,		/* putting manifests/<V>.json */
 	PUB_HEAD,		/* putting HEAD */
+	PUB_RECORD,		/* a part: putting its record (publisher_parts.c) */
+	PUB_GATHER,		/* part 1: waiting for every part's record of the step */
+	PUB_WAIT,		/* part K > 1: waiting for part 1 to commit (or move on) */
 	PUB_COMMIT,		/* job: base := staging, state.json */
 	PUB_GC,			/* listing and deleting what retention lets go */
 	PUB_BACKOFF,		/* a store request failed: waiting to retry `retry_state` */
@@ -125,6 +130,25 @@ struct publication {
 	size_t next_listed[2];		/* chunks NEXT lists */
 	bool next_busy, next_dirty, next_failed, announced;
 	bool ended;			/* over: freed once nothing is in flight */
+
+	/* A part of several (publisher_parts.c, BUCKET.md §7). */
+	bool part;
+	unsigned rec_part;		/* K */
+	uint64_t run;			/* the trainer run of step */
+	struct wsync_part_record rec;	/* ours */
+	struct wsync_buf record_doc;
+	struct wsync_part_record *others;	/* part 1: [K-1] each part's, as read */
+	bool *got;			/* part 1: others[K-1] holds a record */
+	unsigned n_others;
+	unsigned gets_pending;
+	bool conflict;			/* another instance wrote our record */
+	bool rewrite;			/* our record is missing or damaged */
+	struct wsync_manifest_object merged[2];	/* part 1: the version's objects */
+	size_t n_merged;
+	struct wsync_manifest_file *merged_files;	/* of every part, by path */
+	size_t n_merged_files;
+	uint8_t frame[2][WSYNC_DELTA_PREAMBLE_LEN + WSYNC_DELTA_END_RECORD_LEN];
+	unsigned frame_puts;
 };
 
 struct wsync_publisher {
@@ -153,6 +177,16 @@ struct wsync_publisher {
 	uv_timer_t rescan_timer;	/* every rescan_interval */
 	uv_timer_t retry_timer;		/* store backoff */
 	uv_async_t stream_wake;		/* the job cut a chunk (publisher_stream.c) */
+	uv_timer_t part_timer;		/* a part: polling records and HEAD */
+
+	/* [publisher] part = K/N (publisher_parts.c): K, N; 1/1 alone */
+	unsigned part, parts;
+	struct wsync_file_filter part_filter;	/* part_files, when given */
+	bool part_explicit;
+	bool has_target;		/* a newer step part 1 (or a part) is at */
+	uint64_t target_run;
+	int64_t target_step;
+	char parts_logged[256];		/* the missing parts last logged */
 	bool stream_ready;		/* stream_wake is set up */
 	struct wsync_watch *watch;
 	struct wsync_role_backoff backoff;	/* store retries */
@@ -288,6 +322,36 @@ bool pub_stream_chunked(const struct publication *pb, int role);
 int pub_stream_uploaded(struct publication *pb);
 /* The chunks of object role, for its manifest entry (owned by pb). */
 const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication *pb, int role);
+
+/* ---- publisher_parts.c ---- */
+
+/* Set up p's part (K/N, the part_files filter, part_timer). */
+int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err);
+void pub_parts_free(struct wsync_publisher *p);
+/* The files of t that are this part's (the rule, or part_files); the
+ * rest are dropped from t.  Returns how many are kept. */
+size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t);
+/* owner[i] (1..parts) of each of t's files by the rule of BUCKET.md §7. */
+int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owner);
+/* A publication of a part starts: its run, and whether its delta is from
+ * nothing. */
+void pub_parts_begin(struct wsync_publisher *p, struct publication *pb);
+/* The objects are uploaded: the record, then gather (part 1) or wait. */
+void pub_parts_put_record(struct wsync_publisher *p);
+/* Part 1: read every part's record again (after a backoff). */
+void pub_parts_gather(struct wsync_publisher *p);
+/* Is the candidate (run, step) older than where the parts are going? */
+bool pub_parts_behind(struct wsync_publisher *p, uint64_t run, int64_t step);
+/* The run a checkpoint of step belongs to, HEAD's or the next. */
+uint64_t pub_parts_run_of(struct wsync_publisher *p, int64_t step);
+/* Is step HEAD's own (same run)?  Then it is published already. */
+bool pub_parts_published(struct wsync_publisher *p, int64_t step);
+void pub_parts_publication_free(struct publication *pb);
+/* HEAD names p->pub's version (its manifest adopted): make the snapshot
+ * the base, state.json, status (by_us: this instance wrote HEAD). */
+void pub_committed(struct wsync_publisher *p, bool by_us);
+/* Write the manifest of p->pub, then HEAD (publisher.c). */
+void pub_put_manifest(struct wsync_publisher *p);
 
 /* ---- publisher_scan.c ---- */
 

@@ -35,6 +35,13 @@ static void recover_local(struct wsync_publisher *p)
 	int r;
 
 	pub_load_state(p, &ls);
+	/* A part without a state of its own must not offer a checkpoint
+	 * older than the version HEAD names -- an earlier run's, still on
+	 * disk with a higher step -- for the other parts would wait for it:
+	 * what was written before HEAD was, is taken as published. */
+	if (p->parts > 1 && !p->source_mtime_ns && p->head_manifest.version &&
+	    p->head_manifest.created > 0)
+		p->source_mtime_ns = (uint64_t)p->head_manifest.created * 1000000000u;
 	if (p->head_version == 0) {
 		p->need_anchor = true;	/* version 1 is an anchor anyway */
 		pub_set_state(p, PUB_IDLE);
@@ -66,7 +73,8 @@ static void recover_local(struct wsync_publisher *p)
 	pub_status(p, "checking the local base against version %" PRIu64, p->head_version);
 	p->verify = (struct pubjob_verify){ .pub_dir = p->pub_dir,
 					    .files = p->head_manifest.files,
-					    .n_files = p->head_manifest.n_files };
+					    .n_files = p->head_manifest.n_files,
+					    .subset = p->parts > 1 };
 	r = wsync_jobs_submit(p->d->jobs, verify_work, recover_verify_done, p);
 	if (r < 0) {
 		p->need_anchor = true;
@@ -243,7 +251,8 @@ static void recover_listed(struct wsync_store_result *res, void *data)
 		pub_advance(p);
 		return;
 	}
-	if (newest > p->head_version) {
+	/* only the committer writes HEAD (part 1, or the one publisher) */
+	if (newest > p->head_version && p->part <= 1) {
 		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 		char key[WSYNC_MANIFEST_KEY_MAX];
 

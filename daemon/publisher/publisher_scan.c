@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <stdio.h>
@@ -132,6 +133,11 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	}
 	if (t.n == 0)
 		goto no;
+	/* a part naming its files judges only them; one by the rule judges
+	 * the whole (every part sees it) and takes its share after */
+	if (p->part_explicit && pub_parts_select(p, &t) == 0)
+		goto no;
+	o.own_only = p->part_explicit;
 	s = pub_seen_get(p, name);
 	if (!s)
 		goto no;
@@ -188,6 +194,22 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 			  "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
 		goto no;
 	}
+	if (p->parts > 1 && !p->part_explicit && pub_parts_select(p, &t) == 0) {
+		note_waiting(p, s, dir, &t, "no file of it is this part's (more parts than "
+			     "weight shards?)", w);
+		goto no;
+	}
+	if (p->parts > 1 && p->inplace) {
+		int64_t gs;
+
+		/* parts match steps by number: a counter of our own would not
+		 * agree with the other parts' */
+		if (ckscan_read_global_step(dfd, &gs) < 0) {
+			note_waiting(p, s, dir, &t, "a step number: publisher parts in place "
+				     "need trainer_state.json's global_step", w);
+			goto no;
+		}
+	}
 	s->wait_key[0] = '\0';
 	c->name = strdup(name);
 	if (!c->name)
@@ -195,6 +217,21 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	PATHF(c->dir, "%s", dir);
 	c->dfd = -1;
 	c->step = step_of(p, name, dfd);
+	if (p->parts > 1 && pub_parts_published(p, c->step)) {
+		free(c->name);
+		c->name = NULL;
+		goto no;
+	}
+	if (p->parts > 1 && pub_parts_behind(p, pub_parts_run_of(p, c->step), c->step)) {
+		char why2[96];
+
+		snprintf(why2, sizeof(why2), "nothing: step %" PRId64 " is behind the parts' "
+			 "step %" PRId64, c->step, p->target_step);
+		note_waiting(p, s, dir, &t, why2, w);
+		free(c->name);
+		c->name = NULL;
+		goto no;
+	}
 	c->tree = t;
 	return 1;
 no:

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "log.h"
@@ -54,13 +55,15 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 		memcpy(pb->flight, &t, sizeof(t));
 		memcpy(pb->flight + 8, &pb->started_ms, sizeof(pb->started_ms));
 	}
-	if (!p->cfg->chunk_size || !p->stream_ready)
-		return 0;
+	/* a part always goes by chunks: one per file's records */
+	if ((!p->cfg->chunk_size && p->parts < 2) || !p->stream_ready)
+		return p->parts < 2 || p->stream_ready ? 0 : -EIO;
 	if (pthread_mutex_init(&pb->stream.mu, NULL) != 0)
 		return -ENOMEM;
 	pb->stream_on = true;
 	pb->stream.wake = &p->stream_wake;
 	pb->stream.chunk_size = p->cfg->chunk_size;
+	pb->stream.per_file = p->parts > 1;
 	pb->stream.pause_ms = p->test_chunk_pause_ms;
 	pb->job.stream = &pb->stream;
 	return 0;
@@ -86,6 +89,16 @@ bool pub_stream_chunked(const struct publication *pb, int role)
 	return pb->stream_on && pb->chunks[role].n > 0;
 }
 
+/* Is chunk c of a part's object the END record?  (40 bytes, nothing after
+ * it: the object's file ends there -- it is cut only at the end.) */
+static bool is_end_record(struct publication *pb, int role, const struct pub_chunk *c)
+{
+	struct stat st;
+
+	return stat(object_path(pb, role), &st) == 0 &&
+	       (uint64_t)st.st_size == c->offset + c->mc.size;
+}
+
 /* The chunks the job cut since the last look, into the loop's list. */
 static int take_chunks(struct publication *pb)
 {
@@ -108,11 +121,17 @@ static int take_chunks(struct publication *pb)
 		}
 		for (; out->n < in->n; out->n++) {
 			struct pub_chunk *c = &out->c[out->n];
-			char key[WSYNC_MANIFEST_KEY_MAX];
+			char key[WSYNC_PART_KEY_MAX];
 
-			wsync_manifest_chunk_key(role ? WSYNC_MANIFEST_KEY_ANCHOR :
-							WSYNC_MANIFEST_KEY_DELTA,
-						 pb->version, (unsigned)out->n + 1, key);
+			if (pb->part)
+				wsync_part_chunk_key(pb->version, pb->rec_part, pb->flight,
+						     role ? WSYNC_MANIFEST_ROLE_ANCHOR :
+							    WSYNC_MANIFEST_ROLE_DELTA,
+						     (unsigned)out->n + 1, key);
+			else
+				wsync_manifest_chunk_key(role ? WSYNC_MANIFEST_KEY_ANCHOR :
+								WSYNC_MANIFEST_KEY_DELTA,
+							 pb->version, (unsigned)out->n + 1, key);
 			memset(c, 0, sizeof(*c));
 			if (!(c->mc.key = strdup(key))) {
 				r = -ENOMEM;
@@ -121,6 +140,11 @@ static int take_chunks(struct publication *pb)
 			c->mc.size = in->c[out->n].size;
 			memcpy(c->mc.sha256, in->c[out->n].sha256, sizeof(c->mc.sha256));
 			c->offset = in->c[out->n].offset;
+			/* a part's preamble and END record: the committer writes
+			 * them once for the whole version */
+			if (pb->part && (c->offset == 0 || (c->mc.size == WSYNC_DELTA_END_RECORD_LEN &&
+							    is_end_record(pb, role, c))))
+				c->state = PUB_CHUNK_UPLOADED;
 		}
 		out->done = in->done;
 	}
@@ -218,8 +242,8 @@ void pub_stream_announce(struct wsync_publisher *p)
 	size_t listed[2];
 	int r = 0;
 
-	if (!pb || !pb->stream_on || pb->ended || p->stopping)
-		return;
+	if (!pb || !pb->stream_on || pb->ended || p->stopping || pb->part)
+		return;	/* a part announces nothing: its record is its word */
 	if (pb->next_busy) {
 		pb->next_dirty = true;
 		return;

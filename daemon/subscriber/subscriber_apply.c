@@ -55,6 +55,28 @@
 #include "sign.h"
 #include "subscriber_local.h"
 
+/* Every chunk of j's object against its SHA-256, where it lies in fd. */
+static int check_chunks_sha256(struct sub_apply_job *j, int fd)
+{
+	uint64_t off = 0;
+
+	for (size_t i = 0; i < j->obj->n_chunks; i++) {
+		const struct wsync_manifest_chunk *c = &j->obj->chunks[i];
+		uint8_t got[WSYNC_SHA256_LEN];
+		int r = wsync_sha256_fd_range(fd, off, c->size, j->object_path, got, &j->err);
+
+		if (r == 0 && memcmp(got, c->sha256, sizeof(got)) != 0) {
+			j->verify_failed = true;
+			return wsync_error_set(&j->err, -EINVAL, "its chunk %s: SHA-256 is not "
+					       "the manifest's", c->key);
+		}
+		if (r < 0)
+			return r;
+		off += c->size;
+	}
+	return 0;
+}
+
 /* Copy len bytes at off of in to at of out, through b. */
 static int copy_range(int in, uint64_t off, int out, uint64_t at, uint64_t len,
 		      struct wsync_buf *b)
@@ -609,6 +631,12 @@ void sub_apply_work(void *data)
 			r = wsync_error_set(&j->err, -EINVAL, "its SHA-256 is not the manifest's");
 			j->verify_failed = true;
 		}
+		if (r < 0)
+			goto out;
+	} else if (j->obj && j->obj->hashless) {
+		/* an object of parts (BUCKET.md §7): no hash of the whole,
+		 * each chunk's SHA-256 binds it */
+		r = check_chunks_sha256(j, fd);
 		if (r < 0)
 			goto out;
 	}

@@ -1285,6 +1285,7 @@ static void test_foreach_key(void)
 		{ "publisher", "exclude", 0 },	 { "publisher", "keep_anchors", 0 },
 		{ "publisher", "chunk_size", 0 },
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
+		{ "publisher", "part", 0 },	 { "publisher", "part_files", 0 },
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
 		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },

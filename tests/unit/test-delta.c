@@ -232,8 +232,19 @@ static void test_file_record_rules(void)
 	f.mode = 010644;
 	refuse_file(f, "mode");
 	f.mode = 0644;
-	f.flags |= 2;
+	f.flags |= 4;
 	refuse_file(f, "flags");
+	f.flags = WSYNC_DELTA_FILE_HAS_BASE | WSYNC_DELTA_FILE_REPLACE;	/* only without a base */
+	refuse_file(f, "REPLACE");
+	f = file("w", WSYNC_DELTA_WRITE, 0, 10, 1);
+	f.flags = WSYNC_DELTA_FILE_REPLACE;	/* a WRITE without a base: fine */
+	{
+		struct wsync_buf b = { 0 };
+		struct wsync_error err = { 0 };
+
+		CHECK(wsync_delta_file_encode(&f, &b, &err) == 0);
+		wsync_buf_free(&b);
+	}
 	f = file("w", WSYNC_DELTA_WRITE, 0, 10, 1);
 	f.base_size = 3;
 	refuse_file(f, "without HAS_BASE");

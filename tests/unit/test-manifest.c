@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "manifest.h"
+#include "part.h"
 #include "sign.h"
 #include "tap.h"
 
@@ -612,7 +613,7 @@ static const struct bad bad_manifests[] = {
 	{ "\"wsync 0.1.0\"", "\"a\\ud83d\"", -EINVAL, "lone surrogate" },
 	/* format */
 	{ "\"wsync-manifest\"", "\"wsync-head\"", -EINVAL, "not a wsync manifest: format is \"wsync-head\", expected \"wsync-manifest\"" },
-	{ "\"format_version\": 1,", "\"format_version\": 3,", -EPROTONOSUPPORT, "unsupported manifest format_version 3 (this reader knows 1 to 2)" },
+	{ "\"format_version\": 1,", "\"format_version\": 4,", -EPROTONOSUPPORT, "unsupported manifest format_version 4 (this reader knows 1 to 3)" },
 	{ "\"format_version\": 1,", "\"format_version\": \"1\",", -EINVAL, "\"format_version\" must be an integer" },
 	{ "  \"format\": \"wsync-manifest\",\n", "", -EINVAL, "manifest: not a wsync manifest: no \"format\" field" },
 	/* fields missing, doubled, of the wrong type */
@@ -681,14 +682,14 @@ static void test_format_reported_first(void)
 {
 	struct wsync_error err = { 0 };
 	const char *d1 = "{\"files\": [{\"path\": \"../x\"}], \"mode\": [1,2],"
-			 " \"format\": \"wsync-manifest\", \"format_version\": 3}";
+			 " \"format\": \"wsync-manifest\", \"format_version\": 4}";
 	const char *d2 = "{\"version\": 0, \"format\": \"wsync-head\"}";
 	const char *d3 = "{\"version\": 0}";
 	const char *d4 = "{\"version\": 0, \"format\": \"wsync-manifest\", \"format_version\": 1";
 	const char *h1 = "{\"version\": \"x\", \"format_version\": 3, \"format\": \"wsync-head\"}";
 
 	CHECK(parse_m(d1, &err) == -EPROTONOSUPPORT);
-	CHECK_STR(err.msg, "manifest: unsupported manifest format_version 3 (this reader knows 1 to 2)");
+	CHECK_STR(err.msg, "manifest: unsupported manifest format_version 4 (this reader knows 1 to 3)");
 	CHECK(parse_m(d2, &err) == -EINVAL);
 	CHECK_CONTAINS(err.msg, "not a wsync manifest: format is \"wsync-head\"");
 	CHECK(parse_m(d3, &err) == -EINVAL);
@@ -1539,6 +1540,136 @@ static void test_ref_check(void)
 	CHECK_CONTAINS(err.msg, "XXH3-128 is");
 }
 
+/* A publisher part's record (part.h, BUCKET.md §7): round trip signed,
+ * refused when tampered with, by another key or malformed; its keys. */
+static void test_part_record(void)
+{
+	struct wsync_manifest_piece pcs[2] = { { 30, { 1 } }, { 70, { 2 } } };
+	struct wsync_part_chunk ch = { .key = (char *)"parts/000000000042/2-00-00002.wsd",
+				       .size = 100, .sha256 = { 9 },
+				       .path = (char *)"model-00002-of-00002.safetensors",
+				       .pieces = pcs, .n_pieces = 2 };
+	struct wsync_manifest_file f = { (char *)"model-00002-of-00002.safetensors", 4096,
+					 { { 3 } } };
+	struct wsync_part_record r = {
+		.version = 42, .part = 2, .parts = 4, .run = 1, .step = 8400,
+		.created = T_CREATED, .base_version = 41, .writer = (char *)"wsync 0.1.0",
+		.files = &f, .n_files = 1, .n_objects = 1,
+	}, back;
+	struct wsync_sign_key *k = NULL, *k2 = NULL;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+	char key[WSYNC_PART_KEY_MAX];
+	uint8_t seed2[32];
+	uint64_t v;
+	unsigned part;
+	bool is_rec;
+
+	r.objects[0] = (struct wsync_part_object){ .role = WSYNC_MANIFEST_ROLE_DELTA,
+						   .chunks = &ch, .n_chunks = 1,
+						   .write_bytes = 4096 };
+	memset(r.flight, 0xab, sizeof(r.flight));
+	memset(seed2, 0x42, sizeof(seed2));
+	CHECK(wsync_sign_key_from_raw(true, seed1, &k, &err) == 0);
+	CHECK(wsync_sign_key_from_raw(true, seed2, &k2, &err) == 0);
+	CHECK(wsync_part_serialize(&r, k, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, k, &back, &err) == 0);
+	CHECK(back.version == 42 && back.part == 2 && back.parts == 4 && back.run == 1 &&
+	      back.step == 8400 && back.base_version == 41 && back.flight[15] == 0xab);
+	CHECK(back.n_files == 1 && back.files[0].size == 4096 &&
+	      strcmp(back.files[0].path, f.path) == 0);
+	CHECK(back.n_objects == 1 && back.objects[0].n_chunks == 1 &&
+	      back.objects[0].write_bytes == 4096 && back.objects[0].chunks[0].n_pieces == 2 &&
+	      back.objects[0].chunks[0].pieces[1].length == 70 &&
+	      back.objects[0].chunks[0].sha256[0] == 9);
+	wsync_part_free(&back);
+	/* by another key, or tampered with: refused before the JSON is read */
+	CHECK(wsync_part_parse(b.data, b.len, k2, &back, &err) == -EBADMSG);
+	{
+		char *t = strstr((char *)b.data, "8400");
+
+		CHECK(t != NULL);
+		if (t)
+			t[0] = '9';
+		CHECK(wsync_part_parse(b.data, b.len, k, &back, &err) == -EBADMSG);
+	}
+	/* unsigned: pieces that do not add up to the chunk's size */
+	pcs[1].length = 71;
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+	CHECK(strstr(err.msg, "do not add up") != NULL);
+	pcs[1].length = 70;
+	/* a path that climbs out */
+	f.path = (char *)"../model.safetensors";
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+	{
+		const char *bad[] = {
+			"{}",
+			"{\"format\": \"wsync-part\", \"format_version\": 2}",
+			"[1]",
+		};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+			CHECK(wsync_part_parse(bad[i], strlen(bad[i]), NULL, &back, &err) < 0);
+	}
+	CHECK(strcmp(wsync_part_record_key(42, 3, key), "parts/000000000042/3.json") == 0);
+	CHECK(wsync_part_key_parse(key, &v, &part, &is_rec) == 0 && v == 42 && part == 3 &&
+	      is_rec);
+	wsync_part_chunk_key(42, 0, r.flight, WSYNC_MANIFEST_ROLE_ANCHOR, 2, key);
+	CHECK(strcmp(key, "parts/000000000042/0-abababababababababababababababab-00002.wsa") == 0);
+	CHECK(wsync_part_key_parse(key, &v, &part, &is_rec) == 0 && part == 0 && !is_rec);
+	CHECK(wsync_part_key_parse("deltas/000000000042.wsd", &v, NULL, NULL) < 0);
+	CHECK(wsync_part_key_parse("parts/00000000004x/1.json", &v, NULL, NULL) < 0);
+	wsync_buf_free(&b);
+	wsync_sign_key_free(k);
+	wsync_sign_key_free(k2);
+}
+
+/* A version of parts (format_version 3): its objects have chunks and no
+ * hash of the whole; readers of 1 and 2 would refuse it by name, this one
+ * reads it back; a hashless object outside format 3 is refused. */
+static void test_parts_manifest(void)
+{
+	struct wsync_manifest_chunk ch[3] = {
+		{ "parts/000000000042/0-ab-00001.wsd", 16, { 1 } },
+		{ "parts/000000000042/2-cd-00002.wsd", 100, { 2 } },
+		{ "parts/000000000042/0-ab-00002.wsd", 40, { 3 } },
+	};
+	struct wsync_manifest_object o = { .role = WSYNC_MANIFEST_ROLE_DELTA,
+					   .ref = { "deltas/000000000042.wsd", 156, { { 0 } } },
+					   .chunks = ch, .n_chunks = 3, .hashless = true };
+	struct wsync_manifest_file f = { "a.bin", 7, { { 5 } } };
+	struct wsync_manifest_anchor an = { 40, { "manifests/000000000040.json", 10, { { 1 } } } };
+	struct wsync_manifest m = { .version = 42, .step = 7, .created = T_CREATED,
+				    .kind = WSYNC_MANIFEST_DELTA, .base_version = 41,
+				    .anchor_version = 40, .objects = &o, .n_objects = 1,
+				    .files = &f, .n_files = 1, .anchors = &an, .n_anchors = 1,
+				    .parts = 4, .run = 2 };
+	struct wsync_manifest back;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == 0);
+	CHECK(strstr(cstr(&b), "\"format_version\": 3") != NULL);
+	CHECK(wsync_manifest_parse(b.data, b.len, NULL, &back, &err) == 0);
+	CHECK(back.parts == 4 && back.run == 2 && back.n_objects == 1 &&
+	      back.objects[0].hashless && !back.objects[0].has_sha256 &&
+	      back.objects[0].n_chunks == 3 && back.objects[0].ref.size == 156);
+	wsync_manifest_free(&back);
+	/* the same document said to be format 2: refused */
+	{
+		char *t = strstr(cstr(&b), "\"format_version\": 3");
+
+		t[strlen("\"format_version\": ")] = '2';
+		CHECK(wsync_manifest_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+	}
+	/* hashless without parts: refused on serialize */
+	m.parts = 0;
+	CHECK(wsync_manifest_serialize(&m, NULL, &b, &err) == -EINVAL);
+	wsync_buf_free(&b);
+}
+
 int main(void)
 {
 	TEST(test_value_bomb_bounded);	/* first: the smallest peak to compare with */
@@ -1562,6 +1693,8 @@ int main(void)
 	TEST(test_keys);
 	TEST(test_chunks);
 	TEST(test_next);
+	TEST(test_part_record);
+	TEST(test_parts_manifest);
 	TEST(test_ref_check);
 	return tap_done();
 }

@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# test-parts: several publisher instances publish one version together
+# ([publisher] part = K/N, BUCKET.md §7), on a file:// bucket (or s3rver
+# with WSYNC_PARTS_BACKEND=s3, test-parts-s3.sh), signed, in step-folder
+# and in-place watch modes.  Then:
+#  - two parts and three parts: every version byte-identical on a full
+#    subscriber, exact on a partial one; each part encoded only its
+#    share (the rule: shards balanced by size, the rest in part 1), and
+#    the version's manifest is format 3 with "parts";
+#  - `wsyncd --check-config` prints the assignment;
+#  - a part down for a while: versions wait (PART_MISSING, status and
+#    the metric name it), then converge when it comes back;
+#  - a part killed mid-upload and restarted: converges, HEAD complete;
+#  - the committer killed between the parts' records and HEAD: restarts
+#    converge;
+#  - a part that skipped a step (down while it was written): the others
+#    move to its newer step;
+#  - a trainer resumed from an older step: a new run, published;
+#  - a part that lost its base (state wiped): sends its files whole
+#    (REPLACE records) while the others send deltas; subscribers exact;
+#  - a part record tampered with in the bucket: refused by the committer
+#    (signature), counted, nothing committed until it is rewritten;
+#  - two instances claiming one part, and part files that overlap: refused.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/daemons.sh"
+
+BACKEND=${WSYNC_PARTS_BACKEND:-file}
+CK=$TMP/ck
+"$GEN" --params 8M --steps 9 --shards 4 --quiet --out "$CK" >/dev/null || {
+	tap_result 1 "gen-checkpoints"
+	tap_done
+	exit 1
+}
+"$WSYNC" keygen "$TMP/wsync.key" >/dev/null
+BUCKET=$TMP/bucket
+mkdir -p "$BUCKET"
+if [ "$BACKEND" = s3 ]; then
+	. "$(dirname "$0")/s3-servers.sh"
+	s3servers_trap_exit
+	have_s3rver || { echo "1..0 # SKIP $S3S_WHY"; exit 0; }
+	trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
+	read -r port < <(free_ports 1)
+	s3rver_start "$TMP/s3rver" "$port" wsync-parts || {
+		tap_result 1 "s3rver started"
+		tap_done
+		exit 1
+	}
+else
+	trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
+fi
+RUN=0
+store_lines() { # the [store] lines of series $RUN
+	if [ "$BACKEND" = s3 ]; then
+		s3rver_store "s3://wsync-parts/series$RUN"
+	else
+		echo "url = file://$BUCKET/$RUN"
+	fi
+}
+
+# ini NAME ROLE [LINE...]: a publisher part or a subscriber of series $RUN
+ini() {
+	local name=$1 role=$2 dir=$TMP/$1
+	shift 2
+	mkdir -p "$dir"
+	if [ "$role" = publisher ]; then
+		write_ini "$dir.ini" publisher "$dir" "$(store_lines)" \
+			"[publisher]" "watch_dir = $TRAIN" "settle_time = 200ms" \
+			"watch_mode = poll" "rescan_interval = 200ms" \
+			"anchor_every = 4" "signing_key = $TMP/wsync.key" "$@"
+	else
+		write_ini "$dir.ini" subscriber "$dir" "$(store_lines)" \
+			"[subscriber]" "target_dir = $dir/model" "poll_interval = 200ms" \
+			"verify_key = $TMP/wsync.key.pub" "$@"
+	fi
+}
+start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
+field() { status_field "$TMP/$1/run/status.json" "$2"; }
+at_step() { [ "$(field "$1" step)" = "$2" ] && [ "$(field "$1" state)" = idle ]; }
+wait_step() { # wait_step NAME STEP [SECONDS]
+	wait_for "${3:-90}" at_step "$1" "$2" || {
+		echo "# $1: version $(field "$1" version) step $(field "$1" step), $(field "$1" message)"
+		tail -5 "$TMP/$1/log" | sed 's/^/# /'
+		return 1
+	}
+}
+in_log() { grep -q -- "$2" "$TMP/$1/log"; }
+shipped() { # the shipped files of checkpoint STEP
+	local f
+	for f in "$CK/checkpoint-$1"/*; do
+		case ${f##*/} in optimizer* | scheduler.pt | rng_state*.pth | training_args.bin) ;; *) echo "${f##*/}" ;; esac
+	done
+}
+# the target of NAME holds exactly checkpoint STEP's shipped files
+same_as() {
+	local t=$TMP/$1/model f n=0
+	for f in $(shipped "$2"); do
+		cmp -s "$CK/checkpoint-$2/$f" "$t/$f" || { echo "# $1: $f differs from checkpoint-$2"; return 1; }
+		n=$((n + 1))
+	done
+	[ "$(find "$t" -path "$t/.wsync" -prune -o -type f -print | wc -l)" = "$n" ] ||
+		{ echo "# $t has other files"; return 1; }
+}
+# the partial subscriber NAME holds exactly STEP's shards 1 and 3, plus config.json
+partial_as() {
+	local t=$TMP/$1/model f
+	for f in config.json model-00001-of-00004.safetensors model-00003-of-00004.safetensors; do
+		cmp -s "$CK/checkpoint-$2/$f" "$t/$f" || { echo "# $1: $f differs from checkpoint-$2"; return 1; }
+	done
+	[ "$(find "$t" -path "$t/.wsync" -prune -o -type f -print | wc -l)" = 3 ] ||
+		{ echo "# $t has other files"; return 1; }
+}
+# uploaded NAME K N STEP: part K of N (daemon NAME) uploaded STEP for the
+# version after part 1's
+uploaded() {
+	grep -q "version $(($(field p1 version) + 1)): part $2 of $3 uploaded step $4 " "$TMP/$1/log"
+}
+half_at() { wait_step half "$1" && partial_as half "$1"; }
+kill9() { kill -9 "${DPID[$1]}" 2>/dev/null; wait "${DPID[$1]}" 2>/dev/null; DPID[$1]=; }
+manifest() { # the manifest HEAD names, without its signature line
+	if [ "$BACKEND" = s3 ]; then
+		"$WSYNC" store get --config "$TMP/$SUBNAME.ini" \
+			"s3://wsync-parts/series$RUN/manifests/$(printf %012d "$1").json" -
+	else
+		cat "$BUCKET/$RUN/manifests/$(printf %012d "$1").json"
+	fi | sed '/^wsync-signature/d'
+}
+mjson() { # mjson V EXPR: a Python expression over the manifest m of version V
+	manifest "$1" | "$PYTHON3" -c 'import json,sys; m=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2"
+}
+metric() { grep -o "^$2{[^}]*} [0-9]*" "$TMP/$1/run/wsync.prom" | awk '{ print $2 }'; }
+step_in() { # step_in STEP DIR: checkpoint STEP's files as the trainer writes them
+	put_ckpt "$CK/checkpoint-$1" "$2"
+}
+
+# ---- 1. two parts, step folders ----------------------------------------------
+RUN=1
+SUBNAME=sub
+mkdir -p "$BUCKET/1"
+TRAIN=$TMP/train1
+mkdir -p "$TRAIN"
+ini p1 publisher "part = 1/2"
+ini p2 publisher "part = 2/2"
+ini sub subscriber
+ini half subscriber "include = config.json model-00001-of-00004.safetensors model-00003-of-00004.safetensors"
+step_in 1 "$TRAIN/checkpoint-1"
+check "--check-config prints the assignment of the newest checkpoint" \
+	bash -c "'$WSYNCD' --check-config '$TMP/p2.ini' | grep -q 'part 2 (this instance): 2 files'"
+start p1
+start p2
+start sub
+start half
+check "version 1 (step 1) committed by part 1" wait_step p1 1
+check "part 2 sees its step committed" wait_step p2 1
+check "the full subscriber is at step 1" wait_step sub 1
+check "byte-identical to checkpoint-1" same_as sub 1
+check "the partial subscriber is exact" half_at 1
+check "the manifest is format 3, of 2 parts" test "$(mjson 1 "m['format_version'], m['parts']")" = "(3, 2)"
+check "part 2 encoded only its 2 shards" in_log p2 "part 2 of 2 uploaded step 1 (2 files)"
+check "part 1 the config files and the other 2 shards" \
+	test "$(sed -n 's/.*part 1 of 2 uploaded step 1 (\([0-9]*\) files).*/\1/p' "$TMP/p1/log" | head -1)" = $(($(shipped 1 | wc -l) - 2))
+for s in 2 3 4 5; do
+	step_in $s "$TRAIN/checkpoint-$s"
+	wait_step sub $s >/dev/null
+	check "step $s: full subscriber byte-identical" same_as sub $s
+done
+check "step 5 (version 5) is an anchor + delta, from parts" \
+	test "$(mjson 5 "m['kind'], sorted(o['role'] for o in m['objects'])")" = "('anchor', ['anchor', 'delta'])"
+check "partial subscriber exact at step 5" half_at 5
+
+# ---- 2. a part down for a while: versions wait, then converge -----------------
+daemon_stop p2 >/dev/null
+step_in 6 "$TRAIN/checkpoint-6"
+check "part 1 says it waits for part 2" wait_for 30 in_log p1 "waits for part 2"
+status_says() { grep -q "$2" "$TMP/$1/run/status.json"; }
+metric_is() { [ "$(metric "$1" "$2")" = "$3" ]; }
+check "the status names the missing part" wait_for 10 status_says p1 'waits for part 2'
+check "the metric counts it" wait_for 10 metric_is p1 wsync_parts_missing 1
+check "HEAD stays at step 5" test "$(field sub step)" = 5
+start p2
+check "part 2 back: step 6 committed" wait_step p1 6
+check "full subscriber byte-identical at step 6" wait_step sub 6
+check "... and exact" same_as sub 6
+
+# ---- 3. a part skipped a step: the others move to its newer step -------------
+daemon_stop p2 >/dev/null
+step_in 7 "$TRAIN/checkpoint-7"
+check "part 1 uploaded step 7 and waits for part 2" wait_for 30 in_log p1 "step 7) waits for part 2"
+step_in 8 "$TRAIN/checkpoint-8"
+start p2
+check "part 2, back after step 7, proposes step 8; part 1 moves to it" \
+	wait_for 30 in_log p1 "a part is at step 8"
+check "step 8 committed (7 skipped)" wait_step p1 8
+check "full subscriber byte-identical at step 8" wait_step sub 8
+check "... and exact" same_as sub 8
+
+# ---- 4. part 2 killed mid-upload, restarted -----------------------------------
+daemon_stop p2 >/dev/null
+start p2 WSYNC_TEST_CHUNK_PAUSE_MS=1500
+step_in 9 "$TRAIN/checkpoint-9"
+phase_is() { [ "$(field "$1" phase)" = "$2" ]; }
+check "part 2 is encoding step 9 (slowly)" wait_for 30 phase_is p2 encoding
+sleep 2
+kill9 p2
+start p2
+check "after part 2's kill and restart: step 9 committed" wait_step p1 9
+check "full subscriber byte-identical at step 9" wait_step sub 9
+check "... and exact" same_as sub 9
+
+# ---- 5. the committer killed between the parts' records and HEAD ----------------
+daemon_stop p2 >/dev/null
+step_in 2 "$TRAIN/checkpoint-r2"	# the trainer resumed: step 2 again (a new run)
+check "part 1 uploaded the resumed step and waits" wait_for 30 in_log p1 "(step 2) waits for part 2"
+kill9 p1
+start p2
+check "part 2 uploaded it too" wait_for 30 uploaded p2 2 2 2
+start p1
+check "the committer restarted: the resumed step 2 committed" wait_step p1 2
+check "full subscriber byte-identical to the resumed step 2" wait_step sub 2
+check "... and exact" same_as sub 2
+check "its manifest starts run 1" test "$(mjson "$(field p1 version)" "m['run'], m['step']")" = "(1, 2)"
+
+# ---- 6. a part that lost its base sends its files whole ------------------------
+daemon_stop p2 >/dev/null
+rm -rf "$TMP/p2/state"
+start p2
+step_in 3 "$TRAIN/checkpoint-r3"
+check "step 3 of run 1 committed" wait_step p1 3
+check "full subscriber byte-identical" wait_step sub 3
+check "... and exact" same_as sub 3
+check "partial subscriber exact" half_at 3
+
+# ---- 7. a part record tampered with in the bucket -------------------------------
+if [ "$BACKEND" = file ]; then
+	daemon_stop p1 >/dev/null
+	step_in 4 "$TRAIN/checkpoint-r4"
+	check "part 2 uploaded step 4" wait_for 30 uploaded p2 2 2 4
+	rec=$BUCKET/$RUN/parts/$(printf %012d $(($(field p1 version) + 1)))/2.json
+	sed -i 's/"step": *4/"step":40/; s/"step":4,/"step":40,/' "$rec"
+	start p1
+	check "part 1 refuses the tampered record" wait_for 30 in_log p1 "refusing the record of part 2"
+	check "counted as a verification failure" wait_for 10 bash -c "grep -q '^wsync_verification_failures_total{[^}]*} [1-9]' '$TMP/p1/run/wsync.prom'"
+	check "part 2 writes its record again, step 4 committed" wait_step p1 4
+	check "full subscriber byte-identical" wait_step sub 4
+	check "... and exact" same_as sub 4
+fi
+
+# ---- 8. two instances claiming one part ----------------------------------------
+ini p2b publisher "part = 2/2"
+start p2b
+step_in 5 "$TRAIN/checkpoint-r5"
+two() { cat "$TMP/p2/log" "$TMP/p2b/log" | grep -q "two instances publish part 2"; }
+check "two instances of part 2: refused, named in the journal" wait_for 60 two
+daemon_stop p2b >/dev/null
+check "one instance again: step 5 committed" wait_step p1 5 120
+check "full subscriber byte-identical" wait_step sub 5
+check "... and exact" same_as sub 5
+for n in p1 p2 sub half; do daemon_stop $n >/dev/null; done
+
+# ---- 9. three parts in place, naming their files; overlap refused --------------
+RUN=2
+SUBNAME=sub2
+TRAIN=$TMP/train2
+mkdir -p "$TRAIN" "$BUCKET/2"
+ini q1 publisher "step_pattern =" "part = 1/3" \
+	"part_files = *.json model-00001-of-00004.safetensors"
+ini q2 publisher "step_pattern =" "part = 2/3" "part_files = model-00002-of-00004.safetensors"
+ini q3 publisher "step_pattern =" "part = 3/3" \
+	"part_files = model-00003-of-00004.safetensors model-00004-of-00004.safetensors"
+ini sub2 subscriber
+for n in q1 q2 q3 sub2; do start $n; done
+step_in 1 "$TRAIN"
+check "in place, 3 parts: step 1 committed" wait_step q1 1
+check "full subscriber byte-identical" wait_step sub2 1
+check "... and exact" same_as sub2 1
+step_in 2 "$TRAIN"
+check "step 2 committed" wait_step q1 2
+check "full subscriber byte-identical at step 2" wait_step sub2 2
+check "... and exact" same_as sub2 2
+check "the manifest has 3 parts" test "$(mjson 2 "m['parts']")" = 3
+daemon_stop q3 >/dev/null
+ini q3 publisher "step_pattern =" "part = 3/3" \
+	"part_files = model-00002-of-00004.safetensors model-00003-of-00004.safetensors model-00004-of-00004.safetensors"
+start q3
+step_in 3 "$TRAIN"
+check "overlapping part files: refused by the committer" \
+	wait_for 60 in_log q1 "is in the files of two parts"
+check "HEAD stays at step 2" test "$(field sub2 step)" = 2
+
+tap_done
