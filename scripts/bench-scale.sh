@@ -9,7 +9,7 @@
 #
 #   scripts/bench-scale.sh [--quick] [--params P] [--shards N] [--steps N]
 #                          [--backend file|s3|both] [--mmap] [--throttle RATE]
-#                          [--dir DIR] [--keep]
+#                          [--parts N] [--dir DIR] [--keep]
 #
 #   --quick         small, for the test suite: 200M parameters (400 MB),
 #                   4 shards, 1 delta step, file:// only; well under a minute
@@ -28,6 +28,10 @@
 #                   link; adds transfer = object bytes / RATE and the ratio
 #                   latency / transfer (goal <= 1.3 where the transfer
 #                   takes 1 s or more)
+#   --parts N       N publisher instances publish each version together
+#                   ([publisher] part = K/N, BUCKET.md §7) instead of one:
+#                   part 1 commits; each part's reads, CPU and peak RSS are
+#                   reported (the read-once goal then applies to their sum)
 #   --dir DIR       work dir (default a temp dir under /var/tmp); needs about
 #                   7x a checkpoint's bytes free (checked first)
 #   --keep          keep the work dir (the loop image unmounted); without it
@@ -88,7 +92,7 @@ prebuilt=0
 PYTHON3=${PYTHON3:-/usr/bin/python3}
 GEN=$root/scripts/gen-checkpoints
 
-quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle=
+quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) quick=1 ;;
@@ -98,6 +102,7 @@ while [ $# -gt 0 ]; do
 	--backend) backend=$2; shift ;;
 	--mmap) mmap=1 ;;
 	--throttle) throttle=$2; shift ;;
+	--parts) parts=$2; shift ;;
 	--dir) dir=$2; shift ;;
 	--keep) keep=1 ;;
 	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -549,6 +554,16 @@ keep_anchors = 2
 gc_grace = 1d
 rescan_interval = 5s
 EOF
+	# more parts: pub is part 1 (it commits), pub2..pubN the others
+	PUBS="pub"
+	if [ "$parts" -gt 1 ]; then
+		printf 'part = 1/%d\n' "$parts" >>"$d/pub.ini"
+		for ((k = 2; k <= parts; k++)); do
+			sed -e "s|$d/pub/|$d/pub$k/|" -e "s|^part = 1/|part = $k/|" "$d/pub.ini" >"$d/pub$k.ini"
+			mkdir -p "$d/pub$k"
+			PUBS="$PUBS pub$k"
+		done
+	fi
 	for s in s1 s2; do
 		local st=s1_store
 		[ $s = s2 ] && st=s2_store
@@ -561,7 +576,7 @@ EOF
 		} >"$d/$s.ini"
 	done
 	echo
-	echo "## $b: $p parameters, $(commas "$ckb") bytes of weights in $k shards; 1 anchor + $steps delta steps"
+	echo "## $b: $p parameters, $(commas "$ckb") bytes of weights in $k shards; 1 anchor + $steps delta steps$([ "$parts" -gt 1 ] && echo "; $parts publisher parts")"
 	echo "# full subscriber s1: every file; partial subscriber s2: include = $inc"
 	echo "# subscribers' state and targets: $SUBFS"
 	case $SUBFS in ext4*) echo "#   (so the trainer's writes do not charge the subscribers' fsyncs through ext4's shared journal)" ;; esac
@@ -574,11 +589,17 @@ EOF
 		"$WSYNCD" -c "$d/pub.ini" --log-target stderr 2>"$d/pub.log" &
 	fi
 	PID[pub]=$!
+	for ((k = 2; k <= parts; k++)); do
+		"$WSYNCD" -c "$d/pub$k.ini" --log-target stderr 2>"$d/pub$k.log" &
+		PID[pub$k]=$!
+	done
 	for s in s1 s2; do
 		"$WSYNCD" -c "$d/$s.ini" --log-target stderr 2>"$d/$s.log" &
 		PID[$s]=$!
 	done
-	for s in pub s1 s2; do
+	SAMPLE=""
+	for s in $PUBS s1 s2; do SAMPLE="$SAMPLE $s=\${PID[$s]}"; done
+	for s in $PUBS s1 s2; do
 		for ((i = 0; i < 200; i++)); do
 			[ -f "$d/$s/run/status.json" ] && break
 			kill -0 "${PID[$s]}" 2>/dev/null || break
@@ -586,7 +607,7 @@ EOF
 		done
 		[ -f "$d/$s/run/status.json" ] || { echo "bench-scale.sh: $s did not start:" >&2; tail -5 "$d/$s.log" >&2; return 1; }
 	done
-	"$PYTHON3" "$WORK/sample.py" pub="${PID[pub]}" s1="${PID[s1]}" s2="${PID[s2]}" >"$d/proc-0.tsv"
+	eval "\"\$PYTHON3\" \"\$WORK/sample.py\" $SAMPLE" >"$d/proc-0.tsv"
 	: >"$d/marker-times"
 	: >"$d/verify.txt"
 	local fail=0 total=$((steps + 1)) ts
@@ -607,9 +628,9 @@ EOF
 		for s in s1 s2; do
 			wait_applied "$d/$s.log" "${PID[$s]}" "$i" "$deadline" || return 1
 		done
-		for s in pub s1 s2; do wait_idle "$d/$s/run" "$i" || return 1; done
-		"$PYTHON3" "$WORK/sample.py" pub="${PID[pub]}" s1="${PID[s1]}" s2="${PID[s2]}" >"$d/proc-$i.tsv"
-		for s in pub s1 s2; do cp "$d/$s/run/wsync.prom" "$d/prom-$s-$i.prom"; done
+		for s in $PUBS s1 s2; do wait_idle "$d/$s/run" "$i" || return 1; done
+		eval "\"\$PYTHON3\" \"\$WORK/sample.py\" $SAMPLE" >"$d/proc-$i.tsv"
+		for s in $PUBS s1 s2; do cp "$d/$s/run/wsync.prom" "$d/prom-$s-$i.prom"; done
 		local v1 v2 r1=0 r2=0
 		v1=$("$PYTHON3" "$WORK/verify.py" "$d/ck-$i.json" "$sd/s1/target") || r1=1
 		# shellcheck disable=SC2086 # the include globs, one argument each
@@ -621,7 +642,7 @@ EOF
 			break
 		fi
 	done
-	for s in pub s1 s2; do
+	for s in $PUBS s1 s2; do
 		stop_pid "${PID[$s]}"
 		PID[$s]=
 	done
@@ -629,7 +650,7 @@ EOF
 	report "$b" "$d" "$p" "$prefix" "$SUBFS"
 	proxies_stop
 	[ "$b" = s3 ] && s3rver_stop
-	rm -rf "$d/watch" "$d/pub" "$d/bucket" "$WORK/s3rver" "$sd"
+	rm -rf "$d/watch" "$d/pub" "$d"/pub[0-9]* "$d/bucket" "$WORK/s3rver" "$sd"
 	subfs_umount
 	[ $keep = 1 ] || rm -f "$IMG"
 	return $fail
@@ -656,7 +677,7 @@ def lines(name, rx):
             out[int(m.group(1))] = (ts(line), m)
     return out
 announced = lines("pub", r"version (\d+) \(step -?\d+\) announced")
-published = lines("pub", r"info: published version (\d+) ")
+published = lines("pub", r"info: (?:published|committed the parts of) version (\d+) ")
 # the apply's duration: duration_ms= of the line's fields, else its "N.NN s"
 applied = {s: lines(s, r"info: version (\d+) \(step -?\d+\) applied from .*?"
                        r"(?:duration_ms=(\d+)|, ([0-9.]+) s$)")
@@ -755,8 +776,11 @@ for r in rows:
         dl[s] = None if v is None else int(v - (prom(s, i - 1, "wsync_bytes_downloaded_total") or 0))
     prior = steps.index(i)
     base = ck[i]["bytes"] + (ck[steps[prior - 1]]["bytes"] if prior else 0)
-    pr = P[i]["pub"][1] - P[steps[prior - 1] if prior else 0]["pub"][1]
-    pb = P[i]["pub"][3] - P[steps[prior - 1] if prior else 0]["pub"][3]
+    # every publisher part's reads together (one publisher: its own)
+    pubs = sorted(n for n in P[i] if n.startswith("pub"))
+    p0 = P[steps[prior - 1] if prior else 0]
+    pr = sum(P[i][n][1] - p0[n][1] for n in pubs)
+    pb = sum(P[i][n][3] - p0[n][3] for n in pubs)
     r.update(dl_s1=dl["s1"], dl_s2=dl["s2"], pub_rchar_ratio=pr / base, pub_rb_ratio=pb / base)
     share = "" if not dl["s1"] or dl["s2"] is None else " (%.0f%%)" % (100 * dl["s2"] / dl["s1"])
     print("| %d | %s | %s | %s%s | %.2f |%s" % (
@@ -775,11 +799,14 @@ print()
 print("| step | daemon | CPU s | rchar | wchar | read_bytes | write_bytes | blkio delay s |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 names = {"pub": "publisher", "s1": "full s1", "s2": "partial s2"}
+pubs = sorted((n for n in P[0] if n.startswith("pub")), key=lambda n: int(n[3:] or 1))
+if len(pubs) > 1:
+    names.update({n: "part %s" % (n[3:] or "1") for n in pubs})
 for r in rows:
     i = r["step"]
     prior = steps.index(i)
     p0 = P[steps[prior - 1] if prior else 0]
-    for n in ("pub", "s1", "s2"):
+    for n in pubs + ["s1", "s2"]:
         a, z = p0[n], P[i][n]
         dv = [z[j] - a[j] for j in range(len(z))]
         r.update({"%s_cpu" % n: dv[0], "%s_rchar" % n: dv[1], "%s_wchar" % n: dv[2],
@@ -791,7 +818,7 @@ print()
 final = P[done[-1]] if done else {}
 print("| daemon | CPU s (whole run) | peak RSS MiB (goal < 256) |")
 print("|---|---:|---:|")
-for n in ("pub", "s1", "s2"):
+for n in pubs + ["s1", "s2"]:
     if n in final:
         hwm = final[n][6] / 1024
         print("| %s | %.2f | %.0f |" % (names[n], final[n][0], hwm))

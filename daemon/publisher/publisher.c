@@ -281,6 +281,7 @@ static void publication_free(struct publication *pb)
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
 	pub_parts_publication_free(pb);
+	pub_parts_others_free(pb->theirs, pb->n_theirs);
 	pub_stream_free(pb);
 	free(pb);
 }
@@ -324,6 +325,10 @@ void pub_start_publication(struct wsync_publisher *p, struct candidate *c, char 
 	pb->source = c->name;
 	PATHF(pb->src_dir, "%s", c->dir);
 	pb->tree = c->tree;
+	pb->theirs = c->others;
+	pb->n_theirs = c->n_others;
+	c->others = NULL;
+	c->n_others = 0;
 	pb->source_mtime_ns = (uint64_t)c->tree.newest_mtime_ns;
 	pb->fingerprint = c->tree.fingerprint;
 	pb->skipped = skipped;

@@ -202,6 +202,54 @@ fail:
 	return wsync_error_set(&j->err, r, "copying %s: %s", src, strerror(-r));
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A part's base for its delta: base itself, or (when some of its files
+ * are other parts' now) old/, hardlinks of the rest.  *from gets which. */
+static int part_base(struct pubjob_prepare *j, const char *base, const char *old,
+		     const char **from)
+{
+	struct wsync_file_filter all;
+	struct ckscan_tree t;
+	bool moved = false;
+	int r;
+
+	*from = base;
+	if (!j->n_others || access(base, F_OK) < 0)
+		return 0;
+	if (wsync_file_filter_init(&all, "*", "") < 0)
+		return wsync_error_set(&j->err, -ENOMEM, "out of memory");
+	r = ckscan_tree_read(base, &all, NULL, &t, &j->err);
+	wsync_file_filter_free(&all);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < t.n && !moved; i++)
+		moved = bsearch(&t.files[i].path, j->others, j->n_others, sizeof(char *),
+				cmp_str) != NULL;
+	if (moved && mkdir(old, 0755) < 0)
+		r = wsync_error_set(&j->err, -EIO, "%s: %s", old, strerror(errno));
+	for (size_t i = 0; moved && r == 0 && i < t.n; i++) {
+		char src[PATH_MAX], dst[PATH_MAX];
+
+		if (bsearch(&t.files[i].path, j->others, j->n_others, sizeof(char *), cmp_str))
+			continue;	/* another part's now: not ours to delete */
+		PATHF(src, "%s/%s", base, t.files[i].path);
+		PATHF(dst, "%s/%s", old, t.files[i].path);
+		r = make_parents(old, t.files[i].path);
+		if (r == 0 && link(src, dst) < 0)
+			r = -errno;
+		if (r < 0)	/* our own state: never "the checkpoint vanished" */
+			r = wsync_error_set(&j->err, -EIO, "linking %s: %s", dst, strerror(-r));
+	}
+	ckscan_tree_free(&t);
+	if (r == 0 && moved)
+		*from = old;
+	return r;
+}
+
 /* Replace every "from" in err's message by "to" (as far as it fits). */
 static void rebase_message(struct wsync_error *err, const char *from, const char *to)
 {
@@ -365,6 +413,8 @@ void pubjob_prepare_work(void *data)
 {
 	struct pubjob_prepare *j = data;
 	char staging[PATH_MAX], base[PATH_MAX], empty[PATH_MAX], out[PATH_MAX], p[PATH_MAX];
+	char old[PATH_MAX];
+	const char *from;
 	double t0 = wsync_monotonic_seconds();
 	struct wsync_checkpoint *ck = NULL;
 	int r;
@@ -373,7 +423,9 @@ void pubjob_prepare_work(void *data)
 	PATHF(base, "%s/base", j->pub_dir);
 	PATHF(empty, "%s/empty", j->pub_dir);
 	PATHF(out, "%s/out", j->pub_dir);
-	if ((r = wsync_rm_rf(staging)) < 0 || (r = wsync_rm_rf(out)) < 0) {
+	PATHF(old, "%s/old", j->pub_dir);
+	if ((r = wsync_rm_rf(staging)) < 0 || (r = wsync_rm_rf(out)) < 0 ||
+	    (r = wsync_rm_rf(old)) < 0) {
 		j->result = wsync_error_set(&j->err, r, "cleaning %s: %s", j->pub_dir,
 					    strerror(-r));
 		return;
@@ -421,9 +473,13 @@ void pubjob_prepare_work(void *data)
 	 * third more of the step's reads) */
 	if (j->want_delta) {
 		PATHF(p, "%s/delta.wsd", out);
-		r = encode(j, 0, j->lost_base ? empty : base, staging, p, &j->delta_stats, &j->delta_size,
-			   &j->delta_hash, j->delta_sha256, &j->delta_index, &j->files,
-			   &j->n_files);
+		from = empty;
+		r = j->lost_base ? 0 : part_base(j, base, old, &from);
+		if (r == 0)
+			r = encode(j, 0, from, staging, p, &j->delta_stats, &j->delta_size,
+				   &j->delta_hash, j->delta_sha256, &j->delta_index, &j->files,
+				   &j->n_files);
+		(void)wsync_rm_rf(old);
 		if (r < 0) {
 			j->result = r;
 			return;

@@ -80,6 +80,11 @@ struct pubjob_prepare {
 	 * with REPLACE; the checkpoint's index may name shards of other parts;
 	 * lost_base: the delta is from nothing (the base is not HEAD's). */
 	bool part, lost_base;
+	/* a part: files of the checkpoint that are other parts' now, by
+	 * path: not in its delta's base, so one that moved to another part
+	 * is not deleted by this one (sorted; NULL: none) */
+	char **others;
+	size_t n_others;
 
 	/* out */
 	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it

@@ -134,6 +134,8 @@ struct publication {
 	/* A part of several (publisher_parts.c, BUCKET.md §7). */
 	bool part;
 	unsigned rec_part;		/* K */
+	char **theirs;			/* the candidate's others, for the job */
+	size_t n_theirs;
 	uint64_t run;			/* the trainer run of step */
 	struct wsync_part_record rec;	/* ours */
 	struct wsync_buf record_doc;
@@ -240,6 +242,8 @@ struct candidate {
 	int dfd;		/* dir, open: what was judged is what is taken */
 	int64_t step;
 	struct ckscan_tree tree;
+	char **others;		/* a part: the files other parts take, sorted */
+	size_t n_others;
 };
 
 /* What state.json says about the local base, for recovery. */
@@ -329,8 +333,11 @@ const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication
 int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err);
 void pub_parts_free(struct wsync_publisher *p);
 /* The files of t that are this part's (the rule, or part_files); the
- * rest are dropped from t.  Returns how many are kept. */
-size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t);
+ * rest are dropped from t -- into *others (sorted, when others is not
+ * NULL; free with pub_parts_others_free).  Returns how many are kept. */
+size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t, char ***others,
+			size_t *n_others);
+void pub_parts_others_free(char **others, size_t n);
 /* owner[i] (1..parts) of each of t's files by the rule of BUCKET.md §7. */
 int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owner);
 /* A publication of a part starts: its run, and whether its delta is from

@@ -105,13 +105,28 @@ int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owne
 	return 0;
 }
 
-size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t)
+void pub_parts_others_free(char **others, size_t n)
+{
+	for (size_t i = 0; others && i < n; i++)
+		free(others[i]);
+	free(others);
+}
+
+size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t, char ***others,
+			size_t *n_others)
 {
 	unsigned *owner = NULL;
-	size_t kept = 0;
+	size_t kept = 0, no = 0;
+	char **o = NULL;
 
+	if (others) {
+		*others = NULL;
+		*n_others = 0;
+	}
 	if (p->parts <= 1)
 		return t->n;
+	if (others && !(o = malloc((t->n ? t->n : 1) * sizeof(*o))))
+		return 0;
 	if (!p->part_explicit) {
 		owner = malloc((t->n ? t->n : 1) * sizeof(*owner));
 		if (!owner || pub_parts_assign(t, p->parts, owner) < 0) {
@@ -125,7 +140,10 @@ size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t)
 				    wsync_file_filter_match(&p->part_filter, t->files[i].path);
 
 		if (!mine) {
-			free(t->files[i].path);
+			if (o)
+				o[no++] = t->files[i].path;	/* tree order: sorted */
+			else
+				free(t->files[i].path);
 			continue;
 		}
 		t->total_bytes += t->files[i].size;
@@ -133,6 +151,10 @@ size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t)
 	}
 	t->n = kept;
 	free(owner);
+	if (others) {
+		*others = o;
+		*n_others = no;
+	}
 	return kept;
 }
 
@@ -223,6 +245,8 @@ void pub_parts_begin(struct wsync_publisher *p, struct publication *pb)
 		pb->delta = false;	/* the anchor has the files whole already */
 	pb->job.want_delta = pb->delta;
 	pb->job.want_anchor = pb->anchor;
+	pb->job.others = pb->theirs;
+	pb->job.n_others = pb->n_theirs;
 }
 
 /* ---- the record ---- */

@@ -58,6 +58,9 @@ void pub_candidate_free(struct candidate *c)
 {
 	free(c->name);
 	ckscan_tree_free(&c->tree);
+	pub_parts_others_free(c->others, c->n_others);
+	c->others = NULL;
+	c->n_others = 0;
 	if (c->dfd >= 0)
 		(void)close(c->dfd);
 	c->dfd = -1;
@@ -125,6 +128,8 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	struct seen *s;
 	int r;
 
+	c->others = NULL;
+	c->n_others = 0;
 	r = ckscan_tree_read_at(dfd, dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
 	if (r < 0) {
 		if (r != -ENOENT)
@@ -135,7 +140,7 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 		goto no;
 	/* a part naming its files judges only them; one by the rule judges
 	 * the whole (every part sees it) and takes its share after */
-	if (p->part_explicit && pub_parts_select(p, &t) == 0)
+	if (p->part_explicit && pub_parts_select(p, &t, NULL, NULL) == 0)
 		goto no;
 	o.own_only = p->part_explicit;
 	s = pub_seen_get(p, name);
@@ -194,7 +199,8 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 			  "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
 		goto no;
 	}
-	if (p->parts > 1 && !p->part_explicit && pub_parts_select(p, &t) == 0) {
+	if (p->parts > 1 && !p->part_explicit &&
+	    pub_parts_select(p, &t, &c->others, &c->n_others) == 0) {
 		note_waiting(p, s, dir, &t, "no file of it is this part's (more parts than "
 			     "weight shards?)", w);
 		goto no;
@@ -235,6 +241,9 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	c->tree = t;
 	return 1;
 no:
+	pub_parts_others_free(c->others, c->n_others);
+	c->others = NULL;
+	c->n_others = 0;
 	ckscan_tree_free(&t);
 	return 0;
 }

@@ -27,7 +27,7 @@
 
 BACKEND=${WSYNC_PARTS_BACKEND:-file}
 CK=$TMP/ck
-"$GEN" --params 8M --steps 9 --shards 4 --quiet --out "$CK" >/dev/null || {
+"$GEN" --params 8M --steps 10 --shards 4 --quiet --out "$CK" >/dev/null || {
 	tap_result 1 "gen-checkpoints"
 	tap_done
 	exit 1
@@ -167,6 +167,10 @@ done
 check "step 5 (version 5) is an anchor + delta, from parts" \
 	test "$(mjson 5 "m['kind'], sorted(o['role'] for o in m['objects'])")" = "('anchor', ['anchor', 'delta'])"
 check "partial subscriber exact at step 5" half_at 5
+if [ "$BACKEND" = file ]; then
+	no_records() { [ -z "$(find "$BUCKET/$RUN/parts" -name '*.json')" ]; }
+	check "the part records of committed versions are collected" wait_for 10 no_records
+fi
 
 # ---- 2. a part down for a while: versions wait, then converge -----------------
 daemon_stop p2 >/dev/null
@@ -182,30 +186,53 @@ check "part 2 back: step 6 committed" wait_step p1 6
 check "full subscriber byte-identical at step 6" wait_step sub 6
 check "... and exact" same_as sub 6
 
+# ---- 2b. a shard added, then gone: files move between the parts ------------------
+# extra.safetensors (a copy of shard 1) shifts the rule's assignment: shard
+# 1 goes from part 1 to part 2, shard 3 the other way; part 2 sends shard
+# 1 whole (REPLACE), part 1 deletes neither.  At step 8 it is gone again.
+mkdir -p "$TRAIN/checkpoint-7"
+cp "$CK/checkpoint-7/model-00001-of-00004.safetensors" "$TRAIN/checkpoint-7/extra.safetensors"
+step_in 7 "$TRAIN/checkpoint-7"
+with_extra() {
+	local t=$TMP/$1/model
+	same_files "$CK/checkpoint-7" "$t" $(shipped 7) &&
+		cmp -s "$CK/checkpoint-7/model-00001-of-00004.safetensors" "$t/extra.safetensors" &&
+		[ "$(find "$t" -path "$t/.wsync" -prune -o -type f -print | wc -l)" = $(($(shipped 7 | wc -l) + 1)) ]
+}
+check "a shard added: step 7 committed" wait_step p1 7
+owner_of() { # owner_of V PATH: the part whose chunk holds PATH's records in version V
+	mjson "$1" "[o['chunks'][i + 1]['key'].split('/')[2].split('-')[0] for o in m['objects'] if o['role'] == 'delta' for i, f in enumerate(o['index']['files']) if f['path'] == '$2'][0]"
+}
+check "shard 1 was part 1's at step 6" test "$(owner_of 6 model-00001-of-00004.safetensors)" = 1
+check "part 2 took shard 1 at step 7" test "$(owner_of 7 model-00001-of-00004.safetensors)" = 2
+check "part 1 took shard 3 at step 7" test "$(owner_of 7 model-00003-of-00004.safetensors)" = 1
+wait_step sub 7 >/dev/null
+check "... the added shard and every file byte-identical" with_extra sub
+
 # ---- 3. a part skipped a step: the others move to its newer step -------------
 daemon_stop p2 >/dev/null
-step_in 7 "$TRAIN/checkpoint-7"
-check "part 1 uploaded step 7 and waits for part 2" wait_for 30 in_log p1 "step 7) waits for part 2"
 step_in 8 "$TRAIN/checkpoint-8"
+check "part 1 uploaded step 8 and waits for part 2" wait_for 30 in_log p1 "step 8) waits for part 2"
+step_in 9 "$TRAIN/checkpoint-9"
 start p2
-check "part 2, back after step 7, proposes step 8; part 1 moves to it" \
-	wait_for 30 in_log p1 "a part is at step 8"
-check "step 8 committed (7 skipped)" wait_step p1 8
-check "full subscriber byte-identical at step 8" wait_step sub 8
-check "... and exact" same_as sub 8
+check "part 2, back after step 8, proposes step 9; part 1 moves to it" \
+	wait_for 30 in_log p1 "a part is at step 9"
+check "step 9 committed (8 skipped)" wait_step p1 9
+check "full subscriber byte-identical at step 9 (extra.safetensors deleted)" wait_step sub 9
+check "... and exact" same_as sub 9
 
 # ---- 4. part 2 killed mid-upload, restarted -----------------------------------
 daemon_stop p2 >/dev/null
 start p2 WSYNC_TEST_CHUNK_PAUSE_MS=1500
-step_in 9 "$TRAIN/checkpoint-9"
+step_in 10 "$TRAIN/checkpoint-10"
 phase_is() { [ "$(field "$1" phase)" = "$2" ]; }
-check "part 2 is encoding step 9 (slowly)" wait_for 30 phase_is p2 encoding
+check "part 2 is encoding step 10 (slowly)" wait_for 30 phase_is p2 encoding
 sleep 2
 kill9 p2
 start p2
-check "after part 2's kill and restart: step 9 committed" wait_step p1 9
-check "full subscriber byte-identical at step 9" wait_step sub 9
-check "... and exact" same_as sub 9
+check "after part 2's kill and restart: step 10 committed" wait_step p1 10
+check "full subscriber byte-identical at step 10" wait_step sub 10
+check "... and exact" same_as sub 10
 
 # ---- 5. the committer killed between the parts' records and HEAD ----------------
 daemon_stop p2 >/dev/null
