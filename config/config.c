@@ -1267,6 +1267,10 @@ static void validate(struct parse_state *st)
 	if (cfg->role == WSYNC_ROLE_SUBSCRIBER && !cfg->target_dir &&
 	    !seen_line(st, "subscriber", "target_dir"))
 		add_issue(st, 0, "[subscriber] target_dir: missing (required when role = subscriber)");
+	if (cfg->part_files && *cfg->part_files && cfg->parts < 2)
+		add_issue(st, seen_line(st, "publisher", "part_files"),
+			  "[publisher] part_files: names this part's files, but there is one "
+			  "part (set part = K/N, N of 2 or more, or remove it)");
 	if (cfg->watch_dir && cfg->target_dir && strcmp(cfg->watch_dir, cfg->target_dir) == 0)
 		add_issue(st, seen_line(st, "subscriber", "target_dir"),
 			  "[subscriber] target_dir: same directory as [publisher] watch_dir");

@@ -558,10 +558,11 @@ EOF
 	PUBS="pub"
 	if [ "$parts" -gt 1 ]; then
 		printf 'part = 1/%d\n' "$parts" >>"$d/pub.ini"
-		for ((k = 2; k <= parts; k++)); do
-			sed -e "s|$d/pub/|$d/pub$k/|" -e "s|^part = 1/|part = $k/|" "$d/pub.ini" >"$d/pub$k.ini"
-			mkdir -p "$d/pub$k"
-			PUBS="$PUBS pub$k"
+		local q
+		for ((q = 2; q <= parts; q++)); do
+			sed -e "s|$d/pub/|$d/pub$q/|" -e "s|^part = 1/|part = $q/|" "$d/pub.ini" >"$d/pub$q.ini"
+			mkdir -p "$d/pub$q"
+			PUBS="$PUBS pub$q"
 		done
 	fi
 	for s in s1 s2; do
@@ -589,9 +590,10 @@ EOF
 		"$WSYNCD" -c "$d/pub.ini" --log-target stderr 2>"$d/pub.log" &
 	fi
 	PID[pub]=$!
-	for ((k = 2; k <= parts; k++)); do
-		"$WSYNCD" -c "$d/pub$k.ini" --log-target stderr 2>"$d/pub$k.log" &
-		PID[pub$k]=$!
+	local q
+	for ((q = 2; q <= parts; q++)); do
+		"$WSYNCD" -c "$d/pub$q.ini" --log-target stderr 2>"$d/pub$q.log" &
+		PID[pub$q]=$!
 	done
 	for s in s1 s2; do
 		"$WSYNCD" -c "$d/$s.ini" --log-target stderr 2>"$d/$s.log" &
@@ -729,8 +731,10 @@ print(sep)
 for i in done:
     k = "%012d" % i
     # an object stored whole, or in chunks (BUCKET.md 3.2: deltas/<V>-<N>.wsd)
+    # ... or, made by parts, their chunks (BUCKET.md 7: parts/<V>/<K>-<F>-<N>.ws[da])
     obj = sum(n for key, n in size.items()
-              if re.fullmatch(r"(deltas/%s(-\d{5})?\.wsd|anchors/%s(-\d{5})?\.wsa)" % (k, k), key))
+              if re.fullmatch(r"(deltas/%s(-\d{5})?\.wsd|anchors/%s(-\d{5})?\.wsa|"
+                              r"parts/%s/\d+-[0-9a-f]{32}-\d{5}\.ws[da])" % (k, k, k), key))
     m0 = marker[i]
     ann = announced[i][0] - m0 if i in announced else None
     head = published[i][0] - m0 if i in published else None

@@ -272,6 +272,31 @@ int wsync_part_parse(const void *doc, size_t len, const struct wsync_sign_key *v
 		wsync_error_prefix(err, "part record");
 		return r;
 	}
+	/* jansson builds a tree (~100 bytes a value): bound the values first,
+	 * so that a record of "[[],[],..." (unsigned: the bucket's word) costs
+	 * no more than a real one of its size -- whose containers hold a
+	 * 64-digit SHA-256 or more each */
+	{
+		size_t open = 0;
+		bool in_str = false;
+		const char *s = doc;
+
+		for (size_t i = 0; i < body; i++) {
+			if (in_str) {
+				if (s[i] == '\\')
+					i++;
+				else if (s[i] == '"')
+					in_str = false;
+			} else if (s[i] == '"') {
+				in_str = true;
+			} else if (s[i] == '[' || s[i] == '{') {
+				open++;
+			}
+		}
+		if (open > 64 + body / 32)
+			return wsync_error_set(err, -EINVAL, "part record: %zu arrays and objects in "
+					       "%zu bytes: not a record", open, body);
+	}
 	root = json_loadb(doc, body, JSON_REJECT_DUPLICATES, &je);
 	if (!json_is_object(root)) {
 		json_decref(root);

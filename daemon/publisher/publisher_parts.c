@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "bits.h"
+#include "checkpoint.h"
 #include "io.h"
 #include "log-messages.h"
 #include "log.h"
@@ -620,6 +621,7 @@ static void record_got(struct wsync_store_result *res, void *data)
 		struct wsync_part_record r;
 		struct wsync_error err = { 0 };
 		int e = wsync_part_parse(res->data, res->data_len, p->key, &r, &err);
+		bool parsed = e == 0;
 
 		if (e == 0)
 			e = record_check(p, pb, k, &r, &err);
@@ -646,6 +648,8 @@ static void record_got(struct wsync_store_result *res, void *data)
 			}
 			if (k == p->part && e == -EEXIST)
 				pb->conflict = true;	/* two would both write HEAD */
+			if (parsed)
+				wsync_part_free(&r);
 		} else if (k != p->part) {
 			wsync_part_free(&pb->others[k - 1]);
 			pb->others[k - 1] = r;
@@ -750,13 +754,15 @@ static int merge_object(struct wsync_publisher *p, struct publication *pb,
 	qsort(all, n, sizeof(*all), cmp_chunk_ptr);
 	for (size_t i = 1; i < n; i++)
 		if (strcmp(all[i - 1]->path, all[i]->path) == 0) {
+			int r = wsync_error_set(err, -EINVAL, "%s is in the files of two parts "
+						"(their part_files overlap)", all[i]->path);
+
 			free(all);
 			free(ix->files);
 			free(ix);
 			free(o->chunks);
 			o->chunks = NULL;
-			return wsync_error_set(err, -EINVAL, "%s is in the files of two parts "
-					       "(their part_files overlap)", all[i]->path);
+			return r;
 		}
 	pb->n_merged++;
 	o->role = role;
@@ -792,6 +798,35 @@ static int merge_object(struct wsync_publisher *p, struct publication *pb,
 	if (!o->chunks[0].key || !o->chunks[n + 1].key)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	return 0;
+}
+
+/* Together the parts must be the checkpoint: every shard the index names
+ * (part 1's file, in its snapshot) is some part's.  A part naming its files
+ * judged only them; this is where the whole is judged. */
+static int check_union(struct wsync_publisher *p, struct publication *pb,
+		       struct wsync_error *err)
+{
+	struct wsync_manifest_file key = { .path = (char *)WSYNC_INDEX_NAME };
+	struct wsync_st_index *ix = NULL;
+	struct wsync_error e = { 0 };
+	char path[PATH_MAX];
+	int r = 0;
+
+	if (!bsearch(&key, pb->rec.files, pb->rec.n_files, sizeof(key), cmp_file))
+		return 0;	/* not part 1's: no index, or another's (judged there) */
+	PATHF(path, "%s/staging/%s", p->pub_dir, WSYNC_INDEX_NAME);
+	if (wsync_st_index_load(path, &ix, &e) < 0)
+		return 0;	/* the encoder read it: judged at the snapshot */
+	for (size_t i = 0; i < ix->n_shards && r == 0; i++) {
+		struct wsync_manifest_file s = { .path = (char *)ix->shards[i] };
+
+		if (!bsearch(&s, pb->merged_files, pb->n_merged_files, sizeof(s), cmp_file))
+			r = wsync_error_set(err, -EINVAL, "%s, which %s names, is in no part's "
+					    "files (part_files must cover the checkpoint)",
+					    ix->shards[i], WSYNC_INDEX_NAME);
+	}
+	wsync_st_index_free(ix);
+	return r;
 }
 
 static int merge(struct wsync_publisher *p, struct publication *pb, struct wsync_error *err)
@@ -833,7 +868,7 @@ static int merge(struct wsync_publisher *p, struct publication *pb, struct wsync
 			return wsync_error_set(err, -EINVAL, "%s is in the files of two parts "
 					       "(their part_files overlap)",
 					       pb->merged_files[i].path);
-	return 0;
+	return check_union(p, pb, err);
 }
 
 static void frame_put_done(struct wsync_store_result *res, void *data);

@@ -220,6 +220,17 @@ check "part 2, back after step 8, proposes step 9; part 1 moves to it" \
 check "step 9 committed (8 skipped)" wait_step p1 9
 check "full subscriber byte-identical at step 9 (extra.safetensors deleted)" wait_step sub 9
 check "... and exact" same_as sub 9
+if [ "$BACKEND" = file ]; then
+	# part 1's attempt at step 8 went under the same version number
+	only_listed() {
+		local v=$1 k listed
+		listed=$(mjson "$v" "' '.join(c['key'] for o in m['objects'] for c in o['chunks'])")
+		for k in $(cd "$BUCKET/$RUN" && find "parts/$(printf %012d "$v")" -type f); do
+			case " $listed " in *" $k "*) ;; *) echo "# $k is not in manifest $v"; return 1 ;; esac
+		done
+	}
+	check "the abandoned attempt's chunks are collected" wait_for 10 only_listed "$(field p1 version)"
+fi
 
 # ---- 4. part 2 killed mid-upload, restarted -----------------------------------
 daemon_stop p2 >/dev/null
@@ -280,8 +291,58 @@ two() { cat "$TMP/p2/log" "$TMP/p2b/log" | grep -q "two instances publish part 2
 check "two instances of part 2: refused, named in the journal" wait_for 60 two
 daemon_stop p2b >/dev/null
 check "one instance again: step 5 committed" wait_step p1 5 120
-check "full subscriber byte-identical" wait_step sub 5
-check "... and exact" same_as sub 5
+# part 2 restarted with another N
+daemon_stop p2 >/dev/null
+ini p2n publisher "part = 2/3"
+mkdir -p "$TMP/p2n"
+cp -r "$TMP/p2/state" "$TMP/p2n/" 2>/dev/null
+start p2n
+step_in 6 "$TRAIN/checkpoint-r6"
+check "a part with another N: its record refused by name" \
+	wait_for 30 in_log p1 "it has 3 parts, this part 2"
+daemon_stop p2n >/dev/null
+start p2
+check "part 2 back with N = 2: step 6 committed" wait_step p1 6 60
+check "full subscriber byte-identical" wait_step sub 6
+check "... and exact" same_as sub 6
+
+# ---- 8b. kills at random points: HEAD always names a complete version ------------
+# (file:// only: the check reads the bucket's files.)  Six steps; during
+# each, part 1 or part 2 is killed (SIGKILL) after a random delay and
+# restarted.  After every kill, the version HEAD names must be whole: its
+# manifest readable and every chunk it lists present with its size.
+if [ "$BACKEND" = file ]; then
+	head_whole() {
+		"$PYTHON3" - "$BUCKET/$RUN" <<'PY'
+import json, os, sys
+b = sys.argv[1]
+head = json.loads(open(b + "/HEAD").read().split("\nwsync-signature")[0])
+m = json.loads(open(b + "/" + head["manifest"]["key"]).read().split("\nwsync-signature")[0])
+for o in m["objects"]:
+    for c in o.get("chunks", []):
+        if os.path.getsize(b + "/" + c["key"]) != c["size"]:
+            sys.exit("%s: not %d bytes" % (c["key"], c["size"]))
+PY
+	}
+	whole=0 rounds=0
+	for s in 7 8 9 4 5 6; do
+		rounds=$((rounds + 1))
+		step_in $s "$TRAIN/checkpoint-k$rounds$s"
+		sleep "0.$((RANDOM % 10))"
+		n=p$((RANDOM % 2 + 1))
+		kill9 $n
+		head_whole && whole=$((whole + 1))
+		start $n
+		sleep 1
+	done
+	check "after each of $rounds kills HEAD named a whole version" test "$whole" = "$rounds"
+	# (step numbers from the names: k17 is step 17, with step 7's files)
+	check "after the kills: the last step (66) committed" wait_step p1 66 120
+	check "full subscriber byte-identical" wait_step sub 66
+	check "... and exact (step 6's files)" same_as sub 6
+	wait_step half 66 >/dev/null
+	check "partial subscriber exact (step 6's files)" partial_as half 6
+fi
 for n in p1 p2 sub half; do daemon_stop $n >/dev/null; done
 
 # ---- 9. three parts in place, naming their files; overlap refused --------------
@@ -313,5 +374,11 @@ step_in 3 "$TRAIN"
 check "overlapping part files: refused by the committer" \
 	wait_for 60 in_log q1 "is in the files of two parts"
 check "HEAD stays at step 2" test "$(field sub2 step)" = 2
+daemon_stop q3 >/dev/null
+ini q3 publisher "step_pattern =" "part = 3/3" "part_files = model-00004-of-00004.safetensors"
+start q3
+check "a shard in no part's files: refused by the committer" \
+	wait_for 60 in_log q1 "model-00003-of-00004.safetensors, which model.safetensors.index.json names, is in no part's files"
+check "HEAD still at step 2" test "$(field sub2 step)" = 2
 
 tap_done

@@ -531,6 +531,12 @@ static void test_bad_values(void)
 	expect_bad("publisher", "watch_dir", "", "empty value; expected an absolute path");
 	expect_bad("publisher", "anchor_every", "0", "0 is out of range (1..100000)");
 	expect_bad("publisher", "anchor_every", "20x", "expected a whole number from 1 to 100000");
+	expect_bad("publisher", "part", "3/2", "expected K/N with 1 <= K <= N <= 9999");
+	expect_bad("publisher", "part", "0/2", "expected K/N");
+	expect_bad("publisher", "part", "1/10000", "expected K/N");
+	expect_bad("publisher", "part", "1/2x", "expected K/N");
+	expect_bad("publisher", "part", "-1/2", "expected K/N");
+	expect_bad("publisher", "part_files", "*.json", "there is one part");
 	expect_bad("subscriber", "poll_interval", "2 weeks", "expected a duration like 500ms, 2s, 5min, 1h or 1d");
 	expect_bad("subscriber", "poll_interval", "1.5s", "expected a duration");
 	expect_bad("subscriber", "poll_interval", "25h", "25h is out of range (100ms..1d)");

@@ -1613,6 +1613,22 @@ static void test_part_record(void)
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 			CHECK(wsync_part_parse(bad[i], strlen(bad[i]), NULL, &back, &err) < 0);
 	}
+	/* a value bomb is refused before jansson builds its tree */
+	{
+		size_t n = 3 << 20;
+		char *bomb = malloc(n);
+
+		CHECK(bomb != NULL);
+		if (bomb) {
+			bomb[0] = '[';
+			for (size_t i = 1; i + 3 < n; i += 3)
+				memcpy(bomb + i, "[],", 3);
+			memcpy(bomb + n - 3, "[]]", 3);
+			CHECK(wsync_part_parse(bomb, n, NULL, &back, &err) == -EINVAL);
+			CHECK(strstr(err.msg, "not a record") != NULL);
+			free(bomb);
+		}
+	}
 	CHECK(strcmp(wsync_part_record_key(42, 3, key), "parts/000000000042/3.json") == 0);
 	CHECK(wsync_part_key_parse(key, &v, &part, &is_rec) == 0 && v == 42 && part == 3 &&
 	      is_rec);
