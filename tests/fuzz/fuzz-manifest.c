@@ -17,6 +17,7 @@
  *   'V' / 'W'  a manifest / HEAD parsed as is with the verify key: forged
  *              and malformed signature lines;
  *   'N' / 'n'  a NEXT, without a key / signed by the harness first;
+ *   'P' / 'p'  a publisher part's record (part.h), the same two ways;
  *   anything else: the whole input as all three documents, no key.
  */
 #include <stdint.h>
@@ -27,6 +28,7 @@
 
 #include "buf.h"
 #include "manifest.h"
+#include "part.h"
 #include "path.h"
 #include "sign.h"
 
@@ -181,6 +183,46 @@ static void next(const uint8_t *d, size_t n, const struct wsync_sign_key *verify
 	wsync_buf_free(&b);
 }
 
+/* A part record: refused with nothing to free, or every path safe, the
+ * pieces of each chunk adding up to it, and serialize -> parse a fixed
+ * point. */
+static void part(const uint8_t *d, size_t n, const struct wsync_sign_key *verify)
+{
+	struct wsync_part_record r, r2;
+	struct wsync_error err = { 0 };
+	struct wsync_buf a = { 0 }, b = { 0 };
+
+	if (wsync_part_parse(d, n, verify, &r, &err) < 0) {
+		if (r.files || r.n_objects || r.writer || !starts_with(err.msg, "part record"))
+			abort();
+		return;
+	}
+	check_json(d, n);
+	for (size_t i = 0; i < r.n_files; i++)
+		check_path(r.files[i].path);
+	for (size_t i = 0; i < r.n_objects; i++)
+		for (size_t k = 0; k < r.objects[i].n_chunks; k++) {
+			const struct wsync_part_chunk *c = &r.objects[i].chunks[k];
+			uint64_t sum = 0;
+
+			check_path(c->path);
+			for (size_t q = 0; q < c->n_pieces; q++)
+				sum += c->pieces[q].length;
+			if (sum != c->size)
+				abort();
+		}
+	if (wsync_part_serialize(&r, NULL, &a, &err) < 0 ||
+	    wsync_part_parse(a.data, a.len, NULL, &r2, &err) < 0)
+		abort();
+	if (wsync_part_serialize(&r2, NULL, &b, &err) < 0 || a.len != b.len ||
+	    memcmp(a.data, b.data, a.len) != 0)
+		abort();
+	wsync_part_free(&r2);
+	wsync_part_free(&r);
+	wsync_buf_free(&a);
+	wsync_buf_free(&b);
+}
+
 /* Sign rest (plus a final '\n' if missing) with the harness key. */
 static int sign_rest(const uint8_t *d, size_t n, struct wsync_buf *out)
 {
@@ -223,6 +265,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		next(signed_doc.data, signed_doc.len, pub);
 		break;
+	case 'P':
+		part(rest, n, NULL);
+		break;
+	case 'p':
+		if (sign_rest(rest, n, &signed_doc) < 0)
+			abort();
+		part(signed_doc.data, signed_doc.len, pub);
+		break;
 	case 'V':
 		manifest(rest, n, pub);
 		break;
@@ -233,6 +283,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		manifest(data, size, NULL);
 		head(data, size, NULL);
 		next(data, size, NULL);
+		part(data, size, NULL);
 		break;
 	}
 	wsync_buf_free(&signed_doc);
