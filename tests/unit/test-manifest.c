@@ -1586,7 +1586,7 @@ static void test_part_record(void)
 	/* by another key, or tampered with: refused before the JSON is read */
 	CHECK(wsync_part_parse(b.data, b.len, k2, &back, &err) == -EBADMSG);
 	{
-		char *t = strstr((char *)b.data, "8400");
+		char *t = strstr((char *)cstr(&b), "8400");
 
 		CHECK(t != NULL);
 		if (t)
