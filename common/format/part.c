@@ -86,9 +86,9 @@ static bool get_u64(json_t *o, const char *name, uint64_t max, uint64_t *v)
 	return true;
 }
 
-static bool get_hex(json_t *o, const char *name, uint8_t *out, size_t n)
+/* x: a string of 2n lowercase hex digits, into out. */
+static bool hex_value(json_t *x, uint8_t *out, size_t n)
 {
-	json_t *x = json_object_get(o, name);
 	const char *s = json_is_string(x) ? json_string_value(x) : NULL;
 
 	if (!s || strlen(s) != 2 * n)
@@ -102,6 +102,11 @@ static bool get_hex(json_t *o, const char *name, uint8_t *out, size_t n)
 		out[i] = (uint8_t)(a << 4 | b);
 	}
 	return true;
+}
+
+static bool get_hex(json_t *o, const char *name, uint8_t *out, size_t n)
+{
+	return hex_value(json_object_get(o, name), out, n);
 }
 
 static char *get_str(json_t *o, const char *name)
@@ -137,20 +142,13 @@ static int read_chunk(json_t *c, struct wsync_part_chunk *pc, struct wsync_error
 	for (size_t i = 0; i < pc->n_pieces; i++) {
 		json_t *p = json_array_get(pieces, i), *l = json_array_get(p, 0);
 		json_t *h = json_array_get(p, 1);
-		json_t *tmp = json_object();
-		bool ok;
 
 		if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_integer(l) ||
 		    json_integer_value(l) < 1 ||
-		    (uint64_t)json_integer_value(l) > WSYNC_MANIFEST_PIECE_MAX || !tmp) {
-			json_decref(tmp);
+		    (uint64_t)json_integer_value(l) > WSYNC_MANIFEST_PIECE_MAX)
 			return bad(err, "a piece is not [length, sha256]");
-		}
 		pc->pieces[i].length = (uint64_t)json_integer_value(l);
-		json_object_set(tmp, "h", h);
-		ok = get_hex(tmp, "h", pc->pieces[i].sha256, 32);
-		json_decref(tmp);
-		if (!ok)
+		if (!hex_value(h, pc->pieces[i].sha256, 32))
 			return bad(err, "a piece's sha256 is not 64 lowercase hex digits");
 		sum += pc->pieces[i].length;
 	}

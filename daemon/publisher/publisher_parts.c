@@ -1013,19 +1013,20 @@ static bool has_our_files(const struct wsync_manifest *m, const struct publicati
 static bool our_flight(const struct wsync_manifest *m, const struct publication *pb,
 		       unsigned part)
 {
-	char prefix[64], hex[2 * WSYNC_MANIFEST_FLIGHT_LEN + 1];
-	size_t pl;
+	char ours[WSYNC_PART_KEY_MAX];
+	size_t pl, fl;
 
-	snprintf(prefix, sizeof(prefix), "parts/%012" PRIu64 "/%u-", m->version, part);
-	pl = strlen(prefix);
-	for (size_t i = 0; i < sizeof(pb->flight); i++)
-		snprintf(hex + 2 * i, 3, "%02x", pb->flight[i]);
+	/* parts/<V>/<K>-<flight>-NNNNN.wsd: the part's keys share "parts/<V>/<K>-",
+	 * ours the flight after it */
+	wsync_part_chunk_key(m->version, part, pb->flight, WSYNC_MANIFEST_ROLE_DELTA, 1, ours);
+	fl = strlen(ours) - strlen("00001.wsd");
+	pl = fl - 2 * WSYNC_MANIFEST_FLIGHT_LEN - 1;
 	for (size_t i = 0; i < m->n_objects; i++)
 		for (size_t k = 0; k < m->objects[i].n_chunks; k++) {
 			const char *key = m->objects[i].chunks[k].key;
 
-			if (strncmp(key, prefix, pl) == 0)
-				return strncmp(key + pl, hex, 2 * WSYNC_MANIFEST_FLIGHT_LEN) == 0;
+			if (strncmp(key, ours, pl) == 0)
+				return strncmp(key, ours, fl) == 0;
 		}
 	return true;
 }
