@@ -193,6 +193,20 @@ static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_e
 	r->source = get_str(root, "source");
 	if (!r->writer)
 		return bad(err, "no \"writer\"");
+	x = json_object_get(root, "assign");
+	if (!json_is_string(x) || (strcmp(json_string_value(x), "rule") != 0 &&
+				   strcmp(json_string_value(x), "part_files") != 0))
+		return bad(err, "\"assign\" is neither \"rule\" nor \"part_files\"");
+	r->by_part_files = strcmp(json_string_value(x), "part_files") == 0;
+	{
+		uint8_t l[8];
+
+		if (!get_hex(root, "listing", l, sizeof(l)))
+			return bad(err, "no valid \"listing\" (16 hex digits)");
+		r->listing = 0;
+		for (size_t i = 0; i < sizeof(l); i++)
+			r->listing = r->listing << 8 | l[i];
+	}
 
 	files = json_object_get(root, "files");
 	if (!json_is_array(files) || json_array_size(files) > WSYNC_MANIFEST_FILES_MAX)
@@ -379,6 +393,14 @@ int wsync_part_serialize(const struct wsync_part_record *r, const struct wsync_s
 	json_object_set_new(root, "writer", json_string(r->writer ? r->writer : ""));
 	if (r->source)
 		json_object_set_new(root, "source", json_string(r->source));
+	json_object_set_new(root, "assign", json_string(r->by_part_files ? "part_files" : "rule"));
+	{
+		uint8_t l[8];
+
+		for (size_t i = 0; i < sizeof(l); i++)
+			l[i] = (uint8_t)(r->listing >> (56 - 8 * i));
+		json_object_set_new(root, "listing", hex_str(l, sizeof(l)));
+	}
 	json_object_set_new(root, "files", files);
 	json_object_set_new(root, "objects", objects);
 	text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -62,6 +62,9 @@ struct wsync_part_record {
 	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];	/* this attempt */
 	char *writer;			/* "wsync 0.3.0": parts must run the same */
 	char *source;			/* the checkpoint's directory name, informational */
+	bool by_part_files;		/* its files named by part_files, not by the rule */
+	uint64_t listing;		/* the checkpoint as it saw it: a fingerprint of
+					 * (path, size, mtime) of every file it listed */
 	struct wsync_manifest_file *files;	/* its files at step, by path */
 	size_t n_files;
 	struct wsync_part_object objects[2];	/* delta and/or anchor */

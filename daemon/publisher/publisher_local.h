@@ -369,6 +369,9 @@ void pub_scan(struct wsync_publisher *p);
 struct seen *pub_seen_get(struct wsync_publisher *p, const char *name);
 void pub_seen_free(struct wsync_publisher *p);
 void pub_candidate_free(struct candidate *c);
+/* Was the checkpoint p->pub took complete again since with other files,
+ * at the same step (publisher_scan.c)? */
+bool pub_scan_rewritten(struct wsync_publisher *p);
 
 /* ---- publisher_recover.c ---- */
 

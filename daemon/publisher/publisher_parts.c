@@ -270,6 +270,7 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 		.step = pb->step, .created = time(NULL),
 		.base_version = pb->job.has_delta ? pb->version - 1 : 0,
 		.writer = (char *)"wsync " WSYNC_VERSION, .source = pb->source,
+		.by_part_files = p->part_explicit, .listing = pb->fingerprint,
 		.files = pb->job.files, .n_files = pb->job.n_files,
 	};
 	memcpy(rec->flight, pb->flight, sizeof(rec->flight));
@@ -362,6 +363,7 @@ void pub_parts_publication_free(struct publication *pb)
 }
 
 static void record_put_done(struct wsync_store_result *res, void *data);
+static void part_drop(struct wsync_publisher *p, uint64_t scan_ms);
 static void gather(struct wsync_publisher *p);
 static void wait_poll(struct wsync_publisher *p);
 
@@ -404,6 +406,14 @@ static void on_part_timer(uv_timer_t *t)
 
 	if (p->stopping || !p->pub || p->pub->ended)
 		return;
+	if ((p->state == PUB_GATHER || p->state == PUB_WAIT) && !p->pub->gets_pending &&
+	    pub_scan_rewritten(p)) {
+		log_warning("version %" PRIu64 ": checkpoint %s was written again at step %" PRId64
+			    " after this part uploaded it: uploading it again", p->pub->version,
+			    p->pub->src_dir, p->pub->step);
+		part_drop(p, 1);
+		return;
+	}
 	if (p->state == PUB_GATHER)
 		gather(p);
 	else if (p->state == PUB_WAIT)
@@ -545,6 +555,17 @@ static void gather_judge(struct wsync_publisher *p)
 		if (c > 0) {
 			set_target(p, r->run, r->step);
 			newer = true;
+		} else if (c == 0 && !p->part_explicit && r->listing != pb->fingerprint) {
+			/* parts by the rule list one checkpoint: another
+			 * listing of the step is another checkpoint (written
+			 * again since, by a trainer that resumed), or part k
+			 * lists other files; the part whose snapshot is old
+			 * uploads it again */
+			n_missing++;
+			if (ml < sizeof(missing) - 80)
+				ml += (size_t)snprintf(missing + ml, sizeof(missing) - ml,
+						       "%spart %u (step %" PRId64 " as other files)",
+						       ml ? ", " : "", k, r->step);
 		} else if (c < 0) {
 			n_missing++;
 			if (ml < sizeof(missing) - 48)
@@ -598,6 +619,11 @@ static int record_check(struct wsync_publisher *p, struct publication *pb, unsig
 		return wsync_error_set(err, -EINVAL, "it was written by %.64s, this part runs "
 				       "wsync " WSYNC_VERSION " (run one release on every part)",
 				       r->writer);
+	if (r->by_part_files != p->part_explicit)
+		return wsync_error_set(err, -EINVAL, "it takes its files %s, this part %s "
+				       "(configure every part alike)",
+				       r->by_part_files ? "by part_files" : "by the rule",
+				       p->part_explicit ? "by part_files" : "by the rule");
 	for (size_t i = 0; i < r->n_objects; i++)
 		if (r->objects[i].role == WSYNC_MANIFEST_ROLE_DELTA &&
 		    r->base_version != pb->version - 1)

@@ -248,6 +248,37 @@ no:
 	return 0;
 }
 
+/* Was the checkpoint the publication took written again since, at the
+ * same step: complete and settled again, as a scan judges it, with other
+ * files?  (A trainer that resumed from the version committed last repeats
+ * the steps after it: the same step number, other weights.)  Called
+ * while a part's record waits for the commit; its record, naming the
+ * files it had, must then be made again. */
+bool pub_scan_rewritten(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+	struct waiting w = { .set = false };
+	uint64_t wake = UINT64_MAX;
+	struct candidate c;
+	bool again;
+	int dfd;
+
+	if (!pb || p->once_dir)
+		return false;
+	/* (in place, watch_dir as configured: it may be a link) */
+	dfd = open(pb->src_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (p->inplace ? 0 : O_NOFOLLOW));
+	if (dfd < 0)
+		return false;
+	if (judge(p, pb->source, pb->src_dir, dfd, &c, &wake, &w) != 1) {
+		(void)close(dfd);
+		return false;
+	}
+	again = c.step == pb->step && c.tree.fingerprint != pb->fingerprint;
+	c.dfd = dfd;
+	pub_candidate_free(&c);
+	return again;
+}
+
 /* A scan found the newest checkpoint not yet published waiting for w
  * (or none waiting): say so when that changed. */
 static void status_waiting(struct wsync_publisher *p, const struct waiting *w)

@@ -116,6 +116,7 @@ uploaded() {
 	grep -q "version $(($(field p1 version) + 1)): part $2 of $3 uploaded step $4 " "$TMP/$1/log"
 }
 half_at() { wait_step half "$1" && partial_as half "$1"; }
+half_is() { wait_step half "$1" && partial_as half "$2"; } # at step $1 with checkpoint-$2's files
 kill9() { kill -9 "${DPID[$1]}" 2>/dev/null; wait "${DPID[$1]}" 2>/dev/null; DPID[$1]=; }
 manifest() { # the manifest HEAD names, without its signature line
 	if [ "$BACKEND" = s3 ]; then
@@ -125,6 +126,29 @@ manifest() { # the manifest HEAD names, without its signature line
 		cat "$BUCKET/$RUN/manifests/$(printf %012d "$1").json"
 	fi | sed '/^wsync-signature/d'
 }
+bget() { # bget KEY FILE: an object of series $RUN
+	if [ "$BACKEND" = s3 ]; then
+		"$WSYNC" store get --config "$TMP/p1.ini" "s3://wsync-parts/series$RUN/$1" "$2" >/dev/null
+	else
+		cp "$BUCKET/$RUN/$1" "$2"
+	fi
+}
+bput() { # bput FILE KEY
+	if [ "$BACKEND" = s3 ]; then
+		"$WSYNC" store put --config "$TMP/p1.ini" "$1" "s3://wsync-parts/series$RUN/$2" >/dev/null
+	else
+		cp "$1" "$BUCKET/$RUN/$2.tmp" && mv "$BUCKET/$RUN/$2.tmp" "$BUCKET/$RUN/$2"
+	fi
+}
+resign() { # resign IN OUT: IN's JSON signed again with the parts' key (BUCKET.md §5)
+	local body=$TMP/resign.json id sig
+	sed '/^wsync-signature/d' "$1" >"$body"
+	id=$(openssl pkey -in "$TMP/wsync.key" -pubout -outform DER | tail -c 32 | sha256sum | cut -c1-16)
+	sig=$(openssl pkeyutl -sign -inkey "$TMP/wsync.key" -rawin -in "$body" | base64 -w0)
+	{ cat "$body"; printf 'wsync-signature ed25519 %s %s\n' "$id" "$sig"; } >"$2"
+}
+# the key of part K's record for the version after part 1's
+record_key() { printf 'parts/%012d/%s.json' $(($(field p1 version) + 1)) "$1"; }
 mjson() { # mjson V EXPR: a Python expression over the manifest m of version V
 	manifest "$1" | "$PYTHON3" -c 'import json,sys; m=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2"
 }
@@ -269,19 +293,74 @@ check "... and exact" same_as sub 3
 check "partial subscriber exact" half_at 3
 
 # ---- 7. a part record tampered with in the bucket -------------------------------
-if [ "$BACKEND" = file ]; then
-	daemon_stop p1 >/dev/null
-	step_in 4 "$TRAIN/checkpoint-r4"
-	check "part 2 uploaded step 4" wait_for 30 uploaded p2 2 2 4
-	rec=$BUCKET/$RUN/parts/$(printf %012d $(($(field p1 version) + 1)))/2.json
-	sed -i 's/"step": *4/"step":40/; s/"step":4,/"step":40,/' "$rec"
-	start p1
-	check "part 1 refuses the tampered record" wait_for 30 in_log p1 "refusing the record of part 2"
-	check "counted as a verification failure" wait_for 10 bash -c "grep -q '^wsync_verification_failures_total{[^}]*} [1-9]' '$TMP/p1/run/wsync.prom'"
-	check "part 2 writes its record again, step 4 committed" wait_step p1 4
-	check "full subscriber byte-identical" wait_step sub 4
-	check "... and exact" same_as sub 4
-fi
+daemon_stop p1 >/dev/null
+step_in 4 "$TRAIN/checkpoint-r4"
+check "part 2 uploaded step 4" wait_for 30 uploaded p2 2 2 4
+rec=$(record_key 2)
+bget "$rec" "$TMP/rec.json"
+sed 's/"step":4,/"step":40,/' "$TMP/rec.json" >"$TMP/rec-bad.json"
+bput "$TMP/rec-bad.json" "$rec"
+start p1
+check "part 1 refuses the tampered record" wait_for 30 in_log p1 "refusing the record of part 2"
+check "counted as a verification failure" wait_for 10 bash -c "grep -q '^wsync_verification_failures_total{[^}]*} [1-9]' '$TMP/p1/run/wsync.prom'"
+check "part 2 writes its record again, step 4 committed" wait_step p1 4
+check "full subscriber byte-identical" wait_step sub 4
+check "... and exact" same_as sub 4
+
+# ---- 7b. a part of another wsync release: refused by name ------------------------
+# (its record made by hand: the same key, another "writer")
+daemon_stop p1 >/dev/null
+step_in 5 "$TRAIN/checkpoint-s5"
+check "part 2 uploaded step 5" wait_for 30 uploaded p2 2 2 5
+rec=$(record_key 2)
+bget "$rec" "$TMP/rec.json"
+sed 's/"writer":"wsync [^"]*"/"writer":"wsync 0.0.1"/' "$TMP/rec.json" >"$TMP/rec-old.json"
+resign "$TMP/rec-old.json" "$TMP/rec-old.signed"
+bput "$TMP/rec-old.signed" "$rec"
+start p1
+check "part 1 refuses a part of another release, by name" \
+	wait_for 30 in_log p1 "it was written by wsync 0.0.1, this part runs wsync"
+check "HEAD stays at step 4" test "$(field sub step)" = 4
+daemon_stop p2 >/dev/null
+start p2	# the part upgraded: it uploads the step again
+check "the part on the same release: step 5 committed" wait_step p1 5
+check "full subscriber byte-identical" wait_step sub 5
+check "... and exact" same_as sub 5
+
+# ---- 7c. a step written again: the trainer resumed from HEAD's step -------------
+# Part 2 uploads step 6 while part 1 is down; the trainer, resumed from step
+# 5, writes step 6 again with other weights (checkpoint-9's).  (1) Part 2
+# down meanwhile: part 1 must not take its old record with its own new
+# files -- the records list other files; it waits, until part 2 is back.
+# (2) Part 2 up: it sees the step written again and uploads it again.
+daemon_stop p1 >/dev/null
+step_in 4 "$TRAIN/checkpoint-w6"
+check "part 2 uploaded step 6" wait_for 30 uploaded p2 2 2 6
+daemon_stop p2 >/dev/null
+rm -rf "$TRAIN/checkpoint-w6"
+step_in 9 "$TRAIN/checkpoint-w6"
+start p1
+check "part 1 does not pair its step 6 with part 2's old one" \
+	wait_for 30 in_log p1 "waits for part 2 (step 6 as other files)"
+check "HEAD stays at step 5" test "$(field sub step)" = 5
+start p2
+check "part 2 back: step 6 as written again committed" wait_step p1 6
+check "full subscriber byte-identical to it (checkpoint-9's files)" wait_step sub 6
+check "... and exact" same_as sub 9
+daemon_stop p1 >/dev/null
+step_in 3 "$TRAIN/checkpoint-w7"
+check "part 2 uploaded step 7" wait_for 30 uploaded p2 2 2 7
+rm -rf "$TRAIN/checkpoint-w7"
+step_in 8 "$TRAIN/checkpoint-w7"
+check "part 2 sees step 7 written again and uploads it again" \
+	wait_for 30 in_log p2 "was written again at step 7 after this part uploaded it"
+check "... its second upload of step 7" \
+	wait_for 30 bash -c "[ \$(grep -c 'part 2 of 2 uploaded step 7 ' '$TMP/p2/log') -ge 2 ]"
+start p1
+check "step 7 as written again committed" wait_step p1 7
+check "full subscriber byte-identical to it (checkpoint-8's files)" wait_step sub 7
+check "... and exact" same_as sub 8
+check "partial subscriber exact (checkpoint-8's files)" half_is 7 8
 
 # ---- 8. two instances claiming one part ----------------------------------------
 ini p2b publisher "part = 2/2"
@@ -380,5 +459,49 @@ start q3
 check "a shard in no part's files: refused by the committer" \
 	wait_for 60 in_log q1 "model-00003-of-00004.safetensors, which model.safetensors.index.json names, is in no part's files"
 check "HEAD still at step 2" test "$(field sub2 step)" = 2
+
+for n in q1 q2 q3 sub2; do daemon_stop $n >/dev/null; done
+
+# ---- 10. three parts by the rule, step folders; two parts by the rule, in place --
+# (the other two of {two, three parts} x {step folders, in place}), each
+# with a full and a partial subscriber, over an anchor and deltas
+share() { # share NAME K: how many files --check-config assigns part K
+	"$WSYNCD" --check-config "$TMP/$1.ini" | sed -n "s/^  part $2 (this instance): \([0-9]*\) files.*/\1/p"
+}
+series() { # series RUN PARTS STEP_PATTERN_LINE: four steps published by PARTS parts
+	local parts=$2 k s dir
+	RUN=$1
+	SUBNAME=sub$RUN
+	TRAIN=$TMP/train$RUN
+	mkdir -p "$TRAIN" "$BUCKET/$RUN"
+	for k in $(seq 1 "$parts"); do
+		ini r$RUN-$k publisher "$3" "part = $k/$parts"
+		start r$RUN-$k
+	done
+	ini sub$RUN subscriber
+	ini half subscriber "include = config.json model-00001-of-00004.safetensors model-00003-of-00004.safetensors"
+	rm -rf "$TMP/half/model" "$TMP/half/state" "$TMP/half/run"
+	start sub$RUN
+	start half
+	for s in 1 2 3 4; do
+		dir=$TRAIN/checkpoint-$s
+		[ -n "$3" ] && [ "$3" = "step_pattern =" ] && dir=$TRAIN
+		step_in $s "$dir"
+		check "$parts parts ($4), step $s committed" wait_step r$RUN-1 $s
+		check "... full subscriber byte-identical" wait_step sub$RUN $s
+		check "... and exact" same_as sub$RUN $s
+		check "... partial subscriber exact" half_at $s
+	done
+	check "$parts parts ($4): the manifest is of $parts parts" test "$(mjson 4 "m['parts']")" = "$parts"
+	for k in $(seq 1 "$parts"); do
+		check "$parts parts ($4): part $k uploaded the files --check-config assigns it" \
+			in_log r$RUN-$k "part $k of $parts uploaded step 4 ($(share r$RUN-$k $k) files)"
+	done
+	for k in $(seq 1 "$parts"); do daemon_stop r$RUN-$k >/dev/null; done
+	daemon_stop sub$RUN >/dev/null
+	daemon_stop half >/dev/null
+}
+series 3 3 "step_pattern = checkpoint-*" "step folders"
+series 4 2 "step_pattern =" "in place"
 
 tap_done

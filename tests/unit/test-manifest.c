@@ -1554,6 +1554,7 @@ static void test_part_record(void)
 	struct wsync_part_record r = {
 		.version = 42, .part = 2, .parts = 4, .run = 1, .step = 8400,
 		.created = T_CREATED, .base_version = 41, .writer = (char *)"wsync 0.1.0",
+		.by_part_files = true, .listing = 0x0123456789abcdefu,
 		.files = &f, .n_files = 1, .n_objects = 1,
 	}, back;
 	struct wsync_sign_key *k = NULL, *k2 = NULL;
@@ -1576,6 +1577,8 @@ static void test_part_record(void)
 	CHECK(wsync_part_parse(b.data, b.len, k, &back, &err) == 0);
 	CHECK(back.version == 42 && back.part == 2 && back.parts == 4 && back.run == 1 &&
 	      back.step == 8400 && back.base_version == 41 && back.flight[15] == 0xab);
+	CHECK(back.by_part_files && back.listing == 0x0123456789abcdefu);
+	CHECK(strstr(cstr(&b), "\"assign\":\"part_files\",\"listing\":\"0123456789abcdef\"") != NULL);
 	CHECK(back.n_files == 1 && back.files[0].size == 4096 &&
 	      strcmp(back.files[0].path, f.path) == 0);
 	CHECK(back.n_objects == 1 && back.objects[0].n_chunks == 1 &&
@@ -1592,6 +1595,32 @@ static void test_part_record(void)
 		if (t)
 			t[0] = '9';
 		CHECK(wsync_part_parse(b.data, b.len, k, &back, &err) == -EBADMSG);
+	}
+	/* without "assign" or "listing", or with another word for it */
+	{
+		static const char *cut[][2] = {
+			{ "\"assign\":\"part_files\",", "" },
+			{ "\"assign\":\"part_files\"", "\"assign\":\"both\"" },
+			{ "\"listing\":\"0123456789abcdef\",", "" },
+			{ "\"listing\":\"0123456789abcdef\"", "\"listing\":\"0123\"" },
+		};
+
+		CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+		for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+			const char *doc = cstr(&b), *at = strstr(doc, cut[i][0]);
+			struct wsync_buf e = { 0 };
+
+			CHECK(at != NULL);
+			if (!at)
+				continue;
+			CHECK(wsync_buf_append(&e, doc, (size_t)(at - doc)) == 0);
+			CHECK(wsync_buf_append(&e, cut[i][1], strlen(cut[i][1])) == 0);
+			at += strlen(cut[i][0]);
+			CHECK(wsync_buf_append(&e, at, strlen(at)) == 0);
+			CHECK(wsync_part_parse(e.data, e.len, NULL, &back, &err) == -EINVAL);
+			CHECK(strstr(err.msg, i < 2 ? "\"assign\"" : "\"listing\"") != NULL);
+			wsync_buf_free(&e);
+		}
 	}
 	/* unsigned: pieces that do not add up to the chunk's size */
 	pcs[1].length = 71;
