@@ -185,8 +185,10 @@ mid() {
 
 s3rver_store() {
 	local l
+	# temp + rename: a daemon started before may be reading it
 	printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
-		"$S3RVER_ACCESS_KEY" "$S3RVER_SECRET_KEY" >"$TMP/s3.cred"
+		"$S3RVER_ACCESS_KEY" "$S3RVER_SECRET_KEY" >"$TMP/s3.cred.$$" &&
+		mv -f "$TMP/s3.cred.$$" "$TMP/s3.cred"
 	printf 'url = %s\nendpoint = %s\ncredentials = %s\npath_style = true\n' \
 		"$1" "${STORE_ENDPOINT:-$S3RVER_ENDPOINT}" "$TMP/s3.cred"
 	shift

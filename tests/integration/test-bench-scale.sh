@@ -5,8 +5,9 @@
 # step, a full and a partial subscriber on a file:// bucket): it exits 0,
 # prints its tables, verified both subscribers at every step (the full one
 # byte-identical to the checkpoint, the partial one exactly its files), and
-# each daemon peaked under 256 MiB. Speeds here mean nothing and are not
-# checked.
+# each daemon peaked under 256 MiB; and with --parts 2 (two publisher
+# instances, one version), the same verification and a row per part.
+# Speeds here mean nothing and are not checked.
 . "$(dirname "$0")/lib.sh"
 
 expect_exit 0 "bench-scale.sh --quick exits 0" env WSYNC="$WSYNC" WSYNCD="$WSYNCD" timeout 300 \
@@ -28,4 +29,14 @@ check "the TSV is left in the work dir, a row per step" \
 	test "$(wc -l <"$TMP/scale/bench-scale.tsv" 2>/dev/null)" -eq 3
 check "no loop device left on the work dir" bash -c '! losetup -a | grep -qF "$1"' _ "$TMP/scale"
 check "nothing left mounted there" bash -c '! grep -qF "$1" /proc/mounts' _ "$TMP/scale"
+expect_exit 0 "bench-scale.sh --quick --parts 2 exits 0" env WSYNC="$WSYNC" WSYNCD="$WSYNCD" \
+	timeout 300 "$WSYNC_SOURCE_ROOT/scripts/bench-scale.sh" --quick --parts 2 --dir "$TMP/scale2"
+out=$OUT
+contains "it says the versions are made by 2 parts" "$out" "; 2 publisher parts"
+n=$(printf '%s\n' "$out" | grep -cE '^step [0-9]+ (full s1|partial s2): ok: ')
+check "--parts 2: every step's two subscribers verified (4 lines, $n found)" test "$n" -eq 4
+check "--parts 2: no mismatch" bash -c '! grep -q MISMATCH <<<"$1"' _ "$out"
+n=$(printf '%s\n' "$out" | grep -c '^PASS peak RSS < 256 MiB: ')
+check "--parts 2: peak RSS under 256 MiB for the 4 daemons ($n PASS lines)" test "$n" -eq 4
+
 tap_done

@@ -474,13 +474,11 @@ series() { # series RUN PARTS STEP_PATTERN_LINE: four steps published by PARTS p
 	SUBNAME=sub$RUN
 	TRAIN=$TMP/train$RUN
 	mkdir -p "$TRAIN" "$BUCKET/$RUN"
-	for k in $(seq 1 "$parts"); do
-		ini r$RUN-$k publisher "$3" "part = $k/$parts"
-		start r$RUN-$k
-	done
+	for k in $(seq 1 "$parts"); do ini r$RUN-$k publisher "$3" "part = $k/$parts"; done
 	ini sub$RUN subscriber
 	ini half subscriber "include = config.json model-00001-of-00004.safetensors model-00003-of-00004.safetensors"
 	rm -rf "$TMP/half/model" "$TMP/half/state" "$TMP/half/run"
+	for k in $(seq 1 "$parts"); do start r$RUN-$k; done
 	start sub$RUN
 	start half
 	for s in 1 2 3 4; do
