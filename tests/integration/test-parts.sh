@@ -21,7 +21,14 @@
 #    (REPLACE records) while the others send deltas; subscribers exact;
 #  - a part record tampered with in the bucket: refused by the committer
 #    (signature), counted, nothing committed until it is rewritten;
-#  - two instances claiming one part, and part files that overlap: refused.
+#  - a part of another wsync release (its record re-signed with another
+#    "writer"): refused by name;
+#  - a step written again (the trainer resumed from HEAD's step): part 1
+#    never pairs a part's old record of it with its own new files, and a
+#    waiting part that sees it written again uploads it again;
+#  - two instances claiming one part, and part files that overlap: refused;
+#  - three parts by the rule in step folders, two in place: full and
+#    partial subscribers exact, each part uploading --check-config's share.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/daemons.sh"
 
