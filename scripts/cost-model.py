@@ -23,18 +23,20 @@ B_PER_CHANGED = 0.874          # delta bytes per changed bf16 element
 ENCODE_MBS_CORE = 2373         # encode, MB of checkpoint a second, one core
 APPLY_MBS_CORE = 2362          # apply, MB of checkpoint a second, one core
 SCALING_2T = 1.76              # encode speed-up at 2 threads (4,176 / 2,373)
-# scripts/bench-scale.sh (8 GB, 16 shards): the publisher reads old + new
-# once (rchar 1.01x), its anchor is 0.78 of the weights (6,238,933,544 of
-# 8,000,439,040 bytes), and the memory of each daemon is bounded:
-PUB_READ_FACTOR = 1.01
+# scripts/bench-scale.sh and --parts 4 (8 GB, 16 shards): a delta step's
+# reads over old + new, the largest seen (rchar: one publisher 1.01-1.06x,
+# four parts together 1.08-1.09x), its anchor is 0.78 of the weights
+# (6,238,933,544 of 8,000,439,040 bytes), and the memory of each daemon is
+# bounded (the largest peak RSS of each kind in those runs):
+PUB_READ_FACTOR = {"one": 1.06, "parts": 1.09}
 ANCHOR_RATIO = 6238933544 / 8000439040
-RSS_MIB = {"publisher": 174, "full subscriber": 109, "partial subscriber": 65}
+RSS_MIB = {"publisher": 193, "full subscriber": 109, "partial subscriber": 69}
 # part 1 polls the records every second (publisher_parts.c PART_POLL_MS):
 # it commits at most 1 s after the last part's record, then the merge (no
 # object is read) and three small PUTs -- a bound, not a measurement
 COMMIT_S = 1.0
-# scripts/bench-scale.sh --parts 4: each part's peak RSS 170-174 MiB, the
-# same bound as one publisher's (the encoder's memory is per process)
+# scripts/bench-scale.sh --parts 4: each part's peak RSS 183-193 MiB, the
+# same bound as one publisher's 188 (the encoder's memory is per process)
 
 
 def main():
@@ -76,7 +78,7 @@ def main():
     print("|---:|---:|---:|---:|---:|")
     for n in (int(x) for x in a.parts.split(",")):
         share = W / n
-        reads = 2 * share * PUB_READ_FACTOR
+        reads = 2 * share * PUB_READ_FACTOR["parts" if n > 1 else "one"]
         cpu = share / enc
         io = reads / disk
         print("| %d | %s | %.1f | %.1f | %.1f |" % (n, gb(reads), cpu, io,

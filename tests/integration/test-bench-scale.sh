@@ -39,4 +39,17 @@ check "--parts 2: no mismatch" bash -c '! grep -q MISMATCH <<<"$1"' _ "$out"
 n=$(printf '%s\n' "$out" | grep -c '^PASS peak RSS < 256 MiB: ')
 check "--parts 2: peak RSS under 256 MiB for the 4 daemons ($n PASS lines)" test "$n" -eq 4
 
+
+# the cost model carries those measured rates to a trillion parameters
+expect_exit 0 "cost-model.py exits 0" "$PYTHON3" "$WSYNC_SOURCE_ROOT/scripts/cost-model.py"
+out=$OUT
+publish_s() { printf '%s\n' "$out" | awk -F'|' -v n="$1" '$2 + 0 == n && NF == 7 { print $6 + 0 }'; }
+p1=$(publish_s 1) p64=$(publish_s 64)
+check "cost model: a publish time for 1 and for 64 parts ($p1 s, $p64 s)" test -n "$p1" -a -n "$p64"
+check "cost model: 64 parts publish at least 30x sooner than one ($p1 s against $p64 s)" \
+	awk -v a="$p1" -v b="$p64" 'BEGIN { exit !(b > 0 && a >= 30 * b) }'
+contains "cost model: egress and memory lines" "$out" "bucket egress a step: "
+expect_exit 2 "cost-model.py refuses an unknown option" "$PYTHON3" \
+	"$WSYNC_SOURCE_ROOT/scripts/cost-model.py" --no-such-option
+
 tap_done
