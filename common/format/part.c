@@ -211,10 +211,10 @@ static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_e
 	files = json_object_get(root, "files");
 	if (!json_is_array(files) || json_array_size(files) > WSYNC_MANIFEST_FILES_MAX)
 		return bad(err, "\"files\" is not an array");
-	r->n_files = json_array_size(files);
-	r->files = calloc(r->n_files ? r->n_files : 1, sizeof(*r->files));
+	r->files = calloc(json_array_size(files) ? json_array_size(files) : 1, sizeof(*r->files));
 	if (!r->files)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r->n_files = json_array_size(files);	/* (counted once there is room) */
 	for (size_t i = 0; i < r->n_files; i++) {
 		json_t *f = json_array_get(files, i);
 		struct wsync_manifest_file *mf = &r->files[i];
@@ -251,10 +251,10 @@ static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_e
 		if (!json_is_array(cs) || json_array_size(cs) > WSYNC_MANIFEST_CHUNKS_MAX ||
 		    !get_u64(o, "write_bytes", INT64_MAX, &po->write_bytes))
 			return bad(err, "an object without \"chunks\" or \"write_bytes\"");
-		po->n_chunks = json_array_size(cs);
-		po->chunks = calloc(po->n_chunks ? po->n_chunks : 1, sizeof(*po->chunks));
+		po->chunks = calloc(json_array_size(cs) ? json_array_size(cs) : 1, sizeof(*po->chunks));
 		if (!po->chunks)
 			return wsync_error_set(err, -ENOMEM, "out of memory");
+		po->n_chunks = json_array_size(cs);
 		for (size_t k = 0; k < po->n_chunks; k++) {
 			int e = read_chunk(json_array_get(cs, k), &po->chunks[k], err);
 

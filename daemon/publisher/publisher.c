@@ -634,13 +634,15 @@ void pub_put_manifest(struct wsync_publisher *p)
 
 anchors:
 	/* Anchors still retained: the previous list (unless this is a fresh
-	 * start), this one if it is an anchor, the newest keep_anchors. */
+	 * start), this one if it is an anchor, the newest keep_anchors.  A
+	 * committer of parts that lost its base still continues HEAD's list:
+	 * its files go whole in a delta, which needs the anchors before it. */
 	anc = calloc((prev ? prev->n_anchors : 0) + 1, sizeof(*anc));
 	if (!anc) {
 		log_error("out of memory");
 		goto fail;
 	}
-	if (prev && !p->need_anchor) {
+	if (prev && (pb->part || !p->need_anchor)) {
 		for (size_t i = 0; i < prev->n_anchors; i++) {
 			anc[na] = prev->anchors[i];
 			/* An anchor manifest cannot hold its own hash (see below):

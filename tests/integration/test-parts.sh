@@ -17,8 +17,9 @@
 #  - a part that skipped a step (down while it was written): the others
 #    move to its newer step;
 #  - a trainer resumed from an older step: a new run, published;
-#  - a part that lost its base (state wiped): sends its files whole
-#    (REPLACE records) while the others send deltas; subscribers exact;
+#  - a part that lost its base (state wiped), part 2 and then the
+#    committer: sends its files whole (REPLACE records) while the others
+#    send deltas, the version still a delta after HEAD's anchors;
 #  - a part record tampered with in the bucket: refused by the committer
 #    (signature), counted, nothing committed until it is rewritten;
 #  - a part of another wsync release (its record re-signed with another
@@ -391,6 +392,18 @@ start p2
 check "part 2 back with N = 2: step 6 committed" wait_step p1 6 60
 check "full subscriber byte-identical" wait_step sub 6
 check "... and exact" same_as sub 6
+
+# ---- 8c. the committer lost its base: its files whole, HEAD's anchors kept -------
+daemon_stop p1 >/dev/null
+rm -rf "$TMP/p1/state"
+start p1
+step_in 7 "$TRAIN/checkpoint-l7"
+check "the committer without its base: step 7 committed" wait_step p1 7 60
+check "... a delta, the anchors before it still listed" \
+	test "$(mjson "$(field p1 version)" "m['kind'], len(m['anchors']) > 0")" = "('delta', True)"
+check "full subscriber byte-identical" wait_step sub 7
+check "... and exact" same_as sub 7
+check "partial subscriber exact" half_at 7
 
 # ---- 8b. kills at random points: HEAD always names a complete version ------------
 # (file:// only: the check reads the bucket's files.)  Six steps; during
