@@ -161,6 +161,7 @@ static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_e
 {
 	json_t *x, *files, *objects;
 	uint64_t v;
+	size_t n;
 
 	x = json_object_get(root, "format");
 	if (!json_is_string(x) || strcmp(json_string_value(x), PART_FORMAT) != 0)
@@ -211,10 +212,11 @@ static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_e
 	files = json_object_get(root, "files");
 	if (!json_is_array(files) || json_array_size(files) > WSYNC_MANIFEST_FILES_MAX)
 		return bad(err, "\"files\" is not an array");
-	r->files = calloc(json_array_size(files) ? json_array_size(files) : 1, sizeof(*r->files));
+	n = json_array_size(files);
+	r->files = calloc(n ? n : 1, sizeof(*r->files));
 	if (!r->files)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	r->n_files = json_array_size(files);	/* (counted once there is room) */
+	r->n_files = n;	/* (counted once there is room: wsync_part_free walks it) */
 	for (size_t i = 0; i < r->n_files; i++) {
 		json_t *f = json_array_get(files, i);
 		struct wsync_manifest_file *mf = &r->files[i];
@@ -251,10 +253,11 @@ static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_e
 		if (!json_is_array(cs) || json_array_size(cs) > WSYNC_MANIFEST_CHUNKS_MAX ||
 		    !get_u64(o, "write_bytes", INT64_MAX, &po->write_bytes))
 			return bad(err, "an object without \"chunks\" or \"write_bytes\"");
-		po->chunks = calloc(json_array_size(cs) ? json_array_size(cs) : 1, sizeof(*po->chunks));
+		n = json_array_size(cs);
+		po->chunks = calloc(n ? n : 1, sizeof(*po->chunks));
 		if (!po->chunks)
 			return wsync_error_set(err, -ENOMEM, "out of memory");
-		po->n_chunks = json_array_size(cs);
+		po->n_chunks = n;
 		for (size_t k = 0; k < po->n_chunks; k++) {
 			int e = read_chunk(json_array_get(cs, k), &po->chunks[k], err);
 

@@ -39,7 +39,6 @@ check "--parts 2: no mismatch" bash -c '! grep -q MISMATCH <<<"$1"' _ "$out"
 n=$(printf '%s\n' "$out" | grep -c '^PASS peak RSS < 256 MiB: ')
 check "--parts 2: peak RSS under 256 MiB for the 4 daemons ($n PASS lines)" test "$n" -eq 4
 
-
 # the cost model carries those measured rates to a trillion parameters
 expect_exit 0 "cost-model.py exits 0" "$PYTHON3" "$WSYNC_SOURCE_ROOT/scripts/cost-model.py"
 out=$OUT

@@ -393,7 +393,7 @@ check "part 2 back with N = 2: step 6 committed" wait_step p1 6 60
 check "full subscriber byte-identical" wait_step sub 6
 check "... and exact" same_as sub 6
 
-# ---- 8c. the committer lost its base: its files whole, HEAD's anchors kept -------
+# ---- 8a. the committer lost its base: its files whole, HEAD's anchors kept -------
 daemon_stop p1 >/dev/null
 rm -rf "$TMP/p1/state"
 start p1
