@@ -20,6 +20,7 @@
 #include "error.h"
 #include "jobs.h"
 #include "store.h"
+#include "test_hooks.h"
 
 struct wsync_daemon {
 	uv_loop_t *loop;
@@ -35,6 +36,7 @@ struct wsync_daemon {
 	 * job or store request of it is left.  The runner then frees it. */
 	void (*stopped)(struct wsync_daemon *d);
 	void *data;			/* the runner's */
+	struct wsync_test_hooks test;	/* the test suite's seam; all zero in use */
 };
 
 /*

@@ -284,6 +284,7 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 	m->runtime_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	m->d.set_status = set_status;
 	m->d.stopped = role_stopped;
+	wsync_test_hooks_from_env(&m->d.test);
 	m->d.data = m;
 
 	r = wsync_config_store_options(cfg, &so);

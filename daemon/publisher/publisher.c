@@ -343,7 +343,7 @@ void pub_start_publication(struct wsync_publisher *p, struct candidate *c, char 
 		.hardlink = !p->inplace,
 		.pub_dir = p->pub_dir, .want_delta = pb->delta, .want_anchor = pb->anchor,
 		.version = v, .threads = p->cfg->threads,
-		.memory_limit = p->cfg->memory_limit, .pause_ms = p->test_pause_ms,
+		.memory_limit = p->cfg->memory_limit, .pause_ms = p->d->test.snapshot_pause_ms,
 	};
 	if (p->parts > 1)
 		pub_parts_begin(p, pb);
@@ -671,7 +671,7 @@ anchors:
 		first--;
 	m.anchors = anc + first;
 	m.n_anchors = na - first;
-	if (getenv("WSYNC_TEST_NO_INDEX") && !pb->part)	/* tests: a bucket before indexes */
+	if (p->d->test.no_index && !pb->part)	/* tests: a bucket before indexes */
 		for (size_t i = 0; i < m.n_objects; i++)
 			objs[i].index = NULL;
 	r = wsync_manifest_serialize(&m, p->key, &pb->manifest_doc, &err);
@@ -830,7 +830,7 @@ void pub_committed(struct wsync_publisher *p, bool by_us)
 		   ms / 1e3);
 	free(p->commit.state_text);
 	p->commit = (struct pubjob_commit){
-		.pub_dir = p->pub_dir, .promote = true, .pause_ms = p->test_commit_pause_ms,
+		.pub_dir = p->pub_dir, .promote = true, .pause_ms = p->d->test.commit_pause_ms,
 		.state_text = pub_state_text(p, p->head_version, &p->head_ref, true, p->step,
 					     p->source, p->source_mtime_ns, p->source_fp),
 	};
@@ -1010,18 +1010,6 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 	p->state_lock = (struct wsync_instance_lock)WSYNC_INSTANCE_LOCK_INIT;
 	p->last_lag = -1;
 	p->inplace = !cfg->step_pattern || !*cfg->step_pattern;
-	/* The integration test widens the window between scan and snapshot
-	 * to delete a checkpoint inside it, and the one between HEAD and the
-	 * base swap to kill -9 inside it; nothing else sets these. */
-	if (getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"))
-		p->test_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_SNAPSHOT_PAUSE_MS"),
-						     NULL, 10) % 60000;
-	if (getenv("WSYNC_TEST_CHUNK_PAUSE_MS"))
-		p->test_chunk_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_CHUNK_PAUSE_MS"),
-							   NULL, 10) % 60000;
-	if (getenv("WSYNC_TEST_COMMIT_PAUSE_MS"))
-		p->test_commit_pause_ms = (unsigned)strtoul(getenv("WSYNC_TEST_COMMIT_PAUSE_MS"),
-							    NULL, 10) % 60000;
 	if (!realpath(watch, p->watch_dir)) {
 		r = wsync_error_set(err, -errno, "%s%s: %s", once_dir ? "" :
 				    "[publisher] watch_dir ", watch, strerror(errno));

@@ -163,9 +163,6 @@ struct wsync_publisher {
 	char watch_dir[PATH_MAX];
 	char skip_top[NAME_MAX + 1];	/* state_dir inside an in-place watch_dir */
 	bool inplace;
-	unsigned test_pause_ms;		/* $WSYNC_TEST_SNAPSHOT_PAUSE_MS (tests only) */
-	unsigned test_commit_pause_ms;	/* $WSYNC_TEST_COMMIT_PAUSE_MS (tests only) */
-	unsigned test_chunk_pause_ms;	/* $WSYNC_TEST_CHUNK_PAUSE_MS (tests only) */
 
 	/* One-shot (`wsync publish`): publish once_dir, report, publish no more. */
 	char *once_dir;

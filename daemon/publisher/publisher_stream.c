@@ -63,7 +63,7 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 	pb->stream.wake = &p->stream_wake;
 	pb->stream.chunk_size = p->cfg->chunk_size;
 	pb->stream.per_file = p->parts > 1;
-	pb->stream.pause_ms = p->test_chunk_pause_ms;
+	pb->stream.pause_ms = p->d->test.chunk_pause_ms;
 	pb->job.stream = &pb->stream;
 	return 0;
 }

@@ -662,9 +662,8 @@ void sub_apply_work(void *data)
 		built = true;
 		dir = build;
 	}
-	if (getenv("WSYNC_TEST_APPLY_PAUSE_MS"))	/* tests: what readers see meanwhile */
-		(void)usleep((useconds_t)strtoul(getenv("WSYNC_TEST_APPLY_PAUSE_MS"), NULL, 10) *
-			     1000);
+	if (j->pause_ms)	/* tests: what readers see meanwhile (test_hooks.h) */
+		(void)usleep((useconds_t)j->pause_ms * 1000);
 	mf = sub_sorted_files(j->m);
 	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!mf || root < 0) {

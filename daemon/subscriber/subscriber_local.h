@@ -244,6 +244,7 @@ struct sub_apply_job {
 	struct wsync_apply_staged **staged;
 	uint64_t staged_upto;
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
+	unsigned pause_ms;		/* test_hooks.h's apply_pause_ms */
 	char *version_dir;		/* symlink layout: target_dir.v<N> (owned) */
 	void *owner;			/* the caller's, for the done callback */
 

@@ -125,6 +125,7 @@ void sub_try_apply(struct wsync_subscriber *s)
 	j->prev = &s->local;
 	j->owner = s;
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
+	j->pause_ms = s->d->test.apply_pause_ms;
 	if (st->ahead)
 		sub_ahead_fill_job(s, j);
 	if (s->partial) {

@@ -144,6 +144,7 @@ int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *co
 	o->running = true;
 	o->d = (struct wsync_daemon){ .loop = &o->loop, .cfg = &o->cfg, .program = tool,
 				      .stopped = role_stopped, .data = o };
+	wsync_test_hooks_from_env(&o->d.test);
 	o->tty = isatty(STDERR_FILENO) && !verbose;
 	e = wsync_config_store_options(&o->cfg, &so);
 	if (e >= 0)
