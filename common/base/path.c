@@ -5,6 +5,7 @@
 #include "path.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
 
@@ -65,4 +66,15 @@ char *wsync_path_join(const char *dir, const char *name)
 	char *p;
 
 	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}
+
+int wsync_pathf(char *buf, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vsnprintf(buf, n, fmt, ap);
+	va_end(ap);
+	return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
 }

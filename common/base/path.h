@@ -33,4 +33,9 @@ int wsync_path_check(const char *path, size_t len, struct wsync_error *err);
 /* "dir/name", malloc'd (freed by the caller); NULL when out of memory. */
 char *wsync_path_join(const char *dir, const char *name);
 
+/* snprintf for paths into a fixed buffer: a result too long for buf is
+ * cut (and then simply not found), which -Wformat-truncation wants
+ * acknowledged.  Returns -ENAMETOOLONG then, else 0. */
+int wsync_pathf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

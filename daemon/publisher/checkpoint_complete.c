@@ -19,10 +19,11 @@
 #include "checkpoint.h"
 #include "checkpoint_complete.h"
 #include "io.h"
+#include "path.h"
 #include "publisher_jobs.h"
 #include "safetensors.h"
 
-#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+#define PATHF(buf, ...) wsync_pathf((buf), sizeof(buf), __VA_ARGS__)
 
 /* A set of more shards than this is not a shard-name promise we check
  * (real models have hundreds; the bound keeps a crafted name cheap). */

@@ -21,12 +21,12 @@
 #include "checkpoint.h"
 #include "checkpoint_scan.h"
 #include "io.h"
-#include "publisher_jobs.h"
+#include "path.h"
 #include "safetensors.h"
 
 /* snprintf into a fixed buffer; a path too long for it is cut (and then
  * simply not found), which -Wformat-truncation wants acknowledged. */
-#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+#define PATHF(buf, ...) wsync_pathf((buf), sizeof(buf), __VA_ARGS__)
 
 /* ---- tree ---- */
 

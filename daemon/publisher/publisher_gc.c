@@ -4,8 +4,9 @@
  * BUCKET.md §2 rule 3): after each publication, list the bucket; an
  * object or manifest older than the oldest anchor HEAD's manifest keeps
  * is no longer needed, and is deleted once it has been so for gc_grace
- * (the clock survives restarts in state.json).  Manifests go first, then
- * the objects, so that no manifest ever names a deleted object.
+ * (the clock survives restarts in state.json, written by the dispatcher's
+ * job).  Manifests go first, then the objects, so that no manifest ever
+ * names a deleted object.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,20 +50,10 @@ static void gc_finish(struct wsync_publisher *p, bool changed)
 	free(p->gc_delete_keys);
 	p->gc_delete_keys = NULL;
 	p->n_gc_delete = 0;
-	if (changed && p->head_version) {
-		/* remember "unneeded since" across restarts */
-		char *t = pub_state_text(p, p->head_version, &p->head_ref, p->has_step, p->step,
-					 p->source, p->source_mtime_ns, p->source_fp);
-		struct wsync_error err = { 0 };
-
-		if (t && pubjob_write_atomic(p->pub_dir, "state.json", t, strlen(t), true,
-					     &err) < 0)
-			log_warning("%s", wsync_error_str(&err));
-		free(t);
-	}
-	pub_set_state(p, PUB_IDLE);
-	pub_once_finish(p, 0, "published");
-	pub_advance(p);
+	/* "unneeded since" is remembered across restarts: the dispatcher
+	 * has state.json written (on the jobs thread) */
+	p->gc_changed = changed && p->head_version;
+	pub_report(p, PUB_EV_DONE);
 }
 
 static void gc_deleted(struct wsync_store_result *res, void *data);
@@ -240,11 +231,11 @@ static void gc_listed(struct wsync_store_result *res, void *data)
 
 void pub_gc_start(struct wsync_publisher *p)
 {
-	if (p->part > 1) {	/* the committer collects for every part */
+	p->gc_changed = false;
+	if (!p->mode->commits) {	/* the committer collects for every part */
 		gc_finish(p, false);
 		return;
 	}
-	pub_set_state(p, PUB_GC);
 	if (wsync_store_list(p->d->store, "", gc_listed, p) < 0)
 		gc_finish(p, false);
 }

@@ -24,18 +24,7 @@
 
 /* snprintf into a fixed buffer; a path too long for it is cut (and then
  * simply not found), which -Wformat-truncation wants acknowledged. */
-#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
-
-int pubjob_pathf(char *buf, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	int r;
-
-	va_start(ap, fmt);
-	r = vsnprintf(buf, n, fmt, ap);
-	va_end(ap);
-	return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
-}
+#define PATHF(buf, ...) wsync_pathf((buf), sizeof(buf), __VA_ARGS__)
 
 int pubjob_write_atomic(const char *dir, const char *name, const char *text, size_t len,
 			bool durable, struct wsync_error *err)
@@ -518,6 +507,12 @@ void pubjob_prepare_work(void *data)
 		j->result = r;
 		return;
 	}
+	/* 5. which checkpoint this version is, for a restart that finds it
+	 * published (a failure only costs that help: logged by the caller) */
+	if (j->pending_text &&
+	    pubjob_write_atomic(j->pub_dir, "pending.json", j->pending_text,
+				strlen(j->pending_text), true, &j->pending_err) < 0)
+		j->pending_failed = true;
 	j->seconds = wsync_monotonic_seconds() - t0;
 	j->result = 0;
 }

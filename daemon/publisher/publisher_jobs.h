@@ -35,6 +35,7 @@
 #include "error.h"
 #include "hash.h"
 #include "manifest.h"
+#include "path.h"
 
 /*
  * Chunks cut while an object is coded (BUCKET.md §3.2), for the loop to
@@ -85,6 +86,9 @@ struct pubjob_prepare {
 	 * is not deleted by this one (sorted; NULL: none) */
 	char **others;
 	size_t n_others;
+	/* pending.json's text, written durably once the version is coded
+	 * (NULL: none; owned by the caller) */
+	const char *pending_text;
 
 	/* out */
 	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it
@@ -104,11 +108,14 @@ struct pubjob_prepare {
 	struct wsync_diff_stats delta_stats;
 	double seconds;
 	unsigned copies;		/* files that could not be hardlinked */
+	bool pending_failed;		/* pending.json could not be written: */
+	struct wsync_error pending_err;	/* ... why */
 };
 
 void pubjob_prepare_work(void *data);
 
-/* Make staging/ the base (when promote) and write state.json durably. */
+/* Make staging/ the base (when promote) and write state.json durably
+ * (promote false: only state.json, as garbage collection's clocks). */
 struct pubjob_commit {
 	const char *pub_dir;
 	bool promote;
@@ -139,9 +146,6 @@ void pubjob_verify_work(void *data);
 int pubjob_write_atomic(const char *dir, const char *name, const char *text, size_t len,
 			bool durable, struct wsync_error *err);
 
-/* snprintf for paths: a result too long for buf is cut (and then simply
- * not found).  Returns -ENAMETOOLONG then, else 0. */
-int pubjob_pathf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 void pubjob_files_free(struct wsync_manifest_file *files, size_t n);
 

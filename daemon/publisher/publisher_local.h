@@ -2,19 +2,42 @@
 /*
  * publisher_local.h -- the publisher's private modules (not a public
  * header: only the files in daemon/publisher/ include it) and the state
- * they share, struct wsync_publisher.  All of it runs on the loop thread.
+ * they share, struct wsync_publisher.  All of it runs on the loop thread
+ * but publisher_jobs.c.
  *
- *  - publisher.c: the role itself -- its state machine and what drives it
- *    (timers, inotify, store backoff), its status, and the publication of
- *    one version: snapshot and encode, objects, manifest, HEAD, base swap;
+ * The modules, from the top down (a file calls only the ones below it;
+ * nothing calls up, so no two files call each other):
+ *
+ *  - publisher.c: the role itself -- the dispatcher, the only file that
+ *    sets p->state: every state's entry (enter) and one switch on the
+ *    state for what follows each event (pub_report); the jobs it submits
+ *    and their results; timers, inotify, the backoff; the role contract;
  *  - publisher_scan.c: which checkpoint of the watched folder to publish
  *    next (complete and settled), and what the others wait for;
- *  - publisher_recover.c: at start-up, what HEAD, manifests/ and the local
- *    base say, and the repairs a killed run leaves to do;
+ *  - publisher_recover.c: at start-up, what HEAD and manifests/ say, and
+ *    HEAD completed where a killed run left a manifest newer than it;
  *  - publisher_gc.c: deleting what retention lets go (BUCKET.md §2 rule 3);
- *  - publisher_state.c: state_dir/publisher's state.json and pending.json,
- *    and the HEAD the publisher knows;
+ *  - publisher_parts.c: the mode of several instances (BUCKET.md §7): the
+ *    record, part 1's gathering and commit, the others' wait for it;
+ *    publisher_parts_assign.c, which files and steps are a part's, and
+ *    publisher_parts_merge.c, the records merged into one version's
+ *    objects (pure functions, unit-tested);
+ *  - publisher_publish.c: the one-publisher mode, and what both modes
+ *    share of a publication: its manifest, HEAD, and the bookkeeping of
+ *    a commit;
+ *  - publisher_stream.c: a version's objects uploaded, whole or in chunks
+ *    as the encoder cuts them, announced in NEXT;
+ *  - publisher_status.c: status.json, STATUS=, the last error, the
+ *    one-shot report, the store outage;
+ *  - publisher_publication.c: the publication's lifetime (one count of
+ *    what is in flight, one release);
+ *  - publisher_state.c: state_dir/publisher's state.json, and the HEAD
+ *    the publisher knows;
  *  - publisher_jobs.c: the long work, on the jobs thread (publisher_jobs.h).
+ *
+ * Modules report to the dispatcher with an event (pub_report: done, a
+ * store request failed, the publication dropped, ...), through the
+ * pointer p->dispatch: they know the events, not what follows them.
  */
 #ifndef WSYNC_PUBLISHER_LOCAL_H
 #define WSYNC_PUBLISHER_LOCAL_H
@@ -40,28 +63,54 @@
 
 /* snprintf into a fixed buffer; a path too long for it is cut (and then
  * simply not found), which -Wformat-truncation wants acknowledged. */
-#define PATHF(buf, ...) pubjob_pathf((buf), sizeof(buf), __VA_ARGS__)
+#define PATHF(buf, ...) wsync_pathf((buf), sizeof(buf), __VA_ARGS__)
 
 #define DEBOUNCE_MS 200		/* after an inotify event, before scanning */
 #define RETRY_MIN_MS 1000	/* store backoff: 1 s doubling to ... */
 #define RETRY_MAX_MS 60000	/* ... one minute */
 
+/*
+ * The states (ARCHITECTURE.md draws them).  Each has one meaning; *job*
+ * states wait for the jobs thread, the others for store requests or a
+ * timer.  Only publisher.c sets it.
+ */
 enum pub_state {
 	PUB_NEW,		/* made, not started */
-	PUB_RECOVER,		/* reading HEAD and manifests/, repairing HEAD */
+	PUB_RECOVER,		/* reading HEAD and manifests/, completing HEAD */
 	PUB_VERIFY,		/* job: does the local base match HEAD's manifest? */
 	PUB_IDLE,		/* waiting for a complete checkpoint */
-	PUB_PREPARE,		/* job: snapshot + encode */
-	PUB_UPLOAD,		/* putting the objects */
+	PUB_PREPARE,		/* job: snapshot + encode (+ pending.json) */
+	PUB_UPLOAD,		/* putting the objects (whole, or their chunks) */
+	PUB_RECORD,		/* a part: putting its record */
+	PUB_GATHER,		/* part 1: reading every part's record of the step */
+	PUB_FRAMES,		/* part 1: putting the version's preamble and END chunks */
+	PUB_WAIT,		/* part K > 1: waiting for part 1 to commit (or move on) */
 	PUB_MANIFEST,		/* putting manifests/<V>.json */
 	PUB_HEAD,		/* putting HEAD */
-	PUB_RECORD,		/* a part: putting its record (publisher_parts.c) */
-	PUB_GATHER,		/* part 1: waiting for every part's record of the step */
-	PUB_WAIT,		/* part K > 1: waiting for part 1 to commit (or move on) */
 	PUB_COMMIT,		/* job: base := staging, state.json */
-	PUB_GC,			/* listing and deleting what retention lets go */
+	PUB_GC,			/* listing and deleting what retention lets go,
+				 * then (job) its clocks into state.json */
 	PUB_BACKOFF,		/* a store request failed: waiting to retry `retry_state` */
 	PUB_STOPPED,		/* stop requested and nothing in flight: closing handles */
+};
+
+/* What a module reports to the dispatcher (pub_report). */
+enum pub_event_type {
+	PUB_EV_DONE,		/* the state's work is done */
+	PUB_EV_FAILED,		/* a store request failed (what, res): retry the
+				 * state after a backoff */
+	PUB_EV_DROP,		/* the publication is over without a commit (moved
+				 * on, conflict, rewritten): scan in scan_ms */
+	PUB_EV_RECORD_LOST,	/* a part's record is missing or damaged in the
+				 * bucket: write it again */
+	PUB_EV_RELEASED,	/* an ended publication's last request came back */
+};
+
+struct pub_event {
+	enum pub_event_type type;
+	const char *what;			/* FAILED: the request */
+	const struct wsync_store_result *res;	/* FAILED: its result */
+	uint64_t scan_ms;			/* DROP */
 };
 
 /* What we remember of a checkpoint directory between scans. */
@@ -96,8 +145,24 @@ struct pub_chunks {
 	bool done;			/* the job cut its last one */
 };
 
+/* Part 1: the records of one version merged (publisher_parts_merge.c,
+ * pub_parts_merge): recs[k-1]
+ * part k's, of `parts`.  Into merged[] (anchor first, then delta, as a
+ * single publisher lists them), frames (each object's preamble and END
+ * record) and files (every part's, by path); borrowed from recs.
+ * -EINVAL when they do not make one version (a path in two parts, not
+ * all deltas nor all anchors), with err set. */
+struct pub_merge {
+	struct wsync_manifest_object merged[2];
+	size_t n_merged;
+	struct wsync_manifest_file *files;
+	size_t n_files;
+	uint8_t frame[2][WSYNC_DELTA_PREAMBLE_LEN + WSYNC_DELTA_END_RECORD_LEN];
+};
+
 /* The version being published. */
 struct publication {
+	struct wsync_publisher *p;	/* its publisher, for callbacks */
 	uint64_t version;
 	int64_t step;
 	char *source;		/* directory name */
@@ -112,7 +177,14 @@ struct publication {
 	char manifest_key[WSYNC_MANIFEST_KEY_MAX];
 	char delta_key[WSYNC_MANIFEST_KEY_MAX], anchor_key[WSYNC_MANIFEST_KEY_MAX];
 	char delta_path[PATH_MAX], anchor_path[PATH_MAX];
-	unsigned puts_pending;
+	/* One lifetime: every store request of the publication in flight is
+	 * counted here (pub_hold / pub_unhold).  An ended publication
+	 * (pub_end: abandoned, dropped, committed) stays p->pub until the
+	 * count is 0, so no callback finds it gone and no next publication
+	 * overwrites out/ under a request still reading it. */
+	unsigned inflight;
+	bool ended;
+	unsigned puts_pending;		/* whole objects' puts (UPLOAD) */
 	int put_error;
 	uint64_t started_ms;
 	char *skipped;		/* "1200, 1300" -- steps skipped for this one */
@@ -129,10 +201,8 @@ struct publication {
 	struct wsync_buf next_doc;
 	size_t next_listed[2];		/* chunks NEXT lists */
 	bool next_busy, next_dirty, next_failed, announced;
-	bool ended;			/* over: freed once nothing is in flight */
 
 	/* A part of several (publisher_parts.c, BUCKET.md §7). */
-	bool part;
 	unsigned rec_part;		/* K */
 	char **theirs;			/* the candidate's others, for the job */
 	size_t n_theirs;
@@ -142,16 +212,57 @@ struct publication {
 	struct wsync_part_record *others;	/* part 1: [K-1] each part's, as read */
 	bool *got;			/* part 1: others[K-1] holds a record */
 	unsigned n_others;
-	unsigned gets_pending;
+	unsigned gets_pending;		/* of one round of GATHER or WAIT */
 	bool conflict;			/* another instance wrote our record */
 	bool rewrite;			/* our record is missing or damaged */
-	struct wsync_manifest_object merged[2];	/* part 1: the version's objects */
-	size_t n_merged;
-	struct wsync_manifest_file *merged_files;	/* of every part, by path */
-	size_t n_merged_files;
-	uint8_t frame[2][WSYNC_DELTA_PREAMBLE_LEN + WSYNC_DELTA_END_RECORD_LEN];
+	struct pub_merge merge;		/* part 1: the version, merged */
 	unsigned frame_puts;
+	char *pending_text;		/* pending.json, for the prepare job */
 };
+
+struct candidate;
+
+/*
+ * A mode: how this instance publishes -- alone (publisher_publish.c), or
+ * as one part of several (publisher_parts.c).  The dispatcher and the
+ * shared modules ask the mode; none of them tests for parts.
+ */
+struct pub_mode {
+	const char *name;		/* in logs: "published", "committed the parts of" */
+	bool commits;			/* writes HEAD: completes it at start,
+					 * collects garbage */
+	bool subset;			/* its files are some of the version's */
+	bool per_file_chunks;		/* uploads each file's records as a chunk
+					 * of its own (always in chunks) */
+	bool announces;			/* writes NEXT while uploading */
+	bool index_optional;		/* a manifest too large with the objects'
+					 * indexes may go without them */
+	bool continues_anchors;		/* a version after a lost base still
+					 * lists HEAD's anchors */
+	enum pub_state after_upload;	/* PUB_MANIFEST, or PUB_RECORD */
+	enum pub_state after_record;	/* a part: PUB_GATHER (1) or PUB_WAIT */
+	/* The role starts: say how it publishes (may be NULL). */
+	void (*started)(struct wsync_publisher *p);
+	/* Judging a checkpoint's tree t, before its completeness: narrow t
+	 * to what is judged (*own_only: only this instance's files are);
+	 * returns how many are left, 0 nothing of it is ours.  May be NULL. */
+	size_t (*narrow)(struct wsync_publisher *p, struct ckscan_tree *t, bool *own_only);
+	/* A complete checkpoint c (c->step set, dfd open): take this
+	 * instance's share (c->others: the rest); 1 publish it, 0 not: why
+	 * says what it waits for ("": nothing, it is published already).
+	 * May be NULL. */
+	int (*take)(struct wsync_publisher *p, struct candidate *c, int dfd,
+		    char *why, size_t why_len);
+	/* A publication starts: which objects, the job's inputs. */
+	void (*begin)(struct wsync_publisher *p, struct publication *pb);
+	/* The key of chunk n (from 1) of object role (0 delta, 1 anchor). */
+	void (*chunk_key)(const struct publication *pb, int role, unsigned n, char *key);
+	/* The manifest's kind, base, objects and files (objs: room for 2). */
+	int (*manifest)(struct wsync_publisher *p, struct publication *pb,
+			struct wsync_manifest *m, struct wsync_manifest_object *objs);
+};
+
+extern const struct pub_mode pub_mode_single;
 
 struct wsync_publisher {
 	struct wsync_daemon *d;
@@ -168,6 +279,9 @@ struct wsync_publisher {
 	char *once_dir;
 	struct wsync_role_once once;
 
+	const struct pub_mode *mode;	/* alone, or a part (set at new) */
+	/* The dispatcher (publisher.c): what every event goes to. */
+	void (*dispatch)(struct wsync_publisher *p, const struct pub_event *ev);
 	enum pub_state state, retry_state;
 	bool stopping, started;
 	unsigned closing;		/* handles still closing */
@@ -210,9 +324,11 @@ struct wsync_publisher {
 	char **gc_delete_keys;
 	size_t n_gc_delete;
 	int gc_phase;
+	bool gc_changed;		/* its clocks changed: state.json is due */
 
 	struct seen *seen;
 	size_t n_seen;
+	uint64_t scan_again_ms;		/* the last scan: look again in (0: no need) */
 
 	struct publication *pub;	/* in flight */
 	struct pubjob_verify verify;
@@ -255,68 +371,89 @@ static inline uint64_t pub_now_ms(struct wsync_publisher *p)
 	return uv_now(p->d->loop);
 }
 
-/* ---- publisher.c ---- */
+/* ---- events: to the dispatcher (publisher.c), through p->dispatch ---- */
 
+static inline void pub_report(struct wsync_publisher *p, enum pub_event_type type)
+{
+	struct pub_event ev = { .type = type };
+
+	p->dispatch(p, &ev);
+}
+
+/* A store request (what) of the current state failed. */
+static inline void pub_report_failed(struct wsync_publisher *p, const char *what,
+				     const struct wsync_store_result *res)
+{
+	struct pub_event ev = { .type = PUB_EV_FAILED, .what = what, .res = res };
+
+	p->dispatch(p, &ev);
+}
+
+/* The publication is dropped; the next scan in scan_ms. */
+static inline void pub_report_drop(struct wsync_publisher *p, uint64_t scan_ms)
+{
+	struct pub_event ev = { .type = PUB_EV_DROP, .scan_ms = scan_ms };
+
+	p->dispatch(p, &ev);
+}
+
+/* ---- publisher_status.c ---- */
+
+const char *pub_state_name(enum pub_state s);
 /* Status: status.json now; the one-line status (STATUS= and "message"),
- * then status.json; the idle line; a change of state (shown at once);
- * the last error (shown by the next status). */
+ * then status.json; the idle line; the last error (shown by the next
+ * status). */
 void pub_write_status(struct wsync_publisher *p);
 void pub_status(struct wsync_publisher *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void pub_status_idle(struct wsync_publisher *p);
-void pub_set_state(struct wsync_publisher *p, enum pub_state s);
 void pub_set_error(struct wsync_publisher *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-
 /* `wsync publish` is done: report once (r: 0 published or already
  * published, -EINVAL a bad or incomplete checkpoint, else a failure;
  * what: the message, NULL for last_error).  Nothing in the daemon. */
 void pub_once_finish(struct wsync_publisher *p, int r, const char *what);
-
-/* A store request (what) failed: the outage is reported (role.h) and the
- * state `again` retried after the backoff -- or, run once, the
- * publication ends and is reported failed.  pub_store_ok: one worked (an
- * outage ends, the backoff starts again from its first wait). */
-void pub_store_failed(struct wsync_publisher *p, const char *what,
-		      const struct wsync_store_result *res, enum pub_state again);
+/* A store request worked: an outage ends, the backoff starts again from
+ * its first wait.  pub_store_outage: one failed (what): the outage is
+ * reported (role.h) and last_error set; returns the backoff's next wait. */
 void pub_store_ok(struct wsync_publisher *p);
+uint64_t pub_store_outage(struct wsync_publisher *p, const char *what,
+			  const struct wsync_store_result *res);
+/* A request that could not be queued (r): a FAILED event for it. */
+void pub_report_unqueued(struct wsync_publisher *p, const char *what, int r);
 
-/* Something finished: start what comes next (or, stopping, close). */
-void pub_advance(struct wsync_publisher *p);
-/* Scan in ms (sooner wins over a later one already due). */
-void pub_schedule_scan(struct wsync_publisher *p, uint64_t ms);
+/* ---- publisher_publication.c: the publication's lifetime ---- */
 
-/* Publish c (taken) as the next version; skipped: the steps it
- * supersedes ("1200, 1300", taken, may be NULL). */
-void pub_start_publication(struct wsync_publisher *p, struct candidate *c, char *skipped);
-void pub_end_publication(struct wsync_publisher *p);
-/* Put HEAD naming version (manifest ref) from doc; cb gets p. */
-int pub_put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t version,
-		 const struct wsync_manifest_ref *ref, wsync_store_cb cb);
-/* The jobs thread's side of p->commit (jobs.h; data: p). */
-void pub_commit_work(void *data);
-
-/* The ended publication p->pub is freed now (nothing of it in flight any
- * more), and what comes next starts. */
-void pub_release_publication(struct wsync_publisher *p);
-/* Uploading (PUB_UPLOAD): the objects' puts and chunks all came back? --
- * then the manifest, or the backoff after a failure. */
-void pub_objects_settled(struct wsync_publisher *p);
+/* A publication of the candidate c's checkpoint (taken) as version v;
+ * skipped: the steps it supersedes (taken, may be NULL).  NULL when out
+ * of memory (c and skipped freed). */
+struct publication *pub_publication_new(struct wsync_publisher *p, struct candidate *c,
+					 char *skipped, uint64_t v);
+/* A request of pb is sent (hold) / came back (unhold).  pub_unhold is
+ * true when pb has ended -- freed if that was its last request, and the
+ * dispatcher told (RELEASED) -- and the caller must not touch it. */
+void pub_hold(struct publication *pb);
+bool pub_unhold(struct wsync_publisher *p, struct publication *pb);
+/* p->pub ends: freed now (true) or when its last request comes back. */
+bool pub_end(struct wsync_publisher *p);
+void pub_publication_free(struct publication *pb);
 
 /* ---- publisher_stream.c ---- */
+
+/* UPLOAD: put the objects not uploaded yet (whole, or the chunks not up
+ * yet); DONE once all are, FAILED with the first error. */
+void pub_upload_start(struct wsync_publisher *p);
 
 /* Set up p->stream_wake (once, at start). */
 int pub_stream_init(struct wsync_publisher *p);
 /* A publication starts: its paths, flight id, and chunks unless
- * chunk_size is 0. */
+ * chunk_size is 0 (a mode of per-file chunks always: -EIO when it
+ * cannot). */
 int pub_stream_begin(struct wsync_publisher *p, struct publication *pb);
-void pub_stream_free(struct publication *pb);
 /* The job is done: its last chunks taken. */
-int pub_stream_job_done(struct publication *pb);
+int pub_stream_job_done(struct wsync_publisher *p, struct publication *pb);
 /* Upload the chunks not uploaded (nor in flight). */
 void pub_stream_submit(struct wsync_publisher *p);
-/* Rewrite NEXT with the chunks uploaded so far. */
-void pub_stream_announce(struct wsync_publisher *p);
 /* Is object role (0 delta, 1 anchor) stored in chunks? */
 bool pub_stream_chunked(const struct publication *pb, int role);
 /* 1 every chunk uploaded, 0 some in flight, negative some failed. */
@@ -324,62 +461,99 @@ int pub_stream_uploaded(struct publication *pb);
 /* The chunks of object role, for its manifest entry (owned by pb). */
 const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication *pb, int role);
 
-/* ---- publisher_parts.c ---- */
+/* ---- publisher_publish.c ---- */
 
-/* Set up p's part (K/N, the part_files filter, part_timer). */
+/* MANIFEST: build p->pub's manifest (once: a retry sends the same
+ * bytes) and put it; DONE when written. */
+void pub_manifest_start(struct wsync_publisher *p);
+/* HEAD: put HEAD naming p->pub's version; DONE when written (its
+ * manifest is then HEAD's). */
+void pub_head_start(struct wsync_publisher *p);
+/* Put HEAD naming version (manifest ref) from doc; cb gets p. */
+int pub_put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t version,
+		 const struct wsync_manifest_ref *ref, wsync_store_cb cb);
+/* HEAD names p->pub's version (its manifest adopted): the bookkeeping,
+ * log and status of a commit (by_us: this instance wrote HEAD). */
+void pub_committed(struct wsync_publisher *p, bool by_us);
+
+/* ---- publisher_parts.c, publisher_parts_assign.c, publisher_parts_merge.c ---- */
+
+/* Set up p's mode: alone, or part K/N (the part_files filter). */
 int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err);
 void pub_parts_free(struct wsync_publisher *p);
-/* The files of t that are this part's (the rule, or part_files); the
- * rest are dropped from t -- into *others (sorted, when others is not
- * NULL; free with pub_parts_others_free).  Returns how many are kept. */
-size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t, char ***others,
+/* owner[i] (1..parts) of each of t's files by the rule of BUCKET.md §7:
+ * *.safetensors shards largest first (ties by path), each to the part
+ * with the fewest bytes so far (ties: the lowest K); every other file to
+ * part 1.  0 or -ENOMEM. */
+int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owner);
+/* The files of t that are part `part`'s (by the rule, or matching
+ * part_filter when not NULL); the rest are dropped from t -- into
+ * *others (sorted, when others is not NULL; free with
+ * pub_parts_others_free).  Returns how many are kept. */
+size_t pub_parts_select(struct ckscan_tree *t, unsigned part, unsigned parts,
+			const struct wsync_file_filter *part_filter, char ***others,
 			size_t *n_others);
 void pub_parts_others_free(char **others, size_t n);
-/* owner[i] (1..parts) of each of t's files by the rule of BUCKET.md §7. */
-int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owner);
-/* A publication of a part starts: its run, and whether its delta is from
- * nothing. */
+/* The trainer run a checkpoint of step belongs to, against HEAD's
+ * manifest hm (version 0: none): a step below HEAD's is a new run. */
+uint64_t pub_parts_run_of(const struct wsync_manifest *hm, int64_t step);
+/* (run, step) order. */
+int pub_parts_cmp(uint64_t r1, int64_t s1, uint64_t r2, int64_t s2);
+/* The mode's narrow and take (struct pub_mode) of a part. */
+size_t pub_parts_narrow(struct wsync_publisher *p, struct ckscan_tree *t, bool *own_only);
+int pub_parts_take(struct wsync_publisher *p, struct candidate *c, int dfd, char *why,
+		   size_t why_len);
 void pub_parts_begin(struct wsync_publisher *p, struct publication *pb);
-/* The objects are uploaded: the record, then gather (part 1) or wait. */
+void pub_parts_chunk_key(const struct publication *pb, int role, unsigned n, char *key);
+int pub_parts_merge(const struct wsync_part_record *recs, unsigned parts, uint64_t version,
+		    const uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN], const char *delta_key,
+		    const char *anchor_key, struct pub_merge *out, struct wsync_error *err);
+void pub_parts_merge_free(struct pub_merge *m);
+/* The mode's manifest (struct pub_mode) of a part: what part 1 merged. */
+int pub_parts_manifest(struct wsync_publisher *p, struct publication *pb,
+		       struct wsync_manifest *m, struct wsync_manifest_object *objs);
+/* RECORD: put this part's record; DONE when written. */
 void pub_parts_put_record(struct wsync_publisher *p);
-/* Part 1: read every part's record again (after a backoff). */
+/* GATHER (part 1): read every part's record until all name the step,
+ * merge them; DONE with the version's objects merged, DROP when a part
+ * is at a newer step (or another instance writes ours), RECORD_LOST. */
 void pub_parts_gather(struct wsync_publisher *p);
-/* Is the candidate (run, step) older than where the parts are going? */
-bool pub_parts_behind(struct wsync_publisher *p, uint64_t run, int64_t step);
-/* The run a checkpoint of step belongs to, HEAD's or the next. */
-uint64_t pub_parts_run_of(struct wsync_publisher *p, int64_t step);
-/* Is step HEAD's own (same run)?  Then it is published already. */
-bool pub_parts_published(struct wsync_publisher *p, int64_t step);
-void pub_parts_publication_free(struct publication *pb);
-/* HEAD names p->pub's version (its manifest adopted): make the snapshot
- * the base, state.json, status (by_us: this instance wrote HEAD). */
-void pub_committed(struct wsync_publisher *p, bool by_us);
-/* Write the manifest of p->pub, then HEAD (publisher.c). */
-void pub_put_manifest(struct wsync_publisher *p);
+/* FRAMES (part 1): put the merged objects' preamble and END chunks. */
+void pub_parts_put_frames(struct wsync_publisher *p);
+/* WAIT (part K > 1): poll HEAD until it names the version (DONE: its
+ * manifest adopted), DROP when part 1 moved on or committed without us. */
+void pub_parts_wait(struct wsync_publisher *p);
+/* The part timer: stop polling (the state is left). */
+void pub_parts_stop_polling(struct wsync_publisher *p);
 
 /* ---- publisher_scan.c ---- */
 
-/* Look at the watched folder (or, run once, the directory named): publish
- * the newest complete, settled checkpoint, say what the others wait for. */
-void pub_scan(struct wsync_publisher *p);
+/* Look at the watched folder (or, run once, the directory named): the
+ * newest complete, settled checkpoint into *best (1; *skipped: the steps
+ * it supersedes, or NULL), 0 none (what the others wait for is said).
+ * p->scan_again_ms: when one would have settled. */
+int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped);
 /* What we remember of checkpoint name (made when new); NULL: no memory. */
 struct seen *pub_seen_get(struct wsync_publisher *p, const char *name);
 void pub_seen_free(struct wsync_publisher *p);
 void pub_candidate_free(struct candidate *c);
 /* Was the checkpoint p->pub took complete again since with other files,
- * at the same step (publisher_scan.c)? */
+ * at the same step? */
 bool pub_scan_rewritten(struct wsync_publisher *p);
 
 /* ---- publisher_recover.c ---- */
 
-/* Read HEAD and manifests/, complete a HEAD a killed run did not write,
- * check the local base against HEAD's manifest; then idle. */
-void pub_recover(struct wsync_publisher *p);
+/* RECOVER: read HEAD and manifests/, complete a HEAD a killed run did not
+ * write; DONE when HEAD is known. */
+void pub_recover_start(struct wsync_publisher *p);
+/* After RECOVER: does the local base need checking against HEAD's
+ * manifest (true: p->verify is filled for the job)? */
+bool pub_recover_needs_verify(struct wsync_publisher *p);
 
 /* ---- publisher_gc.c ---- */
 
-/* After a publication: list the bucket, delete what retention lets go
- * once gc_grace has passed; then idle (and report a one-shot run). */
+/* GC: list the bucket, delete what retention lets go once gc_grace has
+ * passed; DONE after (p->gc_changed: its clocks changed). */
 void pub_gc_start(struct wsync_publisher *p);
 void pub_gc_free(struct wsync_publisher *p);
 
@@ -393,10 +567,7 @@ char *pub_state_text(struct wsync_publisher *p, uint64_t version,
 		     const char *source, uint64_t mtime_ns, uint64_t fp);
 /* Read state.json into p (step, source, gc's clocks) and ls. */
 void pub_load_state(struct wsync_publisher *p, struct pub_local_state *ls);
-/* Write the source of the publication pb as pending.json (durably), so
- * that a restart that finds it published knows which checkpoint it was;
- * take_pending: take it back if it is of version. */
-void pub_write_pending(struct wsync_publisher *p, struct publication *pb);
+/* pending.json: take its source back if it is of version. */
 void pub_take_pending(struct wsync_publisher *p, uint64_t version);
 /* Take doc (a manifest document, already checked against its reference)
  * as HEAD's, of version.  0 or a negative errno with err set. */

@@ -46,118 +46,89 @@
 
 #define PART_POLL_MS 1000	/* records and HEAD, while a version waits */
 
-/* ---- which files are this part's ---- */
-
-static bool is_shard(const char *path)
+static int cmp_file(const void *a, const void *b)
 {
-	size_t n = strlen(path);
-
-	return n > 12 && strcmp(path + n - 12, ".safetensors") == 0;
+	return strcmp(((const struct wsync_manifest_file *)a)->path,
+		      ((const struct wsync_manifest_file *)b)->path);
 }
 
-struct by_size {
-	const struct ckscan_file *f;
-	size_t i;
-};
+/* ---- the mode ---- */
 
-static int cmp_by_size(const void *a, const void *b)
+static void parts_started(struct wsync_publisher *p)
 {
-	const struct by_size *x = a, *y = b;
-
-	if (x->f->size != y->f->size)
-		return x->f->size > y->f->size ? -1 : 1;
-	return strcmp(x->f->path, y->f->path);
+	log_info("publishing part %u of %u (%s)%s", p->part, p->parts,
+		 p->part_explicit ? "the files part_files names" : "by the rule",
+		 p->part == 1 ? "; this part commits" : "");
 }
 
-int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owner)
+void pub_parts_begin(struct wsync_publisher *p, struct publication *pb)
 {
-	uint64_t *load = calloc(parts, sizeof(*load));
-	struct by_size *s = malloc((t->n ? t->n : 1) * sizeof(*s));
-	size_t n = 0;
+	const struct wsync_manifest *hm = &p->head_manifest;
+	uint64_t v = pb->version;
 
-	if (!load || !s) {
-		free(load);
-		free(s);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < t->n; i++) {
-		if (is_shard(t->files[i].path)) {
-			s[n++] = (struct by_size){ &t->files[i], i };
-		} else {
-			owner[i] = 1;
-			load[0] += t->files[i].size;
-		}
-	}
-	/* the largest first, each to the part with the least so far (the
-	 * lowest number of those): every instance gets the same answer from
-	 * the same listing */
-	qsort(s, n, sizeof(*s), cmp_by_size);
-	for (size_t k = 0; k < n; k++) {
-		unsigned best = 0;
+	pb->rec_part = p->part;
+	pb->run = pub_parts_run_of(hm, pb->step);
+	/* anchors count in versions, which HEAD tells every part */
+	pb->anchor = v == 1 || !hm->version || v - hm->anchor_version >= p->cfg->anchor_every;
+	pb->delta = v > 1;
+	pb->job.part = true;
+	pb->job.lost_base = pb->delta && (p->need_anchor || hm->version != v - 1);
+	if (pb->anchor && pb->job.lost_base)
+		pb->delta = false;	/* the anchor has the files whole already */
+	pb->job.want_delta = pb->delta;
+	pb->job.want_anchor = pb->anchor;
+	pb->job.others = pb->theirs;
+	pb->job.n_others = pb->n_theirs;
+}
 
-		for (unsigned q = 1; q < parts; q++)
-			if (load[q] < load[best])
-				best = q;
-		owner[s[k].i] = best + 1;
-		load[best] += s[k].f->size;
-	}
-	free(load);
-	free(s);
+void pub_parts_chunk_key(const struct publication *pb, int role, unsigned n, char *key)
+{
+	wsync_part_chunk_key(pb->version, pb->rec_part, pb->flight,
+			     role ? WSYNC_MANIFEST_ROLE_ANCHOR : WSYNC_MANIFEST_ROLE_DELTA, n,
+			     key);
+}
+
+int pub_parts_manifest(struct wsync_publisher *p, struct publication *pb,
+		       struct wsync_manifest *m, struct wsync_manifest_object *objs)
+{
+	const struct pub_merge *mg = &pb->merge;
+	const struct wsync_manifest *prev = p->head_manifest.version ? &p->head_manifest : NULL;
+	bool anchor = mg->n_merged && mg->merged[0].role == WSYNC_MANIFEST_ROLE_ANCHOR;
+	bool delta = mg->n_merged && mg->merged[mg->n_merged - 1].role ==
+					     WSYNC_MANIFEST_ROLE_DELTA;
+
+	(void)objs;	/* the merge's own */
+	m->kind = anchor ? WSYNC_MANIFEST_ANCHOR : WSYNC_MANIFEST_DELTA;
+	m->base_version = delta ? pb->version - 1 : 0;
+	m->anchor_version = anchor ? pb->version : (prev ? prev->anchor_version : pb->version);
+	m->objects = (struct wsync_manifest_object *)mg->merged;
+	m->n_objects = mg->n_merged;
+	m->files = mg->files;
+	m->n_files = mg->n_files;
+	m->parts = p->parts;
+	m->run = pb->run;
+	memcpy(m->flight, pb->flight, sizeof(m->flight));
+	m->has_flight = true;
 	return 0;
 }
 
-void pub_parts_others_free(char **others, size_t n)
-{
-	for (size_t i = 0; others && i < n; i++)
-		free(others[i]);
-	free(others);
-}
+#define PARTS_MODE                                      \
+	.name = "committed the parts of",               \
+	.subset = true,                                 \
+	.per_file_chunks = true,                        \
+	.continues_anchors = true,                      \
+	.after_upload = PUB_RECORD,                     \
+	.started = parts_started,                       \
+	.narrow = pub_parts_narrow,                     \
+	.take = pub_parts_take,                         \
+	.begin = pub_parts_begin,                       \
+	.chunk_key = pub_parts_chunk_key,               \
+	.manifest = pub_parts_manifest
 
-size_t pub_parts_select(struct wsync_publisher *p, struct ckscan_tree *t, char ***others,
-			size_t *n_others)
-{
-	unsigned *owner = NULL;
-	size_t kept = 0, no = 0;
-	char **o = NULL;
-
-	if (others) {
-		*others = NULL;
-		*n_others = 0;
-	}
-	if (p->parts <= 1)
-		return t->n;
-	if (others && !(o = malloc((t->n ? t->n : 1) * sizeof(*o))))
-		return 0;
-	if (!p->part_explicit) {
-		owner = malloc((t->n ? t->n : 1) * sizeof(*owner));
-		if (!owner || pub_parts_assign(t, p->parts, owner) < 0) {
-			free(owner);
-			return 0;
-		}
-	}
-	t->total_bytes = 0;
-	for (size_t i = 0; i < t->n; i++) {
-		bool mine = owner ? owner[i] == p->part :
-				    wsync_file_filter_match(&p->part_filter, t->files[i].path);
-
-		if (!mine) {
-			if (o)
-				o[no++] = t->files[i].path;	/* tree order: sorted */
-			else
-				free(t->files[i].path);
-			continue;
-		}
-		t->total_bytes += t->files[i].size;
-		t->files[kept++] = t->files[i];
-	}
-	t->n = kept;
-	free(owner);
-	if (others) {
-		*others = o;
-		*n_others = no;
-	}
-	return kept;
-}
+/* Part 1 gathers the records and commits; the others wait for it. */
+static const struct pub_mode mode_committer = { PARTS_MODE, .commits = true,
+						.after_record = PUB_GATHER };
+static const struct pub_mode mode_member = { PARTS_MODE, .after_record = PUB_WAIT };
 
 int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err)
 {
@@ -165,6 +136,8 @@ int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err)
 
 	p->part = cfg->part ? cfg->part : 1;
 	p->parts = cfg->parts ? cfg->parts : 1;
+	p->mode = p->parts < 2 ? &pub_mode_single : p->part == 1 ? &mode_committer :
+								    &mode_member;
 	if (cfg->part_files && *cfg->part_files) {
 		if (p->parts < 2)
 			return wsync_error_set(err, -EINVAL, "[publisher] part_files needs part = "
@@ -186,76 +159,76 @@ void pub_parts_free(struct wsync_publisher *p)
 	p->part_explicit = false;
 }
 
-/* ---- runs and targets ---- */
-
-uint64_t pub_parts_run_of(struct wsync_publisher *p, int64_t step)
-{
-	const struct wsync_manifest *hm = &p->head_manifest;
-
-	if (!hm->version)
-		return 0;
-	/* a step below the one committed: the trainer went back (it resumed
-	 * from an older checkpoint), a new run.  The same step is the same
-	 * run: the committed checkpoint itself, seen again (a part that lost
-	 * its state), and published already. */
-	return step < hm->step ? hm->run + 1 : hm->run;
-}
-
-bool pub_parts_published(struct wsync_publisher *p, int64_t step)
-{
-	const struct wsync_manifest *hm = &p->head_manifest;
-
-	return hm->version && step == hm->step && pub_parts_run_of(p, step) == hm->run;
-}
-
-static int cmp_run_step(uint64_t r1, int64_t s1, uint64_t r2, int64_t s2)
-{
-	if (r1 != r2)
-		return r1 < r2 ? -1 : 1;
-	return s1 < s2 ? -1 : s1 > s2;
-}
-
-bool pub_parts_behind(struct wsync_publisher *p, uint64_t run, int64_t step)
-{
-	return p->has_target && cmp_run_step(run, step, p->target_run, p->target_step) < 0;
-}
-
 static void set_target(struct wsync_publisher *p, uint64_t run, int64_t step)
 {
-	if (!p->has_target || cmp_run_step(run, step, p->target_run, p->target_step) > 0) {
+	if (!p->has_target || pub_parts_cmp(run, step, p->target_run, p->target_step) > 0) {
 		p->has_target = true;
 		p->target_run = run;
 		p->target_step = step;
 	}
 }
 
-void pub_parts_begin(struct wsync_publisher *p, struct publication *pb)
-{
-	const struct wsync_manifest *hm = &p->head_manifest;
-	uint64_t v = pb->version;
+/* ---- polling: records and HEAD, while a version waits ---- */
 
-	pb->part = true;
-	pb->rec_part = p->part;
-	pb->run = pub_parts_run_of(p, pb->step);
-	/* anchors count in versions, which HEAD tells every part */
-	pb->anchor = v == 1 || !hm->version || v - hm->anchor_version >= p->cfg->anchor_every;
-	pb->delta = v > 1;
-	pb->job.part = true;
-	pb->job.lost_base = pb->delta && (p->need_anchor || hm->version != v - 1);
-	if (pb->anchor && pb->job.lost_base)
-		pb->delta = false;	/* the anchor has the files whole already */
-	pb->job.want_delta = pb->delta;
-	pb->job.want_anchor = pb->anchor;
-	pb->job.others = pb->theirs;
-	pb->job.n_others = pb->n_theirs;
+static void on_part_timer(uv_timer_t *t);
+
+static void poll_later(struct wsync_publisher *p)
+{
+	uv_timer_start(&p->part_timer, on_part_timer, PART_POLL_MS, 0);
+}
+
+void pub_parts_stop_polling(struct wsync_publisher *p)
+{
+	uv_timer_stop(&p->part_timer);
+}
+
+/* A part's publication is over (moved on, conflict, rewritten). */
+static void part_drop(struct wsync_publisher *p, uint64_t scan_ms)
+{
+	uv_timer_stop(&p->part_timer);
+	pub_report_drop(p, scan_ms);
+}
+
+struct part_get {
+	struct publication *pb;
+	uint64_t k;		/* the part, or the version a manifest is of */
+};
+
+/* Get key for pb; cb gets a struct part_get (k).  0 or a negative errno. */
+static int part_get(struct publication *pb, const char *key, uint64_t k,
+		    const struct wsync_store_get_options *o, wsync_store_cb cb)
+{
+	struct part_get *q = malloc(sizeof(*q));
+	int r;
+
+	if (!q)
+		return -ENOMEM;
+	*q = (struct part_get){ pb, k };
+	r = wsync_store_get_buf(pb->p->d->store, key, o, cb, q);
+	if (r < 0) {
+		free(q);
+		return r;
+	}
+	pub_hold(pb);
+	pb->gets_pending++;
+	return 0;
+}
+
+/* A get came back: q freed, counts given back; true when pb is gone
+ * (the callback returns). */
+static bool part_got(struct part_get *q, struct publication **pbp, uint64_t *k)
+{
+	struct publication *pb = q->pb;
+
+	*pbp = pb;
+	if (k)
+		*k = q->k;
+	free(q);
+	pb->gets_pending--;
+	return pub_unhold(pb->p, pb);
 }
 
 /* ---- the record ---- */
-
-static const char *role_path(struct publication *pb, int role)
-{
-	return role ? pb->anchor_path : pb->delta_path;
-}
 
 /* Our record: each file's chunk (not the preamble's nor the END's, which
  * the committer writes for the whole), its path and pieces from the
@@ -315,57 +288,18 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 			return wsync_error_set(err, -EIO, "%zu of %zu files of the %s in chunks",
 					       f, ix->n_files, role ? "anchor" : "delta");
 		po->n_chunks = f;
-		fd = open(role_path(pb, role), O_RDONLY | O_CLOEXEC);
+		fd = open((role ? pb->anchor_path : pb->delta_path), O_RDONLY | O_CLOEXEC);
 		r = fd < 0 ? -errno : wsync_pread_all(fd, wb, sizeof(wb), size - 8);
 		if (fd >= 0)
 			(void)close(fd);
 		if (r < 0)
-			return wsync_error_set(err, r, "%s: %s", role_path(pb, role), strerror(-r));
+			return wsync_error_set(err, r, "%s: %s", (role ? pb->anchor_path : pb->delta_path), strerror(-r));
 		po->write_bytes = wsync_le64(wb);
 	}
 	return 0;
 }
 
-/* The merged objects and files (borrowing from the records). */
-static void merge_free(struct publication *pb)
-{
-	for (size_t i = 0; i < pb->n_merged; i++) {
-		struct wsync_manifest_object *o = &pb->merged[i];
-
-		for (size_t k = 0; k < o->n_chunks; k++)
-			if (k == 0 || k + 1 == o->n_chunks)
-				free(o->chunks[k].key);	/* ours; the rest borrowed */
-		free(o->chunks);
-		if (o->index)
-			free(o->index->files);
-		free(o->index);
-		memset(o, 0, sizeof(*o));
-	}
-	pb->n_merged = 0;
-	free(pb->merged_files);
-	pb->merged_files = NULL;
-	pb->n_merged_files = 0;
-}
-
-void pub_parts_publication_free(struct publication *pb)
-{
-	merge_free(pb);
-	for (size_t i = 0; i < pb->rec.n_objects; i++)
-		free(pb->rec.objects[i].chunks);	/* the rest is borrowed */
-	memset(&pb->rec, 0, sizeof(pb->rec));
-	wsync_buf_free(&pb->record_doc);
-	for (unsigned k = 0; pb->others && k < pb->n_others; k++)
-		wsync_part_free(&pb->others[k]);
-	free(pb->others);
-	free(pb->got);
-	pb->others = NULL;
-	pb->got = NULL;
-}
-
 static void record_put_done(struct wsync_store_result *res, void *data);
-static void part_drop(struct wsync_publisher *p, uint64_t scan_ms);
-static void gather(struct wsync_publisher *p);
-static void wait_poll(struct wsync_publisher *p);
 
 void pub_parts_put_record(struct wsync_publisher *p)
 {
@@ -374,7 +308,6 @@ void pub_parts_put_record(struct wsync_publisher *p)
 	char key[WSYNC_PART_KEY_MAX];
 	int r;
 
-	pub_set_state(p, PUB_RECORD);
 	if (!pb->record_doc.len) {
 		r = build_record(p, pb, &err);
 		if (r == 0)
@@ -383,31 +316,50 @@ void pub_parts_put_record(struct wsync_publisher *p)
 			log_error("version %" PRIu64 ": this part's record: %s", pb->version,
 				  wsync_error_str(&err));
 			pub_set_error(p, "this part's record: %s", wsync_error_str(&err));
-			pub_end_publication(p);
-			pub_set_state(p, PUB_IDLE);
-			pub_schedule_scan(p, RETRY_MAX_MS);
+			pub_report_drop(p, RETRY_MAX_MS);
 			return;
 		}
 	}
 	wsync_part_record_key(pb->version, p->part, key);
+	pub_hold(pb);
 	r = wsync_store_put_buf(p->d->store, key, pb->record_doc.data, pb->record_doc.len,
-				record_put_done, p);
+				record_put_done, pb);
 	if (r < 0) {
-		struct wsync_store_result fake = { .err = r };
-
-		wsync_error_set(&fake.error, r, "cannot queue: %s", strerror(-r));
-		pub_store_failed(p, "writing this part's record", &fake, PUB_RECORD);
+		pb->inflight--;
+		pub_report_unqueued(p, "writing this part's record", r);
 	}
 }
+
+static void record_put_done(struct wsync_store_result *res, void *data)
+{
+	struct publication *pb = data;
+	struct wsync_publisher *p = pb->p;
+
+	if (pub_unhold(p, pb))
+		return;
+	if (res->err < 0) {
+		pub_report_failed(p, "writing this part's record", res);
+		return;
+	}
+	pub_store_ok(p);
+	p->metrics.bytes_uploaded += pb->record_doc.len;
+	log_info("version %" PRIu64 ": part %u of %u uploaded step %" PRId64 " (%zu files)",
+		 pb->version, p->part, p->parts, pb->step, pb->job.n_files);
+	pub_report(p, PUB_EV_DONE);
+}
+
+/* ---- part 1: gathering the records ---- */
+
+static void gather(struct wsync_publisher *p);
+static void wait_poll(struct wsync_publisher *p);
 
 static void on_part_timer(uv_timer_t *t)
 {
 	struct wsync_publisher *p = t->data;
 
-	if (p->stopping || !p->pub || p->pub->ended)
+	if (p->stopping || !p->pub || p->pub->ended || p->pub->gets_pending)
 		return;
-	if ((p->state == PUB_GATHER || p->state == PUB_WAIT) && !p->pub->gets_pending &&
-	    pub_scan_rewritten(p)) {
+	if ((p->state == PUB_GATHER || p->state == PUB_WAIT) && pub_scan_rewritten(p)) {
 		log_warning("version %" PRIu64 ": checkpoint %s was written again at step %" PRId64
 			    " after this part uploaded it: uploading it again", p->pub->version,
 			    p->pub->src_dir, p->pub->step);
@@ -420,81 +372,17 @@ static void on_part_timer(uv_timer_t *t)
 		wait_poll(p);
 }
 
-static void poll_later(struct wsync_publisher *p)
-{
-	uv_timer_start(&p->part_timer, on_part_timer, PART_POLL_MS, 0);
-}
-
-static void record_put_done(struct wsync_store_result *res, void *data)
-{
-	struct wsync_publisher *p = data;
-	struct publication *pb = p->pub;
-
-	if (res->err < 0) {
-		pub_store_failed(p, "writing this part's record", res, PUB_RECORD);
-		return;
-	}
-	pub_store_ok(p);
-	p->metrics.bytes_uploaded += pb->record_doc.len;
-	if (p->stopping) {
-		pub_end_publication(p);
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
-	log_info("version %" PRIu64 ": part %u of %u uploaded step %" PRId64 " (%zu files)",
-		 pb->version, p->part, p->parts, pb->step, pb->job.n_files);
-	if (p->part == 1) {
-		pub_set_state(p, PUB_GATHER);
-		pub_status(p, "version %" PRIu64 " (step %" PRId64 "): waiting for the other "
-			   "parts", pb->version, pb->step);
-		gather(p);
-	} else {
-		pub_set_state(p, PUB_WAIT);
-		pub_status(p, "version %" PRIu64 " (step %" PRId64 "): part %u uploaded, "
-			   "waiting for part 1 to commit", pb->version, pb->step, p->part);
-		poll_later(p);
-	}
-}
-
-/* A part's publication is over (moved on, conflict, stop): idle, scan. */
-static void part_drop(struct wsync_publisher *p, uint64_t scan_ms)
-{
-	uv_timer_stop(&p->part_timer);
-	pub_end_publication(p);
-	pub_set_state(p, PUB_IDLE);
-	pub_schedule_scan(p, scan_ms);
-	pub_advance(p);
-}
-
-/* A request of a part's publication came back: was it dropped meanwhile? */
-static bool part_gone(struct wsync_publisher *p, struct publication *pb)
-{
-	if (pb->ended || p->pub != pb) {
-		if (pb->ended && !pb->gets_pending && !pb->frame_puts && !pb->chunk_inflight &&
-		    !pb->next_busy)
-			pub_release_publication(p);
-		return true;
-	}
-	return false;
-}
-
-struct part_get {
-	struct wsync_publisher *p;
-	struct publication *pb;
-	unsigned k;
-};
-
-/* ---- part 1: gathering the records, merging, committing ---- */
-
 void pub_parts_gather(struct wsync_publisher *p)
 {
-	pub_set_state(p, PUB_GATHER);
+	struct publication *pb = p->pub;
+
+	pb->conflict = pb->rewrite = false;
+	pub_status(p, "version %" PRIu64 " (step %" PRId64 "): waiting for the other parts",
+		   pb->version, pb->step);
 	gather(p);
 }
 
 static void record_got(struct wsync_store_result *res, void *data);
-static void merge_and_commit(struct wsync_publisher *p);
 
 static void gather(struct wsync_publisher *p)
 {
@@ -510,22 +398,17 @@ static void gather(struct wsync_publisher *p)
 		pb->n_others = p->parts;
 	}
 	for (unsigned k = 1; k <= p->parts; k++) {
-		struct part_get *q = malloc(sizeof(*q));
 		char key[WSYNC_PART_KEY_MAX];
 
-		if (!q)
-			break;
-		*q = (struct part_get){ p, pb, k };
 		wsync_part_record_key(pb->version, k, key);
-		if (wsync_store_get_buf(p->d->store, key, NULL, record_got, q) < 0) {
-			free(q);
+		if (part_get(pb, key, k, NULL, record_got) < 0)
 			break;
-		}
-		pb->gets_pending++;
 	}
 	if (!pb->gets_pending)
 		poll_later(p);
 }
+
+static void merge_and_commit(struct wsync_publisher *p);
 
 /* What part 1 makes of the records read: commit, move on, or wait. */
 static void gather_judge(struct wsync_publisher *p)
@@ -547,10 +430,10 @@ static void gather_judge(struct wsync_publisher *p)
 						       "%spart %u (no record)", ml ? ", " : "", k);
 			continue;
 		}
-		c = cmp_run_step(r->run, r->step, pb->run, pb->step);
+		c = pub_parts_cmp(r->run, r->step, pb->run, pb->step);
 		/* at or below the last commit: stale, dropped (BUCKET.md §7) */
 		if (p->head_manifest.version &&
-		    cmp_run_step(r->run, r->step, p->head_manifest.run, p->head_manifest.step) <= 0)
+		    pub_parts_cmp(r->run, r->step, p->head_manifest.run, p->head_manifest.step) <= 0)
 			c = -1;
 		if (c > 0) {
 			set_target(p, r->run, r->step);
@@ -634,15 +517,15 @@ static int record_check(struct wsync_publisher *p, struct publication *pb, unsig
 
 static void record_got(struct wsync_store_result *res, void *data)
 {
-	struct part_get *q = data;
-	struct wsync_publisher *p = q->p;
-	struct publication *pb = q->pb;
-	unsigned k = q->k;
+	struct publication *pb;
+	struct wsync_publisher *p;
+	uint64_t k64;
+	unsigned k;
 
-	free(q);
-	pb->gets_pending--;
-	if (part_gone(p, pb))
+	if (part_got(data, &pb, &k64))
 		return;
+	p = pb->p;
+	k = (unsigned)k64;
 	if (res->err == 0) {
 		struct wsync_part_record r;
 		struct wsync_error err = { 0 };
@@ -700,131 +583,13 @@ static void record_got(struct wsync_store_result *res, void *data)
 		pb->rewrite = false;
 		log_warning("version %" PRIu64 ": this part's record is missing or damaged in "
 			    "the bucket: writing it again", pb->version);
-		pub_parts_put_record(p);
+		pub_report(p, PUB_EV_RECORD_LOST);
 	} else {
 		gather_judge(p);
 	}
 }
 
-/* ---- part 1: the merge ---- */
-
-static int cmp_chunk_ptr(const void *a, const void *b)
-{
-	const struct wsync_part_chunk *x = *(const struct wsync_part_chunk *const *)a;
-	const struct wsync_part_chunk *y = *(const struct wsync_part_chunk *const *)b;
-
-	return strcmp(x->path, y->path);
-}
-
-static int cmp_file(const void *a, const void *b)
-{
-	return strcmp(((const struct wsync_manifest_file *)a)->path,
-		      ((const struct wsync_manifest_file *)b)->path);
-}
-
-static const struct wsync_part_record *rec_of(struct publication *pb, unsigned k,
-					      unsigned self)
-{
-	return k == self ? &pb->rec : &pb->others[k - 1];
-}
-
-static const struct wsync_part_object *obj_of(const struct wsync_part_record *r,
-					      enum wsync_manifest_role role)
-{
-	for (size_t i = 0; i < r->n_objects; i++)
-		if (r->objects[i].role == role)
-			return &r->objects[i];
-	return NULL;
-}
-
-/* One object of the version from every part's object of role: the
- * committer's preamble, every part's chunks in path order, its END. */
-static int merge_object(struct wsync_publisher *p, struct publication *pb,
-			enum wsync_manifest_role role, struct wsync_error *err)
-{
-	struct wsync_manifest_object *o = &pb->merged[pb->n_merged];
-	const struct wsync_part_chunk **all;
-	struct wsync_manifest_index *ix;
-	uint8_t *fr = pb->frame[pb->n_merged];
-	size_t n = 0, at = 0;
-	uint64_t write_bytes = 0, off;
-	char key[WSYNC_PART_KEY_MAX];
-	int ri = role == WSYNC_MANIFEST_ROLE_ANCHOR;
-
-	for (unsigned k = 1; k <= p->parts; k++)
-		n += obj_of(rec_of(pb, k, p->part), role)->n_chunks;
-	if (n + 2 > WSYNC_MANIFEST_CHUNKS_MAX)
-		return wsync_error_set(err, -EFBIG, "%zu files: more than a version of parts "
-				       "holds (%u)", n, WSYNC_MANIFEST_CHUNKS_MAX - 2);
-	all = malloc((n ? n : 1) * sizeof(*all));
-	o->chunks = calloc(n + 2, sizeof(*o->chunks));
-	ix = calloc(1, sizeof(*ix));
-	if (ix)
-		ix->files = calloc(n ? n : 1, sizeof(*ix->files));
-	if (!all || !o->chunks || !ix || !ix->files) {
-		free(all);
-		free(o->chunks);
-		o->chunks = NULL;
-		if (ix)
-			free(ix->files);
-		free(ix);
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	}
-	for (unsigned k = 1; k <= p->parts; k++) {
-		const struct wsync_part_object *po = obj_of(rec_of(pb, k, p->part), role);
-
-		for (size_t i = 0; i < po->n_chunks; i++)
-			all[at++] = &po->chunks[i];
-		write_bytes += po->write_bytes;
-	}
-	qsort(all, n, sizeof(*all), cmp_chunk_ptr);
-	for (size_t i = 1; i < n; i++)
-		if (strcmp(all[i - 1]->path, all[i]->path) == 0) {
-			int r = wsync_error_set(err, -EINVAL, "%s is in the files of two parts "
-						"(their part_files overlap)", all[i]->path);
-
-			free(all);
-			free(ix->files);
-			free(ix);
-			free(o->chunks);
-			o->chunks = NULL;
-			return r;
-		}
-	pb->n_merged++;
-	o->role = role;
-	o->hashless = true;
-	o->index = ix;
-	o->n_chunks = n + 2;
-	wsync_delta_preamble(fr);
-	wsync_delta_end_record(fr + WSYNC_DELTA_PREAMBLE_LEN, n, write_bytes);
-	o->chunks[0].key = strdup(wsync_part_chunk_key(pb->version, 0, pb->flight, role, 1, key));
-	o->chunks[0].size = WSYNC_DELTA_PREAMBLE_LEN;
-	(void)wsync_sha256_mem(fr, WSYNC_DELTA_PREAMBLE_LEN, o->chunks[0].sha256);
-	o->chunks[n + 1].key = strdup(wsync_part_chunk_key(pb->version, 0, pb->flight, role, 2,
-							   key));
-	o->chunks[n + 1].size = WSYNC_DELTA_END_RECORD_LEN;
-	(void)wsync_sha256_mem(fr + WSYNC_DELTA_PREAMBLE_LEN, WSYNC_DELTA_END_RECORD_LEN,
-			       o->chunks[n + 1].sha256);
-	ix->head.length = WSYNC_DELTA_PREAMBLE_LEN;
-	memcpy(ix->head.sha256, o->chunks[0].sha256, 32);
-	off = WSYNC_DELTA_PREAMBLE_LEN;
-	for (size_t i = 0; i < n; i++) {
-		o->chunks[i + 1] = (struct wsync_manifest_chunk){ .key = all[i]->key,
-								  .size = all[i]->size };
-		memcpy(o->chunks[i + 1].sha256, all[i]->sha256, 32);
-		ix->files[i] = (struct wsync_manifest_range){
-			.path = all[i]->path, .offset = off, .length = all[i]->size,
-			.pieces = all[i]->pieces, .n_pieces = all[i]->n_pieces };
-		off += all[i]->size;
-	}
-	ix->n_files = n;
-	o->ref.key = ri ? pb->anchor_key : pb->delta_key;
-	o->ref.size = off + WSYNC_DELTA_END_RECORD_LEN;
-	free(all);
-	if (!o->chunks[0].key || !o->chunks[n + 1].key)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	return 0;
-}
+/* ---- part 1: the merge and the frames ---- */
 
 /* Together the parts must be the checkpoint: every shard the index names
  * (part 1's file, in its snapshot) is some part's.  A part naming its files
@@ -846,7 +611,7 @@ static int check_union(struct wsync_publisher *p, struct publication *pb,
 	for (size_t i = 0; i < ix->n_shards && r == 0; i++) {
 		struct wsync_manifest_file s = { .path = (char *)ix->shards[i] };
 
-		if (!bsearch(&s, pb->merged_files, pb->n_merged_files, sizeof(s), cmp_file))
+		if (!bsearch(&s, pb->merge.files, pb->merge.n_files, sizeof(s), cmp_file))
 			r = wsync_error_set(err, -EINVAL, "%s, which %s names, is in no part's "
 					    "files (part_files must cover the checkpoint)",
 					    ix->shards[i], WSYNC_INDEX_NAME);
@@ -855,160 +620,113 @@ static int check_union(struct wsync_publisher *p, struct publication *pb,
 	return r;
 }
 
-static int merge(struct wsync_publisher *p, struct publication *pb, struct wsync_error *err)
+static void merge_and_commit(struct wsync_publisher *p)
 {
-	size_t nf = 0, at = 0;
-	bool all_delta = true, all_anchor = true;
-	int r = 0;
+	struct publication *pb = p->pub;
+	struct wsync_part_record *recs = calloc(p->parts, sizeof(*recs));
+	struct wsync_error err = { 0 };
+	int r;
 
-	for (unsigned k = 1; k <= p->parts; k++) {
-		const struct wsync_part_record *rk = rec_of(pb, k, p->part);
-
-		all_delta = all_delta && obj_of(rk, WSYNC_MANIFEST_ROLE_DELTA);
-		all_anchor = all_anchor && obj_of(rk, WSYNC_MANIFEST_ROLE_ANCHOR);
-		nf += rk->n_files;
+	pub_parts_merge_free(&pb->merge);
+	if (!recs) {
+		poll_later(p);
+		return;
 	}
-	if (!all_delta && !all_anchor)
-		return wsync_error_set(err, -EINVAL, "the parts sent neither all a delta nor "
-				       "all an anchor");
-	/* anchor first, as the single publisher lists them */
-	if (all_anchor)
-		r = merge_object(p, pb, WSYNC_MANIFEST_ROLE_ANCHOR, err);
-	if (r == 0 && all_delta && pb->version > 1)
-		r = merge_object(p, pb, WSYNC_MANIFEST_ROLE_DELTA, err);
-	if (r < 0)
-		return r;
-	pb->merged_files = malloc((nf ? nf : 1) * sizeof(*pb->merged_files));
-	if (!pb->merged_files)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	for (unsigned k = 1; k <= p->parts; k++) {
-		const struct wsync_part_record *rk = rec_of(pb, k, p->part);
-
-		memcpy(pb->merged_files + at, rk->files, rk->n_files * sizeof(*rk->files));
-		at += rk->n_files;
+	for (unsigned k = 1; k <= p->parts; k++)
+		recs[k - 1] = k == p->part ? pb->rec : pb->others[k - 1];	/* borrowed */
+	r = pub_parts_merge(recs, p->parts, pb->version, pb->flight, pb->delta_key,
+			    pb->anchor_key, &pb->merge, &err);
+	free(recs);
+	if (r == 0)
+		r = check_union(p, pb, &err);
+	if (r < 0) {
+		if (strcmp(p->last_error, wsync_error_str(&err)) != 0)
+			log_error("version %" PRIu64 " (step %" PRId64 ") cannot be committed: %s",
+				  pb->version, pb->step, wsync_error_str(&err));
+		pub_set_error(p, "%s", wsync_error_str(&err));
+		pub_parts_merge_free(&pb->merge);
+		pub_status(p, "version %" PRIu64 " cannot be committed: %s", pb->version,
+			   wsync_error_str(&err));
+		poll_later(p);	/* a part's configuration may change */
+		return;
 	}
-	pb->n_merged_files = nf;
-	qsort(pb->merged_files, nf, sizeof(*pb->merged_files), cmp_file);
-	for (size_t i = 1; i < nf; i++)
-		if (strcmp(pb->merged_files[i - 1].path, pb->merged_files[i].path) == 0)
-			return wsync_error_set(err, -EINVAL, "%s is in the files of two parts "
-					       "(their part_files overlap)",
-					       pb->merged_files[i].path);
-	return check_union(p, pb, err);
+	pub_report(p, PUB_EV_DONE);
 }
 
 static void frame_put_done(struct wsync_store_result *res, void *data);
 
-struct frame_put {
-	struct wsync_publisher *p;
-	struct publication *pb;
-};
-
-/* The committer's own chunks (preamble, END) of each object, then the
- * manifest and HEAD as a single publisher writes them. */
-static void put_frames(struct wsync_publisher *p)
+/* The committer's own chunks (preamble, END) of each object; the
+ * manifest and HEAD follow as a single publisher writes them. */
+void pub_parts_put_frames(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
+	const struct pub_merge *mg = &pb->merge;
 
-	pub_set_state(p, PUB_UPLOAD);
 	pb->put_error = 0;
-	for (size_t i = 0; i < pb->n_merged; i++) {
-		const struct wsync_manifest_object *o = &pb->merged[i];
+	for (size_t i = 0; i < mg->n_merged; i++) {
+		const struct wsync_manifest_object *o = &mg->merged[i];
 
 		for (int e = 0; e < 2; e++) {
 			const struct wsync_manifest_chunk *c = &o->chunks[e ? o->n_chunks - 1 : 0];
-			struct frame_put *q = malloc(sizeof(*q));
 
-			if (q)
-				*q = (struct frame_put){ p, pb };
-			if (q && wsync_store_put_buf(p->d->store, c->key,
-						     pb->frame[i] +
-							     (e ? WSYNC_DELTA_PREAMBLE_LEN : 0),
-						     c->size, frame_put_done, q) == 0) {
+			if (wsync_store_put_buf(p->d->store, c->key,
+						mg->frame[i] + (e ? WSYNC_DELTA_PREAMBLE_LEN : 0),
+						c->size, frame_put_done, pb) == 0) {
+				pub_hold(pb);
 				pb->frame_puts++;
 			} else {
-				free(q);
 				pb->put_error = -ENOMEM;
 			}
 		}
 	}
-	if (!pb->frame_puts) {
-		struct wsync_store_result fake = { .err = pb->put_error };
-
-		wsync_error_set(&fake.error, pb->put_error, "cannot queue the frame chunks");
-		pub_store_failed(p, "uploading the version's frame", &fake, PUB_GATHER);
-	}
+	if (!pb->frame_puts)
+		pub_report_unqueued(p, "uploading the version's frame",
+				    pb->put_error ? pb->put_error : -EIO);
 }
 
 static void frame_put_done(struct wsync_store_result *res, void *data)
 {
-	struct frame_put *q = data;
-	struct wsync_publisher *p = q->p;
-	struct publication *pb = q->pb;
+	struct publication *pb = data;
+	struct wsync_publisher *p = pb->p;
 
-	free(q);
 	pb->frame_puts--;
 	if (res->err < 0 && !pb->put_error) {
 		pb->put_error = res->err;
 		pub_set_error(p, "uploading version %" PRIu64 "'s frame: %s", pb->version,
 			      wsync_error_str(&res->error));
 	}
-	if (part_gone(p, pb) || pb->frame_puts)
+	if (pub_unhold(p, pb) || pb->frame_puts)
 		return;
 	if (pb->put_error) {
 		struct wsync_store_result r2 = { .err = pb->put_error };
 
 		wsync_error_set(&r2.error, pb->put_error, "%s", p->last_error);
-		merge_free(pb);
-		pub_store_failed(p, "uploading the version's frame", &r2, PUB_GATHER);
+		pub_report_failed(p, "uploading the version's frame", &r2);
 		return;
 	}
 	pub_store_ok(p);
-	pub_put_manifest(p);
-}
-
-static void merge_and_commit(struct wsync_publisher *p)
-{
-	struct publication *pb = p->pub;
-	struct wsync_error err = { 0 };
-	int r = merge(p, pb, &err);
-
-	if (r < 0) {
-		if (strcmp(p->last_error, wsync_error_str(&err)) != 0)
-			log_error("version %" PRIu64 " (step %" PRId64 ") cannot be committed: %s",
-				  pb->version, pb->step, wsync_error_str(&err));
-		pub_set_error(p, "%s", wsync_error_str(&err));
-		merge_free(pb);
-		pub_status(p, "version %" PRIu64 " cannot be committed: %s", pb->version,
-			   wsync_error_str(&err));
-		poll_later(p);	/* a part's configuration may change */
-		pub_set_state(p, PUB_GATHER);
-		return;
-	}
-	put_frames(p);
+	pub_report(p, PUB_EV_DONE);
 }
 
 /* ---- parts K > 1: waiting for the commit ---- */
 
 static void head_got(struct wsync_store_result *res, void *data);
 static void leader_got(struct wsync_store_result *res, void *data);
+static void own_got(struct wsync_store_result *res, void *data);
+
+void pub_parts_wait(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+
+	pub_status(p, "version %" PRIu64 " (step %" PRId64 "): part %u uploaded, waiting for "
+		   "part 1 to commit", pb->version, pb->step, p->part);
+	poll_later(p);
+}
 
 static void wait_poll(struct wsync_publisher *p)
 {
-	struct publication *pb = p->pub;
-	struct part_get *q = malloc(sizeof(*q));
-
-	if (!q) {
+	if (part_get(p->pub, WSYNC_MANIFEST_HEAD_KEY, 0, NULL, head_got) < 0)
 		poll_later(p);
-		return;
-	}
-	*q = (struct part_get){ p, pb, 0 };
-	if (wsync_store_get_buf(p->d->store, WSYNC_MANIFEST_HEAD_KEY, NULL, head_got, q) < 0) {
-		free(q);
-		poll_later(p);
-		return;
-	}
-	pb->gets_pending++;
 }
 
 /* Do HEAD's manifest's files include ours exactly as our snapshot? */
@@ -1057,26 +775,18 @@ static bool our_flight(const struct wsync_manifest *m, const struct publication 
 	return true;
 }
 
-struct manifest_get {
-	struct wsync_publisher *p;
-	struct publication *pb;
-	uint64_t version;
-};
-
 static void manifest_got(struct wsync_store_result *res, void *data)
 {
-	struct manifest_get *q = data;
-	struct wsync_publisher *p = q->p;
-	struct publication *pb = q->pb;
-	uint64_t v = q->version;
+	struct publication *pb;
+	struct wsync_publisher *p;
 	struct wsync_error err = { 0 };
+	uint64_t v;
 	bool ours;
 	int r;
 
-	free(q);
-	pb->gets_pending--;
-	if (part_gone(p, pb))
+	if (part_got(data, &pb, &v))	/* the version HEAD names */
 		return;
+	p = pb->p;
 	if (res->err < 0) {
 		log_warning("reading the manifest of version %" PRIu64 ": %s", v,
 			    wsync_error_str(&res->error));
@@ -1091,19 +801,15 @@ static void manifest_got(struct wsync_store_result *res, void *data)
 		return;
 	}
 	ours = v == pb->version && has_our_files(&p->head_manifest, pb);
+	uv_timer_stop(&p->part_timer);
 	if (!ours) {
 		log_warning("version %" PRIu64 " was committed without this part's step %" PRId64
 			    ": the next delta of part %u sends its files whole", v, pb->step,
 			    p->part);
 		p->need_anchor = true;
-		uv_timer_stop(&p->part_timer);
-		pub_end_publication(p);
-		pub_set_state(p, PUB_IDLE);
-		pub_schedule_scan(p, DEBOUNCE_MS);
-		pub_advance(p);
+		pub_report_drop(p, DEBOUNCE_MS);
 		return;
 	}
-	uv_timer_stop(&p->part_timer);
 	if (!our_flight(&p->head_manifest, pb, p->part)) {
 		/* the same files, but not our upload: two of us */
 		log_error("version %" PRIu64 " was committed with another instance's upload of "
@@ -1111,25 +817,22 @@ static void manifest_got(struct wsync_store_result *res, void *data)
 			  p->part, p->parts);
 		pub_set_error(p, "two instances publish part %u of %u", p->part, p->parts);
 	}
-	pub_committed(p, false);
+	pub_report(p, PUB_EV_DONE);
 }
 
 static void head_got(struct wsync_store_result *res, void *data)
 {
-	struct part_get *q = data;
-	struct wsync_publisher *p = q->p;
-	struct publication *pb = q->pb;
+	struct publication *pb;
+	struct wsync_publisher *p;
 	struct wsync_manifest_head h;
 	struct wsync_error err = { 0 };
+	char key[WSYNC_PART_KEY_MAX];
 	int r;
 
-	pb->gets_pending--;
-	if (part_gone(p, pb)) {
-		free(q);
+	if (part_got(data, &pb, NULL))
 		return;
-	}
+	p = pb->p;
 	if (res->err < 0 && res->err != -ENOENT) {
-		free(q);
 		log_warning("reading HEAD: %s", wsync_error_str(&res->error));
 		poll_later(p);
 		return;
@@ -1137,73 +840,48 @@ static void head_got(struct wsync_store_result *res, void *data)
 	r = res->err < 0 ? 0 : wsync_manifest_head_parse(res->data, res->data_len, p->key, &h,
 							  &err);
 	if (r < 0) {
-		free(q);
 		log_error("HEAD: %s", wsync_error_str(&err));
 		poll_later(p);
 		return;
 	}
 	if (res->err == 0 && h.version >= pb->version) {
-		struct manifest_get *m = malloc(sizeof(*m));
 		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 
-		free(q);
 		o.expect_size = (int64_t)h.manifest.size;
 		o.expect_xxh3 = h.manifest.hash.b;
-		if (m) {
-			*m = (struct manifest_get){ p, pb, h.version };
-			if (wsync_store_get_buf(p->d->store, h.manifest.key, &o, manifest_got,
-						m) == 0)
-				pb->gets_pending++;
-			else
-				free(m), m = NULL;
-		}
+		r = part_get(pb, h.manifest.key, h.version, &o, manifest_got);
 		wsync_manifest_head_free(&h);
-		if (!m)
+		if (r < 0)
 			poll_later(p);
 		return;
 	}
 	if (res->err == 0)
 		wsync_manifest_head_free(&h);
 	/* not committed yet: where is part 1, and is our record still ours? */
-	q->k = 1;
-	{
-		char key[WSYNC_PART_KEY_MAX];
-
-		wsync_part_record_key(pb->version, 1, key);
-		if (wsync_store_get_buf(p->d->store, key, NULL, leader_got, q) < 0) {
-			free(q);
-			poll_later(p);
-			return;
-		}
-		pb->gets_pending++;
-	}
+	wsync_part_record_key(pb->version, 1, key);
+	if (part_get(pb, key, 1, NULL, leader_got) < 0)
+		poll_later(p);
 }
-
-static void own_got(struct wsync_store_result *res, void *data);
 
 static void leader_got(struct wsync_store_result *res, void *data)
 {
-	struct part_get *q = data;
-	struct wsync_publisher *p = q->p;
-	struct publication *pb = q->pb;
+	struct publication *pb;
+	struct wsync_publisher *p;
 	struct wsync_part_record r;
 	struct wsync_error err = { 0 };
 	char key[WSYNC_PART_KEY_MAX];
 
-	pb->gets_pending--;
-	if (part_gone(p, pb)) {
-		free(q);
+	if (part_got(data, &pb, NULL))
 		return;
-	}
+	p = pb->p;
 	if (res->err == 0 && wsync_part_parse(res->data, res->data_len, p->key, &r, &err) == 0) {
 		bool newer = r.version == pb->version &&
-			     cmp_run_step(r.run, r.step, pb->run, pb->step) > 0;
+			     pub_parts_cmp(r.run, r.step, pb->run, pb->step) > 0;
 
 		if (newer)
 			set_target(p, r.run, r.step);
 		wsync_part_free(&r);
 		if (newer) {
-			free(q);
 			log_info("version %" PRIu64 ": part 1 is at step %" PRId64 ", newer than "
 				 "step %" PRId64 ": moving on to it", pb->version, p->target_step,
 				 pb->step);
@@ -1214,28 +892,21 @@ static void leader_got(struct wsync_store_result *res, void *data)
 		log_warning("version %" PRIu64 ": part 1's record: %s", pb->version,
 			    wsync_error_str(&err));
 	}
-	q->k = p->part;
 	wsync_part_record_key(pb->version, p->part, key);
-	if (wsync_store_get_buf(p->d->store, key, NULL, own_got, q) < 0) {
-		free(q);
+	if (part_get(pb, key, p->part, NULL, own_got) < 0)
 		poll_later(p);
-		return;
-	}
-	pb->gets_pending++;
 }
 
 static void own_got(struct wsync_store_result *res, void *data)
 {
-	struct part_get *q = data;
-	struct wsync_publisher *p = q->p;
-	struct publication *pb = q->pb;
+	struct publication *pb;
+	struct wsync_publisher *p;
 	struct wsync_part_record r;
 	struct wsync_error err = { 0 };
 
-	free(q);
-	pb->gets_pending--;
-	if (part_gone(p, pb))
+	if (part_got(data, &pb, NULL))
 		return;
+	p = pb->p;
 	if (res->err == -ENOENT ||
 	    (res->err == 0 && wsync_part_parse(res->data, res->data_len, p->key, &r, &err) < 0)) {
 		/* deleted or damaged in the bucket: part 1 cannot take it */
@@ -1243,7 +914,7 @@ static void own_got(struct wsync_store_result *res, void *data)
 			    "writing it again", pb->version, res->err ? "missing" : "damaged",
 			    res->err ? "" : ": ", res->err ? "" : wsync_error_str(&err));
 		uv_timer_stop(&p->part_timer);
-		pub_parts_put_record(p);
+		pub_report(p, PUB_EV_RECORD_LOST);
 		return;
 	}
 	if (res->err == 0) {

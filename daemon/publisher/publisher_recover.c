@@ -20,122 +20,42 @@
 #include "log.h"
 #include "publisher_local.h"
 
-/* The jobs thread's side of p->verify (jobs.h). */
-static void verify_work(void *data)
-{
-	pubjob_verify_work(&((struct wsync_publisher *)data)->verify);
-}
-
-static void recover_verify_done(void *data, bool cancelled);
-static void recover_commit_done(void *data, bool cancelled);
-
-static void recover_local(struct wsync_publisher *p)
+bool pub_recover_needs_verify(struct wsync_publisher *p)
 {
 	struct pub_local_state ls;
-	int r;
 
 	pub_load_state(p, &ls);
 	/* A part without a state of its own must not offer a checkpoint
 	 * older than the version HEAD names -- an earlier run's, still on
 	 * disk with a higher step -- for the other parts would wait for it:
 	 * what was written before HEAD was, is taken as published. */
-	if (p->parts > 1 && !p->source_mtime_ns && p->head_manifest.version &&
+	if (p->mode->subset && !p->source_mtime_ns && p->head_manifest.version &&
 	    p->head_manifest.created > 0)
 		p->source_mtime_ns = (uint64_t)p->head_manifest.created * 1000000000u;
 	if (p->head_version == 0) {
 		p->need_anchor = true;	/* version 1 is an anchor anyway */
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
+		return false;
 	}
-	if (p->need_anchor) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
+	if (p->need_anchor)
+		return false;
 	if (ls.version == p->head_version && ls.has_hash &&
 	    wsync_hash_equal(&ls.manifest_hash, &p->head_ref.hash)) {
 		char base[PATH_MAX];
 		struct stat st;
 
 		PATHF(base, "%s/base", p->pub_dir);
-		if (stat(base, &st) == 0) {
-			pub_set_state(p, PUB_IDLE);
-			pub_advance(p);
-			return;
-		}
+		if (stat(base, &st) == 0)
+			return false;
 	}
 	/* The base may lag HEAD (killed between HEAD and the swap): check the
 	 * staged snapshot and the base against HEAD's manifest. */
 	log_info("local base does not record version %" PRIu64 " (state.json: %" PRIu64
 		 "): checking it against the manifest", p->head_version, ls.version);
-	pub_set_state(p, PUB_VERIFY);
-	pub_status(p, "checking the local base against version %" PRIu64, p->head_version);
 	p->verify = (struct pubjob_verify){ .pub_dir = p->pub_dir,
 					    .files = p->head_manifest.files,
 					    .n_files = p->head_manifest.n_files,
-					    .subset = p->parts > 1 };
-	r = wsync_jobs_submit(p->d->jobs, verify_work, recover_verify_done, p);
-	if (r < 0) {
-		p->need_anchor = true;
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-	}
-}
-
-static void recover_verify_done(void *data, bool cancelled)
-{
-	struct wsync_publisher *p = data;
-	int r;
-
-	if (cancelled || p->stopping) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
-	if (p->verify.which == 0) {
-		log_warning("local base matches neither version %" PRIu64 " nor its staged "
-			    "snapshot: the next version will be a full anchor", p->head_version);
-		p->need_anchor = true;
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
-	log_info("the %s matches version %" PRIu64 ": %s", p->verify.which == 2 ?
-		 "staged snapshot" : "local base", p->head_version,
-		 p->verify.which == 2 ? "making it the base" : "recording it");
-	pub_take_pending(p, p->head_version);
-	free(p->commit.state_text);
-	p->commit = (struct pubjob_commit){
-		.pub_dir = p->pub_dir, .promote = p->verify.which == 2,
-		.state_text = pub_state_text(p, p->head_version, &p->head_ref, p->has_step,
-					     p->step, p->source, p->source_mtime_ns, p->source_fp),
-	};
-	if (!p->commit.state_text) {
-		p->need_anchor = true;
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
-	pub_set_state(p, PUB_COMMIT);
-	r = wsync_jobs_submit(p->d->jobs, pub_commit_work, recover_commit_done, p);
-	if (r < 0)
-		recover_commit_done(p, true);
-}
-
-static void recover_commit_done(void *data, bool cancelled)
-{
-	struct wsync_publisher *p = data;
-
-	if (cancelled || p->commit.result < 0) {
-		if (!cancelled)
-			log_error("%s", wsync_error_str(&p->commit.err));
-		p->need_anchor = true;
-	}
-	free(p->commit.state_text);
-	p->commit.state_text = NULL;
-	pub_set_state(p, PUB_IDLE);
-	pub_advance(p);
+					    .subset = p->mode->subset };
+	return true;
 }
 
 static void recover_head_put_done(struct wsync_store_result *res, void *data)
@@ -144,7 +64,7 @@ static void recover_head_put_done(struct wsync_store_result *res, void *data)
 
 	wsync_buf_free(&p->recover_head_doc);
 	if (res->err < 0) {
-		pub_store_failed(p, "writing HEAD", res, PUB_RECOVER);
+		pub_report_failed(p, "writing HEAD", res);
 		return;
 	}
 	pub_store_ok(p);
@@ -152,12 +72,7 @@ static void recover_head_put_done(struct wsync_store_result *res, void *data)
 					   .version = (int64_t)p->head_version),
 		  "HEAD now names version %" PRIu64 " (its manifest was complete: "
 		  "a previous run stopped before writing HEAD)", p->head_version);
-	if (p->stopping) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
-	recover_local(p);
+	pub_report(p, PUB_EV_DONE);
 }
 
 static void recover_newer_got(struct wsync_store_result *res, void *data)
@@ -168,13 +83,12 @@ static void recover_newer_got(struct wsync_store_result *res, void *data)
 	int r;
 
 	if (res->err < 0) {
-		pub_store_failed(p, "reading a manifest newer than HEAD", res, PUB_RECOVER);
+		pub_report_failed(p, "reading a manifest newer than HEAD", res);
 		return;
 	}
 	pub_store_ok(p);
 	if (p->stopping) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
+		pub_report(p, PUB_EV_DONE);
 		return;
 	}
 	r = pub_adopt_head_manifest(p, res->data, res->data_len, v, &err);
@@ -187,14 +101,14 @@ static void recover_newer_got(struct wsync_store_result *res, void *data)
 		p->head_version = v;
 		wsync_manifest_free(&p->head_manifest);
 		p->need_anchor = true;
-		recover_local(p);
+		pub_report(p, PUB_EV_DONE);
 		return;
 	}
 	r = pub_put_head(p, &p->recover_head_doc, v, &p->head_ref, recover_head_put_done);
 	if (r < 0) {
 		pub_set_error(p, "cannot write HEAD: %s", strerror(-r));
 		p->need_anchor = true;
-		recover_local(p);
+		pub_report(p, PUB_EV_DONE);
 	}
 }
 
@@ -205,7 +119,7 @@ static void recover_head_manifest_got(struct wsync_store_result *res, void *data
 	uint64_t v = p->head_version;
 
 	if (res->err < 0 && res->err != -ENOENT && res->err != -EIO) {
-		pub_store_failed(p, "reading HEAD's manifest", res, PUB_RECOVER);
+		pub_report_failed(p, "reading HEAD's manifest", res);
 		return;
 	}
 	pub_store_ok(p);
@@ -219,12 +133,7 @@ static void recover_head_manifest_got(struct wsync_store_result *res, void *data
 		wsync_manifest_free(&p->head_manifest);
 		p->need_anchor = true;
 	}
-	if (p->stopping) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
-		return;
-	}
-	recover_local(p);
+	pub_report(p, PUB_EV_DONE);
 }
 
 static void recover_listed(struct wsync_store_result *res, void *data)
@@ -234,7 +143,7 @@ static void recover_listed(struct wsync_store_result *res, void *data)
 	int r;
 
 	if (res->err < 0 && res->err != -ENOENT) {
-		pub_store_failed(p, "listing manifests/", res, PUB_RECOVER);
+		pub_report_failed(p, "listing manifests/", res);
 		return;
 	}
 	pub_store_ok(p);
@@ -247,12 +156,11 @@ static void recover_listed(struct wsync_store_result *res, void *data)
 			newest = v;
 	}
 	if (p->stopping) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
+		pub_report(p, PUB_EV_DONE);
 		return;
 	}
 	/* only the committer writes HEAD (part 1, or the one publisher) */
-	if (newest > p->head_version && p->part <= 1) {
+	if (newest > p->head_version && p->mode->commits) {
 		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 		char key[WSYNC_MANIFEST_KEY_MAX];
 
@@ -271,13 +179,13 @@ static void recover_listed(struct wsync_store_result *res, void *data)
 		r = wsync_store_get_buf(p->d->store, p->head_ref.key, &o,
 					recover_head_manifest_got, p);
 	} else {
-		recover_local(p);
+		pub_report(p, PUB_EV_DONE);
 		return;
 	}
 	if (r < 0) {
 		log_error_errno(r, "cannot queue a store request");
 		p->need_anchor = true;
-		recover_local(p);
+		pub_report(p, PUB_EV_DONE);
 	}
 }
 
@@ -289,7 +197,7 @@ static void recover_head_got(struct wsync_store_result *res, void *data)
 	int r;
 
 	if (res->err < 0 && res->err != -ENOENT) {
-		pub_store_failed(p, "reading HEAD", res, PUB_RECOVER);
+		pub_report_failed(p, "reading HEAD", res);
 		return;
 	}
 	pub_store_ok(p);
@@ -310,31 +218,25 @@ static void recover_head_got(struct wsync_store_result *res, void *data)
 		}
 	}
 	if (p->stopping) {
-		pub_set_state(p, PUB_IDLE);
-		pub_advance(p);
+		pub_report(p, PUB_EV_DONE);
 		return;
 	}
 	r = wsync_store_list(p->d->store, "manifests/", recover_listed, p);
 	if (r < 0) {
 		log_error_errno(r, "cannot list manifests/");
-		recover_local(p);
+		pub_report(p, PUB_EV_DONE);
 	}
 }
 
-void pub_recover(struct wsync_publisher *p)
+void pub_recover_start(struct wsync_publisher *p)
 {
 	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 	int r;
 
-	pub_set_state(p, PUB_RECOVER);
 	pub_status(p, "reading HEAD from %s", wsync_store_describe(p->d->store));
 	o.max_size = WSYNC_MANIFEST_HEAD_MAX;
 	r = wsync_store_get_buf(p->d->store, WSYNC_MANIFEST_HEAD_KEY, &o, recover_head_got, p);
-	if (r < 0) {
-		struct wsync_store_result res = { .err = r };
-
-		wsync_error_set(&res.error, r, "cannot queue a request: %s", strerror(-r));
-		pub_store_failed(p, "reading HEAD", &res, PUB_RECOVER);
-	}
+	if (r < 0)
+		pub_report_unqueued(p, "reading HEAD", r);
 }
 

@@ -54,18 +54,6 @@ static void seen_prune(struct wsync_publisher *p)
 	}
 }
 
-void pub_candidate_free(struct candidate *c)
-{
-	free(c->name);
-	ckscan_tree_free(&c->tree);
-	pub_parts_others_free(c->others, c->n_others);
-	c->others = NULL;
-	c->n_others = 0;
-	if (c->dfd >= 0)
-		(void)close(c->dfd);
-	c->dfd = -1;
-}
-
 /* What the newest checkpoint not yet published waits for, as a scan
  * finds it. */
 struct waiting {
@@ -138,11 +126,9 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	}
 	if (t.n == 0)
 		goto no;
-	/* a part naming its files judges only them; one by the rule judges
-	 * the whole (every part sees it) and takes its share after */
-	if (p->part_explicit && pub_parts_select(p, &t, NULL, NULL) == 0)
+	/* a mode may judge only some of it (a part naming its files) */
+	if (p->mode->narrow && p->mode->narrow(p, &t, &o.own_only) == 0)
 		goto no;
-	o.own_only = p->part_explicit;
 	s = pub_seen_get(p, name);
 	if (!s)
 		goto no;
@@ -199,23 +185,6 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 			  "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
 		goto no;
 	}
-	if (p->parts > 1 && !p->part_explicit &&
-	    pub_parts_select(p, &t, &c->others, &c->n_others) == 0) {
-		note_waiting(p, s, dir, &t, "no file of it is this part's (more parts than "
-			     "weight shards?)", w);
-		goto no;
-	}
-	if (p->parts > 1 && p->inplace) {
-		int64_t gs;
-
-		/* parts match steps by number: a counter of our own would not
-		 * agree with the other parts' */
-		if (ckscan_read_global_step(dfd, &gs) < 0) {
-			note_waiting(p, s, dir, &t, "a step number: publisher parts in place "
-				     "need trainer_state.json's global_step", w);
-			goto no;
-		}
-	}
 	s->wait_key[0] = '\0';
 	c->name = strdup(name);
 	if (!c->name)
@@ -223,22 +192,19 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	PATHF(c->dir, "%s", dir);
 	c->dfd = -1;
 	c->step = step_of(p, name, dfd);
-	if (p->parts > 1 && pub_parts_published(p, c->step)) {
-		free(c->name);
-		c->name = NULL;
-		goto no;
-	}
-	if (p->parts > 1 && pub_parts_behind(p, pub_parts_run_of(p, c->step), c->step)) {
-		char why2[96];
-
-		snprintf(why2, sizeof(why2), "nothing: step %" PRId64 " is behind the parts' "
-			 "step %" PRId64, c->step, p->target_step);
-		note_waiting(p, s, dir, &t, why2, w);
-		free(c->name);
-		c->name = NULL;
-		goto no;
-	}
 	c->tree = t;
+	if (p->mode->take) {
+		char why2[160];
+
+		if (p->mode->take(p, c, dfd, why2, sizeof(why2)) != 1) {
+			if (why2[0])
+				note_waiting(p, s, dir, &c->tree, why2, w);
+			free(c->name);
+			c->name = NULL;
+			t = c->tree;
+			goto no;
+		}
+	}
 	return 1;
 no:
 	pub_parts_others_free(c->others, c->n_others);
@@ -294,22 +260,19 @@ static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
 		pub_status_idle(p);
 }
 
-static void scan_once(struct wsync_publisher *p);
+static int scan_once(struct wsync_publisher *p, struct candidate *c);
 
-/* Find the newest complete checkpoint and publish it; log what it
- * supersedes. */
-void pub_scan(struct wsync_publisher *p)
+/* Find the newest complete checkpoint; say what the others wait for. */
+int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped_out)
 {
-	struct candidate *cs = NULL, best;
+	struct candidate *cs = NULL;
 	struct waiting w = { .set = false };
 	size_t n = 0, bi = 0;
 	uint64_t wake = UINT64_MAX;
 
-	if (p->once_dir) {
-		if (!p->once.reported)
-			scan_once(p);
-		return;
-	}
+	*skipped_out = NULL;
+	if (p->once_dir)
+		return p->once.reported ? 0 : scan_once(p, best);
 	if (p->inplace) {
 		struct candidate c;
 		/* watch_dir as configured (it may be a link); nothing below it
@@ -367,20 +330,21 @@ void pub_scan(struct wsync_publisher *p)
 			closedir(d);
 	}
 	seen_prune(p);
+	p->scan_again_ms = 0;
 	if (wake != UINT64_MAX)
-		pub_schedule_scan(p, wake > pub_now_ms(p) ? wake - pub_now_ms(p) : 1);
+		p->scan_again_ms = wake > pub_now_ms(p) ? wake - pub_now_ms(p) : 1;
 	if (n == 0) {
 		free(cs);
 		status_waiting(p, &w);
-		return;
+		return 0;
 	}
 	p->waiting[0] = '\0';
 	/* The newest: the most recently written. */
 	for (size_t i = 1; i < n; i++)
 		if (cs[i].tree.newest_mtime_ns > cs[bi].tree.newest_mtime_ns)
 			bi = i;
-	best = cs[bi];
-	p->pending_mtime_ns = best.tree.newest_mtime_ns;
+	*best = cs[bi];
+	p->pending_mtime_ns = best->tree.newest_mtime_ns;
 	char skipped[512] = "";
 	size_t sl = 0;
 
@@ -395,13 +359,14 @@ void pub_scan(struct wsync_publisher *p)
 		pub_candidate_free(&cs[i]);
 	}
 	free(cs);
-	pub_start_publication(p, &best, sl ? strdup(skipped) : NULL);
+	*skipped_out = sl ? strdup(skipped) : NULL;
+	return 1;
 }
 
 /* One-shot: the directory the caller named is the checkpoint, complete by
  * its word -- except that a missing marker or a short shard is an error
- * here rather than something to wait for. */
-static void scan_once(struct wsync_publisher *p)
+ * here rather than something to wait for (reported: 0). */
+static int scan_once(struct wsync_publisher *p, struct candidate *cp)
 {
 	const char *dir = p->once_dir, *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
 	struct wsync_error err = { 0 };
@@ -418,7 +383,7 @@ static void scan_once(struct wsync_publisher *p)
 		pub_set_error(p, "%s", wsync_error_str(&err));
 		pub_candidate_free(&c);
 		pub_once_finish(p, r == -ENOENT || r == -ENOTDIR ? -EINVAL : r, NULL);
-		return;
+		return 0;
 	}
 	if (c.tree.n == 0) {
 		pub_set_error(p, "%s: no file to ship (see include/exclude)", dir);
@@ -427,7 +392,7 @@ static void scan_once(struct wsync_publisher *p)
 	if (p->head_version && c.tree.fingerprint == p->source_fp) {
 		pub_candidate_free(&c);
 		pub_once_finish(p, 0, "already published");
-		return;
+		return 0;
 	}
 	/* The completeness rules of the daemon, without the wait: what is
 	 * missing now is an error. */
@@ -447,7 +412,7 @@ static void scan_once(struct wsync_publisher *p)
 			if (r != -EINVAL) {
 				pub_candidate_free(&c);
 				pub_once_finish(p, r, NULL);
-				return;
+				return 0;
 			}
 			goto bad;
 		}
@@ -458,14 +423,15 @@ static void scan_once(struct wsync_publisher *p)
 		pub_candidate_free(&c);
 		pub_set_error(p, "out of memory");
 		pub_once_finish(p, -ENOMEM, NULL);
-		return;
+		return 0;
 	}
 	PATHF(c.dir, "%s", dir);
-	pub_start_publication(p, &c, NULL);
-	return;
+	*cp = c;
+	return 1;
 bad:
 	pub_candidate_free(&c);
 	pub_once_finish(p, -EINVAL, NULL);
+	return 0;
 }
 
 

@@ -130,17 +130,6 @@ void pub_load_state(struct wsync_publisher *p, struct pub_local_state *ls)
 
 /* pending.json: the source of the version being published, so that a
  * restart that finds it published knows which checkpoint it was. */
-void pub_write_pending(struct wsync_publisher *p, struct publication *pb)
-{
-	char *t = pub_state_text(p, pb->version, NULL, true, pb->step, pb->source,
-				 pb->source_mtime_ns, pb->fingerprint);
-	struct wsync_error err = { 0 };
-
-	if (t && pubjob_write_atomic(p->pub_dir, "pending.json", t, strlen(t), true, &err) < 0)
-		log_warning("%s", wsync_error_str(&err));
-	free(t);
-}
-
 void pub_take_pending(struct wsync_publisher *p, uint64_t version)
 {
 	char path[PATH_MAX];

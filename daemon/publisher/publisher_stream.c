@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * publisher_stream.c -- a version flows out as it is coded (publisher_local.h).
+ * publisher_stream.c -- a version's objects go up (publisher_local.h):
+ * whole once coded, or in chunks as they are coded (UPLOAD).
  *
  * The encoding job cuts each object into chunks as its files are written
  * (publisher_jobs.c, BUCKET.md §3.2); this uploads every chunk the
@@ -11,9 +12,9 @@
  * the commit.  The manifest lists the same chunks and the same flight id;
  * HEAD commits the version as before.
  *
- * A publication whose chunk uploads or NEXT write are still in flight is
- * not freed when it ends (abandoned, rejected, stopping): it waits for
- * them (pub_end_publication), so that no callback finds it gone.
+ * Every request is held on the publication (publisher_publication.c):
+ * one that ends (abandoned, rejected, stopping) is freed when the last
+ * comes back, so that no callback finds it gone.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -55,32 +56,17 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 		memcpy(pb->flight + 8, &pb->started_ms, sizeof(pb->started_ms));
 	}
 	/* a part always goes by chunks: one per file's records */
-	if ((!p->cfg->chunk_size && p->parts < 2) || !p->stream_ready)
-		return p->parts < 2 ? 0 : -EIO;
+	if ((!p->cfg->chunk_size && !p->mode->per_file_chunks) || !p->stream_ready)
+		return p->mode->per_file_chunks ? -EIO : 0;
 	if (pthread_mutex_init(&pb->stream.mu, NULL) != 0)
 		return -ENOMEM;
 	pb->stream_on = true;
 	pb->stream.wake = &p->stream_wake;
 	pb->stream.chunk_size = p->cfg->chunk_size;
-	pb->stream.per_file = p->parts > 1;
+	pb->stream.per_file = p->mode->per_file_chunks;
 	pb->stream.pause_ms = p->d->test.chunk_pause_ms;
 	pb->job.stream = &pb->stream;
 	return 0;
-}
-
-void pub_stream_free(struct publication *pb)
-{
-	for (int r = 0; r < 2; r++) {
-		for (size_t k = 0; k < pb->chunks[r].n; k++)
-			free(pb->chunks[r].c[k].mc.key);
-		free(pb->chunks[r].c);
-		free(pb->stream.role[r].c);
-	}
-	free(pb->manifest_chunks[0]);
-	free(pb->manifest_chunks[1]);
-	wsync_buf_free(&pb->next_doc);
-	if (pb->stream_on)
-		pthread_mutex_destroy(&pb->stream.mu);
 }
 
 bool pub_stream_chunked(const struct publication *pb, int role)
@@ -89,7 +75,7 @@ bool pub_stream_chunked(const struct publication *pb, int role)
 }
 
 /* The chunks the job cut since the last look, into the loop's list. */
-static int take_chunks(struct publication *pb)
+static int take_chunks(const struct pub_mode *mode, struct publication *pb)
 {
 	int r = 0;
 
@@ -112,15 +98,7 @@ static int take_chunks(struct publication *pb)
 			struct pub_chunk *c = &out->c[out->n];
 			char key[WSYNC_PART_KEY_MAX];
 
-			if (pb->part)
-				wsync_part_chunk_key(pb->version, pb->rec_part, pb->flight,
-						     role ? WSYNC_MANIFEST_ROLE_ANCHOR :
-							    WSYNC_MANIFEST_ROLE_DELTA,
-						     (unsigned)out->n + 1, key);
-			else
-				wsync_manifest_chunk_key(role ? WSYNC_MANIFEST_KEY_ANCHOR :
-								WSYNC_MANIFEST_KEY_DELTA,
-							 pb->version, (unsigned)out->n + 1, key);
+			mode->chunk_key(pb, role, (unsigned)out->n + 1, key);
 			memset(c, 0, sizeof(*c));
 			if (!(c->mc.key = strdup(key))) {
 				r = -ENOMEM;
@@ -133,7 +111,8 @@ static int take_chunks(struct publication *pb)
 			 * them once for the whole version (a chunk of one file's
 			 * records is longer than an END record: a FILE record
 			 * alone is over 100 bytes) */
-			if (pb->part && (c->offset == 0 || c->mc.size == WSYNC_DELTA_END_RECORD_LEN))
+			if (mode->per_file_chunks &&
+			    (c->offset == 0 || c->mc.size == WSYNC_DELTA_END_RECORD_LEN))
 				c->state = PUB_CHUNK_UPLOADED;
 		}
 		out->done = in->done;
@@ -143,6 +122,7 @@ static int take_chunks(struct publication *pb)
 }
 
 static void chunk_put_done(struct wsync_store_result *res, void *data);
+static void objects_settled(struct wsync_publisher *p);
 
 /* Upload the chunks not uploaded nor in flight, in order, CHUNK_PUTS at a
  * time. */
@@ -173,6 +153,7 @@ void pub_stream_submit(struct wsync_publisher *p)
 			}
 			c->state = PUB_CHUNK_SENDING;
 			pb->chunk_inflight++;
+			pub_hold(pb);
 		}
 }
 
@@ -183,7 +164,7 @@ static void on_wake(uv_async_t *a)
 
 	if (!pb || !pb->stream_on || pb->ended)
 		return;
-	if (take_chunks(pb) < 0) {
+	if (take_chunks(p->mode, pb) < 0) {
 		log_error("out of memory");
 		return;
 	}
@@ -201,13 +182,6 @@ int pub_stream_init(struct wsync_publisher *p)
 	return 0;
 }
 
-/* The publication ended and nothing of it is in flight any more: free it. */
-static void maybe_release(struct wsync_publisher *p, struct publication *pb)
-{
-	if (pb->ended && !pb->chunk_inflight && !pb->next_busy)
-		pub_release_publication(p);
-}
-
 /* Chunks from 0 that are uploaded, of each object: what NEXT can list. */
 static size_t uploaded_prefix(const struct pub_chunks *c)
 {
@@ -222,7 +196,7 @@ static void next_put_done(struct wsync_store_result *res, void *data);
 
 /* Rewrite NEXT if more chunks are uploaded than it lists (one write at a
  * time: one that comes while another is in flight follows it). */
-void pub_stream_announce(struct wsync_publisher *p)
+static void stream_announce(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 	struct wsync_manifest_next n = { 0 };
@@ -232,7 +206,7 @@ void pub_stream_announce(struct wsync_publisher *p)
 	size_t listed[2];
 	int r = 0;
 
-	if (!pb || !pb->stream_on || pb->ended || p->stopping || pb->part)
+	if (!pb || !pb->stream_on || pb->ended || p->stopping || !p->mode->announces)
 		return;	/* a part announces nothing: its record is its word */
 	if (pb->next_busy) {
 		pb->next_dirty = true;
@@ -278,9 +252,10 @@ void pub_stream_announce(struct wsync_publisher *p)
 		return;
 	}
 	r = wsync_store_put_buf(p->d->store, WSYNC_MANIFEST_NEXT_KEY, pb->next_doc.data,
-				pb->next_doc.len, next_put_done, p);
+				pb->next_doc.len, next_put_done, pb);
 	if (r < 0)
 		return;
+	pub_hold(pb);
 	pb->next_busy = true;
 	pb->next_listed[0] = listed[0];
 	pb->next_listed[1] = listed[1];
@@ -288,10 +263,12 @@ void pub_stream_announce(struct wsync_publisher *p)
 
 static void next_put_done(struct wsync_store_result *res, void *data)
 {
-	struct wsync_publisher *p = data;
-	struct publication *pb = p->pub;
+	struct publication *pb = data;
+	struct wsync_publisher *p = pb->p;
 
 	pb->next_busy = false;
+	if (pub_unhold(p, pb))
+		return;
 	if (res->err < 0) {
 		/* Subscribers then build after the commit, as without NEXT:
 		 * nothing is lost but the head start. */
@@ -308,9 +285,8 @@ static void next_put_done(struct wsync_store_result *res, void *data)
 			 pb->next_listed[0] + pb->next_listed[1],
 			 pb->next_listed[0] + pb->next_listed[1] == 1 ? "" : "s");
 	}
-	maybe_release(p, pb);
-	if (p->pub == pb && (pb->next_dirty || res->err == 0))
-		pub_stream_announce(p);
+	if (pb->next_dirty || res->err == 0)
+		stream_announce(p);
 }
 
 static void chunk_put_done(struct wsync_store_result *res, void *data)
@@ -322,6 +298,8 @@ static void chunk_put_done(struct wsync_store_result *res, void *data)
 
 	free(q);
 	pb->chunk_inflight--;
+	if (pub_unhold(p, pb))
+		return;
 	if (res->err < 0) {
 		c->state = PUB_CHUNK_WAITING;	/* again in PUB_UPLOAD, after a backoff */
 		if (!pb->chunk_error) {
@@ -332,18 +310,14 @@ static void chunk_put_done(struct wsync_store_result *res, void *data)
 	} else {
 		c->state = PUB_CHUNK_UPLOADED;	/* counted with the version, at HEAD */
 	}
-	if (pb->ended) {
-		maybe_release(p, pb);
-		return;
-	}
 	if (res->err == 0) {
-		pub_stream_announce(p);
+		stream_announce(p);
 		if (!pb->chunk_error)
 			pub_stream_submit(p);	/* the next ones (a failure waits
 						 * for PUB_UPLOAD's backoff) */
 	}
 	if (p->state == PUB_UPLOAD)
-		pub_objects_settled(p);
+		objects_settled(p);
 }
 
 /* Every chunk of the objects cut (the job is done), uploaded?  1 yes, 0
@@ -362,9 +336,9 @@ int pub_stream_uploaded(struct publication *pb)
 }
 
 /* The job ended: take its last chunks (the wake may not have come yet). */
-int pub_stream_job_done(struct publication *pb)
+int pub_stream_job_done(struct wsync_publisher *p, struct publication *pb)
 {
-	return pb->stream_on ? take_chunks(pb) : 0;
+	return pb->stream_on ? take_chunks(p->mode, pb) : 0;
 }
 
 const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication *pb, int role)
@@ -380,3 +354,80 @@ const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication
 	}
 	return pb->manifest_chunks[role];
 }
+
+/* ---- UPLOAD: the objects ---- */
+
+static void object_put_done(struct wsync_store_result *res, void *data);
+
+/* Every put and chunk of the objects came back: DONE, or FAILED with the
+ * first error. */
+static void objects_settled(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+	int chunks = pub_stream_uploaded(pb);
+
+	if (pb->puts_pending || chunks == 0)
+		return;
+	if (chunks < 0 && !pb->put_error)
+		pb->put_error = chunks;
+	if (pb->put_error) {
+		struct wsync_store_result r2 = { .err = pb->put_error };
+
+		PATHF(r2.error.msg, "%s", p->last_error);
+		r2.error.code = pb->put_error;
+		pub_report_failed(p, "uploading objects", &r2);
+		return;
+	}
+	pub_store_ok(p);
+	pub_report(p, PUB_EV_DONE);
+}
+
+static void put_object(struct wsync_publisher *p, const char *key, const char *path)
+{
+	struct publication *pb = p->pub;
+	int r;
+
+	pb->puts_pending++;
+	pub_hold(pb);
+	r = wsync_store_put_file(p->d->store, key, path, object_put_done, p);
+	if (r < 0) {
+		pb->puts_pending--;
+		pb->inflight--;
+		pb->put_error = r;
+	}
+}
+
+void pub_upload_start(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+
+	pub_status(p, "uploading version %" PRIu64 " (%" PRIu64 " bytes)", pb->version,
+		   (pb->job.has_delta ? pb->job.delta_size : 0) +
+			   (pb->job.has_anchor ? pb->job.anchor_size : 0));
+	pb->put_error = 0;
+	pb->chunk_error = 0;
+	pub_stream_submit(p);	/* chunks not uploaded yet, or that failed */
+	if (pb->job.has_anchor && !pub_stream_chunked(pb, 1))
+		put_object(p, pb->anchor_key, pb->anchor_path);
+	if (pb->job.has_delta && !pub_stream_chunked(pb, 0))
+		put_object(p, pb->delta_key, pb->delta_path);
+	objects_settled(p);
+}
+
+static void object_put_done(struct wsync_store_result *res, void *data)
+{
+	struct wsync_publisher *p = data;
+	struct publication *pb = p->pub;
+
+	if (res->err < 0 && !pb->put_error) {
+		pb->put_error = res->err;
+		pub_set_error(p, "uploading version %" PRIu64 ": %s", pb->version,
+			      wsync_error_str(&res->error));
+	}
+	--pb->puts_pending;
+	if (pub_unhold(p, pb))
+		return;
+	if (p->state == PUB_UPLOAD)
+		objects_settled(p);
+}
+

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * publisher_parts_assign.c -- which files and which steps are a part's
+ * (publisher_local.h, BUCKET.md §7): the assignment rule every instance
+ * computes alike from the same listing, a part's share of a checkpoint,
+ * and the order of (run, step) by which parts move forward together.
+ * The rule is the contract between instances: it must not change
+ * without a format version.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint_scan.h"
+#include "publisher_local.h"
+
+static bool is_shard(const char *path)
+{
+	size_t n = strlen(path);
+
+	return n > 12 && strcmp(path + n - 12, ".safetensors") == 0;
+}
+
+struct by_size {
+	const struct ckscan_file *f;
+	size_t i;
+};
+
+static int cmp_by_size(const void *a, const void *b)
+{
+	const struct by_size *x = a, *y = b;
+
+	if (x->f->size != y->f->size)
+		return x->f->size > y->f->size ? -1 : 1;
+	return strcmp(x->f->path, y->f->path);
+}
+
+int pub_parts_assign(const struct ckscan_tree *t, unsigned parts, unsigned *owner)
+{
+	uint64_t *load = calloc(parts ? parts : 1, sizeof(*load));
+	struct by_size *s = malloc((t->n ? t->n : 1) * sizeof(*s));
+	size_t n = 0;
+
+	if (!load || !s) {
+		free(load);
+		free(s);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		if (is_shard(t->files[i].path)) {
+			s[n++] = (struct by_size){ &t->files[i], i };
+		} else {
+			owner[i] = 1;
+			load[0] += t->files[i].size;
+		}
+	}
+	/* the largest first, each to the part with the least so far (the
+	 * lowest number of those): every instance gets the same answer from
+	 * the same listing */
+	qsort(s, n, sizeof(*s), cmp_by_size);
+	for (size_t k = 0; k < n; k++) {
+		unsigned best = 0;
+
+		for (unsigned q = 1; q < parts; q++)
+			if (load[q] < load[best])
+				best = q;
+		owner[s[k].i] = best + 1;
+		load[best] += s[k].f->size;
+	}
+	free(load);
+	free(s);
+	return 0;
+}
+
+void pub_parts_others_free(char **others, size_t n)
+{
+	for (size_t i = 0; others && i < n; i++)
+		free(others[i]);
+	free(others);
+}
+
+size_t pub_parts_select(struct ckscan_tree *t, unsigned part, unsigned parts,
+			const struct wsync_file_filter *part_filter, char ***others,
+			size_t *n_others)
+{
+	unsigned *owner = NULL;
+	size_t kept = 0, no = 0;
+	char **o = NULL;
+
+	if (others) {
+		*others = NULL;
+		*n_others = 0;
+	}
+	if (parts <= 1)
+		return t->n;
+	if (others && !(o = malloc((t->n ? t->n : 1) * sizeof(*o))))
+		return 0;
+	if (!part_filter) {
+		owner = malloc((t->n ? t->n : 1) * sizeof(*owner));
+		if (!owner || pub_parts_assign(t, parts, owner) < 0) {
+			free(owner);
+			free(o);
+			return 0;
+		}
+	}
+	t->total_bytes = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		bool mine = owner ? owner[i] == part :
+				    wsync_file_filter_match(part_filter, t->files[i].path);
+
+		if (!mine) {
+			if (o)
+				o[no++] = t->files[i].path;	/* tree order: sorted */
+			else
+				free(t->files[i].path);
+			continue;
+		}
+		t->total_bytes += t->files[i].size;
+		t->files[kept++] = t->files[i];
+	}
+	t->n = kept;
+	free(owner);
+	if (others) {
+		*others = o;
+		*n_others = no;
+	}
+	return kept;
+}
+
+/* ---- runs and steps ---- */
+
+uint64_t pub_parts_run_of(const struct wsync_manifest *hm, int64_t step)
+{
+	if (!hm->version)
+		return 0;
+	/* a step below the one committed: the trainer went back (it resumed
+	 * from an older checkpoint), a new run.  The same step is the same
+	 * run: the committed checkpoint itself, seen again (a part that lost
+	 * its state), and published already. */
+	return step < hm->step ? hm->run + 1 : hm->run;
+}
+
+int pub_parts_cmp(uint64_t r1, int64_t s1, uint64_t r2, int64_t s2)
+{
+	if (r1 != r2)
+		return r1 < r2 ? -1 : 1;
+	return s1 < s2 ? -1 : s1 > s2;
+}
+
+/* ---- the mode's questions of a checkpoint ---- */
+
+static const struct wsync_file_filter *part_filter(const struct wsync_publisher *p)
+{
+	return p->part_explicit ? &p->part_filter : NULL;
+}
+
+size_t pub_parts_narrow(struct wsync_publisher *p, struct ckscan_tree *t, bool *own_only)
+{
+	*own_only = p->part_explicit;
+	/* a part naming its files judges only them; one by the rule judges
+	 * the whole (every part sees it) and takes its share after */
+	if (!p->part_explicit)
+		return t->n;
+	return pub_parts_select(t, p->part, p->parts, part_filter(p), NULL, NULL);
+}
+
+int pub_parts_take(struct wsync_publisher *p, struct candidate *c, int dfd, char *why,
+		   size_t why_len)
+{
+	const struct wsync_manifest *hm = &p->head_manifest;
+	uint64_t run;
+
+	if (!p->part_explicit &&
+	    pub_parts_select(&c->tree, p->part, p->parts, NULL, &c->others, &c->n_others) == 0) {
+		snprintf(why, why_len, "no file of it is this part's (more parts than weight "
+			 "shards?)");
+		return 0;
+	}
+	if (p->inplace) {
+		int64_t gs;
+
+		/* parts match steps by number: a counter of our own would not
+		 * agree with the other parts' */
+		if (ckscan_read_global_step(dfd, &gs) < 0) {
+			snprintf(why, why_len, "a step number: publisher parts in place need "
+				 "trainer_state.json's global_step");
+			return 0;
+		}
+	}
+	run = pub_parts_run_of(hm, c->step);
+	if (hm->version && c->step == hm->step && run == hm->run) {
+		why[0] = '\0';	/* HEAD's own step: published */
+		return 0;
+	}
+	if (p->has_target && pub_parts_cmp(run, c->step, p->target_run, p->target_step) < 0) {
+		snprintf(why, why_len, "nothing: step %" PRId64 " is behind the parts' step "
+			 "%" PRId64, c->step, p->target_step);
+		return 0;
+	}
+	return 1;
+}
