@@ -221,7 +221,8 @@ static int lock_runtime(struct manager *m, struct wsync_error *err)
 	char *lock = NULL;
 	int r;
 
-	r = wsync_mkdir_p(m->cfg->runtime_dir, 0755);
+	/* a reboot empties it anyway: made, never synced */
+	r = wsync_mkdir_p_later(m->cfg->runtime_dir, 0755, NULL);
 	if (r < 0)
 		wsync_error_set(&e, r, "cannot create it: %s", strerror(-r));
 	else if (asprintf(&lock, "%s/lock", m->cfg->runtime_dir) < 0)

@@ -132,7 +132,9 @@ static int mkdir_durable(const char *p, mode_t mode)
 	return r;
 }
 
-int wsync_mkdir_p(const char *path, unsigned mode)
+/* mkdir -p path, each directory made by one(p, mode, data). */
+static int mkdir_each(const char *path, unsigned mode,
+		      int (*one)(const char *p, mode_t mode, void *data), void *data)
 {
 	char *p = strdup(path);
 	int r = 0;
@@ -143,13 +145,94 @@ int wsync_mkdir_p(const char *path, unsigned mode)
 		if (*q != '/')
 			continue;
 		*q = '\0';
-		r = mkdir_durable(p, (mode_t)mode);
+		r = one(p, (mode_t)mode, data);
 		*q = '/';
 	}
 	if (r == 0)
-		r = mkdir_durable(p, (mode_t)mode);
+		r = one(p, (mode_t)mode, data);
 	free(p);
 	return r;
+}
+
+static int mkdir_now(const char *p, mode_t mode, void *data)
+{
+	(void)data;
+	return mkdir_durable(p, mode);
+}
+
+int wsync_mkdir_p(const char *path, unsigned mode)
+{
+	return mkdir_each(path, mode, mkdir_now, NULL);
+}
+
+int wsync_dir_syncs_add(struct wsync_dir_syncs *later, const char *dir)
+{
+	char **nd;
+
+	for (size_t i = 0; i < later->n; i++)
+		if (strcmp(later->dirs[i], dir) == 0)
+			return 0;
+	nd = realloc(later->dirs, (later->n + 1) * sizeof(*nd));
+	if (!nd)
+		return -ENOMEM;
+	later->dirs = nd;
+	if (!(nd[later->n] = strdup(dir)))
+		return -ENOMEM;
+	later->n++;
+	return 0;
+}
+
+/* mkdir p; when it made it, note its parent for a later fsync. */
+static int mkdir_noted(const char *p, mode_t mode, void *data)
+{
+	struct wsync_dir_syncs *later = data;
+	char *dir;
+	int r;
+
+	if (mkdir(p, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	if (!later)
+		return 0;
+	dir = parent_of(p);
+	if (!dir)
+		return -ENOMEM;
+	r = wsync_dir_syncs_add(later, dir);
+	free(dir);
+	return r;
+}
+
+int wsync_mkdir_p_later(const char *path, unsigned mode, struct wsync_dir_syncs *later)
+{
+	return mkdir_each(path, mode, mkdir_noted, later);
+}
+
+int wsync_dir_syncs_run(struct wsync_dir_syncs *later)
+{
+	int r = 0;
+
+	for (size_t i = 0; i < later->n; i++) {
+		int fd = open(later->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		/* one we may not open: nothing better can be done (mkdir_durable) */
+		if (fd >= 0) {
+			int e = wsync_fsync(fd);
+
+			if (e < 0 && r == 0)
+				r = e;
+			(void)close(fd);
+		}
+	}
+	wsync_dir_syncs_free(later);
+	return r;
+}
+
+void wsync_dir_syncs_free(struct wsync_dir_syncs *later)
+{
+	for (size_t i = 0; i < later->n; i++)
+		free(later->dirs[i]);
+	free(later->dirs);
+	later->dirs = NULL;
+	later->n = 0;
 }
 
 /* ---- atomic replacement ---- */

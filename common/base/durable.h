@@ -151,4 +151,26 @@ void wsync_atomic_abort(struct wsync_atomic *a);
 int wsync_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf,
 		       size_t len, mode_t mode, unsigned flags, struct wsync_error *err);
 
+/*
+ * Directories made before the event loop runs, made durable after it
+ * does, off it: wsync_mkdir_p_later() is wsync_mkdir_p() without the
+ * fsyncs, noting the parent of each directory it makes in *later (NULL:
+ * never durable, for runtime_dir, which a reboot empties anyway);
+ * wsync_dir_syncs_add() notes one more directory to fsync.  The caller
+ * runs wsync_dir_syncs_run() in its first job on the jobs thread: jobs
+ * run in order, so the entries are durable before anything durable is
+ * written inside them.  Both return 0 or a negative errno (-ENOMEM; for
+ * run, the first fsync that failed, every one tried); run empties the
+ * list, free frees it without syncing.
+ */
+struct wsync_dir_syncs {
+	char **dirs;
+	size_t n;
+};
+
+int wsync_mkdir_p_later(const char *path, unsigned mode, struct wsync_dir_syncs *later);
+int wsync_dir_syncs_add(struct wsync_dir_syncs *later, const char *dir);
+int wsync_dir_syncs_run(struct wsync_dir_syncs *later);
+void wsync_dir_syncs_free(struct wsync_dir_syncs *later);
+
 #endif

@@ -380,6 +380,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 	case PUB_IDLE:
 		if (p->pub)
 			break;	/* an ended publication's requests are still to come back */
+		if (p->stopping && p->syncs_running)
+			break;	/* start_syncs_done comes back here */
 		if (p->stopping) {
 			enter(p, PUB_STOPPED);
 			break;
@@ -600,7 +602,8 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		goto fail;
 	/* state_dir/publisher and runtime_dir */
 	snprintf(p->pub_dir, sizeof(p->pub_dir), "%s/publisher", cfg->state_dir);
-	r = wsync_mkdir_p(p->pub_dir, 0750);
+	/* made durable by the first job (start_syncs), off the loop */
+	r = wsync_mkdir_p_later(p->pub_dir, 0750, &p->dir_syncs);
 	if (r < 0) {
 		r = wsync_error_set(err, r, "state_dir %s: %s", cfg->state_dir, strerror(-r));
 		goto fail;
@@ -619,7 +622,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		goto fail;
 	}
 	if (!once_dir) {
-		r = wsync_mkdir_p(cfg->runtime_dir, 0755);
+		r = wsync_mkdir_p_later(cfg->runtime_dir, 0755, NULL);
 		if (r < 0) {
 			r = wsync_error_set(err, r, "runtime_dir %s: %s", cfg->runtime_dir,
 					    strerror(-r));
@@ -669,6 +672,28 @@ int wsync_publisher_new_once(struct wsync_daemon *d, const char *dir, wsync_role
 	return r;
 }
 
+/* The first job: the folders made at start durable (before any job
+ * writes inside them: jobs run in order). */
+static void start_syncs_work(void *data)
+{
+	struct wsync_publisher *p = data;
+	int r = wsync_dir_syncs_run(&p->dir_syncs);
+
+	if (r < 0)
+		log_warning("%s: fsync of the folders made at start: %s", p->pub_dir,
+			    strerror(-r));
+}
+
+static void start_syncs_done(void *data, bool cancelled)
+{
+	struct wsync_publisher *p = data;
+
+	(void)cancelled;
+	p->syncs_running = false;
+	if (p->stopping && p->state == PUB_IDLE)
+		enter(p, PUB_IDLE);	/* the stop waited for it */
+}
+
 int wsync_publisher_start(struct wsync_publisher *p)
 {
 	uv_loop_t *loop = p->d->loop;
@@ -681,6 +706,12 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
 	p->part_timer.data = p;
 	p->started = true;
+	if (p->dir_syncs.n) {
+		if (wsync_jobs_submit(p->d->jobs, start_syncs_work, start_syncs_done, p) < 0)
+			wsync_dir_syncs_free(&p->dir_syncs);
+		else
+			p->syncs_running = true;
+	}
 	if (pub_stream_init(p) < 0)
 		log_warning("cannot set up the streaming upload: versions are uploaded once "
 			    "coded");
@@ -742,6 +773,7 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	p->pub = NULL;
 	wsync_manifest_free(&p->head_manifest);
 	wsync_buf_free(&p->recover_head_doc);
+	wsync_dir_syncs_free(&p->dir_syncs);
 	wsync_sign_key_free(p->key);
 	wsync_instance_unlock(&p->state_lock);
 	wsync_file_filter_free(&p->filter);

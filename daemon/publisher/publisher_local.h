@@ -51,6 +51,7 @@
 #include "checkpoint_complete.h"
 #include "checkpoint_scan.h"
 #include "delta.h"
+#include "durable.h"
 #include "instance_lock.h"
 #include "manifest.h"
 #include "metrics.h"
@@ -271,6 +272,7 @@ struct wsync_publisher {
 	struct wsync_instance_lock state_lock;	/* state_dir/publisher/lock */
 	struct wsync_file_filter filter;
 	char pub_dir[PATH_MAX];
+	struct wsync_dir_syncs dir_syncs;	/* made at new, synced by the first job */
 	char watch_dir[PATH_MAX];
 	char skip_top[NAME_MAX + 1];	/* state_dir inside an in-place watch_dir */
 	bool inplace;
@@ -284,6 +286,7 @@ struct wsync_publisher {
 	void (*dispatch)(struct wsync_publisher *p, const struct pub_event *ev);
 	enum pub_state state, retry_state;
 	bool stopping, started;
+	bool syncs_running;		/* the start's folder syncs, on the jobs thread */
 	unsigned closing;		/* handles still closing */
 
 	uv_timer_t scan_timer;		/* debounce and quiet deadlines */

@@ -982,7 +982,10 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		if (!dirs[i])
 			continue;
-		r = wsync_mkdir_p(dirs[i], 0755);
+		/* made durable by the start-up job, off the loop; runtime_dir
+		 * never (a reboot empties it anyway) */
+		r = wsync_mkdir_p_later(dirs[i], 0755, dirs[i] == cfg->runtime_dir ? NULL :
+							 &s->dir_syncs);
 		if (r < 0) {
 			r = wsync_error_set(err, r, "%s: cannot create: %s", dirs[i], strerror(-r));
 			goto fail;
@@ -993,7 +996,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 
 		if (slash && slash != parent)
 			*slash = '\0';
-		r = parent ? wsync_mkdir_p(parent, 0755) : -ENOMEM;
+		r = parent ? wsync_mkdir_p_later(parent, 0755, &s->dir_syncs) : -ENOMEM;
 		free(parent);
 		if (r == 0)
 			r = sub_layout_prepare(cfg->target_dir, err);
@@ -1005,7 +1008,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 	}
 	/* (layout = symlink before a first version: no target, no .wsync yet) */
 	if (cfg->layout != WSYNC_LAYOUT_SYMLINK || access(cfg->target_dir, F_OK) == 0) {
-		meta = sub_meta_open(cfg->target_dir, true, err);
+		meta = sub_meta_open(cfg->target_dir, true, &s->dir_syncs, err);
 		if (meta < 0) {
 			r = meta;
 			wsync_error_prefix(err, "[subscriber] target_dir");
@@ -1105,7 +1108,14 @@ fail:
 static void startup_work(void *data)
 {
 	struct wsync_subscriber *s = data;
-	int n = sub_remove_stray_temps(s->cfg->target_dir), dirs;
+	int n, dirs, r;
+
+	/* the folders made at start, durable before anything is written in
+	 * them (this is the first job) */
+	r = wsync_dir_syncs_run(&s->dir_syncs);
+	if (r < 0)
+		log_warning("fsync of the folders made at start: %s", strerror(-r));
+	n = sub_remove_stray_temps(s->cfg->target_dir);
 
 	/* A state save killed between its temp and the rename. */
 	sub_state_remove_temp(s->cfg->target_dir);
@@ -1230,6 +1240,7 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 	cycle_free(s->c);
 	sub_ahead_free(s);
 	sub_local_free(&s->local);
+	wsync_dir_syncs_free(&s->dir_syncs);
 	wsync_sign_key_free(s->verify);
 	wsync_file_filter_free(&s->filter);
 	free(s->include);

@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "durable.h"
 #include "file_filter.h"
 #include "instance_lock.h"
 #include "manifest.h"
@@ -134,6 +135,7 @@ struct wsync_subscriber {
 	bool partial;			/* the filter does not take every file */
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
+	struct wsync_dir_syncs dir_syncs;	/* made at new, synced by the start-up job */
 	struct wsync_instance_lock target_lock, state_lock;
 	struct sub_hooks hooks;
 	bool hooks_init;

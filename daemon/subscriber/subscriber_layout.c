@@ -359,7 +359,7 @@ int sub_layout_prepare(const char *target, struct wsync_error *err)
 				       "link (layout = symlink)", target);
 	/* A directory: what layout = inplace left, or an empty one.  Its
 	 * .wsync is checked before anything in it is read, as in place. */
-	meta = sub_meta_open(target, false, err);
+	meta = sub_meta_open(target, false, NULL, err);
 	if (meta < 0 && meta != -ENOENT)
 		return meta;
 	wsync_error_clear(err);

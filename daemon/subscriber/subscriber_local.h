@@ -61,6 +61,7 @@
 #include <signal.h>
 #include <uv.h>
 
+#include "durable.h"
 #include "apply.h"
 #include "config.h"
 #include "file_filter.h"
@@ -298,7 +299,8 @@ bool sub_is_meta_path(const char *rel);
  * symbolic link or not a directory; -EPERM when it belongs to another user
  * or others may write it; other negative errnos (err says which).
  */
-int sub_meta_open(const char *target, bool create, struct wsync_error *err);
+int sub_meta_open(const char *target, bool create, struct wsync_dir_syncs *later,
+		  struct wsync_error *err);
 
 /* The margin kept free on top of what a step writes: 16 MiB plus 1/32
  * (metadata, the state file, and the file system's own needs). */

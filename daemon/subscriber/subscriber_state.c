@@ -279,7 +279,7 @@ int sub_state_save(const char *target, const struct sub_local *s, struct wsync_e
 
 	if (asprintf(&path, "%s/" SUB_META_DIR "/" STATE_NAME, target) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	meta = sub_meta_open(target, true, err);
+	meta = sub_meta_open(target, true, NULL, err);
 	r = meta < 0 ? meta : sub_local_save_at(meta, path, s, err);
 	if (meta >= 0)
 		(void)close(meta);
@@ -303,7 +303,7 @@ int sub_state_load(int meta, const char *target, struct sub_local *out,
 
 void sub_state_remove_temp(const char *target)
 {
-	int meta = sub_meta_open(target, false, NULL);
+	int meta = sub_meta_open(target, false, NULL, NULL);
 
 	if (meta < 0)
 		return;
@@ -552,7 +552,8 @@ bool sub_is_meta_path(const char *rel)
 	return strncmp(rel, SUB_META_DIR, n) == 0 && (rel[n] == '\0' || rel[n] == '/');
 }
 
-int sub_meta_open(const char *target, bool create, struct wsync_error *err)
+int sub_meta_open(const char *target, bool create, struct wsync_dir_syncs *later,
+		  struct wsync_error *err)
 {
 	int tfd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1, r = 0, made = -1;
 	struct stat st;
@@ -570,7 +571,11 @@ int sub_meta_open(const char *target, bool create, struct wsync_error *err)
 	 * directory, after apply synced it): its entry must be as durable as
 	 * the state.json about to be written in it, or a power loss after the
 	 * flip leaves a version without its marker. */
-	if (made == 0 && (r = wsync_fsync(tfd)) < 0) {
+	if (made == 0 && later)
+		r = wsync_dir_syncs_add(later, target);
+	else if (made == 0)
+		r = wsync_fsync(tfd);
+	if (r < 0) {
 		r = wsync_error_set(err, r, "%s: fsync: %s", target, strerror(-r));
 		goto out;
 	}

@@ -1021,31 +1021,31 @@ static void test_meta_not_ours(void)
 
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(meta, sizeof(meta), "%s/.wsync", dir);
-	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, false, &err), ENOENT);
-	fd = sub_meta_open(dir, true, &err);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, false, NULL, &err), ENOENT);
+	fd = sub_meta_open(dir, true, NULL, &err);
 	CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) &&
 	      (st.st_mode & 07777) == 0755 && st.st_uid == geteuid());
 	if (fd >= 0)
 		(void)close(fd);
 	CHECK(chmod(meta, 0775) == 0);
-	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, &err), EPERM);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, NULL, &err), EPERM);
 	CHECK_CONTAINS(err.msg, "is writable by other users");
 	CHECK(chmod(meta, 0757) == 0);
-	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, false, &err), EPERM);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, false, NULL, &err), EPERM);
 	CHECK(chmod(meta, 0755) == 0);
 	if (geteuid() == 0) {
 		CHECK(chown(meta, 65534, 65534) == 0);
-		CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, &err), EPERM);
+		CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, NULL, &err), EPERM);
 		CHECK_CONTAINS(err.msg, "belongs to another user");
 		CHECK(chown(meta, 0, 0) == 0);
 	}
-	fd = sub_meta_open(dir, false, &err);
+	fd = sub_meta_open(dir, false, NULL, &err);
 	CHECK(fd >= 0);
 	if (fd >= 0)
 		(void)close(fd);
 	CHECK(rmdir(meta) == 0);
 	write_file(meta, "x", 1);
-	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, &err), ELOOP);
+	CHECK_EQ_U64((uint64_t)-sub_meta_open(dir, true, NULL, &err), ELOOP);
 	CHECK_CONTAINS(err.msg, "is a file, not a directory");
 	CHECK(unlink(meta) == 0 && rmdir(dir) == 0);
 }
