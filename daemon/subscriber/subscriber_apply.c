@@ -96,32 +96,6 @@ static int copy_range(int in, uint64_t off, int out, uint64_t at, uint64_t len,
 	return r == -ENODATA ? -EINVAL : r;
 }
 
-static int cmp_file_ptr(const void *a, const void *b)
-{
-	const struct wsync_manifest_file *const *x = a, *const *y = b;
-
-	return strcmp((*x)->path, (*y)->path);
-}
-
-int sub_cmp_path_mfile(const void *key, const void *elem)
-{
-	const struct wsync_manifest_file *const *y = elem;
-
-	return strcmp(key, (*y)->path);
-}
-
-const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m)
-{
-	const struct wsync_manifest_file **v = calloc(m->n_files + 1, sizeof(*v));
-
-	if (!v)
-		return NULL;
-	for (size_t i = 0; i < m->n_files; i++)
-		v[i] = &m->files[i];
-	qsort(v, m->n_files, sizeof(*v), cmp_file_ptr);
-	return v;
-}
-
 /* 0. A partial subscriber's step from an indexed object: the head and the
  * ranges of the files taken, one after another, each piece as the signed
  * manifest says; *len gets their length. */

@@ -174,7 +174,9 @@ int sub_local_full_check(const char *target, const struct sub_local *s, char *wh
 			 size_t why_len);
 
 /* The manifest's files as pointers sorted by path (manifests need not be),
- * for bsearch() with sub_cmp_path_mfile (key: a path).  NULL: no memory. */
+ * for bsearch() with sub_cmp_path_mfile (key: a path); the caller frees
+ * the array.  NULL: no memory.  (subscriber_state.c: the adoption's and
+ * the apply's.) */
 const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m);
 int sub_cmp_path_mfile(const void *key, const void *elem);
 
