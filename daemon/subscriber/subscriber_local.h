@@ -58,7 +58,6 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include <signal.h>
 #include <uv.h>
 
 #include "apply.h"
@@ -344,6 +343,9 @@ int sub_layout_prepare(const char *target, struct wsync_error *err);
 
 /* ---- hooks after an applied version (subscriber_hook.c) ---- */
 
+struct wsync_http;
+struct notify_post;
+
 struct sub_hooks {
 	uv_loop_t *loop;
 	const struct wsync_config *cfg;
@@ -352,8 +354,7 @@ struct sub_hooks {
 	uint64_t timeout_ms;
 	void (*idle)(void *owner);	/* nothing runs any more (after stop too) */
 	void *owner;
-	bool stopping, curl_init;
-	volatile sig_atomic_t abort;	/* read by the notify thread */
+	bool stopping;
 	uint64_t next_version;		/* what the next run reports */
 	int64_t next_step;
 	unsigned failures;		/* hook runs that failed (for tests, status) */
@@ -366,6 +367,8 @@ struct sub_hooks {
 	int64_t cmd_step;
 
 	/* notify_url */
+	struct wsync_http *http;	/* made at the first POST */
+	struct notify_post *post;	/* the POST in flight */
 	bool notify_running, notify_pending;
 };
 
@@ -380,9 +383,10 @@ void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step, const c
 /* A command, its handles or a POST still around. */
 bool sub_hooks_busy(const struct sub_hooks *h);
 /* Drop what is queued, SIGTERM the running command's group (SIGKILL 2 s
- * later), abort the POST; idle() is called once everything is gone. */
+ * later), cancel the POST; idle() is called once everything is gone. */
 void sub_hooks_stop(struct sub_hooks *h);
-/* After idle (or when nothing ever ran).  NULL is accepted. */
+/* After idle (or when nothing ever ran).  NULL is accepted.  The loop
+ * must run afterwards: the POST engine's handles close on it. */
 void sub_hooks_free(struct sub_hooks *h);
 
 #endif
