@@ -7,16 +7,26 @@
  *    (target_dir/.wsync/state.json), saved atomically and durably; the
  *    cheap check that target_dir still holds what the state says (sizes
  *    and mtimes); safe path walking inside target_dir; removal of temp
- *    files a killed apply left behind.
- *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
- *    target_dir on the jobs thread, checked against its manifest, then
- *    state.json written.
+ *    files a killed apply left behind; the free-space check; a manifest's
+ *    files sorted by path (sub_sorted_files).
  *  - subscriber_layout.c: layout = symlink (version directories beside
  *    target_dir, hardlinked, and an atomic flip of the link).
- *  - subscriber_hook.c: on_apply and notify_url after a version is applied.
- *  - subscriber.c, subscriber_plan.c, subscriber_transfer.c: the role
- *    itself (polling, planning, downloads, status), sharing
- *    subscriber_cycle.h.
+ *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
+ *    target_dir on the jobs thread -- the object verified, applied, the
+ *    step finished (checked against its manifest, state.json written) --
+ *    and the files of a version built ahead of its commit.
+ *  - subscriber_hook.c: on_apply and notify_url after a version is applied
+ *    (the POST through http.h's engine, on the loop).
+ *  - the role itself, sharing subscriber_cycle.h, each file calling only
+ *    those after it: subscriber.c (lifetime, the cycle's control, HEAD,
+ *    MANIFEST, CHECK), subscriber_plan.c (the plan),
+ *    subscriber_transfer.c (downloads, steps applied in order),
+ *    subscriber_ahead.c (a version built ahead from NEXT),
+ *    subscriber_cycle.c (the services they share: status, errors, store
+ *    outages, requests, the end of a cycle, the close once stopped).
+ *  No two of these files call each other both ways (the layers above the
+ *  role's: cycle, hooks, apply, layout, state, each calling only those
+ *  after it); tests/layers/test-no-circles.py checks it.
  *
  * target_dir/.wsync/ is the subscriber's own corner of the target: the
  * state (below) and a lock file (one wsyncd or `wsync pull` per target).
