@@ -11,8 +11,8 @@
  *  - notify_url: a POST of {"version": N, "step": S, "dir": "..."} through
  *    http.h's engine on the loop (curl's multi-socket API, no thread):
  *    each attempt limited to on_apply_timeout, one retry of a transient
- *    failure after at most a second (bounds below run_notify's).  Stop
- *    cancels it at once.
+ *    failure after at most a second (the bounds: NOTIFY_ATTEMPTS below).
+ *    Stop cancels it at once.
  *
  * WSYNC_DIR (and "dir") is target_dir, or with layout = symlink the
  * version directory itself: it stays until the version after next, while
