@@ -190,6 +190,10 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 			  (unsigned long long)req->sink_max);
 		return 0;
 	}
+	if (req->sink == WSYNC_HTTP_SINK_DISCARD) {
+		req->received += n;
+		return n;
+	}
 	if (req->sink == WSYNC_HTTP_SINK_BUF) {
 		if (wsync_buf_append(&req->resp, ptr, n) < 0) {
 			sink_fail(req, -ENOMEM, "out of memory");
@@ -358,6 +362,8 @@ static int setup_easy(struct wsync_http_req *req)
 	SET(CURLOPT_FOLLOWLOCATION, 0L);	/* we follow, see prepare() */
 	SET(CURLOPT_TCP_KEEPALIVE, 1L);
 	SET(CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+	if (req->attempt_max_ms)
+		SET(CURLOPT_TIMEOUT_MS, (long)req->attempt_max_ms);
 	SET(CURLOPT_LOW_SPEED_LIMIT, 1L);
 	SET(CURLOPT_LOW_SPEED_TIME, low_speed_time < 1 ? 1L : low_speed_time);
 	SET(CURLOPT_SSL_VERIFYPEER, 1L);

@@ -35,7 +35,8 @@
  *    + timeout_ms + its size at WSYNC_HTTP_MIN_RATE (size: the larger of
  *    the request body and the expected response body, Content-Length or
  *    else sink_max).  A server that drips one byte a second defeats the
- *    first, not the second.
+ *    first, not the second.  A request may set a harder limit of its
+ *    own (attempt_max_ms).
  */
 #ifndef WSYNC_HTTP_H
 #define WSYNC_HTTP_H
@@ -76,6 +77,8 @@ enum wsync_http_body {
 enum wsync_http_sink {
 	WSYNC_HTTP_SINK_BUF,		/* into resp */
 	WSYNC_HTTP_SINK_FD,		/* pwrite into sink_fd from sink_offset */
+	WSYNC_HTTP_SINK_DISCARD,	/* counted in received, then dropped (an
+					 * answer only its status matters of) */
 };
 
 struct wsync_http_req;
@@ -95,6 +98,9 @@ struct wsync_http_req {
 					 * Content-Length or its bytes say so */
 	int sink_fd;
 	uint64_t sink_offset;
+	uint64_t attempt_max_ms;	/* 0, or no attempt lasts longer than this,
+					 * whatever moves (curl's CURLOPT_TIMEOUT_MS):
+					 * -ETIMEDOUT, retried as any timeout */
 	/* Build req->headers for the attempt about to start: free the old
 	 * list, make a new one.  redirect_url is NULL for the first hop, else
 	 * the URL the server sent us to.  Return 0, or a negative errno to end

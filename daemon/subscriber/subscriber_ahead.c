@@ -55,53 +55,6 @@
  * not to double the requests of every poll for nothing. */
 #define NEXT_MISSING_POLLS 10
 
-struct sub_ahead {
-	size_t gen;			/* this attempt's number: a late answer to a
-					 * dropped one is not taken for it */
-	uint64_t version;
-	int64_t step;
-	bool anchor;			/* building from the anchor (a fresh target) */
-	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
-	struct wsync_manifest_chunk *chunks;	/* as NEXT lists them (keys owned) */
-	size_t n_chunks, cap;
-	uint64_t *arrived;		/* per chunk, bytes in the file */
-	size_t done;			/* chunks in the file, checked */
-	uint64_t size;			/* their bytes */
-	uint64_t asked;			/* object bytes requested so far */
-	unsigned inflight;		/* ranges requested, not back */
-	bool capped;
-	char *path, *part_path;
-	int fd;
-	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
-	size_t built;			/* files of its index built */
-	uint64_t staged_upto;		/* object bytes whose files are built */
-	struct wsync_apply_staged *staged;
-	struct sub_ahead_build job;
-	size_t job_files;		/* files the running job builds up to */
-	bool job_running;
-	bool claimed;			/* a step of the cycle took it */
-	bool dropped;			/* drop once the job is back */
-	uint64_t bytes_built;
-	double build_seconds;		/* of the build jobs */
-	uint64_t t0;
-};
-
-bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version, uint64_t *files)
-{
-	const struct sub_ahead *a = s->ahead;
-
-	if (!a || a->dropped)
-		return false;
-	*version = a->version;
-	*files = a->built;
-	return true;
-}
-
-bool sub_ahead_busy(const struct wsync_subscriber *s)
-{
-	return s->ahead && s->ahead->job_running;
-}
-
 static void ahead_free(struct sub_ahead *a)
 {
 	for (size_t k = 0; k < a->n_chunks; k++)
@@ -236,7 +189,7 @@ static void build_done(void *data, bool cancelled)
 		return;
 	}
 	if (a->claimed) {
-		sub_try_apply(s);	/* the commit waited for this job */
+		a->resume(s);	/* the commit waited for this job */
 		return;
 	}
 	build(s);
@@ -550,7 +503,8 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 
 /* ---- the commit ---- */
 
-bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st)
+bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
+		     void (*resume)(struct wsync_subscriber *s))
 {
 	struct sub_ahead *a = s->ahead;
 	const struct wsync_manifest *m = &st->ms->m;
@@ -579,6 +533,7 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st)
 	if (!(st->path = strdup(a->path)))
 		return false;
 	a->claimed = true;
+	a->resume = resume;
 	st->ahead = true;
 	st->ahead_from = a->size;
 	log_info("version %" PRIu64 ": %zu of %zu chunks fetched and %zu files built before "

@@ -37,6 +37,10 @@
  *     after the check is never written through.  apply has fsynced its
  *     files and directories, so the state never describes data that could
  *     still be lost.
+ *
+ * sub_apply_work runs it in three parts: verify_object (the object against
+ * its signed manifest, opened as a delta), apply_step (1 to 3) and
+ * finish_step (4 to 6).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,32 +98,6 @@ static int copy_range(int in, uint64_t off, int out, uint64_t at, uint64_t len,
 		len -= n;
 	}
 	return r == -ENODATA ? -EINVAL : r;
-}
-
-static int cmp_file_ptr(const void *a, const void *b)
-{
-	const struct wsync_manifest_file *const *x = a, *const *y = b;
-
-	return strcmp((*x)->path, (*y)->path);
-}
-
-int sub_cmp_path_mfile(const void *key, const void *elem)
-{
-	const struct wsync_manifest_file *const *y = elem;
-
-	return strcmp(key, (*y)->path);
-}
-
-const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m)
-{
-	const struct wsync_manifest_file **v = calloc(m->n_files + 1, sizeof(*v));
-
-	if (!v)
-		return NULL;
-	for (size_t i = 0; i < m->n_files; i++)
-		v[i] = &m->files[i];
-	qsort(v, m->n_files, sizeof(*v), cmp_file_ptr);
-	return v;
 }
 
 /* 0. A partial subscriber's step from an indexed object: the head and the
@@ -585,104 +563,127 @@ static int check_result(struct sub_apply_job *j, int root)
 	return 0;
 }
 
-void sub_apply_work(void *data)
-{
-	struct sub_apply_job *j = data;
-	struct wsync_delta_reader *d = NULL;
-	const struct wsync_manifest_file **mf = NULL;
-	struct wsync_apply_opts ao = { .threads = j->threads,
-				       .memory_limit = j->memory_limit };
-	const char *dir = j->target_dir;	/* where the step is written */
-	char *build = NULL;
-	bool built = false;
-	int fd = -1, root = -1, r;
+/* What the three parts of a step share (sub_apply_work owns it). */
+struct step_run {
+	int fd;				/* the object (-1: not open) */
+	struct wsync_delta_reader *d;	/* over it */
+	const char *dir;		/* where the step is written: target_dir,
+					 * or build */
+	char *build;			/* symlink layout: the version directory
+					 * being built */
+	bool built;			/* build exists and is not current: removed
+					 * if the step fails */
+	int root;			/* dir, open (-1: not open) */
+	const struct wsync_manifest_file **mf;	/* the manifest's files by path */
+};
 
-	wsync_error_clear(&j->err);
-	j->verify_failed = false;
-	j->local_damaged = false;
-	fd = open(j->object_path, (j->filter ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-	if (fd < 0) {
-		r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
-		goto out;
-	}
-	/* the object was checked against its manifest's size and xxh3 when it
-	 * came, and wsync_apply checks each segment as it reads it; the
-	 * SHA-256 is what binds it to a signed manifest (XXH3 is no defence
-	 * against a bucket writer who can forge one) -- for the records of
-	 * some files fetched by the object's index, each record's SHA-256 */
+/*
+ * 1. Verify the object: open it and check it against what the signed
+ * manifest says -- the SHA-256 of the whole, of each chunk (an object of
+ * parts), or of each piece fetched by the index -- cut a partial
+ * subscriber's files out of a whole object, and open it as a delta.
+ * The object was checked against its manifest's size and xxh3 when it
+ * came, and wsync_apply checks each segment as it reads it; the SHA-256
+ * is what binds it to a signed manifest (XXH3 is no defence against a
+ * bucket writer who can forge one).  0, or a negative errno with j->err
+ * set (and j->verify_failed when the object is at fault).
+ */
+static int verify_object(struct sub_apply_job *j, struct step_run *run)
+{
+	int r;
+
+	run->fd = open(j->object_path, (j->filter ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	if (run->fd < 0)
+		return wsync_error_set(&j->err, -errno, "%s: %s", j->object_path,
+				       strerror(errno));
 	if (j->filter && j->sel) {
 		uint64_t len = 0;
 
-		r = check_pieces(j, fd, &len);
+		r = check_pieces(j, run->fd, &len);
 		if (r == 0) {
 			/* ranges whose bytes are not whole FILE and SEGMENT
 			 * records: the index lies about the object */
-			r = wsync_delta_end_partial(fd, len, &j->err);
+			r = wsync_delta_end_partial(run->fd, len, &j->err);
 			if (r == -EINVAL)
 				j->verify_failed = true;
 		}
 		if (r < 0)
-			goto out;
+			return r;
 	} else if (j->obj && j->obj->has_sha256) {
 		uint8_t got[WSYNC_SHA256_LEN];
 
-		r = wsync_sha256_fd(fd, j->object_path, got, &j->err);
+		r = wsync_sha256_fd(run->fd, j->object_path, got, &j->err);
 		if (r == 0 && memcmp(got, j->obj->sha256, sizeof(got)) != 0) {
 			r = wsync_error_set(&j->err, -EINVAL, "its SHA-256 is not the manifest's");
 			j->verify_failed = true;
 		}
 		if (r < 0)
-			goto out;
+			return r;
 	} else if (j->obj && j->obj->hashless) {
 		/* an object of parts (BUCKET.md §7): no hash of the whole,
 		 * each chunk's SHA-256 binds it */
-		r = check_chunks_sha256(j, fd);
+		r = check_chunks_sha256(j, run->fd);
 		if (r < 0)
-			goto out;
+			return r;
 	}
 	if (j->filter && !j->sel) {	/* a whole object: keep the files taken */
-		r = cut_files(j, &fd);
+		r = cut_files(j, &run->fd);
 		if (r < 0)
-			goto out;
+			return r;
 	}
-	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
+	r = wsync_delta_reader_open_fd_as(run->fd, WSYNC_DELTA_SEGMENTS_LATER, &run->d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r == 0 && j->filter && j->sel)
-		r = check_ranges_hold(j, d);
-	if (r < 0)
-		goto out;
+		r = check_ranges_hold(j, run->d);
+	return r;
+}
+
+/*
+ * 2. Apply: into target_dir, or (symlink layout) a version directory made
+ * for it; the delta checked against the manifest and the target's paths
+ * against symbolic links first, the room for what it writes checked, then
+ * wsync_apply (or the files built ahead renamed in).  A delta refused on
+ * the data asks whether the target itself was damaged.  0, or a negative
+ * errno with j->err set.
+ */
+static int apply_step(struct sub_apply_job *j, struct step_run *run)
+{
+	struct wsync_apply_opts ao = { .threads = j->threads,
+				       .memory_limit = j->memory_limit };
+	struct wsync_delta_reader *d = run->d;
+	int r;
+
 	if (j->symlink_layout) {
 		/* a partial subscriber's version carries the files it does not
 		 * take along, an anchor too */
 		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor || j->filter,
-				     &build, &j->err);
+				     &run->build, &j->err);
 		if (r < 0)
-			goto out;
-		built = true;
-		dir = build;
+			return r;
+		run->built = true;
+		run->dir = run->build;
 	}
 	if (j->pause_ms)	/* tests: what readers see meanwhile (test_hooks.h) */
 		(void)usleep((useconds_t)j->pause_ms * 1000);
-	mf = sub_sorted_files(j->m);
-	root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (!mf || root < 0) {
-		r = !mf ? wsync_error_set(&j->err, -ENOMEM, "out of memory") :
-			  wsync_error_set(&j->err, -errno, "%s: %s", dir, strerror(errno));
-		goto out;
-	}
-	r = check_delta_matches(j, d, mf);
+	run->mf = sub_sorted_files(j->m);
+	run->root = open(run->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!run->mf || run->root < 0)
+		return !run->mf ? wsync_error_set(&j->err, -ENOMEM, "out of memory") :
+				  wsync_error_set(&j->err, -errno, "%s: %s", run->dir,
+						  strerror(errno));
+	r = check_delta_matches(j, d, run->mf);
 	if (r == 0)
-		r = check_symlinks(j, root, d, mf);
+		r = check_symlinks(j, run->root, d, run->mf);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r < 0)
-		goto out;
+		return r;
 
 	if (j->staged) {
 		double t0 = wsync_monotonic_seconds();
 
-		r = apply_staged(j, fd, d, &ao);
+		r = apply_staged(j, run->fd, d, &ao);
 		j->stats.seconds = wsync_monotonic_seconds() - t0;
 		goto applied;
 	}
@@ -694,15 +695,15 @@ void sub_apply_work(void *data)
 			if (d->files[i].file.op == WSYNC_DELTA_WRITE)
 				need += d->files[i].file.target_size;
 		snprintf(what, sizeof(what), "version %llu", (unsigned long long)j->m->version);
-		r = sub_space_check(dir, need, what, &j->err);
+		r = sub_space_check(run->dir, need, what, &j->err);
 		if (r < 0)
-			goto out;
+			return r;
 	}
 	if (j->is_anchor) {
-		ao.out_dir = dir;
+		ao.out_dir = run->dir;
 		r = wsync_apply(d, j->empty_dir, &ao, &j->stats, &j->err);
 	} else {
-		r = wsync_apply(d, dir, &ao, &j->stats, &j->err);
+		r = wsync_apply(d, run->dir, &ao, &j->stats, &j->err);
 		/* Refused: the delta's fault or the target's?  Only damage to
 		 * the target justifies rebuilding it from an older anchor (which
 		 * serves older versions on the way); a bad delta leaves the
@@ -710,7 +711,8 @@ void sub_apply_work(void *data)
 		if (r == -EINVAL && j->prev && j->prev->version > 0) {
 			char why[512];
 
-			j->local_damaged = sub_local_full_check(dir, j->prev, why, sizeof(why)) != 0;
+			j->local_damaged = sub_local_full_check(run->dir, j->prev, why,
+								sizeof(why)) != 0;
 			if (j->local_damaged)
 				wsync_error_prefix(&j->err, "the target was damaged (%s)", why);
 		}
@@ -718,37 +720,65 @@ void sub_apply_work(void *data)
 applied:
 	if (r == -EINVAL)
 		j->verify_failed = true;
-	if (r < 0)
-		goto out;
+	return r;
+}
+
+/*
+ * 3. Finish the step: an anchor's files the version no longer has
+ * deleted, the result checked against the manifest, state.json saved
+ * (durably, after the data it describes), and with the symlink layout the
+ * link flipped to the new version and old versions pruned.  0, or a
+ * negative errno with j->err set.
+ */
+static int finish_step(struct sub_apply_job *j, struct step_run *run)
+{
+	int r = 0;
+
 	/* a fresh version dir has nothing to drop */
 	if (j->is_anchor && (!j->symlink_layout || j->filter))
-		r = delete_dropped(j, root, mf);
+		r = delete_dropped(j, run->root, run->mf);
 	if (r == 0)
-		r = check_result(j, root);
+		r = check_result(j, run->root);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r == 0)
-		r = sub_state_save(dir, &j->next, &j->err);
+		r = sub_state_save(run->dir, &j->next, &j->err);
 	if (r == 0 && j->symlink_layout) {
-		r = sub_layout_commit(j->target_dir, build, j->version_dir, &j->err);
+		r = sub_layout_commit(j->target_dir, run->build, j->version_dir, &j->err);
 		if (r == 0) {
-			built = false;	/* it is the current version now */
+			run->built = false;	/* it is the current version now */
 			(void)sub_layout_prune(j->target_dir, j->m->version);
 		}
 	}
-out:
-	if (built && r < 0)
-		(void)wsync_rm_rf(build);	/* the link still names the old version */
-	free(build);
+	return r;
+}
+
+void sub_apply_work(void *data)
+{
+	struct sub_apply_job *j = data;
+	struct step_run run = { .fd = -1, .root = -1, .dir = j->target_dir };
+	int r;
+
+	wsync_error_clear(&j->err);
+	j->verify_failed = false;
+	j->local_damaged = false;
+	r = verify_object(j, &run);
+	if (r == 0)
+		r = apply_step(j, &run);
+	if (r == 0)
+		r = finish_step(j, &run);
+	if (run.built && r < 0)
+		(void)wsync_rm_rf(run.build);	/* the link still names the old version */
+	free(run.build);
 	if (r < 0)
 		sub_local_free(&j->next);
 	j->r = r;
-	wsync_delta_reader_free(d);
-	free(mf);
-	if (root >= 0)
-		(void)close(root);
-	if (fd >= 0)
-		(void)close(fd);
+	wsync_delta_reader_free(run.d);
+	free(run.mf);
+	if (run.root >= 0)
+		(void)close(run.root);
+	if (run.fd >= 0)
+		(void)close(run.fd);
 	/* The download has served its purpose (or failed it): never apply it twice. */
 	(void)unlink(j->object_path);
 }

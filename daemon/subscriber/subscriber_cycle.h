@@ -1,10 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * subscriber_cycle.h -- the subscriber role's own state and the parts of
- * its cycle (subscriber.c) that live in files of their own: the plan
- * (subscriber_plan.c) and the transfer (subscriber_transfer.c).  Not a
- * public header: only those three include it.  All of it runs on the loop
- * thread.
+ * its cycle (subscriber.c) that live in files of their own: the services
+ * they all share (subscriber_cycle.c), the plan (subscriber_plan.c), the
+ * transfer (subscriber_transfer.c) and the version built ahead
+ * (subscriber_ahead.c).  Not a public header: only those files include
+ * it.  All of it runs on the loop thread.
+ *
+ * Calls go one way, down this list: subscriber.c -> subscriber_plan.c ->
+ * subscriber_transfer.c -> subscriber_ahead.c -> subscriber_cycle.c, and
+ * each may call any below it (tests/layers/test-no-circles.py: no two
+ * files call each other both ways).  Where a lower file must reach a
+ * higher one it goes through a pointer the higher one gave it: the poll
+ * timer's s->on_poll, the resume of sub_ahead_claim.
  */
 #ifndef WSYNC_SUBSCRIBER_CYCLE_H
 #define WSYNC_SUBSCRIBER_CYCLE_H
@@ -124,6 +132,44 @@ struct req {
 	size_t first_piece, n_pieces;	/* and the step's whole pieces it holds (0: part of one) */
 };
 
+/* A version built ahead of its commit (subscriber_ahead.c's; here so that
+ * the status and the stop can read it without a call into that file). */
+struct wsync_delta_indexer;
+
+struct sub_ahead {
+	size_t gen;			/* this attempt's number: a late answer to a
+					 * dropped one is not taken for it */
+	uint64_t version;
+	int64_t step;
+	bool anchor;			/* building from the anchor (a fresh target) */
+	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
+	struct wsync_manifest_chunk *chunks;	/* as NEXT lists them (keys owned) */
+	size_t n_chunks, cap;
+	uint64_t *arrived;		/* per chunk, bytes in the file */
+	size_t done;			/* chunks in the file, checked */
+	uint64_t size;			/* their bytes */
+	uint64_t asked;			/* object bytes requested so far */
+	unsigned inflight;		/* ranges requested, not back */
+	bool capped;
+	char *path, *part_path;
+	int fd;
+	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
+	size_t built;			/* files of its index built */
+	uint64_t staged_upto;		/* object bytes whose files are built */
+	struct wsync_apply_staged *staged;
+	struct sub_ahead_build job;
+	size_t job_files;		/* files the running job builds up to */
+	bool job_running;
+	bool claimed;			/* a step of the cycle took it */
+	bool dropped;			/* drop once the job is back */
+	uint64_t bytes_built;
+	double build_seconds;		/* of the build jobs */
+	uint64_t t0;
+	/* the claiming step's apply, called when the build job it waited
+	 * for is back (sub_ahead_claim's resume) */
+	void (*resume)(struct wsync_subscriber *s);
+};
+
 struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
@@ -150,6 +196,8 @@ struct wsync_subscriber {
 
 	enum phase phase;
 	uv_timer_t timer;
+	uv_timer_cb on_poll;		/* the timer's callback: the next cycle
+					 * (subscriber.c's) */
 	bool timer_init, closing, stopping;
 	struct req *reqs;
 	struct cycle *c;
@@ -180,14 +228,16 @@ struct wsync_subscriber {
 	char line[512];
 };
 
-/* ---- subscriber.c ---- */
+/* ---- subscriber_cycle.c ---- */
 
 /* Status: the one-line summary from the state, for systemd, the status
- * file and a one-shot run's progress; the last error (shown by it);
+ * file and a one-shot run's progress (sub_update_status, which writes the
+ * file too; sub_write_status writes it alone); the last error (shown by it);
  * a refusal of bucket data (VERIFY_FAILED, logged here); a store request
  * that failed after the store's retries (what: the request) or worked --
  * an outage is reported as role.h says. */
 void sub_update_status(struct wsync_subscriber *s);
+void sub_write_status(struct wsync_subscriber *s);
 void sub_set_error(struct wsync_subscriber *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void sub_verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what);
@@ -232,22 +282,50 @@ static inline struct mslot *sub_slot(struct cycle *c, uint64_t v)
  * once nothing is in flight, the hooks, the status, the next poll. */
 void sub_cycle_fail(struct wsync_subscriber *s);
 void sub_end_cycle(struct wsync_subscriber *s);
+/* Free a cycle (NULL accepted): its open downloads closed and removed. */
+void sub_cycle_free(struct cycle *c);
+/* The cycle is over (failed: after a failure): IDLE, and the poll timer
+ * (s->on_poll) after poll_interval +-20%, or the backoff; a one-shot run
+ * finishes instead. */
+void sub_schedule_next(struct wsync_subscriber *s, bool failed);
+/* One-shot: report once the run is finished and the hooks (if any) are
+ * done. */
+void sub_once_report(struct wsync_subscriber *s);
 
-/* Stopping: close once nothing runs any more. */
+/* Stopping: close once nothing runs any more (the poll timer's close,
+ * then the daemon's stopped()). */
 void sub_maybe_stopped(struct wsync_subscriber *s);
+
+/* What is being built ahead, for the status: the version and the files
+ * built so far (false: nothing). */
+static inline bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version,
+				      uint64_t *files)
+{
+	const struct sub_ahead *a = s->ahead;
+
+	if (!a || a->dropped)
+		return false;
+	*version = a->version;
+	*files = a->built;
+	return true;
+}
+
+/* A build job is running (the commit's apply, and the stop, wait for it). */
+static inline bool sub_ahead_busy(const struct wsync_subscriber *s)
+{
+	return s->ahead && s->ahead->job_running;
+}
 
 /* ---- subscriber_ahead.c ---- */
 
 /* Idle and up to date: read NEXT, build the version it announces. */
 void sub_ahead_poll(struct wsync_subscriber *s);
 /* Does step st (the first of a plan) take what was built ahead?  Then its
- * path is the object so far and ahead_from how much of it there is. */
-bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st);
-/* What is being built ahead, for the status: the version and the files
- * built so far (false: nothing). */
-bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version, uint64_t *files);
-/* A build job is running (the commit's apply waits for it). */
-bool sub_ahead_busy(const struct wsync_subscriber *s);
+ * path is the object so far and ahead_from how much of it there is, and
+ * resume(s) is called when a build job still running is back (the
+ * step's apply waits for it). */
+bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
+		     void (*resume)(struct wsync_subscriber *s));
 /* The apply job of the claiming step: the staged temps. */
 void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j);
 /* Seconds the build jobs took (the apply's share done before the commit). */

@@ -8,14 +8,11 @@
  *    WSYNC_DIR added to the daemon's environment.  A timer kills the whole
  *    group (SIGKILL) after on_apply_timeout: a reload script that forks a
  *    curl must not leave it behind.
- *  - notify_url: a POST of {"version": N, "step": S, "dir": "..."} with a
- *    plain curl easy handle on a libuv pool thread (uv_queue_work), one
- *    retry after a second, each attempt limited to on_apply_timeout.  The
- *    transfer watches an abort flag from its progress callback, so stop
- *    ends it within about a second.  (The pool is libuv's, shared with
- *    uv_fs_*: one slot out of four, for at most two timeouts.  A second
- *    curl multi on the loop would be leaner but is a lot of code for one
- *    small POST per version.)
+ *  - notify_url: a POST of {"version": N, "step": S, "dir": "..."} through
+ *    http.h's engine on the loop (curl's multi-socket API, no thread):
+ *    each attempt limited to on_apply_timeout, one retry of a transient
+ *    failure after at most a second (the bounds: NOTIFY_ATTEMPTS below).
+ *    Stop cancels it at once.
  *
  * WSYNC_DIR (and "dir") is target_dir, or with layout = symlink the
  * version directory itself: it stays until the version after next, while
@@ -40,6 +37,7 @@
 #include <jansson.h>
 
 #include "curl_lazy.h"
+#include "http.h"
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_local.h"
@@ -205,104 +203,65 @@ static void run_command(struct sub_hooks *h)
 
 /* ---- notify_url ---- */
 
-struct notify_job {
-	uv_work_t work;
+/*
+ * The POST's bounds, as they were when it ran on a pool thread with
+ * curl_easy_perform: each attempt at most on_apply_timeout (its connect
+ * at most 10 s of it), and one retry -- here only of what http.h calls
+ * transient, after its backoff (at most a second, or a Retry-After) and
+ * starting within on_apply_timeout + 1 s of the first: two timeouts and
+ * a second in all.  The answer's body is dropped, whatever its size.
+ */
+#define NOTIFY_ATTEMPTS 2
+#define NOTIFY_RETRY_MS 1000
+#define NOTIFY_CONNECT_MAX_MS 10000
+
+struct notify_post {
+	struct wsync_http_req req;
 	struct sub_hooks *h;
-	char *url, *body;
+	char *body;
 	uint64_t version;
 	int64_t step;
-	uint64_t timeout_ms;
-	volatile sig_atomic_t *abort;
-	char error[CURL_ERROR_SIZE + 64];
-	bool ok;
 };
 
-static size_t discard(void *p, size_t size, size_t n, void *ud)
+static int notify_prepare(struct wsync_http_req *req, const char *redirect_url)
 {
-	(void)p;
-	(void)ud;
-	return size * n;
-}
+	struct curl_slist *l;
 
-static int xferinfo(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
-{
-	struct notify_job *j = ud;
-
-	(void)a, (void)b, (void)c, (void)d;
-	return *j->abort ? 1 : 0;
-}
-
-static void notify_work(uv_work_t *w)
-{
-	struct notify_job *j = w->data;
-	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-	CURL *e = curl_easy_init();
-	char ebuf[CURL_ERROR_SIZE];
-
-	if (!e || !hdr) {
-		snprintf(j->error, sizeof(j->error), "out of memory");
-		goto out;
+	(void)redirect_url;	/* a POST is never redirected (http.h) */
+	l = curl_slist_append(NULL, "Content-Type: application/json");
+	if (l && !curl_slist_append(l, "User-Agent: wsyncd")) {
+		curl_slist_free_all(l);
+		l = NULL;
 	}
-	for (int attempt = 0; attempt < 2 && !*j->abort; attempt++) {
-		long code = 0;
-		CURLcode rc;
-
-		if (attempt > 0)	/* one retry, a second later (interruptible) */
-			for (int i = 0; i < 10 && !*j->abort; i++)
-				usleep(100000);
-		ebuf[0] = '\0';
-		curl_easy_reset(e);
-		curl_easy_setopt(e, CURLOPT_URL, j->url);
-		curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, j->body);
-		curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)j->timeout_ms);
-		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-				 (long)(j->timeout_ms < 10000 ? j->timeout_ms : 10000));
-		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, ebuf);
-		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
-		curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-		curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, xferinfo);
-		curl_easy_setopt(e, CURLOPT_XFERINFODATA, j);
-		curl_easy_setopt(e, CURLOPT_USERAGENT, "wsyncd");
-		rc = curl_easy_perform(e);
-		if (rc == CURLE_OK)
-			(void)curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
-		if (rc == CURLE_OK && code >= 200 && code < 300) {
-			j->ok = true;
-			break;
-		}
-		if (rc != CURLE_OK)
-			snprintf(j->error, sizeof(j->error), "%s", *j->abort ? "stopped" :
-				 ebuf[0] ? ebuf : curl_easy_strerror(rc));
-		else
-			snprintf(j->error, sizeof(j->error), "HTTP status %ld", code);
-	}
-out:
-	curl_slist_free_all(hdr);
-	if (e)
-		curl_easy_cleanup(e);
+	if (!l)
+		return -ENOMEM;
+	req->headers = l;
+	return 0;
 }
 
 static void run_notify(struct sub_hooks *h);
 
-static void notify_done(uv_work_t *w, int status)
+static void notify_done(struct wsync_http_req *req)
 {
-	struct notify_job *j = w->data;
-	struct sub_hooks *h = j->h;
+	struct notify_post *p = (struct notify_post *)req;
+	struct sub_hooks *h = p->h;
+	char what[CURL_ERROR_SIZE + 32];
 
 	h->notify_running = false;
-	if (status == UV_ECANCELED)
-		snprintf(j->error, sizeof(j->error), "cancelled");
-	if (j->ok && status == 0)
-		log_info("version %" PRIu64 ": notify_url answered", j->version);
+	h->post = NULL;
+	/* a 3xx: not followed for a POST, the status is the answer */
+	if (req->err == 0 || (req->status >= 300 && req->status < 400))
+		snprintf(what, sizeof(what), "HTTP status %ld", req->status);
+	else
+		snprintf(what, sizeof(what), "%s", req->errmsg);
+	if (req->err == 0 && req->status >= 200 && req->status < 300)
+		log_info("version %" PRIu64 ": notify_url answered", p->version);
 	else if (!h->stopping)
-		hook_failed(h, j->version, j->step, "POST to notify_url failed twice: %s",
-			    j->error);
-	free(j->url);
-	free(j->body);
-	free(j);
+		hook_failed(h, p->version, p->step, "POST to notify_url failed%s: %s",
+			    req->attempts > 1 ? " twice" : "", what);
+	wsync_http_req_release(req);
+	free(p->body);
+	free(p);
 	if (h->notify_pending && !h->stopping) {
 		h->notify_pending = false;
 		run_notify(h);
@@ -311,43 +270,67 @@ static void notify_done(uv_work_t *w, int status)
 	maybe_idle(h);
 }
 
+/* The engine, made at the first POST (its handles open from then on,
+ * closed by sub_hooks_free). */
+static int notify_engine(struct sub_hooks *h)
+{
+	struct wsync_http_options o = {
+		.max_active = 1,
+		.attempts = NOTIFY_ATTEMPTS,
+		.retry_base_ms = NOTIFY_RETRY_MS,
+		.retry_cap_ms = NOTIFY_RETRY_MS,
+		.retry_total_ms = h->timeout_ms + NOTIFY_RETRY_MS,
+		.timeout_ms = h->timeout_ms,
+		.connect_timeout_ms = h->timeout_ms < NOTIFY_CONNECT_MAX_MS ? h->timeout_ms :
+				      NOTIFY_CONNECT_MAX_MS,
+	};
+
+	if (h->http)
+		return 0;
+	return wsync_http_new(h->loop, &o, &h->http);
+}
+
 static void run_notify(struct sub_hooks *h)
 {
-	struct notify_job *j = calloc(1, sizeof(*j));
+	struct notify_post *p = calloc(1, sizeof(*p));
 	json_t *o = json_pack("{s:I, s:I, s:s}", "version", (json_int_t)h->next_version, "step",
 			      (json_int_t)h->next_step, "dir",
 			      h->next_dir ? h->next_dir : h->dir);
 	int r;
 
-	if (j && o) {
-		j->body = json_dumps(o, JSON_COMPACT);
-		j->url = strdup(h->cfg->notify_url);
-	}
+	if (p && o)
+		p->body = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
-	if (!j || !j->body || !j->url) {
-		if (j) {
-			free(j->body);
-			free(j->url);
-		}
-		free(j);
+	if (!p || !p->body) {
+		if (p)
+			free(p->body);
+		free(p);
 		hook_failed(h, h->next_version, h->next_step, "notify_url: out of memory");
 		return;
 	}
-	j->h = h;
-	j->version = h->next_version;
-	j->step = h->next_step;
-	j->timeout_ms = h->timeout_ms;
-	j->abort = &h->abort;
-	j->work.data = j;
-	r = uv_queue_work(h->loop, &j->work, notify_work, notify_done);
+	r = notify_engine(h);
 	if (r < 0) {
-		hook_failed(h, j->version, j->step, "notify_url: %s", uv_strerror(r));
-		free(j->body);
-		free(j->url);
-		free(j);
+		hook_failed(h, h->next_version, h->next_step, "notify_url: %s", strerror(-r));
+		free(p->body);
+		free(p);
 		return;
 	}
+	p->h = h;
+	p->version = h->next_version;
+	p->step = h->next_step;
+	p->req.method = "POST";
+	p->req.url = h->cfg->notify_url;
+	p->req.body = WSYNC_HTTP_BODY_BUF;
+	p->req.body_buf = p->body;
+	p->req.body_len = strlen(p->body);
+	p->req.sink = WSYNC_HTTP_SINK_DISCARD;
+	p->req.sink_max = UINT64_MAX;
+	p->req.attempt_max_ms = h->timeout_ms;
+	p->req.prepare = notify_prepare;
+	p->req.done = notify_done;
+	h->post = p;
 	h->notify_running = true;
+	wsync_http_submit(h->http, &p->req);	/* done() comes from the loop */
 }
 
 /* ---- the interface ---- */
@@ -365,15 +348,12 @@ int sub_hooks_init(struct sub_hooks *h, uv_loop_t *loop, const struct wsync_conf
 	h->idle = idle;
 	h->owner = owner;
 	if (cfg->notify_url) {
+		/* here, so that a libcurl that cannot load is said at start */
 		r = wsync_curl_load(err);
 		if (r < 0) {
 			wsync_error_prefix(err, "notify_url");
 			return r;
 		}
-		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-			return wsync_error_set(err, -ENOMEM, "notify_url: libcurl "
-					       "cannot start");
-		h->curl_init = true;
 	}
 	return 0;
 }
@@ -409,7 +389,9 @@ void sub_hooks_stop(struct sub_hooks *h)
 {
 	h->stopping = true;
 	h->cmd_pending = h->notify_pending = false;
-	h->abort = 1;
+	/* its done() follows from the loop, and with it idle() */
+	if (h->notify_running)
+		wsync_http_cancel(h->http, &h->post->req);
 	if (h->cmd_running) {
 		log_info("stopping: ending the on_apply of version %" PRIu64, h->cmd_version);
 		if (kill(-h->proc.pid, SIGTERM) < 0)
@@ -425,8 +407,12 @@ void sub_hooks_free(struct sub_hooks *h)
 		return;
 	free(h->next_dir);
 	h->next_dir = NULL;
-	if (h->curl_init) {
-		curl_global_cleanup();
-		h->curl_init = false;
-	}
+	/* A POST still in flight (no stop before) ends here: its done() runs
+	 * now, and must neither log nor call back into an owner being freed.
+	 * The engine's handles close on the loop. */
+	h->stopping = true;
+	h->notify_pending = false;
+	h->idle = NULL;
+	wsync_http_free(h->http);
+	h->http = NULL;
 }

@@ -7,16 +7,26 @@
  *    (target_dir/.wsync/state.json), saved atomically and durably; the
  *    cheap check that target_dir still holds what the state says (sizes
  *    and mtimes); safe path walking inside target_dir; removal of temp
- *    files a killed apply left behind.
- *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
- *    target_dir on the jobs thread, checked against its manifest, then
- *    state.json written.
+ *    files a killed apply left behind; the free-space check; a manifest's
+ *    files sorted by path (sub_sorted_files).
  *  - subscriber_layout.c: layout = symlink (version directories beside
  *    target_dir, hardlinked, and an atomic flip of the link).
- *  - subscriber_hook.c: on_apply and notify_url after a version is applied.
- *  - subscriber.c, subscriber_plan.c, subscriber_transfer.c: the role
- *    itself (polling, planning, downloads, status), sharing
- *    subscriber_cycle.h.
+ *  - subscriber_apply.c: one step (a delta or an anchor) applied onto
+ *    target_dir on the jobs thread -- the object verified, applied, the
+ *    step finished (checked against its manifest, state.json written) --
+ *    and the files of a version built ahead of its commit.
+ *  - subscriber_hook.c: on_apply and notify_url after a version is applied
+ *    (the POST through http.h's engine, on the loop).
+ *  - the role itself, sharing subscriber_cycle.h, each file calling only
+ *    those after it: subscriber.c (lifetime, the cycle's control, HEAD,
+ *    MANIFEST, CHECK), subscriber_plan.c (the plan),
+ *    subscriber_transfer.c (downloads, steps applied in order),
+ *    subscriber_ahead.c (a version built ahead from NEXT),
+ *    subscriber_cycle.c (the services they share: status, errors, store
+ *    outages, requests, the end of a cycle, the close once stopped).
+ *  No two of these files call each other both ways (the layers above the
+ *  role's: cycle, hooks, apply, layout, state, each calling only those
+ *  after it); tests/layers/test-no-circles.py checks it.
  *
  * target_dir/.wsync/ is the subscriber's own corner of the target: the
  * state (below) and a lock file (one wsyncd or `wsync pull` per target).
@@ -58,7 +68,6 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include <signal.h>
 #include <uv.h>
 
 #include "durable.h"
@@ -175,7 +184,9 @@ int sub_local_full_check(const char *target, const struct sub_local *s, char *wh
 			 size_t why_len);
 
 /* The manifest's files as pointers sorted by path (manifests need not be),
- * for bsearch() with sub_cmp_path_mfile (key: a path).  NULL: no memory. */
+ * for bsearch() with sub_cmp_path_mfile (key: a path); the caller frees
+ * the array.  NULL: no memory.  (subscriber_state.c: the adoption's and
+ * the apply's.) */
 const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m);
 int sub_cmp_path_mfile(const void *key, const void *elem);
 
@@ -344,6 +355,9 @@ int sub_layout_prepare(const char *target, struct wsync_error *err);
 
 /* ---- hooks after an applied version (subscriber_hook.c) ---- */
 
+struct wsync_http;
+struct notify_post;
+
 struct sub_hooks {
 	uv_loop_t *loop;
 	const struct wsync_config *cfg;
@@ -352,8 +366,7 @@ struct sub_hooks {
 	uint64_t timeout_ms;
 	void (*idle)(void *owner);	/* nothing runs any more (after stop too) */
 	void *owner;
-	bool stopping, curl_init;
-	volatile sig_atomic_t abort;	/* read by the notify thread */
+	bool stopping;
 	uint64_t next_version;		/* what the next run reports */
 	int64_t next_step;
 	unsigned failures;		/* hook runs that failed (for tests, status) */
@@ -366,6 +379,8 @@ struct sub_hooks {
 	int64_t cmd_step;
 
 	/* notify_url */
+	struct wsync_http *http;	/* made at the first POST */
+	struct notify_post *post;	/* the POST in flight */
 	bool notify_running, notify_pending;
 };
 
@@ -380,9 +395,10 @@ void sub_hooks_fire(struct sub_hooks *h, uint64_t version, int64_t step, const c
 /* A command, its handles or a POST still around. */
 bool sub_hooks_busy(const struct sub_hooks *h);
 /* Drop what is queued, SIGTERM the running command's group (SIGKILL 2 s
- * later), abort the POST; idle() is called once everything is gone. */
+ * later), cancel the POST; idle() is called once everything is gone. */
 void sub_hooks_stop(struct sub_hooks *h);
-/* After idle (or when nothing ever ran).  NULL is accepted. */
+/* After idle (or when nothing ever ran).  NULL is accepted.  The loop
+ * must run afterwards: the POST engine's handles close on it. */
 void sub_hooks_free(struct sub_hooks *h);
 
 #endif

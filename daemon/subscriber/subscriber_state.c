@@ -413,6 +413,34 @@ int sub_local_full_check(const char *target, const struct sub_local *s, char *wh
 	return r;
 }
 
+/* ---- a manifest's files by path (here and subscriber_apply.c) ---- */
+
+static int cmp_file_ptr(const void *a, const void *b)
+{
+	const struct wsync_manifest_file *const *x = a, *const *y = b;
+
+	return strcmp((*x)->path, (*y)->path);
+}
+
+int sub_cmp_path_mfile(const void *key, const void *elem)
+{
+	const struct wsync_manifest_file *const *y = elem;
+
+	return strcmp(key, (*y)->path);
+}
+
+const struct wsync_manifest_file **sub_sorted_files(const struct wsync_manifest *m)
+{
+	const struct wsync_manifest_file **v = calloc(m->n_files + 1, sizeof(*v));
+
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < m->n_files; i++)
+		v[i] = &m->files[i];
+	qsort(v, m->n_files, sizeof(*v), cmp_file_ptr);
+	return v;
+}
+
 int sub_local_adopt(const char *target, const struct sub_local *prev,
 		    const struct wsync_manifest *m, const struct wsync_hash128 *manifest_hash,
 		    struct sub_local *out, char *why, size_t why_len)

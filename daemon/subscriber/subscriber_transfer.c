@@ -582,7 +582,7 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		struct req *q;
 		int r;
 
-		if (i == 0 && !st->sel && st->obj->n_chunks && sub_ahead_claim(s, st)) {
+		if (i == 0 && !st->sel && st->obj->n_chunks && sub_ahead_claim(s, st, sub_try_apply)) {
 			c->bytes_total -= st->ahead_from;	/* st->path: what it fetched */
 		} else {
 			if (i == 0)

@@ -16,7 +16,9 @@
  * attempt's deadline; a Retry-After in the year 2147483647 is clamped
  * (no overflow, no wait past the retry limit); a PUT is not redirected,
  * https is never downgraded to http; a cancelled request ends with
- * -ECANCELED from the loop.  And the header parsers on their own.
+ * -ECANCELED from the loop.  A body sent to SINK_DISCARD is counted, not
+ * kept; a request's attempt_max_ms cuts a drip short.  And the header
+ * parsers on their own.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -695,6 +697,45 @@ static void test_drip_deadline(void)
 	rig_stop(&r, reqs, 1);
 }
 
+/* SINK_DISCARD: the body is counted, not kept, whatever its size; and a
+ * request's attempt_max_ms ends an attempt that keeps moving (a drip)
+ * long before the engine's own deadline would. */
+static void test_discard_and_attempt_max(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n"
+			   "01234567890123456789" },
+		{ DRIP, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n" },
+	};
+	struct wsync_http_options o = fast;
+	struct rig r;
+	struct t_req a, b, *reqs[] = { &a, &b };
+	uint64_t t0;
+
+	o.attempts = 1;
+	o.max_active = 1;
+	rig_start(&r, script, 2, &o);
+	t_init(&a, &r.srv, "POST", "/discard");
+	a.h.sink = WSYNC_HTTP_SINK_DISCARD;
+	a.h.sink_max = UINT64_MAX;
+	wsync_http_submit(r.http, &a.h);
+	rig_wait(&r, reqs, 1);
+	CHECK(a.h.err == 0);
+	CHECK(a.h.status == 200);
+	CHECK_EQ_U64(a.h.received, 20);
+	CHECK_EQ_U64(a.h.resp.len, 0);
+	uv_update_time(&r.loop);
+	t0 = uv_now(&r.loop);
+	t_init(&b, &r.srv, "GET", "/drip");
+	b.h.attempt_max_ms = 500;
+	wsync_http_submit(r.http, &b.h);
+	rig_wait(&r, reqs, 2);
+	uv_update_time(&r.loop);
+	CHECK(b.h.err == -ETIMEDOUT);
+	CHECK(uv_now(&r.loop) - t0 >= 450 && uv_now(&r.loop) - t0 < 2000);
+	rig_stop(&r, reqs, 2);
+}
+
 /* Retry-After in the year 2147483647: clamped, so the wait would pass the
  * retry time limit and the 503 is final at once (it overflowed the
  * milliseconds before, and the garbage let the retries run). */
@@ -923,5 +964,6 @@ int main(void)
 	TEST(test_redirect_put_refused);
 	TEST(test_cancel);
 	TEST(test_drip_deadline);
+	TEST(test_discard_and_attempt_max);
 	return tap_done();
 }

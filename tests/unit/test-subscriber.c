@@ -30,6 +30,8 @@
  *    is room again;
  *  - on_apply sees WSYNC_VERSION/STEP/DIR, its failure is not fatal, a
  *    hung hook is killed at on_apply_timeout, stop ends a running hook;
+ *  - notify_url POSTs its JSON from the loop, retries a 503 once, not a
+ *    404, and stop cancels a POST the server never answers at once;
  *  - layout = symlink: target is a link flipped to target.v<N>, unchanged
  *    files hardlinked, the previous version kept and older ones removed,
  *    a refused step leaves the link and no version directory; an in-place
@@ -52,9 +54,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <jansson.h>
 
@@ -1229,6 +1235,143 @@ static void test_hook_timeout_and_stop(void)
 	ctx_free(&c);
 }
 
+/* ---- notify_url against a listener of this test ---- */
+
+/* A TCP listener on 127.0.0.1 (port in *port), non-blocking. */
+static int listen_local(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Run the loop until a connection comes to lfd and its whole request
+ * (head and Content-Length body) is in req; at most ms.  Returns the
+ * connection (for the caller to answer or not, and close), or -1. */
+static int take_request(struct ctx *c, int lfd, char *req, size_t cap, uint64_t ms)
+{
+	uint64_t t0 = now_ms();
+	size_t n = 0;
+	int fd = -1;
+
+	req[0] = '\0';
+	while (now_ms() - t0 < ms) {
+		char *end;
+
+		uv_run(&c->loop, UV_RUN_NOWAIT);
+		if (fd < 0)
+			fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			ssize_t k = recv(fd, req + n, cap - 1 - n, 0);
+
+			if (k > 0) {
+				n += (size_t)k;
+				req[n] = '\0';
+			}
+			end = strstr(req, "\r\n\r\n");
+			if (end) {
+				const char *cl = strcasestr(req, "\r\nContent-Length:");
+				size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0;
+
+				if (n >= (size_t)(end + 4 - req) + want)
+					return fd;
+			}
+		}
+		usleep(5000);
+	}
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+static void answer(int fd, const char *status)
+{
+	char buf[128];
+	int n = snprintf(buf, sizeof(buf), "HTTP/1.1 %s\r\nContent-Length: 0\r\n"
+			 "Connection: close\r\n\r\n", status);
+
+	CHECK(send(fd, buf, (size_t)n, MSG_NOSIGNAL) == n);
+	close(fd);
+}
+
+/* notify_url's POST goes out from the loop with its JSON body and
+ * headers; a transient answer (503) is retried and the retry's 204
+ * counts as answered; a 404 is not retried and is a hook failure; a
+ * server that never answers (on_apply_timeout a minute) is cancelled by
+ * stop() at once, and the loop still closes cleanly. */
+static void test_notify_url(void)
+{
+	struct ctx c;
+	char req[8192], want[PATH_MAX + 128];
+	int lfd, port = 0, fd;
+	uint64_t t0;
+
+	CHECK(ctx_init(&c, false, false) == 0);
+	lfd = listen_local(&port);
+	CHECK(lfd >= 0);
+	if (asprintf(&c.cfg.notify_url, "http://127.0.0.1:%d/hook", port) < 0)
+		c.cfg.notify_url = NULL;
+	c.cfg.on_apply_timeout_ms = 60000;
+	CHECK(publish(&c, 1, true, false) == 0);
+	CHECK(daemon_start(&c) == 0);
+	CHECK(run_until(&c, 1, false, 8000));
+	/* 503 first, then the retry is answered */
+	fd = take_request(&c, lfd, req, sizeof(req), 5000);
+	CHECK(fd >= 0);
+	snprintf(want, sizeof(want), "{\"version\":1,\"step\":100,\"dir\":\"%s\"}", c.target);
+	CHECK(strncmp(req, "POST /hook HTTP/1.1\r\n", 21) == 0);
+	CHECK(strcasestr(req, "\r\nContent-Type: application/json\r\n") != NULL);
+	CHECK(strcasestr(req, "\r\nUser-Agent: wsyncd\r\n") != NULL);
+	CHECK(strstr(req, "\r\n\r\n") && strcmp(strstr(req, "\r\n\r\n") + 4, want) == 0);
+	if (fd >= 0)
+		answer(fd, "503 Service Unavailable");
+	fd = take_request(&c, lfd, req, sizeof(req), 5000);	/* within a second */
+	CHECK(fd >= 0 && strncmp(req, "POST /hook HTTP/1.1\r\n", 21) == 0);
+	if (fd >= 0)
+		answer(fd, "204 No Content");
+	run_for(&c, 200);
+	CHECK(status_int(&c, "hook_failures") == 0);
+	/* a 404: not retried, one failure */
+	CHECK(publish(&c, 2, false, false) == 0);
+	CHECK(run_until(&c, 2, false, 8000));
+	fd = take_request(&c, lfd, req, sizeof(req), 5000);
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		answer(fd, "404 Not Found");
+	CHECK(run_until_int(&c, "hook_failures", 1, 5000));
+	run_for(&c, 1500);	/* longer than the retry's backoff: none comes */
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	CHECK(fd < 0);
+	if (fd >= 0)
+		close(fd);
+	/* a server that takes the POST and never answers: stop cancels it */
+	CHECK(publish(&c, 3, false, false) == 0);
+	CHECK(run_until(&c, 3, false, 8000));
+	fd = take_request(&c, lfd, req, sizeof(req), 5000);
+	CHECK(fd >= 0);
+	run_for(&c, 100);
+	t0 = now_ms();
+	CHECK(daemon_stop(&c));	/* the loop closes: uv_loop_close() == 0 */
+	printf("# stop with the POST in flight took %llu ms\n",
+	       (unsigned long long)(now_ms() - t0));
+	CHECK(now_ms() - t0 < 2000);
+	CHECK(status_int(&c, "hook_failures") == 1);	/* a stop is no failure */
+	if (fd >= 0)
+		close(fd);
+	close(lfd);
+	ctx_free(&c);
+}
+
 static bool link_is(const char *path, const char *want)
 {
 	char buf[PATH_MAX];
@@ -1358,6 +1501,7 @@ int main(void)
 	TEST(test_no_space);
 	TEST(test_hook_env_and_failure);
 	TEST(test_hook_timeout_and_stop);
+	TEST(test_notify_url);
 	TEST(test_layout_symlink);
 	TEST(test_layout_symlink_takes_over);
 	return tap_done();
