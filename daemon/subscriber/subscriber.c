@@ -700,15 +700,11 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		 * target (saved there first, then the old one removed). */
 		wsync_error_clear(&lerr);
 		r = sub_local_load(s->legacy_state, &s->local, &lerr);
-		if (r == 0 && meta >= 0 &&
-		    sub_local_save_at(meta, s->state_path, &s->local, &lerr) == 0) {
-			log_notice("moved the subscriber state from %s to %s", s->legacy_state,
-				   s->state_path);
-			(void)unlink(s->legacy_state);
-		} else if (r == 0) {
-			log_warning("%s; using %s for now", meta >= 0 ? wsync_error_str(&lerr) :
-				    "no target to move it into yet", s->legacy_state);
-		}
+		if (r == 0 && meta >= 0)
+			s->move_legacy = true;	/* by the start-up job, off the loop */
+		else if (r == 0)
+			log_warning("no target to move it into yet; using %s for now",
+				    s->legacy_state);
 	}
 	if (r == -ENOENT) {
 		log_info("%s: no state yet: the target will be brought to HEAD from an anchor",
@@ -744,6 +740,18 @@ static void startup_work(void *data)
 	r = wsync_dir_syncs_run(&s->dir_syncs);
 	if (r < 0)
 		log_warning("fsync of the folders made at start: %s", strerror(-r));
+	if (s->move_legacy) {
+		struct wsync_error e = { 0 };
+
+		if (sub_state_save(s->cfg->target_dir, &s->local, &e) == 0) {
+			log_notice("moved the subscriber state from %s to %s", s->legacy_state,
+				   s->state_path);
+			(void)unlink(s->legacy_state);
+		} else {
+			log_warning("%s; using %s for now", wsync_error_str(&e), s->legacy_state);
+		}
+		s->move_legacy = false;
+	}
 	n = sub_remove_stray_temps(s->cfg->target_dir);
 
 	/* A state save killed between its temp and the rename. */

@@ -182,6 +182,7 @@ struct wsync_subscriber {
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_dir_syncs dir_syncs;	/* made at new, synced by the start-up job */
+	bool move_legacy;		/* the start-up job moves state_dir's old state.json */
 	struct wsync_instance_lock target_lock, state_lock;
 	struct sub_hooks hooks;
 	bool hooks_init;
