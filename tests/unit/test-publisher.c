@@ -13,11 +13,15 @@
  *  - a store request failing in RECOVER (no bucket directory), UPLOAD
  *    (anchors/ a file), MANIFEST (manifests/ a file) and HEAD (HEAD a
  *    directory) sends the publisher to BACKOFF with retry_state the
- *    state that failed, status.json and STATUS= say so, and once the
- *    fault is gone the version is published;
- *  - a stop in PREPARE or in UPLOAD ends the role (stopped(), the loop
- *    closes with uv_loop_close() == 0) with nothing half-published: HEAD
- *    absent or naming a complete version; a restart publishes it;
+ *    state that failed, status.json and STATUS= say so, the wait starts
+ *    at 1 s and doubles while the fault stays, and once the fault is gone
+ *    the version is published;
+ *  - a stop ends the role (stopped(), the loop closes with
+ *    uv_loop_close() == 0) with nothing half-published: in PREPARE,
+ *    UPLOAD or a BACKOFF the version is abandoned (HEAD absent or at the
+ *    version before, no manifest); in MANIFEST, HEAD or COMMIT it is
+ *    finished (HEAD names it, whole); a restart is at that version and
+ *    publishes nothing twice; a stop in RECOVER's backoff ends at once;
  *  - the assignment rule (pub_parts_assign, pub_parts_select): shards
  *    largest first, ties by path, each to the part with the fewest bytes
  *    (ties: lowest K), other files to part 1 (counted in its bytes);
@@ -606,6 +610,11 @@ static bool first_backing_off(struct ctx *c)
 	return p && p->state == PUB_BACKOFF && p->retry_state == want_retry;
 }
 
+static bool second_backoff(struct ctx *c)
+{
+	return strstr(c->inst[0].backoff_status, "retrying in 2 s") != NULL;
+}
+
 static bool first_stopped(struct ctx *c)
 {
 	return c->inst[0].stopped;
@@ -739,6 +748,7 @@ static void backoff_then_publish(struct ctx *c, enum pub_state s, const char *wh
 	}
 	CHECK(in->p->retry_state == s);
 	CHECK_CONTAINS(in->backoff_status, "bucket unreachable");
+	CHECK_CONTAINS(in->backoff_status, "retrying in 1 s");	/* reset by the last success */
 	CHECK_CONTAINS(in->backoff_status, what);
 	CHECK_CONTAINS(in->p->last_error, what);
 	CHECK(read_status(in, &st));
@@ -774,7 +784,11 @@ static void test_store_failures(void)
 	CHECK(run_until(&c, first_backing_off, 5000));
 	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_RECOVER);
 	CHECK_CONTAINS(in->backoff_status, "bucket unreachable (reading HEAD)");
+	CHECK_CONTAINS(in->backoff_status, "retrying in 1 s");
 	CHECK_CONTAINS(in->p->last_error, "does not exist");
+	/* still missing at the retry: RECOVER again, then a wait twice as long */
+	CHECK(run_until(&c, second_backoff, 3000));
+	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_RECOVER);
 	CHECK(mkdir(c.bucket, 0755) == 0);
 	CHECK(run_until(&c, first_idle, 5000));
 	CHECK(saw_in_order(in, rec, 4));
@@ -811,14 +825,37 @@ static void test_store_failures(void)
 
 /* ---- 3. stop in the middle ---- */
 
-/* Stop publisher 1 when the loop sees it in state s while publishing
- * version v; then HEAD still names v - 1; a restart publishes v. */
+/* Run the loop for ms regardless. */
+static void run_for(struct ctx *c, uint64_t ms)
+{
+	uint64_t t0;
+
+	uv_update_time(&c->loop);
+	t0 = uv_now(&c->loop);
+	while (uv_now(&c->loop) - t0 < ms) {
+		uv_run(&c->loop, UV_RUN_NOWAIT);
+		usleep(2000);
+		uv_update_time(&c->loop);
+	}
+}
+
+/*
+ * Stop publisher 1 when the loop sees it in state s while publishing
+ * version v (1, or 2 after a first one).  Before the manifest (PREPARE,
+ * UPLOAD, a BACKOFF of UPLOAD) the version is abandoned: HEAD still names
+ * v - 1 and there is no manifest v.  From the manifest on (MANIFEST,
+ * HEAD, COMMIT) the version exists, so HEAD must follow even when
+ * stopping: HEAD names v.  Either way HEAD's version is whole, and a
+ * restart on the same state_dir is at v, with nothing published twice.
+ */
 static void stop_in(enum pub_state s, bool first_version)
 {
+	bool completes = s == PUB_MANIFEST || s == PUB_HEAD || s == PUB_COMMIT;
 	struct wsync_manifest m = { 0 };
 	struct ctx c;
 	struct inst *in;
 	uint64_t v = first_version ? 1 : 2;
+	char mkey[WSYNC_MANIFEST_KEY_MAX];
 
 	CHECK(ctx_init(&c) == 0);
 	in = inst_config(&c, 1, 1);
@@ -833,6 +870,11 @@ static void stop_in(enum pub_state s, bool first_version)
 	}
 	/* a pause between the scan and the snapshot keeps PREPARE long */
 	in->d.test.snapshot_pause_ms = s == PUB_PREPARE ? 500 : 0;
+	if (s == PUB_BACKOFF) {
+		in->fault_at = PUB_PREPARE;
+		in->fault = fault_anchors;
+		in->fault_done = false;
+	}
 	in->stop_at = s;
 	in->stop_done = false;
 	in->n_seen = 0;
@@ -840,25 +882,34 @@ static void stop_in(enum pub_state s, bool first_version)
 	CHECK(run_until(&c, first_stopped, 10000));
 	CHECK(in->stop_done);
 	CHECK(in->p == NULL || in->p->state == PUB_STOPPED);
-	CHECK(!saw(in, PUB_MANIFEST) && !saw(in, PUB_HEAD));
+	if (s == PUB_BACKOFF)
+		CHECK(in->p && in->p->retry_state == PUB_UPLOAD);
+	if (!completes)
+		CHECK(!saw(in, PUB_MANIFEST) && !saw(in, PUB_HEAD));
+	else
+		CHECK(saw(in, PUB_HEAD) && !saw(in, PUB_GC));	/* stopped before gc */
 	/* nothing half-published */
-	CHECK_EQ_U64(bucket_head(&c, first_version ? NULL : &m), v - 1);
-	if (!first_version) {
+	CHECK_EQ_U64(bucket_head(&c, v > 1 || completes ? &m : NULL), completes ? v : v - 1);
+	if (v > 1 || completes) {
 		CHECK(objects_present(&c, &m));
 		wsync_manifest_free(&m);
 	}
-	CHECK(!exists(c.bucket, first_version ? "manifests/000000000001.json" :
-						"manifests/000000000002.json"));
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, v, mkey);
+	CHECK(exists(c.bucket, mkey) == completes);
 	CHECK(inst_stop(in));
 	CHECK(loop_stop(&c));
+	if (s == PUB_BACKOFF)
+		fault_clear();
 
-	/* a restart on the same state_dir publishes it */
+	/* a restart on the same state_dir is at v, and stays there */
 	CHECK(loop_start(&c) == 0);
 	in->stop_at = 0;
-	in->d.test.snapshot_pause_ms = 0;
+	in->fault = NULL;
 	CHECK(inst_start(in) == 0);
 	want_version = v;
 	CHECK(run_until(&c, all_at_version, 10000));
+	run_for(&c, 600);	/* past settle_time: a second publication would start */
+	CHECK(all_at_version(&c));
 	CHECK_EQ_U64(bucket_head(&c, &m), v);
 	CHECK(objects_present(&c, &m));
 	wsync_manifest_free(&m);
@@ -874,6 +925,50 @@ static void test_stop_in_prepare(void)
 static void test_stop_in_upload(void)
 {
 	stop_in(PUB_UPLOAD, false);
+}
+
+static void test_stop_in_backoff(void)
+{
+	stop_in(PUB_BACKOFF, true);
+}
+
+static void test_stop_in_manifest(void)
+{
+	stop_in(PUB_MANIFEST, false);
+}
+
+static void test_stop_in_head(void)
+{
+	stop_in(PUB_HEAD, true);
+}
+
+static void test_stop_in_commit(void)
+{
+	stop_in(PUB_COMMIT, false);
+}
+
+/* A stop while RECOVER backs off (no bucket directory): the role ends
+ * at once, without waiting for the retry. */
+static void test_stop_in_recover_backoff(void)
+{
+	struct ctx c;
+	struct inst *in;
+	uint64_t t0;
+
+	CHECK(ctx_init(&c) == 0);
+	in = inst_config(&c, 1, 1);
+	CHECK(loop_start(&c) == 0);
+	CHECK(rmdir(c.bucket) == 0);
+	CHECK(inst_start(in) == 0);
+	want_retry = PUB_RECOVER;
+	CHECK(run_until(&c, first_backing_off, 5000));
+	t0 = uv_now(&c.loop);
+	wsync_publisher_stop(in->p);
+	CHECK(run_until(&c, first_stopped, 5000));
+	CHECK(uv_now(&c.loop) - t0 < 500);	/* not after the 1 s backoff */
+	CHECK(!exists(c.root, "bucket"));
+	CHECK(loop_stop(&c));
+	ctx_free(&c);
 }
 
 /* ---- 4. the assignment rule ---- */
@@ -1377,6 +1472,10 @@ int main(int argc, char **argv)
 		static const struct { const char *name; void (*fn)(void); } cases[] = {
 			{ "stop_in_prepare", test_stop_in_prepare },
 			{ "stop_in_upload", test_stop_in_upload },
+			{ "stop_in_backoff", test_stop_in_backoff },
+			{ "stop_in_manifest", test_stop_in_manifest },
+			{ "stop_in_head", test_stop_in_head },
+			{ "stop_in_commit", test_stop_in_commit },
 			{ "two_parts", test_two_parts },
 			{ "three_parts", test_three_parts },
 			{ "store_failures", test_store_failures },
@@ -1397,6 +1496,11 @@ int main(int argc, char **argv)
 	TEST(test_store_failures);
 	TEST(test_stop_in_prepare);
 	TEST(test_stop_in_upload);
+	TEST(test_stop_in_backoff);
+	TEST(test_stop_in_manifest);
+	TEST(test_stop_in_head);
+	TEST(test_stop_in_commit);
+	TEST(test_stop_in_recover_backoff);
 	TEST(test_two_parts);
 	TEST(test_three_parts);
 	return tap_done();
