@@ -33,7 +33,10 @@
  *    a mix of delta-only and anchor-only records refused (-EINVAL);
  *  - two and three publisher parts (part = K/N, each its own daemon and
  *    state_dir, one loop, one bucket) publish one checkpoint: HEAD names
- *    a version of N parts holding every file.
+ *    a version of N parts holding every file, then version 2 a delta of
+ *    parts; a part whose record cannot be written backs off retrying
+ *    RECORD while part 1 waits in GATHER, and the version is committed
+ *    once it can.
  * Every wait is bounded (a few seconds); every temporary directory is
  * removed.
  */
@@ -1453,6 +1456,55 @@ static void parts_publish(unsigned n)
 	ctx_free(&c);
 }
 
+static bool second_backing_off(struct ctx *c)
+{
+	struct wsync_publisher *p = c->inst[1].p;
+
+	return p && p->state == PUB_BACKOFF && p->retry_state == want_retry;
+}
+
+/* Part 2's record cannot be written (a directory in its place): part 2
+ * backs off retrying RECORD, part 1 waits in GATHER, HEAD is not
+ * written; with the directory gone, the version of parts is committed. */
+static void test_parts_record_failure(void)
+{
+	struct wsync_manifest m = { 0 };
+	char key[WSYNC_PART_KEY_MAX], p[PATH_MAX + WSYNC_PART_KEY_MAX + 2];
+	struct ctx c;
+	struct status st;
+
+	CHECK(ctx_init(&c) == 0);
+	(void)inst_config(&c, 1, 2);
+	(void)inst_config(&c, 2, 2);
+	/* parts/<V>/2.json, a directory (its parents first) */
+	wsync_part_record_key(1, 2, key);
+	snprintf(p, sizeof(p), "%s/parts", c.bucket);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/%.*s", c.bucket, (int)(strrchr(key, '/') - key), key);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/%s", c.bucket, key);
+	CHECK(mkdir(p, 0755) == 0);
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(&c.inst[0]) == 0);
+	CHECK(inst_start(&c.inst[1]) == 0);
+	CHECK(make_checkpoint(&c, 100, 2, 30000));
+	want_retry = PUB_RECORD;
+	CHECK(run_until(&c, second_backing_off, 8000));
+	CHECK_CONTAINS(c.inst[1].backoff_status, "bucket unreachable");
+	CHECK(read_status(&c.inst[1], &st) && strcmp(st.state, "error") == 0 && !st.store_ok);
+	CHECK(c.inst[0].p && c.inst[0].p->state == PUB_GATHER);
+	CHECK(!exists(c.bucket, "HEAD"));
+	CHECK(rmdir(p) == 0);
+	want_version = 1;
+	CHECK(run_until(&c, all_at_version, 15000));
+	CHECK_EQ_U64(bucket_head(&c, &m), 1);
+	CHECK_EQ_U64(m.parts, 2);
+	CHECK(objects_present(&c, &m));
+	wsync_manifest_free(&m);
+	CHECK(loop_stop(&c));
+	ctx_free(&c);
+}
+
 static void test_two_parts(void)
 {
 	parts_publish(2);
@@ -1478,6 +1530,7 @@ int main(int argc, char **argv)
 			{ "stop_in_commit", test_stop_in_commit },
 			{ "two_parts", test_two_parts },
 			{ "three_parts", test_three_parts },
+			{ "parts_record_failure", test_parts_record_failure },
 			{ "store_failures", test_store_failures },
 		};
 
@@ -1503,5 +1556,6 @@ int main(int argc, char **argv)
 	TEST(test_stop_in_recover_backoff);
 	TEST(test_two_parts);
 	TEST(test_three_parts);
+	TEST(test_parts_record_failure);
 	return tap_done();
 }
