@@ -22,6 +22,8 @@
  *    version before, no manifest); in MANIFEST, HEAD or COMMIT it is
  *    finished (HEAD names it, whole); a restart is at that version and
  *    publishes nothing twice; a stop in RECOVER's backoff ends at once;
+ *    stopped while HEAD's put backs off, the manifest is left and the
+ *    restart's RECOVER completes HEAD from it (no version published twice);
  *  - the assignment rule (pub_parts_assign, pub_parts_select): shards
  *    largest first, ties by path, each to the part with the fewest bytes
  *    (ties: lowest K), other files to part 1 (counted in its bytes);
@@ -36,7 +38,8 @@
  *    a version of N parts holding every file, then version 2 a delta of
  *    parts; a part whose record cannot be written backs off retrying
  *    RECORD while part 1 waits in GATHER, and the version is committed
- *    once it can.
+ *    once it can; parts stopped while they wait (GATHER, BACKOFF) end
+ *    cleanly with no HEAD.
  * Every wait is bounded (a few seconds); every temporary directory is
  * removed.
  */
@@ -613,6 +616,19 @@ static bool first_backing_off(struct ctx *c)
 	return p && p->state == PUB_BACKOFF && p->retry_state == want_retry;
 }
 
+static bool second_backing_off(struct ctx *c)
+{
+	struct wsync_publisher *p = c->inst[1].p;
+
+	return p && p->state == PUB_BACKOFF && p->retry_state == want_retry;
+}
+
+/* Part 1 gathering, part 2 backing off retrying want_retry. */
+static bool parts_waiting(struct ctx *c)
+{
+	return c->inst[0].p && c->inst[0].p->state == PUB_GATHER && second_backing_off(c);
+}
+
 static bool second_backoff(struct ctx *c)
 {
 	return strstr(c->inst[0].backoff_status, "retrying in 2 s") != NULL;
@@ -948,6 +964,87 @@ static void test_stop_in_head(void)
 static void test_stop_in_commit(void)
 {
 	stop_in(PUB_COMMIT, false);
+}
+
+/* Stopped while HEAD's put backs off: version 2's manifest is in the
+ * bucket, HEAD still names 1.  The restart's RECOVER completes HEAD from
+ * that manifest -- version 2 as written, not a version 3 of the same
+ * checkpoint. */
+static void test_stop_in_head_backoff(void)
+{
+	struct wsync_manifest m = { 0 };
+	struct ctx c;
+	struct inst *in;
+
+	CHECK(ctx_init(&c) == 0);
+	in = inst_config(&c, 1, 1);
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(in) == 0);
+	CHECK(make_checkpoint(&c, 100, 1, 20000));
+	want_version = 1;
+	CHECK(run_until(&c, all_at_version, 10000));
+	in->fault_at = PUB_MANIFEST;
+	in->fault = fault_head;
+	in->fault_done = false;
+	in->stop_at = PUB_BACKOFF;
+	CHECK(make_checkpoint(&c, 200, 1, 20000));
+	CHECK(run_until(&c, first_stopped, 10000));
+	CHECK(in->p && in->p->retry_state == PUB_HEAD);
+	CHECK(inst_stop(in));
+	CHECK(loop_stop(&c));
+	fault_clear();
+	CHECK_EQ_U64(bucket_head(&c, NULL), 1);
+	CHECK(exists(c.bucket, "manifests/000000000002.json"));
+
+	CHECK(loop_start(&c) == 0);
+	in->stop_at = 0;
+	in->fault = NULL;
+	CHECK(inst_start(in) == 0);
+	want_version = 2;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK(!saw(in, PUB_PREPARE));	/* completed, not published again */
+	run_for(&c, 600);
+	CHECK(all_at_version(&c));
+	CHECK_EQ_U64(bucket_head(&c, &m), 2);
+	CHECK_EQ_U64(m.step, 200);
+	CHECK(m.kind == WSYNC_MANIFEST_DELTA && m.base_version == 1);
+	CHECK(objects_present(&c, &m));
+	wsync_manifest_free(&m);
+	CHECK(!exists(c.bucket, "manifests/000000000003.json"));
+	CHECK(loop_stop(&c));
+	ctx_free(&c);
+}
+
+/* Parts stopped while they wait: part 1 in GATHER (part 2's record
+ * cannot be written), part 2 in BACKOFF retrying RECORD.  Both end, the
+ * loop closes, and no HEAD was written. */
+static void test_parts_stop_while_waiting(void)
+{
+	char key[WSYNC_PART_KEY_MAX], p[PATH_MAX + WSYNC_PART_KEY_MAX + 2];
+	struct ctx c;
+
+	CHECK(ctx_init(&c) == 0);
+	(void)inst_config(&c, 1, 2);
+	(void)inst_config(&c, 2, 2);
+	wsync_part_record_key(1, 2, key);
+	snprintf(p, sizeof(p), "%s/parts", c.bucket);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/%.*s", c.bucket, (int)(strrchr(key, '/') - key), key);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/%s", c.bucket, key);
+	CHECK(mkdir(p, 0755) == 0);
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(&c.inst[0]) == 0);
+	CHECK(inst_start(&c.inst[1]) == 0);
+	CHECK(make_checkpoint(&c, 100, 2, 30000));
+	want_retry = PUB_RECORD;
+	CHECK(run_until(&c, parts_waiting, 8000));
+	CHECK(c.inst[0].p && c.inst[0].p->state == PUB_GATHER);
+	CHECK(inst_stop(&c.inst[0]));
+	CHECK(inst_stop(&c.inst[1]));
+	CHECK(loop_stop(&c));
+	CHECK(!exists(c.bucket, "HEAD"));
+	ctx_free(&c);
 }
 
 /* A stop while RECOVER backs off (no bucket directory): the role ends
@@ -1456,13 +1553,6 @@ static void parts_publish(unsigned n)
 	ctx_free(&c);
 }
 
-static bool second_backing_off(struct ctx *c)
-{
-	struct wsync_publisher *p = c->inst[1].p;
-
-	return p && p->state == PUB_BACKOFF && p->retry_state == want_retry;
-}
-
 /* Part 2's record cannot be written (a directory in its place): part 2
  * backs off retrying RECORD, part 1 waits in GATHER, HEAD is not
  * written; with the directory gone, the version of parts is committed. */
@@ -1489,7 +1579,7 @@ static void test_parts_record_failure(void)
 	CHECK(inst_start(&c.inst[1]) == 0);
 	CHECK(make_checkpoint(&c, 100, 2, 30000));
 	want_retry = PUB_RECORD;
-	CHECK(run_until(&c, second_backing_off, 8000));
+	CHECK(run_until(&c, parts_waiting, 8000));
 	CHECK_CONTAINS(c.inst[1].backoff_status, "bucket unreachable");
 	CHECK(read_status(&c.inst[1], &st) && strcmp(st.state, "error") == 0 && !st.store_ok);
 	CHECK(c.inst[0].p && c.inst[0].p->state == PUB_GATHER);
@@ -1531,6 +1621,8 @@ int main(int argc, char **argv)
 			{ "two_parts", test_two_parts },
 			{ "three_parts", test_three_parts },
 			{ "parts_record_failure", test_parts_record_failure },
+			{ "parts_stop_while_waiting", test_parts_stop_while_waiting },
+			{ "stop_in_head_backoff", test_stop_in_head_backoff },
 			{ "store_failures", test_store_failures },
 		};
 
@@ -1554,8 +1646,10 @@ int main(int argc, char **argv)
 	TEST(test_stop_in_head);
 	TEST(test_stop_in_commit);
 	TEST(test_stop_in_recover_backoff);
+	TEST(test_stop_in_head_backoff);
 	TEST(test_two_parts);
 	TEST(test_three_parts);
 	TEST(test_parts_record_failure);
+	TEST(test_parts_stop_while_waiting);
 	return tap_done();
 }
