@@ -474,6 +474,10 @@ static void on_done(struct wsync_publisher *p)
 {
 	switch (p->state) {
 	case PUB_RECOVER:
+		/* the bucket answered: an outage of the start is over (its
+		 * error would keep an idle publisher "error" until the next
+		 * publication) */
+		p->last_error[0] = '\0';
 		if (!p->stopping && pub_recover_needs_verify(p))
 			enter(p, PUB_VERIFY);
 		else

@@ -816,21 +816,10 @@ static void test_store_failures(void)
 		struct status st;
 
 		CHECK(read_status(in, &st) && st.store_ok);
-		/*
-		 * TODO(lead): the outage is over and the publisher idles, but
-		 * status.json still says "state": "error" (last_error keeps
-		 * "reading HEAD: bucket directory ... does not exist" until
-		 * the next publication), so `wsync status` calls it unhealthy
-		 * for as long as no checkpoint comes -- where role.h says
-		 * error is "backing off, or its last attempt failed".  Once
-		 * RECOVER clears it on success, enable:
-		 *
-		 *	CHECK_STR(st.state, "idle");
-		 *	CHECK_STR(st.last_error, "");
-		 */
-		if (strcmp(st.state, "idle") != 0)
-			printf("# TODO(lead): idle after RECOVER's outage, status.json state "
-			       "\"%s\", last_error \"%s\"\n", st.state, st.last_error);
+		/* the outage is over: idle, not "error" (role.h: error is
+		 * backing off, or the last attempt failed) */
+		CHECK_STR(st.state, "idle");
+		CHECK_STR(st.last_error, "");
 	}
 
 	/* UPLOAD: anchors/ is a file when version 1 is coded */
