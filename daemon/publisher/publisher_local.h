@@ -203,22 +203,25 @@ struct publication {
 	size_t next_listed[2];		/* chunks NEXT lists */
 	bool next_busy, next_dirty, next_failed, announced;
 
-	/* A part of several (publisher_parts.c, BUCKET.md §7). */
-	unsigned rec_part;		/* K */
-	char **theirs;			/* the candidate's others, for the job */
-	size_t n_theirs;
-	uint64_t run;			/* the trainer run of step */
-	struct wsync_part_record rec;	/* ours */
-	struct wsync_buf record_doc;
-	struct wsync_part_record *others;	/* part 1: [K-1] each part's, as read */
-	bool *got;			/* part 1: others[K-1] holds a record */
-	unsigned n_others;
-	unsigned gets_pending;		/* of one round of GATHER or WAIT */
-	bool conflict;			/* another instance wrote our record */
-	bool rewrite;			/* our record is missing or damaged */
-	struct pub_merge merge;		/* part 1: the version, merged */
-	unsigned frame_puts;
 	char *pending_text;		/* pending.json, for the prepare job */
+	/* A part of several (publisher_parts.c, BUCKET.md §7): the mode's
+	 * own, untouched by one publisher alone. */
+	struct {
+		unsigned k;			/* K */
+		char **theirs;			/* the candidate's others, for the job */
+		size_t n_theirs;
+		uint64_t run;			/* the trainer run of step */
+		struct wsync_part_record rec;	/* ours */
+		struct wsync_buf record_doc;
+		struct wsync_part_record *others;	/* part 1: [K-1] each part's, as read */
+		bool *got;			/* part 1: others[K-1] holds a record */
+		unsigned n_others;
+		unsigned gets_pending;		/* of one round of GATHER or WAIT */
+		bool conflict;			/* another instance wrote our record */
+		bool rewrite;			/* our record is missing or damaged */
+		struct pub_merge merge;		/* part 1: the version, merged */
+		unsigned frame_puts;
+	} part;
 };
 
 struct candidate;

@@ -66,8 +66,8 @@ void pub_parts_begin(struct wsync_publisher *p, struct publication *pb)
 	const struct wsync_manifest *hm = &p->head_manifest;
 	uint64_t v = pb->version;
 
-	pb->rec_part = p->part;
-	pb->run = pub_parts_run_of(hm, pb->step);
+	pb->part.k = p->part;
+	pb->part.run = pub_parts_run_of(hm, pb->step);
 	/* anchors count in versions, which HEAD tells every part */
 	pb->anchor = v == 1 || !hm->version || v - hm->anchor_version >= p->cfg->anchor_every;
 	pb->delta = v > 1;
@@ -77,13 +77,13 @@ void pub_parts_begin(struct wsync_publisher *p, struct publication *pb)
 		pb->delta = false;	/* the anchor has the files whole already */
 	pb->job.want_delta = pb->delta;
 	pb->job.want_anchor = pb->anchor;
-	pb->job.others = pb->theirs;
-	pb->job.n_others = pb->n_theirs;
+	pb->job.others = pb->part.theirs;
+	pb->job.n_others = pb->part.n_theirs;
 }
 
 void pub_parts_chunk_key(const struct publication *pb, int role, unsigned n, char *key)
 {
-	wsync_part_chunk_key(pb->version, pb->rec_part, pb->flight,
+	wsync_part_chunk_key(pb->version, pb->part.k, pb->flight,
 			     role ? WSYNC_MANIFEST_ROLE_ANCHOR : WSYNC_MANIFEST_ROLE_DELTA, n,
 			     key);
 }
@@ -91,7 +91,7 @@ void pub_parts_chunk_key(const struct publication *pb, int role, unsigned n, cha
 int pub_parts_manifest(struct wsync_publisher *p, struct publication *pb,
 		       struct wsync_manifest *m, struct wsync_manifest_object *objs)
 {
-	const struct pub_merge *mg = &pb->merge;
+	const struct pub_merge *mg = &pb->part.merge;
 	const struct wsync_manifest *prev = p->head_manifest.version ? &p->head_manifest : NULL;
 	bool anchor = mg->n_merged && mg->merged[0].role == WSYNC_MANIFEST_ROLE_ANCHOR;
 	bool delta = mg->n_merged && mg->merged[mg->n_merged - 1].role ==
@@ -106,7 +106,7 @@ int pub_parts_manifest(struct wsync_publisher *p, struct publication *pb,
 	m->files = mg->files;
 	m->n_files = mg->n_files;
 	m->parts = p->parts;
-	m->run = pb->run;
+	m->run = pb->part.run;
 	memcpy(m->flight, pb->flight, sizeof(m->flight));
 	m->has_flight = true;
 	return 0;
@@ -210,7 +210,7 @@ static int part_get(struct publication *pb, const char *key, uint64_t k,
 		return r;
 	}
 	pub_hold(pb);
-	pb->gets_pending++;
+	pb->part.gets_pending++;
 	return 0;
 }
 
@@ -224,7 +224,7 @@ static bool part_got(struct part_get *q, struct publication **pbp, uint64_t *k)
 	if (k)
 		*k = q->k;
 	free(q);
-	pb->gets_pending--;
+	pb->part.gets_pending--;
 	return pub_unhold(pb->p, pb);
 }
 
@@ -236,10 +236,10 @@ static bool part_got(struct part_get *q, struct publication **pbp, uint64_t *k)
 static int build_record(struct wsync_publisher *p, struct publication *pb,
 			struct wsync_error *err)
 {
-	struct wsync_part_record *rec = &pb->rec;
+	struct wsync_part_record *rec = &pb->part.rec;
 
 	*rec = (struct wsync_part_record){
-		.version = pb->version, .part = p->part, .parts = p->parts, .run = pb->run,
+		.version = pb->version, .part = p->part, .parts = p->parts, .run = pb->part.run,
 		.step = pb->step, .created = time(NULL),
 		.base_version = pb->job.has_delta ? pb->version - 1 : 0,
 		.writer = (char *)"wsync " WSYNC_VERSION, .source = pb->source,
@@ -308,10 +308,10 @@ void pub_parts_put_record(struct wsync_publisher *p)
 	char key[WSYNC_PART_KEY_MAX];
 	int r;
 
-	if (!pb->record_doc.len) {
+	if (!pb->part.record_doc.len) {
 		r = build_record(p, pb, &err);
 		if (r == 0)
-			r = wsync_part_serialize(&pb->rec, p->key, &pb->record_doc, &err);
+			r = wsync_part_serialize(&pb->part.rec, p->key, &pb->part.record_doc, &err);
 		if (r < 0) {
 			log_error("version %" PRIu64 ": this part's record: %s", pb->version,
 				  wsync_error_str(&err));
@@ -322,7 +322,7 @@ void pub_parts_put_record(struct wsync_publisher *p)
 	}
 	wsync_part_record_key(pb->version, p->part, key);
 	pub_hold(pb);
-	r = wsync_store_put_buf(p->d->store, key, pb->record_doc.data, pb->record_doc.len,
+	r = wsync_store_put_buf(p->d->store, key, pb->part.record_doc.data, pb->part.record_doc.len,
 				record_put_done, pb);
 	if (r < 0) {
 		pb->inflight--;
@@ -342,7 +342,7 @@ static void record_put_done(struct wsync_store_result *res, void *data)
 		return;
 	}
 	pub_store_ok(p);
-	p->metrics.bytes_uploaded += pb->record_doc.len;
+	p->metrics.bytes_uploaded += pb->part.record_doc.len;
 	log_info("version %" PRIu64 ": part %u of %u uploaded step %" PRId64 " (%zu files)",
 		 pb->version, p->part, p->parts, pb->step, pb->job.n_files);
 	pub_report(p, PUB_EV_DONE);
@@ -357,7 +357,7 @@ static void on_part_timer(uv_timer_t *t)
 {
 	struct wsync_publisher *p = t->data;
 
-	if (p->stopping || !p->pub || p->pub->ended || p->pub->gets_pending)
+	if (p->stopping || !p->pub || p->pub->ended || p->pub->part.gets_pending)
 		return;
 	if ((p->state == PUB_GATHER || p->state == PUB_WAIT) && pub_scan_rewritten(p)) {
 		log_warning("version %" PRIu64 ": checkpoint %s was written again at step %" PRId64
@@ -376,7 +376,7 @@ void pub_parts_gather(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 
-	pb->conflict = pb->rewrite = false;
+	pb->part.conflict = pb->part.rewrite = false;
 	pub_status(p, "version %" PRIu64 " (step %" PRId64 "): waiting for the other parts",
 		   pb->version, pb->step);
 	gather(p);
@@ -388,14 +388,14 @@ static void gather(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 
-	if (!pb->others) {
-		pb->others = calloc(p->parts, sizeof(*pb->others));
-		pb->got = calloc(p->parts, sizeof(*pb->got));
-		if (!pb->others || !pb->got) {
+	if (!pb->part.others) {
+		pb->part.others = calloc(p->parts, sizeof(*pb->part.others));
+		pb->part.got = calloc(p->parts, sizeof(*pb->part.got));
+		if (!pb->part.others || !pb->part.got) {
 			poll_later(p);
 			return;
 		}
-		pb->n_others = p->parts;
+		pb->part.n_others = p->parts;
 	}
 	for (unsigned k = 1; k <= p->parts; k++) {
 		char key[WSYNC_PART_KEY_MAX];
@@ -404,7 +404,7 @@ static void gather(struct wsync_publisher *p)
 		if (part_get(pb, key, k, NULL, record_got) < 0)
 			break;
 	}
-	if (!pb->gets_pending)
+	if (!pb->part.gets_pending)
 		poll_later(p);
 }
 
@@ -420,17 +420,17 @@ static void gather_judge(struct wsync_publisher *p)
 	bool newer = false;
 
 	for (unsigned k = 2; k <= p->parts; k++) {
-		const struct wsync_part_record *r = &pb->others[k - 1];
+		const struct wsync_part_record *r = &pb->part.others[k - 1];
 		int c;
 
-		if (!pb->got[k - 1]) {
+		if (!pb->part.got[k - 1]) {
 			n_missing++;
 			if (ml < sizeof(missing) - 40)
 				ml += (size_t)snprintf(missing + ml, sizeof(missing) - ml,
 						       "%spart %u (no record)", ml ? ", " : "", k);
 			continue;
 		}
-		c = pub_parts_cmp(r->run, r->step, pb->run, pb->step);
+		c = pub_parts_cmp(r->run, r->step, pb->part.run, pb->step);
 		/* at or below the last commit: stale, dropped (BUCKET.md §7) */
 		if (p->head_manifest.version &&
 		    pub_parts_cmp(r->run, r->step, p->head_manifest.run, p->head_manifest.step) <= 0)
@@ -535,7 +535,7 @@ static void record_got(struct wsync_store_result *res, void *data)
 		if (e == 0)
 			e = record_check(p, pb, k, &r, &err);
 		if (e < 0 && e != -EEXIST && k == p->part)
-			pb->rewrite = true;
+			pb->part.rewrite = true;
 		if (e == 0 && k == p->part && memcmp(r.flight, pb->flight, sizeof(r.flight)))
 			e = wsync_error_set(&err, -EEXIST, "another instance wrote it (two "
 					    "instances of part %u: stop one)", k);
@@ -552,17 +552,17 @@ static void record_got(struct wsync_store_result *res, void *data)
 			}
 			pub_set_error(p, "%s", line);
 			if (k != p->part) {
-				wsync_part_free(&pb->others[k - 1]);
-				pb->got[k - 1] = false;
+				wsync_part_free(&pb->part.others[k - 1]);
+				pb->part.got[k - 1] = false;
 			}
 			if (k == p->part && e == -EEXIST)
-				pb->conflict = true;	/* two would both write HEAD */
+				pb->part.conflict = true;	/* two would both write HEAD */
 			if (parsed)
 				wsync_part_free(&r);
 		} else if (k != p->part) {
-			wsync_part_free(&pb->others[k - 1]);
-			pb->others[k - 1] = r;
-			pb->got[k - 1] = true;
+			wsync_part_free(&pb->part.others[k - 1]);
+			pb->part.others[k - 1] = r;
+			pb->part.got[k - 1] = true;
 		} else {
 			wsync_part_free(&r);
 		}
@@ -570,17 +570,17 @@ static void record_got(struct wsync_store_result *res, void *data)
 		log_warning("version %" PRIu64 ": reading part %u's record: %s", pb->version, k,
 			    wsync_error_str(&res->error));
 	} else if (res->err == -ENOENT && k == p->part) {
-		pb->rewrite = true;
+		pb->part.rewrite = true;
 	}
-	if (pb->gets_pending)
+	if (pb->part.gets_pending)
 		return;
-	if (pb->conflict) {
+	if (pb->part.conflict) {
 		log_error("version %" PRIu64 ": part %u's record was written by another instance: "
 			  "two instances publish part %u of %u; stop one (this one retries in %d s)",
 			  pb->version, p->part, p->part, p->parts, RETRY_MAX_MS / 1000);
 		part_drop(p, RETRY_MAX_MS);	/* back off; the next attempt writes it again */
-	} else if (pb->rewrite) {
-		pb->rewrite = false;
+	} else if (pb->part.rewrite) {
+		pb->part.rewrite = false;
 		log_warning("version %" PRIu64 ": this part's record is missing or damaged in "
 			    "the bucket: writing it again", pb->version);
 		pub_report(p, PUB_EV_RECORD_LOST);
@@ -603,7 +603,7 @@ static int check_union(struct wsync_publisher *p, struct publication *pb,
 	char path[PATH_MAX];
 	int r = 0;
 
-	if (!bsearch(&key, pb->rec.files, pb->rec.n_files, sizeof(key), cmp_file))
+	if (!bsearch(&key, pb->part.rec.files, pb->part.rec.n_files, sizeof(key), cmp_file))
 		return 0;	/* not part 1's: no index, or another's (judged there) */
 	PATHF(path, "%s/staging/%s", p->pub_dir, WSYNC_INDEX_NAME);
 	if (wsync_st_index_load(path, &ix, &e) < 0)
@@ -611,7 +611,7 @@ static int check_union(struct wsync_publisher *p, struct publication *pb,
 	for (size_t i = 0; i < ix->n_shards && r == 0; i++) {
 		struct wsync_manifest_file s = { .path = (char *)ix->shards[i] };
 
-		if (!bsearch(&s, pb->merge.files, pb->merge.n_files, sizeof(s), cmp_file))
+		if (!bsearch(&s, pb->part.merge.files, pb->part.merge.n_files, sizeof(s), cmp_file))
 			r = wsync_error_set(err, -EINVAL, "%s, which %s names, is in no part's "
 					    "files (part_files must cover the checkpoint)",
 					    ix->shards[i], WSYNC_INDEX_NAME);
@@ -627,15 +627,15 @@ static void merge_and_commit(struct wsync_publisher *p)
 	struct wsync_error err = { 0 };
 	int r;
 
-	pub_parts_merge_free(&pb->merge);
+	pub_parts_merge_free(&pb->part.merge);
 	if (!recs) {
 		poll_later(p);
 		return;
 	}
 	for (unsigned k = 1; k <= p->parts; k++)
-		recs[k - 1] = k == p->part ? pb->rec : pb->others[k - 1];	/* borrowed */
+		recs[k - 1] = k == p->part ? pb->part.rec : pb->part.others[k - 1];	/* borrowed */
 	r = pub_parts_merge(recs, p->parts, pb->version, pb->flight, pb->delta_key,
-			    pb->anchor_key, &pb->merge, &err);
+			    pb->anchor_key, &pb->part.merge, &err);
 	free(recs);
 	if (r == 0)
 		r = check_union(p, pb, &err);
@@ -644,7 +644,7 @@ static void merge_and_commit(struct wsync_publisher *p)
 			log_error("version %" PRIu64 " (step %" PRId64 ") cannot be committed: %s",
 				  pb->version, pb->step, wsync_error_str(&err));
 		pub_set_error(p, "%s", wsync_error_str(&err));
-		pub_parts_merge_free(&pb->merge);
+		pub_parts_merge_free(&pb->part.merge);
 		pub_status(p, "version %" PRIu64 " cannot be committed: %s", pb->version,
 			   wsync_error_str(&err));
 		poll_later(p);	/* a part's configuration may change */
@@ -660,7 +660,7 @@ static void frame_put_done(struct wsync_store_result *res, void *data);
 void pub_parts_put_frames(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
-	const struct pub_merge *mg = &pb->merge;
+	const struct pub_merge *mg = &pb->part.merge;
 
 	pb->put_error = 0;
 	for (size_t i = 0; i < mg->n_merged; i++) {
@@ -673,13 +673,13 @@ void pub_parts_put_frames(struct wsync_publisher *p)
 						mg->frame[i] + (e ? WSYNC_DELTA_PREAMBLE_LEN : 0),
 						c->size, frame_put_done, pb) == 0) {
 				pub_hold(pb);
-				pb->frame_puts++;
+				pb->part.frame_puts++;
 			} else {
 				pb->put_error = -ENOMEM;
 			}
 		}
 	}
-	if (!pb->frame_puts)
+	if (!pb->part.frame_puts)
 		pub_report_unqueued(p, "uploading the version's frame",
 				    pb->put_error ? pb->put_error : -EIO);
 }
@@ -689,13 +689,13 @@ static void frame_put_done(struct wsync_store_result *res, void *data)
 	struct publication *pb = data;
 	struct wsync_publisher *p = pb->p;
 
-	pb->frame_puts--;
+	pb->part.frame_puts--;
 	if (res->err < 0 && !pb->put_error) {
 		pb->put_error = res->err;
 		pub_set_error(p, "uploading version %" PRIu64 "'s frame: %s", pb->version,
 			      wsync_error_str(&res->error));
 	}
-	if (pub_unhold(p, pb) || pb->frame_puts)
+	if (pub_unhold(p, pb) || pb->part.frame_puts)
 		return;
 	if (pb->put_error) {
 		struct wsync_store_result r2 = { .err = pb->put_error };
@@ -876,7 +876,7 @@ static void leader_got(struct wsync_store_result *res, void *data)
 	p = pb->p;
 	if (res->err == 0 && wsync_part_parse(res->data, res->data_len, p->key, &r, &err) == 0) {
 		bool newer = r.version == pb->version &&
-			     pub_parts_cmp(r.run, r.step, pb->run, pb->step) > 0;
+			     pub_parts_cmp(r.run, r.step, pb->part.run, pb->step) > 0;
 
 		if (newer)
 			set_target(p, r.run, r.step);

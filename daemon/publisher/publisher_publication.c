@@ -51,8 +51,8 @@ struct publication *pub_publication_new(struct wsync_publisher *p, struct candid
 	PATHF(pb->src_dir, "%s", c->dir);
 	pb->tree = c->tree;
 	memset(&c->tree, 0, sizeof(c->tree));
-	pb->theirs = c->others;
-	pb->n_theirs = c->n_others;
+	pb->part.theirs = c->others;
+	pb->part.n_theirs = c->n_others;
 	c->others = NULL;
 	c->n_others = 0;
 	pb->source_mtime_ns = (uint64_t)pb->tree.newest_mtime_ns;
@@ -87,15 +87,15 @@ void pub_publication_free(struct publication *pb)
 	wsync_buf_free(&pb->manifest_doc);
 	wsync_buf_free(&pb->head_doc);
 	/* a part's: the merge, its record (borrowing the rest), the others' */
-	pub_parts_merge_free(&pb->merge);
-	for (size_t i = 0; i < pb->rec.n_objects; i++)
-		free(pb->rec.objects[i].chunks);
-	wsync_buf_free(&pb->record_doc);
-	for (unsigned k = 0; pb->others && k < pb->n_others; k++)
-		wsync_part_free(&pb->others[k]);
-	free(pb->others);
-	free(pb->got);
-	pub_parts_others_free(pb->theirs, pb->n_theirs);
+	pub_parts_merge_free(&pb->part.merge);
+	for (size_t i = 0; i < pb->part.rec.n_objects; i++)
+		free(pb->part.rec.objects[i].chunks);
+	wsync_buf_free(&pb->part.record_doc);
+	for (unsigned k = 0; pb->part.others && k < pb->part.n_others; k++)
+		wsync_part_free(&pb->part.others[k]);
+	free(pb->part.others);
+	free(pb->part.got);
+	pub_parts_others_free(pb->part.theirs, pb->part.n_theirs);
 	/* the stream's */
 	for (int r = 0; r < 2; r++) {
 		for (size_t k = 0; k < pb->chunks[r].n; k++)

@@ -297,7 +297,7 @@ void pub_committed(struct wsync_publisher *p, bool by_us)
 	bytes = (pb->job.has_delta ? pb->job.delta_size : 0) +
 		(pb->job.has_anchor ? pb->job.anchor_size : 0);
 	p->need_anchor = false;
-	if (p->has_target && pub_parts_cmp(pb->run, pb->step, p->target_run, p->target_step) >= 0)
+	if (p->has_target && pub_parts_cmp(pb->part.run, pb->step, p->target_run, p->target_step) >= 0)
 		p->has_target = false;	/* reached */
 	free(p->source);
 	p->source = strdup(pb->source);
