@@ -150,18 +150,7 @@ fullcopy() { # fullcopy BACKEND CONFIG URL -> $WORK/full-BACKEND.tsv
 
 # --- the daemons ------------------------------------------------------------------
 proc_usage() { # proc_usage PID: "cpu_seconds peak_rss_kib"
-	"$PYTHON3" - "$1" <<'PY'
-import os, sys
-pid = sys.argv[1]
-f = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
-tck = os.sysconf("SC_CLK_TCK")
-cpu = (int(f[11]) + int(f[12])) / tck
-hwm = 0
-for line in open("/proc/%s/status" % pid):
-    if line.startswith("VmHWM:"):
-        hwm = int(line.split()[1])
-print("%.2f %d" % (cpu, hwm))
-PY
+	"$PYTHON3" "$root/scripts/bench-proc.py" "p=$1" | awk '{ print $2, $8 }'
 }
 
 daemons() { # daemons BACKEND STORE_LINES -> $WORK/e2e-BACKEND.tsv, $WORK/usage-BACKEND.tsv
@@ -232,75 +221,11 @@ EOF
 	done
 	"$WSYNC" store ls "${3}/" --json --config "$d/pub.ini" >"$d/listing.json"
 	# e2e latency per step from the logs
-	"$PYTHON3" - "$d" "$subs" "$steps" "$4" >"$WORK/e2e-$b.tsv" <<'PY'
-import datetime, json, re, sys
-d, subs, steps, prefix = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-marker = dict(l.split() for l in open(d + "/marker-times"))
-def ts(line):
-    t = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
-    return t.replace(tzinfo=datetime.datetime.now().astimezone().tzinfo).timestamp()
-applied = {}
-for s in range(1, subs + 1):
-    for line in open("%s/s%d.log" % (d, s)):
-        m = re.search(r"info: version (\d+) \(step \d+\) applied", line)
-        if m:
-            v = int(m.group(1))
-            applied[v] = max(applied.get(v, 0), ts(line))
-published = {}
-for line in open(d + "/pub.log"):
-    m = re.search(r"info: published version (\d+) ", line)
-    if m:
-        published[int(m.group(1))] = ts(line)
-listing = json.load(open(d + "/listing.json"))
-size = {o["key"][len(prefix):] if o["key"].startswith(prefix) else o["key"]: o["size"] for o in listing}
-for v in range(1, steps + 2):
-    k = "%012d" % v
-    obj = size.get("deltas/%s.wsd" % k, 0) + size.get("anchors/%s.wsa" % k, 0) if v == 1 else \
-        size.get("deltas/%s.wsd" % k, 0)
-    man = size.get("manifests/%s.json" % k, 0) + size.get("HEAD", 0)
-    m0 = float(marker[str(v)])
-    print("%d\t%.3f\t%.3f\t%d\t%d" % (v, published[v] - m0, applied[v] - m0, obj, man))
-PY
+	"$PYTHON3" "$root/scripts/bench-e2e-latency.py" "$d" "$subs" "$steps" "$4" >"$WORK/e2e-$b.tsv"
 }
 
 results() { # results BACKEND: the table rows
-	"$PYTHON3" - "$WORK" "$1" "$subs" "$ck_bytes" "$params" <<'PY'
-import sys
-work, b, subs, ck, params = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-def rows(name):
-    return [l.split("\t") for l in open("%s/%s-%s.tsv" % (work, name, b)).read().splitlines()]
-e2e = {int(r[0]): r for r in rows("e2e")}
-comp = {int(r[0]): r for r in rows("comp")}
-full = {int(r[0]): r for r in rows("full")}
-print("\n%s bucket, %s params (%s bytes per checkpoint), %d subscribers\n" % (b, params, format(ck, ","), subs))
-print("| step | e2e s (published) | delta bytes | full copy s (put + get) | encode s | transfer s | apply s | e2e ÷ (enc+xfer+apply) |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-a = e2e[1]
-print("| 1 (anchor) | %s (%s) | %s | — | — | — | — | — |" % (a[2], a[1], format(int(a[3]), ",")))
-rs = []
-for v in sorted(comp):
-    e, c, f = e2e[v], comp[v], full[v]
-    parts = float(c[1]) + float(c[2]) + float(c[3])
-    r = float(e[2]) / parts
-    rs.append((float(e[2]), int(e[3]) + int(e[4]), float(f[1]) + float(f[2]), parts, r))
-    print("| %d | %s (%s) | %s | %.2f (%s + %s) | %s | %s | %s | %.2f× |" % (
-        v, e[2], e[1], format(int(e[3]), ","), float(f[1]) + float(f[2]), f[1], f[2],
-        c[1], c[2], c[3], r))
-n = len(rs)
-print("| mean | %.2f | %s | %.2f | | | | %.2f× (goal ≤ 1.5×) |" % (
-    sum(x[0] for x in rs) / n, format(sum(int(e2e[v][3]) for v in comp) // n, ","),
-    sum(x[2] for x in rs) / n, sum(x[4] for x in rs) / n))
-moved_w = sum(x[1] for x in rs) * (1 + subs)
-moved_f = ck * n * (1 + subs)
-print("\nbytes moved over %d delta steps (1 upload + %d downloads each; wsync's with manifests and HEAD): wsync %s, full copy %s (%.1f× less)"
-      % (n, subs, format(moved_w, ","), format(moved_f, ","), moved_f / max(moved_w, 1)))
-print("\n| daemon | CPU s | peak RSS MiB |")
-print("|---|---:|---:|")
-for line in open("%s/usage-%s.tsv" % (work, b)):
-    n_, cpu, hwm = line.split()
-    print("| %s | %s | %.0f%s |" % ("publisher" if n_ == "pub" else "subscriber " + n_, cpu,
-                                   int(hwm) / 1024, "" if int(hwm) / 1024 < 256 else " (over 256)"))
-PY
+	"$PYTHON3" "$root/scripts/bench-e2e-report.py" "$WORK" "$1" "$subs" "$ck_bytes" "$params"
 }
 
 for b in $backend; do

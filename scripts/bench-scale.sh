@@ -222,184 +222,11 @@ echo "# work dir $WORK ($(df -h --output=fstype "$WORK" | tail -1 | tr -d ' '))"
 [ "$delayacct" = 1 ] || echo "# block-I/O delay: kernel.task_delayacct is 0 (delay accounting off), so every delay reads 0"
 [ $mmap = 1 ] && echo "# --mmap: the publisher runs with WSYNC_MMAP=1: its encoder reads through mappings, which rchar does not count (rchar undercounts; read_bytes shown)"
 
-# ---- helper programs (python) ------------------------------------------------------
-cat >"$WORK/trainer.py" <<'PY'
-# trainer.py GEN CKPT STEP TOTAL PARAMS SHARDS OUT_JSON: checkpoint STEP of
-# gen-checkpoints' series (--steps TOTAL --shards SHARDS --no-trainer-files),
-# byte-identical to what gen-checkpoints writes, made by replaying steps
-# 1..STEP one chunk at a time (no optimizer state held); OUT_JSON gets each
-# file's size and SHA-256, hashed as written.
-import concurrent.futures, copy, hashlib, importlib.machinery, importlib.util
-import json, math, os, sys, threading, time
-gen, ckpt, step, total, params, shards, out_json = sys.argv[1:8]
-step = int(step)
-t0 = time.monotonic()
-loader = importlib.machinery.SourceFileLoader("gen_checkpoints", gen)
-g = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-loader.exec_module(g)
-np = g.np
-a = g.parse_args(["--params", params, "--shards", shards, "--steps", total,
-                  "--no-trainer-files", "--quiet", ckpt])
-dtype = g.DTYPES[a.dtype]
-shape = g.choose_shape(a.params, a.hidden, a.layers, a.vocab)
-tensors, nparams = g.build_tensors(shape, dtype)
-layout = g.Layout(a, shape, dtype, tensors)
-files = {}
-
-write_file = g.write_file
-def hashed_write_file(path, data):
-    write_file(path, data)
-    files[os.path.basename(path)] = [len(data), hashlib.sha256(data).hexdigest()]
-g.write_file = hashed_write_file
-
-class ShardWriter(g.ShardWriter):
-    def __call__(self, t, bits):
-        if self.shard != t.shard:
-            self.close()
-            self.name = self.layout.names[t.shard]
-            self.f = open(os.path.join(self.ckpt, self.name), "wb")
-            self.h, self.n = hashlib.sha256(), 0
-            hdr = self.layout.headers[t.shard]
-            self.f.write(hdr)
-            self.h.update(hdr)
-            self.n += len(hdr)
-            self.shard = t.shard
-        mv = memoryview(bits).cast("B")
-        self.f.write(mv)
-        self.h.update(mv)
-        self.n += len(mv)
-
-    def close(self):
-        if self.f is not None:
-            self.f.close()
-            self.f = None
-            files[self.name] = [self.n, self.h.hexdigest()]
-g.ShardWriter = ShardWriter
-
-class ChunkState:
-    on_disk = False  # _init_chunk zeroes m and v
-    def __init__(self, n):
-        self.w = np.empty(n, np.float32)
-        self.m = np.empty(n, np.float32)
-        self.v = np.empty(n, np.float32)
-
-cap = max(g.CHUNK_ELEMS, max(t.cols for t in tensors))
-local = threading.local()
-anchors, anchors_lock = {}, threading.Lock()
-
-class Replay(g.Trainer):
-    """run_chunk from the initial weights: a chunk's own fp32 master, m and
-    v, in a per-thread buffer, through steps 1..last_step."""
-    def cached_anchors(self, t, s0, s1):
-        k = (t.index, s0, s1)
-        with anchors_lock:
-            v = anchors.get(k)
-        if v is None:
-            v = self.anchors(t, s0, s1)
-            with anchors_lock:
-                anchors[k] = v
-        return v
-
-    def run_chunk(self, t, ci, first_step, last_step, _anchors, want_stats):
-        inner = getattr(local, "trainer", None)
-        if inner is None:
-            inner = local.trainer = g.Trainer(self.a, self.tensors, ChunkState(cap))
-        tc = copy.copy(t)
-        tc.offset = -t.chunks[ci][0] * t.cols  # the chunk at 0 of the buffer
-        inner._init_chunk(tc, ci)
-        run = g.Trainer.run_chunk
-        # no statistics: they would cost a second pass over the last step
-        return run(inner, tc, ci, 1, last_step, self.cached_anchors(t, 1, last_step), False)
-
-tr = Replay(a, tensors, None)
-tr.grad_norm = math.sqrt(sum(tr._init_rows(t) for t in tensors))
-with concurrent.futures.ThreadPoolExecutor(a.threads) as pool:
-    stats = g.save_checkpoint(a, layout, tr, pool, ckpt, step - 1, step)
-json.dump({"step": step, "params": nparams, "bytes": sum(v[0] for v in files.values()),
-           "weights": layout.bytes, "shards": layout.names, "files": files,
-           "seconds": round(time.monotonic() - t0, 3)},
-          open(out_json, "w"), indent=1, sort_keys=True)
-PY
-
-cat >"$WORK/verify.py" <<'PY'
-# verify.py CKPT_JSON TARGET [PATTERN...]: TARGET (.wsync/ aside) holds
-# exactly the checkpoint's files that match a PATTERN (fnmatch on the name;
-# none: every file), each of the size and SHA-256 the trainer wrote; nothing
-# else. Each file read is dropped from the page cache after.
-import concurrent.futures, fnmatch, hashlib, json, os, sys
-ck, target, pats = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3:]
-want = {n: v for n, v in ck["files"].items()
-        if not pats or any(fnmatch.fnmatchcase(n, p) for p in pats)}
-found, problems = set(), []
-for d, dirs, names in os.walk(target):
-    rel = os.path.relpath(d, target)
-    if rel == ".":
-        dirs[:] = [x for x in dirs if x != ".wsync"]
-    for x in dirs:
-        if os.path.islink(os.path.join(d, x)):
-            problems.append("%s: a symbolic link" % os.path.normpath(os.path.join(rel, x)))
-    for n in names:
-        found.add(os.path.normpath(os.path.join(rel, n)))
-for n in sorted(found - set(want)):
-    problems.append("%s: not expected here" % n)
-for n in sorted(set(want) - found):
-    problems.append("%s: missing" % n)
-
-def digest(n):
-    p = os.path.join(target, n)
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        if os.path.islink(p) or not os.path.isfile(p):
-            return n, -1, None
-        h, size, buf = hashlib.sha256(), 0, bytearray(8 << 20)
-        mv = memoryview(buf)
-        with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
-            while True:
-                k = f.readinto(buf)
-                if not k:
-                    break
-                h.update(mv[:k])
-                size += k
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        return n, size, h.hexdigest()
-    finally:
-        os.close(fd)
-
-with concurrent.futures.ThreadPoolExecutor(2) as pool:
-    for n, size, sha in pool.map(digest, sorted(found & set(want))):
-        if size != want[n][0]:
-            problems.append("%s: %d bytes, the checkpoint's has %d" % (n, size, want[n][0]))
-        elif sha != want[n][1]:
-            problems.append("%s: content differs (SHA-256)" % n)
-if problems:
-    print("MISMATCH: " + "; ".join(problems[:20]) + (" ..." if len(problems) > 20 else ""))
-    sys.exit(1)
-print("ok: %d files, %d bytes identical, nothing else" % (len(want), sum(v[0] for v in want.values())))
-PY
-
-cat >"$WORK/sample.py" <<'PY'
-# sample.py NAME=PID...: per process "name cpu_s rchar wchar read_bytes
-# write_bytes blkio_ticks hwm_kib" (blkio: delayacct_blkio_ticks summed over
-# the live threads, in clock ticks).
-import os, sys
-tck = os.sysconf("SC_CLK_TCK")
-for arg in sys.argv[1:]:
-    name, pid = arg.split("=")
-    f = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
-    cpu = (int(f[11]) + int(f[12])) / tck
-    io = dict(l.split(": ") for l in open("/proc/%s/io" % pid).read().splitlines())
-    blkio = 0
-    for t in os.listdir("/proc/%s/task" % pid):
-        try:
-            blkio += int(open("/proc/%s/task/%s/stat" % (pid, t)).read().rsplit(")", 1)[1].split()[39])
-        except (OSError, IndexError, ValueError):
-            pass
-    hwm = 0
-    for line in open("/proc/%s/status" % pid):
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1])
-    print(name, "%.2f" % cpu, io["rchar"], io["wchar"], io["read_bytes"], io["write_bytes"], blkio, hwm)
-PY
+# The helper programs are beside this script (run with $PYTHON3):
+# bench-scale-trainer.py (writes a checkpoint, hashing it), bench-scale-verify.py
+# (a target against those hashes), bench-proc.py (a process's CPU, I/O and peak
+# RSS), bench-scale-size.py (a checkpoint's size and shards), bench-scale-report.py
+# (the tables).
 
 # ---- the subscribers' file system ----------------------------------------------------
 # subfs_setup BYTES: an ext4 of BYTES (sparse image) mounted at $WORK/subfs,
@@ -476,18 +303,7 @@ run_backend() { # run_backend BACKEND PARAMS
 	rm -rf "$d"
 	mkdir -p "$d/watch" "$d/pub"
 	# the checkpoint's size, from the trainer's layout
-	ckb=$("$PYTHON3" - "$GEN" "$p" "$shards" <<'PY'
-import importlib.machinery, importlib.util, sys
-loader = importlib.machinery.SourceFileLoader("gen_checkpoints", sys.argv[1])
-g = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-loader.exec_module(g)
-a = g.parse_args(["--params", sys.argv[2], "--shards", sys.argv[3], "--no-trainer-files", "x"])
-shape = g.choose_shape(a.params)
-tensors, n = g.build_tensors(shape, g.DTYPES["bf16"])
-layout = g.Layout(a, shape, g.DTYPES["bf16"], tensors)
-print(layout.bytes, len(layout.names), " ".join(layout.names))
-PY
-)
+	ckb=$("$PYTHON3" "$root/scripts/bench-scale-size.py" "$GEN" "$p" "$shards")
 	read -r ckb k shard_names <<<"$ckb"
 	# shellcheck disable=SC2206
 	shard_names=($shard_names)
@@ -609,7 +425,7 @@ EOF
 		done
 		[ -f "$d/$s/run/status.json" ] || { echo "bench-scale.sh: $s did not start:" >&2; tail -5 "$d/$s.log" >&2; return 1; }
 	done
-	eval "\"\$PYTHON3\" \"\$WORK/sample.py\" $SAMPLE" >"$d/proc-0.tsv"
+	eval "\"\$PYTHON3\" \"\$root/scripts/bench-proc.py\" $SAMPLE" >"$d/proc-0.tsv"
 	: >"$d/marker-times"
 	: >"$d/verify.txt"
 	local fail=0 total=$((steps + 1)) ts
@@ -617,7 +433,7 @@ EOF
 		# the trainer's rotation: keep the newest checkpoint and the one it writes
 		for k in $(seq 1 $((i - 2))); do rm -rf "$d/watch/checkpoint-$k"; done
 		t0=$(now)
-		"$PYTHON3" "$WORK/trainer.py" "$GEN" "$d/watch/checkpoint-$i" "$i" "$total" "$p" "$shards" \
+		"$PYTHON3" "$root/scripts/bench-scale-trainer.py" "$GEN" "$d/watch/checkpoint-$i" "$i" "$total" "$p" "$shards" \
 			"$d/ck-$i.json" &
 		TRAINER_PID=$!
 		wait "$TRAINER_PID" || { TRAINER_PID=; echo "bench-scale.sh: the trainer failed at step $i" >&2; return 1; }
@@ -631,12 +447,12 @@ EOF
 			wait_applied "$d/$s.log" "${PID[$s]}" "$i" "$deadline" || return 1
 		done
 		for s in $PUBS s1 s2; do wait_idle "$d/$s/run" "$i" || return 1; done
-		eval "\"\$PYTHON3\" \"\$WORK/sample.py\" $SAMPLE" >"$d/proc-$i.tsv"
+		eval "\"\$PYTHON3\" \"\$root/scripts/bench-proc.py\" $SAMPLE" >"$d/proc-$i.tsv"
 		for s in $PUBS s1 s2; do cp "$d/$s/run/wsync.prom" "$d/prom-$s-$i.prom"; done
 		local v1 v2 r1=0 r2=0
-		v1=$("$PYTHON3" "$WORK/verify.py" "$d/ck-$i.json" "$sd/s1/target") || r1=1
+		v1=$("$PYTHON3" "$root/scripts/bench-scale-verify.py" "$d/ck-$i.json" "$sd/s1/target") || r1=1
 		# shellcheck disable=SC2086 # the include globs, one argument each
-		v2=$(set -f; "$PYTHON3" "$WORK/verify.py" "$d/ck-$i.json" "$sd/s2/target" $inc) || r2=1
+		v2=$(set -f; "$PYTHON3" "$root/scripts/bench-scale-verify.py" "$d/ck-$i.json" "$sd/s2/target" $inc) || r2=1
 		printf '%s\t%s\t%s\n%s\t%s\t%s\n' "$i" s1 "$v1" "$i" s2 "$v2" >>"$d/verify.txt"
 		echo "# $b: step $i verified: full $v1; partial $v2" >&2
 		if [ $r1 = 1 ] || [ $r2 = 1 ]; then
@@ -660,205 +476,7 @@ EOF
 
 # ---- the tables ---------------------------------------------------------------------------
 report() { # report BACKEND DIR PARAMS PREFIX SUBFS
-	"$PYTHON3" - "$1" "$2" "$3" "$4" "$5" "$rate" "$mmap" "$delayacct" "$TSV" <<'PY'
-import datetime, json, os, re, sys
-b, d, params, prefix, subfs = sys.argv[1:6]
-rate, mmap, delayacct, tsv = int(sys.argv[6]), sys.argv[7] == "1", sys.argv[8] == "1", sys.argv[9]
-tck = os.sysconf("SC_CLK_TCK")
-tz = datetime.datetime.now().astimezone().tzinfo
-def ts(line):
-    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=tz).timestamp()
-marker = {int(k): float(v) for k, v in (l.split() for l in open(d + "/marker-times"))}
-steps = sorted(marker)
-ck = {i: json.load(open("%s/ck-%d.json" % (d, i))) for i in steps}
-def lines(name, rx):
-    out = {}
-    for line in open("%s/%s.log" % (d, name), errors="replace"):
-        m = re.search(rx, line)
-        if m and int(m.group(1)) not in out:
-            out[int(m.group(1))] = (ts(line), m)
-    return out
-announced = lines("pub", r"version (\d+) \(step -?\d+\) announced")
-published = lines("pub", r"info: (?:published|committed the parts of) version (\d+) ")
-# the apply's duration: duration_ms= of the line's fields, else its "N.NN s"
-applied = {s: lines(s, r"info: version (\d+) \(step -?\d+\) applied from .*?"
-                       r"(?:duration_ms=(\d+)|, ([0-9.]+) s$)")
-           for s in ("s1", "s2")}
-def apply_s(m):
-    return int(m.group(2)) / 1000 if m.group(2) else float(m.group(3))
-def proc(i):
-    out = {}
-    try:
-        for l in open("%s/proc-%d.tsv" % (d, i)):
-            f = l.split()
-            out[f[0]] = [float(f[1])] + [int(x) for x in f[2:]]
-    except OSError:
-        pass
-    return out
-P = {i: proc(i) for i in [0] + steps}
-def prom(s, i, name):
-    try:
-        for l in open("%s/prom-%s-%d.prom" % (d, s, i)):
-            m = re.match(r"%s(\{[^}]*\})? (\S+)$" % re.escape(name), l)
-            if m:
-                return float(m.group(2))
-    except OSError:
-        pass
-    return None
-listing = json.load(open(d + "/listing.json"))
-size = {(o["key"][len(prefix):] if o["key"].startswith(prefix) else o["key"]): o["size"] for o in listing}
-verified = {}
-for l in open(d + "/verify.txt"):
-    i, s, text = l.rstrip("\n").split("\t", 2)
-    verified[(int(i), s)] = text
-done = [i for i in steps if i in P and P[i] and all(i in applied[s] for s in ("s1", "s2"))]
-
-def mb(x):
-    return "{:,.1f}".format(x / 1e6)
-def sec(x):
-    return "-" if x is None else "%.2f" % x
-rows, goals = [], []
-print()
-print("Latency from the checkpoint's marker (trainer_state.json's mtime), s; object: what the step put in the bucket:")
-print()
-hdr = "| step | object bytes | → announced | → HEAD (publish) | → applied full | → applied partial | apply s full / partial | ratio (goal ≤ 1.5) |"
-sep = "|---|---:|---:|---:|---:|---:|---:|---:|"
-if rate:
-    hdr += " transfer s (bytes / rate) | latency ÷ transfer (goal ≤ 1.3) |"
-    sep += "---:|---:|"
-print(hdr)
-print(sep)
-for i in done:
-    k = "%012d" % i
-    # an object stored whole, or in chunks (BUCKET.md 3.2: deltas/<V>-<N>.wsd)
-    # ... or, made by parts, their chunks (BUCKET.md 7: parts/<V>/<K>-<F>-<N>.ws[da])
-    obj = sum(n for key, n in size.items()
-              if re.fullmatch(r"(deltas/%s(-\d{5})?\.wsd|anchors/%s(-\d{5})?\.wsa|"
-                              r"parts/%s/\d+-[0-9a-f]{32}-\d{5}\.ws[da])" % (k, k, k), key))
-    m0 = marker[i]
-    ann = announced[i][0] - m0 if i in announced else None
-    head = published[i][0] - m0 if i in published else None
-    app = {s: applied[s][i][0] - m0 for s in ("s1", "s2")}
-    dur = {s: apply_s(applied[s][i][1]) for s in ("s1", "s2")}
-    last = max(app.values())
-    stage = max(head or 0, max(dur.values()))
-    ratio = last / stage if stage > 0 else None
-    kind = "anchor" if i == steps[0] else "delta"
-    line = "| %d (%s) | %s | %s | %s | %s | %s | %s / %s | %s |" % (
-        i, kind, format(obj, ","), sec(ann), sec(head), sec(app["s1"]), sec(app["s2"]),
-        sec(dur["s1"]), sec(dur["s2"]), "-" if ratio is None else "%.2f×" % ratio)
-    xfer = xratio = None
-    if rate:
-        xfer = obj / rate
-        xratio = last / xfer if xfer > 0 else None
-        line += " %.1f | %s |" % (xfer, "-" if xratio is None else "%.2f×" % xratio)
-        # a step whose transfer takes under a second (a small delta) is
-        # reported, not checked: the ratio then measures everything but it
-        if xratio is not None and xfer >= 1:
-            goals.append(("latency ÷ transfer ≤ 1.3 at step %d: %.2f×" % (i, xratio), xratio <= 1.3))
-    if ratio is not None:
-        goals.append(("latency ratio ≤ 1.5 at step %d: %.2f×" % (i, ratio), ratio <= 1.5))
-    print(line)
-    rows.append(dict(step=i, kind=kind, ckpt=ck[i]["bytes"], obj=obj, ann=ann, head=head,
-                     app_s1=app["s1"], app_s2=app["s2"], dur_s1=dur["s1"], dur_s2=dur["s2"],
-                     ratio=ratio, xfer=xfer, xratio=xratio))
-if rate:
-    print("\n(transfer: the step's object at the throttled rate, the time one link needs to carry it once; "
-          "the ≤ 1.3 goal is checked where that is 1 s or more)")
-print()
-print("Bytes per step (MB = 10^6 bytes); the publisher's reads over the checkpoint bytes it had to read (a delta: old + new; the anchor: new):")
-print()
-col = "read_bytes" if mmap else "rchar"
-print("| step | checkpoint MB | downloaded full MB | downloaded partial MB (share) | publisher rchar ÷ ckpt bytes (goal ≤ 1.1) |%s" %
-      (" publisher read_bytes ÷ ckpt bytes |" if mmap else ""))
-print("|---|---:|---:|---:|---:|%s" % ("---:|" if mmap else ""))
-for r in rows:
-    i = r["step"]
-    dl = {}
-    for s in ("s1", "s2"):
-        v = prom(s, i, "wsync_bytes_downloaded_total")
-        dl[s] = None if v is None else int(v - (prom(s, i - 1, "wsync_bytes_downloaded_total") or 0))
-    prior = steps.index(i)
-    base = ck[i]["bytes"] + (ck[steps[prior - 1]]["bytes"] if prior else 0)
-    # every publisher part's reads together (one publisher: its own)
-    pubs = sorted(n for n in P[i] if n.startswith("pub"))
-    p0 = P[steps[prior - 1] if prior else 0]
-    pr = sum(P[i][n][1] - p0[n][1] for n in pubs)
-    pb = sum(P[i][n][3] - p0[n][3] for n in pubs)
-    r.update(dl_s1=dl["s1"], dl_s2=dl["s2"], pub_rchar_ratio=pr / base, pub_rb_ratio=pb / base)
-    share = "" if not dl["s1"] or dl["s2"] is None else " (%.0f%%)" % (100 * dl["s2"] / dl["s1"])
-    print("| %d | %s | %s | %s%s | %.2f |%s" % (
-        i, mb(ck[i]["bytes"]), "-" if dl["s1"] is None else mb(dl["s1"]),
-        "-" if dl["s2"] is None else mb(dl["s2"]), share, pr / base,
-        (" %.2f |" % (pb / base)) if mmap else ""))
-    if prior and not mmap:
-        goals.append(("publisher reads each byte once at step %d: rchar ÷ (old + new) %.2f ≤ 1.1" % (i, pr / base), pr / base <= 1.1))
-if mmap:
-    print("\n(--mmap: the encoder reads through mappings, which rchar does not count: rchar undercounts; "
-          "read_bytes counts only what came from the disk. The read-once goal is not checked.)")
-print()
-print("Per daemon and step: CPU s, /proc/PID/io in MB, block-I/O delay s%s:" %
-      ("" if delayacct else " (0: kernel.task_delayacct is off, no delay accounting)"))
-print()
-print("| step | daemon | CPU s | rchar | wchar | read_bytes | write_bytes | blkio delay s |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
-names = {"pub": "publisher", "s1": "full s1", "s2": "partial s2"}
-pubs = sorted((n for n in P[0] if n.startswith("pub")), key=lambda n: int(n[3:] or 1))
-if len(pubs) > 1:
-    names.update({n: "part %s" % (n[3:] or "1") for n in pubs})
-for r in rows:
-    i = r["step"]
-    prior = steps.index(i)
-    p0 = P[steps[prior - 1] if prior else 0]
-    for n in pubs + ["s1", "s2"]:
-        a, z = p0[n], P[i][n]
-        dv = [z[j] - a[j] for j in range(len(z))]
-        r.update({"%s_cpu" % n: dv[0], "%s_rchar" % n: dv[1], "%s_wchar" % n: dv[2],
-                  "%s_read_bytes" % n: dv[3], "%s_write_bytes" % n: dv[4],
-                  "%s_blkio" % n: dv[5] / tck})
-        print("| %d | %s | %.2f | %s | %s | %s | %s | %.2f |" % (
-            i, names[n], dv[0], mb(dv[1]), mb(dv[2]), mb(dv[3]), mb(dv[4]), dv[5] / tck))
-print()
-final = P[done[-1]] if done else {}
-print("| daemon | CPU s (whole run) | peak RSS MiB (goal < 256) |")
-print("|---|---:|---:|")
-for n in pubs + ["s1", "s2"]:
-    if n in final:
-        hwm = final[n][6] / 1024
-        print("| %s | %.2f | %.0f |" % (names[n], final[n][0], hwm))
-        goals.append(("peak RSS < 256 MiB: %s %.0f MiB" % (names[n], hwm), hwm < 256))
-print()
-for i in steps:
-    for s in ("s1", "s2"):
-        if (i, s) in verified:
-            print("step %d %s: %s" % (i, "full s1" if s == "s1" else "partial s2", verified[(i, s)]))
-print()
-for text, ok in goals:
-    print("%s %s" % ("PASS" if ok else "FAIL", text))
-print("goal checks (%s): %d passed, %d failed" % (b, sum(1 for _, ok in goals if ok), sum(1 for _, ok in goals if not ok)))
-
-cols = ["backend", "params", "subfs", "mmap", "rate_bytes_s", "step", "kind", "ckpt_bytes", "object_bytes", "marker_announced_s",
-        "marker_head_s", "marker_applied_full_s", "marker_applied_partial_s", "apply_full_s",
-        "apply_partial_s", "ratio", "transfer_s", "latency_over_transfer", "downloaded_full",
-        "downloaded_partial", "pub_rchar_over_ckpt", "pub_read_bytes_over_ckpt"]
-cols += ["%s_%s" % (n, f) for n in ("pub", "full", "partial")
-         for f in ("cpu_s", "rchar", "wchar", "read_bytes", "write_bytes", "blkio_s")]
-new = not os.path.exists(tsv) or os.path.getsize(tsv) == 0
-with open(tsv, "a") as f:
-    if new:
-        f.write("\t".join(cols) + "\n")
-    for r in rows:
-        def v(x):
-            return "" if x is None else ("%.3f" % x if isinstance(x, float) else str(x))
-        vals = [b, params, "loop" if subfs.startswith("ext4") else "plain", int(mmap), rate, r["step"], r["kind"], r["ckpt"], r["obj"], r["ann"], r["head"],
-                r["app_s1"], r["app_s2"], r["dur_s1"], r["dur_s2"], r["ratio"], r["xfer"],
-                r["xratio"], r.get("dl_s1"), r.get("dl_s2"), r.get("pub_rchar_ratio"),
-                r.get("pub_rb_ratio")]
-        for n in ("pub", "s1", "s2"):
-            vals += [r["%s_cpu" % n], r["%s_rchar" % n], r["%s_wchar" % n],
-                     r["%s_read_bytes" % n], r["%s_write_bytes" % n], r["%s_blkio" % n]]
-        f.write("\t".join(v(x) for x in vals) + "\n")
-PY
+	"$PYTHON3" "$root/scripts/bench-scale-report.py" "$1" "$2" "$3" "$4" "$5" "$rate" "$mmap" "$delayacct" "$TSV"
 }
 
 rc=0

@@ -13,19 +13,13 @@
 #  - no temp is left in either target.
 # No s3rver (node, tests/s3rver/node_modules): the test says so and SKIPs.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 . "$(dirname "$0")/s3-servers.sh"
 
 s3servers_trap_exit
 have_s3rver || { echo "1..0 # SKIP $S3S_WHY"; exit 0; }
-trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
 
 CK=$TMP/ck
-"$GEN" --params 20M --steps 4 --shards 4 --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 20M --steps 4 --shards 4
 SHARD2=model-00002-of-00004.safetensors
 
 read -r port < <(free_ports 1)
@@ -45,16 +39,6 @@ sub() { # sub NAME [LINE...]
 }
 sub full
 sub part "include = $SHARD2 config.json"
-start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
-field() { status_field "$TMP/$1/run/status.json" "$2"; }
-at_version() { [ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ]; }
-wait_at() {
-	wait_for 120 at_version "$1" "$2" || {
-		echo "# $1: version $(field "$1" version), $(field "$1" message)"
-		tail -5 "$TMP/$1/log" | sed 's/^/# /'
-		return 1
-	}
-}
 temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
 
 start pub WSYNC_TEST_CHUNK_PAUSE_MS=1000
@@ -62,8 +46,8 @@ start full
 start part
 for s in 1 2 3 4; do
 	put_ckpt "$CK/checkpoint-$s" "$TMP/pub/train/checkpoint-$s"
-	check "checkpoint-$s: the full subscriber reaches it" wait_at full $s
-	check "checkpoint-$s: the partial one too" wait_at part $s
+	check "checkpoint-$s: the full subscriber reaches it" wait_version full $s 120
+	check "checkpoint-$s: the partial one too" wait_version part $s 120
 	check "checkpoint-$s: the full one byte-identical" bash -c \
 		"diff -r -x .wsync -x 'optimizer*' -x scheduler.pt -x 'rng_state*' -x training_args.bin '$CK/checkpoint-$s' '$TMP/full/model' >/dev/null"
 	check "checkpoint-$s: the partial one exact on its files" \
@@ -83,7 +67,7 @@ echo "# downloaded: partial $PART_B bytes, full $FULL_B"
 check "the partial one downloaded under 45% of the full one's bytes" \
 	test "$((PART_B * 100))" -lt "$((FULL_B * 45))"
 check "no temp left in either target" test "$(temps full)$(temps part)" = 00
-daemon_stop pub
-daemon_stop full
-daemon_stop part
+stop pub
+stop full
+stop part
 tap_done

@@ -20,14 +20,9 @@
 #  - the bucket's objects really went in chunks (format_version 2), and
 #    a subscriber with ahead_max = 0 follows the same series exactly.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
 CK=$TMP/ck
-"$GEN" --params 20M --steps 7 --shards 4 --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 20M --steps 7 --shards 4
 BUCKET=$TMP/bucket
 "$WSYNC" keygen "$TMP/wsync.key" >/dev/null
 
@@ -45,20 +40,8 @@ ini() { # ini NAME ROLE [LINE...]
 	fi
 	mkdir -p "$TMP/$name"
 }
-start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
-field() { status_field "$TMP/$1/run/status.json" "$2"; }
-at_version() { [ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ]; }
-wait_at() { # wait_at NAME V
-	wait_for 90 at_version "$1" "$2" || {
-		echo "# $1: version $(field "$1" version), $(field "$1" message)"
-		tail -5 "$TMP/$1/log" | sed 's/^/# /'
-		return 1
-	}
-}
-head_version() { "$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().split("\nwsync-signature")[0])["version"])' "$BUCKET/HEAD" 2>/dev/null; }
 temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
 has_temps() { [ "$(temps "$1")" -gt 0 ]; }
-in_log() { grep -q -- "$2" "$TMP/$1/log"; }
 # the subscriber's target holds exactly checkpoint STEP's shipped files
 same_as() { # same_as NAME STEP
 	local ref=$CK/checkpoint-$2 t=$TMP/$1/model f n=0
@@ -72,7 +55,6 @@ same_as() { # same_as NAME STEP
 		{ echo "# $t has other files"; return 1; }
 }
 verify_failures() { grep -o 'wsync_verification_failures_total{[^}]*} [0-9]*' "$TMP/$1/run/wsync.prom" | awk '{ print $2 }'; }
-trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/train" "$BUCKET"
 
 ini pub publisher
@@ -84,7 +66,7 @@ start flat
 
 # ---- 1. built ahead, renamed in only at the commit --------------------------
 put_ckpt "$CK/checkpoint-1" "$TMP/train/checkpoint-1"
-check "version 1 (the anchor) applied" wait_at sub 1
+check "version 1 (the anchor) applied" wait_version sub 1 90
 check "the anchor went up in chunks (format_version 2)" \
 	grep -q '"format_version": 2' "$BUCKET/manifests/000000000001.json"
 check "its chunks are objects of their own" test -e "$BUCKET/anchors/000000000001-00002.wsa"
@@ -92,17 +74,17 @@ put_ckpt "$CK/checkpoint-2" "$TMP/train/checkpoint-2"
 check "the subscriber builds version 2 ahead (NEXT read)" \
 	wait_for 60 in_log sub "version 2 (step 2) announced: building it ahead"
 check "temps built beside the old files before the commit" wait_for 60 has_temps sub
-check "... while HEAD still names version 1" test "$(head_version)" = 1
+check "... while HEAD still names version 1" test "$(head_version "$BUCKET")" = 1
 ahead_shown() { [ "$(field sub ahead_version)" = 2 ] && [ "$(field sub ahead_files)" -gt 0 ]; }
 check "... status.json says what is built ahead" wait_for 10 ahead_shown
 check "... and the target still holds version 1, intact" same_as sub 1
-check "version 2 applied" wait_at sub 2
+check "version 2 applied" wait_version sub 2 90
 check "byte-identical to checkpoint-2" same_as sub 2
 check "no temp left" test "$(temps sub)" = 0
 check "the log says what came before the commit" \
 	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/sub/log"
 check "the publisher announced version 2" grep -q "version 2 (step 2) announced" "$TMP/pub/log"
-check "ahead_max = 0: version 2 too, after the commit" wait_at flat 2
+check "ahead_max = 0: version 2 too, after the commit" wait_version flat 2 90
 check "... byte-identical" same_as flat 2
 check "... having built nothing ahead" sh -c "! grep -q 'building it ahead' '$TMP/flat/log'"
 
@@ -111,33 +93,31 @@ put_ckpt "$CK/checkpoint-3" "$TMP/train/checkpoint-3"
 check "version 3 (checkpoint-3) being built ahead" \
 	wait_for 60 in_log sub "version 3 (step 3) announced: building it ahead"
 check "temps of version 3 there" wait_for 60 has_temps sub
-kill -9 "${DPID[pub]}"
-wait "${DPID[pub]}" 2>/dev/null
-DPID[pub]=
-check "the publisher died before committing version 3" test "$(head_version)" = 2
+kill9 pub
+check "the publisher died before committing version 3" test "$(head_version "$BUCKET")" = 2
 rm -rf "$TMP/train/checkpoint-3"
 put_ckpt "$CK/checkpoint-4" "$TMP/train/checkpoint-4"
 start pub
-check "version 3 committed again, from checkpoint-4" wait_at sub 3
+check "version 3 committed again, from checkpoint-4" wait_version sub 3 90
 check "the subscriber holds checkpoint-4 (step 4), byte-identical" same_as sub 4
 check "... its state says step 4" test "$(field sub step)" = 4
 check "... having dropped what it built for the first flight" \
 	grep -Eq 'version 3: dropping what was built ahead .*(another flight|not the flight announced|chunks are not those)' "$TMP/sub/log"
 check "no temp left" test "$(temps sub)" = 0
-check "the flat subscriber: checkpoint-4 too" wait_at flat 3
+check "the flat subscriber: checkpoint-4 too" wait_version flat 3 90
 check "... byte-identical" same_as flat 4
-daemon_stop pub
+stop pub
 start pub WSYNC_TEST_CHUNK_PAUSE_MS=3000
 
 # ---- 3. stopped while building ahead, two versions committed meanwhile -------
 put_ckpt "$CK/checkpoint-5" "$TMP/train/checkpoint-5"
 check "version 4 being built ahead" wait_for 60 in_log sub "version 4 (step 5) announced: building it ahead"
 kill -STOP "${DPID[sub]}"
-check "version 4 committed while the subscriber sleeps" wait_for 60 at_version pub 4
+check "version 4 committed while the subscriber sleeps" wait_version pub 4 60
 put_ckpt "$CK/checkpoint-6" "$TMP/train/checkpoint-6"
-check "version 5 committed while the subscriber sleeps" wait_for 90 at_version pub 5
+check "version 5 committed while the subscriber sleeps" wait_version pub 5 90
 kill -CONT "${DPID[sub]}"
-check "the subscriber converges on version 5" wait_at sub 5
+check "the subscriber converges on version 5" wait_version sub 5 90
 check "byte-identical to checkpoint-6" same_as sub 6
 check "no temp left" test "$(temps sub)" = 0
 
@@ -145,17 +125,15 @@ check "no temp left" test "$(temps sub)" = 0
 put_ckpt "$CK/checkpoint-7" "$TMP/train/checkpoint-7"
 check "version 6 being built ahead" wait_for 60 in_log sub "version 6 (step 7) announced: building it ahead"
 check "temps of version 6 there" wait_for 60 has_temps sub
-kill -9 "${DPID[sub]}"
-wait "${DPID[sub]}" 2>/dev/null
-DPID[sub]=
+kill9 sub
 check "killed: the target still holds version 5 intact" same_as sub 6
 start sub
-check "restarted: version 6" wait_at sub 6
+check "restarted: version 6" wait_version sub 6 90
 check "byte-identical to checkpoint-7" same_as sub 7
 check "no temp left" test "$(temps sub)" = 0
-check "the flat subscriber too" wait_at flat 6
+check "the flat subscriber too" wait_version flat 6 90
 check "... byte-identical" same_as flat 7
-daemon_stop pub
+stop pub
 
 # ---- 5. NEXT tampered with ----------------------------------------------------
 before=$(verify_failures sub)
@@ -181,6 +159,6 @@ check "an unsigned NEXT is refused too" \
 	wait_for 30 sh -c "[ \$(grep -c NEXT '$TMP/sub/log') -gt $n ]"
 check "... no temp, the version kept" sh -c "[ $(temps sub) = 0 ] && [ $(field sub version) = 6 ]"
 
-daemon_stop sub
-daemon_stop flat
+stop sub
+stop flat
 tap_done

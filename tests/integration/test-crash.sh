@@ -66,7 +66,6 @@
 # --long (scripts/stress.sh): also a sweep killing the subscriber at every
 # logged call of the three plans ("any:N").
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 . "$(dirname "$0")/s3-servers.sh"
 
 LONG=0
@@ -80,14 +79,9 @@ cpy() { "$PYTHON3" "$HERE/crash.py" "$@"; }
 
 CK=$TMP/ck
 B=$TMP/bucket
-"$GEN" --params 1M --steps 16 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
-	echo "Bail out! gen-checkpoints failed"
-	exit 1
-}
+gen_ckpts "$CK" --params 1M --steps 16 --shards 3 --no-trainer-files
 
 trap 'daemons_kill_all; s3servers_stop_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 
 # pub_ini DIR BUCKET KEEP_ANCHORS: a publisher's config and dirs under DIR
 pub_ini() {
@@ -275,7 +269,7 @@ point() {
 		whole_files "$d" "$old" "$new"
 	t0=$(now)
 	if [ "$mode" = daemon ]; then
-		daemon_start sub "$d/sub.ini" "$d/restart.log"
+		start -c "$d/sub.ini" -l "$d/restart.log" sub
 		pid=${DPID[sub]}
 		local ok=1
 		for _ in $(seq 600); do
@@ -287,7 +281,7 @@ point() {
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-		daemon_stop sub
+		stop sub
 		rc=$((ok ? 1 : $?))
 	else
 		timeout -s KILL 60 "$WSYNC" pull -v --config "$d/sub.ini" >"$d/restart.log" 2>&1
@@ -592,7 +586,7 @@ DPID[crash]=
 check "publisher wsyncd [objects done, manifest not]: killed by SIGKILL there" \
 	died_at "$d" "$rc" open
 check "publisher wsyncd: HEAD names a complete version a fresh subscriber reproduces" head_ok
-daemon_start pub "$PP/pub.ini" "$d/restart.log"
+start -c "$PP/pub.ini" -l "$d/restart.log" pub
 t0=$(now)
 for _ in $(seq 600); do
 	[ "$(cpy head "$PB" | cut -d' ' -f2)" = "$STEP" ] && break
@@ -600,7 +594,7 @@ for _ in $(seq 600); do
 done
 took=$(since "$t0")
 read -r after astep <<<"$(cpy head "$PB")"
-daemon_stop pub
+stop pub
 check "publisher wsyncd: restarted, it publishes checkpoint-$STEP above version $before, stops cleanly" \
 	test "$?:$astep" = "0:$STEP" -a "$after" -gt "$before"
 check "publisher wsyncd: ... and HEAD is whole again" head_ok

@@ -36,21 +36,15 @@
 # Every wait is bounded (status.json polled with a deadline).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
-. "$(dirname "$0")/daemons.sh"
 
 BACKENDS=${*:-file s3}
 STEP_TIMEOUT=${E2E_STEP_TIMEOUT:-40}
 CK=$TMP/ck	# staging: checkpoint-1..13
 
-declare -n PID=DPID	# daemons.sh's table of pids
+declare -n PID=DPID	# lib.sh's table of pids
 trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 
-"$GEN" --params 3M --steps 13 --shards 2 --quiet --out "$CK" || {
-	echo "Bail out! gen-checkpoints failed"
-	exit 1
-}
+gen_ckpts "$CK" --params 3M --steps 13 --shards 2
 
 # --- helpers ----------------------------------------------------------------
 
@@ -135,12 +129,6 @@ if cmd == "same":
     sys.exit(not same(sys.argv[2], sys.argv[3:]))
 elif cmd == "wait":
     sys.exit(not wait(float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]))
-elif cmd == "wait-state":		# wait-state TIMEOUT STATUS STATE
-    end = time.monotonic() + float(sys.argv[2])
-    while status(sys.argv[3]).get("state") != sys.argv[4]:
-        if time.monotonic() > end:
-            sys.exit(1)
-        time.sleep(0.02)
 elif cmd == "field":			# field STATUS KEY
     v = status(sys.argv[2]).get(sys.argv[3])
     print("" if v is None else v)
@@ -194,6 +182,7 @@ e2e() { "$PYTHON3" "$TMP/e2e.py" "$@"; }
 # subscribers s1..s3 in $SC; sets URL (the bucket URL, prefix included).
 scenario_init() {
 	SC=$TMP/$1
+	DAEMONS=$SC
 	local backend=$2 mode=$3 n store
 	# pre-created: wsyncd does not create a missing parent of state_dir
 	mkdir -p "$SC"/{watch,manifests} "$SC"/{pub,s1,s2,s3}
@@ -242,10 +231,6 @@ EOF
 	done
 }
 
-# start NAME [ENV=VALUE...]: wsyncd NAME of the scenario, log in $SC/NAME.log
-start() { local n=$1; shift; daemon_start "$n" "$SC/$n.ini" "$SC/$n.log" "$@"; }
-# stop NAME: SIGTERM, at most 15 s; its exit code
-stop() { daemon_stop "$1"; }
 running() { # the names of the running daemons of the scenario
 	local n
 	for n in pub s1 s2 s3; do
@@ -261,8 +246,8 @@ wait_all() {
 	mapfile -t files < <(status_files "${names[@]}")
 	e2e wait "$STEP_TIMEOUT" "$1" "${files[@]}" && return 0
 	for n in "${names[@]}"; do
-		echo "# --- $n.log (last lines)"
-		tail -6 "$SC/$n.log" | sed 's/^/# /'
+		echo "# --- $n/log (last lines)"
+		tail -6 "$SC/$n/log" | sed 's/^/# /'
 	done
 	return 1
 }
@@ -272,22 +257,9 @@ same_all() {
 	for n in $(running); do [ "$n" = pub ] || t+=("$SC/$n/target"); done
 	e2e same "$1" "${t[@]}"
 }
-# put_ckpt SRC DEST [GLOBAL_STEP]: the trainer saves SRC into DEST (created
-# or rewritten in place), file by file, trainer_state.json last (with
-# global_step set to GLOBAL_STEP when given).
-put_ckpt() {
-	local f
-	mkdir -p "$2"
-	for f in "$1"/*; do
-		[ "${f##*/}" = trainer_state.json ] || cp "$f" "$2/"
-	done
-	if [ -n "${3:-}" ]; then
-		e2e patch-step "$1/trainer_state.json" "$TMP/trainer_state.json" "$3"
-		cp "$TMP/trainer_state.json" "$2/trainer_state.json"
-	else
-		cp "$1/trainer_state.json" "$2/"
-	fi
-}
+# as_step SRC STEP: SRC's trainer_state.json with global_step STEP, in
+# $TMP/trainer_state.json (for put_ckpt SRC DEST "$TMP/trainer_state.json")
+as_step() { e2e patch-step "$1/trainer_state.json" "$TMP/trainer_state.json" "$2"; }
 # fetch_manifest V: keep a copy of manifest V (GC may delete it later)
 fetch_manifest() {
 	local k
@@ -295,18 +267,6 @@ fetch_manifest() {
 	"$WSYNC" store get "$URL/$k" "$SC/manifests/${k#manifests/}" --config "$SC/pub.ini" >/dev/null 2>&1
 }
 mfield() { e2e mfield "$SC/manifests/$(printf '%012d' "$1").json" "$2"; }
-wait_log() { # wait_log NAME TEXT: the log has TEXT within STEP_TIMEOUT s
-	for _ in $(seq $((STEP_TIMEOUT * 10))); do
-		grep -qF -- "$2" "$SC/$1.log" && return 0
-		sleep 0.1
-	done
-	echo "# no \"$2\" in $1.log"
-	tail -10 "$SC/$1.log" | sed 's/^/# /'
-	return 1
-}
-wait_state() { # wait_state NAME STATE
-	e2e wait-state "$STEP_TIMEOUT" "$SC/$1/run/status.json" "$2"
-}
 # retention: the bucket's keys are what BUCKET.md's rule keeps (GC
 # runs after a publication; wait for it, bounded)
 retention() {
@@ -318,11 +278,8 @@ retention() {
 	sed 's/^/# /' "$SC/retention.out" "$SC/ls.err"
 	return 1
 }
-stopped_clean() { # stop NAME and check the exit code is 0
-	stop "$1"
-}
 no_crash() {
-	! grep -E 'AddressSanitizer|runtime error|Segmentation|assert' "$SC"/*.log
+	! grep -E 'AddressSanitizer|runtime error|Segmentation|assert' "$SC"/*/log
 }
 
 # --- scenario: new-directory mode ---------------------------------------
@@ -336,7 +293,7 @@ scenario_dir() { # scenario_dir BACKEND
 	start s2
 	for n in $(seq 1 10); do
 		if [ "$n" = 4 ]; then
-			stopped_clean s2
+			stop s2
 			tap_result $? "$b dir: s2 stops on SIGTERM with exit 0 (after step 3)"
 		fi
 		put_ckpt "$CK/checkpoint-$n" "$SC/watch/checkpoint-$n"
@@ -354,12 +311,12 @@ scenario_dir() { # scenario_dir BACKEND
 			start s3
 			check "$b dir: s3 started at step 7 reaches version 7" wait_all 7
 			check "$b dir: s3 bootstrapped from the newest anchor (5), then deltas 6, 7" \
-				grep -q "version 5 (step 5) applied from anchor anchors/000000000005.wsa" "$SC/s3.log"
+				grep -q "version 5 (step 5) applied from anchor anchors/000000000005.wsa" "$SC/s3/log"
 			check "$b dir: s3 byte-identical to checkpoint-7" e2e same "$SC/watch/checkpoint-7" "$SC/s3/target"
 		fi
 		if [ "$n" = 8 ]; then
 			check "$b dir: s2, stopped at version 3 and restarted 5 steps later, caught up" \
-				grep -q "version 8 (step 8) applied" "$SC/s2.log"
+				grep -q "version 8 (step 8) applied" "$SC/s2/log"
 		fi
 	done
 	check "$b dir: versions 1, 5, 9 are anchors (anchor_every = 4)" \
@@ -368,7 +325,8 @@ scenario_dir() { # scenario_dir BACKEND
 	# The trainer resumes from checkpoint-8: checkpoint-9 and -10 go, a
 	# new (different) checkpoint-9 appears: its step is lower than 10.
 	rm -rf "$SC/watch/checkpoint-9" "$SC/watch/checkpoint-10"
-	put_ckpt "$CK/checkpoint-11" "$SC/watch/checkpoint-9" 9
+	as_step "$CK/checkpoint-11" 9
+	put_ckpt "$CK/checkpoint-11" "$SC/watch/checkpoint-9" "$TMP/trainer_state.json"
 	check "$b dir: resumed checkpoint-9 published as version 11, applied everywhere" wait_all 11
 	fetch_manifest 11
 	check "$b dir: version 11 carries step 9 (the step went back, the version on)" \
@@ -378,22 +336,24 @@ scenario_dir() { # scenario_dir BACKEND
 
 	# A checkpoint deleted while being read: the publisher restarted with
 	# a pause between its scan and its snapshot so that rm -rf lands there.
-	stopped_clean pub
+	stop pub
 	tap_result $? "$b dir: publisher stops on SIGTERM with exit 0"
 	start pub WSYNC_TEST_SNAPSHOT_PAUSE_MS=1500
-	put_ckpt "$CK/checkpoint-12" "$SC/watch/checkpoint-10" 10
-	check "$b dir: the publisher reads checkpoint-10" wait_state pub encoding
+	as_step "$CK/checkpoint-12" 10
+	put_ckpt "$CK/checkpoint-12" "$SC/watch/checkpoint-10" "$TMP/trainer_state.json"
+	check "$b dir: the publisher reads checkpoint-10" wait_state pub encoding "$STEP_TIMEOUT"
 	rm -rf "$SC/watch/checkpoint-10"
 	check "$b dir: checkpoint-10 deleted while being read is dropped" \
-		wait_log pub "checkpoint-10 disappeared while being read"
-	put_ckpt "$CK/checkpoint-13" "$SC/watch/checkpoint-11" 11
+		wait_log pub "checkpoint-10 disappeared while being read" "$STEP_TIMEOUT"
+	as_step "$CK/checkpoint-13" 11
+	put_ckpt "$CK/checkpoint-13" "$SC/watch/checkpoint-11" "$TMP/trainer_state.json"
 	check "$b dir: the next checkpoint (11) is published as version 12, applied everywhere" wait_all 12
 	fetch_manifest 12
 	check "$b dir: version 12 is step 11, a delta from 11" \
 		test "$(mfield 12 '(m["step"], m.get("base_version"))')" = "(11, 11)"
 	check "$b dir: all subscribers equal checkpoint-11" same_all "$SC/watch/checkpoint-11"
 	check "$b dir: nothing half-published for the deleted checkpoint" \
-		test "$(sed -n '/checkpoint-10 disappeared while being read/,$p' "$SC/pub.log" | grep -c 'published version .* from checkpoint-10')" = 0
+		test "$(sed -n '/checkpoint-10 disappeared while being read/,$p' "$SC/pub/log" | grep -c 'published version .* from checkpoint-10')" = 0
 
 	check "$b dir: the bucket holds exactly what retention keeps (keep_anchors 2, gc_grace 0)" retention
 	for n in s1 s2 s3; do
@@ -401,7 +361,7 @@ scenario_dir() { # scenario_dir BACKEND
 	done
 	contains "$b dir: wsync status --json has lag_seconds" "$OUT" '"lag_seconds"'
 	for n in pub s1 s2 s3; do
-		stopped_clean "$n"
+		stop "$n"
 		tap_result $? "$b dir: $n stops on SIGTERM with exit 0"
 	done
 	check "$b dir: no crash or sanitizer report in the logs" no_crash
@@ -428,7 +388,7 @@ scenario_inplace() { # scenario_inplace BACKEND
 		test "$(mfield 10 'm["step"]') $(mfield 3 'm["step"]')" = "10 3"
 	check "$b inplace: the bucket holds exactly what retention keeps" retention
 	for n in pub s1 s2 s3; do
-		stopped_clean "$n"
+		stop "$n"
 		tap_result $? "$b inplace: $n stops on SIGTERM with exit 0"
 	done
 	check "$b inplace: no crash or sanitizer report in the logs" no_crash

@@ -27,7 +27,6 @@
 # schedules allow (no busy loop).  Figures are printed as TAP comments.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
-. "$(dirname "$0")/daemons.sh"
 
 OUTAGE=60
 while [ $# -gt 0 ]; do
@@ -38,8 +37,6 @@ while [ $# -gt 0 ]; do
 done
 CONVERGE=60	# seconds a convergence may take after a short fault
 trap 'daemons_kill_all; s3servers_stop_all; [ -n "${KEEP_TMP:-}" ] && cp -r "$TMP" "$KEEP_TMP"; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 
 have_s3rver || { echo "1..0 # SKIP $S3S_WHY"; exit 0; }
 
@@ -72,8 +69,8 @@ REACH=$(mid STORE_REACHABLE)
 journal_start jpub "$TMP/pub.sock" "$TMP/pub.jsonl" &&
 	journal_start jsub "$TMP/sub.sock" "$TMP/sub.jsonl"
 tap_result $? "journal receivers listen"
-daemon_start pub "$TMP/pub.ini" "$TMP/pub.log" WSYNC_JOURNAL_SOCKET="$TMP/pub.sock"
-daemon_start sub "$TMP/sub.ini" "$TMP/sub.log" WSYNC_JOURNAL_SOCKET="$TMP/sub.sock"
+start -c "$TMP/pub.ini" -l "$TMP/pub.log" pub WSYNC_JOURNAL_SOCKET="$TMP/pub.sock"
+start -c "$TMP/sub.ini" -l "$TMP/sub.log" sub WSYNC_JOURNAL_SOCKET="$TMP/sub.sock"
 PUB=${DPID[pub]}
 SUB=${DPID[sub]}
 PST=$TMP/pub/run/status.json
@@ -297,8 +294,8 @@ tap_result $? "restart: s3rver killed and started again on port $S3PORT"
 save
 converged "store restarted"
 
-daemon_stop pub
+stop pub
 check "the publisher exits 0 on SIGTERM" test $? -eq 0
-daemon_stop sub
+stop sub
 check "the subscriber exits 0 on SIGTERM" test $? -eq 0
 tap_done

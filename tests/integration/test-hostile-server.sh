@@ -29,11 +29,7 @@
 #     prefixes): a warning naming the limit, the publication stands.
 # Every wait is bounded.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 HS=$WSYNC_SOURCE_ROOT/tests/integration/hostile-s3.py
-trap 'daemons_kill_all; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN CREDENTIALS_DIRECTORY
 
 RSS_MAX_MIB=64		# wsync store: about 10 MiB when all is well
@@ -278,8 +274,7 @@ contains "https -> another host: HEAD and GET redirected, credentials to the end
 rules "$PT" '[]' "$TMP/tls.crt"
 
 # --- 4. a subscriber ------------------------------------------------------------------
-"$GEN" --params 1M --steps 2 --shards 1 --quiet --out "$TMP/ck" >/dev/null ||
-	{ echo "Bail out! gen-checkpoints failed"; exit 1; }
+gen_ckpts "$TMP/ck" --params 1M --steps 2 --shards 1
 CK=$TMP/ck/checkpoint
 mkdir -p "$TMP/empty"
 openssl genpkey -algorithm ed25519 -out "$TMP/key.pem" 2>/dev/null
@@ -294,14 +289,8 @@ store_lines() { # store_lines BUCKET: the [store] lines for the plain server
 write_ini "$TMP/sub.ini" subscriber "$TMP/sub" "$(store_lines sub)" \
 	"[subscriber]" "target_dir = $TMP/sub/target" "poll_interval = 200ms" \
 	"verify_key = $TMP/key.pub"
-daemon_start sub "$TMP/sub.ini" "$TMP/sub.log"
-S=$TMP/sub/run/status.json
-sub_at() { # sub_at V: the subscriber says version V, idle
-	[ "$(status_field "$S" version)" = "$1" ] && [ "$(status_field "$S" state)" = idle ]
-}
-sub_v() { [ "$(status_field "$S" version)" = "$1" ]; }
-sub_error() { case "$(status_field "$S" last_error)" in *"$1"*) return 0 ;; esac; return 1; }
-check "subscriber: version 1 from the honest server" wait_for 30 sub_at 1
+start -l "$TMP/sub.log" sub
+check "subscriber: version 1 from the honest server" wait_version sub 1 30
 same_v1() { same_tree "$CK-1" "$TMP/sub/target"; }
 check "subscriber: the target is version 1" same_v1
 
@@ -311,21 +300,21 @@ m=$(mark plain)
 pub "$TMP/sb" 2 "$CK-2" --prev "$CK-1" --sign
 t0=$(date +%s)
 check "subscriber: HEAD claims 1 TiB for the delta: a clear error" \
-	wait_for 20 sub_error "the store says $TIB bytes, expected"
-echo "# after $(($(date +%s) - t0)) s: $(status_field "$S" last_error)"
+	wait_error sub "the store says $TIB bytes, expected"
+echo "# after $(($(date +%s) - t0)) s: $(field sub last_error)"
 contains "subscriber: no GET of the delta was sent" \
 	"$(logq plain "$m" "sum(r['method'] == 'GET' and '$DELTA' in r['path'] for r in L)")" 0
-check "subscriber: still version 1" sub_v 1
+check "subscriber: still version 1" test "$(field sub version)" = 1
 check "subscriber: the target is still version 1" same_v1
 
 rules "$P" "[{\"method\":\"GET\",\"path\":\"^/sub/$DELTA\",\"do\":\"endless\"}]"
 m=$(mark plain)
 check "subscriber: a delta whose body never ends: a clear error" \
-	wait_for 20 sub_error "goes on past the"
-echo "# $(status_field "$S" last_error)"
+	wait_error sub "goes on past the"
+echo "# $(field sub last_error)"
 sent=$(sent plain "$m" "$DELTA")
 check "subscriber: the server sent $sent bytes of the delta, < 64 MiB" test "$sent" -lt $((64 << 20))
-check "subscriber: still version 1" sub_v 1
+check "subscriber: still version 1" test "$(field sub version)" = 1
 check "subscriber: the target is still version 1" same_v1
 state_kib=$(du -sk "$TMP/sub" --exclude=target | cut -f1)
 check "subscriber: its state and downloads hold $state_kib KiB (< 16 MiB)" test "$state_kib" -lt 16384
@@ -333,37 +322,34 @@ rss=$(peak_rss_mib "${DPID[sub]}")
 check "subscriber: peak RSS $rss MiB < $DAEMON_RSS_MAX_MIB MiB" \
 	"$PYTHON3" -c "import sys; sys.exit(not $rss < $DAEMON_RSS_MAX_MIB)"
 rules "$P" '[]'
-check "subscriber: honest again, version 2" wait_for 30 sub_at 2
+check "subscriber: honest again, version 2" wait_version sub 2 30
 check "subscriber: the target is version 2" same_tree "$CK-2" "$TMP/sub/target"
-daemon_stop sub
+stop sub
 tap_result $? "subscriber: stops cleanly"
 
 # --- 5. a publisher ---------------------------------------------------------------
-write_ini "$TMP/pub.ini" publisher "$TMP/pubd" "$(store_lines pub)" \
+write_ini "$TMP/pubd.ini" publisher "$TMP/pubd" "$(store_lines pub)" \
 	"[publisher]" "watch_dir = $TMP/watch" "settle_time = 0" "quiet_period = 1s" \
 	"rescan_interval = 1s" "gc_grace = 0"
-PS=$TMP/pubd/run/status.json
-pub_error() { case "$(status_field "$PS" last_error)" in *"$1"*) return 0 ;; esac; return 1; }
 rules "$P" '[{"method":"GET","path":"^/pub\\?.*prefix=manifests","do":"list_token"}]'
-daemon_start pub "$TMP/pub.ini" "$TMP/pub.log"
+start -l "$TMP/pub.log" pubd
 check "publisher: recovery's listing repeats its token: a clear error" \
-	wait_for 20 pub_error "a second time"
-echo "# $(status_field "$PS" last_error)"
+	wait_error pubd "a second time"
+echo "# $(field pubd last_error)"
 # Recovery passes; the garbage collection after the first publication
 # lists the whole bucket ("prefix=" last in the query), then each common
 # prefix the server makes up.
 rules "$P" '[{"method":"GET","path":"^/pub\\?.*prefix=(w[0-9]|$)","do":"list_wide"}]'
 put_ckpt "$CK-1" "$TMP/watch/checkpoint-1"
-pub_at1() { [ "$(status_field "$PS" version)" = 1 ] && [ "$(status_field "$PS" state)" = idle ]; }
-check "publisher: version 1 published" wait_for 30 pub_at1
+check "publisher: version 1 published" wait_version pubd 1 30
 check "publisher: the garbage collection's listing that never ends: a warning" \
 	wait_for 20 grep -q "garbage collection: listing the bucket: .*more than 10000 common prefixes" "$TMP/pub.log"
 grep "garbage collection" "$TMP/pub.log" | tail -1 | cut -c1-300 | sed 's/^/# /'
-check "publisher: still running, idle at version 1" pub_at1
-rss=$(peak_rss_mib "${DPID[pub]}")
+check "publisher: still running, idle at version 1" at_version pubd 1
+rss=$(peak_rss_mib "${DPID[pubd]}")
 check "publisher: peak RSS $rss MiB < $DAEMON_RSS_MAX_MIB MiB" \
 	"$PYTHON3" -c "import sys; sys.exit(not $rss < $DAEMON_RSS_MAX_MIB)"
 check "publisher: HEAD is in the bucket" test -s "$TMP/pb/HEAD"
-daemon_stop pub
+stop pubd
 tap_result $? "publisher: stops cleanly"
 tap_done

@@ -189,7 +189,6 @@ url = file://$TMP/bucket
 target_dir = $TMP/model
 poll_interval = 200ms
 INI
-mid() { sed -nE "s/^#define WSYNC_MID_$1 +\"([0-9a-f]+)\".*/\\1/p" "$src/common/base/log-messages.h"; }
 started=$(mid STARTED)
 stopping=$(mid STOPPING)
 rm -f "$TMP/j.sock"
@@ -215,38 +214,22 @@ fi
 
 # A reload of a file that became invalid.
 cp "$TMP/sub.ini" "$TMP/reload.ini"
-rm -f "$TMP/j.sock"
-: >"$TMP/reload.jsonl"
-"$PYTHON3" "$recv" "$TMP/j.sock" "$TMP/reload.jsonl" --serve 120 &
-jpid=$!
-PIDS+=("$jpid")
-for _ in $(seq 100); do [ -S "$TMP/j.sock" ] && break; sleep 0.05; done
-WSYNC_JOURNAL_SOCKET=$TMP/j.sock "$WSYNCD" --log-target journal -c "$TMP/reload.ini" 2>"$TMP/reload.err" &
-dpid=$!
-PIDS+=("$dpid")
-wait_entry() { # wait_entry TEXT: an entry holding TEXT arrived (10 s at most)
-	for _ in $(seq 100); do
-		grep -qF -- "$1" "$TMP/reload.jsonl" && return 0
-		sleep 0.1
-	done
-	return 1
-}
-check "reload: the subscriber started" wait_entry "$started"
+journal_start reload-journal "$TMP/j.sock" "$TMP/reload.jsonl"
+# (its stdout and stderr in reload.err)
+start -c "$TMP/reload.ini" -l "$TMP/reload.err" reload WSYNC_JOURNAL_SOCKET="$TMP/j.sock"
+check "reload: the subscriber started" wait_grep "$TMP/reload.jsonl" "$started" 10
 sed -i 's/^poll_interval = 200ms$/poll_interval = soon/' "$TMP/reload.ini"
-kill -HUP "$dpid"
-check "reload: refused" wait_entry "reload refused"
+kill -HUP "${DPID[reload]}"
+check "reload: refused" wait_grep "$TMP/reload.jsonl" "reload refused" 10
 check "reload: the error is a CONFIG_INVALID entry, FILE:LINE first, with WSYNC_FILE" test "$("$PYTHON3" -c '
 import json, sys
 es = [json.loads(l) for l in open(sys.argv[1])]
 print([(e.get("MESSAGE_ID"), e.get("WSYNC_FILE"), e["MESSAGE"].startswith(sys.argv[2] + ":9: [subscriber] poll_interval"))
        for e in es if "poll_interval" in e.get("MESSAGE", "")])' "$TMP/reload.jsonl" "$TMP/reload.ini")" = \
 	"[('$mid_invalid', '$TMP/reload.ini', True)]"
-kill -TERM "$dpid"
-for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
-wait "$dpid"
+stop reload
 check "reload: the daemon ran on with its previous configuration and exited 0 on SIGTERM" test $? = 0
 check "reload: nothing on stderr" test ! -s "$TMP/reload.err"
-kill -TERM "$jpid"
-wait "$jpid"
+stop reload-journal
 
 tap_done

@@ -18,7 +18,6 @@
 # measured just before each daemon is stopped; the publisher's too.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
-. "$(dirname "$0")/daemons.sh"
 
 STEPS=50
 NSUB=16
@@ -36,8 +35,6 @@ done
 CONVERGE=$((60 + STEPS + 2 * NSUB))	# seconds after the trainer's last step
 TRAINER=
 trap '[ -n "$TRAINER" ] && kill "$TRAINER" 2>/dev/null; daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 
 have_s3rver || { echo "1..0 # SKIP $S3S_WHY"; exit 0; }
 # The figures are the daemons' own: meson's MALLOC_PERTURB_ would make
@@ -77,9 +74,9 @@ done
 # The last quarter of the subscribers (at least one) join half way: they
 # start from an anchor, skipping the versions before it.
 NLATE=$(((NSUB + 3) / 4))
-daemon_start pub "$TMP/pub.ini" "$TMP/pub.log"
+start -c "$TMP/pub.ini" -l "$TMP/pub.log" pub
 for n in "${subs[@]:0:NSUB-NLATE}"; do
-	daemon_start "$n" "$TMP/$n.ini" "$TMP/$n.log"
+	start -c "$TMP/$n.ini" -l "$TMP/$n.log" "$n"
 done
 
 # The trainer: a step every INTERVAL s on a fixed clock, whoever keeps up;
@@ -103,7 +100,7 @@ for ((i = 0; i < 600; i++)); do	# bounded: 60 s
 	sleep 0.1
 done
 for n in "${subs[@]:NSUB-NLATE}"; do
-	daemon_start "$n" "$TMP/$n.ini" "$TMP/$n.log"
+	start -c "$TMP/$n.ini" -l "$TMP/$n.log" "$n"
 done
 echo "# ${subs[*]:NSUB-NLATE} started after step $((STEPS / 2))"
 wait "$TRAINER"
@@ -131,7 +128,7 @@ for n in pub "${subs[@]}"; do
 done
 bad_exit=
 for n in pub "${subs[@]}"; do
-	daemon_stop "$n" || bad_exit="$bad_exit $n"
+	stop "$n" || bad_exit="$bad_exit $n"
 done
 check "every daemon exits 0 on SIGTERM${bad_exit:+ (not:$bad_exit)}" test -z "$bad_exit"
 

@@ -33,7 +33,6 @@
 #     is a link to a folder holding a state is refused before anything
 #     is read or moved.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
 : "${WSYNC_SWAPSHIM:=$WSYNC_SOURCE_ROOT/build/tests/swapshim.so}"
 [ -f "$WSYNC_SWAPSHIM" ] || { echo "Bail out! no swap shim at $WSYNC_SWAPSHIM"; exit 1; }
@@ -41,10 +40,7 @@
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
 
 CK=$TMP/ck
-"$GEN" --params 1M --steps 1 --shards 1 --quiet --out "$CK" >/dev/null || {
-	echo "Bail out! gen-checkpoints failed"
-	exit 1
-}
+gen_ckpts "$CK" --params 1M --steps 1 --shards 1
 # letters only, under 20: the word jansson quotes whole ("near '...'")
 SECRET="wsyncsecret$(tr -dc a-z </dev/urandom | head -c 8)"
 

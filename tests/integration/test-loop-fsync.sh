@@ -4,9 +4,9 @@
 # subscriber, each under `strace -f -e trace=fsync,fdatasync`, through
 # three steps on a file:// bucket; every fsync and fdatasync either
 # daemon makes runs on a thread other than its main one (the loop's):
-# the jobs thread, libuv's pool.  (The debug build's check in
-# common/base/durable.c aborts on one; this sees the process from the
-# outside, release builds included.)
+# the jobs thread, libuv's pool.  (A debug build's check in
+# common/base/durable.c aborts on one from the loop thread; this sees the
+# process from outside, as an operator's strace would.)
 . "$(dirname "$0")/lib.sh"
 
 if ! command -v strace >/dev/null; then
@@ -14,70 +14,61 @@ if ! command -v strace >/dev/null; then
 	exit 0
 fi
 CK=$TMP/ck
-"$GEN" --params 1M --steps 3 --shards 2 --quiet --out "$CK" || {
-	echo "Bail out! gen-checkpoints failed"
-	exit 1
-}
-mkdir -p "$TMP/watch" "$TMP/bucket" "$TMP/p"
-cat >"$TMP/p/wsyncd.ini" <<INI
-[daemon]
-role = publisher
-state_dir = $TMP/p/state
-runtime_dir = $TMP/p/run
-threads = 1
-log_level = debug
-[store]
-url = file://$TMP/bucket
-[publisher]
-watch_dir = $TMP/watch
-step_pattern = checkpoint-*
-settle_time = 200ms
-rescan_interval = 500ms
-INI
+gen_ckpts "$CK" --params 1M --steps 3 --shards 2
+mkdir -p "$TMP/watch" "$TMP/bucket" "$TMP/p" "$TMP/s"
+write_ini "$TMP/p.ini" publisher "$TMP/p" "url = file://$TMP/bucket" \
+	"[publisher]" "watch_dir = $TMP/watch" "step_pattern = checkpoint-*" \
+	"settle_time = 200ms" "rescan_interval = 500ms"
 conf s "$TMP/bucket"
 
-# traced NAME: wsyncd under strace, its threads' fsyncs in $TMP/NAME/strace
+# traced NAME: wsyncd under strace, every thread's fsyncs in
+# $TMP/NAME/strace; the daemon's pid (strace's child) in $TMP/NAME/pid and
+# DPID (stop NAME stops the daemon; strace ends with it)
+declare -A STRACE=()
 traced() {
-	strace -f -qq -e trace=fsync,fdatasync -o "$TMP/$1/strace" \
-		"$WSYNCD" -c "$TMP/$1/wsyncd.ini" >>"$TMP/$1/log" 2>&1 &
-	eval "PID_$1=$!"
-	PIDS+=($!)
-}
-child() { # child NAME: the daemon's pid, strace's child, into $TMP/NAME/pid
 	local spid
-	eval "spid=\$PID_$1"
+	strace -f -qq -e trace=fsync,fdatasync -o "$TMP/$1/strace" \
+		"$WSYNCD" -c "$TMP/$1.ini" >>"$TMP/$1/log" 2>&1 &
+	spid=$!
+	STRACE[$1]=$spid
+	PIDS+=("$spid")
 	for _ in $(seq 50); do
-		cat /proc/"$spid"/task/*/children 2>/dev/null | awk '{ print $1 }' | grep . >"$TMP/$1/pid" && return 0
+		if cat /proc/"$spid"/task/*/children 2>/dev/null | awk '{ print $1 }' |
+			grep . >"$TMP/$1/pid"; then
+			DPID[$1]=$(cat "$TMP/$1/pid")
+			return 0
+		fi
 		sleep 0.1
 	done
 	return 1
 }
-traced p
-traced s
-check "publisher started under strace" child p
-check "subscriber started under strace" child s
+# untraced NAME: stop the daemon, then its strace (the trace complete)
+untraced() {
+	stop "$1" >/dev/null 2>&1
+	for _ in $(seq 100); do
+		kill -0 "${STRACE[$1]}" 2>/dev/null || break
+		sleep 0.1
+	done
+	wait "${STRACE[$1]}" 2>/dev/null
+	return 0
+}
+check "publisher started under strace" traced p
+check "subscriber started under strace" traced s
 steps=$(ls "$CK" | sort -t- -k2 -n)
 v=0
 for c in $steps; do
 	v=$((v + 1))
 	cp -r "$CK/$c" "$TMP/watch/.$c.tmp" && mv "$TMP/watch/.$c.tmp" "$TMP/watch/$c"
-	check "publisher: version $v (step $c) published" wait_version p "$v" 60
+	check "publisher: version $v ($c) published" wait_version p "$v" 60
 	check "subscriber: version $v applied" wait_version s "$v" 60
 done
-same_shards() { # the weight shards of checkpoint $1 in the target, byte for byte
-	local f n=0
-	for f in "$CK/$1"/*.safetensors; do
-		cmp -s "$f" "$TMP/s/target/${f##*/}" || return 1
-		n=$((n + 1))
-	done
-	[ "$n" -gt 0 ]
-}
-check "subscriber: the target holds the last checkpoint's shards" same_shards "$(echo "$steps" | tail -1)"
-stop p >/dev/null
-stop s >/dev/null
+last=$(echo "$steps" | tail -1)
+check "subscriber: the target holds $last's weights" \
+	same_files "$CK/$last" "$TMP/s/target" $(cd "$CK/$last" && ls ./*.safetensors)
+untraced p
+untraced s
 
-# strace -f writes "TID syscall(...)": the main thread's TID is the
-# daemon's pid (strace's child).
+# strace -f writes "TID syscall(...)": the main thread's TID is the pid.
 on_main() { # on_main NAME: the fsync lines of the main thread
 	awk -v main="$(cat "$TMP/$1/pid")" '$1 == main && /(fsync|fdatasync)\(/' "$TMP/$1/strace"
 }

@@ -33,11 +33,7 @@ if [ -z "$PROMTOOL" ] || [ -z "$NODE_EXPORTER" ]; then
 fi
 
 CK=$TMP/ck
-"$GEN" --params 1M --steps 3 --shards 2 --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 1M --steps 3 --shards 2
 PROM=$TMP/prom
 mkdir -p "$TMP/bucket" "$TMP/train" "$PROM" "$TMP/etc"
 
@@ -68,22 +64,6 @@ ini() { # ini NAME ROLE [LINE...]: $TMP/etc/NAME.ini
 		fi
 	} >"$TMP/etc/$name.ini"
 	mkdir -p "$TMP/$name"
-}
-run() { # run NAME: wsyncd in the background, under umask 077
-	(umask 077; exec "$WSYNCD" -c "$TMP/etc/$1.ini" --log-target stderr >>"$TMP/$1/log" 2>&1) &
-	eval "PID_$1=$!"
-	PIDS+=($!)
-}
-halt() { # halt NAME: SIGTERM, at most 10 s; its exit code
-	local pid
-	eval "pid=\$PID_$1"
-	kill -TERM "$pid" 2>/dev/null
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-	wait "$pid"
 }
 # ser NAME ROLE INSTANCE [,le="X"]: a series, its labels as written
 ser() { printf '%s{role="%s",instance="%s"%s}' "$1" "$2" "$3" "${4:-}"; }
@@ -117,7 +97,7 @@ STORE_URL=s3://nobody/x STORE_EXTRA=$'endpoint = http://127.0.0.1:9\nretry_attem
 printf '[default]\naws_access_key_id = x\naws_secret_access_key = y\n' >"$TMP/cred"
 chmod 600 "$TMP/cred"
 
-for n in publisher sub1 sub2 sub3 down; do run "$n"; done
+for n in publisher sub1 sub2 sub3 down; do start -m 077 -c "$TMP/etc/$n.ini" "$n"; done
 
 put() { # put STEP: the trainer writes checkpoint-STEP, marker last
 	local d=$TMP/train/checkpoint-$1 f
@@ -274,8 +254,8 @@ sed -i "s|^runtime_dir = .*|runtime_dir = $TMP/rt/subscriber|" "$TMP/etc/subrt.i
 mkdir -p "$TMP/train2"
 sed -i "s|^url = .*|url = file://$TMP/bucket2|" "$TMP/etc/pubrt.ini" "$TMP/etc/subrt.ini"
 mkdir -p "$TMP/bucket2"
-run pubrt
-run subrt
+start -m 077 -c "$TMP/etc/pubrt.ini" pubrt
+start -m 077 -c "$TMP/etc/subrt.ini" subrt
 check "two daemons under one runtime directory write their status" \
 	wait_for 10 test -s "$TMP/rt/publisher/status.json" -a -s "$TMP/rt/subscriber/status.json"
 RUNTIME_DIRECTORY=$TMP/rt "$WSYNC" status --prometheus >"$TMP/all.txt" 2>"$TMP/all.err"
@@ -291,15 +271,15 @@ expect_exit 2 "--json and --prometheus together are refused" \
 	"$WSYNC" status --json --prometheus --config "$TMP/etc/sub1.ini"
 
 # ---- stop, off, refused -----------------------------------------------
-halt sub2
+stop sub2
 tap_result $? "a daemon stopped cleanly exits 0"
 check "... and removes its metrics file" test ! -e "$PROM/wsync-sub2.prom"
 expect_exit 3 "wsync status --prometheus of a stopped daemon exits 3" \
 	"$WSYNC" status --prometheus --config "$TMP/etc/sub2.ini"
 check "... and prints no series" bash -c "! grep -q '^wsync_' <<<\"\$OUT\""
-halt sub3
+stop sub3
 ini off subscriber "metrics_file ="
-run off
+start -m 077 -c "$TMP/etc/off.ini" off
 check "metrics_file = \"\" (off): status.json is written" wait_for 10 test -s "$TMP/off/run/status.json"
 check "... and no metrics file" test ! -e "$TMP/off/run/wsync.prom"
 expect_exit 1 "wsync status --prometheus of a daemon with metrics off exits 1" \

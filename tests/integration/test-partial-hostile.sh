@@ -24,19 +24,13 @@
 # and a bucket of the same versions written without indexes
 # (WSYNC_TEST_NO_INDEX) is still read by the partial subscriber.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 CK=$TMP/ck
-"$GEN" --params 1M --steps 3 --shards 3 --no-trainer-files --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 1M --steps 3 --shards 3 --no-trainer-files
 S1=model-00001-of-00003.safetensors
 S2=model-00002-of-00003.safetensors
 INC="$S1 config.json tokenizer_config.json trainer_state.json"
-trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
 
 B=$TMP/bucket
 mkdir -p "$B" "$TMP/pub/watch"
@@ -140,7 +134,7 @@ VF=$(mid VERIFY_FAILED)
 sub hd "$TMP/case1/bucket" "$S1 config.json"
 cp -a "$TMP/g2s/target" "$TMP/hd/target"
 journal_start hdj "$TMP/hd/j.sock" "$TMP/hd/journal.jsonl"
-daemon_start hd "$TMP/hd/sub.ini" "$TMP/hd/log" WSYNC_JOURNAL_SOCKET="$TMP/hd/j.sock"
+start -c "$TMP/hd/sub.ini" -l "$TMP/hd/log" hd WSYNC_JOURNAL_SOCKET="$TMP/hd/j.sock"
 has_vf() {
 	"$PYTHON3" -c 'import json, sys
 for l in open(sys.argv[1]):
@@ -151,7 +145,7 @@ for l in open(sys.argv[1]):
 sys.exit(1)' "$TMP/hd/journal.jsonl" "$VF" 2>/dev/null
 }
 check "wsyncd: the shifted index is a VERIFY_FAILED entry in the journal" wait_for 20 has_vf
-daemon_stop hd
+stop hd
 check "wsyncd: the target keeps version 2" bash -c \
 	"$(declare -f same_files); same_files '$CK/checkpoint-2' '$TMP/hd/target' $S1 config.json && [ \"\$(cat '$TMP/hd/target/.wsync/state.json')\" = \"\$(cat '$TMP/g2s/target/.wsync/state.json')\" ]"
 

@@ -17,19 +17,13 @@
 #    exact on its files.
 # No s3rver (node, tests/s3rver/node_modules): the test says so and SKIPs.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 . "$(dirname "$0")/s3-servers.sh"
 
 s3servers_trap_exit
 have_s3rver || { echo "1..0 # SKIP $S3S_WHY"; exit 0; }
-trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
 
 CK=$TMP/ck
-"$GEN" --params 14M --steps 4 --shards 2 --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 14M --steps 4 --shards 2
 SHARD1=model-00001-of-00002.safetensors
 SHARD2=model-00002-of-00002.safetensors
 
@@ -57,24 +51,13 @@ mkdir -p "$TMP/part/model"
 head -c 5000 /dev/urandom >"$TMP/part/model/$SHARD2"
 cp "$TMP/part/model/$SHARD2" "$TMP/junk2"
 
-start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log"; }
-field() { status_field "$TMP/$1/run/status.json" "$2"; }
-at_version() { [ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ]; }
-wait_at() {
-	wait_for 90 at_version "$1" "$2" || {
-		echo "# $1: version $(field "$1" version), $(field "$1" message)"
-		tail -5 "$TMP/$1/log" | sed 's/^/# /'
-		return 1
-	}
-}
-
 start pub
 start full
 start part
 for s in 1 2 3 4; do
 	put_ckpt "$CK/checkpoint-$s" "$TMP/pub/train/checkpoint-$s"
-	check "checkpoint-$s: the full subscriber reaches it" wait_at full $s
-	check "checkpoint-$s: the partial one too" wait_at part $s
+	check "checkpoint-$s: the full subscriber reaches it" wait_version full $s 90
+	check "checkpoint-$s: the partial one too" wait_version part $s 90
 done
 C4=$CK/checkpoint-4
 check "the partial target's files are the checkpoint's" same_files "$C4" "$TMP/part/model" "$SHARD1" config.json
@@ -130,14 +113,14 @@ check "it downloaded at most 60% of the objects' bytes (the full subscriber's: $
 # A late partial subscriber catches up from the anchor (anchors at 1, 4).
 sub late "$PROXIED" "include = $SHARD2 config.json"
 start late
-check "a late partial subscriber catches up" wait_at late 4
+check "a late partial subscriber catches up" wait_version late 4 90
 check "... from the anchor" grep -q -- "-> 4: from the anchor" "$TMP/late/log"
 check "... exact on its files" same_files "$C4" "$TMP/late/model" "$SHARD2" config.json
 check "... and nothing else" only_files "$TMP/late/model" "$SHARD2" config.json
 LATE_B=$(field late bytes_downloaded)
 check "... downloading about half the anchor ($LATE_B bytes of $FULL_B for the full chain)" \
 	"$PYTHON3" -c "import sys; sys.exit(not (0 < $LATE_B <= 0.60 * $FULL_B))"
-for n in late part full pub; do daemon_stop $n; done
+for n in late part full pub; do stop $n; done
 check "no sanitizer or crash report in any log" bash -c \
 	"! grep -l -E 'ERROR: AddressSanitizer|runtime error|Segmentation' '$TMP'/*/log"
 tap_done

@@ -19,14 +19,9 @@
 #  - an include taking no weight file is refused with a clear error and
 #    nothing written.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
 CK=$TMP/ck
-"$GEN" --params 4M --steps 5 --shards 4 --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 4M --steps 5 --shards 4
 SHARD1=model-00001-of-00004.safetensors
 SHARD2=model-00002-of-00004.safetensors
 SHARD4=model-00004-of-00004.safetensors
@@ -56,18 +51,6 @@ ini() { # ini NAME ROLE BUCKET [LINE...]: $TMP/NAME.ini, lines after the role's 
 	} >"$TMP/$name.ini"
 	mkdir -p "$TMP/$name"
 }
-start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
-field() { status_field "$TMP/$1/run/status.json" "$2"; }
-at_version() { # at_version NAME V: idle at V
-	[ "$(field "$1" version)" = "$2" ] && [ "$(field "$1" state)" = idle ]
-}
-wait_at() { # wait_at NAME V
-	wait_for 60 at_version "$1" "$2" || {
-		echo "# $1: version $(field "$1" version), $(field "$1" message)"
-		tail -5 "$TMP/$1/log" | sed 's/^/# /'
-		return 1
-	}
-}
 put() { # put PUBNAME STEP: checkpoint-STEP into its watch_dir, marker last
 	put_ckpt "$CK/checkpoint-$2" "$TMP/$1/train/checkpoint-$2"
 }
@@ -75,7 +58,6 @@ state_files() { # the paths the state lists
 	"$PYTHON3" -c 'import json,sys; print("\n".join(sorted(f["path"] for f in json.load(open(sys.argv[1]))["files"])))' \
 		"$TMP/$1/model/.wsync/state.json"
 }
-trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
 
 # ---- the indexed bucket --------------------------------------------------
 B=$TMP/bucket
@@ -95,8 +77,8 @@ start full
 start part
 for s in 1 2 3 4 5; do
 	put pub $s
-	check "checkpoint-$s: the full subscriber reaches it" wait_at full $s
-	check "checkpoint-$s: the partial one too" wait_at part $s
+	check "checkpoint-$s: the full subscriber reaches it" wait_version full $s 60
+	check "checkpoint-$s: the partial one too" wait_version part $s 60
 done
 C5=$CK/checkpoint-5
 check "the partial target's files are the checkpoint's" same_files "$C5" "$TMP/part/model" "$SHARD1" config.json
@@ -117,16 +99,16 @@ check "its metrics say the same" bash -c \
 # anchors at 1 and 4).
 ini late subscriber "$B" "include = $SHARD2 config.json"
 start late
-check "a late partial subscriber catches up" wait_at late 5
+check "a late partial subscriber catches up" wait_version late 5 60
 check "... from the anchor, exact on its files" same_files "$C5" "$TMP/late/model" "$SHARD2" config.json
 check "... and nothing else" only_files "$TMP/late/model" "$SHARD2" config.json
 
 # ---- include changed between runs --------------------------------------
-daemon_stop part
+stop part
 ini part subscriber "$B" "include = $SHARD1 $SHARD2 config.json"
 start part
 check "include widened: the new shard comes in" wait_for 60 same_files "$C5" "$TMP/part/model" "$SHARD1" "$SHARD2" config.json
-check "... the node stays at the version" wait_at part 5
+check "... the node stays at the version" wait_version part 5 60
 check "... its state lists the new set" lists part "config.json $SHARD1 $SHARD2 "
 check "... the junk shard is still untouched" cmp -s "$TMP/junk4" "$TMP/part/model/$SHARD4"
 
@@ -142,7 +124,7 @@ check "... its state lists the new set" lists part "config.json $SHARD1 $SHARD2 
 check "... the junk shard still untouched" cmp -s "$TMP/junk4" "$TMP/part/model/$SHARD4"
 
 # ---- hostile: a flipped byte inside a taken file's range ----------------
-daemon_stop pub
+stop pub
 # checkpoint-6: checkpoint-5's files with shards 1 and 4 changed a little
 mkdir -p "$TMP/ck6src"
 cp "$C5"/* "$TMP/ck6src/"
@@ -156,12 +138,12 @@ for p in sys.argv[1:]:
 PY
 start pub
 put_ckpt "$TMP/ck6src" "$TMP/pub/train/checkpoint-6"
-check "checkpoint-6 reaches the full subscriber" wait_at full 6
-check "and the partial ones" wait_at part 6
-check "the late one too" wait_at late 6
+check "checkpoint-6 reaches the full subscriber" wait_version full 6 60
+check "and the partial ones" wait_version part 6 60
+check "the late one too" wait_version late 6 60
 check "the partial target has checkpoint-6's files" same_files "$TMP/ck6src" "$TMP/part/model" "$SHARD1" "$SHARD2" config.json
-daemon_stop pub
-daemon_stop part
+stop pub
+stop part
 # Tamper with version 7's delta: flip a byte inside shard 1's range.
 mkdir -p "$TMP/ck7src"
 cp "$TMP/ck6src"/* "$TMP/ck7src/"
@@ -175,10 +157,9 @@ open(p, "wb").write(b)
 PY
 start pub
 put_ckpt "$TMP/ck7src" "$TMP/pub/train/checkpoint-7"
-pub_step() { [ "$(field pub step)" = "$1" ] && [ "$(field pub state)" = idle ]; }
-check "checkpoint-7 published" wait_for 60 pub_step 7
-daemon_stop pub
-daemon_stop late
+check "checkpoint-7 published" wait_step pub 7 60
+stop pub
+stop late
 "$PYTHON3" - "$B" "$SHARD1" <<'PY'
 import json, re, sys
 bucket, shard = sys.argv[1:3]
@@ -193,15 +174,14 @@ open(p, "wb").write(b)
 PY
 start part
 check "a flipped byte in a taken file's range is refused as it arrives" wait_for 30 grep -q "the piece at byte [0-9]* ([0-9]* bytes) does not match its SHA-256" "$TMP/part/log"
-version_is() { [ "$(field "$1" version)" = "$2" ]; }
-check "... the target stays at version 6" version_is part 6
+check "... the target stays at version 6" test "$(field part version)" = 6
 check "... its files are checkpoint-6's" same_files "$TMP/ck6src" "$TMP/part/model" "$SHARD1" "$SHARD2"
 start late
-check "a node that does not take that file applies version 7" wait_at late 7
+check "a node that does not take that file applies version 7" wait_version late 7 60
 check "... exact on its files" same_files "$TMP/ck7src" "$TMP/late/model" "$SHARD2" config.json
-daemon_stop part
-daemon_stop late
-daemon_stop full
+stop part
+stop late
+stop full
 
 # ---- a bucket written without indexes ----------------------------------
 B2=$TMP/bucket2
@@ -209,27 +189,26 @@ mkdir -p "$B2"
 ini pub2 publisher "$B2"
 mkdir -p "$TMP/pub2/train"
 ini old subscriber "$B2" "include = $SHARD1 config.json"
-daemon_start pub2 "$TMP/pub2.ini" "$TMP/pub2/log" WSYNC_TEST_NO_INDEX=1
+start pub2 WSYNC_TEST_NO_INDEX=1
 start old
 for s in 1 2; do
 	put pub2 $s
-	check "no index, checkpoint-$s: the partial subscriber reaches it" wait_at old $s
+	check "no index, checkpoint-$s: the partial subscriber reaches it" wait_version old $s 60
 done
 check "the manifests have no index" bash -c "! grep -q '\"index\"' '$B2'/manifests/*.json"
 check "its files are the checkpoint's, cut from whole objects" same_files "$CK/checkpoint-2" "$TMP/old/model" "$SHARD1" config.json
 check "... and nothing else" only_files "$TMP/old/model" "$SHARD1" config.json
-daemon_stop old
+stop old
 
 # ---- an include that takes no weight file -------------------------------
 ini noweights subscriber "$B2" "include = config.json"
 start noweights
 check "an include taking no weight file is refused" wait_for 30 bash -c \
 	"grep -q 'no weight file' '$TMP/noweights/log'"
-error_says() { case "$(field "$1" last_error)" in *"$2"*) true ;; *) false ;; esac; }
-check "... and reported in the status" wait_for 10 error_says noweights "no weight file"
+check "... and reported in the status" wait_error noweights "no weight file" 10
 check "... with nothing written" bash -c "[ ! -e '$TMP/noweights/model/config.json' ]"
-daemon_stop noweights
-daemon_stop pub2
+stop noweights
+stop pub2
 check "no sanitizer or crash report in any log" bash -c \
 	"! grep -l -E 'ERROR: AddressSanitizer|runtime error|Segmentation' '$TMP'/*/log"
 tap_done

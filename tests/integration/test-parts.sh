@@ -31,15 +31,10 @@
 #  - three parts by the rule in step folders, two in place: full and
 #    partial subscribers exact, each part uploading --check-config's share.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
 BACKEND=${WSYNC_PARTS_BACKEND:-file}
 CK=$TMP/ck
-"$GEN" --params 8M --steps 10 --shards 4 --quiet --out "$CK" >/dev/null || {
-	tap_result 1 "gen-checkpoints"
-	tap_done
-	exit 1
-}
+gen_ckpts "$CK" --params 8M --steps 10 --shards 4
 "$WSYNC" keygen "$TMP/wsync.key" >/dev/null
 BUCKET=$TMP/bucket
 mkdir -p "$BUCKET"
@@ -47,15 +42,12 @@ if [ "$BACKEND" = s3 ]; then
 	. "$(dirname "$0")/s3-servers.sh"
 	s3servers_trap_exit
 	have_s3rver || { echo "1..0 # SKIP $S3S_WHY"; exit 0; }
-	trap 'daemons_kill_all; s3servers_stop_all; rm -rf "$TMP"' EXIT
 	read -r port < <(free_ports 1)
 	s3rver_start "$TMP/s3rver" "$port" wsync-parts || {
 		tap_result 1 "s3rver started"
 		tap_done
 		exit 1
 	}
-else
-	trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
 fi
 RUN=0
 store_lines() { # the [store] lines of series $RUN
@@ -82,17 +74,6 @@ ini() {
 			"verify_key = $TMP/wsync.key.pub" "$@"
 	fi
 }
-start() { daemon_start "$1" "$TMP/$1.ini" "$TMP/$1/log" "${@:2}"; }
-field() { status_field "$TMP/$1/run/status.json" "$2"; }
-at_step() { [ "$(field "$1" step)" = "$2" ] && [ "$(field "$1" state)" = idle ]; }
-wait_step() { # wait_step NAME STEP [SECONDS]
-	wait_for "${3:-90}" at_step "$1" "$2" || {
-		echo "# $1: version $(field "$1" version) step $(field "$1" step), $(field "$1" message)"
-		tail -5 "$TMP/$1/log" | sed 's/^/# /'
-		return 1
-	}
-}
-in_log() { grep -q -- "$2" "$TMP/$1/log"; }
 shipped() { # the shipped files of checkpoint STEP
 	local f
 	for f in "$CK/checkpoint-$1"/*; do
@@ -123,9 +104,8 @@ partial_as() {
 uploaded() {
 	grep -q "version $(($(field p1 version) + 1)): part $2 of $3 uploaded step $4 " "$TMP/$1/log"
 }
-half_at() { wait_step half "$1" && partial_as half "$1"; }
-half_is() { wait_step half "$1" && partial_as half "$2"; } # at step $1 with checkpoint-$2's files
-kill9() { kill -9 "${DPID[$1]}" 2>/dev/null; wait "${DPID[$1]}" 2>/dev/null; DPID[$1]=; }
+half_at() { wait_step half "$1" 90 && partial_as half "$1"; }
+half_is() { wait_step half "$1" 90 && partial_as half "$2"; } # at step $1 with checkpoint-$2's files
 manifest() { # the manifest HEAD names, without its signature line
 	if [ "$BACKEND" = s3 ]; then
 		"$WSYNC" store get --config "$TMP/$SUBNAME.ini" \
@@ -182,9 +162,9 @@ start p1
 start p2
 start sub
 start half
-check "version 1 (step 1) committed by part 1" wait_step p1 1
-check "part 2 sees its step committed" wait_step p2 1
-check "the full subscriber is at step 1" wait_step sub 1
+check "version 1 (step 1) committed by part 1" wait_step p1 1 90
+check "part 2 sees its step committed" wait_step p2 1 90
+check "the full subscriber is at step 1" wait_step sub 1 90
 check "byte-identical to checkpoint-1" same_as sub 1
 check "the partial subscriber is exact" half_at 1
 check "the manifest is format 3, of 2 parts" test "$(mjson 1 "m['format_version'], m['parts']")" = "(3, 2)"
@@ -193,7 +173,7 @@ check "part 1 the config files and the other 2 shards" \
 	test "$(sed -n 's/.*part 1 of 2 uploaded step 1 (\([0-9]*\) files).*/\1/p' "$TMP/p1/log" | head -1)" = $(($(shipped 1 | wc -l) - 2))
 for s in 2 3 4 5; do
 	step_in $s "$TRAIN/checkpoint-$s"
-	wait_step sub $s >/dev/null
+	wait_step sub $s 90 >/dev/null
 	check "step $s: full subscriber byte-identical" same_as sub $s
 done
 check "step 5 (version 5) is an anchor + delta, from parts" \
@@ -205,7 +185,7 @@ if [ "$BACKEND" = file ]; then
 fi
 
 # ---- 2. a part down for a while: versions wait, then converge -----------------
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 step_in 6 "$TRAIN/checkpoint-6"
 check "part 1 says it waits for part 2" wait_for 30 in_log p1 "waits for part 2"
 status_says() { grep -q "$2" "$TMP/$1/run/status.json"; }
@@ -214,8 +194,8 @@ check "the status names the missing part" wait_for 10 status_says p1 'waits for 
 check "the metric counts it" wait_for 10 metric_is p1 wsync_parts_missing 1
 check "HEAD stays at step 5" test "$(field sub step)" = 5
 start p2
-check "part 2 back: step 6 committed" wait_step p1 6
-check "full subscriber byte-identical at step 6" wait_step sub 6
+check "part 2 back: step 6 committed" wait_step p1 6 90
+check "full subscriber byte-identical at step 6" wait_step sub 6 90
 check "... and exact" same_as sub 6
 
 # ---- 2b. a shard added, then gone: files move between the parts ------------------
@@ -231,26 +211,26 @@ with_extra() {
 		cmp -s "$CK/checkpoint-7/model-00001-of-00004.safetensors" "$t/extra.safetensors" &&
 		[ "$(find "$t" -path "$t/.wsync" -prune -o -type f -print | wc -l)" = $(($(shipped 7 | wc -l) + 1)) ]
 }
-check "a shard added: step 7 committed" wait_step p1 7
+check "a shard added: step 7 committed" wait_step p1 7 90
 owner_of() { # owner_of V PATH: the part whose chunk holds PATH's records in version V
 	mjson "$1" "[o['chunks'][i + 1]['key'].split('/')[2].split('-')[0] for o in m['objects'] if o['role'] == 'delta' for i, f in enumerate(o['index']['files']) if f['path'] == '$2'][0]"
 }
 check "shard 1 was part 1's at step 6" test "$(owner_of 6 model-00001-of-00004.safetensors)" = 1
 check "part 2 took shard 1 at step 7" test "$(owner_of 7 model-00001-of-00004.safetensors)" = 2
 check "part 1 took shard 3 at step 7" test "$(owner_of 7 model-00003-of-00004.safetensors)" = 1
-wait_step sub 7 >/dev/null
+wait_step sub 7 90 >/dev/null
 check "... the added shard and every file byte-identical" with_extra sub
 
 # ---- 3. a part skipped a step: the others move to its newer step -------------
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 step_in 8 "$TRAIN/checkpoint-8"
 check "part 1 uploaded step 8 and waits for part 2" wait_for 30 in_log p1 "step 8) waits for part 2"
 step_in 9 "$TRAIN/checkpoint-9"
 start p2
 check "part 2, back after step 8, proposes step 9; part 1 moves to it" \
 	wait_for 30 in_log p1 "a part is at step 9"
-check "step 9 committed (8 skipped)" wait_step p1 9
-check "full subscriber byte-identical at step 9 (extra.safetensors deleted)" wait_step sub 9
+check "step 9 committed (8 skipped)" wait_step p1 9 90
+check "full subscriber byte-identical at step 9 (extra.safetensors deleted)" wait_step sub 9 90
 check "... and exact" same_as sub 9
 if [ "$BACKEND" = file ]; then
 	# part 1's attempt at step 8 went under the same version number
@@ -265,7 +245,7 @@ if [ "$BACKEND" = file ]; then
 fi
 
 # ---- 4. part 2 killed mid-upload, restarted -----------------------------------
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 start p2 WSYNC_TEST_CHUNK_PAUSE_MS=1500
 step_in 10 "$TRAIN/checkpoint-10"
 phase_is() { [ "$(field "$1" phase)" = "$2" ]; }
@@ -273,35 +253,35 @@ check "part 2 is encoding step 10 (slowly)" wait_for 30 phase_is p2 encoding
 sleep 2
 kill9 p2
 start p2
-check "after part 2's kill and restart: step 10 committed" wait_step p1 10
-check "full subscriber byte-identical at step 10" wait_step sub 10
+check "after part 2's kill and restart: step 10 committed" wait_step p1 10 90
+check "full subscriber byte-identical at step 10" wait_step sub 10 90
 check "... and exact" same_as sub 10
 
 # ---- 5. the committer killed between the parts' records and HEAD ----------------
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 step_in 2 "$TRAIN/checkpoint-r2"	# the trainer resumed: step 2 again (a new run)
 check "part 1 uploaded the resumed step and waits" wait_for 30 in_log p1 "(step 2) waits for part 2"
 kill9 p1
 start p2
 check "part 2 uploaded it too" wait_for 30 uploaded p2 2 2 2
 start p1
-check "the committer restarted: the resumed step 2 committed" wait_step p1 2
-check "full subscriber byte-identical to the resumed step 2" wait_step sub 2
+check "the committer restarted: the resumed step 2 committed" wait_step p1 2 90
+check "full subscriber byte-identical to the resumed step 2" wait_step sub 2 90
 check "... and exact" same_as sub 2
 check "its manifest starts run 1" test "$(mjson "$(field p1 version)" "m['run'], m['step']")" = "(1, 2)"
 
 # ---- 6. a part that lost its base sends its files whole ------------------------
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 rm -rf "$TMP/p2/state"
 start p2
 step_in 3 "$TRAIN/checkpoint-r3"
-check "step 3 of run 1 committed" wait_step p1 3
-check "full subscriber byte-identical" wait_step sub 3
+check "step 3 of run 1 committed" wait_step p1 3 90
+check "full subscriber byte-identical" wait_step sub 3 90
 check "... and exact" same_as sub 3
 check "partial subscriber exact" half_at 3
 
 # ---- 7. a part record tampered with in the bucket -------------------------------
-daemon_stop p1 >/dev/null
+stop p1 >/dev/null
 step_in 4 "$TRAIN/checkpoint-r4"
 check "part 2 uploaded step 4" wait_for 30 uploaded p2 2 2 4
 rec=$(record_key 2)
@@ -311,13 +291,13 @@ bput "$TMP/rec-bad.json" "$rec"
 start p1
 check "part 1 refuses the tampered record" wait_for 30 in_log p1 "refusing the record of part 2"
 check "counted as a verification failure" wait_for 10 bash -c "grep -q '^wsync_verification_failures_total{[^}]*} [1-9]' '$TMP/p1/run/wsync.prom'"
-check "part 2 writes its record again, step 4 committed" wait_step p1 4
-check "full subscriber byte-identical" wait_step sub 4
+check "part 2 writes its record again, step 4 committed" wait_step p1 4 90
+check "full subscriber byte-identical" wait_step sub 4 90
 check "... and exact" same_as sub 4
 
 # ---- 7b. a part of another wsync release: refused by name ------------------------
 # (its record made by hand: the same key, another "writer")
-daemon_stop p1 >/dev/null
+stop p1 >/dev/null
 step_in 5 "$TRAIN/checkpoint-s5"
 check "part 2 uploaded step 5" wait_for 30 uploaded p2 2 2 5
 rec=$(record_key 2)
@@ -329,10 +309,10 @@ start p1
 check "part 1 refuses a part of another release, by name" \
 	wait_for 30 in_log p1 "it was written by wsync 0.0.1, this part runs wsync"
 check "HEAD stays at step 4" test "$(field sub step)" = 4
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 start p2	# the part upgraded: it uploads the step again
-check "the part on the same release: step 5 committed" wait_step p1 5
-check "full subscriber byte-identical" wait_step sub 5
+check "the part on the same release: step 5 committed" wait_step p1 5 90
+check "full subscriber byte-identical" wait_step sub 5 90
 check "... and exact" same_as sub 5
 
 # ---- 7c. a step written again: the trainer resumed from HEAD's step -------------
@@ -341,10 +321,10 @@ check "... and exact" same_as sub 5
 # down meanwhile: part 1 must not take its old record with its own new
 # files -- the records list other files; it waits, until part 2 is back.
 # (2) Part 2 up: it sees the step written again and uploads it again.
-daemon_stop p1 >/dev/null
+stop p1 >/dev/null
 step_in 4 "$TRAIN/checkpoint-w6"
 check "part 2 uploaded step 6" wait_for 30 uploaded p2 2 2 6
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 rm -rf "$TRAIN/checkpoint-w6"
 step_in 9 "$TRAIN/checkpoint-w6"
 start p1
@@ -352,10 +332,10 @@ check "part 1 does not pair its step 6 with part 2's old one" \
 	wait_for 30 in_log p1 "waits for part 2 (step 6 as other files)"
 check "HEAD stays at step 5" test "$(field sub step)" = 5
 start p2
-check "part 2 back: step 6 as written again committed" wait_step p1 6
-check "full subscriber byte-identical to it (checkpoint-9's files)" wait_step sub 6
+check "part 2 back: step 6 as written again committed" wait_step p1 6 90
+check "full subscriber byte-identical to it (checkpoint-9's files)" wait_step sub 6 90
 check "... and exact" same_as sub 9
-daemon_stop p1 >/dev/null
+stop p1 >/dev/null
 step_in 3 "$TRAIN/checkpoint-w7"
 check "part 2 uploaded step 7" wait_for 30 uploaded p2 2 2 7
 rm -rf "$TRAIN/checkpoint-w7"
@@ -365,8 +345,8 @@ check "part 2 sees step 7 written again and uploads it again" \
 check "... its second upload of step 7" \
 	wait_for 30 bash -c "[ \$(grep -c 'part 2 of 2 uploaded step 7 ' '$TMP/p2/log') -ge 2 ]"
 start p1
-check "step 7 as written again committed" wait_step p1 7
-check "full subscriber byte-identical to it (checkpoint-8's files)" wait_step sub 7
+check "step 7 as written again committed" wait_step p1 7 90
+check "full subscriber byte-identical to it (checkpoint-8's files)" wait_step sub 7 90
 check "... and exact" same_as sub 8
 check "partial subscriber exact (checkpoint-8's files)" half_is 7 8
 
@@ -376,10 +356,10 @@ start p2b
 step_in 5 "$TRAIN/checkpoint-r5"
 two() { cat "$TMP/p2/log" "$TMP/p2b/log" | grep -q "two instances publish part 2"; }
 check "two instances of part 2: refused, named in the journal" wait_for 60 two
-daemon_stop p2b >/dev/null
+stop p2b >/dev/null
 check "one instance again: step 5 committed" wait_step p1 5 120
 # part 2 restarted with another N
-daemon_stop p2 >/dev/null
+stop p2 >/dev/null
 ini p2n publisher "part = 2/3"
 mkdir -p "$TMP/p2n"
 cp -r "$TMP/p2/state" "$TMP/p2n/" 2>/dev/null
@@ -387,21 +367,21 @@ start p2n
 step_in 6 "$TRAIN/checkpoint-r6"
 check "a part with another N: its record refused by name" \
 	wait_for 30 in_log p1 "it has 3 parts, this part 2"
-daemon_stop p2n >/dev/null
+stop p2n >/dev/null
 start p2
 check "part 2 back with N = 2: step 6 committed" wait_step p1 6 60
-check "full subscriber byte-identical" wait_step sub 6
+check "full subscriber byte-identical" wait_step sub 6 90
 check "... and exact" same_as sub 6
 
 # ---- 8a. the committer lost its base: its files whole, HEAD's anchors kept -------
-daemon_stop p1 >/dev/null
+stop p1 >/dev/null
 rm -rf "$TMP/p1/state"
 start p1
 step_in 7 "$TRAIN/checkpoint-l7"
 check "the committer without its base: step 7 committed" wait_step p1 7 60
 check "... a delta, the anchors before it still listed" \
 	test "$(mjson "$(field p1 version)" "m['kind'], len(m['anchors']) > 0")" = "('delta', True)"
-check "full subscriber byte-identical" wait_step sub 7
+check "full subscriber byte-identical" wait_step sub 7 90
 check "... and exact" same_as sub 7
 check "partial subscriber exact" half_at 7
 
@@ -437,12 +417,12 @@ PY
 	check "after each of $rounds kills HEAD named a whole version" test "$whole" = "$rounds"
 	# (step numbers from the names: k17 is step 17, with step 7's files)
 	check "after the kills: the last step (66) committed" wait_step p1 66 120
-	check "full subscriber byte-identical" wait_step sub 66
+	check "full subscriber byte-identical" wait_step sub 66 90
 	check "... and exact (step 6's files)" same_as sub 6
-	wait_step half 66 >/dev/null
+	wait_step half 66 90 >/dev/null
 	check "partial subscriber exact (step 6's files)" partial_as half 6
 fi
-for n in p1 p2 sub half; do daemon_stop $n >/dev/null; done
+for n in p1 p2 sub half; do stop $n >/dev/null; done
 
 # ---- 9. three parts in place, naming their files; overlap refused --------------
 RUN=2
@@ -457,15 +437,15 @@ ini q3 publisher "step_pattern =" "part = 3/3" \
 ini sub2 subscriber
 for n in q1 q2 q3 sub2; do start $n; done
 step_in 1 "$TRAIN"
-check "in place, 3 parts: step 1 committed" wait_step q1 1
-check "full subscriber byte-identical" wait_step sub2 1
+check "in place, 3 parts: step 1 committed" wait_step q1 1 90
+check "full subscriber byte-identical" wait_step sub2 1 90
 check "... and exact" same_as sub2 1
 step_in 2 "$TRAIN"
-check "step 2 committed" wait_step q1 2
-check "full subscriber byte-identical at step 2" wait_step sub2 2
+check "step 2 committed" wait_step q1 2 90
+check "full subscriber byte-identical at step 2" wait_step sub2 2 90
 check "... and exact" same_as sub2 2
 check "the manifest has 3 parts" test "$(mjson 2 "m['parts']")" = 3
-daemon_stop q3 >/dev/null
+stop q3 >/dev/null
 ini q3 publisher "step_pattern =" "part = 3/3" \
 	"part_files = model-00002-of-00004.safetensors model-00003-of-00004.safetensors model-00004-of-00004.safetensors"
 start q3
@@ -473,14 +453,14 @@ step_in 3 "$TRAIN"
 check "overlapping part files: refused by the committer" \
 	wait_for 60 in_log q1 "is in the files of two parts"
 check "HEAD stays at step 2" test "$(field sub2 step)" = 2
-daemon_stop q3 >/dev/null
+stop q3 >/dev/null
 ini q3 publisher "step_pattern =" "part = 3/3" "part_files = model-00004-of-00004.safetensors"
 start q3
 check "a shard in no part's files: refused by the committer" \
 	wait_for 60 in_log q1 "model-00003-of-00004.safetensors, which model.safetensors.index.json names, is in no part's files"
 check "HEAD still at step 2" test "$(field sub2 step)" = 2
 
-for n in q1 q2 q3 sub2; do daemon_stop $n >/dev/null; done
+for n in q1 q2 q3 sub2; do stop $n >/dev/null; done
 
 # ---- 10. three parts by the rule, step folders; two parts by the rule, in place --
 # (the other two of {two, three parts} x {step folders, in place}), each
@@ -505,8 +485,8 @@ series() { # series RUN PARTS STEP_PATTERN_LINE: four steps published by PARTS p
 		dir=$TRAIN/checkpoint-$s
 		[ -n "$3" ] && [ "$3" = "step_pattern =" ] && dir=$TRAIN
 		step_in $s "$dir"
-		check "$parts parts ($4), step $s committed" wait_step r$RUN-1 $s
-		check "... full subscriber byte-identical" wait_step sub$RUN $s
+		check "$parts parts ($4), step $s committed" wait_step r$RUN-1 $s 90
+		check "... full subscriber byte-identical" wait_step sub$RUN $s 90
 		check "... and exact" same_as sub$RUN $s
 		check "... partial subscriber exact" half_at $s
 	done
@@ -515,9 +495,9 @@ series() { # series RUN PARTS STEP_PATTERN_LINE: four steps published by PARTS p
 		check "$parts parts ($4): part $k uploaded the files --check-config assigns it" \
 			in_log r$RUN-$k "part $k of $parts uploaded step 4 ($(share r$RUN-$k $k) files)"
 	done
-	for k in $(seq 1 "$parts"); do daemon_stop r$RUN-$k >/dev/null; done
-	daemon_stop sub$RUN >/dev/null
-	daemon_stop half >/dev/null
+	for k in $(seq 1 "$parts"); do stop r$RUN-$k >/dev/null; done
+	stop sub$RUN >/dev/null
+	stop half >/dev/null
 }
 series 3 3 "step_pattern = checkpoint-*" "step folders"
 series 4 2 "step_pattern =" "in place"

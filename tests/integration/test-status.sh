@@ -32,35 +32,10 @@ for role in publisher subscriber; do
 	mkdir -p "$TMP/$role"
 done
 
-run() { # run ROLE: wsyncd in the background
-	"$WSYNCD" -c "$TMP/$1.ini" --log-target stderr >>"$TMP/$1/log" 2>&1 &
-	eval "PID_$1=$!"
-	PIDS+=($!)
-}
-halt() { # halt ROLE: SIGTERM, at most 10 s; its exit code
-	local pid
-	eval "pid=\$PID_$1"
-	kill -TERM "$pid" 2>/dev/null
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-	wait "$pid"
-}
-has_status() { # has_status ROLE: its status.json within 10 s
-	for _ in $(seq 100); do
-		[ -s "$TMP/$1/run/status.json" ] && return 0
-		sleep 0.1
-	done
-	tail -5 "$TMP/$1/log" | sed 's/^/# /'
-	return 1
-}
-
-run publisher
-run subscriber
-check "the publisher writes its status.json" has_status publisher
-check "the subscriber writes its status.json" has_status subscriber
+start publisher
+start subscriber
+check "the publisher writes its status.json" wait_for 10 test -s "$TMP/publisher/run/status.json"
+check "the subscriber writes its status.json" wait_for 10 test -s "$TMP/subscriber/run/status.json"
 
 check "the fields both roles write have one type in both" "$PYTHON3" - \
 	"$TMP/publisher/run/status.json" "$TMP/subscriber/run/status.json" <<'PY'
@@ -87,9 +62,9 @@ for role in publisher subscriber; do
 	contains "... and when it was updated" "$OUT" "updated:        20"
 done
 
-halt publisher
+stop publisher
 tap_result $? "SIGTERM stops the publisher (exit 0)"
-halt subscriber
+stop subscriber
 tap_result $? "SIGTERM stops the subscriber (exit 0)"
 for role in publisher subscriber; do
 	expect_exit 3 "wsync status: the stopped $role is not running (exit 3)" \

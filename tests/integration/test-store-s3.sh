@@ -32,8 +32,8 @@ done
 read -r P_S3RVER P_SWIFT < <(free_ports 2 | tr '\n' ' ')
 s3rver_start "$TMP/s3rver" "$P_S3RVER" bucket || { echo "Bail out! s3rver did not start"; exit 1; }
 
-# conf NAME URL ENDPOINT ACCESS SECRET [EXTRA [store] LINES...]
-conf() {
+# s3conf NAME URL ENDPOINT ACCESS SECRET [EXTRA [store] LINES...]
+s3conf() {
 	local name=$1 url=$2 ep=$3 ak=$4 sk=$5
 	shift 5
 	printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' "$ak" "$sk" \
@@ -65,7 +65,7 @@ head -c 0 /dev/urandom >"$TMP/empty.bin"
 
 # --- s3rver ---------------------------------------------------------------
 S=http://127.0.0.1:$P_S3RVER
-conf s3 s3://bucket/runs/exp1 "$S" S3RVER S3RVER "part_size = 5MiB"
+s3conf s3 s3://bucket/runs/exp1 "$S" S3RVER S3RVER "part_size = 5MiB"
 W=("$WSYNC" store --config "$TMP/s3.ini")
 
 expect_exit 0 "put a file" "${W[@]}" put "$TMP/small.bin" s3://bucket/runs/exp1/v/1.delta
@@ -125,7 +125,7 @@ expect_exit 0 "rm of a missing key succeeds (as S3)" "${W[@]}" rm s3://bucket/ru
 # --- faults, through the proxy --------------------------------------------
 faultproxy_start "$TMP/proxy" "$P_S3RVER" || { echo "Bail out! faultproxy did not start"; exit 1; }
 F=http://127.0.0.1:$FAULTPROXY_PORT
-conf fp s3://bucket/f "$F" S3RVER S3RVER "part_size = 5MiB" "timeout = 2s" "retry_attempts = 4"
+s3conf fp s3://bucket/f "$F" S3RVER S3RVER "part_size = 5MiB" "timeout = 2s" "retry_attempts = 4"
 WF=("$WSYNC" store --config "$TMP/fp.ini")
 expect_exit 0 "put through the proxy" "${WF[@]}" put "$TMP/big.bin" s3://bucket/f/obj
 expect_exit 0 "put a small one" "${WF[@]}" put "$TMP/small.bin" s3://bucket/f/small
@@ -137,7 +137,7 @@ SUM=$(xxh "$TMP/big.bin")
 # checked in the proxy log, since s3rver can't serve it.)
 expect_exit 0 "a bucket named like the HF namespace" aws_s3rver s3 mb s3://myorg
 # (s3rver knows only its own key pair; the HF gateway's keys start with HFAK)
-conf hf hf://buckets/myorg/weights/qwen "$F" S3RVER S3RVER
+s3conf hf hf://buckets/myorg/weights/qwen "$F" S3RVER S3RVER
 : >"$FAULTPROXY_LOG"
 expect_exit 0 "put through an hf:// URL" "$WSYNC" store --config "$TMP/hf.ini" put "$TMP/small.bin" \
 	hf://buckets/myorg/weights/qwen/HEAD
@@ -225,7 +225,7 @@ faultproxy_stop
 # --- Swift: SigV4 verified --------------------------------------------------
 swift_start "$TMP/swift" "$P_SWIFT" || { echo "Bail out! swift did not start"; exit 1; }
 swift_make_bucket wsync >/dev/null || { echo "Bail out! no bucket in swift"; exit 1; }
-conf sw s3://wsync/p "$SWIFT_ENDPOINT" "$SWIFT_ACCESS_KEY" "$SWIFT_SECRET_KEY" "part_size = 5MiB"
+s3conf sw s3://wsync/p "$SWIFT_ENDPOINT" "$SWIFT_ACCESS_KEY" "$SWIFT_SECRET_KEY" "part_size = 5MiB"
 WS=("$WSYNC" store --config "$TMP/sw.ini")
 KEY='steps/a b+c~d(1).bin'
 expect_exit 0 "swift: put (signature verified)" "${WS[@]}" put "$TMP/small.bin" "s3://wsync/p/$KEY"
@@ -240,7 +240,7 @@ expect_exit 0 "swift: ls" "${WS[@]}" ls s3://wsync/p/
 contains "swift: ls shows the encoded key" "$OUT" "$KEY"
 expect_exit 0 "swift: rm" "${WS[@]}" rm "s3://wsync/p/$KEY"
 expect_exit 1 "swift: gone" "${WS[@]}" head "s3://wsync/p/$KEY"
-conf bad s3://wsync/p "$SWIFT_ENDPOINT" "$SWIFT_ACCESS_KEY" wrong-secret
+s3conf bad s3://wsync/p "$SWIFT_ENDPOINT" "$SWIFT_ACCESS_KEY" wrong-secret
 expect_exit 1 "swift: a wrong secret is refused" "$WSYNC" store --config "$TMP/bad.ini" head s3://wsync/p/big
 contains "swift: with a clear reason" "$OUT" "access denied"
 check "swift: and the secret is not printed" bash -c "! grep -q wrong-secret <<<\"\$1\"" _ "$OUT"

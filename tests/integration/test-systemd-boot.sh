@@ -72,8 +72,6 @@ teardown() {
 	rm -rf "$TMP"
 }
 trap teardown EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 T0=$(date +%s)
 elapsed() { echo $(($(date +%s) - T0)); }
 
@@ -183,22 +181,9 @@ echo "# booted in $(elapsed) s since the start ($booted), PID 1 is $CPID"
 
 # ---- helpers --------------------------------------------------------------
 prop() { cin systemctl show -P "$2" "wsyncd@$1.service"; } # prop NAME PROPERTY
-# status NAME KEY: a field of /run/wsync/NAME/status.json, "" when absent
-status() {
-	"$PYTHON3" -c 'import json,sys
-try: v = json.load(open(sys.argv[1])).get(sys.argv[2])
-except Exception: v = None
-print("" if v is None else v)' "/proc/$CPID/root/run/wsync/$1/status.json" "$2"
-}
-# at_version NAME V: status.json says version V, idle
-at_version() { [ "$(status "$1" version)" = "$2" ] && [ "$(status "$1" state)" = idle ]; }
-# wait_version NAME V [SECONDS]: at most SECONDS (default 30)
-wait_version() {
-	wait_for "${3:-30}" at_version "$1" "$2" && return 0
-	echo "# $1: version $(status "$1" version), state $(status "$1" state): $(status "$1" message)"
-	cin journalctl -u "wsyncd@$1" -n 8 --no-pager | sed 's/^/# /'
-	return 1
-}
+# lib.sh's field, at_version and wait_version read the instances'
+# /run/wsync/NAME/status.json inside the container
+RUN_DIRS=/proc/$CPID/root/run/wsync
 running() { # running NAME: active (running)
 	[ "$(prop "$1" ActiveState)/$(prop "$1" SubState)" = active/running ]
 }
@@ -293,8 +278,8 @@ done
 # ---- 2. checkpoints flow, byte for byte ----------------------------------------
 for v in 1 2 3; do
 	checkpoint $v
-	check "checkpoint-$v: the publisher publishes version $v" wait_version publisher $v
-	check "checkpoint-$v: the subscriber applies version $v" wait_version subscriber $v
+	check "checkpoint-$v: the publisher publishes version $v" wait_version publisher $v 30
+	check "checkpoint-$v: the subscriber applies version $v" wait_version subscriber $v 30
 	check "checkpoint-$v: the target is byte-identical to it" identical $v
 done
 check "the on_apply hook ran in the sandbox, for version 3" \
@@ -398,8 +383,8 @@ check "SystemCallErrorNumber= cleared by a drop-in (a violation kills)" \
 	test "$(prop publisher SystemCallErrorNumber)" = 2147483646
 check "restart both with violations fatal" cin systemctl restart wsyncd@publisher wsyncd@subscriber
 checkpoint 5
-check "violations fatal: the publisher publishes version 5" wait_version publisher 5
-check "violations fatal: the subscriber applies version 5" wait_version subscriber 5
+check "violations fatal: the publisher publishes version 5" wait_version publisher 5 30
+check "violations fatal: the subscriber applies version 5" wait_version subscriber 5 30
 check "... byte-identical" identical 5
 check "violations fatal: the on_apply hook runs" wait_for 10 grep -q '^5 ' "/proc/$CPID/root/srv/hook/applied"
 for u in publisher subscriber; do
@@ -423,7 +408,7 @@ if [ $left -gt 0 ]; then
 	echo "# waiting ${left} s for wsyncd@watchdog's two minutes"
 	sleep $left
 fi
-check "wsyncd@watchdog follows the bucket (version 5)" wait_version watchdog 5
+check "wsyncd@watchdog follows the bucket (version 5)" wait_version watchdog 5 30
 check "after $(($(date +%s) - WD_START)) s wsyncd@watchdog is the same process" test "$(prop watchdog MainPID)" = "$WD_PID"
 check "... active (running), NRestarts=0" bash -c '[ "$1" = 0 ]' _ "$(prop watchdog NRestarts)"
 check "... running" running watchdog

@@ -19,19 +19,12 @@
 #   - `wsync status --config F` whose runtime_dir holds the other role's
 #     status says so (not running), instead of showing it
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
-trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 
 chmod 755 "$TMP"
 U=$TMP/u	# everything the user may write
 mkdir -p "$U/home" "$U/xdg" "$U/watch" "$U/bucket" "$U/src"
-"$GEN" --params 1M --steps 2 --shards 1 --quiet --out "$U/src" || {
-	echo "Bail out! gen-checkpoints failed"
-	exit 1
-}
+gen_ckpts "$U/src" --params 1M --steps 2 --shards 1
 as_user=()
 if [ "$(id -u)" = 0 ]; then
 	chown -R nobody:nogroup "$U"
@@ -125,11 +118,11 @@ expect_exit 3 "wsync status --config F finding the other role's status: not runn
 	run "$WSYNC" status --config "$TMP/pub-shared.ini"
 contains "... saying whose status it found" "$OUT" "is a subscriber's status, and the configuration is a publisher's"
 
-daemon_stop pub
+stop pub
 rc=$?
 [ $rc = 0 ] || tail -5 "$TMP/pub.log" | sed 's/^/# /'
 check "the publisher stops cleanly (exit 0)" test $rc = 0
-daemon_stop sub
+stop sub
 rc=$?
 [ $rc = 0 ] || tail -5 "$TMP/sub.log" | sed 's/^/# /'
 check "the subscriber stops cleanly (exit 0)" test $rc = 0

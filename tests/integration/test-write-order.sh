@@ -29,11 +29,7 @@
 # did the target lack a weight file, hold a short one, or hold an index
 # naming a missing shard.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/daemons.sh"
 
-trap 'daemons_kill_all; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 
 SRC=$TMP/src
 WRITE="$PYTHON3 $WSYNC_SOURCE_ROOT/tests/integration/trainer-write.py"
@@ -60,10 +56,6 @@ for n in want:
 PY
 }
 
-head_version() { # of bucket $1
-	"$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().split("\nwsync-signature")[0])["version"])' "$1/HEAD" 2>/dev/null || echo 0
-}
-
 # setup NAME [PUBLISHER LINES...]: bucket, publisher and subscriber NAME
 setup() {
 	local n=$1
@@ -74,8 +66,8 @@ setup() {
 		"anchor_every = 100" "$@"
 	write_ini "$TMP/$n/sub.ini" subscriber "$TMP/$n/s" "url = file://$TMP/$n/bucket" \
 		"[subscriber]" "target_dir = $TMP/$n/target" "poll_interval = 200ms"
-	daemon_start "$n-pub" "$TMP/$n/pub.ini" "$TMP/$n/pub.log"
-	daemon_start "$n-sub" "$TMP/$n/sub.ini" "$TMP/$n/sub.log"
+	start -c "$TMP/$n/pub.ini" -l "$TMP/$n/pub.log" "$n-pub"
+	start -c "$TMP/$n/sub.ini" -l "$TMP/$n/sub.log" "$n-sub"
 }
 
 # watch_start NAME / watch_stop NAME: target-watch.py on NAME's target;
@@ -206,8 +198,8 @@ check "... and it was looked at (over 200 looks)" \
 	test "$(awk '{ print $2; exit }' "$TMP/$N/watch.out")" -gt 200
 check "the publisher never read its staging copy into a message" \
 	sh -c "! grep -q '/p/state/publisher/staging' '$TMP/$N/pub.log'"
-daemon_stop $N-pub
-daemon_stop $N-sub
+stop $N-pub
+stop $N-sub
 
 # ---- in-place mode --------------------------------------------------------
 N=inplace
@@ -241,6 +233,6 @@ check "in-place mode: the worker's folder was a whole model at every look" \
 	grep -q "violations 0$" "$TMP/$N/watch.out"
 check "... and it was looked at (over 200 looks)" \
 	test "$(awk '{ print $2; exit }' "$TMP/$N/watch.out")" -gt 200
-daemon_stop $N-pub
-daemon_stop $N-sub
+stop $N-pub
+stop $N-sub
 tap_done
