@@ -52,8 +52,11 @@ untraced() {
 	wait "${STRACE[$1]}" 2>/dev/null
 	return 0
 }
-check "publisher started under strace" traced p
-check "subscriber started under strace" traced s
+# (not through check: it runs its command in a subshell)
+traced p
+tap_result $? "publisher started under strace"
+traced s
+tap_result $? "subscriber started under strace"
 steps=$(ls "$CK" | sort -t- -k2 -n)
 v=0
 for c in $steps; do
