@@ -59,6 +59,8 @@ test_packages=(
 	awscli curl
 	# xxh128sum: the S3 tests compare object hashes
 	xxhash
+	# test-loop-fsync: which thread of a daemon fsyncs
+	strace
 	# the metrics test: promtool checks the files and the alert rules,
 	# node_exporter's textfile collector serves them
 	prometheus prometheus-node-exporter
