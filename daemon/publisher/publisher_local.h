@@ -443,6 +443,8 @@ bool pub_unhold(struct wsync_publisher *p, struct publication *pb);
 /* p->pub ends: freed now (true) or when its last request comes back. */
 bool pub_end(struct wsync_publisher *p);
 void pub_publication_free(struct publication *pb);
+/* A candidate the scan found, not taken by a publication. */
+void pub_candidate_free(struct candidate *c);
 
 /* ---- publisher_stream.c ---- */
 
@@ -542,7 +544,6 @@ int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped);
 /* What we remember of checkpoint name (made when new); NULL: no memory. */
 struct seen *pub_seen_get(struct wsync_publisher *p, const char *name);
 void pub_seen_free(struct wsync_publisher *p);
-void pub_candidate_free(struct candidate *c);
 /* Was the checkpoint p->pub took complete again since with other files,
  * at the same step? */
 bool pub_scan_rewritten(struct wsync_publisher *p);
