@@ -100,6 +100,23 @@ static void pub_abandon(struct wsync_publisher *p, uint64_t scan_ms)
 	enter(p, PUB_IDLE);
 }
 
+/* The publication ends, failed, without a scan after it: `wsync publish`
+ * reports r (the daemon's rescan timer looks again). */
+static void end_failed(struct wsync_publisher *p, int r)
+{
+	(void)pub_end(p);
+	set_state(p, PUB_IDLE);
+	pub_once_finish(p, r, NULL);
+}
+
+/* Garbage collection is over: the publication is (once: reported). */
+static void gc_over(struct wsync_publisher *p)
+{
+	set_state(p, PUB_IDLE);
+	pub_once_finish(p, 0, "published");
+	enter(p, PUB_IDLE);
+}
+
 static void prepare_work(void *data)
 {
 	pubjob_prepare_work(&((struct wsync_publisher *)data)->pub->job);
@@ -156,11 +173,9 @@ static void prepare_done(void *data, bool cancelled)
 		pub_set_error(p, "%s: %s", pb->src_dir, wsync_error_str(&pb->job.err));
 		if (r == -EINVAL)
 			p->metrics.checkpoints_rejected++;
-		(void)pub_end(p);
-		set_state(p, PUB_IDLE);
 		/* vanished or changed while being read: a failure, not a bad
 		 * checkpoint (running it again may well work) */
-		pub_once_finish(p, r == -EINVAL ? -EINVAL : r, NULL);
+		end_failed(p, r == -EINVAL ? -EINVAL : r);
 		return;
 	}
 	if (r == -ENOENT) {
@@ -246,9 +261,7 @@ static void commit_done(void *data, bool cancelled)
 		if (failed && !cancelled)
 			log_warning("%s", wsync_error_str(&p->commit.err));
 		p->gc_changed = false;
-		set_state(p, PUB_IDLE);
-		pub_once_finish(p, 0, "published");
-		enter(p, PUB_IDLE);
+		gc_over(p);
 		return;
 	}
 	if (!p->pub) {	/* recovery: the staged snapshot or the base recorded */
@@ -398,9 +411,7 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		if (wsync_jobs_submit(p->d->jobs, prepare_work, prepare_done, p) < 0) {
 			log_error("cannot queue the encoding job");
 			pub_set_error(p, "cannot queue the encoding job");
-			(void)pub_end(p);
-			set_state(p, PUB_IDLE);
-			pub_once_finish(p, -ENOMEM, NULL);
+			end_failed(p, -ENOMEM);
 		}
 		break;
 	case PUB_UPLOAD:
@@ -450,10 +461,8 @@ static void on_failed(struct wsync_publisher *p, const struct pub_event *ev)
 	uint64_t ms;
 
 	pub_set_error(p, "%s: %s", ev->what, wsync_error_str(&ev->res->error));
-	if (p->once_dir) {
-		(void)pub_end(p);
-		set_state(p, PUB_IDLE);
-		pub_once_finish(p, ev->res->err < 0 ? ev->res->err : -EIO, NULL);
+	if (p->once_dir) {	/* the store retried already (retry_attempts) */
+		end_failed(p, ev->res->err < 0 ? ev->res->err : -EIO);
 		return;
 	}
 	if (p->stopping) {
@@ -514,9 +523,7 @@ static void on_done(struct wsync_publisher *p)
 			submit_commit(p, false);	/* gc's clocks into state.json */
 			break;
 		}
-		set_state(p, PUB_IDLE);
-		pub_once_finish(p, 0, "published");
-		enter(p, PUB_IDLE);
+		gc_over(p);
 		break;
 	default:
 		log_error("publisher: a report of done in state %s", pub_state_name(p->state));
