@@ -322,6 +322,8 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 			  wsync_role_name(cfg->role), wsync_store_describe(m->d.store));
 		wsync_notify_ready();
 	}
+	/* the loop runs on this thread from here: no fsync on it (durable.h) */
+	wsync_durable_forbid_thread();
 	uv_run(&loop, UV_RUN_DEFAULT);
 	goto out;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "log.h"
 #include "tool.h"
 #include "tool_oneshot.h"
@@ -199,6 +200,8 @@ void wsync_oneshot_run(struct wsync_oneshot *o, wsync_oneshot_stopped_fn stopped
 		fprintf(stderr, "%s: cannot start: %s\n", o->tool, strerror(-e));
 		stop(o);
 	}
+	/* the loop runs on this thread from here: no fsync on it (durable.h) */
+	wsync_durable_forbid_thread();
 	uv_run(&o->loop, UV_RUN_DEFAULT);
 	erase_line(o);
 }
