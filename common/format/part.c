@@ -276,7 +276,7 @@ static int read_format(struct wsync_json_reader *j, bool *verdict)
 
 static int read_format_version(struct wsync_json_reader *j, bool *verdict)
 {
-	uint64_t v;
+	uint64_t v = 0;
 	int r = wsync_json_read_u64(j, "format_version", 0, INT64_MAX, &v);
 
 	if (r < 0)
@@ -294,11 +294,11 @@ static int read_record_field(struct wsync_json_reader *j, int idx, void *arg)
 {
 	struct record_read *rd = arg;
 	struct wsync_part_record *r = rd->r;
-	bool first = true, is_int, in_range;
+	bool first = true, is_int = false, in_range = false;
 	size_t len, i = 0;
 	uint8_t l[8];
-	uint64_t v;
-	int64_t n;
+	uint64_t v = 0;
+	int64_t n = 0;
 	char *s;
 	int e;
 
@@ -329,7 +329,7 @@ static int read_record_field(struct wsync_json_reader *j, int idx, void *arg)
 		e = wsync_json_number(j, &is_int, &in_range, &n);
 		if (e == 0 && is_int && !in_range)
 			e = wsync_error_set(j->err, -EINVAL, "\"created\" is too large");
-		r->created = is_int ? n : 0;
+		r->created = e == 0 && is_int ? n : 0;
 		return e;
 	case P_BASE_VERSION:
 		return wsync_json_read_u64(j, "base_version", 0, WSYNC_MANIFEST_VERSION_MAX,
