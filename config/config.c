@@ -63,6 +63,16 @@
 #define POLL_MAX_MS (24 * 3600 * 1000)
 #define REGION_MAX 64
 #define MiB (1024ULL * 1024)
+#define GiB (1024ULL * MiB)
+/* [store]'s bounds are store.h's (wsync_store_new refuses the others),
+ * spelled out here because tests/integration/test-hostile.sh evaluates the
+ * table's bounds from this file's #defines; the asserts keep them one. */
+#define MAX_CONCURRENCY_MAX 1024
+#define PART_SIZE_MIN (5 * MiB)
+#define PART_SIZE_MAX (5 * GiB)
+_Static_assert(MAX_CONCURRENCY_MAX == WSYNC_STORE_MAX_CONCURRENCY_MAX, "store.h's bound");
+_Static_assert(PART_SIZE_MIN == WSYNC_STORE_PART_SIZE_MIN, "store.h's bound");
+_Static_assert(PART_SIZE_MAX == WSYNC_STORE_PART_SIZE_MAX, "store.h's bound");
 #define RETRY_ATTEMPTS_MAX 100
 #define STORE_TIME_MIN_MS 100
 #define RETRY_TIME_MAX_MS (24 * 3600 * 1000)
@@ -730,9 +740,9 @@ static const struct config_key config_keys[] = {
 	KEY("store", "path_style", parse_path_style, format_path_style, path_style),
 	KEY("store", "ca_file", parse_path, format_string, ca_file, .flags = KEY_OPTIONAL),
 	KEY("store", "max_concurrency", parse_uint32, format_uint32, max_concurrency,
-	    .min = 1, .max = WSYNC_STORE_MAX_CONCURRENCY_MAX),
+	    .min = 1, .max = MAX_CONCURRENCY_MAX),
 	KEY("store", "part_size", parse_size, format_size, part_size,
-	    .min = WSYNC_STORE_PART_SIZE_MIN, .max = WSYNC_STORE_PART_SIZE_MAX),
+	    .min = PART_SIZE_MIN, .max = PART_SIZE_MAX),
 	KEY("store", "retry_attempts", parse_uint32, format_uint32, retry_attempts,
 	    .min = 1, .max = RETRY_ATTEMPTS_MAX),
 	KEY("store", "retry_max_time", parse_duration, format_duration, retry_max_time_ms,
