@@ -62,11 +62,17 @@
 #define POLL_MIN_MS 100
 #define POLL_MAX_MS (24 * 3600 * 1000)
 #define REGION_MAX 64
-#define MAX_CONCURRENCY_MAX 1024
 #define MiB (1024ULL * 1024)
 #define GiB (1024ULL * MiB)
-#define PART_SIZE_MIN (5 * MiB)	/* S3's limits on a multipart part */
+/* [store]'s bounds are store.h's (wsync_store_new refuses the others),
+ * spelled out here because tests/integration/test-hostile.sh evaluates the
+ * table's bounds from this file's #defines; the asserts keep them one. */
+#define MAX_CONCURRENCY_MAX 1024
+#define PART_SIZE_MIN (5 * MiB)
 #define PART_SIZE_MAX (5 * GiB)
+_Static_assert(MAX_CONCURRENCY_MAX == WSYNC_STORE_MAX_CONCURRENCY_MAX, "store.h's bound");
+_Static_assert(PART_SIZE_MIN == WSYNC_STORE_PART_SIZE_MIN, "store.h's bound");
+_Static_assert(PART_SIZE_MAX == WSYNC_STORE_PART_SIZE_MAX, "store.h's bound");
 #define RETRY_ATTEMPTS_MAX 100
 #define STORE_TIME_MIN_MS 100
 #define RETRY_TIME_MAX_MS (24 * 3600 * 1000)
@@ -1460,14 +1466,14 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->ahead_max = 16ull << 30;
 	cfg->poll_interval_ms = 2000;
 	cfg->on_apply_timeout_ms = 60000;
-	/* [store]: the same defaults as store.h's wsync_store_options */
+	/* [store]: store.h's defaults, which a zero would take there too */
 	cfg->path_style = -1;
-	cfg->max_concurrency = 16;
-	cfg->part_size = 64 * MiB;
-	cfg->retry_attempts = 6;
-	cfg->retry_max_time_ms = 120000;
-	cfg->timeout_ms = 30000;
-	cfg->connect_timeout_ms = 10000;
+	cfg->max_concurrency = WSYNC_STORE_MAX_CONCURRENCY_DEFAULT;
+	cfg->part_size = WSYNC_STORE_PART_SIZE_DEFAULT;
+	cfg->retry_attempts = WSYNC_STORE_RETRY_ATTEMPTS_DEFAULT;
+	cfg->retry_max_time_ms = WSYNC_STORE_RETRY_MAX_MS_DEFAULT;
+	cfg->timeout_ms = WSYNC_STORE_TIMEOUT_MS_DEFAULT;
+	cfg->connect_timeout_ms = WSYNC_STORE_CONNECT_TIMEOUT_MS_DEFAULT;
 	if (fallback_dirs(&state_fallback, &runtime_fallback) < 0) {
 		wsync_config_free(cfg);
 		return -ENOMEM;
@@ -1476,7 +1482,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->runtime_dir_by_role = !(rt && *rt);
 	if (default_dir("STATE_DIRECTORY", state_fallback, &cfg->state_dir) < 0 ||
 	    default_dir("RUNTIME_DIRECTORY", runtime_fallback, &cfg->runtime_dir) < 0 ||
-	    !(cfg->region = strdup("us-east-1")) ||
+	    !(cfg->region = strdup(WSYNC_STORE_REGION_DEFAULT)) ||
 	    !(cfg->metrics_file = strdup("wsync.prom")) ||
 	    !(cfg->step_pattern = strdup("checkpoint-*")) ||
 	    !(cfg->marker = strdup("trainer_state.json")) ||

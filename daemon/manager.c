@@ -24,8 +24,7 @@
 #include "manager.h"
 #include "metrics.h"
 #include "notify.h"
-#include "publisher.h"
-#include "subscriber.h"
+#include "role_ops.h"
 #include "wsync-build.h"
 
 enum mstate {
@@ -39,8 +38,8 @@ struct manager {
 	struct wsync_config *cfg;
 	const char *config_path;
 	enum mstate state;
-	struct wsync_publisher *pub;
-	struct wsync_subscriber *sub;
+	const struct wsync_role_ops *ops;	/* cfg->role's */
+	void *role;			/* NULL: not made, or freed */
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t watchdog;
 	uv_timer_t refresh;		/* status and metrics, between changes */
@@ -77,10 +76,8 @@ static void role_stopped(struct wsync_daemon *d)
 {
 	struct manager *m = d->data;
 
-	wsync_publisher_free(m->pub);
-	wsync_subscriber_free(m->sub);
-	m->pub = NULL;
-	m->sub = NULL;
+	m->ops->free(m->role);
+	m->role = NULL;
 	log_info("stopped");
 	close_all(m);
 }
@@ -95,10 +92,8 @@ static void stop(struct manager *m, const char *why)
 	wsync_notify_stopping();
 	wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_STOPPING),
 		  "%s: stopping", why);
-	if (m->pub)
-		wsync_publisher_stop(m->pub);
-	else if (m->sub)
-		wsync_subscriber_stop(m->sub);
+	if (m->role)
+		m->ops->stop(m->role);
 	else
 		role_stopped(&m->d);
 }
@@ -127,11 +122,11 @@ static void reload(struct manager *m)
 	} else {
 		bool restart = nc.role != m->cfg->role ||
 			       strcmp(nc.store_url, m->cfg->store_url) != 0;
-		bool files = m->sub && !restart &&
+		bool files = m->role && m->ops->reload_filter && !restart &&
 			     (strcmp(nc.sub_include, m->cfg->sub_include) != 0 ||
 			      strcmp(nc.sub_exclude, m->cfg->sub_exclude) != 0) &&
-			     wsync_subscriber_reload_filter(m->sub, nc.sub_include,
-							    nc.sub_exclude) == 0;
+			     m->ops->reload_filter(m->role, nc.sub_include,
+						   nc.sub_exclude) == 0;
 
 		m->cfg->log_level = nc.log_level;
 		wsync_log_set_level(nc.log_level);
@@ -173,12 +168,9 @@ static void on_refresh(uv_timer_t *t)
 {
 	struct manager *m = t->data;
 
-	if (m->state != M_RUNNING)
+	if (m->state != M_RUNNING || !m->role)
 		return;
-	if (m->pub)
-		(void)wsync_publisher_write_status(m->pub);
-	else if (m->sub)
-		(void)wsync_subscriber_write_status(m->sub);
+	(void)m->ops->write_status(m->role);
 }
 
 /*
@@ -243,19 +235,11 @@ static int start_role(struct manager *m)
 	struct wsync_error err = { 0 };
 	int r;
 
-	if (m->cfg->role == WSYNC_ROLE_PUBLISHER) {
-		r = wsync_publisher_new(&m->d, &m->pub, &err);
-		if (r >= 0)
-			r = lock_runtime(m, &err);
-		if (r >= 0)
-			r = wsync_publisher_start(m->pub);
-	} else {
-		r = wsync_subscriber_new(&m->d, &m->sub, &err);
-		if (r >= 0)
-			r = lock_runtime(m, &err);
-		if (r >= 0)
-			r = wsync_subscriber_start(m->sub);
-	}
+	r = m->ops->new(&m->d, &m->role, &err);
+	if (r >= 0)
+		r = lock_runtime(m, &err);
+	if (r >= 0)
+		r = m->ops->start(m->role);
 	if (r < 0)
 		setup_failed(m, r == -EINVAL, &err, r, "cannot start the %s",
 			     wsync_role_name(m->cfg->role));
@@ -277,6 +261,9 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 		wsync_config_free(cfg);
 		return 1;
 	}
+	/* this thread is the loop's from here, the role's set-up included:
+	 * no fsync on it (durable.h) */
+	wsync_durable_forbid_thread();
 	m->cfg = cfg;
 	m->config_path = config_path;
 	m->d.loop = &loop;
@@ -287,6 +274,13 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 	m->d.stopped = role_stopped;
 	wsync_test_hooks_from_env(&m->d.test);
 	m->d.data = m;
+	/* a loaded configuration names its role (config.c requires it) */
+	m->ops = wsync_role_ops(cfg->role);
+	if (!m->ops) {
+		log_error("no role to run");
+		m->exit_code = WSYNC_EX_CONFIG;
+		goto out;
+	}
 
 	r = wsync_config_store_options(cfg, &so);
 	if (r >= 0)
@@ -323,10 +317,8 @@ int wsync_manager_run(struct wsync_config *cfg, const char *config_path)
 	uv_unref((uv_handle_t *)&m->refresh);
 
 	if (start_role(m) < 0) {
-		wsync_publisher_free(m->pub);
-		wsync_subscriber_free(m->sub);
-		m->pub = NULL;
-		m->sub = NULL;
+		m->ops->free(m->role);
+		m->role = NULL;
 		close_all(m);
 	} else {
 		wsync_log(LOG_INFO, WSYNC_FIELDS(.message_id = WSYNC_MID_STARTED),

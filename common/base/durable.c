@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,27 +41,72 @@ static bool refused(int e)
 		;
 }
 
+/* What fd is, by name: its path, or "fd N" where it cannot be named. */
+static void name_of(int fd, char *what, size_t size)
+{
+	char link[64];
+	ssize_t n;
+
+	(void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, what, size - 1);
+	if (n > 0)
+		what[n] = '\0';
+	else
+		(void)snprintf(what, size, "fd %d", fd);
+}
+
 static void warn_once(int fd, int e)
 {
 	warn_fn fn = atomic_load(&warn_hook);
-	char link[64], what[4096];
-	ssize_t n;
+	char what[4096];
 
 	if (!fn || atomic_exchange(&warned, true))
 		return;
 	/* The file's name is what an operator needs to find the mount. */
-	(void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = readlink(link, what, sizeof(what) - 1);
-	if (n > 0)
-		what[n] = '\0';
-	else
-		(void)snprintf(what, sizeof(what), "fd %d", fd);
+	name_of(fd, what, sizeof(what));
 	fn(what, e, atomic_load(&warn_ud));
+}
+
+/* ---- nothing blocks the loop: the check ---- */
+
+#ifndef NDEBUG
+static pthread_t loop_thread;		/* written before loop_set, read after */
+static atomic_bool loop_set;
+#endif
+
+void wsync_durable_forbid_thread(void)
+{
+#ifndef NDEBUG
+	loop_thread = pthread_self();
+	atomic_store(&loop_set, true);
+#endif
+}
+
+/* An assertion, not an error: a durable write on the loop's thread is a
+ * bug of the caller, which the test suite (debug builds) must see at
+ * once, with the file it was writing -- so this one place in the library
+ * writes to stderr. */
+static void check_thread(int fd)
+{
+#ifndef NDEBUG
+	char what[4096];
+
+	if (!atomic_load(&loop_set) || !pthread_equal(pthread_self(), loop_thread))
+		return;
+	name_of(fd, what, sizeof(what));
+	(void)fprintf(stderr, "wsync: BUG: fsync of %s on the event loop's thread (durable.h: "
+		      "durable writes run on the jobs thread); aborting\n", what);
+	abort();
+#else
+	(void)fd;
+#endif
 }
 
 int wsync_fsync(int fd)
 {
 	int e;
+
+	check_thread(fd);
 
 	/* libc's fsync, not a system call of our own: the crash tests' shim
 	 * intercepts it to model a power loss. */

@@ -37,6 +37,22 @@ int wsync_fsync(int fd);
 void wsync_durable_set_warn(void (*fn)(const char *what, int err, void *ud), void *ud);
 
 /*
+ * Nothing blocks the loop (STYLE.md): an fsync takes milliseconds to
+ * seconds, so none may run on the thread of an event loop -- durable
+ * writes belong on the jobs thread or libuv's pool.  The check: a runner
+ * calls wsync_durable_forbid_thread() from its loop's thread once the
+ * loop exists (manager.c, tool_oneshot.c: before the role is set up --
+ * the folders a role makes then are synced by its first job,
+ * wsync_mkdir_p_later), and from then on an fsync on that thread prints
+ * what it was syncing to stderr and aborts (a programming error, found by
+ * the test suite).  Only in builds without
+ * NDEBUG: meson.build's b_ndebug=if-release leaves it out of release
+ * builds (the packages, scripts/demo.sh), where this does nothing.  One
+ * thread per process: a later call replaces the earlier one.
+ */
+void wsync_durable_forbid_thread(void);
+
+/*
  * fsync the directory dir (relative to dirfd, or AT_FDCWD), so that the
  * entries made, renamed or removed in it are durable.  0 or the negative
  * errno of the open or of wsync_fsync.

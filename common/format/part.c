@@ -1,6 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * part.c -- a publisher part's record (part.h, BUCKET.md §7).
+ *
+ * Read and written as manifest.c reads and writes manifests: json.h's
+ * streaming reader (a record comes from the bucket: an unsigned
+ * deployment takes the bucket's word for it, so a hostile one of
+ * "[[],[],..." must cost no more than a real record of its size) and its
+ * direct writer.  Flow of a parse: size limit -> signature -> JSON and
+ * types (read_*) -> the cross-field rules (check_record).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -8,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "part.h"
+#include "json.h"
 #include "path.h"
 #include "text.h"
+#include "url.h"
 
 #define PART_FORMAT "wsync-part"
 
@@ -70,211 +77,480 @@ int wsync_part_key_parse(const char *key, uint64_t *version, unsigned *part, boo
 
 /* ---- reading ---- */
 
+/* Messages below say what is wrong; wsync_part_parse() prefixes them all
+ * with "part record: ". */
 static int bad(struct wsync_error *err, const char *what)
 {
-	return wsync_error_set(err, -EINVAL, "part record: %s", what);
+	return wsync_error_set(err, -EINVAL, "%s", what);
 }
 
-static bool get_u64(json_t *o, const char *name, uint64_t max, uint64_t *v)
+/* Grow an array of *n elements of size sz by one, up to max: *slot is the
+ * new element, zeroed, and counted at once (wsync_part_free walks it). */
+static int grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap, size_t sz,
+		size_t max, const char *what, void **slot)
 {
-	json_t *x = json_object_get(o, name);
+	if (*n >= max)
+		return wsync_error_set(j->err, -EINVAL, "more than %zu %s", max, what);
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		void *p;
 
-	if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-	    (uint64_t)json_integer_value(x) > max)
-		return false;
-	*v = (uint64_t)json_integer_value(x);
-	return true;
-}
-
-/* x: a string of 2n lowercase hex digits, into out. */
-static bool hex_value(json_t *x, uint8_t *out, size_t n)
-{
-	const char *s = json_is_string(x) ? json_string_value(x) : NULL;
-
-	if (!s || strlen(s) != 2 * n)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		int a = wsync_hex_digit(s[2 * i]), b = wsync_hex_digit(s[2 * i + 1]);
-
-		if (a < 0 || b < 0 || (s[2 * i] >= 'A' && s[2 * i] <= 'F') ||
-		    (s[2 * i + 1] >= 'A' && s[2 * i + 1] <= 'F'))
-			return false;
-		out[i] = (uint8_t)(a << 4 | b);
+		if (nc > max)
+			nc = max;
+		p = realloc(*arr, nc * sz);
+		if (!p)
+			return wsync_error_set(j->err, -ENOMEM, "out of memory for %zu %s", nc,
+					       what);
+		*arr = p;
+		*cap = nc;
 	}
-	return true;
-}
-
-static bool get_hex(json_t *o, const char *name, uint8_t *out, size_t n)
-{
-	return hex_value(json_object_get(o, name), out, n);
-}
-
-static char *get_str(json_t *o, const char *name)
-{
-	json_t *x = json_object_get(o, name);
-
-	return json_is_string(x) ? strdup(json_string_value(x)) : NULL;
-}
-
-static int read_chunk(json_t *c, struct wsync_part_chunk *pc, struct wsync_error *err)
-{
-	json_t *pieces = json_object_get(c, "pieces");
-	uint64_t sum = 0;
-
-	pc->key = get_str(c, "key");
-	pc->path = get_str(c, "path");
-	if (!pc->key || !pc->path)
-		return bad(err, "a chunk without \"key\" or \"path\"");
-	if (wsync_path_check(pc->path, strlen(pc->path), err) < 0) {
-		wsync_error_prefix(err, "part record: chunk of \"%.80s\"", pc->path);
-		return -EINVAL;
-	}
-	if (!get_u64(c, "size", INT64_MAX, &pc->size) || pc->size == 0 ||
-	    !get_hex(c, "sha256", pc->sha256, 32))
-		return bad(err, "a chunk without a valid \"size\" or \"sha256\"");
-	if (!json_is_array(pieces) || json_array_size(pieces) == 0 ||
-	    json_array_size(pieces) > WSYNC_MANIFEST_PIECES_MAX)
-		return bad(err, "a chunk without \"pieces\"");
-	pc->n_pieces = json_array_size(pieces);
-	pc->pieces = calloc(pc->n_pieces, sizeof(*pc->pieces));
-	if (!pc->pieces)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < pc->n_pieces; i++) {
-		json_t *p = json_array_get(pieces, i), *l = json_array_get(p, 0);
-		json_t *h = json_array_get(p, 1);
-
-		if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_integer(l) ||
-		    json_integer_value(l) < 1 ||
-		    (uint64_t)json_integer_value(l) > WSYNC_MANIFEST_PIECE_MAX)
-			return bad(err, "a piece is not [length, sha256]");
-		pc->pieces[i].length = (uint64_t)json_integer_value(l);
-		if (!hex_value(h, pc->pieces[i].sha256, 32))
-			return bad(err, "a piece's sha256 is not 64 lowercase hex digits");
-		sum += pc->pieces[i].length;
-	}
-	if (sum != pc->size)
-		return bad(err, "a chunk's pieces do not add up to its size");
+	*slot = (char *)*arr + (*n)++ * sz;
+	memset(*slot, 0, sz);
 	return 0;
 }
 
-static int read_record(json_t *root, struct wsync_part_record *r, struct wsync_error *err)
+/* A string field, copied out of the reader's pool: the record's strings
+ * are malloc'ed one by one (part.h: a caller builds one the same way). */
+static int read_str(struct wsync_json_reader *j, const char *name, char **out)
 {
-	json_t *x, *files, *objects;
-	uint64_t v;
-	size_t n;
+	size_t len;
+	char *s;
+	int r = wsync_json_read_temp_string(j, name, &s, &len);
 
-	x = json_object_get(root, "format");
-	if (!json_is_string(x) || strcmp(json_string_value(x), PART_FORMAT) != 0)
-		return bad(err, "\"format\" is not \"" PART_FORMAT "\"");
-	if (!get_u64(root, "format_version", INT64_MAX, &v))
-		return bad(err, "no \"format_version\"");
-	if (v != WSYNC_PART_FORMAT_VERSION)
-		return wsync_error_set(err, -EPROTONOSUPPORT, "part record: unsupported "
-				       "format_version %" PRIu64 " (this reader knows %d)", v,
-				       WSYNC_PART_FORMAT_VERSION);
-	if (!get_u64(root, "version", WSYNC_MANIFEST_VERSION_MAX, &r->version) || !r->version)
-		return bad(err, "no valid \"version\"");
-	if (!get_u64(root, "part", WSYNC_MANIFEST_PARTS_MAX, &v) || v < 1)
-		return bad(err, "no valid \"part\"");
-	r->part = (unsigned)v;
-	if (!get_u64(root, "parts", WSYNC_MANIFEST_PARTS_MAX, &v) || v < 2 || v < r->part)
-		return bad(err, "no valid \"parts\"");
-	r->parts = (unsigned)v;
-	if (!get_u64(root, "run", INT64_MAX, &r->run) ||
-	    !get_u64(root, "base_version", WSYNC_MANIFEST_VERSION_MAX, &r->base_version) ||
-	    !get_hex(root, "flight", r->flight, sizeof(r->flight)))
-		return bad(err, "no valid \"run\", \"base_version\" or \"flight\"");
-	x = json_object_get(root, "step");
-	if (!json_is_integer(x))
-		return bad(err, "no \"step\"");
-	r->step = json_integer_value(x);
-	x = json_object_get(root, "created");
-	r->created = json_is_integer(x) ? json_integer_value(x) : 0;
-	r->writer = get_str(root, "writer");
-	r->source = get_str(root, "source");
-	if (!r->writer)
-		return bad(err, "no \"writer\"");
-	x = json_object_get(root, "assign");
-	if (!json_is_string(x) || (strcmp(json_string_value(x), "rule") != 0 &&
-				   strcmp(json_string_value(x), "part_files") != 0))
-		return bad(err, "\"assign\" is neither \"rule\" nor \"part_files\"");
-	r->by_part_files = strcmp(json_string_value(x), "part_files") == 0;
-	{
-		uint8_t l[8];
+	if (r < 0)
+		return r;
+	*out = strdup(s);
+	return *out ? 0 : wsync_error_set(j->err, -ENOMEM, "out of memory");
+}
 
-		if (!get_hex(root, "listing", l, sizeof(l)))
-			return bad(err, "no valid \"listing\" (16 hex digits)");
-		r->listing = 0;
-		for (size_t i = 0; i < sizeof(l); i++)
-			r->listing = r->listing << 8 | l[i];
+/* [length, "sha256"] */
+static int read_piece(struct wsync_json_reader *j, struct wsync_manifest_piece *pc)
+{
+	bool first = true;
+	int r;
+
+	r = wsync_json_open(j, '[', "pieces[]", "an array [length, sha256]");
+	if (r == 0 && (r = wsync_json_element(j, &first)) == 1)
+		r = wsync_json_read_u64(j, "length", 1, WSYNC_MANIFEST_PIECE_MAX, &pc->length);
+	else if (r == 0)
+		r = 1;
+	if (r == 0 && (r = wsync_json_element(j, &first)) == 1)
+		r = wsync_json_read_hex(j, "sha256", pc->sha256, sizeof(pc->sha256), "a SHA-256");
+	else if (r == 0)
+		r = 1;
+	if (r == 0 && (r = wsync_json_element(j, &first)) == 0)
+		return 0;
+	if (r < 0)
+		return r;
+	return wsync_error_set(j->err, -EINVAL, "a piece is not [length, sha256]");
+}
+
+/* A chunk: {"key", "size", "sha256", "path", "pieces"}, all required. */
+enum { C_KEY, C_SIZE, C_SHA256, C_PATH, C_PIECES, C_N };
+static const char *const chunk_fields[] = { "key", "size", "sha256", "path", "pieces" };
+
+static int read_chunk_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct wsync_part_chunk *c = arg;
+	bool first = true;
+	size_t cap = 0;
+	int r;
+
+	switch (idx) {
+	case C_KEY:
+		return read_str(j, "key", &c->key);
+	case C_SIZE:
+		return wsync_json_read_u64(j, "size", 1, INT64_MAX, &c->size);
+	case C_SHA256:
+		return wsync_json_read_hex(j, "sha256", c->sha256, sizeof(c->sha256),
+					   "a SHA-256");
+	case C_PATH:
+		return read_str(j, "path", &c->path);
+	default:
+		r = wsync_json_open(j, '[', "pieces", "an array");
+		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
+			struct wsync_manifest_piece *pc;
+
+			r = grow(j, (void **)&c->pieces, &c->n_pieces, &cap, sizeof(*pc),
+				 WSYNC_MANIFEST_PIECES_MAX, "pieces", (void **)&pc);
+			if (r == 0)
+				r = read_piece(j, pc);
+		}
+		if (r == 0 && c->n_pieces == 0)
+			r = wsync_error_set(j->err, -EINVAL, "a chunk without \"pieces\"");
+		return r;
 	}
+}
 
-	files = json_object_get(root, "files");
-	if (!json_is_array(files) || json_array_size(files) > WSYNC_MANIFEST_FILES_MAX)
-		return bad(err, "\"files\" is not an array");
-	n = json_array_size(files);
-	r->files = calloc(n ? n : 1, sizeof(*r->files));
-	if (!r->files)
-		return wsync_error_set(err, -ENOMEM, "out of memory");
-	r->n_files = n;	/* (counted once there is room: wsync_part_free walks it) */
+/* An object: {"role", "write_bytes", "chunks"}, all required. */
+enum { O_ROLE, O_WRITE_BYTES, O_CHUNKS, O_N };
+static const char *const object_fields[] = { "role", "write_bytes", "chunks" };
+
+static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct wsync_part_object *o = arg;
+	bool first = true;
+	size_t cap = 0, i = 0;
+	size_t len;
+	char *s;
+	int r;
+
+	switch (idx) {
+	case O_ROLE:
+		r = wsync_json_read_temp_string(j, "role", &s, &len);
+		if (r == 0 && strcmp(s, "delta") == 0)
+			o->role = WSYNC_MANIFEST_ROLE_DELTA;
+		else if (r == 0 && strcmp(s, "anchor") == 0)
+			o->role = WSYNC_MANIFEST_ROLE_ANCHOR;
+		else if (r == 0)
+			r = wsync_error_set(j->err, -EINVAL, "an object's \"role\" is neither "
+					    "delta nor anchor");
+		return r;
+	case O_WRITE_BYTES:
+		return wsync_json_read_u64(j, "write_bytes", 0, INT64_MAX, &o->write_bytes);
+	default:
+		r = wsync_json_open(j, '[', "chunks", "an array");
+		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
+			struct wsync_part_chunk *c;
+
+			r = grow(j, (void **)&o->chunks, &o->n_chunks, &cap, sizeof(*c),
+				 WSYNC_MANIFEST_CHUNKS_MAX, "chunks", (void **)&c);
+			if (r == 0)
+				r = wsync_json_read_object(j, "chunks[]", "an array of objects",
+							   chunk_fields, C_N, 0, 5,
+							   read_chunk_field, c);
+			if (r < 0)
+				wsync_error_prefix(j->err, "chunks[%zu]", i);
+			i++;
+		}
+		return r;
+	}
+}
+
+/* A file: {"path", "size", "xxh128"}, all required. */
+enum { F_PATH, F_SIZE, F_HASH, F_N };
+static const char *const file_fields[] = { "path", "size", "xxh128" };
+
+static int read_file_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct wsync_manifest_file *f = arg;
+
+	if (idx == F_PATH)
+		return read_str(j, "path", &f->path);
+	if (idx == F_SIZE)
+		return wsync_json_read_u64(j, "size", 0, INT64_MAX, &f->size);
+	return wsync_json_read_hex(j, "xxh128", f->hash.b, sizeof(f->hash.b), "an XXH3-128");
+}
+
+/* The record itself.  "created" and "source" are informational: a value
+ * of another type is ignored, not refused (as it always was). */
+enum {
+	P_FORMAT, P_FORMAT_VERSION, P_VERSION, P_PART, P_PARTS, P_RUN, P_STEP, P_CREATED,
+	P_BASE_VERSION, P_FLIGHT, P_WRITER, P_SOURCE, P_ASSIGN, P_LISTING, P_FILES,
+	P_OBJECTS, P_N,
+};
+static const char *const record_fields[] = {
+	"format", "format_version", "version", "part", "parts", "run", "step", "created",
+	"base_version", "flight", "writer", "source", "assign", "listing", "files",
+	"objects",
+};
+#define P_OPTIONAL ((1u << P_CREATED) | (1u << P_SOURCE))
+
+struct record_read {
+	struct wsync_part_record *r;
+	size_t files_cap;
+	bool verdict;		/* the error is about what the document is: it stands */
+};
+
+static int read_format(struct wsync_json_reader *j, bool *verdict)
+{
+	size_t len;
+	char *s;
+	int r = wsync_json_read_temp_string(j, "format", &s, &len);
+
+	if (r == 0 && strcmp(s, PART_FORMAT) != 0)
+		r = wsync_error_set(j->err, -EINVAL, "\"format\" is not \"" PART_FORMAT "\"");
+	*verdict = r < 0;
+	return r;
+}
+
+static int read_format_version(struct wsync_json_reader *j, bool *verdict)
+{
+	uint64_t v = 0;
+	int r = wsync_json_read_u64(j, "format_version", 0, INT64_MAX, &v);
+
+	if (r < 0)
+		return r;
+	if (v != WSYNC_PART_FORMAT_VERSION) {
+		*verdict = true;
+		return wsync_error_set(j->err, -EPROTONOSUPPORT, "unsupported format_version %"
+				       PRIu64 " (this reader knows %d)", v,
+				       WSYNC_PART_FORMAT_VERSION);
+	}
+	return 0;
+}
+
+static int read_record_field(struct wsync_json_reader *j, int idx, void *arg)
+{
+	struct record_read *rd = arg;
+	struct wsync_part_record *r = rd->r;
+	bool first = true, is_int = false, in_range = false;
+	size_t len, i = 0;
+	uint8_t l[8];
+	uint64_t v = 0;
+	int64_t n = 0;
+	char *s;
+	int e;
+
+	switch (idx) {
+	case P_FORMAT:
+		return read_format(j, &rd->verdict);
+	case P_FORMAT_VERSION:
+		return read_format_version(j, &rd->verdict);
+	case P_VERSION:
+		return wsync_json_read_u64(j, "version", 1, WSYNC_MANIFEST_VERSION_MAX,
+					   &r->version);
+	case P_PART:
+		e = wsync_json_read_u64(j, "part", 1, WSYNC_MANIFEST_PARTS_MAX, &v);
+		r->part = (unsigned)v;
+		return e;
+	case P_PARTS:
+		e = wsync_json_read_u64(j, "parts", 2, WSYNC_MANIFEST_PARTS_MAX, &v);
+		r->parts = (unsigned)v;
+		return e;
+	case P_RUN:
+		return wsync_json_read_u64(j, "run", 0, INT64_MAX, &r->run);
+	case P_STEP:
+		return wsync_json_read_int(j, "step", INT64_MIN, INT64_MAX, &r->step);
+	case P_CREATED:
+		e = wsync_json_peek(j);
+		if (e != '-' && !(e >= '0' && e <= '9'))
+			return wsync_json_skip(j, 1);
+		e = wsync_json_number(j, &is_int, &in_range, &n);
+		if (e == 0 && is_int && !in_range)
+			e = wsync_error_set(j->err, -EINVAL, "\"created\" is too large");
+		r->created = e == 0 && is_int ? n : 0;
+		return e;
+	case P_BASE_VERSION:
+		return wsync_json_read_u64(j, "base_version", 0, WSYNC_MANIFEST_VERSION_MAX,
+					   &r->base_version);
+	case P_FLIGHT:
+		return wsync_json_read_hex(j, "flight", r->flight, sizeof(r->flight),
+					   "a flight id");
+	case P_WRITER:
+		return read_str(j, "writer", &r->writer);
+	case P_SOURCE:
+		if (wsync_json_peek(j) != '"')
+			return wsync_json_skip(j, 1);
+		return read_str(j, "source", &r->source);
+	case P_ASSIGN:
+		e = wsync_json_read_temp_string(j, "assign", &s, &len);
+		if (e == 0 && strcmp(s, "rule") != 0 && strcmp(s, "part_files") != 0)
+			e = wsync_error_set(j->err, -EINVAL, "\"assign\" is neither \"rule\" nor "
+					    "\"part_files\"");
+		r->by_part_files = e == 0 && strcmp(s, "part_files") == 0;
+		return e;
+	case P_LISTING:
+		e = wsync_json_read_hex(j, "listing", l, sizeof(l), "a fingerprint");
+		for (size_t k = 0; e == 0 && k < sizeof(l); k++)
+			r->listing = r->listing << 8 | l[k];
+		return e;
+	case P_FILES:
+		e = wsync_json_open(j, '[', "files", "an array");
+		while (e == 0 && (e = wsync_json_element(j, &first)) > 0) {
+			struct wsync_manifest_file *f;
+
+			e = grow(j, (void **)&r->files, &r->n_files, &rd->files_cap, sizeof(*f),
+				 WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
+			if (e == 0)
+				e = wsync_json_read_object(j, "files[]", "an array of objects",
+							   file_fields, F_N, 0, 3,
+							   read_file_field, f);
+			if (e < 0)
+				wsync_error_prefix(j->err, "files[%zu]", i);
+			i++;
+		}
+		return e;
+	default:
+		e = wsync_json_open(j, '[', "objects", "an array");
+		while (e == 0 && (e = wsync_json_element(j, &first)) > 0) {
+			if (r->n_objects == 2)
+				return wsync_error_set(j->err, -EINVAL, "\"objects\" must list one "
+						       "or two objects");
+			e = wsync_json_read_object(j, "objects[]", "an array of objects",
+						   object_fields, O_N, 0, 3, read_object_field,
+						   &r->objects[r->n_objects++]);
+			if (e < 0)
+				wsync_error_prefix(j->err, "objects[%zu]", i);
+			i++;
+		}
+		return e;
+	}
+}
+
+/* The whole document: one object, nothing after it. */
+static int read_record(struct wsync_json_reader *j, struct wsync_part_record *r,
+		       bool *verdict)
+{
+	struct record_read rd = { .r = r };
+	uint32_t seen = 0;
+	int e;
+
+	if (!wsync_json_accept(j, '{'))
+		return wsync_error_set(j->err, -EINVAL, "not a record (not a JSON object)");
+	e = wsync_json_read_fields(j, record_fields, P_N, 1, read_record_field, &rd, &seen);
+	*verdict = rd.verdict;
+	if (e == 0)
+		e = wsync_json_end(j);
+	if (e == 0 && !(seen & (1u << P_FORMAT))) {
+		*verdict = true;
+		e = wsync_error_set(j->err, -EINVAL, "\"format\" is not \"" PART_FORMAT "\"");
+	}
+	return e < 0 ? e : wsync_json_missing(j, seen | P_OPTIONAL, record_fields, P_N);
+}
+
+/*
+ * After a failed read: look at the top-level object again for just
+ * "format" and "format_version", so that a foreign or future document is
+ * refused as such rather than by whatever rule it broke first (as
+ * manifest.c does).  Returns the error that stands: r0 or the verdict's.
+ */
+static int rescan_format(const void *body, size_t len, int r0, struct wsync_error *err)
+{
+	static const char *const names[] = { "format", "format_version" };
+	struct wsync_error e2 = { 0 };
+	struct wsync_json_reader j;
+	bool first = true, verdict = false;
+	int r, idx = -1;
+
+	wsync_json_reader_init(&j, body, len, WSYNC_MANIFEST_DEPTH_MAX, &e2);
+	if (!wsync_json_accept(&j, '{'))
+		goto out;
+	while ((r = wsync_json_member(&j, &first, names, 2, &idx)) > 0) {
+		if (idx == 0)
+			r = read_format(&j, &verdict);
+		else if (idx == 1)
+			r = read_format_version(&j, &verdict);
+		else
+			r = wsync_json_skip(&j, 1);
+		if (r < 0) {
+			/* only a verdict replaces the first error */
+			if (verdict) {
+				r0 = e2.code;
+				if (err)
+					*err = e2;
+			}
+			break;
+		}
+	}
+out:
+	wsync_json_pool_free(j.pool);
+	return r0;
+}
+
+static int path_order(const char *prev, const char *path)
+{
+	return prev && strcmp(prev, path) >= 0 ? -EINVAL : 0;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A chunk's key: a key on every backend (as a manifest's chunks', url.h),
+ * and one of this record's version's parts/<V>/ folder -- a record names
+ * its own chunks only, never another object of the bucket. */
+static int check_chunk_key(const struct wsync_part_record *r, const char *key,
+			   struct wsync_error *err)
+{
+	uint64_t v;
+	bool is_record;
+	int e = wsync_url_check_key(key, err);
+
+	if (e < 0) {
+		wsync_error_prefix(err, "key \"%.80s\"", key);
+		return e;
+	}
+	if (wsync_part_key_parse(key, &v, NULL, &is_record) < 0 || v != r->version || is_record)
+		return wsync_error_set(err, -EINVAL, "key \"%.80s\" is not a chunk's of "
+				       "parts/%012" PRIu64 "/", key, r->version);
+	return 0;
+}
+
+/* What the JSON's types alone do not say (BUCKET.md §7). */
+static int check_record(const struct wsync_part_record *r, struct wsync_error *err)
+{
+	const char **keys;
+	size_t n_keys = 0;
+	int e = 0;
+
+	if (r->parts < r->part)
+		return bad(err, "\"parts\" is below \"part\"");
 	for (size_t i = 0; i < r->n_files; i++) {
-		json_t *f = json_array_get(files, i);
-		struct wsync_manifest_file *mf = &r->files[i];
+		const char *path = r->files[i].path;
 
-		mf->path = get_str(f, "path");
-		if (!mf->path || !get_u64(f, "size", INT64_MAX, &mf->size) ||
-		    !get_hex(f, "xxh128", mf->hash.b, sizeof(mf->hash.b)))
-			return bad(err, "a file without \"path\", \"size\" or \"xxh128\"");
-		if (wsync_path_check(mf->path, strlen(mf->path), err) < 0) {
-			wsync_error_prefix(err, "part record: files[%zu]", i);
+		if (wsync_path_check(path, strlen(path), err) < 0) {
+			wsync_error_prefix(err, "files[%zu]", i);
 			return -EINVAL;
 		}
-		if (i && strcmp(r->files[i - 1].path, mf->path) >= 0)
+		if (path_order(i ? r->files[i - 1].path : NULL, path) < 0)
 			return bad(err, "\"files\" not in byte order, or a path twice");
 	}
-
-	objects = json_object_get(root, "objects");
-	if (!json_is_array(objects) || json_array_size(objects) < 1 ||
-	    json_array_size(objects) > 2)
+	if (r->n_objects < 1)
 		return bad(err, "\"objects\" must list one or two objects");
-	for (size_t i = 0; i < json_array_size(objects); i++) {
-		json_t *o = json_array_get(objects, i), *cs = json_object_get(o, "chunks");
-		struct wsync_part_object *po = &r->objects[r->n_objects++];
-		const char *role = json_string_value(json_object_get(o, "role"));
+	if (r->n_objects == 2 && r->objects[0].role == r->objects[1].role)
+		return bad(err, "two objects of one role");
+	for (size_t i = 0; i < r->n_objects; i++) {
+		const struct wsync_part_object *o = &r->objects[i];
 
-		if (role && strcmp(role, "delta") == 0)
-			po->role = WSYNC_MANIFEST_ROLE_DELTA;
-		else if (role && strcmp(role, "anchor") == 0)
-			po->role = WSYNC_MANIFEST_ROLE_ANCHOR;
-		else
-			return bad(err, "an object's \"role\" is neither delta nor anchor");
-		if (i && po->role == r->objects[0].role)
-			return bad(err, "two objects of one role");
-		if (!json_is_array(cs) || json_array_size(cs) > WSYNC_MANIFEST_CHUNKS_MAX ||
-		    !get_u64(o, "write_bytes", INT64_MAX, &po->write_bytes))
-			return bad(err, "an object without \"chunks\" or \"write_bytes\"");
-		n = json_array_size(cs);
-		po->chunks = calloc(n ? n : 1, sizeof(*po->chunks));
-		if (!po->chunks)
-			return wsync_error_set(err, -ENOMEM, "out of memory");
-		po->n_chunks = n;
-		for (size_t k = 0; k < po->n_chunks; k++) {
-			int e = read_chunk(json_array_get(cs, k), &po->chunks[k], err);
+		for (size_t k = 0; k < o->n_chunks; k++) {
+			const struct wsync_part_chunk *c = &o->chunks[k];
+			uint64_t sum = 0;
 
-			if (e < 0)
+			if (wsync_path_check(c->path, strlen(c->path), err) < 0) {
+				wsync_error_prefix(err, "chunk of \"%.80s\"", c->path);
+				return -EINVAL;
+			}
+			e = check_chunk_key(r, c->key, err);
+			if (e < 0) {
+				wsync_error_prefix(err, "objects[%zu].chunks[%zu]", i, k);
 				return e;
-			if (k && strcmp(po->chunks[k - 1].path, po->chunks[k].path) >= 0)
+			}
+			for (size_t q = 0; q < c->n_pieces; q++)
+				sum += c->pieces[q].length;	/* <= 2^22 * 2^31: no overflow */
+			if (sum != c->size)
+				return bad(err, "a chunk's pieces do not add up to its size");
+			if (path_order(k ? o->chunks[k - 1].path : NULL, c->path) < 0)
 				return bad(err, "chunks not in path order, or a path twice");
 		}
+		n_keys += o->n_chunks;
 	}
-	return 0;
+
+	/* no key twice: two chunks of one key would be one object counted twice */
+	if (n_keys < 2)
+		return 0;
+	keys = malloc(n_keys * sizeof(*keys));
+	if (!keys)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	n_keys = 0;
+	for (size_t i = 0; i < r->n_objects; i++)
+		for (size_t k = 0; k < r->objects[i].n_chunks; k++)
+			keys[n_keys++] = r->objects[i].chunks[k].key;
+	qsort(keys, n_keys, sizeof(*keys), key_cmp);
+	for (size_t i = 0; i + 1 < n_keys && e == 0; i++)
+		if (strcmp(keys[i], keys[i + 1]) == 0)
+			e = wsync_error_set(err, -EINVAL, "chunk key \"%.80s\" is listed twice",
+					    keys[i]);
+	free(keys);
+	return e;
 }
 
 int wsync_part_parse(const void *doc, size_t len, const struct wsync_sign_key *verify,
 		     struct wsync_part_record *out, struct wsync_error *err)
 {
-	json_error_t je;
-	json_t *root;
+	struct wsync_json_reader j;
+	bool verdict = false;
 	size_t body = 0;
 	int r;
 
@@ -287,136 +563,139 @@ int wsync_part_parse(const void *doc, size_t len, const struct wsync_sign_key *v
 		wsync_error_prefix(err, "part record");
 		return r;
 	}
-	/* jansson builds a tree (~100 bytes a value): bound the values first,
-	 * so that a record of "[[],[],..." (unsigned: the bucket's word) costs
-	 * no more than a real one of its size -- whose containers hold a
-	 * 64-digit SHA-256 or more each */
-	{
-		size_t open = 0;
-		bool in_str = false;
-		const char *s = doc;
-
-		for (size_t i = 0; i < body; i++) {
-			if (in_str) {
-				if (s[i] == '\\')
-					i++;
-				else if (s[i] == '"')
-					in_str = false;
-			} else if (s[i] == '"') {
-				in_str = true;
-			} else if (s[i] == '[' || s[i] == '{') {
-				open++;
-			}
-		}
-		if (open > 64 + body / 32)
-			return wsync_error_set(err, -EINVAL, "part record: %zu arrays and objects in "
-					       "%zu bytes: not a record", open, body);
-	}
-	root = json_loadb(doc, body, JSON_REJECT_DUPLICATES, &je);
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return wsync_error_set(err, -EINVAL, "part record: not a JSON object (%s)",
-				       je.text);
-	}
-	r = read_record(root, out, err);
-	json_decref(root);
-	if (r < 0)
+	wsync_json_reader_init(&j, doc, body, WSYNC_MANIFEST_DEPTH_MAX, err);
+	r = read_record(&j, out, &verdict);
+	wsync_json_pool_free(j.pool);	/* the record's strings are copies */
+	if (r < 0 && !verdict)
+		r = rescan_format(doc, body, r, err);
+	else if (r == 0)
+		r = check_record(out, err);
+	if (r < 0) {
+		wsync_error_prefix(err, "part record");
 		wsync_part_free(out);
+	}
 	return r;
 }
 
 /* ---- writing ---- */
 
-static json_t *hex_str(const uint8_t *b, size_t n)
+/*
+ * Compact, one line, the fields in the order below: what jansson's
+ * JSON_COMPACT wrote before this file used json.h's writer, so records
+ * stay byte for byte what they were (and tests/integration/test-parts.sh
+ * edits them with sed).
+ */
+
+static bool utf8_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t l = wsync_utf8_next((const uint8_t *)s + i, n - i, &cp);
+
+		if (l == 0)
+			return false;
+		i += l;
+	}
+	return true;
+}
+
+/* "name":"<2n hex digits of b>" after sep. */
+static void write_hex(struct wsync_json_writer *w, const char *sep, const char *name,
+		      const uint8_t *b, size_t n)
 {
 	char s[2 * 64 + 1];
 
 	hex_of(b, n, s);
-	return json_string(s);
+	wsync_json_write_fmt(w, "%s\"%s\":\"", sep, name);
+	wsync_json_write_str(w, s);
+	wsync_json_write_str(w, "\"");
 }
 
-static json_t *chunk_json(const struct wsync_part_chunk *c)
+/* "name":<s as a JSON string> after sep; s must be valid UTF-8 (the
+ * writer's rule): *bad names the first that is not. */
+static void write_text(struct wsync_json_writer *w, const char *sep, const char *name,
+		       const char *s, const char **bad)
 {
-	json_t *o = json_object(), *ps = json_array();
+	if (!utf8_valid(s) && !*bad)
+		*bad = name;
+	wsync_json_write_fmt(w, "%s\"%s\":", sep, name);
+	wsync_json_write_string(w, s);
+}
 
+static void write_chunk(struct wsync_json_writer *w, const struct wsync_part_chunk *c,
+			const char **bad)
+{
+	write_text(w, "{", "key", c->key, bad);
+	wsync_json_write_fmt(w, ",\"size\":%" PRIu64, c->size);
+	write_hex(w, ",", "sha256", c->sha256, sizeof(c->sha256));
+	write_text(w, ",", "path", c->path, bad);
+	wsync_json_write_str(w, ",\"pieces\":[");
 	for (size_t i = 0; i < c->n_pieces; i++) {
-		json_t *p = json_array();
+		char h[2 * 32 + 1];
 
-		json_array_append_new(p, json_integer((json_int_t)c->pieces[i].length));
-		json_array_append_new(p, hex_str(c->pieces[i].sha256, 32));
-		json_array_append_new(ps, p);
+		hex_of(c->pieces[i].sha256, sizeof(c->pieces[i].sha256), h);
+		wsync_json_write_fmt(w, "%s[%" PRIu64 ",\"%s\"]", i ? "," : "",
+				     c->pieces[i].length, h);
 	}
-	json_object_set_new(o, "key", json_string(c->key));
-	json_object_set_new(o, "size", json_integer((json_int_t)c->size));
-	json_object_set_new(o, "sha256", hex_str(c->sha256, 32));
-	json_object_set_new(o, "path", json_string(c->path));
-	json_object_set_new(o, "pieces", ps);
-	return o;
+	wsync_json_write_str(w, "]}");
 }
 
 int wsync_part_serialize(const struct wsync_part_record *r, const struct wsync_sign_key *sign,
 			 struct wsync_buf *out, struct wsync_error *err)
 {
-	json_t *root = json_object(), *files = json_array(), *objects = json_array();
-	char *text;
+	struct wsync_json_writer w = { out, 0 };
+	const char *bad_utf8 = NULL;
+	uint8_t l[8];
 	int e;
 
+	wsync_buf_reset(out);
+	wsync_json_write_fmt(&w, "{\"format\":\"" PART_FORMAT "\",\"format_version\":%d,"
+			     "\"version\":%" PRIu64 ",\"part\":%u,\"parts\":%u,",
+			     WSYNC_PART_FORMAT_VERSION, r->version, r->part, r->parts);
+	wsync_json_write_fmt(&w, "\"run\":%" PRIu64 ",\"step\":%" PRId64 ",", r->run, r->step);
+	wsync_json_write_fmt(&w, "\"created\":%" PRId64 ",\"base_version\":%" PRIu64,
+			     r->created, r->base_version);
+	write_hex(&w, ",", "flight", r->flight, sizeof(r->flight));
+	write_text(&w, ",", "writer", r->writer ? r->writer : "", &bad_utf8);
+	/* informational: a name that is not UTF-8 is left out (as jansson did) */
+	if (r->source && utf8_valid(r->source))
+		write_text(&w, ",", "source", r->source, &bad_utf8);
+	wsync_json_write_fmt(&w, ",\"assign\":\"%s\"", r->by_part_files ? "part_files" : "rule");
+	for (size_t i = 0; i < sizeof(l); i++)
+		l[i] = (uint8_t)(r->listing >> (56 - 8 * i));
+	write_hex(&w, ",", "listing", l, sizeof(l));
+	wsync_json_write_str(&w, ",\"files\":[");
 	for (size_t i = 0; i < r->n_files; i++) {
-		json_t *f = json_object();
-		char h[33];
+		char h[WSYNC_HASH_HEX_LEN + 1];
 
-		json_object_set_new(f, "path", json_string(r->files[i].path));
-		json_object_set_new(f, "size", json_integer((json_int_t)r->files[i].size));
-		json_object_set_new(f, "xxh128", json_string(wsync_hash_hex(&r->files[i].hash, h,
-									      sizeof(h))));
-		json_array_append_new(files, f);
+		write_text(&w, i ? ",{" : "{", "path", r->files[i].path, &bad_utf8);
+		wsync_json_write_fmt(&w, ",\"size\":%" PRIu64 ",\"xxh128\":\"%s\"}",
+				     r->files[i].size,
+				     wsync_hash_hex(&r->files[i].hash, h, sizeof(h)));
 	}
+	wsync_json_write_str(&w, "],\"objects\":[");
 	for (size_t i = 0; i < r->n_objects; i++) {
 		const struct wsync_part_object *po = &r->objects[i];
-		json_t *o = json_object(), *cs = json_array();
 
-		for (size_t k = 0; k < po->n_chunks; k++)
-			json_array_append_new(cs, chunk_json(&po->chunks[k]));
-		json_object_set_new(o, "role", json_string(po->role == WSYNC_MANIFEST_ROLE_ANCHOR ?
-							   "anchor" : "delta"));
-		json_object_set_new(o, "write_bytes", json_integer((json_int_t)po->write_bytes));
-		json_object_set_new(o, "chunks", cs);
-		json_array_append_new(objects, o);
+		wsync_json_write_fmt(&w, "%s{\"role\":\"%s\",\"write_bytes\":%" PRIu64
+				     ",\"chunks\":[", i ? "," : "",
+				     po->role == WSYNC_MANIFEST_ROLE_ANCHOR ? "anchor" : "delta",
+				     po->write_bytes);
+		for (size_t k = 0; k < po->n_chunks; k++) {
+			if (k)
+				wsync_json_write_str(&w, ",");
+			write_chunk(&w, &po->chunks[k], &bad_utf8);
+		}
+		wsync_json_write_str(&w, "]}");
 	}
-	json_object_set_new(root, "format", json_string(PART_FORMAT));
-	json_object_set_new(root, "format_version", json_integer(WSYNC_PART_FORMAT_VERSION));
-	json_object_set_new(root, "version", json_integer((json_int_t)r->version));
-	json_object_set_new(root, "part", json_integer(r->part));
-	json_object_set_new(root, "parts", json_integer(r->parts));
-	json_object_set_new(root, "run", json_integer((json_int_t)r->run));
-	json_object_set_new(root, "step", json_integer(r->step));
-	json_object_set_new(root, "created", json_integer(r->created));
-	json_object_set_new(root, "base_version", json_integer((json_int_t)r->base_version));
-	json_object_set_new(root, "flight", hex_str(r->flight, sizeof(r->flight)));
-	json_object_set_new(root, "writer", json_string(r->writer ? r->writer : ""));
-	if (r->source)
-		json_object_set_new(root, "source", json_string(r->source));
-	json_object_set_new(root, "assign", json_string(r->by_part_files ? "part_files" : "rule"));
-	{
-		uint8_t l[8];
-
-		for (size_t i = 0; i < sizeof(l); i++)
-			l[i] = (uint8_t)(r->listing >> (56 - 8 * i));
-		json_object_set_new(root, "listing", hex_str(l, sizeof(l)));
-	}
-	json_object_set_new(root, "files", files);
-	json_object_set_new(root, "objects", objects);
-	text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(root);
-	if (!text)
-		return wsync_error_set(err, -ENOMEM, "part record: out of memory");
-	wsync_buf_reset(out);
-	e = wsync_buf_append(out, text, strlen(text));
-	if (e == 0)
-		e = wsync_buf_append(out, "\n", 1);
-	free(text);
-	if (e < 0)
-		return wsync_error_set(err, -ENOMEM, "part record: out of memory");
+	wsync_json_write_str(&w, "]}\n");
+	if (bad_utf8)
+		return wsync_error_set(err, -EINVAL, "part record: a \"%s\" that is not UTF-8",
+				       bad_utf8);
+	if (w.r < 0)
+		return wsync_error_set(err, w.r, "part record: %s", strerror(-w.r));
 	if (out->len + 130 > WSYNC_PART_RECORD_MAX)
 		return wsync_error_set(err, -EFBIG, "part record: over %u bytes",
 				       WSYNC_PART_RECORD_MAX);

@@ -11,8 +11,11 @@
  * A record is signed like a manifest (§5) with the key every part of a
  * deployment shares; the committer checks the signature before reading
  * the JSON, so only a holder of that key can make it take a record.  The
- * JSON is then read with jansson: a signed record is the publisher's own
- * (an unsigned deployment trusts its bucket, as it does for HEAD).
+ * JSON is then read as a manifest's is (json.h: an unsigned deployment
+ * trusts its bucket, as it does for HEAD, but a record of hostile JSON
+ * costs no more than a real one of its size), with a manifest's rules for
+ * what it names: paths (path.h), chunk keys valid on every backend
+ * (url.h), each once, and every one under the record's own parts/<V>/.
  *
  * Errors as manifest.h's: -EFBIG, -EBADMSG (signature), -EPROTONOSUPPORT
  * (a format_version this code does not know), -EINVAL ("part record: ..."),

@@ -20,21 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MiB (1024ULL * 1024)
-#define GiB (1024ULL * MiB)
-
-/* Defaults of struct wsync_store_options (store.h). */
-#define DEFAULT_REGION "us-east-1"
-#define DEFAULT_MAX_CONCURRENCY 16
-#define MAX_CONCURRENCY_MAX 1024
-#define DEFAULT_PART_SIZE (64 * MiB)
-#define PART_SIZE_MIN (5 * MiB)		/* S3's limits on a part */
-#define PART_SIZE_MAX (5 * GiB)
-#define DEFAULT_RETRY_ATTEMPTS 6
-#define DEFAULT_RETRY_MAX_MS 120000
-#define DEFAULT_RETRY_BASE_MS 200
-#define DEFAULT_TIMEOUT_MS 30000
-#define DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define KEY_MAX 1024			/* S3: the full key, prefix included */
 
 /* ---- options -------------------------------------------------------------- */
@@ -71,29 +56,31 @@ static int copy_opts(const struct wsync_store_options *in, struct wsync_store_op
 	*out = *in;
 	out->url = out->endpoint = out->region = out->credentials = out->ca_file = NULL;
 	if (dup_opt(in->url, &out->url) < 0 || dup_opt(in->endpoint, &out->endpoint) < 0 ||
-	    dup_opt(in->region && *in->region ? in->region : DEFAULT_REGION, &out->region) < 0 ||
+	    dup_opt(in->region && *in->region ? in->region : WSYNC_STORE_REGION_DEFAULT,
+		    &out->region) < 0 ||
 	    dup_opt(in->credentials, &out->credentials) < 0 ||
 	    dup_opt(in->ca_file, &out->ca_file) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	if (!out->max_concurrency)
-		out->max_concurrency = DEFAULT_MAX_CONCURRENCY;
+		out->max_concurrency = WSYNC_STORE_MAX_CONCURRENCY_DEFAULT;
 	if (!out->part_size)
-		out->part_size = DEFAULT_PART_SIZE;
+		out->part_size = WSYNC_STORE_PART_SIZE_DEFAULT;
 	if (!out->retry_attempts)
-		out->retry_attempts = DEFAULT_RETRY_ATTEMPTS;
+		out->retry_attempts = WSYNC_STORE_RETRY_ATTEMPTS_DEFAULT;
 	if (!out->retry_max_ms)
-		out->retry_max_ms = DEFAULT_RETRY_MAX_MS;
+		out->retry_max_ms = WSYNC_STORE_RETRY_MAX_MS_DEFAULT;
 	if (!out->retry_base_ms)
-		out->retry_base_ms = DEFAULT_RETRY_BASE_MS;
+		out->retry_base_ms = WSYNC_STORE_RETRY_BASE_MS_DEFAULT;
 	if (!out->timeout_ms)
-		out->timeout_ms = DEFAULT_TIMEOUT_MS;
+		out->timeout_ms = WSYNC_STORE_TIMEOUT_MS_DEFAULT;
 	if (!out->connect_timeout_ms)
-		out->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+		out->connect_timeout_ms = WSYNC_STORE_CONNECT_TIMEOUT_MS_DEFAULT;
 
-	if (out->max_concurrency > MAX_CONCURRENCY_MAX)
+	if (out->max_concurrency > WSYNC_STORE_MAX_CONCURRENCY_MAX)
 		return wsync_error_set(err, -EINVAL, "max_concurrency %u is out of range (1..%d)",
-				       out->max_concurrency, MAX_CONCURRENCY_MAX);
-	if (out->part_size < PART_SIZE_MIN || out->part_size > PART_SIZE_MAX)
+				       out->max_concurrency, WSYNC_STORE_MAX_CONCURRENCY_MAX);
+	if (out->part_size < WSYNC_STORE_PART_SIZE_MIN ||
+	    out->part_size > WSYNC_STORE_PART_SIZE_MAX)
 		return wsync_error_set(err, -EINVAL,
 				       "part_size %llu is out of range (5 MiB..5 GiB, S3's limits)",
 				       (unsigned long long)out->part_size);

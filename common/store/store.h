@@ -31,7 +31,24 @@
 
 #include "error.h"
 
-/* [store] settings.  Zero/NULL fields take the documented defaults. */
+/*
+ * The defaults of struct wsync_store_options below and the limits
+ * wsync_store_new() holds its options to: the one place they are written.
+ * config.c's [store] section takes its defaults and bounds from here.
+ */
+#define WSYNC_STORE_REGION_DEFAULT "us-east-1"
+#define WSYNC_STORE_MAX_CONCURRENCY_DEFAULT 16
+#define WSYNC_STORE_MAX_CONCURRENCY_MAX 1024
+#define WSYNC_STORE_PART_SIZE_DEFAULT (64ULL << 20)	/* 64 MiB */
+#define WSYNC_STORE_PART_SIZE_MIN (5ULL << 20)		/* S3's limits on a multipart part */
+#define WSYNC_STORE_PART_SIZE_MAX (5ULL << 30)
+#define WSYNC_STORE_RETRY_ATTEMPTS_DEFAULT 6
+#define WSYNC_STORE_RETRY_MAX_MS_DEFAULT 120000
+#define WSYNC_STORE_RETRY_BASE_MS_DEFAULT 200
+#define WSYNC_STORE_TIMEOUT_MS_DEFAULT 30000
+#define WSYNC_STORE_CONNECT_TIMEOUT_MS_DEFAULT 10000
+
+/* [store] settings.  Zero/NULL fields take the defaults above. */
 struct wsync_store_options {
 	const char *url;		/* required: file:///.., s3://.., hf://buckets/.. */
 	const char *endpoint;		/* s3: https://host[:port]; default AWS for the region */

@@ -1627,7 +1627,7 @@ static int s3_init(struct wsync_store *store, struct wsync_error *err)
 		path_style = true;
 		s3->region = strdup(HF_REGION);
 	} else {
-		const char *region = o->region ? o->region : "us-east-1";
+		const char *region = o->region ? o->region : WSYNC_STORE_REGION_DEFAULT;
 
 		if (!ep) {
 			snprintf(ep_buf, sizeof(ep_buf), "https://s3.%s.amazonaws.com", region);

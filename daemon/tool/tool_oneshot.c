@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "log.h"
 #include "tool.h"
 #include "tool_oneshot.h"
@@ -48,8 +49,8 @@ static void role_stopped(struct wsync_daemon *d)
 {
 	struct wsync_oneshot *o = d->data;
 
-	if (o->ops->stopped)
-		o->ops->stopped(o, o->role);
+	if (o->stopped)
+		o->stopped(o, o->role);
 	o->ops->free(o->role);
 	o->role = NULL;
 	uv_close((uv_handle_t *)&o->sig_int, NULL);
@@ -136,11 +137,15 @@ int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *co
 	}
 	/* the daemon's info lines are for the journal; here, warnings up */
 	wsync_log_set_level(verbose ? o->cfg.log_level : LOG_WARNING);
+	o->ops = wsync_role_ops(role);
 
 	if (uv_loop_init(&o->loop) < 0) {
 		fprintf(stderr, "%s: cannot create an event loop\n", tool);
 		return WSYNC_EXIT_FAILURE;
 	}
+	/* this thread is the loop's from here, the role's set-up included:
+	 * no fsync on it (durable.h) */
+	wsync_durable_forbid_thread();
 	o->running = true;
 	o->d = (struct wsync_daemon){ .loop = &o->loop, .cfg = &o->cfg, .program = tool,
 				      .stopped = role_stopped, .data = o };
@@ -162,19 +167,27 @@ int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *co
 	return 0;
 }
 
-int wsync_oneshot_fail(struct wsync_oneshot *o, int e, const struct wsync_error *err)
+int wsync_oneshot_new(struct wsync_oneshot *o, const struct wsync_role_once_opts *once)
 {
-	fprintf(stderr, "%s: %s\n", o->tool, err->code ? wsync_error_str(err) : strerror(-e));
+	struct wsync_role_once_opts opts = *once;
+	struct wsync_error err = { 0 };
+	int e;
+
+	opts.done = wsync_oneshot_report;
+	opts.data = o;
+	e = o->ops->new_once(&o->d, &opts, &o->role, &err);
+	if (e >= 0)
+		return 0;
+	o->role = NULL;
+	fprintf(stderr, "%s: %s\n", o->tool, err.code ? wsync_error_str(&err) : strerror(-e));
 	return e == -EINVAL ? WSYNC_EX_CONFIG : WSYNC_EXIT_FAILURE;
 }
 
-void wsync_oneshot_run(struct wsync_oneshot *o, const struct wsync_oneshot_role *ops,
-		       void *role)
+void wsync_oneshot_run(struct wsync_oneshot *o, wsync_oneshot_stopped_fn stopped)
 {
 	int e;
 
-	o->ops = ops;
-	o->role = role;
+	o->stopped = stopped;
 	uv_signal_init(&o->loop, &o->sig_int);
 	uv_signal_init(&o->loop, &o->sig_term);
 	uv_timer_init(&o->loop, &o->tick);
@@ -185,7 +198,7 @@ void wsync_oneshot_run(struct wsync_oneshot *o, const struct wsync_oneshot_role 
 	o->t0 = uv_now(&o->loop);
 	if (o->tty)
 		uv_timer_start(&o->tick, on_tick, 1000, 1000);
-	e = ops->start(role);
+	e = o->ops->start(o->role);
 	if (e < 0) {
 		fprintf(stderr, "%s: cannot start: %s\n", o->tool, strerror(-e));
 		stop(o);

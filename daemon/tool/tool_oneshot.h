@@ -8,17 +8,18 @@
  *   struct wsync_oneshot o;
  *   code = wsync_oneshot_init(&o, "wsync pull", config, WSYNC_ROLE_SUBSCRIBER,
  *                             verbose);
- *   if (code) return code;                        config, loop, store, jobs
- *   e = wsync_<role>_new(&o.d, &role, &err);      o.d is the role's context
- *   if (e < 0) return wsync_oneshot_fail(&o, e, &err);
- *   wsync_oneshot_run(&o, &role_ops, role);       until the role stopped
+ *   if (code) return wsync_oneshot_free(&o, code);  config, loop, store, jobs
+ *   code = wsync_oneshot_new(&o, &once);           the role (role_ops.h)
+ *   if (code) return wsync_oneshot_free(&o, code);
+ *   wsync_oneshot_run(&o, stopped);                until the role stopped
  *   ... print o's report (o.finished, o.result, ...) ...
  *   return wsync_oneshot_free(&o, code);
  *
  * The role reports through wsync_oneshot_report() (its one-shot report
- * callback, role.h, with o as data), which keeps the report in o and
- * calls wsync_oneshot_done(): the role is then stopped from the loop
- * (never from inside its own callback), freed, and the loop ends.
+ * callback, role.h, with o as data; wsync_oneshot_new() sets it), which
+ * keeps the report in o and calls wsync_oneshot_done(): the role is then
+ * stopped from the loop (never from inside its own callback), freed, and
+ * the loop ends.
  */
 #ifndef WSYNC_TOOL_ONESHOT_H
 #define WSYNC_TOOL_ONESHOT_H
@@ -32,26 +33,22 @@
 #include "daemon.h"
 #include "error.h"
 #include "role.h"
+#include "role_ops.h"
 
 struct wsync_oneshot;
 
-/* How the runner drives a role (publisher.h, subscriber.h). */
-struct wsync_oneshot_role {
-	int (*start)(void *role);
-	void (*stop)(void *role);
-	void (*free)(void *role);
-	/* Called once the role has stopped, before it is freed: read what
-	 * is left to read from it.  May be NULL. */
-	void (*stopped)(struct wsync_oneshot *o, void *role);
-};
+/* Called once the role has stopped, before it is freed: read what is left
+ * to read from it. */
+typedef void (*wsync_oneshot_stopped_fn)(struct wsync_oneshot *o, void *role);
 
 struct wsync_oneshot {
 	struct wsync_daemon d;		/* the role's context; d.data = this */
 	struct wsync_config cfg;
 	uv_loop_t loop;
 	const char *tool;		/* "wsync pull": prefixes every message */
-	const struct wsync_oneshot_role *ops;
-	void *role;
+	const struct wsync_role_ops *ops;	/* the configuration's role's */
+	void *role;			/* NULL: not made, or freed */
+	wsync_oneshot_stopped_fn stopped;	/* may be NULL */
 	uv_signal_t sig_int, sig_term;
 	uv_timer_t tick;
 	bool tty, running, stopping;
@@ -76,13 +73,14 @@ struct wsync_oneshot {
 int wsync_oneshot_init(struct wsync_oneshot *o, const char *tool, const char *config,
 		       enum wsync_role role, bool verbose);
 
-/* The role could not be created: say why; the exit code (78 when E is
- * -EINVAL, a configuration problem, else 1). */
-int wsync_oneshot_fail(struct wsync_oneshot *o, int e, const struct wsync_error *err);
+/* Make the role, to run once as ONCE says (its done and data are set
+ * here: wsync_oneshot_report, o).  0, or the exit code after saying why on
+ * stderr (78 when the role refused a setting, -EINVAL, else 1). */
+int wsync_oneshot_new(struct wsync_oneshot *o, const struct wsync_role_once_opts *once);
 
-/* Start ROLE and run the loop until it has stopped and is freed. */
-void wsync_oneshot_run(struct wsync_oneshot *o, const struct wsync_oneshot_role *ops,
-		       void *role);
+/* Start the role and run the loop until it has stopped and is freed;
+ * STOPPED (may be NULL) just before it is freed. */
+void wsync_oneshot_run(struct wsync_oneshot *o, wsync_oneshot_stopped_fn stopped);
 
 /* From the role's completion callback: it is finished; stop it. */
 void wsync_oneshot_done(struct wsync_oneshot *o);

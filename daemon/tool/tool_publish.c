@@ -25,7 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "publisher.h"
 #include "tool.h"
 #include "tool_oneshot.h"
 
@@ -33,25 +32,6 @@ static void set_status(struct wsync_daemon *d, const char *line)
 {
 	wsync_oneshot_progress(d->data, line);
 }
-
-static int role_start(void *role)
-{
-	return wsync_publisher_start(role);
-}
-
-static void role_stop(void *role)
-{
-	wsync_publisher_stop(role);
-}
-
-static void role_free(void *role)
-{
-	wsync_publisher_free(role);
-}
-
-static const struct wsync_oneshot_role publisher_ops = {
-	.start = role_start, .stop = role_stop, .free = role_free,
-};
 
 #define TOOL "wsync publish"
 
@@ -75,8 +55,6 @@ int tool_publish(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct wsync_error err = { 0 };
-	struct wsync_publisher *pub = NULL;
 	struct wsync_oneshot o;
 	const char *config = NULL, *dir;
 	bool verbose = false;
@@ -110,10 +88,10 @@ int tool_publish(int argc, char **argv)
 	if (code)
 		return wsync_oneshot_free(&o, code);
 	o.d.set_status = set_status;
-	e = wsync_publisher_new_once(&o.d, dir, wsync_oneshot_report, &o, &pub, &err);
-	if (e < 0)
-		return wsync_oneshot_free(&o, wsync_oneshot_fail(&o, e, &err));
-	wsync_oneshot_run(&o, &publisher_ops, pub);
+	code = wsync_oneshot_new(&o, &(struct wsync_role_once_opts){ .dir = dir });
+	if (code)
+		return wsync_oneshot_free(&o, code);
+	wsync_oneshot_run(&o, NULL);
 
 	if (!o.finished) {
 		fprintf(stderr, TOOL ": %s: interrupted before it was published\n", dir);

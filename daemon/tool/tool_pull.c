@@ -42,30 +42,11 @@ static void progress(void *userdata, const char *state, const char *line, uint64
 	wsync_oneshot_progress(userdata, text);
 }
 
-static int role_start(void *role)
-{
-	return wsync_subscriber_start(role);
-}
-
-static void role_stop(void *role)
-{
-	wsync_subscriber_stop(role);
-}
-
-static void role_free(void *role)
-{
-	wsync_subscriber_free(role);
-}
-
 /* Interrupted, there is no report: the version the target stays at. */
 static void role_stopped(struct wsync_oneshot *o, void *role)
 {
 	o->version = wsync_subscriber_version(role);
 }
-
-static const struct wsync_oneshot_role subscriber_ops = {
-	.start = role_start, .stop = role_stop, .free = role_free, .stopped = role_stopped,
-};
 
 #define TOOL "wsync pull"
 
@@ -91,13 +72,11 @@ int tool_pull(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct wsync_error err = { 0 };
-	struct wsync_subscriber_once once = { 0 };
-	struct wsync_subscriber *sub = NULL;
+	struct wsync_role_once_opts once = { .progress = progress };
 	struct wsync_oneshot o;
 	const char *config = NULL;
 	bool verbose = false;
-	int c, e, code;
+	int c, code;
 
 	optind = 1;
 	opterr = 0;
@@ -119,14 +98,10 @@ int tool_pull(int argc, char **argv)
 	if (code)
 		return wsync_oneshot_free(&o, code);
 	/* no d.set_status: the progress callback draws a richer line */
-	e = wsync_subscriber_new(&o.d, &sub, &err);
-	if (e < 0)
-		return wsync_oneshot_free(&o, wsync_oneshot_fail(&o, e, &err));
-	once.progress = progress;
-	once.done = wsync_oneshot_report;
-	once.userdata = &o;
-	wsync_subscriber_set_once(sub, &once);
-	wsync_oneshot_run(&o, &subscriber_ops, sub);
+	code = wsync_oneshot_new(&o, &once);
+	if (code)
+		return wsync_oneshot_free(&o, code);
+	wsync_oneshot_run(&o, role_stopped);
 
 	if (!o.finished) {
 		fprintf(stderr, TOOL ": %s: interrupted; the target stays at version %llu\n",

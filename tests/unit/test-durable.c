@@ -6,12 +6,15 @@
  * writer (even a symbolic link) is replaced, never followed; fsync refused
  * by the file system (a pipe: EINVAL) counts as done and is reported
  * through the hook exactly once, however many threads meet it; rm -rf
- * removes a tree without following a link out of it.
+ * removes a tree without following a link out of it; an fsync on the
+ * thread a runner marked as its loop's aborts (debug builds), naming the
+ * file, while other threads and writes without fsync go on.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -317,6 +321,104 @@ static void test_small_helpers(void)
 	(void)close(fd);
 }
 
+/* In a child whose stderr goes to a pipe: fn(arg), then exit 0.  Returns
+ * how the child ended (waitpid's status) and what it wrote to stderr. */
+static int in_child(void (*fn)(void *), void *arg, char *out, size_t size)
+{
+	int fds[2], status = -1;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	out[0] = '\0';
+	if (pipe(fds) < 0)
+		return -1;
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		(void)dup2(fds[1], STDERR_FILENO);
+		(void)close(fds[0]);
+		fn(arg);
+		_exit(0);
+	}
+	(void)close(fds[1]);
+	while (pid > 0 && got + 1 < size && (n = read(fds[0], out + got, size - got - 1)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	(void)close(fds[0]);
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return -1;
+	return status;
+}
+
+/* The loop's thread marked, a durable write on it. */
+static void write_on_loop(void *path)
+{
+	struct wsync_error err = { 0 };
+
+	wsync_durable_forbid_thread();
+	if (wsync_write_atomic(AT_FDCWD, path, NULL, "x", 1, 0644, 0, &err) < 0)
+		_exit(3);
+}
+
+/* The loop's thread marked: a write without fsync on it (status.json's
+ * kind) is fine. */
+static void nosync_on_loop(void *path)
+{
+	struct wsync_error err = { 0 };
+
+	wsync_durable_forbid_thread();
+	if (wsync_write_atomic(AT_FDCWD, path, NULL, "x", 1, 0644, WSYNC_ATOMIC_NOSYNC,
+			       &err) < 0)
+		_exit(3);
+}
+
+static void *durable_write(void *path)
+{
+	struct wsync_error err = { 0 };
+
+	return wsync_write_atomic(AT_FDCWD, path, NULL, "y", 1, 0644, 0, &err) == 0 ? path :
+											  NULL;
+}
+
+/* The loop's thread marked: another thread (the jobs thread) syncs. */
+static void write_on_other_thread(void *path)
+{
+	pthread_t t;
+	void *ok = NULL;
+
+	wsync_durable_forbid_thread();
+	if (pthread_create(&t, NULL, durable_write, path) != 0 || pthread_join(t, &ok) != 0 ||
+	    !ok)
+		_exit(3);
+}
+
+/* Nothing blocks the loop: an fsync on the thread marked as the loop's is
+ * a bug that aborts (unless NDEBUG), saying which file; a write without
+ * fsync there, and any write on another thread, go on. */
+static void test_fsync_on_loop_thread_aborts(void)
+{
+	char out[8192];
+	int st;
+
+	st = in_child(write_on_loop, at("on-loop.json"), out, sizeof(out));
+#ifndef NDEBUG
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+	CHECK_CONTAINS(out, "fsync of ");
+	CHECK_CONTAINS(out, "on-loop.json.wsync-");	/* the temp being synced */
+	CHECK_CONTAINS(out, "on the event loop's thread");
+#else
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);	/* compiled out */
+#endif
+	st = in_child(nosync_on_loop, at("status.json"), out, sizeof(out));
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(has_content(at("status.json"), "x"));
+	st = in_child(write_on_other_thread, at("jobs.json"), out, sizeof(out));
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(has_content(at("jobs.json"), "y"));
+	CHECK(out[0] == '\0');
+}
+
 int main(void)
 {
 	strcpy(root, "/tmp/wsync-test-durable.XXXXXX");
@@ -333,6 +435,7 @@ int main(void)
 	TEST(test_mkdir_p);
 	TEST(test_rm_rf_stays_inside);
 	TEST(test_small_helpers);
+	TEST(test_fsync_on_loop_thread_aborts);
 	(void)wsync_rm_rf(root);
 	return tap_done();
 }

@@ -1642,7 +1642,7 @@ static void test_part_record(void)
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 			CHECK(wsync_part_parse(bad[i], strlen(bad[i]), NULL, &back, &err) < 0);
 	}
-	/* a value bomb is refused before jansson builds its tree */
+	/* a value bomb is refused without building anything */
 	{
 		size_t n = 3 << 20;
 		char *bomb = malloc(n);
@@ -1669,6 +1669,88 @@ static void test_part_record(void)
 	wsync_buf_free(&b);
 	wsync_sign_key_free(k);
 	wsync_sign_key_free(k2);
+}
+
+/* A part record's chunk keys follow a manifest's rules (url.h: a key on
+ * every backend, each once) and stay under the record's own parts/<V>/:
+ * a record cannot name another version's chunks, a record, or any other
+ * object of the bucket as its own. */
+static void test_part_record_chunk_keys(void)
+{
+	struct wsync_manifest_piece pcs[1] = { { 100, { 1 } } };
+	struct wsync_part_chunk ch[2] = {
+		{ .key = (char *)"parts/000000000042/2-00-00002.wsd", .size = 100,
+		  .path = (char *)"a.safetensors", .pieces = pcs, .n_pieces = 1 },
+		{ .key = (char *)"parts/000000000042/2-00-00003.wsd", .size = 100,
+		  .path = (char *)"b.safetensors", .pieces = pcs, .n_pieces = 1 },
+	};
+	struct wsync_manifest_file f[2] = { { (char *)"a.safetensors", 100, { { 3 } } },
+					    { (char *)"b.safetensors", 100, { { 4 } } } };
+	struct wsync_part_record r = {
+		.version = 42, .part = 2, .parts = 2, .run = 0, .step = 10, .base_version = 41,
+		.writer = (char *)"wsync 0.1.0", .files = f, .n_files = 2, .n_objects = 1,
+	}, back;
+	static const struct {
+		const char *key, *why;
+	} bad[] = {
+		{ "parts/000000000041/2-00-00002.wsd", "not a chunk's of parts/000000000042/" },
+		{ "deltas/000000000042.wsd", "not a chunk's of parts/000000000042/" },
+		{ "manifests/000000000042.json", "not a chunk's of parts/000000000042/" },
+		{ "parts/000000000042/1.json", "not a chunk's of parts/000000000042/" },
+		{ "parts/000000000042/../HEAD", "key \"parts/000000000042/../HEAD\"" },
+		{ "/parts/000000000042/2-00-00002.wsd", "key \"/parts" },
+	};
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+
+	r.objects[0] = (struct wsync_part_object){ .role = WSYNC_MANIFEST_ROLE_DELTA,
+						   .chunks = ch, .n_chunks = 2 };
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == 0);
+	wsync_part_free(&back);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ch[0].key = (char *)bad[i].key;
+		CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+		CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "part record: objects[0].chunks[");
+		CHECK_CONTAINS(err.msg, bad[i].why);
+		CHECK(back.n_objects == 0 && back.files == NULL);
+	}
+	/* the same key twice, in one object or in both: one object counted twice */
+	ch[0].key = (char *)"parts/000000000042/2-00-00003.wsd";
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "chunk key \"parts/000000000042/2-00-00003.wsd\" is listed twice");
+	ch[0].key = (char *)"parts/000000000042/2-00-00002.wsd";
+	r.objects[1] = (struct wsync_part_object){ .role = WSYNC_MANIFEST_ROLE_ANCHOR,
+						   .chunks = ch, .n_chunks = 1 };
+	r.n_objects = 2;
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "chunk key \"parts/000000000042/2-00-00002.wsd\" is listed twice");
+	wsync_buf_free(&b);
+}
+
+/* A part record's fields are each read once, as a manifest's: a field
+ * given twice is refused, whichever it is and wherever it sits. */
+static void test_part_record_duplicates(void)
+{
+	static const char *const docs[] = {
+		"{\"format\":\"wsync-part\",\"format_version\":1,\"version\":42,\"version\":43}",
+		"{\"format\":\"wsync-part\",\"format_version\":1,\"objects\":[{\"role\":\"delta\","
+		"\"role\":\"anchor\"}]}",
+		"{\"format\":\"wsync-part\",\"format_version\":1,\"objects\":[{\"chunks\":[{"
+		"\"key\":\"parts/000000000042/2-00-00002.wsd\",\"key\":\"x\"}]}]}",
+		"{\"format\":\"wsync-part\",\"format_version\":1,\"files\":[{\"path\":\"a\","
+		"\"path\":\"b\"}]}",
+	};
+	struct wsync_part_record back;
+	struct wsync_error err = { 0 };
+
+	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+		CHECK(wsync_part_parse(docs[i], strlen(docs[i]), NULL, &back, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "appears twice");
+	}
 }
 
 /* A version of parts (format_version 3): its objects have chunks and no
@@ -1739,6 +1821,8 @@ int main(void)
 	TEST(test_chunks);
 	TEST(test_next);
 	TEST(test_part_record);
+	TEST(test_part_record_chunk_keys);
+	TEST(test_part_record_duplicates);
 	TEST(test_parts_manifest);
 	TEST(test_ref_check);
 	return tap_done();
