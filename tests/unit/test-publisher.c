@@ -1025,6 +1025,30 @@ static void test_stop_in_head_backoff(void)
 	ctx_free(&c);
 }
 
+/* Two parts on one bucket where part 2's record, parts/1/2.json, is a
+ * directory (its parents made first): part 2 backs off retrying RECORD
+ * while part 1 waits in GATHER, as parts_waiting sees it.  key gets the
+ * record's key, p its path. */
+static void parts_record_blocked(struct ctx *c, char *key, char *p, size_t n)
+{
+	CHECK(ctx_init(c) == 0);
+	(void)inst_config(c, 1, 2);
+	(void)inst_config(c, 2, 2);
+	wsync_part_record_key(1, 2, key);
+	snprintf(p, n, "%s/parts", c->bucket);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, n, "%s/%.*s", c->bucket, (int)(strrchr(key, '/') - key), key);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, n, "%s/%s", c->bucket, key);
+	CHECK(mkdir(p, 0755) == 0);
+	CHECK(loop_start(c) == 0);
+	CHECK(inst_start(&c->inst[0]) == 0);
+	CHECK(inst_start(&c->inst[1]) == 0);
+	CHECK(make_checkpoint(c, 100, 2, 30000));
+	want_retry = PUB_RECORD;
+	CHECK(run_until(c, parts_waiting, 8000));
+}
+
 /* Parts stopped while they wait: part 1 in GATHER (part 2's record
  * cannot be written), part 2 in BACKOFF retrying RECORD.  Both end, the
  * loop closes, and no HEAD was written. */
@@ -1033,22 +1057,7 @@ static void test_parts_stop_while_waiting(void)
 	char key[WSYNC_PART_KEY_MAX], p[PATH_MAX + WSYNC_PART_KEY_MAX + 2];
 	struct ctx c;
 
-	CHECK(ctx_init(&c) == 0);
-	(void)inst_config(&c, 1, 2);
-	(void)inst_config(&c, 2, 2);
-	wsync_part_record_key(1, 2, key);
-	snprintf(p, sizeof(p), "%s/parts", c.bucket);
-	CHECK(mkdir(p, 0755) == 0);
-	snprintf(p, sizeof(p), "%s/%.*s", c.bucket, (int)(strrchr(key, '/') - key), key);
-	CHECK(mkdir(p, 0755) == 0);
-	snprintf(p, sizeof(p), "%s/%s", c.bucket, key);
-	CHECK(mkdir(p, 0755) == 0);
-	CHECK(loop_start(&c) == 0);
-	CHECK(inst_start(&c.inst[0]) == 0);
-	CHECK(inst_start(&c.inst[1]) == 0);
-	CHECK(make_checkpoint(&c, 100, 2, 30000));
-	want_retry = PUB_RECORD;
-	CHECK(run_until(&c, parts_waiting, 8000));
+	parts_record_blocked(&c, key, p, sizeof(p));
 	CHECK(c.inst[0].p && c.inst[0].p->state == PUB_GATHER);
 	CHECK(inst_stop(&c.inst[0]));
 	CHECK(inst_stop(&c.inst[1]));
@@ -1573,23 +1582,7 @@ static void test_parts_record_failure(void)
 	struct ctx c;
 	struct status st;
 
-	CHECK(ctx_init(&c) == 0);
-	(void)inst_config(&c, 1, 2);
-	(void)inst_config(&c, 2, 2);
-	/* parts/<V>/2.json, a directory (its parents first) */
-	wsync_part_record_key(1, 2, key);
-	snprintf(p, sizeof(p), "%s/parts", c.bucket);
-	CHECK(mkdir(p, 0755) == 0);
-	snprintf(p, sizeof(p), "%s/%.*s", c.bucket, (int)(strrchr(key, '/') - key), key);
-	CHECK(mkdir(p, 0755) == 0);
-	snprintf(p, sizeof(p), "%s/%s", c.bucket, key);
-	CHECK(mkdir(p, 0755) == 0);
-	CHECK(loop_start(&c) == 0);
-	CHECK(inst_start(&c.inst[0]) == 0);
-	CHECK(inst_start(&c.inst[1]) == 0);
-	CHECK(make_checkpoint(&c, 100, 2, 30000));
-	want_retry = PUB_RECORD;
-	CHECK(run_until(&c, parts_waiting, 8000));
+	parts_record_blocked(&c, key, p, sizeof(p));
 	CHECK_CONTAINS(c.inst[1].backoff_status, "bucket unreachable");
 	CHECK(read_status(&c.inst[1], &st) && strcmp(st.state, "error") == 0 && !st.store_ok);
 	CHECK(c.inst[0].p && c.inst[0].p->state == PUB_GATHER);
