@@ -351,9 +351,16 @@ check "... and exact" same_as sub 8
 check "partial subscriber exact (checkpoint-8's files)" half_is 7 8
 
 # ---- 8. two instances claiming one part ----------------------------------------
+# Both upload the step before part 1 may commit it: else whichever is
+# slower (the new one, without a base) would find the step committed and
+# rightly leave it -- a race of the test's, not a refusal.
+stop p1 >/dev/null
 ini p2b publisher "part = 2/2"
 start p2b
 step_in 5 "$TRAIN/checkpoint-r5"
+both_uploaded() { uploaded p2 2 2 5 && uploaded p2b 2 2 5; }
+check "both instances of part 2 uploaded step 5" wait_for 90 both_uploaded
+start p1
 two() { cat "$TMP/p2/log" "$TMP/p2b/log" | grep -q "two instances publish part 2"; }
 check "two instances of part 2: refused, named in the journal" wait_for 60 two
 stop p2b >/dev/null
