@@ -779,6 +779,8 @@ static const struct config_key config_keys[] = {
 	KEY("publisher", "part", parse_part, format_part, part),
 	KEY("publisher", "part_files", parse_globs, format_string, part_files, .max = 4096,
 	    .flags = KEY_EMPTY_OK),
+	KEY("publisher", "part_wait_alarm", parse_duration, format_duration,
+	    part_wait_alarm_ms, .min = 1000, .max = 7 * 86400000ull),
 	KEY("subscriber", "target_dir", parse_path, format_string, target_dir),
 	KEY("subscriber", "poll_interval", parse_duration, format_duration,
 	    poll_interval_ms, .min = POLL_MIN_MS, .max = POLL_MAX_MS),
@@ -1461,6 +1463,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->rescan_interval_ms = 30000;
 	cfg->keep_anchors = 2;
 	cfg->gc_grace_ms = 600000;
+	cfg->part_wait_alarm_ms = 600000;
 	cfg->chunk_size = 16 * MiB;
 	cfg->part = cfg->parts = 1;
 	cfg->ahead_max = 16ull << 30;

@@ -109,6 +109,9 @@ struct wsync_config {
 				 * of N (BUCKET.md §7); default 1/1: alone */
 	char *part_files;	/* space-separated globs: this part's files,
 				 * named explicitly; default "": by the rule */
+	uint64_t part_wait_alarm_ms; /* part 1: a version waiting this long for a
+				 * missing part makes it unhealthy; default
+				 * 10min; 1s..7d */
 
 	/* [subscriber] */
 	char *target_dir;	/* required for role=subscriber */

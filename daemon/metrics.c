@@ -88,6 +88,10 @@ static const struct family families[] = {
 	  "Publisher part 1 of several ([publisher] part = 1/N): parts whose record of the "
 	  "step being committed is missing or behind (PART_MISSING in the journal); 0 "
 	  "otherwise." },
+	{ "wsync_parts_late", "gauge", P, K_BOOL, F(parts_late), NONE,
+	  "Publisher part 1 of several: 1 while the version has waited for a missing part "
+	  "longer than [publisher] part_wait_alarm since the last commit (the daemon "
+	  "reports itself unhealthy), else 0." },
 	{ "wsync_bytes_uploaded_total", "counter", P, K_COUNTER, F(bytes_uploaded), NONE,
 	  "Bytes the publisher uploaded: delta and anchor objects, manifests, HEAD." },
 	{ "wsync_bytes_downloaded_total", "counter", S, K_COUNTER, F(bytes_downloaded), NONE,

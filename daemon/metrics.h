@@ -73,6 +73,7 @@ struct wsync_metrics {
 	double lag_seconds;		/* role.h's lag_seconds */
 	double waiting_seconds;		/* publisher: see metrics.c */
 	uint64_t parts_missing;		/* publisher part 1: parts the version waits for */
+	bool parts_late;		/* ... for longer than part_wait_alarm */
 	bool store_up;
 	double store_down_seconds;	/* of the outage going on; 0 while up */
 };

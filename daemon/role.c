@@ -184,7 +184,8 @@ bool wsync_role_status_healthy(json_t *o)
 	return !str_is(o, "state", "error") &&
 	       !(str_is(o, "role", "subscriber") && wsync_role_status_last_error(o)) &&
 	       !json_is_false(json_object_get(o, "store_ok")) &&
-	       !json_is_true(json_object_get(o, "stale"));
+	       !json_is_true(json_object_get(o, "stale")) &&
+	       !json_is_true(json_object_get(o, "parts_late"));
 }
 
 /* ---- the bucket: outages and backoff ---- */

@@ -53,6 +53,8 @@
  *   "waiting"           what the newest checkpoint not yet published waits
  *                       for ("/w/checkpoint-4/model-00002-of-00002.safetensors
  *                       short (...)"), "" when none waits
+ *   "parts_late"        part 1 of several: versions have waited for a missing
+ *                       part past part_wait_alarm since the last commit
  *
  * The subscriber's own:
  *   "head_version"      the newest version HEAD named (0: not seen yet)
@@ -131,8 +133,8 @@ int wsync_role_status_write(const struct wsync_config *cfg, json_t *o,
  * from before both roles wrote that state: "stopped": true).  last_error:
  * the last error, NULL when there is none ("" or null: both roles write
  * "", a subscriber used to write null).  healthy: neither state "error",
- * nor store_ok false, nor stale true, nor a subscriber's last_error (which
- * it clears once a version applies). */
+ * nor store_ok false, nor stale true, nor parts_late true, nor a
+ * subscriber's last_error (which it clears once a version applies). */
 bool wsync_role_status_stopped(json_t *o);
 const char *wsync_role_status_last_error(json_t *o);
 bool wsync_role_status_healthy(json_t *o);

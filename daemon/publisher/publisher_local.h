@@ -306,6 +306,8 @@ struct wsync_publisher {
 	uint64_t target_run;
 	int64_t target_step;
 	char parts_logged[256];		/* the missing parts last logged */
+	uint64_t parts_wait_since_ms;	/* part 1: a part missing since (loop time;
+					 * 0: none missing since the last commit) */
 	bool stream_ready;		/* stream_wake is set up */
 	struct wsync_watch *watch;
 	struct wsync_role_backoff backoff;	/* store retries */

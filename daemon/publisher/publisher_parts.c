@@ -410,6 +410,36 @@ static void gather(struct wsync_publisher *p)
 
 static void merge_and_commit(struct wsync_publisher *p);
 
+/* Part 1: how long versions have waited for a part (missing: the parts
+ * now missing, NULL none).  The clock runs from the first wait after a
+ * commit -- moving on to a newer step does not restart it, or a dead
+ * part behind a busy trainer would never be late -- and past
+ * part_wait_alarm the publisher reports itself unhealthy, once in the
+ * journal. */
+static void parts_late_check(struct wsync_publisher *p, const struct publication *pb,
+			     const char *missing)
+{
+	uint64_t now = pub_now_ms(p), waited;
+
+	if (!missing) {
+		p->parts_wait_since_ms = 0;
+		p->metrics.parts_late = false;
+		return;
+	}
+	if (!p->parts_wait_since_ms)
+		p->parts_wait_since_ms = now ? now : 1;
+	waited = now - p->parts_wait_since_ms;
+	if (waited < p->cfg->part_wait_alarm_ms || p->metrics.parts_late)
+		return;
+	p->metrics.parts_late = true;
+	log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_PART_MISSING,
+					.version = (int64_t)pb->version, .step = pb->step),
+		  "version %" PRIu64 " (step %" PRId64 "): versions have waited %" PRIu64 " s for "
+		  "%s, past part_wait_alarm (%" PRIu64 " s): unhealthy until one is committed",
+		  pb->version, pb->step, waited / 1000, missing,
+		  p->cfg->part_wait_alarm_ms / 1000);
+}
+
 /* What part 1 makes of the records read: commit, move on, or wait. */
 static void gather_judge(struct wsync_publisher *p)
 {
@@ -458,6 +488,7 @@ static void gather_judge(struct wsync_publisher *p)
 		}
 	}
 	p->metrics.parts_missing = n_missing;
+	parts_late_check(p, pb, n_missing ? missing : NULL);
 	if (newer) {
 		log_info("version %" PRIu64 ": a part is at step %" PRId64 " (run %" PRIu64 "), "
 			 "newer than step %" PRId64 ": moving on to it", pb->version,
@@ -476,9 +507,11 @@ static void gather_judge(struct wsync_publisher *p)
 				  pb->version, pb->step, missing);
 		}
 		snprintf(p->waiting, sizeof(p->waiting), "version %" PRIu64 " (step %" PRId64
-			 ") waits for %s", pb->version, pb->step, missing);
-		pub_status(p, "version %" PRIu64 " (step %" PRId64 ") waits for %s", pb->version,
-			   pb->step, missing);
+			 ") waits for %s%s", pb->version, pb->step, missing,
+			 p->metrics.parts_late ? " (past part_wait_alarm)" : "");
+		pub_status(p, "version %" PRIu64 " (step %" PRId64 ") waits for %s%s", pb->version,
+			   pb->step, missing,
+			   p->metrics.parts_late ? " (past part_wait_alarm: unhealthy)" : "");
 		poll_later(p);
 		return;
 	}

@@ -312,6 +312,8 @@ void pub_committed(struct wsync_publisher *p, bool by_us)
 	p->last_bytes = bytes;
 	p->metrics.bytes_uploaded += bytes + pb->manifest_doc.len + pb->head_doc.len;
 	p->metrics.parts_missing = 0;
+	p->metrics.parts_late = false;
+	p->parts_wait_since_ms = 0;
 	if (p->pending_mtime_ns <= (int64_t)pb->source_mtime_ns)
 		p->pending_mtime_ns = 0;	/* the next scan says if a newer one waits */
 	clock_gettime(CLOCK_REALTIME, &ts);

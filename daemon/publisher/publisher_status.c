@@ -104,6 +104,7 @@ void pub_write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "skipped_steps", json_integer((json_int_t)m->checkpoints_skipped));
 	json_object_set_new(o, "rejected_count", json_integer((json_int_t)m->checkpoints_rejected));
 	json_object_set_new(o, "waiting", json_string(p->waiting));
+	json_object_set_new(o, "parts_late", json_boolean(m->parts_late));
 	(void)wsync_role_status_write(p->cfg, o, m);
 }
 

@@ -10,7 +10,9 @@
 #    the version's manifest is format 3 with "parts";
 #  - `wsyncd --check-config` prints the assignment;
 #  - a part down for a while: versions wait (PART_MISSING, status and
-#    the metric name it), then converge when it comes back;
+#    the metric name it; past part_wait_alarm part 1 is unhealthy:
+#    wsync_parts_late, `wsync status` exits 1), then converge when it
+#    comes back, healthy again;
 #  - a part killed mid-upload and restarted: converges, HEAD complete;
 #  - the committer killed between the parts' records and HEAD: restarts
 #    converge;
@@ -151,7 +153,7 @@ SUBNAME=sub
 mkdir -p "$BUCKET/1"
 TRAIN=$TMP/train1
 mkdir -p "$TRAIN"
-ini p1 publisher "part = 1/2"
+ini p1 publisher "part = 1/2" "part_wait_alarm = 3s"
 ini p2 publisher "part = 2/2"
 ini sub subscriber
 ini half subscriber "include = config.json model-00001-of-00004.safetensors model-00003-of-00004.safetensors"
@@ -193,8 +195,16 @@ metric_is() { [ "$(metric "$1" "$2")" = "$3" ]; }
 check "the status names the missing part" wait_for 10 status_says p1 'waits for part 2'
 check "the metric counts it" wait_for 10 metric_is p1 wsync_parts_missing 1
 check "HEAD stays at step 5" test "$(field sub step)" = 5
+check "past part_wait_alarm (3 s): part 1 says it is unhealthy" \
+	wait_for 30 status_says p1 'past part_wait_alarm'
+check "... the metric wsync_parts_late is 1" wait_for 10 metric_is p1 wsync_parts_late 1
+expect_exit 1 "... wsync status exits 1" "$WSYNC" status --runtime-dir "$TMP/p1/run"
+check "... the journal says it once" \
+	bash -c "[ \$(grep -c 'past part_wait_alarm (3 s): unhealthy' '$TMP/p1/log') = 1 ]"
 start p2
 check "part 2 back: step 6 committed" wait_step p1 6 90
+check "part 1 healthy again: wsync_parts_late 0" wait_for 10 metric_is p1 wsync_parts_late 0
+expect_exit 0 "... wsync status exits 0" "$WSYNC" status --runtime-dir "$TMP/p1/run"
 check "full subscriber byte-identical at step 6" wait_step sub 6 90
 check "... and exact" same_as sub 6
 

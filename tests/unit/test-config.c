@@ -589,6 +589,10 @@ static void test_good_values(void)
 	loaded_free(&l);
 	expect_ok(&l, "publisher", "gc_grace", "0");
 	CHECK(l.cfg.gc_grace_ms == 0);
+	CHECK(l.cfg.part_wait_alarm_ms == 600000);	/* the default */
+	loaded_free(&l);
+	expect_ok(&l, "publisher", "part_wait_alarm", "90s");
+	CHECK(l.cfg.part_wait_alarm_ms == 90000);
 	loaded_free(&l);
 	expect_ok(&l, "daemon", "threads", "1");
 	CHECK_EQ_U64(l.cfg.threads, 1);
@@ -1292,6 +1296,7 @@ static void test_foreach_key(void)
 		{ "publisher", "chunk_size", 0 },
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
 		{ "publisher", "part", 0 },	 { "publisher", "part_files", 0 },
+		{ "publisher", "part_wait_alarm", 0 },
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
 		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },
