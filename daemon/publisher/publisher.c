@@ -113,7 +113,8 @@ static void end_failed(struct wsync_publisher *p, int r)
 static void gc_over(struct wsync_publisher *p)
 {
 	set_state(p, PUB_IDLE);
-	pub_once_finish(p, 0, "published");
+	pub_once_finish(p, 0, p->adopted ? "already published" : "published");
+	p->adopted = false;
 	enter(p, PUB_IDLE);
 }
 
@@ -123,6 +124,7 @@ static void prepare_work(void *data)
 }
 
 static void prepare_done(void *data, bool cancelled);
+static void submit_commit(struct wsync_publisher *p, bool promote);
 
 /* Publish the candidate c (taken) as the next version. */
 static void start_publication(struct wsync_publisher *p, struct candidate *c, char *skipped)
@@ -135,6 +137,13 @@ static void start_publication(struct wsync_publisher *p, struct candidate *c, ch
 		return;
 	}
 	p->mode->begin(p, pb);
+	/* no base of our own (state lost, a node replaced): is this HEAD's
+	 * version?  The job hashes it before coding anything. */
+	if (p->mode->adopts_head && p->need_anchor && p->head_manifest.version &&
+	    p->head_manifest.n_files == pb->tree.n) {
+		pb->job.same_as = p->head_manifest.files;
+		pb->job.n_same_as = p->head_manifest.n_files;
+	}
 	p->pub = pb;
 	if (pub_stream_begin(p, pb) < 0 && p->mode->per_file_chunks) {
 		log_error("version %" PRIu64 ": a part uploads by chunks, which cannot be "
@@ -176,6 +185,12 @@ static void prepare_done(void *data, bool cancelled)
 		/* vanished or changed while being read: a failure, not a bad
 		 * checkpoint (running it again may well work) */
 		end_failed(p, r == -EINVAL ? -EINVAL : r);
+		return;
+	}
+	if (r == -EALREADY) {
+		pub_adopted(p);
+		set_state(p, PUB_COMMIT);
+		submit_commit(p, true);
 		return;
 	}
 	if (r == -ENOENT) {

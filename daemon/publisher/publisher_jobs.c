@@ -398,6 +398,30 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 	return r;
 }
 
+/* Does the snapshot in staging hold exactly j->same_as (every file's
+ * path, size and XXH3-128)?  The scan's tree is in the same order. */
+static bool same_as_head(struct pubjob_prepare *j, const char *staging)
+{
+	char p[PATH_MAX];
+
+	if (j->n_same_as != j->tree->n)
+		return false;
+	for (size_t i = 0; i < j->n_same_as; i++) {
+		const struct wsync_manifest_file *f = &j->same_as[i];
+		struct wsync_error err = { 0 };
+		struct wsync_hash128 h;
+		uint64_t size;
+
+		if (strcmp(f->path, j->tree->files[i].path) != 0 || f->size != j->tree->files[i].size)
+			return false;
+		PATHF(p, "%s/%s", staging, f->path);
+		if (wsync_hash_file(p, &h, &size, &err) < 0 || size != f->size ||
+		    !wsync_hash_equal(&h, &f->hash))
+			return false;
+	}
+	return true;
+}
+
 void pubjob_prepare_work(void *data)
 {
 	struct pubjob_prepare *j = data;
@@ -453,6 +477,13 @@ void pubjob_prepare_work(void *data)
 		if (r == -EINVAL || r == -ENODATA || r == -EFBIG)
 			r = -EINVAL;
 		j->result = r;
+		return;
+	}
+
+	/* 2b. HEAD's version already?  (A publisher that lost its state
+	 * meets the checkpoint it published: it becomes the base again.) */
+	if (j->same_as && same_as_head(j, staging)) {
+		j->result = -EALREADY;
 		return;
 	}
 

@@ -89,11 +89,18 @@ struct pubjob_prepare {
 	/* pending.json's text, written durably once the version is coded
 	 * (NULL: none; owned by the caller) */
 	const char *pending_text;
+	/* The version HEAD names, by path (sorted), when this checkpoint may
+	 * be it (NULL: no such check): a snapshot whose every file has the
+	 * size and XXH3-128 listed is not coded -- result -EALREADY, staging
+	 * holding it, to become the base of HEAD's version. */
+	const struct wsync_manifest_file *same_as;
+	size_t n_same_as;
 
 	/* out */
 	int result;			/* 0; -ENOENT the checkpoint vanished; -EAGAIN it
 					 * changed while being read; -EINVAL it is broken
-					 * (err says why: reject it); other: an error */
+					 * (err says why: reject it); -EALREADY it is
+					 * same_as; other: an error */
 	struct wsync_error err;
 	struct wsync_manifest_file *files;	/* hashed, by path; free with pubjob_files_free */
 	size_t n_files;

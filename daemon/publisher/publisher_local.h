@@ -243,6 +243,10 @@ struct pub_mode {
 					 * indexes may go without them */
 	bool continues_anchors;		/* a version after a lost base still
 					 * lists HEAD's anchors */
+	bool adopts_head;		/* without a base of its own, a checkpoint
+					 * that is HEAD's version (every file's
+					 * hash) becomes the base: not published
+					 * again */
 	enum pub_state after_upload;	/* PUB_MANIFEST, or PUB_RECORD */
 	enum pub_state after_record;	/* a part: PUB_GATHER (1) or PUB_WAIT */
 	/* The role starts: say how it publishes (may be NULL). */
@@ -290,6 +294,7 @@ struct wsync_publisher {
 	enum pub_state state, retry_state;
 	bool stopping, started;
 	bool syncs_running;		/* the start's folder syncs, on the jobs thread */
+	bool adopted;			/* the last publication was HEAD's already */
 	unsigned closing;		/* handles still closing */
 
 	uv_timer_t scan_timer;		/* debounce and quiet deadlines */
@@ -485,6 +490,9 @@ int pub_put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t vers
 /* HEAD names p->pub's version (its manifest adopted): the bookkeeping,
  * log and status of a commit (by_us: this instance wrote HEAD). */
 void pub_committed(struct wsync_publisher *p, bool by_us);
+/* p->pub's checkpoint is the version HEAD names already (a publisher that
+ * lost its state met it again): it becomes the base, nothing published. */
+void pub_adopted(struct wsync_publisher *p);
 
 /* ---- publisher_parts.c, publisher_parts_assign.c, publisher_parts_merge.c ---- */
 

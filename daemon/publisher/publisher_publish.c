@@ -95,6 +95,7 @@ const struct pub_mode pub_mode_single = {
 	.commits = true,
 	.announces = true,
 	.index_optional = true,
+	.adopts_head = true,
 	.after_upload = PUB_MANIFEST,
 	.after_record = PUB_MANIFEST,	/* (no record) */
 	.begin = single_begin,
@@ -332,4 +333,22 @@ void pub_committed(struct wsync_publisher *p, bool by_us)
 		  pb->job.has_anchor ? (pb->job.has_delta ? "anchor + delta " : "anchor ") :
 				       "delta ",
 		  bytes / 1e6, (uint64_t)pb->job.n_files, ms / 1e3);
+}
+
+void pub_adopted(struct wsync_publisher *p)
+{
+	struct publication *pb = p->pub;
+
+	log_notice("checkpoint %s (step %" PRId64 ") is the version HEAD names, %" PRIu64
+		   ", file for file: it becomes the base again, nothing is published",
+		   *pb->source ? pb->source : p->watch_dir, pb->step, p->head_version);
+	p->need_anchor = false;
+	p->adopted = true;
+	free(p->source);
+	p->source = strdup(pb->source);
+	p->source_mtime_ns = pb->source_mtime_ns;
+	p->source_fp = pb->fingerprint;
+	if (p->pending_mtime_ns <= (int64_t)pb->source_mtime_ns)
+		p->pending_mtime_ns = 0;
+	p->last_error[0] = '\0';
 }

@@ -40,6 +40,10 @@
  *    RECORD while part 1 waits in GATHER, and the version is committed
  *    once it can; parts stopped while they wait (GATHER, BACKOFF) end
  *    cleanly with no HEAD.
+ *  - a publisher whose state is lost meets HEAD's checkpoint again: it
+ *    is hashed against HEAD's manifest and becomes the base (no version
+ *    published), the next checkpoint is a delta on it; one whose files
+ *    differ from HEAD's is published;
  * Every wait is bounded (a few seconds); every temporary directory is
  * removed.
  */
@@ -1066,6 +1070,71 @@ static void test_parts_stop_while_waiting(void)
 	ctx_free(&c);
 }
 
+/* A publisher whose state is lost (its state_dir emptied, a node
+ * replaced) on a bucket whose HEAD holds the newest checkpoint: the
+ * checkpoint is hashed against HEAD's manifest and becomes the base
+ * again -- HEAD stays, nothing is uploaded -- and the next checkpoint is a
+ * delta on it.  One that differs from HEAD's files is published. */
+static void test_state_lost(void)
+{
+	struct wsync_manifest m = { 0 };
+	char mkey[WSYNC_MANIFEST_KEY_MAX];
+	struct ctx c;
+	struct inst *in;
+
+	CHECK(ctx_init(&c) == 0);
+	in = inst_config(&c, 1, 1);
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(in) == 0);
+	CHECK(make_checkpoint(&c, 100, 2, 20000));
+	want_version = 1;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK(inst_stop(in));
+	CHECK(loop_stop(&c));
+
+	rm_rf(in->state_dir);
+	CHECK(loop_start(&c) == 0);
+	in->n_seen = 0;
+	CHECK(inst_start(in) == 0);
+	CHECK(run_until(&c, all_at_version, 10000));
+	run_for(&c, 1500);	/* past settle_time and the job */
+	CHECK(saw(in, PUB_PREPARE) && saw(in, PUB_COMMIT));	/* hashed, then the base */
+	CHECK(!saw(in, PUB_UPLOAD) && !saw(in, PUB_MANIFEST) && !saw(in, PUB_HEAD));
+	CHECK_EQ_U64(bucket_head(&c, NULL), 1);
+	wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, 2, mkey);
+	CHECK(!exists(c.bucket, mkey));
+	CHECK(in->p && in->p->has_step && in->p->step == 100 && !in->p->need_anchor);
+
+	/* the next one: a delta on the base taken back */
+	CHECK(make_checkpoint(&c, 200, 2, 20000));
+	want_version = 2;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK_EQ_U64(bucket_head(&c, &m), 2);
+	CHECK(m.kind == WSYNC_MANIFEST_DELTA && m.base_version == 1);
+	wsync_manifest_free(&m);
+	CHECK(inst_stop(in));
+	CHECK(loop_stop(&c));
+
+	/* lost again, and the newest checkpoint is not HEAD's (its files
+	 * changed since): published, as a full anchor */
+	rm_rf(in->state_dir);
+	{
+		char f[PATH_MAX + 64];
+
+		snprintf(f, sizeof(f), "%s/checkpoint-200/config.json", c.train);
+		CHECK(write_file(f, "{\"hidden\": 9}\n", 14));
+	}
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(in) == 0);
+	want_version = 3;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK_EQ_U64(bucket_head(&c, &m), 3);
+	CHECK(m.kind == WSYNC_MANIFEST_ANCHOR && m.base_version == 0);
+	wsync_manifest_free(&m);
+	CHECK(loop_stop(&c));
+	ctx_free(&c);
+}
+
 /* A stop while RECOVER backs off (no bucket directory): the role ends
  * at once, without waiting for the retry. */
 static void test_stop_in_recover_backoff(void)
@@ -1649,6 +1718,7 @@ int main(int argc, char **argv)
 	TEST(test_stop_in_head);
 	TEST(test_stop_in_commit);
 	TEST(test_stop_in_recover_backoff);
+	TEST(test_state_lost);
 	TEST(test_stop_in_head_backoff);
 	TEST(test_two_parts);
 	TEST(test_three_parts);
