@@ -22,34 +22,45 @@ write_ini "$TMP/p.ini" publisher "$TMP/p" "url = file://$TMP/bucket" \
 conf s "$TMP/bucket"
 
 # traced NAME: wsyncd under strace, every thread's fsyncs in
-# $TMP/NAME/strace; the daemon's pid (strace's child) in $TMP/NAME/pid and
-# DPID (stop NAME stops the daemon; strace ends with it)
-declare -A STRACE=()
+# $TMP/NAME/strace; the daemon's pid in $TMP/NAME/pid and DPID (stop NAME
+# stops the daemon; strace ends with it), strace's in STRACE.  (Found by
+# their command lines: with the EXIT trap set, bash runs a background
+# command in a subshell of its own, so $! is neither.)
+declare -A STRACE=() JOB=()
 traced() {
-	local spid
+	local d t
 	strace -f -qq -e trace=fsync,fdatasync -o "$TMP/$1/strace" \
 		"$WSYNCD" -c "$TMP/$1.ini" >>"$TMP/$1/log" 2>&1 &
-	spid=$!
-	STRACE[$1]=$spid
-	PIDS+=("$spid")
+	JOB[$1]=$!
+	PIDS+=("$!")
 	for _ in $(seq 50); do
-		if cat /proc/"$spid"/task/*/children 2>/dev/null | awk '{ print $1 }' |
-			grep . >"$TMP/$1/pid"; then
-			DPID[$1]=$(cat "$TMP/$1/pid")
+		t=$(pgrep -f "^strace .* -o $TMP/$1/strace " | head -1)
+		d=$(pgrep -f "^$WSYNCD -c $TMP/$1.ini" | head -1)
+		if [ -n "$t" ] && [ -n "$d" ]; then
+			STRACE[$1]=$t
+			DPID[$1]=$d
+			PIDS+=("$t" "$d")
+			echo "$d" >"$TMP/$1/pid"
 			return 0
 		fi
 		sleep 0.1
 	done
 	return 1
 }
-# untraced NAME: stop the daemon, then its strace (the trace complete)
+# untraced NAME: stop the daemon, then wait for its strace (the trace
+# complete); bounded: 30 s, then both are killed
 untraced() {
+	local d=${DPID[$1]} t=${STRACE[$1]}
 	stop "$1" >/dev/null 2>&1
-	for _ in $(seq 100); do
-		kill -0 "${STRACE[$1]}" 2>/dev/null || break
+	for _ in $(seq 300); do
+		kill -0 "$t" 2>/dev/null || break
 		sleep 0.1
 	done
-	wait "${STRACE[$1]}" 2>/dev/null
+	if kill -0 "$t" 2>/dev/null; then
+		echo "# $1: strace (pid $t) still running 30 s after the daemon's stop"
+		kill -9 "$d" "$t" 2>/dev/null
+	fi
+	wait "${JOB[$1]}" 2>/dev/null
 	return 0
 }
 # (not through check: it runs its command in a subshell)
