@@ -637,3 +637,26 @@ void wsync_json_write_string(struct wsync_json_writer *w, const char *s)
 	wsync_json_write_raw(w, "\"", 1);
 }
 
+
+int wsync_json_grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap,
+		    size_t sz, size_t max, const char *what, void **slot)
+{
+	if (*n >= max)
+		return wsync_error_set(j->err, -EINVAL, "more than %zu %s", max, what);
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		void *p;
+
+		if (nc > max)
+			nc = max;
+		p = realloc(*arr, nc * sz);
+		if (!p)
+			return wsync_error_set(j->err, -ENOMEM, "out of memory for %zu %s",
+					       nc, what);
+		*arr = p;
+		*cap = nc;
+	}
+	*slot = (char *)*arr + (*n)++ * sz;
+	memset(*slot, 0, sz);
+	return 0;
+}

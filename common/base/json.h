@@ -128,6 +128,15 @@ int wsync_json_skip(struct wsync_json_reader *j, int depth);
 /* After the top-level value: nothing but whitespace may follow. */
 int wsync_json_end(struct wsync_json_reader *j);
 
+/*
+ * An array being read (*arr of *n elements of sz bytes, room for *cap)
+ * grows by one, up to max: *slot is the new element, zeroed, counted in *n
+ * at once (so a free walking the array sees it).  -EINVAL past max,
+ * -ENOMEM, with j->err naming what ("files", "chunks").
+ */
+int wsync_json_grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap,
+		    size_t sz, size_t max, const char *what, void **slot);
+
 /* ---- typed values: the message names the field (name) ---- */
 
 /* An integer from min to max (no fraction nor exponent). */

@@ -188,31 +188,6 @@ static int read_ref(struct wsync_json_reader *j, const char *name, int depth,
 			   ref);
 }
 
-/* Grow an array of n elements of size sz by one, up to max: *slot is the
- * new element, zeroed. */
-static int grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap,
-		size_t sz, size_t max, const char *what, void **slot)
-{
-	if (*n >= max)
-		return wsync_error_set(j->err, -EINVAL, "more than %zu %s", max, what);
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 16;
-		void *p;
-
-		if (nc > max)
-			nc = max;
-		p = realloc(*arr, nc * sz);
-		if (!p)
-			return wsync_error_set(j->err, -ENOMEM, "out of memory for %zu %s",
-					       nc, what);
-		*arr = p;
-		*cap = nc;
-	}
-	*slot = (char *)*arr + (*n)++ * sz;
-	memset(*slot, 0, sz);
-	return 0;
-}
-
 /* ======================================================================
  * The manifest
  * ====================================================================== */
@@ -342,8 +317,9 @@ static int read_range_field(struct wsync_json_reader *j, int idx, void *arg)
 		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
 			struct wsync_manifest_piece *pc;
 
-			r = grow(j, (void **)&f->pieces, &f->n_pieces, &rd->cap, sizeof(*pc),
-				 WSYNC_MANIFEST_PIECES_MAX, "pieces", (void **)&pc);
+			r = wsync_json_grow(j, (void **)&f->pieces, &f->n_pieces, &rd->cap,
+					    sizeof(*pc), WSYNC_MANIFEST_PIECES_MAX, "pieces",
+					    (void **)&pc);
 			if (r == 0)
 				r = read_piece(j, "pieces[]", rd->a, pc);
 		}
@@ -377,8 +353,9 @@ static int read_index_field(struct wsync_json_reader *j, int idx, void *arg)
 	while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
 		struct range_read rr = { .a = rd->a };
 
-		r = grow(j, (void **)&rd->ix->files, &rd->ix->n_files, &rd->files_cap,
-			 sizeof(*rr.f), WSYNC_MANIFEST_FILES_MAX, "files", (void **)&rr.f);
+		r = wsync_json_grow(j, (void **)&rd->ix->files, &rd->ix->n_files,
+				    &rd->files_cap, sizeof(*rr.f), WSYNC_MANIFEST_FILES_MAX,
+				    "files", (void **)&rr.f);
 		if (r == 0)
 			r = wsync_json_read_object(j, "files[]", "an array of objects",
 						   range_fields, IR_N, 0, 6, read_range_field,
@@ -431,8 +408,8 @@ static int read_chunks(struct wsync_json_reader *j, struct wsync_manifest_object
 	while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
 		struct wsync_manifest_chunk *c;
 
-		r = grow(j, (void **)&o->chunks, &o->n_chunks, &cap, sizeof(*c),
-			 WSYNC_MANIFEST_CHUNKS_MAX, "chunks", (void **)&c);
+		r = wsync_json_grow(j, (void **)&o->chunks, &o->n_chunks, &cap, sizeof(*c),
+				    WSYNC_MANIFEST_CHUNKS_MAX, "chunks", (void **)&c);
 		if (r == 0)
 			r = read_record(j, "chunks[]", "an array of objects", chunk_fields, C_N,
 					depth + 1, read_chunk_field, c);
@@ -577,8 +554,9 @@ static int read_object(struct wsync_json_reader *j, struct wsync_manifest *m,
 	if (++a->objects_seen > WSYNC_MANIFEST_OBJECTS_MAX)
 		return wsync_error_set(j->err, -EINVAL, "more than %u objects",
 				       WSYNC_MANIFEST_OBJECTS_MAX);
-	r = grow(j, (void **)&m->objects, &m->n_objects, &a->objects_cap, sizeof(*rd.o),
-		 WSYNC_MANIFEST_OBJECTS_MAX, "objects", (void **)&rd.o);
+	r = wsync_json_grow(j, (void **)&m->objects, &m->n_objects, &a->objects_cap,
+			    sizeof(*rd.o), WSYNC_MANIFEST_OBJECTS_MAX, "objects",
+			    (void **)&rd.o);
 	if (r == 0)
 		r = wsync_json_read_object(j, "objects[]", "an array of objects",
 					   object_fields, O_N, (1u << O_SHA256) | (1u << O_INDEX) |
@@ -627,8 +605,8 @@ static int read_file(struct wsync_json_reader *j, struct wsync_manifest *m,
 		     struct arrays *a)
 {
 	struct wsync_manifest_file *f = NULL;
-	int r = grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
-		     WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
+	int r = wsync_json_grow(j, (void **)&m->files, &m->n_files, &a->files_cap, sizeof(*f),
+				WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
 
 	return r < 0 ? r : read_record(j, "files[]", "an array of objects", file_fields, F_N,
 				       3, read_file_field, f);
@@ -650,8 +628,9 @@ static int read_anchor(struct wsync_json_reader *j, struct wsync_manifest *m,
 		       struct arrays *a)
 {
 	struct wsync_manifest_anchor *an = NULL;
-	int r = grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap, sizeof(*an),
-		     WSYNC_MANIFEST_ANCHORS_MAX, "anchors", (void **)&an);
+	int r = wsync_json_grow(j, (void **)&m->anchors, &m->n_anchors, &a->anchors_cap,
+				sizeof(*an), WSYNC_MANIFEST_ANCHORS_MAX, "anchors",
+				(void **)&an);
 
 	return r < 0 ? r : read_record(j, "anchors[]", "an array of objects", anchor_fields,
 				       A_N, 3, read_anchor_field, an);
@@ -1284,9 +1263,10 @@ static int read_next_field(struct wsync_json_reader *j, int idx, void *arg)
 			if (++rd->objects_seen > WSYNC_MANIFEST_OBJECTS_MAX)
 				return wsync_error_set(j->err, -EINVAL, "more than %u objects",
 						       WSYNC_MANIFEST_OBJECTS_MAX);
-			r = grow(j, (void **)&n->objects, &n->n_objects, &rd->objects_cap,
-				 sizeof(*ord.o), WSYNC_MANIFEST_OBJECTS_MAX, "objects",
-				 (void **)&ord.o);
+			r = wsync_json_grow(j, (void **)&n->objects, &n->n_objects,
+					    &rd->objects_cap, sizeof(*ord.o),
+					    WSYNC_MANIFEST_OBJECTS_MAX, "objects",
+					    (void **)&ord.o);
 			if (r == 0)
 				r = wsync_json_read_object(j, "objects[]", "an array of objects",
 							   next_object_fields, NO_N, 0, 3,

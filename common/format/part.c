@@ -84,31 +84,6 @@ static int bad(struct wsync_error *err, const char *what)
 	return wsync_error_set(err, -EINVAL, "%s", what);
 }
 
-/* Grow an array of *n elements of size sz by one, up to max: *slot is the
- * new element, zeroed, and counted at once (wsync_part_free walks it). */
-static int grow(struct wsync_json_reader *j, void **arr, size_t *n, size_t *cap, size_t sz,
-		size_t max, const char *what, void **slot)
-{
-	if (*n >= max)
-		return wsync_error_set(j->err, -EINVAL, "more than %zu %s", max, what);
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 16;
-		void *p;
-
-		if (nc > max)
-			nc = max;
-		p = realloc(*arr, nc * sz);
-		if (!p)
-			return wsync_error_set(j->err, -ENOMEM, "out of memory for %zu %s", nc,
-					       what);
-		*arr = p;
-		*cap = nc;
-	}
-	*slot = (char *)*arr + (*n)++ * sz;
-	memset(*slot, 0, sz);
-	return 0;
-}
-
 /* A string field, copied out of the reader's pool: the record's strings
  * are malloc'ed one by one (part.h: a caller builds one the same way). */
 static int read_str(struct wsync_json_reader *j, const char *name, char **out)
@@ -171,8 +146,9 @@ static int read_chunk_field(struct wsync_json_reader *j, int idx, void *arg)
 		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
 			struct wsync_manifest_piece *pc;
 
-			r = grow(j, (void **)&c->pieces, &c->n_pieces, &cap, sizeof(*pc),
-				 WSYNC_MANIFEST_PIECES_MAX, "pieces", (void **)&pc);
+			r = wsync_json_grow(j, (void **)&c->pieces, &c->n_pieces, &cap,
+					    sizeof(*pc), WSYNC_MANIFEST_PIECES_MAX, "pieces",
+					    (void **)&pc);
 			if (r == 0)
 				r = read_piece(j, pc);
 		}
@@ -213,8 +189,9 @@ static int read_object_field(struct wsync_json_reader *j, int idx, void *arg)
 		while (r == 0 && (r = wsync_json_element(j, &first)) > 0) {
 			struct wsync_part_chunk *c;
 
-			r = grow(j, (void **)&o->chunks, &o->n_chunks, &cap, sizeof(*c),
-				 WSYNC_MANIFEST_CHUNKS_MAX, "chunks", (void **)&c);
+			r = wsync_json_grow(j, (void **)&o->chunks, &o->n_chunks, &cap,
+					    sizeof(*c), WSYNC_MANIFEST_CHUNKS_MAX, "chunks",
+					    (void **)&c);
 			if (r == 0)
 				r = wsync_json_read_object(j, "chunks[]", "an array of objects",
 							   chunk_fields, C_N, 0, 5,
@@ -360,8 +337,9 @@ static int read_record_field(struct wsync_json_reader *j, int idx, void *arg)
 		while (e == 0 && (e = wsync_json_element(j, &first)) > 0) {
 			struct wsync_manifest_file *f;
 
-			e = grow(j, (void **)&r->files, &r->n_files, &rd->files_cap, sizeof(*f),
-				 WSYNC_MANIFEST_FILES_MAX, "files", (void **)&f);
+			e = wsync_json_grow(j, (void **)&r->files, &r->n_files, &rd->files_cap,
+					    sizeof(*f), WSYNC_MANIFEST_FILES_MAX, "files",
+					    (void **)&f);
 			if (e == 0)
 				e = wsync_json_read_object(j, "files[]", "an array of objects",
 							   file_fields, F_N, 0, 3,
