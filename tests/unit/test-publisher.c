@@ -1382,6 +1382,26 @@ static void hand_rec(struct hand_rec *h, uint64_t v, unsigned k, unsigned n, int
 	}
 }
 
+/* Merge the records of h[0..n) as version v, into *m (zeroed first): the
+ * objects' keys "deltas/d<v>" and "anchors/a<v>", which *m borrows
+ * until the next call.  pub_parts_merge's return. */
+static int merge_hand(const struct hand_rec *h, unsigned n, uint64_t v, struct pub_merge *m,
+		      struct wsync_error *err)
+{
+	static char dkey[32], akey[32];
+	struct wsync_part_record recs[MAX_INST];
+
+	if (n > MAX_INST)
+		return -E2BIG;
+	for (unsigned k = 0; k < n; k++)
+		recs[k] = h[k].r;
+	snprintf(dkey, sizeof(dkey), "deltas/d%llu", (unsigned long long)v);
+	snprintf(akey, sizeof(akey), "anchors/a%llu", (unsigned long long)v);
+	memset(m, 0, sizeof(*m));
+	*err = (struct wsync_error){ 0 };
+	return pub_parts_merge(recs, n, v, flight, dkey, akey, m, err);
+}
+
 /* The merged object o is preamble, the chunks of paths (in that order,
  * from the records), END. */
 static void check_object(const struct pub_merge *m, size_t idx, enum wsync_manifest_role role,
@@ -1459,17 +1479,13 @@ static void test_merge_two(void)
 					   "m-c.safetensors" };
 	struct hand_rec h[2];
 	const struct hand_rec *hr[2] = { &h[0], &h[1] };
-	struct wsync_part_record recs[2];
 	struct pub_merge m;
 	struct wsync_error err = { 0 };
 
 	/* version 1: anchors only */
 	hand_rec(&h[0], 1, 1, 2, 2, p1, 2);
 	hand_rec(&h[1], 1, 2, 2, 2, p2, 2);
-	recs[0] = h[0].r;
-	recs[1] = h[1].r;
-	memset(&m, 0, sizeof(m));
-	CHECK(pub_parts_merge(recs, 2, 1, flight, "deltas/d1", "anchors/a1", &m, &err) == 0);
+	CHECK(merge_hand(h, 2, 1, &m, &err) == 0);
 	CHECK_EQ_U64(m.n_merged, 1);
 	check_object(&m, 0, WSYNC_MANIFEST_ROLE_ANCHOR, 1, "anchors/a1", all, 4, hr, 2);
 	check_files(&m, all, 4);
@@ -1479,10 +1495,7 @@ static void test_merge_two(void)
 	/* version 7: delta and anchor from both, anchor listed first */
 	hand_rec(&h[0], 7, 1, 2, 3, p1, 2);
 	hand_rec(&h[1], 7, 2, 2, 3, p2, 2);
-	recs[0] = h[0].r;
-	recs[1] = h[1].r;
-	memset(&m, 0, sizeof(m));
-	CHECK(pub_parts_merge(recs, 2, 7, flight, "deltas/d7", "anchors/a7", &m, &err) == 0);
+	CHECK(merge_hand(h, 2, 7, &m, &err) == 0);
 	CHECK_EQ_U64(m.n_merged, 2);
 	check_object(&m, 0, WSYNC_MANIFEST_ROLE_ANCHOR, 7, "anchors/a7", all, 4, hr, 2);
 	check_object(&m, 1, WSYNC_MANIFEST_ROLE_DELTA, 7, "deltas/d7", all, 4, hr, 2);
@@ -1492,10 +1505,7 @@ static void test_merge_two(void)
 	/* version 8: deltas only */
 	hand_rec(&h[0], 8, 1, 2, 1, p1, 2);
 	hand_rec(&h[1], 8, 2, 2, 1, p2, 2);
-	recs[0] = h[0].r;
-	recs[1] = h[1].r;
-	memset(&m, 0, sizeof(m));
-	CHECK(pub_parts_merge(recs, 2, 8, flight, "deltas/d8", "anchors/a8", &m, &err) == 0);
+	CHECK(merge_hand(h, 2, 8, &m, &err) == 0);
 	CHECK_EQ_U64(m.n_merged, 1);
 	check_object(&m, 0, WSYNC_MANIFEST_ROLE_DELTA, 8, "deltas/d8", all, 4, hr, 2);
 	pub_parts_merge_free(&m);
@@ -1514,17 +1524,13 @@ static void test_merge_three(void)
 					      "z.safetensors" };
 	struct hand_rec h[3];
 	const struct hand_rec *hr[3] = { &h[0], &h[1], &h[2] };
-	struct wsync_part_record recs[3];
 	struct pub_merge m;
 	struct wsync_error err = { 0 };
 
 	hand_rec(&h[0], 4, 1, 3, 3, p1, 2);
 	hand_rec(&h[1], 4, 2, 3, 3, p2, 1);
 	hand_rec(&h[2], 4, 3, 3, 3, p3, 3);
-	for (int k = 0; k < 3; k++)
-		recs[k] = h[k].r;
-	memset(&m, 0, sizeof(m));
-	CHECK(pub_parts_merge(recs, 3, 4, flight, "deltas/d4", "anchors/a4", &m, &err) == 0);
+	CHECK(merge_hand(h, 3, 4, &m, &err) == 0);
 	CHECK_EQ_U64(m.n_merged, 2);
 	check_object(&m, 0, WSYNC_MANIFEST_ROLE_ANCHOR, 4, "anchors/a4", shards, 6, hr, 3);
 	check_object(&m, 1, WSYNC_MANIFEST_ROLE_DELTA, 4, "deltas/d4", shards, 6, hr, 3);
@@ -1534,9 +1540,7 @@ static void test_merge_three(void)
 	/* some parts sent an anchor too, not all: every one has a delta, so
 	 * the version is a delta */
 	hand_rec(&h[1], 4, 2, 3, 1, p2, 1);
-	recs[1] = h[1].r;
-	memset(&m, 0, sizeof(m));
-	CHECK(pub_parts_merge(recs, 3, 4, flight, "deltas/d4", "anchors/a4", &m, &err) == 0);
+	CHECK(merge_hand(h, 3, 4, &m, &err) == 0);
 	CHECK_EQ_U64(m.n_merged, 1);
 	check_object(&m, 0, WSYNC_MANIFEST_ROLE_DELTA, 4, "deltas/d4", shards, 6, hr, 3);
 	pub_parts_merge_free(&m);
@@ -1548,18 +1552,13 @@ static void test_merge_refused(void)
 	static const char *const p2[] = { "x.safetensors" };
 	static const char *const p3[] = { "y.safetensors" };
 	struct hand_rec h[3];
-	struct wsync_part_record recs[3];
 	struct pub_merge m;
 	struct wsync_error err = { 0 };
 
 	/* a path in two parts */
 	hand_rec(&h[0], 3, 1, 2, 3, p1, 2);
 	hand_rec(&h[1], 3, 2, 2, 3, p2, 1);
-	recs[0] = h[0].r;
-	recs[1] = h[1].r;
-	memset(&m, 0, sizeof(m));
-	CHECK_EQ_U64((uint64_t)-pub_parts_merge(recs, 2, 3, flight, "deltas/d", "anchors/a", &m,
-						&err), EINVAL);
+	CHECK_EQ_U64((uint64_t)-merge_hand(h, 2, 3, &m, &err), EINVAL);
 	CHECK_CONTAINS(err.msg, "x.safetensors is in the files of two parts");
 	pub_parts_merge_free(&m);
 
@@ -1567,12 +1566,7 @@ static void test_merge_refused(void)
 	hand_rec(&h[0], 3, 1, 2, 1, p1, 2);
 	hand_rec(&h[1], 3, 2, 2, 1, p3, 1);
 	h[1].files[0].path = "config.json";
-	recs[0] = h[0].r;
-	recs[1] = h[1].r;
-	memset(&m, 0, sizeof(m));
-	err = (struct wsync_error){ 0 };
-	CHECK_EQ_U64((uint64_t)-pub_parts_merge(recs, 2, 3, flight, "deltas/d", "anchors/a", &m,
-						&err), EINVAL);
+	CHECK_EQ_U64((uint64_t)-merge_hand(h, 2, 3, &m, &err), EINVAL);
 	CHECK_CONTAINS(err.msg, "config.json is in the files of two parts");
 	pub_parts_merge_free(&m);
 
@@ -1580,12 +1574,7 @@ static void test_merge_refused(void)
 	hand_rec(&h[0], 3, 1, 3, 1, p1, 2);
 	hand_rec(&h[1], 3, 2, 3, 2, p3, 1);
 	hand_rec(&h[2], 3, 3, 3, 3, p2, 1);
-	for (int k = 0; k < 3; k++)
-		recs[k] = h[k].r;
-	memset(&m, 0, sizeof(m));
-	err = (struct wsync_error){ 0 };
-	CHECK_EQ_U64((uint64_t)-pub_parts_merge(recs, 3, 3, flight, "deltas/d", "anchors/a", &m,
-						&err), EINVAL);
+	CHECK_EQ_U64((uint64_t)-merge_hand(h, 3, 3, &m, &err), EINVAL);
 	CHECK_CONTAINS(err.msg, "neither all a delta nor all an anchor");
 	CHECK_EQ_U64(m.n_merged, 0);
 	pub_parts_merge_free(&m);
