@@ -189,6 +189,34 @@ int wsync_store_put_range(struct wsync_store *store, const char *key, const char
 int wsync_store_put_buf(struct wsync_store *store, const char *key,
 			const void *data, size_t len, wsync_store_cb cb, void *userdata);
 
+/*
+ * A conditional put (the publisher's fencing, BUCKET.md §8): the object
+ * is written only if the condition holds when it is written, atomically
+ * with the write where the store can do that.
+ *  - if_absent: only if no object has the key (S3 `If-None-Match: *`;
+ *    file: created with the name, never replacing one).  -EEXIST if one
+ *    exists.
+ *  - if_match: only if the object is the one with this ETag, as a get,
+ *    head or put returned it (S3 `If-Match`; file: compared and renamed
+ *    under the bucket's lock).  -ESTALE if it is another or is gone.
+ * A store that refuses conditions (Swift's s3api answers 501) fails with
+ * -ENOTSUP and writes nothing: the caller decides whether to write
+ * without.  A store that ignores them (s3rver) cannot be told apart
+ * here: BUCKET.md §8 says what fences such a bucket.  A retry of a put
+ * whose first attempt did land may find its own object: -EEXIST/-ESTALE
+ * then too (compare the bytes to tell).  On success res->etag is the new
+ * object's ETag where the store says it ("" if not).
+ */
+struct wsync_store_put_options {
+	bool if_absent;
+	const char *if_match;		/* NULL: no If-Match */
+};
+
+int wsync_store_put_buf_if(struct wsync_store *store, const char *key,
+			   const void *data, size_t len,
+			   const struct wsync_store_put_options *opt,
+			   wsync_store_cb cb, void *userdata);
+
 /* get into path (written beside it as a temp file, renamed when verified). */
 int wsync_store_get_file(struct wsync_store *store, const char *key, const char *path,
 			 const struct wsync_store_get_options *opt,
