@@ -451,6 +451,29 @@ int wsync_atomic_sync(struct wsync_atomic *a, struct wsync_error *err)
 	return r;
 }
 
+/*
+ * Give the closed temp the target's name: a rename over it, or with
+ * WSYNC_ATOMIC_NOREPLACE one that fails with EEXIST where the name is
+ * taken.  Not every file system has RENAME_NOREPLACE (EINVAL; ENOSYS on
+ * kernels before 3.15): link() is just as atomic a "create this name"
+ * and fails EEXIST alike; the temp's name is dropped after it.  Should
+ * that unlink fail, the temp stays as a second name of the object (the
+ * file store's sweep of stale temps removes it).  0 or a negative errno.
+ */
+static int atomic_place(struct wsync_atomic *a)
+{
+	if (!(a->flags & WSYNC_ATOMIC_NOREPLACE))
+		return renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0 ? -errno : 0;
+	if (renameat2(a->dirfd, a->tmp, a->dirfd, a->name, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -errno;
+	if (linkat(a->dirfd, a->tmp, a->dirfd, a->name, 0) < 0)
+		return -errno;
+	(void)unlinkat(a->dirfd, a->tmp, 0);
+	return 0;
+}
+
 int wsync_atomic_commit(struct wsync_atomic *a, struct wsync_error *err)
 {
 	int r = wsync_atomic_sync(a, err), fd = a->fd;
@@ -460,8 +483,9 @@ int wsync_atomic_commit(struct wsync_atomic *a, struct wsync_error *err)
 		return r;
 	}
 	a->fd = -1;
-	if (close(fd) < 0 || renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0) {
-		r = wsync_error_set(err, -errno, "%s: %s", a->path, strerror(errno));
+	r = close(fd) < 0 ? -errno : atomic_place(a);
+	if (r < 0) {
+		r = wsync_error_set(err, r, "%s: %s", a->path, strerror(-r));
 		wsync_atomic_abort(a);
 		return r;
 	}

@@ -102,6 +102,13 @@ enum {
 	/* Give the file exactly mode (fchmod), not mode less the umask: a
 	 * file whose mode is part of what is written (an applied file). */
 	WSYNC_ATOMIC_EXACT_MODE = 1u << 1,
+	/* Create the target, never replace one: wsync_atomic_commit fails
+	 * with -EEXIST (the temp removed, what has the name untouched) when
+	 * the name exists.  The check and the rename are one step
+	 * (renameat2's RENAME_NOREPLACE; link() then unlink() of the temp
+	 * where the file system has no such rename), so of two writers of
+	 * one name exactly one succeeds: the file store's put if absent. */
+	WSYNC_ATOMIC_NOREPLACE = 1u << 2,
 };
 
 /*
@@ -147,7 +154,8 @@ int wsync_atomic_sync(struct wsync_atomic *a, struct wsync_error *err);
 
 /*
  * Finish: wsync_atomic_sync unless done, close the temp, rename it over
- * the target, fsync the directory.  After a failure before the rename the temp is
+ * the target (WSYNC_ATOMIC_NOREPLACE: to the target's name, which must be
+ * free), fsync the directory.  After a failure before the rename the temp is
  * removed and the target is as it was; a failure of the directory's fsync
  * leaves the new file in place (not yet durable).  0 or a negative errno
  * with err set; a is released either way.

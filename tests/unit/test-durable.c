@@ -6,7 +6,9 @@
  * writer (even a symbolic link) is replaced, never followed; fsync refused
  * by the file system (a pipe: EINVAL) counts as done and is reported
  * through the hook exactly once, however many threads meet it; rm -rf
- * removes a tree without following a link out of it; an fsync on the
+ * removes a tree without following a link out of it; a write that must
+ * not replace (WSYNC_ATOMIC_NOREPLACE) fails -EEXIST and leaves the name
+ * as it was; an fsync on the
  * thread a runner marked as its loop's aborts (debug builds), naming the
  * file, while other threads and writes without fsync go on.
  */
@@ -183,6 +185,31 @@ static void test_failure_leaves_no_temp(void)
 	CHECK(has_content(at("fail/kept"), "old"));
 	CHECK_EQ_U64(temps_in(at("fail")), 0);
 	CHECK(wsync_atomic_commit(&a, &err) == -EBADF);	/* released */
+}
+
+/* WSYNC_ATOMIC_NOREPLACE creates the name or fails -EEXIST, leaving what
+ * has the name (a file, a directory, a symlink) as it was and no temp. */
+static void test_noreplace(void)
+{
+	struct wsync_error err = { 0 };
+	struct stat st;
+
+	CHECK(mkdir(at("norep"), 0755) == 0);
+	CHECK(wsync_write_atomic(AT_FDCWD, at("norep/new"), NULL, "first", 5, 0644,
+				 WSYNC_ATOMIC_NOREPLACE, &err) == 0);
+	CHECK(has_content(at("norep/new"), "first"));
+	CHECK(wsync_write_atomic(AT_FDCWD, at("norep/new"), NULL, "second", 6, 0644,
+				 WSYNC_ATOMIC_NOREPLACE, &err) == -EEXIST);
+	CHECK_CONTAINS(wsync_error_str(&err), "norep/new");
+	CHECK(has_content(at("norep/new"), "first"));
+	CHECK(mkdir(at("norep/dir"), 0755) == 0);
+	CHECK(wsync_write_atomic(AT_FDCWD, at("norep/dir"), NULL, "x", 1, 0644,
+				 WSYNC_ATOMIC_NOREPLACE, &err) == -EEXIST);
+	CHECK(symlink("/nonexistent-wsync", at("norep/link")) == 0);
+	CHECK(wsync_write_atomic(AT_FDCWD, at("norep/link"), NULL, "x", 1, 0644,
+				 WSYNC_ATOMIC_NOREPLACE, &err) == -EEXIST);
+	CHECK(lstat(at("norep/link"), &st) == 0 && S_ISLNK(st.st_mode));
+	CHECK_EQ_U64(temps_in(at("norep")), 0);
 }
 
 /* A fixed temp name that a killed writer left -- or someone made a link
@@ -430,6 +457,7 @@ int main(void)
 	TEST(test_temp_names);
 	TEST(test_write_at_dirfd);
 	TEST(test_failure_leaves_no_temp);
+	TEST(test_noreplace);
 	TEST(test_fixed_temp_not_followed);
 	TEST(test_refused_fsync_warns_once);
 	TEST(test_mkdir_p);
