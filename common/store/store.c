@@ -331,6 +331,7 @@ static void req_free(struct wsync_store_req *req)
 	free(req->key);
 	free(req->path);
 	free(req->if_none_match);
+	free(req->put_if_match);
 	free(req);
 }
 
@@ -433,8 +434,8 @@ static int req_submit(struct wsync_store_req *req)
 }
 
 static int put(struct wsync_store *store, const char *key, const char *path,
-	       const void *data, size_t len, const uint64_t *range, wsync_store_cb cb,
-	       void *userdata)
+	       const void *data, size_t len, const uint64_t *range,
+	       const struct wsync_store_put_options *cond, wsync_store_cb cb, void *userdata)
 {
 	struct wsync_store_req *req;
 	int r;
@@ -460,6 +461,13 @@ static int put(struct wsync_store *store, const char *key, const char *path,
 		req->buf = data;
 		req->buf_len = len;
 	}
+	if (cond) {
+		req->put_if_absent = cond->if_absent;
+		if (cond->if_match && !(req->put_if_match = strdup(cond->if_match))) {
+			req_free(req);
+			return -ENOMEM;
+		}
+	}
 	return req_submit(req);
 }
 
@@ -468,7 +476,7 @@ int wsync_store_put_file(struct wsync_store *store, const char *key, const char 
 {
 	if (!path)
 		return -EINVAL;
-	return put(store, key, path, NULL, 0, NULL, cb, userdata);
+	return put(store, key, path, NULL, 0, NULL, NULL, cb, userdata);
 }
 
 int wsync_store_put_range(struct wsync_store *store, const char *key, const char *path,
@@ -478,13 +486,44 @@ int wsync_store_put_range(struct wsync_store *store, const char *key, const char
 
 	if (!path)
 		return -EINVAL;
-	return put(store, key, path, NULL, 0, range, cb, userdata);
+	return put(store, key, path, NULL, 0, range, NULL, cb, userdata);
 }
 
 int wsync_store_put_buf(struct wsync_store *store, const char *key, const void *data,
 			size_t len, wsync_store_cb cb, void *userdata)
 {
-	return put(store, key, NULL, data, len, NULL, cb, userdata);
+	return put(store, key, NULL, data, len, NULL, NULL, cb, userdata);
+}
+
+/* An ETag a condition may name: it goes into a request header as it is,
+ * so no control character (a CR or LF would start another header) and
+ * no more than WSYNC_STORE_ETAG_MAX bytes. */
+static bool etag_ok(const char *etag)
+{
+	size_t n = strlen(etag);
+
+	if (n == 0 || n > WSYNC_STORE_ETAG_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)etag[i] < 0x20 || etag[i] == 0x7f)
+			return false;
+	return true;
+}
+
+int wsync_store_put_buf_if(struct wsync_store *store, const char *key,
+			   const void *data, size_t len,
+			   const struct wsync_store_put_options *opt,
+			   wsync_store_cb cb, void *userdata)
+{
+	if (opt && opt->if_absent && opt->if_match)
+		return -EINVAL;
+	if (opt && opt->if_match && !etag_ok(opt->if_match))
+		return -EINVAL;
+	/* One request on every store: S3 has no condition on a multipart
+	 * upload's parts, so no backend takes one this large. */
+	if (opt && (opt->if_absent || opt->if_match) && store && len > store->opt.part_size)
+		return -EINVAL;
+	return put(store, key, NULL, data, len, NULL, opt, cb, userdata);
 }
 
 static int get(struct wsync_store *store, const char *key, const char *path,

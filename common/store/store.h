@@ -197,16 +197,30 @@ int wsync_store_put_buf(struct wsync_store *store, const char *key,
  *    file: created with the name, never replacing one).  -EEXIST if one
  *    exists.
  *  - if_match: only if the object is the one with this ETag, as a get,
- *    head or put returned it (S3 `If-Match`; file: compared and renamed
- *    under the bucket's lock).  -ESTALE if it is another or is gone.
+ *    head or put returned it, quotes included (S3 `If-Match`; file:
+ *    compared and renamed under the bucket's lock).  -ESTALE if it is
+ *    another or is gone.
+ * opt NULL, or neither condition: wsync_store_put_buf.  Refused at once
+ * (-EINVAL, no callback): both conditions; an if_match that is empty,
+ * longer than WSYNC_STORE_ETAG_MAX or holds a control character; a
+ * conditional put of more than part_size bytes -- a condition is for a
+ * small document, and S3 has none for a multipart upload.
  * A store that refuses conditions (Swift's s3api answers 501) fails with
  * -ENOTSUP and writes nothing: the caller decides whether to write
  * without.  A store that ignores them (s3rver) cannot be told apart
  * here: BUCKET.md §8 says what fences such a bucket.  A retry of a put
  * whose first attempt did land may find its own object: -EEXIST/-ESTALE
- * then too (compare the bytes to tell).  On success res->etag is the new
- * object's ETag where the store says it ("" if not).
+ * then too (compare the bytes to tell).  S3's 409 (a conditional write
+ * racing another on the key) is retried as a 5xx is.  On success
+ * res->etag is the new object's ETag where the store says it ("" if
+ * not).
+ * The file store's conditions hold against other conditional puts to
+ * the same bucket directory, from any process (the lock is an flock of
+ * ".wsync-lock" in it, a name no key may take and no listing shows);
+ * an unconditional put or a delete takes no lock and is not fenced.
  */
+#define WSYNC_STORE_ETAG_MAX 127
+
 struct wsync_store_put_options {
 	bool if_absent;
 	const char *if_match;		/* NULL: no If-Match */

@@ -54,6 +54,8 @@ struct wsync_store_req {
 	size_t buf_len;
 	bool put_range;			/* put only [put_offset, +put_length) of path */
 	uint64_t put_offset, put_length;
+	bool put_if_absent;		/* put: only if no object has the key */
+	char *put_if_match;		/* put: only if the object has this ETag (owned) */
 	struct wsync_store_get_options get;	/* get: copied, max_size's default
 						 * filled in (never 0); if_none_match and
 						 * expect_xxh3 point into storage below */

@@ -29,6 +29,18 @@
  * ETags are '"INODE-SIZE-MTIME_NS"' in hex: stable while the file is
  * unchanged, and different after any put, since a put is a rename of a
  * new inode.
+ *
+ * Conditional puts (store.h) serialise on an exclusive flock() of
+ * ".wsync-lock" in the bucket directory, made on first use and never
+ * removed: with it held, an if_match compares the ETag of what has the
+ * name and renames over it, an if_absent renames to the name only if it
+ * is free (WSYNC_ATOMIC_NOREPLACE).  The temp is written and synced
+ * before the lock is taken, so it is held for a stat, a rename and a
+ * directory fsync.  Any process on this host, and NFS clients (Linux
+ * emulates flock there with POSIX locks), take the same lock; the name is
+ * refused as a key and skipped by listings, so nothing else touches it.
+ * Unconditional puts and deletes take no lock: they stay as fast as they
+ * were and are not fenced.
  */
 #include "store_backend.h"
 
@@ -41,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +64,7 @@
 #include "io.h"
 
 #define TMP_PREFIX ".wsync-tmp."
+#define LOCK_NAME ".wsync-lock"	/* in the bucket directory: conditional puts */
 #define ETAG_MAX 64
 #define KEY_MAX 1024
 #define COPY_CHUNK (64u << 20)	/* between two looks at the cancel flag */
@@ -368,6 +382,96 @@ static int open_object(struct wsync_store_req *req, int bucket, int *fd_ret, str
 	return 0;
 }
 
+/* ---- conditional puts (worker threads) ---------------------------------- */
+
+/* Wait for the bucket's lock (see the top); *fd_ret holds it until it is
+ * closed. */
+static int bucket_lock(struct wsync_store_req *req, int bucket, int *fd_ret)
+{
+	struct stat st;
+	int fd, r;
+
+	fd = openat(bucket, LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
+		    0644);
+	if (fd < 0)
+		return wsync_store_req_fail(req, -errno, "%s: cannot open the bucket's lock "
+					    LOCK_NAME ": %s", req->key, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		(void)close(fd);
+		return wsync_store_req_fail(req, -EINVAL, "%s: the bucket's lock " LOCK_NAME
+					    " is not a regular file", req->key);
+	}
+	while (flock(fd, LOCK_EX) < 0) {
+		if (errno == EINTR)
+			continue;
+		r = -errno;
+		(void)close(fd);
+		return wsync_store_req_fail(req, r, "%s: locking the bucket's " LOCK_NAME
+					    ": %s", req->key, strerror(-r));
+	}
+	*fd_ret = fd;
+	return 0;
+}
+
+/* if_match, with the lock held: is leaf in dirfd the object of that
+ * ETag? */
+static int check_match(struct wsync_store_req *req, int dirfd, const char *leaf)
+{
+	char etag[ETAG_MAX];
+	struct stat st;
+
+	if (fstatat(dirfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT)
+			return wsync_store_req_fail(req, -errno, "%s: %s", req->key,
+						    strerror(errno));
+		return wsync_store_req_fail(req, -ESTALE, "%s: no such object (If-Match %s)",
+					    req->key, req->put_if_match);
+	}
+	if (!S_ISREG(st.st_mode))
+		return wsync_store_req_fail(req, -ESTALE, "%s: not an object any more "
+					    "(If-Match %s)", req->key, req->put_if_match);
+	make_etag(&st, etag, sizeof(etag));
+	if (strcmp(etag, req->put_if_match) != 0)
+		return wsync_store_req_fail(req, -ESTALE, "%s: the object is %s now, not %s",
+					    req->key, etag, req->put_if_match);
+	return 0;
+}
+
+/*
+ * Put the synced temp in place: an unconditional put renames it over the
+ * key at once; a conditional one does so under the bucket's lock, if the
+ * condition holds (if_absent: the commit itself refuses a taken name).
+ * The temp is gone either way.
+ */
+static int put_commit(struct wsync_store_req *req, int bucket, int dirfd, const char *leaf,
+		      struct wsync_atomic *a)
+{
+	struct wsync_error err = { 0 };
+	int lock = -1, r = 0;
+	struct stat st;
+
+	if (req->put_if_absent || req->put_if_match)
+		r = bucket_lock(req, bucket, &lock);
+	if (r == 0 && req->put_if_match)
+		r = check_match(req, dirfd, leaf);
+	if (r == 0)
+		r = wsync_atomic_commit(a, &err);
+	else
+		wsync_atomic_abort(a);
+	if (lock >= 0)
+		(void)close(lock);	/* the lock goes with it */
+	if (r == 0 || req->res.err)
+		return r;
+	if (r == -EEXIST && fstatat(dirfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    !S_ISDIR(st.st_mode))
+		return wsync_store_req_fail(req, -EEXIST, "%s: an object has this key "
+					    "(put if absent)", req->key);
+	if (r == -EISDIR || r == -EEXIST)
+		return wsync_store_req_fail(req, -EISDIR, "%s: a directory has this name",
+					    req->key);
+	return wsync_store_req_fail(req, r, "%s: %s", req->key, wsync_error_str(&err));
+}
+
 /* ---- the operations (worker threads) ------------------------------------ */
 
 static int op_put(struct file_job *job, int bucket)
@@ -406,11 +510,16 @@ static int op_put(struct file_job *job, int bucket)
 	} else {
 		size = req->buf_len;
 	}
-	r = open_parent(req, bucket, req->key, true, &dirfd, &leaf);
+	/* an if_match needs the object: no directories are made for it */
+	r = open_parent(req, bucket, req->key, !req->put_if_match, &dirfd, &leaf);
+	if (r == -ENOENT)
+		r = wsync_store_req_fail(req, -ESTALE, "%s: no such object (If-Match %s)",
+					 req->key, req->put_if_match);
 	if (r < 0)
 		goto out;
 	sweep_stale_tmps(dirfd);
-	r = wsync_atomic_begin(&a, dirfd, leaf, TMP_PREFIX "XXXXXX", 0644, 0, &err);
+	r = wsync_atomic_begin(&a, dirfd, leaf, TMP_PREFIX "XXXXXX", 0644,
+			       req->put_if_absent ? WSYNC_ATOMIC_NOREPLACE : 0, &err);
 	if (r < 0) {
 		r = wsync_store_req_fail(req, r, "%s: cannot create a temporary file: %s",
 					 req->key, strerror(-r));
@@ -442,14 +551,9 @@ static int op_put(struct file_job *job, int bucket)
 		r = -ECANCELED;
 		goto out;
 	}
-	r = wsync_atomic_commit(&a, &err);
-	if (r < 0) {
-		r = r == -EISDIR ? wsync_store_req_fail(req, -EISDIR, "%s: a directory has "
-							"this name", req->key)
-				 : wsync_store_req_fail(req, r, "%s: %s", req->key,
-							wsync_error_str(&err));
+	r = put_commit(req, bucket, dirfd, leaf, &a);
+	if (r < 0)
 		goto out;
-	}
 	fill_stat(req, job, &st);
 out:
 	wsync_atomic_abort(&a);	/* nothing left after a commit */
@@ -686,8 +790,8 @@ static int list_add(struct list_walk *w, const char *key, const struct stat *st)
  * Walk the directory fd (taken over) whose keys start with w->key[0..len).
  * Only what can match the prefix is visited: a name is compared with the
  * prefix as far as both go, a directory entered only if "name/" can still
- * lead to it.  Symlinks, other special files, temp files and names that are
- * no valid key are skipped.
+ * lead to it.  Symlinks, other special files, temp files, the bucket's lock
+ * and names that are no valid key are skipped.
  */
 static int list_dir(struct list_walk *w, int fd, size_t len)
 {
@@ -715,7 +819,8 @@ static int list_dir(struct list_walk *w, int fd, size_t len)
 			break;
 		}
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    strncmp(de->d_name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1) == 0)
+		    strncmp(de->d_name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1) == 0 ||
+		    (len == 0 && strcmp(de->d_name, LOCK_NAME) == 0))
 			continue;
 		nlen = strlen(de->d_name);
 		klen = len + nlen;
@@ -956,8 +1061,9 @@ static int file_submit(struct wsync_store_req *req)
 	struct file_job *job;
 	int r;
 
-	/* the temp names are ours: such an object would be invisible */
-	if (has_tmp_component(req->key))
+	/* the temp names and the lock are ours: such an object would be
+	 * invisible (and a put over the lock would break it) */
+	if (has_tmp_component(req->key) || strcmp(req->key, LOCK_NAME) == 0)
 		return -EINVAL;
 	job = calloc(1, sizeof(*job));
 	if (!job)

@@ -719,6 +719,9 @@ static int put_start(struct s3_op *op)
 	} else {
 		op->size = req->buf_len;
 	}
+	if (req->put_if_absent || req->put_if_match)
+		return wsync_store_req_fail(req, -ENOTSUP, "put %s: conditional puts are not "
+					    "implemented for S3 yet", req->key);
 	if (op->size <= ps)
 		return put_single(op);
 	if ((op->size + ps - 1) / ps > PARTS_MAX)

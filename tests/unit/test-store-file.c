@@ -5,7 +5,10 @@
  * size and hash verification, the memory limit of a get, missing objects
  * and buckets, S3's prefix semantics and ordering in listings, temp files
  * that never show and never stay, symlinks planted in the bucket that are
- * never followed, 100 requests queued at once, and freeing the store with
+ * never followed, conditional puts (if absent, if match: each condition
+ * met, refused and raced; the bucket's lock never listed, never a key,
+ * waited for by conditional puts only), 100 requests queued at once, and
+ * freeing the store with
  * requests in flight (every callback runs once, nothing leaks: the tests
  * run under LeakSanitizer too).
  *
@@ -16,11 +19,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,6 +211,18 @@ static int del(struct bucket *b, const char *key)
 	r = g.err;
 	got_clear(&g);
 	return r;
+}
+
+static int put_if(struct bucket *b, const char *key, const char *s,
+		  const struct wsync_store_put_options *o, struct got *g)
+{
+	int r = wsync_store_put_buf_if(b->store, key, s, strlen(s), o, on_done, g);
+
+	if (r < 0)
+		return r;
+	CHECK(wsync_store_wait(b->store) == 0);
+	CHECK(g->calls == 1);
+	return g->err;
 }
 
 static bool got_data_is(const struct got *g, const void *p, size_t n)
@@ -899,6 +916,294 @@ static void test_symlinks(void)
 	bucket_close(&b);
 }
 
+/* if_absent: the first put of a key succeeds with the object's ETag, a put
+ * onto an existing one is -EEXIST and changes nothing; a directory with
+ * the name stays -EISDIR; opt NULL is a plain put. */
+static void test_put_if_absent(void)
+{
+	const struct wsync_store_put_options absent = { .if_absent = true };
+	struct bucket b = { 0 };
+	struct got g = { 0 }, h = { 0 };
+	char path[192];
+
+	if (!bucket_open(&b, 0)) {
+		CHECK(!"bucket");
+		return;
+	}
+	CHECK(put_if(&b, "fence/HEAD", "first", &absent, &g) == 0);
+	CHECK(g.etag[0] == '"');
+	CHECK_EQ_U64(g.size, 5);
+	CHECK(head(&b, "fence/HEAD", &h) == 0);
+	CHECK_STR(g.etag, h.etag);
+	got_clear(&g);
+	got_clear(&h);
+	snprintf(path, sizeof(path), "%s/fence/HEAD", b.root);
+	CHECK(file_is(path, "first", 5));
+
+	CHECK(put_if(&b, "fence/HEAD", "second", &absent, &g) == -EEXIST);
+	CHECK_CONTAINS(g.msg, "fence/HEAD");
+	CHECK_STR(g.etag, "");
+	got_clear(&g);
+	CHECK(file_is(path, "first", 5));
+
+	CHECK(put_str(&b, "dir/x", "x") == 0);
+	CHECK(put_if(&b, "dir", "x", &absent, &g) == -EISDIR);
+	got_clear(&g);
+
+	/* no condition: a plain put, over what is there */
+	CHECK(put_if(&b, "fence/HEAD", "third", NULL, &g) == 0);
+	got_clear(&g);
+	CHECK(file_is(path, "third", 5));
+	CHECK(temps_under(b.dir) == 0);
+	bucket_close(&b);
+}
+
+/* if_match: with the ETag a head returned the put succeeds and returns
+ * the new object's (another) ETag; with a stale one, or on a key with no
+ * object, it is -ESTALE and nothing changes (no directory is made). */
+static void test_put_if_match(void)
+{
+	struct wsync_store_put_options match = { 0 };
+	struct bucket b = { 0 };
+	struct got g = { 0 }, h = { 0 };
+	char e1[80], path[192];
+
+	if (!bucket_open(&b, 0)) {
+		CHECK(!"bucket");
+		return;
+	}
+	CHECK(put_str(&b, "HEAD", "version 1") == 0);
+	CHECK(head(&b, "HEAD", &h) == 0);
+	snprintf(e1, sizeof(e1), "%s", h.etag);
+	got_clear(&h);
+
+	match.if_match = e1;
+	CHECK(put_if(&b, "HEAD", "version 2", &match, &g) == 0);
+	CHECK(g.etag[0] == '"');
+	CHECK(strcmp(g.etag, e1) != 0);
+	CHECK(head(&b, "HEAD", &h) == 0);
+	CHECK_STR(h.etag, g.etag);
+	got_clear(&h);
+	got_clear(&g);
+	snprintf(path, sizeof(path), "%s/HEAD", b.root);
+	CHECK(file_is(path, "version 2", 9));
+
+	/* e1 is stale now */
+	CHECK(put_if(&b, "HEAD", "version 3", &match, &g) == -ESTALE);
+	CHECK_CONTAINS(g.msg, "HEAD");
+	got_clear(&g);
+	CHECK(file_is(path, "version 2", 9));
+
+	/* gone: a missing key, a missing directory (not made) */
+	CHECK(put_if(&b, "nothing", "x", &match, &g) == -ESTALE);
+	got_clear(&g);
+	CHECK(put_if(&b, "nodir/x", "x", &match, &g) == -ESTALE);
+	got_clear(&g);
+	snprintf(path, sizeof(path), "%s/nodir", b.root);
+	CHECK(!exists(path));
+	CHECK(del(&b, "HEAD") == 0);
+	CHECK(put_if(&b, "HEAD", "x", &match, &g) == -ESTALE);
+	got_clear(&g);
+	CHECK(temps_under(b.dir) == 0);
+	bucket_close(&b);
+}
+
+/* What a conditional put refuses at once (no callback). */
+static void test_put_if_refused(void)
+{
+	struct wsync_store_put_options o = { 0 };
+	struct bucket b = { 0 };
+	struct got g = { 0 };
+
+	if (!bucket_open(&b, 0)) {
+		CHECK(!"bucket");
+		return;
+	}
+	o.if_absent = true;
+	o.if_match = "\"1-2-3\"";
+	CHECK(wsync_store_put_buf_if(b.store, "k", "x", 1, &o, on_done, &g) == -EINVAL);
+	o.if_absent = false;
+	o.if_match = "";
+	CHECK(wsync_store_put_buf_if(b.store, "k", "x", 1, &o, on_done, &g) == -EINVAL);
+	o.if_match = "\"a\"\r\nx-amz-acl: public-read";
+	CHECK(wsync_store_put_buf_if(b.store, "k", "x", 1, &o, on_done, &g) == -EINVAL);
+	{
+		char long_etag[WSYNC_STORE_ETAG_MAX + 2];
+
+		memset(long_etag, 'e', sizeof(long_etag) - 1);
+		long_etag[sizeof(long_etag) - 1] = '\0';
+		o.if_match = long_etag;
+		CHECK(wsync_store_put_buf_if(b.store, "k", "x", 1, &o, on_done, &g) ==
+		      -EINVAL);
+	}
+	/* more than part_size (the data is never read) */
+	o.if_match = NULL;
+	o.if_absent = true;
+	CHECK(wsync_store_put_buf_if(b.store, "k", "x", WSYNC_STORE_PART_SIZE_DEFAULT + 1, &o,
+				     on_done, &g) == -EINVAL);
+	CHECK(wsync_store_put_buf_if(b.store, "../k", "x", 1, &o, on_done, &g) == -EINVAL);
+	CHECK(wsync_store_wait(b.store) == 0);
+	CHECK(g.calls == 0);
+	bucket_close(&b);
+}
+
+/* The bucket's lock: made by the first conditional put, never listed
+ * (whatever the prefix), refused as a key; the same name deeper down is
+ * an ordinary key. */
+static void test_put_if_lock_file(void)
+{
+	const struct wsync_store_put_options absent = { .if_absent = true };
+	struct bucket b = { 0 };
+	struct got g = { 0 };
+	char path[192];
+
+	if (!bucket_open(&b, 0)) {
+		CHECK(!"bucket");
+		return;
+	}
+	CHECK(put_if(&b, "HEAD", "x", &absent, &g) == 0);
+	got_clear(&g);
+	snprintf(path, sizeof(path), "%s/.wsync-lock", b.root);
+	CHECK(exists(path));
+	CHECK(list(&b, "", &g) == 0);
+	CHECK_EQ_U64(g.n_entries, 1);
+	if (g.n_entries == 1)
+		CHECK_STR(g.keys[0], "HEAD");
+	got_clear(&g);
+	CHECK(list(&b, ".wsync", &g) == 0);
+	CHECK_EQ_U64(g.n_entries, 0);
+	got_clear(&g);
+	CHECK(wsync_store_put_buf(b.store, ".wsync-lock", "x", 1, on_done, &g) == -EINVAL);
+	CHECK(wsync_store_put_buf_if(b.store, ".wsync-lock", "x", 1, &absent, on_done, &g) ==
+	      -EINVAL);
+	CHECK(wsync_store_get_buf(b.store, ".wsync-lock", NULL, on_done, &g) == -EINVAL);
+	CHECK(wsync_store_head(b.store, ".wsync-lock", on_done, &g) == -EINVAL);
+	CHECK(wsync_store_delete(b.store, ".wsync-lock", on_done, &g) == -EINVAL);
+	CHECK(g.calls == 0);
+	CHECK(exists(path));
+	CHECK(put_str(&b, "sub/.wsync-lock", "an object") == 0);
+	CHECK(list(&b, "", &g) == 0);
+	CHECK_EQ_U64(g.n_entries, 2);
+	got_clear(&g);
+	bucket_close(&b);
+}
+
+/* Conditional puts of one key queued together, on parallel workers:
+ * of the if_absent ones exactly one lands, of the if_match ones naming
+ * the same ETag exactly one; the object is the winner's bytes. */
+static void test_put_if_race(void)
+{
+	enum { N = 8 };
+	const struct wsync_store_put_options absent = { .if_absent = true };
+	struct wsync_store_put_options match = { 0 };
+	struct bucket b = { 0 };
+	struct got g[N], h = { 0 };
+	char data[N][16], etag[80], path[192];
+	int ok, exist, stale, winner;
+
+	if (!bucket_open(&b, N)) {
+		CHECK(!"bucket");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/HEAD", b.root);
+	memset(g, 0, sizeof(g));
+	for (int i = 0; i < N; i++) {
+		snprintf(data[i], sizeof(data[i]), "writer %d", i);
+		CHECK(wsync_store_put_buf_if(b.store, "HEAD", data[i], strlen(data[i]), &absent,
+					     on_done, &g[i]) == 0);
+	}
+	CHECK(wsync_store_wait(b.store) == 0);
+	ok = exist = 0;
+	winner = -1;
+	for (int i = 0; i < N; i++) {
+		CHECK(g[i].calls == 1);
+		ok += g[i].err == 0;
+		exist += g[i].err == -EEXIST;
+		if (g[i].err == 0)
+			winner = i;
+		got_clear(&g[i]);
+	}
+	CHECK(ok == 1 && exist == N - 1);
+	CHECK(winner >= 0 && file_is(path, data[winner], strlen(data[winner])));
+
+	CHECK(head(&b, "HEAD", &h) == 0);
+	snprintf(etag, sizeof(etag), "%s", h.etag);
+	got_clear(&h);
+	match.if_match = etag;
+	for (int i = 0; i < N; i++)
+		CHECK(wsync_store_put_buf_if(b.store, "HEAD", data[i], strlen(data[i]), &match,
+					     on_done, &g[i]) == 0);
+	CHECK(wsync_store_wait(b.store) == 0);
+	ok = stale = 0;
+	winner = -1;
+	for (int i = 0; i < N; i++) {
+		ok += g[i].err == 0;
+		stale += g[i].err == -ESTALE;
+		if (g[i].err == 0)
+			winner = i;
+		got_clear(&g[i]);
+	}
+	CHECK(ok == 1 && stale == N - 1);
+	CHECK(winner >= 0 && file_is(path, data[winner], strlen(data[winner])));
+	CHECK(temps_under(b.dir) == 0);
+	bucket_close(&b);
+}
+
+struct lock_holder {
+	int fd;
+	unsigned ms;
+};
+
+static void *release_later(void *arg)
+{
+	struct lock_holder *l = arg;
+	struct timespec ts = { .tv_sec = l->ms / 1000, .tv_nsec = (l->ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+	(void)close(l->fd);
+	return NULL;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Another holder of the bucket's lock (a publisher in another process
+ * would be one): unconditional puts go on, a conditional put waits for
+ * it. */
+static void test_put_if_waits_for_lock(void)
+{
+	const struct wsync_store_put_options absent = { .if_absent = true };
+	struct lock_holder l = { .fd = -1, .ms = 300 };
+	struct bucket b = { 0 };
+	struct got g = { 0 };
+	char path[192];
+	pthread_t t;
+	double t0;
+
+	if (!bucket_open(&b, 0)) {
+		CHECK(!"bucket");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/.wsync-lock", b.root);
+	l.fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(l.fd >= 0 && flock(l.fd, LOCK_EX) == 0);
+	t0 = now_ms();
+	CHECK(put_str(&b, "plain", "x") == 0);
+	CHECK(now_ms() - t0 < 250);
+	CHECK(pthread_create(&t, NULL, release_later, &l) == 0);
+	t0 = now_ms();
+	CHECK(put_if(&b, "HEAD", "x", &absent, &g) == 0);
+	CHECK(now_ms() - t0 >= 250);
+	got_clear(&g);
+	CHECK(pthread_join(t, NULL) == 0);
+	bucket_close(&b);
+}
+
 /* Bad keys are refused before anything is queued: no callback. */
 static void test_bad_keys(void)
 {
@@ -1237,6 +1542,12 @@ int main(void)
 	TEST(test_list);
 	TEST(test_temp_files);
 	TEST(test_symlinks);
+	TEST(test_put_if_absent);
+	TEST(test_put_if_match);
+	TEST(test_put_if_refused);
+	TEST(test_put_if_lock_file);
+	TEST(test_put_if_race);
+	TEST(test_put_if_waits_for_lock);
 	TEST(test_bad_keys);
 	TEST(test_options);
 	TEST(test_many_queued);
