@@ -781,6 +781,8 @@ static const struct config_key config_keys[] = {
 	    .flags = KEY_EMPTY_OK),
 	KEY("publisher", "part_wait_alarm", parse_duration, format_duration,
 	    part_wait_alarm_ms, .min = 1000, .max = 7 * 86400000ull),
+	KEY("publisher", "writer_lease", parse_duration, format_duration, writer_lease_ms,
+	    .min = 3000, .max = 3600000ull),
 	KEY("subscriber", "target_dir", parse_path, format_string, target_dir),
 	KEY("subscriber", "poll_interval", parse_duration, format_duration,
 	    poll_interval_ms, .min = POLL_MIN_MS, .max = POLL_MAX_MS),
@@ -1464,6 +1466,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->keep_anchors = 2;
 	cfg->gc_grace_ms = 600000;
 	cfg->part_wait_alarm_ms = 600000;
+	cfg->writer_lease_ms = 30000;
 	cfg->chunk_size = 16 * MiB;
 	cfg->part = cfg->parts = 1;
 	cfg->ahead_max = 16ull << 30;

@@ -112,6 +112,10 @@ struct wsync_config {
 	uint64_t part_wait_alarm_ms; /* part 1: a version waiting this long for a
 				 * missing part makes it unhealthy; default
 				 * 10min; 1s..7d */
+	uint64_t writer_lease_ms; /* the bucket's writer lease (BUCKET.md §8):
+				 * renewed every third of it, taken over after
+				 * a whole one without renewal; default 30s;
+				 * 3s..1h */
 
 	/* [subscriber] */
 	char *target_dir;	/* required for role=subscriber */

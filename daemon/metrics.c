@@ -92,6 +92,12 @@ static const struct family families[] = {
 	  "Publisher part 1 of several: 1 while the version has waited for a missing part "
 	  "longer than [publisher] part_wait_alarm since the last commit (the daemon "
 	  "reports itself unhealthy), else 0." },
+	{ "wsync_publisher_standby", "gauge", P, K_BOOL, F(standby), NONE,
+	  "Publisher: 1 while another publisher holds the bucket's writer lease and this "
+	  "one stands by, writing nothing ([publisher] writer_lease), else 0." },
+	{ "wsync_writer_takeovers_total", "counter", P, K_COUNTER, F(writer_takeovers), NONE,
+	  "Publisher: writer leases of another publisher this one took over because they "
+	  "went a whole writer_lease without renewal (failover)." },
 	{ "wsync_bytes_uploaded_total", "counter", P, K_COUNTER, F(bytes_uploaded), NONE,
 	  "Bytes the publisher uploaded: delta and anchor objects, manifests, HEAD." },
 	{ "wsync_bytes_downloaded_total", "counter", S, K_COUNTER, F(bytes_downloaded), NONE,

@@ -59,6 +59,7 @@ struct wsync_metrics {
 	uint64_t hook_failures;		/* subscriber: on_apply / notify_url */
 	uint64_t checkpoints_rejected;	/* publisher */
 	uint64_t checkpoints_skipped;	/* publisher: superseded before published */
+	uint64_t writer_takeovers;	/* publisher: writer leases taken over, expired */
 	struct wsync_histogram publish_duration;	/* publisher */
 	struct wsync_histogram apply_duration;		/* subscriber, per version */
 
@@ -74,6 +75,7 @@ struct wsync_metrics {
 	double waiting_seconds;		/* publisher: see metrics.c */
 	uint64_t parts_missing;		/* publisher part 1: parts the version waits for */
 	bool parts_late;		/* ... for longer than part_wait_alarm */
+	bool standby;			/* publisher: another holds the writer lease */
 	bool store_up;
 	double store_down_seconds;	/* of the outage going on; 0 while up */
 };

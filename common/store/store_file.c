@@ -427,6 +427,9 @@ static int check_match(struct wsync_store_req *req, int dirfd, const char *leaf)
 		return wsync_store_req_fail(req, -ESTALE, "%s: no such object (If-Match %s)",
 					    req->key, req->put_if_match);
 	}
+	if (S_ISDIR(st.st_mode))	/* a broken bucket, not another writer's object */
+		return wsync_store_req_fail(req, -EISDIR, "%s: a directory has this name",
+					    req->key);
 	if (!S_ISREG(st.st_mode))
 		return wsync_store_req_fail(req, -ESTALE, "%s: not an object any more "
 					    "(If-Match %s)", req->key, req->put_if_match);

@@ -366,6 +366,10 @@ static void close_handles(struct wsync_publisher *p)
 {
 	pub_status(p, "stopped at version %" PRIu64, p->head_version);
 	p->closing = 1;
+	if (p->started) {
+		p->closing++;
+		uv_close((uv_handle_t *)&p->lease.timer, on_timer_closed);
+	}
 	if (p->stream_ready) {
 		p->closing++;
 		p->stream_ready = false;
@@ -386,6 +390,24 @@ static void close_handles(struct wsync_publisher *p)
 	closed_one(p);
 }
 
+/*
+ * Before a write that makes a version (a part's record, the manifest,
+ * HEAD): is the writer lease still ours, seen so within writer_lease?
+ * If not, the publication is dropped and the lease read again.
+ */
+static bool lease_fresh(struct wsync_publisher *p)
+{
+	if (pub_lease_fresh(p))
+		return true;
+	log_warning("version %" PRIu64 " dropped before its %s: %s", p->pub->version,
+		    p->state == PUB_HEAD ? "HEAD" : p->state == PUB_MANIFEST ? "manifest" :
+		    "record", p->lease.lost ? "another publisher holds the writer lease now" :
+		    "the writer lease could not be renewed for a whole writer_lease");
+	p->recheck = true;
+	pub_abandon(p, 0);
+	return false;
+}
+
 /* Enter state s and start its work. */
 static void enter(struct wsync_publisher *p, enum pub_state s)
 {
@@ -394,6 +416,16 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 
 	set_state(p, s);
 	switch (s) {
+	case PUB_LEASE:
+		pub_status(p, "taking the bucket's writer lease %s", p->lease.key);
+		pub_lease_acquire(p);
+		break;
+	case PUB_STANDBY:
+		pub_status(p, "standby: another publisher writes the bucket (%s); taking over "
+			   "if its lease goes %" PRIu64 " s without renewal", p->lease.other,
+			   p->cfg->writer_lease_ms / 1000);
+		pub_lease_standby(p);
+		break;
 	case PUB_RECOVER:
 		pub_recover_start(p);
 		break;
@@ -411,7 +443,14 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		if (p->stopping && p->syncs_running)
 			break;	/* start_syncs_done comes back here */
 		if (p->stopping) {
+			if (pub_lease_release(p))
+				break;	/* its end comes back here */
 			enter(p, PUB_STOPPED);
+			break;
+		}
+		if (p->recheck || p->lease.lost) {
+			p->recheck = false;
+			enter(p, PUB_LEASE);
 			break;
 		}
 		if (pub_scan(p, &c, &skipped) == 1)
@@ -433,6 +472,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		pub_upload_start(p);
 		break;
 	case PUB_RECORD:
+		if (!lease_fresh(p))
+			break;
 		pub_parts_put_record(p);
 		break;
 	case PUB_GATHER:
@@ -445,9 +486,13 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		pub_parts_wait(p);
 		break;
 	case PUB_MANIFEST:
+		if (!lease_fresh(p))
+			break;
 		pub_manifest_start(p);
 		break;
 	case PUB_HEAD:
+		if (!lease_fresh(p))
+			break;
 		pub_head_start(p);
 		break;
 	case PUB_COMMIT:
@@ -497,6 +542,12 @@ static void on_failed(struct wsync_publisher *p, const struct pub_event *ev)
 static void on_done(struct wsync_publisher *p)
 {
 	switch (p->state) {
+	case PUB_LEASE:
+		enter(p, PUB_RECOVER);
+		break;
+	case PUB_STANDBY:
+		enter(p, PUB_LEASE);
+		break;
 	case PUB_RECOVER:
 		/* the bucket answered: an outage of the start is over (its
 		 * error would keep an idle publisher "error" until the next
@@ -565,8 +616,32 @@ static void dispatch(struct wsync_publisher *p, const struct pub_event *ev)
 			enter(p, PUB_RECORD);
 		break;
 	case PUB_EV_RELEASED:
-		/* the ended publication is gone: what waited for it starts */
-		if (p->state == PUB_IDLE)
+		/* the ended publication is gone (or, stopping, the lease's
+		 * last request): what waited for it starts */
+		if (p->state == PUB_IDLE ||
+		    (p->stopping && (p->state == PUB_LEASE || p->state == PUB_STANDBY)))
+			enter(p, PUB_IDLE);
+		break;
+	case PUB_EV_STANDBY:
+		if (p->once_dir) {
+			pub_set_error(p, "another publisher writes the bucket (%s): not "
+				      "publishing beside it", p->lease.other);
+			set_state(p, PUB_IDLE);
+			pub_once_finish(p, -EBUSY, NULL);
+			break;
+		}
+		enter(p, p->stopping ? PUB_IDLE : PUB_STANDBY);
+		break;
+	case PUB_EV_LOST:
+		/* a publication in flight finds it at its next write */
+		if (p->state == PUB_IDLE && !p->pub)
+			enter(p, PUB_IDLE);
+		break;
+	case PUB_EV_CONFLICT:
+		p->recheck = true;
+		if (p->pub)
+			pub_abandon(p, 0);
+		else
 			enter(p, PUB_IDLE);
 		break;
 	}
@@ -626,6 +701,7 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 	r = pub_parts_init(p, err);
 	if (r < 0)
 		goto fail;
+	pub_lease_init(p);
 	/* state_dir/publisher and runtime_dir */
 	snprintf(p->pub_dir, sizeof(p->pub_dir), "%s/publisher", cfg->state_dir);
 	/* made durable by the first job (start_syncs), off the loop */
@@ -729,8 +805,9 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	uv_timer_init(loop, &p->rescan_timer);
 	uv_timer_init(loop, &p->retry_timer);
 	uv_timer_init(loop, &p->part_timer);
+	uv_timer_init(loop, &p->lease.timer);
 	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
-	p->part_timer.data = p;
+	p->part_timer.data = p->lease.timer.data = p;
 	p->started = true;
 	if (p->dir_syncs.n) {
 		if (wsync_jobs_submit(p->d->jobs, start_syncs_work, start_syncs_done, p) < 0)
@@ -743,7 +820,7 @@ int wsync_publisher_start(struct wsync_publisher *p)
 			    "coded");
 	if (p->once_dir) {
 		log_info("publishing %s once, state in %s", p->once_dir, p->pub_dir);
-		enter(p, PUB_RECOVER);
+		enter(p, PUB_LEASE);
 		return 0;
 	}
 	if (p->cfg->watch_mode == WSYNC_WATCH_INOTIFY) {
@@ -759,7 +836,7 @@ int wsync_publisher_start(struct wsync_publisher *p)
 		 p->watch ? "inotify" : "polling", p->key ? ", signed" : "", p->pub_dir);
 	if (p->mode->started)
 		p->mode->started(p);
-	enter(p, PUB_RECOVER);
+	enter(p, PUB_LEASE);
 	return 0;
 }
 
@@ -773,9 +850,21 @@ void wsync_publisher_stop(struct wsync_publisher *p)
 		uv_timer_stop(&p->rescan_timer);
 		uv_timer_stop(&p->retry_timer);
 		uv_timer_stop(&p->part_timer);
+		uv_timer_stop(&p->lease.timer);
 	}
 	pub_status(p, "stopping (%s)", pub_state_name(p->state));
 	switch (p->state) {
+	case PUB_STANDBY:
+		enter(p, PUB_IDLE);
+		break;
+	case PUB_LEASE:
+		/* a read-back pause (its timer stopped above) or requests,
+		 * whose end reports RELEASED */
+		if (!p->lease.inflight) {
+			p->lease.acquiring = p->lease.settling = false;
+			enter(p, PUB_IDLE);
+		}
+		break;
 	case PUB_BACKOFF:
 	case PUB_GATHER:
 	case PUB_WAIT:
@@ -799,6 +888,7 @@ void wsync_publisher_free(struct wsync_publisher *p)
 	p->pub = NULL;
 	wsync_manifest_free(&p->head_manifest);
 	wsync_buf_free(&p->recover_head_doc);
+	pub_lease_free(p);
 	wsync_dir_syncs_free(&p->dir_syncs);
 	wsync_sign_key_free(p->key);
 	wsync_instance_unlock(&p->state_lock);

@@ -14,6 +14,8 @@
  *    and their results; timers, inotify, the backoff; the role contract;
  *  - publisher_scan.c: which checkpoint of the watched folder to publish
  *    next (complete and settled), and what the others wait for;
+ *  - publisher_lease.c: one writer per bucket -- the writer lease taken
+ *    before anything is written, renewed, checked, released at stop;
  *  - publisher_recover.c: at start-up, what HEAD and manifests/ say, and
  *    HEAD completed where a killed run left a manifest newer than it;
  *  - publisher_gc.c: deleting what retention lets go (BUCKET.md §2 rule 3);
@@ -33,6 +35,8 @@
  *    what is in flight, one release);
  *  - publisher_state.c: state_dir/publisher's state.json, and the HEAD
  *    the publisher knows;
+ *  - publisher_fence.c: the conditional writes (created only if absent,
+ *    replaced only if unchanged), for the lease, manifests and HEAD;
  *  - publisher_jobs.c: the long work, on the jobs thread (publisher_jobs.h).
  *
  * Modules report to the dispatcher with an event (pub_report: done, a
@@ -69,6 +73,7 @@
 #define DEBOUNCE_MS 200		/* after an inotify event, before scanning */
 #define RETRY_MIN_MS 1000	/* store backoff: 1 s doubling to ... */
 #define RETRY_MAX_MS 60000	/* ... one minute */
+#define PUB_ETAG_MAX 256	/* an ETag kept for a conditional write */
 
 /*
  * The states (ARCHITECTURE.md draws them).  Each has one meaning; *job*
@@ -77,6 +82,9 @@
  */
 enum pub_state {
 	PUB_NEW,		/* made, not started */
+	PUB_LEASE,		/* taking (or checking) the bucket's writer lease */
+	PUB_STANDBY,		/* another publisher holds it: reading it again
+				 * every third of writer_lease */
 	PUB_RECOVER,		/* reading HEAD and manifests/, completing HEAD */
 	PUB_VERIFY,		/* job: does the local base match HEAD's manifest? */
 	PUB_IDLE,		/* waiting for a complete checkpoint */
@@ -104,7 +112,13 @@ enum pub_event_type {
 				 * on, conflict, rewritten): scan in scan_ms */
 	PUB_EV_RECORD_LOST,	/* a part's record is missing or damaged in the
 				 * bucket: write it again */
-	PUB_EV_RELEASED,	/* an ended publication's last request came back */
+	PUB_EV_RELEASED,	/* an ended publication's last request came back
+				 * (or the lease's, stopping) */
+	PUB_EV_STANDBY,		/* LEASE: another publisher holds the lease */
+	PUB_EV_LOST,		/* the lease now names another publisher: write
+				 * nothing more */
+	PUB_EV_CONFLICT,	/* a conditional write found the bucket changed by
+				 * another writer: drop, check the lease, recover */
 };
 
 struct pub_event {
@@ -224,6 +238,28 @@ struct publication {
 	} part;
 };
 
+/* The writer lease (publisher_lease.c, BUCKET.md §8). */
+struct pub_lease {
+	char key[32];			/* writers/<K>.json */
+	char run[33];			/* this process's random id, hex */
+	char host[256];
+	bool acquiring;			/* LEASE: the answer goes to the dispatcher */
+	bool taking;			/* writing it as new (not a renewal) */
+	bool settling;			/* written without a condition: reading it back */
+	bool held, lost, released;
+	unsigned inflight;		/* its requests: the stop waits for them */
+	char etag[PUB_ETAG_MAX];	/* ours, as last written */
+	uint64_t confirmed_ms;		/* when it was last seen ours */
+	/* another's lease, as read: unchanged since seen_since_ms */
+	struct wsync_hash128 seen;
+	bool has_seen;
+	uint64_t seen_since_ms;
+	char other[512];		/* who holds it, for logs and status */
+	char logged_run[40];		/* the other's run last logged */
+	struct wsync_buf doc;
+	uv_timer_t timer;		/* renewal (held), read-back, standby's poll */
+};
+
 struct candidate;
 
 /*
@@ -316,11 +352,18 @@ struct wsync_publisher {
 	bool stream_ready;		/* stream_wake is set up */
 	struct wsync_watch *watch;
 	struct wsync_role_backoff backoff;	/* store retries */
+	struct pub_lease lease;
+	bool no_conditions;		/* the store refused conditional writes */
+	bool recheck;			/* a conflict: check the lease, recover */
 
 	/* What the bucket holds. */
 	uint64_t head_version;		/* 0: no HEAD */
 	struct wsync_manifest head_manifest;	/* parsed; version 0 when none */
 	struct wsync_manifest_ref head_ref;	/* HEAD's manifest */
+	bool head_exists;		/* HEAD is there (readable or not) */
+	char head_etag[PUB_ETAG_MAX];	/* HEAD's ETag as read or written ("": none
+					 * or unknown): HEAD is replaced only if
+					 * still that */
 	char head_ref_key[WSYNC_MANIFEST_KEY_MAX];
 	bool need_anchor;		/* the base is not HEAD's: next is a full anchor */
 	uint64_t recover_manifest;	/* a manifest newer than HEAD, being read */
@@ -484,6 +527,12 @@ void pub_manifest_start(struct wsync_publisher *p);
 /* HEAD: put HEAD naming p->pub's version; DONE when written (its
  * manifest is then HEAD's). */
 void pub_head_start(struct wsync_publisher *p);
+/* A HEAD write's answer: another writer's HEAD is there (logged, CONFLICT
+ * reported: true), or not (false). */
+bool pub_head_conflict(struct wsync_publisher *p, const struct wsync_store_result *res,
+		       uint64_t version);
+/* A HEAD written: its ETag kept, the lease read back. */
+void pub_head_written(struct wsync_publisher *p, const struct wsync_store_result *res);
 /* Put HEAD naming version (manifest ref) from doc; cb gets p. */
 int pub_put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t version,
 		 const struct wsync_manifest_ref *ref, wsync_store_cb cb);
@@ -563,6 +612,35 @@ bool pub_scan_rewritten(struct wsync_publisher *p);
 /* RECOVER: read HEAD and manifests/, complete a HEAD a killed run did not
  * write; DONE when HEAD is known. */
 void pub_recover_start(struct wsync_publisher *p);
+
+/* ---- publisher_lease.c ---- */
+
+/* p->part set: the lease's key and this run's id. */
+void pub_lease_init(struct wsync_publisher *p);
+/* LEASE: read it, take it if free; reports DONE (held), STANDBY or
+ * FAILED. */
+void pub_lease_acquire(struct wsync_publisher *p);
+/* STANDBY: report DONE in a third of writer_lease (read it again). */
+void pub_lease_standby(struct wsync_publisher *p);
+/* Read it now and renew it (after a HEAD); a lease found another's
+ * reports LOST. */
+void pub_lease_renew(struct wsync_publisher *p);
+/* Held, and seen ours within writer_lease. */
+bool pub_lease_fresh(struct wsync_publisher *p);
+/* Stopping: delete it if it is ours.  true: requests are in flight,
+ * whose end reports RELEASED. */
+bool pub_lease_release(struct wsync_publisher *p);
+void pub_lease_free(struct wsync_publisher *p);
+
+/* ---- publisher_fence.c ---- */
+
+/* Put data at key created only if absent (if_absent), or replacing only
+ * the object with ETag if_match (NULL or "": no condition); a store that
+ * refuses conditions gets it without (said once).  cb's res->err:
+ * -EEXIST / -ESTALE when another writer's object is there.  data must
+ * live until cb. */
+int pub_put_fenced(struct wsync_publisher *p, const char *key, const void *data, size_t len,
+		   bool if_absent, const char *if_match, wsync_store_cb cb, void *userdata);
 /* After RECOVER: does the local base need checking against HEAD's
  * manifest (true: p->verify is filled for the job)? */
 bool pub_recover_needs_verify(struct wsync_publisher *p);

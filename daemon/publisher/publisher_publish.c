@@ -204,8 +204,9 @@ void pub_manifest_start(struct wsync_publisher *p)
 		return;
 	}
 	pub_hold(pb);
-	r = wsync_store_put_buf(p->d->store, pb->manifest_key, pb->manifest_doc.data,
-				pb->manifest_doc.len, manifest_put_done, p);
+	/* created only if absent: a version number is one publisher's */
+	r = pub_put_fenced(p, pb->manifest_key, pb->manifest_doc.data, pb->manifest_doc.len,
+			   true, NULL, manifest_put_done, p);
 	if (r < 0) {
 		pb->inflight--;
 		pub_report_unqueued(p, "writing the manifest", r);
@@ -218,6 +219,16 @@ static void manifest_put_done(struct wsync_store_result *res, void *data)
 
 	if (pub_unhold(p, p->pub))
 		return;
+	if (res->err == -EEXIST) {
+		pub_store_ok(p);
+		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_WRITER_OTHER,
+						.version = (int64_t)p->pub->version),
+			  "%s exists already, written by another publisher: version %" PRIu64
+			  " is not this one's to make; reading the bucket again",
+			  p->pub->manifest_key, p->pub->version);
+		pub_report(p, PUB_EV_CONFLICT);
+		return;
+	}
 	if (res->err < 0) {
 		pub_report_failed(p, "writing the manifest", res);
 		return;
@@ -242,8 +253,32 @@ int pub_put_head(struct wsync_publisher *p, struct wsync_buf *doc, uint64_t vers
 	if (r < 0)
 		return log_error_errno(r, "HEAD of version %" PRIu64 ": %s", version,
 				       wsync_error_str(&err));
-	return wsync_store_put_buf(p->d->store, WSYNC_MANIFEST_HEAD_KEY, doc->data, doc->len,
-				   cb, p);
+	/* replaced only if still the HEAD this publisher read or wrote */
+	return pub_put_fenced(p, WSYNC_MANIFEST_HEAD_KEY, doc->data, doc->len, !p->head_exists,
+			      p->head_etag, cb, p);
+}
+
+bool pub_head_conflict(struct wsync_publisher *p, const struct wsync_store_result *res,
+		       uint64_t version)
+{
+	if (res->err != -ESTALE && res->err != -EEXIST)
+		return false;
+	pub_store_ok(p);
+	log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_WRITER_OTHER,
+					.version = (int64_t)version),
+		  "HEAD was changed by another writer since this publisher read it: not "
+		  "pointing it at version %" PRIu64 "; reading the bucket again", version);
+	pub_report(p, PUB_EV_CONFLICT);
+	return true;
+}
+
+void pub_head_written(struct wsync_publisher *p, const struct wsync_store_result *res)
+{
+	p->head_exists = true;
+	snprintf(p->head_etag, sizeof(p->head_etag), "%s", res->etag ? res->etag : "");
+	/* read the lease back: on a store that ignores conditions this is
+	 * how a second writer is found */
+	pub_lease_renew(p);
 }
 
 void pub_head_start(struct wsync_publisher *p)
@@ -269,11 +304,14 @@ static void head_put_done(struct wsync_store_result *res, void *data)
 
 	if (pub_unhold(p, pb))
 		return;
+	if (pub_head_conflict(p, res, pb->version))
+		return;
 	if (res->err < 0) {
 		pub_report_failed(p, "writing HEAD", res);
 		return;
 	}
 	pub_store_ok(p);
+	pub_head_written(p, res);
 	/* HEAD names V now. */
 	r = pub_adopt_head_manifest(p, pb->manifest_doc.data, pb->manifest_doc.len, pb->version,
 				    &err);

@@ -63,11 +63,14 @@ static void recover_head_put_done(struct wsync_store_result *res, void *data)
 	struct wsync_publisher *p = data;
 
 	wsync_buf_free(&p->recover_head_doc);
+	if (pub_head_conflict(p, res, p->head_version))
+		return;
 	if (res->err < 0) {
 		pub_report_failed(p, "writing HEAD", res);
 		return;
 	}
 	pub_store_ok(p);
+	pub_head_written(p, res);
 	log_event(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_VERSION_PUBLISHED,
 					   .version = (int64_t)p->head_version),
 		  "HEAD now names version %" PRIu64 " (its manifest was complete: "
@@ -202,6 +205,8 @@ static void recover_head_got(struct wsync_store_result *res, void *data)
 	}
 	pub_store_ok(p);
 	p->head_version = 0;
+	p->head_exists = res->err == 0;
+	snprintf(p->head_etag, sizeof(p->head_etag), "%s", res->err == 0 && res->etag ? res->etag : "");
 	if (res->err == 0) {
 		r = wsync_manifest_head_parse(res->data, res->data_len, NULL, &h, &err);
 		if (r < 0) {

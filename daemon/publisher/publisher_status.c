@@ -22,6 +22,7 @@
 
 
 static const char *const state_names[] = {
+	[PUB_LEASE] = "taking the lease", [PUB_STANDBY] = "standby",
 	[PUB_NEW] = "starting",	      [PUB_RECOVER] = "recovering", [PUB_VERIFY] = "recovering",
 	[PUB_IDLE] = "idle",	      [PUB_PREPARE] = "encoding",   [PUB_UPLOAD] = "uploading",
 	[PUB_MANIFEST] = "uploading", [PUB_HEAD] = "uploading",	    [PUB_COMMIT] = "committing",
@@ -33,6 +34,7 @@ static const char *const state_names[] = {
 /* status.json's "state": the publisher's side of the coarse states both
  * roles write (role.h; the subscriber adds downloading and applying). */
 static const char *const coarse_names[] = {
+	[PUB_LEASE] = "idle",	     [PUB_STANDBY] = "idle",
 	[PUB_NEW] = "idle",	     [PUB_RECOVER] = "idle",	    [PUB_VERIFY] = "idle",
 	[PUB_IDLE] = "idle",	     [PUB_PREPARE] = "encoding",    [PUB_UPLOAD] = "uploading",
 	[PUB_MANIFEST] = "uploading", [PUB_HEAD] = "uploading",     [PUB_COMMIT] = "uploading",
@@ -63,6 +65,7 @@ static void pub_metrics_gauges(struct wsync_publisher *p)
 	m->has_lag = p->last_lag >= 0;
 	m->lag_seconds = p->last_lag;
 	m->waiting_seconds = 0;
+	m->standby = p->state == PUB_STANDBY;
 	if (p->pending_mtime_ns > 0 && now > p->pending_mtime_ns / 1e9)
 		m->waiting_seconds = now - p->pending_mtime_ns / 1e9;
 	wsync_role_outage_gauges(&p->outage, m, now);
@@ -105,6 +108,9 @@ void pub_write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "rejected_count", json_integer((json_int_t)m->checkpoints_rejected));
 	json_object_set_new(o, "waiting", json_string(p->waiting));
 	json_object_set_new(o, "parts_late", json_boolean(m->parts_late));
+	json_object_set_new(o, "standby", json_boolean(p->state == PUB_STANDBY));
+	json_object_set_new(o, "writer", json_string(p->state == PUB_STANDBY ? p->lease.other :
+						     p->lease.held ? "this publisher" : ""));
 	(void)wsync_role_status_write(p->cfg, o, m);
 }
 

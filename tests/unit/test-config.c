@@ -1296,7 +1296,7 @@ static void test_foreach_key(void)
 		{ "publisher", "chunk_size", 0 },
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
 		{ "publisher", "part", 0 },	 { "publisher", "part_files", 0 },
-		{ "publisher", "part_wait_alarm", 0 },
+		{ "publisher", "part_wait_alarm", 0 }, { "publisher", "writer_lease", 0 },
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },
 		{ "subscriber", "on_apply", 0 }, { "subscriber", "on_apply_timeout", 0 },

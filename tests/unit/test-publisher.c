@@ -21,7 +21,7 @@
  *    UPLOAD or a BACKOFF the version is abandoned (HEAD absent or at the
  *    version before, no manifest); in MANIFEST, HEAD or COMMIT it is
  *    finished (HEAD names it, whole); a restart is at that version and
- *    publishes nothing twice; a stop in RECOVER's backoff ends at once;
+ *    publishes nothing twice; a stop in the start's backoff (LEASE) ends at once;
  *    stopped while HEAD's put backs off, the manifest is left and the
  *    restart's RECOVER completes HEAD from it (no version published twice);
  *  - the assignment rule (pub_parts_assign, pub_parts_select): shards
@@ -53,6 +53,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -646,7 +647,7 @@ static bool first_stopped(struct ctx *c)
 
 static void test_transitions(void)
 {
-	static const enum pub_state boot[] = { PUB_RECOVER, PUB_IDLE };
+	static const enum pub_state boot[] = { PUB_LEASE, PUB_RECOVER, PUB_IDLE };
 	static const enum pub_state publish[] = { PUB_IDLE, PUB_PREPARE, PUB_UPLOAD,
 						  PUB_MANIFEST, PUB_HEAD, PUB_COMMIT,
 						  PUB_GC, PUB_IDLE };
@@ -792,7 +793,8 @@ static void backoff_then_publish(struct ctx *c, enum pub_state s, const char *wh
 
 static void test_store_failures(void)
 {
-	static const enum pub_state rec[] = { PUB_RECOVER, PUB_BACKOFF, PUB_RECOVER, PUB_IDLE };
+	static const enum pub_state rec[] = { PUB_LEASE, PUB_BACKOFF, PUB_LEASE, PUB_RECOVER,
+					      PUB_IDLE };
 	struct wsync_manifest m = { 0 };
 	struct ctx c;
 	struct inst *in;
@@ -804,18 +806,18 @@ static void test_store_failures(void)
 	/* RECOVER: no bucket directory (the file store says -ENXIO) */
 	CHECK(rmdir(c.bucket) == 0);
 	CHECK(inst_start(in) == 0);
-	want_retry = PUB_RECOVER;
+	want_retry = PUB_LEASE;
 	CHECK(run_until(&c, first_backing_off, 5000));
-	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_RECOVER);
-	CHECK_CONTAINS(in->backoff_status, "bucket unreachable (reading HEAD)");
+	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_LEASE);
+	CHECK_CONTAINS(in->backoff_status, "bucket unreachable (reading the writer lease)");
 	CHECK_CONTAINS(in->backoff_status, "retrying in 1 s");
 	CHECK_CONTAINS(in->p->last_error, "does not exist");
 	/* still missing at the retry: RECOVER again, then a wait twice as long */
 	CHECK(run_until(&c, second_backoff, 3000));
-	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_RECOVER);
+	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_LEASE);
 	CHECK(mkdir(c.bucket, 0755) == 0);
 	CHECK(run_until(&c, first_idle, 5000));
-	CHECK(saw_in_order(in, rec, 4));
+	CHECK(saw_in_order(in, rec, 5));
 	{
 		struct status st;
 
@@ -1135,6 +1137,138 @@ static void test_state_lost(void)
 	ctx_free(&c);
 }
 
+/* ---- one writer per bucket (BUCKET.md §8) ---- */
+
+static struct inst *want_inst;
+static enum pub_state want_state;
+
+static bool inst_in_state(struct ctx *c)
+{
+	(void)c;
+	return want_inst->p && want_inst->p->state == want_state && !want_inst->p->pub;
+}
+
+static bool inst_at_version(struct ctx *c)
+{
+	return inst_in_state(c) && want_inst->p->head_version == want_version;
+}
+
+static size_t count_manifests(struct ctx *c)
+{
+	char d[PATH_MAX + 32];
+	struct dirent *e;
+	size_t n = 0;
+	DIR *dir;
+
+	snprintf(d, sizeof(d), "%s/manifests", c->bucket);
+	dir = opendir(d);
+	if (!dir)
+		return 0;
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/*
+ * A second publisher (its own state_dir, the same folder and bucket)
+ * stands by while the first holds the writer lease; a clean stop hands
+ * the bucket over at once, and the new writer publishes nothing the
+ * bucket holds already; a writer whose lease goes unrenewed is taken
+ * over after writer_lease, and the old one, finding it gone, writes
+ * nothing more.
+ */
+static void test_two_writers(void)
+{
+	struct wsync_manifest m = { 0 };
+	struct inst *a, *b;
+	struct status st;
+	struct ctx c;
+	char f[PATH_MAX + 64];
+
+	CHECK(ctx_init(&c) == 0);
+	a = inst_config(&c, 1, 1);
+	b = inst_config(&c, 2, 1);	/* state2, run2: another publisher, not a part */
+	a->cfg.writer_lease_ms = b->cfg.writer_lease_ms = 3000;
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(a) == 0);
+	CHECK(make_checkpoint(&c, 100, 1, 20000));
+	want_inst = a;
+	want_state = PUB_IDLE;
+	want_version = 1;
+	CHECK(run_until(&c, inst_at_version, 10000));
+	snprintf(f, sizeof(f), "%s/writers/1.json", c.bucket);
+	CHECK(access(f, F_OK) == 0);
+
+	/* b stands by, says so, writes nothing */
+	CHECK(inst_start(b) == 0);
+	want_inst = b;
+	want_state = PUB_STANDBY;
+	CHECK(run_until(&c, inst_in_state, 5000));
+	CHECK(read_status(b, &st));
+	CHECK_STR(st.phase, "standby");
+	CHECK_CONTAINS(st.message, "another publisher writes the bucket");
+	CHECK_CONTAINS(st.message, a->state_dir);
+	CHECK(b->p->metrics.standby || b->p->state == PUB_STANDBY);
+	CHECK(make_checkpoint(&c, 200, 1, 20000));
+	want_inst = a;
+	want_state = PUB_IDLE;
+	want_version = 2;
+	CHECK(run_until(&c, inst_at_version, 10000));
+	run_for(&c, 1500);	/* b polls the lease: still a's */
+	CHECK(b->p->state == PUB_STANDBY);
+	CHECK_EQ_U64(count_manifests(&c), 2);
+
+	/* the handover: a stops (deleting its lease), b takes over within a
+	 * third of writer_lease and publishes nothing HEAD holds */
+	CHECK(inst_stop(a));
+	CHECK(access(f, F_OK) < 0);
+	want_inst = b;
+	want_state = PUB_IDLE;
+	CHECK(run_until(&c, inst_in_state, 5000));
+	run_for(&c, 1500);	/* past settle_time: checkpoint-200 judged and hashed */
+	CHECK(b->p->state == PUB_IDLE && b->p->lease.held);
+	CHECK_EQ_U64(bucket_head(&c, NULL), 2);
+	CHECK_EQ_U64(count_manifests(&c), 2);
+	CHECK(b->p->has_step && b->p->step == 200 && !b->p->need_anchor);
+	CHECK(make_checkpoint(&c, 300, 1, 20000));
+	want_version = 3;
+	CHECK(run_until(&c, inst_at_version, 10000));
+	CHECK_EQ_U64(bucket_head(&c, &m), 3);
+	CHECK(m.kind == WSYNC_MANIFEST_DELTA && m.base_version == 2);	/* on the adopted base */
+	wsync_manifest_free(&m);
+
+	/* failover: b's lease stops being renewed (as if hung); a, started
+	 * again, stands by, then takes over after writer_lease */
+	uv_timer_stop(&b->p->lease.timer);
+	CHECK(inst_start(a) == 0);
+	want_inst = a;
+	want_state = PUB_STANDBY;
+	CHECK(run_until(&c, inst_in_state, 5000));
+	want_state = PUB_IDLE;
+	CHECK(run_until(&c, inst_in_state, 8000));
+	CHECK(a->p->lease.held);
+	CHECK_EQ_U64(a->p->metrics.writer_takeovers, 1);
+	/* b finds it out at its next write, or at the next renewal: either
+	 * way step 400 is a's version 4 alone */
+	run_for(&c, 3100);	/* b's own lease is stale by its own clock now */
+	CHECK(make_checkpoint(&c, 400, 1, 20000));
+	want_version = 4;
+	CHECK(run_until(&c, inst_at_version, 10000));
+	run_for(&c, 1500);
+	CHECK_EQ_U64(bucket_head(&c, NULL), 4);
+	CHECK_EQ_U64(count_manifests(&c), 4);
+	CHECK(!b->p->lease.held);
+	want_inst = b;
+	want_state = PUB_STANDBY;
+	CHECK(run_until(&c, inst_in_state, 5000));
+	CHECK(inst_stop(b));
+	CHECK(access(f, F_OK) == 0);	/* b deletes no lease of a's */
+	CHECK(inst_stop(a));
+	CHECK(loop_stop(&c));
+	ctx_free(&c);
+}
+
 /* A stop while RECOVER backs off (no bucket directory): the role ends
  * at once, without waiting for the retry. */
 static void test_stop_in_recover_backoff(void)
@@ -1148,7 +1282,7 @@ static void test_stop_in_recover_backoff(void)
 	CHECK(loop_start(&c) == 0);
 	CHECK(rmdir(c.bucket) == 0);
 	CHECK(inst_start(in) == 0);
-	want_retry = PUB_RECOVER;
+	want_retry = PUB_LEASE;
 	CHECK(run_until(&c, first_backing_off, 5000));
 	t0 = uv_now(&c.loop);
 	wsync_publisher_stop(in->p);
@@ -1685,6 +1819,7 @@ int main(int argc, char **argv)
 			{ "parts_stop_while_waiting", test_parts_stop_while_waiting },
 			{ "stop_in_head_backoff", test_stop_in_head_backoff },
 			{ "store_failures", test_store_failures },
+			{ "two_writers", test_two_writers },
 		};
 
 		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -1708,6 +1843,7 @@ int main(int argc, char **argv)
 	TEST(test_stop_in_commit);
 	TEST(test_stop_in_recover_backoff);
 	TEST(test_state_lost);
+	TEST(test_two_writers);
 	TEST(test_stop_in_head_backoff);
 	TEST(test_two_parts);
 	TEST(test_three_parts);
