@@ -626,7 +626,9 @@ static void attempt_over(struct wsync_http_req *req, CURLcode rc)
 		return;
 	}
 
-	if (wsync_http_transient(err, req->status) && req->attempts < http->opt.attempts) {
+	if ((wsync_http_transient(err, req->status) ||
+	     (req->retry_conflict && err == 0 && req->status == 409)) &&
+	    req->attempts < http->opt.attempts) {
 		uint64_t now = uv_now(http->loop);
 		/* retry_after_s is at most WSYNC_HTTP_RETRY_AFTER_MAX_S: no
 		 * overflow in the milliseconds */

@@ -19,7 +19,8 @@
  * for the gateway.
  *
  * What is retried: connection failures, resets and timeouts, and the
- * statuses 408, 429, 500, 502, 503, 504.  A Retry-After header (seconds
+ * statuses 408, 429, 500, 502, 503, 504 (and 409 for a request that sets
+ * retry_conflict).  A Retry-After header (seconds
  * or a date, clamped to WSYNC_HTTP_RETRY_AFTER_MAX_S) sets the next
  * delay's floor.  Attempts stop at the attempt limit or when the next
  * attempt would start after the total time limit.
@@ -101,6 +102,9 @@ struct wsync_http_req {
 	uint64_t attempt_max_ms;	/* 0, or no attempt lasts longer than this,
 					 * whatever moves (curl's CURLOPT_TIMEOUT_MS):
 					 * -ETIMEDOUT, retried as any timeout */
+	bool retry_conflict;		/* 409 Conflict is transient too: S3's answer
+					 * to a conditional write racing another on
+					 * the key, which it says to retry */
 	/* Build req->headers for the attempt about to start: free the old
 	 * list, make a new one.  redirect_url is NULL for the first hop, else
 	 * the URL the server sent us to.  Return 0, or a negative errno to end

@@ -40,7 +40,11 @@
  * emulates flock there with POSIX locks), take the same lock; the name is
  * refused as a key and skipped by listings, so nothing else touches it.
  * Unconditional puts and deletes take no lock: they stay as fast as they
- * were and are not fenced.
+ * were and are not fenced.  An if_match is as exact as the ETags: the
+ * inode an object's replacement freed may come back for a later one, and
+ * with the same size and a timestamp in the same tick of the file
+ * system's clock (a few milliseconds on ext4) that one has the old ETag
+ * -- three puts of one key within a tick, not a publisher's pace.
  */
 #include "store_backend.h"
 

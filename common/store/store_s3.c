@@ -16,7 +16,8 @@
  * libuv thread pool: the store then rejects a body damaged on the way.
  *
  * An operation is a small state machine over one or more transfers:
- *   put    [HASH] -> PUT                            (size <= part_size)
+ *   put    [HASH] -> PUT                            (size <= part_size;
+ *          a conditional put is always this one PUT, store.c sees to it)
  *          INIT -> [HASH -> PART]* -> COMPLETE     (multipart; ABORT on failure)
  *   get    GET first range -> [GET range]* -> FINISH (fsync, verify, rename
  *          on the thread pool); a whole object into a file: HEAD first,
@@ -512,7 +513,69 @@ static int put_single(struct s3_op *op)
 	x->h.body_buf = req->buf;
 	x->h.body_offset = op->fd >= 0 ? op->base : 0;
 	x->h.body_len = op->size;
+	/* A condition rides in the header GET's If-None-Match does (signed
+	 * with the rest); store.c keeps an ETag within cond_value. */
+	if (req->put_if_absent) {
+		snprintf(x->cond_name, sizeof(x->cond_name), "if-none-match");
+		snprintf(x->cond_value, sizeof(x->cond_value), "*");
+	} else if (req->put_if_match) {
+		snprintf(x->cond_name, sizeof(x->cond_name), "if-match");
+		snprintf(x->cond_value, sizeof(x->cond_value), "%s", req->put_if_match);
+	}
+	x->h.retry_conflict = x->cond_name[0] != '\0';
 	return xfer_hash_then_send(x);
+}
+
+/*
+ * A conditional PUT's answers of its own: 412 the condition does not
+ * hold (and for If-Match AWS's 404 NoSuchKey: the object is gone), 501
+ * the store refuses conditions (OpenStack Swift's s3api), 409 a write
+ * racing this one on the key still after the retries.  Records the
+ * failure and returns true; false for any other answer (xfer_error's).
+ * A 412 after several attempts may be this put's own first attempt,
+ * landed but unanswered: the message says so.
+ */
+static bool put_cond_error(struct s3_xfer *x)
+{
+	struct s3_op *op = x->op;
+	struct wsync_store_req *req = op->req;
+	struct wsync_http_req *h = &x->h;
+	char code[64] = "", msg[256];
+	const char *retried = h->attempts > 1 ? " (after a retry: perhaps this put's own "
+				"first attempt, which landed unanswered)" : "";
+
+	if (!x->cond_name[0] || h->err < 0)
+		return false;
+	(void)wsync_s3_parse_error(h->resp.data, h->resp.len, code, sizeof(code), msg,
+				   sizeof(msg));
+	switch (h->status) {
+	case 412:
+		if (req->put_if_absent)
+			op_fail(op, -EEXIST, "put %s: an object has this key (If-None-Match: *)%s",
+				req->key, retried);
+		else
+			op_fail(op, -ESTALE, "put %s: the object is no longer %s (If-Match)%s",
+				req->key, req->put_if_match, retried);
+		return true;
+	case 404:
+		if (!req->put_if_match || strcmp(code, "NoSuchBucket") == 0)
+			return false;
+		op_fail(op, -ESTALE, "put %s: no such object (If-Match %s)%s", req->key,
+			req->put_if_match, retried);
+		return true;
+	case 501:
+		op_fail(op, -ENOTSUP, "put %s: %s does not support conditional writes "
+			"(HTTP 501%s%s)", req->key, wsync_store_describe(op->s3->store),
+			code[0] ? " " : "", code);
+		return true;
+	case 409:
+		op_fail(op, -EAGAIN, "put %s: another write to the key conflicted with this "
+			"conditional one (HTTP 409%s%s) after %u attempts", req->key,
+			code[0] ? " " : "", code, h->attempts);
+		return true;
+	default:
+		return false;
+	}
 }
 
 static int put_part(struct s3_op *op)
@@ -629,12 +692,13 @@ static void put_done(struct s3_xfer *x)
 		return;
 	}
 	if (h->err < 0 || !ok_status(h->status)) {
-		xfer_error(x);
+		if (!put_cond_error(x))
+			xfer_error(x);
 		xfer_free(x);
 		put_abort(op);
 		return;
 	}
-	if (!op->n_parts) {			/* single PUT */
+	if (!op->n_parts) {			/* single PUT: its ETag is the object's */
 		free(op->etag);
 		op->etag = strdup(h->hdr.etag);
 		xfer_free(x);
@@ -719,9 +783,6 @@ static int put_start(struct s3_op *op)
 	} else {
 		op->size = req->buf_len;
 	}
-	if (req->put_if_absent || req->put_if_match)
-		return wsync_store_req_fail(req, -ENOTSUP, "put %s: conditional puts are not "
-					    "implemented for S3 yet", req->key);
 	if (op->size <= ps)
 		return put_single(op);
 	if ((op->size + ps - 1) / ps > PARTS_MAX)

@@ -17,6 +17,9 @@ enum {
 	WSYNC_EXIT_OK = 0,
 	WSYNC_EXIT_FAILURE = 1,	/* with a one-line reason on stderr */
 	WSYNC_EXIT_USAGE = 2,
+	/* 3 is status's "not running" (tool_status.c) */
+	WSYNC_EXIT_CONDITION = 4, /* store put --if-absent/--if-match: it does not hold */
+	WSYNC_EXIT_UNSUPPORTED = 5, /* ... the store refuses conditional writes */
 	WSYNC_EXIT_DATAERR = 65, /* sysexits.h EX_DATAERR: bad or mismatched input */
 };
 

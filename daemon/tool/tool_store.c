@@ -2,7 +2,10 @@
 /*
  * wsync store put|get|ls|rm|head -- the bucket by hand, as `aws s3 cp/ls/rm`
  * does it: one request through the same store (store.h) the daemon uses,
- * on a private loop, waited for.
+ * on a private loop, waited for.  put --if-absent / --if-match is the
+ * store's conditional put (wsync_store_put_buf_if), with exit codes of
+ * its own so a script can tell "the condition does not hold" from "the
+ * store cannot check it" from any other failure.
  *
  * An object URL is a bucket URL with the key after it.  Where the bucket
  * ends:
@@ -43,7 +46,7 @@
 #define TOOL "wsync store"
 
 static const char synopsis[] =
-	"Usage: wsync store put FILE URL\n"
+	"Usage: wsync store put FILE URL [--if-absent | --if-match ETAG]\n"
 	"       wsync store get URL FILE [--expect-size N] [--expect-xxh3 HEX]\n"
 	"                               [--if-none-match ETAG] [--max-size SIZE]\n"
 	"       wsync store ls URL [--json]\n"
@@ -74,11 +77,19 @@ static void store_usage(FILE *f)
 		   "  --max-size SIZE get: refuse an object larger than SIZE (4096, 64MiB,\n"
 		   "                  2GiB, ...) before writing any of it; without it or\n"
 		   "                  --expect-size, the free space where FILE goes\n"
+		   "  --if-absent     put: only if no object has the key (exit 4 if one\n"
+		   "                  does); prints the new object's ETag\n"
+		   "  --if-match ETAG put: only if the object's ETag is still ETAG, as head\n"
+		   "                  prints it (exit 4 if it is another or gone); prints\n"
+		   "                  the new object's ETag.  Both: at most [store]\n"
+		   "                  part_size bytes; exit 5 if the store refuses\n"
+		   "                  conditional writes (OpenStack Swift)\n"
 		   "  -h, --help      this text\n\n"
 		   "Credentials: [store] credentials, $CREDENTIALS_DIRECTORY/store or\n"
 		   "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN.\n\n"
-		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 the data did not verify,\n"
-		   "78 bad --config file.\n", synopsis);
+		   "Exit codes: 0 ok, 1 failure, 2 usage, 4 put's condition does not\n"
+		   "hold, 5 the store refuses conditional puts, 65 the data did not\n"
+		   "verify, 78 bad --config file.\n", synopsis);
 }
 
 /* ---- the object URL ------------------------------------------------------ */
@@ -94,6 +105,7 @@ struct target {
 struct run {
 	bool json;				/* --json (ls, head) */
 	struct wsync_store_get_options gopt;	/* get's --expect-*, ... */
+	struct wsync_store_put_options popt;	/* put's --if-absent, --if-match */
 	uint8_t xxh3[16];			/* gopt.expect_xxh3 points here */
 	const char *endpoint, *region;		/* NULL: --config's or none */
 	struct wsync_config cfg;		/* --config's, when have_cfg */
@@ -319,7 +331,8 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 
 /* ---- stdin and stdout ---------------------------------------------------- */
 
-static int read_stdin(uint8_t **ret, size_t *len)
+/* All of fd (stdin, or a FILE a conditional put sends from memory). */
+static int read_all(int fd, uint8_t **ret, size_t *len)
 {
 	size_t cap = 1 << 16, n = 0;
 	uint8_t *p = malloc(cap);
@@ -344,7 +357,7 @@ static int read_stdin(uint8_t **ret, size_t *len)
 			p = q;
 			cap *= 2;
 		}
-		k = read(STDIN_FILENO, p + n, cap - n);
+		k = read(fd, p + n, cap - n);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0) {
@@ -425,8 +438,18 @@ static int load_config(const char *path, struct wsync_config *cfg)
 	return WSYNC_EXIT_OK;
 }
 
-static int exit_for(int err)
+static bool conditional(const struct run *run)
 {
+	return run->popt.if_absent || run->popt.if_match;
+}
+
+/* The exit code of a request that failed with err. */
+static int exit_for(const struct run *run, int err)
+{
+	if (conditional(run) && (err == -EEXIST || err == -ESTALE))
+		return WSYNC_EXIT_CONDITION;
+	if (conditional(run) && err == -ENOTSUP)
+		return WSYNC_EXIT_UNSUPPORTED;
 	return err == -EIO ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 }
 
@@ -481,7 +504,7 @@ static int wait_request(struct run *run, int r, bool is_put)
 	}
 	if (run->err) {
 		fprintf(stderr, TOOL ": %s\n", run->msg[0] ? run->msg : strerror(-run->err));
-		return exit_for(run->err);
+		return exit_for(run, run->err);
 	}
 	return WSYNC_EXIT_OK;
 }
@@ -522,7 +545,29 @@ static uint64_t free_space(const char *path)
 
 /* ---- the subcommands ------------------------------------------------------ */
 
-/* put FILE URL: FILE "-" is stdin, read into memory first. */
+/* FILE ("-": stdin) into memory: 0, or the exit code after saying why. */
+static int read_source(const struct run *run, const char *file, uint8_t **data, size_t *len)
+{
+	bool is_stdin = strcmp(file, "-") == 0;
+	int fd = is_stdin ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int r = fd < 0 ? -errno : read_all(fd, data, len);
+
+	if (fd >= 0 && !is_stdin)
+		(void)close(fd);
+	if (r == 0)
+		return 0;
+	if (r == -EFBIG)
+		fprintf(stderr, TOOL ": reading %s: more than 1 GiB (%s)\n", is_stdin ? "stdin" :
+			file, conditional(run) ? "a conditional put takes at most [store] "
+			"part_size" : "give a file instead");
+	else
+		fprintf(stderr, TOOL ": reading %s: %s\n", is_stdin ? "stdin" : file,
+			strerror(-r));
+	return WSYNC_EXIT_FAILURE;
+}
+
+/* put FILE URL: FILE "-" is stdin, read into memory first, as is a FILE
+ * a conditional put sends (the store takes those from memory only). */
 static int store_put(struct run *run, char **args)
 {
 	const char *file = args[0];
@@ -533,18 +578,26 @@ static int store_put(struct run *run, char **args)
 	code = open_store(run, args[1], false);
 	if (code)
 		return code;
-	if (strcmp(file, "-") == 0) {
-		r = read_stdin(&data, &len);
-		if (r < 0) {
-			fprintf(stderr, TOOL ": reading stdin: %s\n", r == -EFBIG ?
-				"more than 1 GiB (give a file instead)" : strerror(-r));
-			return WSYNC_EXIT_FAILURE;
-		}
-		r = wsync_store_put_buf(run->store, run->t.key, data, len, on_done, run);
-	} else {
+	if (strcmp(file, "-") != 0 && !conditional(run)) {
 		r = wsync_store_put_file(run->store, run->t.key, file, on_done, run);
+	} else {
+		code = read_source(run, file, &data, &len);
+		if (code)
+			return code;
+		r = conditional(run) ?
+			    wsync_store_put_buf_if(run->store, run->t.key, data, len, &run->popt,
+						   on_done, run) :
+			    wsync_store_put_buf(run->store, run->t.key, data, len, on_done, run);
+	}
+	if (r == -EINVAL && conditional(run)) {
+		fprintf(stderr, TOOL ": %s: a conditional put takes at most [store] part_size "
+			"bytes (this is %zu) and an ETag as head prints it\n", run->t.key, len);
+		free(data);
+		return WSYNC_EXIT_USAGE;
 	}
 	code = wait_request(run, r, true);
+	if (code == WSYNC_EXIT_OK && conditional(run))
+		printf("%s\n", run->etag);
 	free(data);
 	return code;
 }
@@ -643,13 +696,14 @@ static const struct verb {
 	int n_args;		/* positional arguments after the verb */
 	bool json;		/* takes --json */
 	bool get_options;	/* takes --expect-size, --expect-xxh3, ... */
+	bool put_options;	/* takes --if-absent, --if-match */
 	int (*run)(struct run *run, char **args);
 } verbs[] = {
-	{ "put", 2, false, false, store_put },
-	{ "get", 2, false, true, store_get },
-	{ "ls", 1, true, false, store_ls },
-	{ "rm", 1, false, false, store_rm },
-	{ "head", 1, true, false, store_head },
+	{ "put", 2, false, false, true, store_put },
+	{ "get", 2, false, true, false, store_get },
+	{ "ls", 1, true, false, false, store_ls },
+	{ "rm", 1, false, false, false, store_rm },
+	{ "head", 1, true, false, false, store_head },
 };
 
 int tool_store(int argc, char **argv)
@@ -663,6 +717,8 @@ int tool_store(int argc, char **argv)
 		{ "expect-xxh3", required_argument, NULL, 'x' },
 		{ "if-none-match", required_argument, NULL, 'i' },
 		{ "max-size", required_argument, NULL, 'm' },
+		{ "if-absent", no_argument, NULL, 'a' },
+		{ "if-match", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -713,6 +769,12 @@ int tool_store(int argc, char **argv)
 			}
 			run.gopt.max_size = v;
 			break;
+		case 'a':
+			run.popt.if_absent = true;
+			break;
+		case 'M':
+			run.popt.if_match = optarg;
+			break;
 		case 'h':
 			store_usage(stdout);
 			return WSYNC_EXIT_OK;
@@ -746,6 +808,13 @@ int tool_store(int argc, char **argv)
 			"--max-size go with get\n");
 		return WSYNC_EXIT_USAGE;
 	}
+	if (conditional(&run) && !verb->put_options) {
+		fprintf(stderr, TOOL ": --if-absent and --if-match go with put\n");
+		return WSYNC_EXIT_USAGE;
+	}
+	if (run.popt.if_absent && run.popt.if_match)
+		return tool_usage_error(TOOL, synopsis, "--if-absent and --if-match: one "
+					"condition at a time");
 	if (config_path) {
 		code = load_config(config_path, &run.cfg);
 		if (code != WSYNC_EXIT_OK) {

@@ -8,9 +8,14 @@
 Serves each bucket NAME path-style from directory DIR (a file:// bucket:
 key "a/b" is DIR/a/b), enough of S3 for wsync: HEAD and GET of objects
 (Range, If-Match, If-None-Match), ListObjectsV2 (prefix, delimiter "/",
-continuation tokens, pages of 1000), PUT and DELETE of objects.  No
-signature is checked (any or no Authorization is accepted; the log says
-whether one came).  stdlib only; one thread per connection.
+continuation tokens, pages of 1000), PUT and DELETE of objects.  A PUT
+honours If-None-Match: * and If-Match: ETAG as S3 does (412
+PreconditionFailed; the check and the write one step under a lock, so of
+racing conditional PUTs one wins).  ETags are the MD5 of the file's
+inode, size and mtime: a PUT makes a new inode, so each version's differs
+from the one it replaced.  No signature is checked (any or no
+Authorization is accepted; the log says whether one came).  stdlib only;
+one thread per connection.
 
 Rules make it lie.  PUT /__rules__ with a JSON list replaces them
 (DELETE /__rules__ drops them); the first rule whose "method" (regex,
@@ -35,10 +40,14 @@ target, query included, default any) match a request decides; "times"
                    Retry-After if given
     redirect       answer "code" (default 302) with Location "location"
                    ({key} is replaced by the object key, {port} by ours)
+    no_conditions  a PUT with If-None-Match or If-Match answers 501
+                   NotImplemented, as OpenStack Swift's s3api does; other
+                   requests are served as usual
 
 Log (--log): JSON lines, a "request" event as soon as a request is read
 (before it is answered) {"event","seq","method","path","host","auth",
-"rule"}, and a "response" event when its answer is over {"event","seq",
+"rule","cond"} (cond: the If-None-Match / If-Match header of a PUT, as
+"If-Match: VALUE", or null), and a "response" event when its answer is over {"event","seq",
 "method","path","status","bytes"} (bytes: of the body sent).
 --ports-file gets {"port": N} once the server listens.
 """
@@ -58,6 +67,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
+PUT_LOCK = threading.Lock()   # a conditional PUT's check and write, one step
 RULES = []            # [{"rule": dict, "left": n or None}]
 BUCKETS = {}
 LOG = None
@@ -89,7 +99,8 @@ def take_rule(method, target):
 
 def etag_of(path):
     st = os.stat(path)
-    return '"%s"' % hashlib.md5(("%d-%d" % (st.st_size, st.st_mtime_ns)).encode()).hexdigest()
+    return '"%s"' % hashlib.md5(("%d-%d-%d" % (st.st_ino, st.st_size, st.st_mtime_ns))
+                                .encode()).hexdigest()
 
 
 def xml_escape(s):
@@ -156,9 +167,14 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             Handler.seq = getattr(Handler, "seq", 0) + 1
             seq = Handler.seq
+        cond = None
+        if self.command == "PUT":
+            for h in ("If-None-Match", "If-Match"):
+                if self.headers.get(h) is not None:
+                    cond = "%s: %s" % (h, self.headers.get(h))
         log({"event": "request", "seq": seq, "method": self.command, "path": self.path,
              "host": self.headers.get("Host"), "auth": "Authorization" in self.headers,
-             "rule": self.rule.get("do") if self.rule else None})
+             "rule": self.rule.get("do") if self.rule else None, "cond": cond})
         try:
             self.dispatch()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
@@ -192,6 +208,9 @@ class Handler(BaseHTTPRequestHandler):
         do = rule.get("do")
         bucket, key, q = self.split()
         if do == "status":
+            # the body is read first: left on a kept-alive connection it
+            # would be taken for the next request
+            self.body()
             hdr = [("Retry-After", str(rule["retry_after"]))] if "retry_after" in rule else []
             return self.error(int(rule.get("code", 503)), "SlowDown", "hostile", hdr)
         if do == "redirect":
@@ -207,13 +226,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(400, "InvalidRequest", "not supported here")
         path = os.path.join(root, key)
         if self.command == "PUT":
-            data = self.body()
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = path + ".hostile-tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-            return self.answer(200, b"", [("ETag", etag_of(path))])
+            return self.put(path, self.body(), do)
         if self.command == "DELETE":
             try:
                 os.unlink(path)
@@ -225,6 +238,30 @@ class Handler(BaseHTTPRequestHandler):
         if not os.path.isfile(path):
             return self.error(404, "NoSuchKey", key)
         return self.get(path, do, rule)
+
+    def put(self, path, data, do):
+        inm = self.headers.get("If-None-Match")
+        im = self.headers.get("If-Match")
+        if do == "no_conditions" and (inm is not None or im is not None):
+            return self.error(501, "NotImplemented", "A header you provided implies "
+                              "functionality that is not implemented")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = "%s.%d.hostile-tmp" % (path, threading.get_ident())
+        with open(tmp, "wb") as f:
+            f.write(data)
+        with PUT_LOCK:
+            there = os.path.isfile(path)
+            if (inm == "*" and there) or (im is not None and (not there or etag_of(path) != im)):
+                failed = True
+            else:
+                failed = False
+                os.replace(tmp, path)
+                etag = etag_of(path)
+        if failed:
+            os.unlink(tmp)
+            return self.error(412, "PreconditionFailed", "At least one of the pre-conditions "
+                              "you specified did not hold")
+        return self.answer(200, b"", [("ETag", etag)])
 
     def get(self, path, do, rule):
         size = os.path.getsize(path)

@@ -7,7 +7,8 @@
  * followed without the Authorization header; at most max_active transfers
  * are open at once; an oversized body is refused; a stalled server times
  * out; freeing the engine cancels what is in flight and leaves a loop that
- * closes cleanly.  Plus the backoff and Retry-After arithmetic.
+ * closes cleanly; 409 is retried only for a request that asks (a
+ * conditional PUT), 412 never.  Plus the backoff and Retry-After arithmetic.
  *
  * A server that lies or never stops (issue 26): a body that goes on past
  * sink_max is cut at once (into a file too), so is one whose
@@ -411,6 +412,44 @@ static void test_no_retry_on_404_and_bounded(void)
 	CHECK_EQ_U64(b.h.attempts, 3);
 	CHECK_EQ_U64(r.srv.n_log, 4);
 	rig_stop(&r, reqs, 2);
+}
+
+/* 409 Conflict is final, unless the request says it is transient
+ * (retry_conflict: a conditional PUT racing another); 412 never retried. */
+static void test_conflict_retried_when_asked(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, "HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nETag: \"new\"\r\n"
+			   "Connection: close\r\n\r\n" },
+		{ RESPOND, "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n"
+			   "Connection: close\r\n\r\n" },
+	};
+	struct wsync_http_options o = fast;
+	struct rig r;
+	struct t_req a, b, c, *reqs[] = { &a, &b, &c };
+
+	o.max_active = 1;		/* a, b; c once b is done */
+	rig_start(&r, script, 4, &o);
+	t_init(&a, &r.srv, "PUT", "/plain");
+	t_init(&b, &r.srv, "PUT", "/conditional");
+	t_init(&c, &r.srv, "PUT", "/conditional");
+	b.h.retry_conflict = c.h.retry_conflict = true;
+	wsync_http_submit(r.http, &a.h);
+	wsync_http_submit(r.http, &b.h);
+	rig_wait(&r, reqs, 2);
+	wsync_http_submit(r.http, &c.h);
+	rig_wait(&r, reqs, 3);
+	CHECK_EQ_U64(a.h.status, 409);
+	CHECK_EQ_U64(a.h.attempts, 1);
+	CHECK_EQ_U64(b.h.status, 200);
+	CHECK_EQ_U64(b.h.attempts, 2);
+	CHECK_STR(b.h.hdr.etag, "\"new\"");
+	CHECK_EQ_U64(c.h.status, 412);
+	CHECK_EQ_U64(c.h.attempts, 1);
+	CHECK_EQ_U64(r.srv.n_log, 4);
+	rig_stop(&r, reqs, 3);
 }
 
 static void test_redirect_drops_auth(void)
@@ -948,6 +987,7 @@ int main(void)
 	TEST(test_backoff_math);
 	TEST(test_retries_transient);
 	TEST(test_no_retry_on_404_and_bounded);
+	TEST(test_conflict_retried_when_asked);
 	TEST(test_redirect_drops_auth);
 	TEST(test_concurrency_bound);
 	TEST(test_put_from_fd_retried_whole);
