@@ -33,6 +33,16 @@ struct fenced_put {
 
 static void fenced_put_done(struct wsync_store_result *res, void *data);
 
+static bool etag_sendable(const char *etag)
+{
+	size_t n = 0;
+
+	for (; etag[n]; n++)
+		if ((unsigned char)etag[n] < 0x20 || etag[n] == 0x7f)
+			return false;
+	return n <= WSYNC_STORE_ETAG_MAX;
+}
+
 static int fenced_submit(struct fenced_put *f)
 {
 	struct wsync_publisher *p = f->p;
@@ -118,7 +128,9 @@ int pub_put_fenced(struct wsync_publisher *p, const char *key, const void *data,
 				  .userdata = userdata };
 	strcpy(f->key, key);
 	f->opt.if_absent = if_absent;
-	if (if_match && *if_match) {
+	/* an ETag the store would refuse to send back (too long, odd
+	 * bytes) is as good as none: the lease fences that store */
+	if (if_match && *if_match && etag_sendable(if_match)) {
 		strcpy(f->if_match, if_match);
 		f->opt.if_match = f->if_match;
 	}

@@ -19,8 +19,8 @@
  * The lease is created only if absent and renewed only if unchanged
  * (conditional writes) where the store has them; on a store that
  * ignores them (s3rver) two publishers starting together may both
- * write it, so each reads it back after a pause and only the one it
- * names goes on, and the holder reads it before every renewal and after
+ * write it, so a publisher that takes it reads it back after a pause
+ * and goes on only if it still names it, and the holder reads it before every renewal and after
  * every HEAD it writes: a holder that finds another's name stops
  * writing (lease.lost) and stands by.
  */
@@ -39,7 +39,7 @@
 #include "publisher_local.h"
 
 #define LEASE_DOC_MAX 4096
-#define LEASE_SETTLE_MS 1000	/* written without conditions: read back after */
+#define LEASE_SETTLE_MS 1000	/* taken: read back after this long */
 
 static void lease_got(struct wsync_store_result *res, void *data);
 static void lease_put_done(struct wsync_store_result *res, void *data);
@@ -321,8 +321,9 @@ static void lease_put_done(struct wsync_store_result *res, void *data)
 		}
 		return;
 	}
-	if (l->taking && p->no_conditions) {
-		/* the store may have let another write it too: read it back */
+	if (l->taking) {
+		/* a store may ignore conditions (s3rver does) and have let
+		 * another write it too: read it back */
 		l->settling = true;
 		uv_timer_start(&l->timer, on_settled, LEASE_SETTLE_MS, 0);
 		return;

@@ -245,7 +245,7 @@ struct pub_lease {
 	char host[256];
 	bool acquiring;			/* LEASE: the answer goes to the dispatcher */
 	bool taking;			/* writing it as new (not a renewal) */
-	bool settling;			/* written without a condition: reading it back */
+	bool settling;			/* taken: reading it back (BUCKET.md §8) */
 	bool held, lost, released;
 	unsigned inflight;		/* its requests: the stop waits for them */
 	char etag[PUB_ETAG_MAX];	/* ours, as last written */

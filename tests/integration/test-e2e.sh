@@ -161,7 +161,8 @@ elif cmd == "retention":
               % (anchors, keep, every_anchor[-keep:]))
         ok = False
     oldest = anchors[0]
-    want = {"HEAD"}
+    # HEAD, and the writer lease (BUCKET.md §8) while a publisher runs
+    want = {"HEAD"} | {k for k in keys if k == "writers/1.json"}
     # The anchors HEAD's manifest lists, their manifests, every manifest
     # after the oldest up to HEAD, and what those manifests list.  (The
     # delta the oldest anchor's version also carries, from a version that

@@ -100,6 +100,7 @@ check "started together: one publisher writes, the other stands by" test -n "$W"
 O=$([ "$W" = a ] && echo b || echo a)
 check "... the standby's status names the writer's state_dir" \
 	bash -c "grep -q 'another publisher writes the bucket.*$TMP/$W/state' '$(status_json "$O")'"
+grep -h "writer lease\|another publisher" "$TMP"/[ab]/log | cut -c1-250 | sed "s/^/# /"
 check "... one journal entry (WRITER_OTHER) says so" \
 	bash -c "[ \$(grep -c 'another publisher writes this bucket' '$TMP/$O/log') = 1 ]"
 check "... the metric wsync_publisher_standby is 1 on the standby" \
