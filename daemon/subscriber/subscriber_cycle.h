@@ -106,6 +106,8 @@ struct cycle {
 	bool job_running;
 	bool failed;			/* ending: wait for inflight and the job */
 	bool chain_broken;		/* failed on the data: try the anchor next */
+	bool history_same;		/* the bucket's manifest of the applied version
+					 * is the one applied */
 	bool progressed;		/* at least one step applied */
 	uint64_t bytes_total, bytes_done;
 	uint64_t t0;			/* uv_now at the start of the transfer */

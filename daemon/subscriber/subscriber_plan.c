@@ -260,6 +260,7 @@ void sub_decide(struct wsync_subscriber *s)
 					 "applied one, is not the one applied", l);
 			chain_ok = false;
 		}
+		c->history_same = lm && lm->st == MS_OK && chain_ok;
 	}
 	if (chain_ok) {
 		ok = true;

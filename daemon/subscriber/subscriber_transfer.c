@@ -44,9 +44,12 @@ static void on_job_done(void *data, bool cancelled)
 			if (j->local_damaged)
 				s->local_damaged = true;
 			sub_verify_failed(s, st->version, what);
-			if (j->base_mismatch && !c->anchor_plan)
-				/* the target is intact and its history is not the
-				 * bucket's: only an anchor reaches HEAD */
+			if (j->base_mismatch && !c->anchor_plan && !c->history_same)
+				/* the target is intact, and nothing says the
+				 * bucket's history is its own: only an anchor
+				 * reaches HEAD.  (Under the same manifest of the
+				 * applied version the delta itself is bad: refused,
+				 * as an older anchor would meet it again.) */
 				sub_need_rebuild(s, "the delta of version %" PRIu64 " does not "
 						 "match the files of version %" PRIu64 " the target "
 						 "holds", st->version, s->local.version);
