@@ -79,8 +79,8 @@ static const struct family families[] = {
 	{ "wsync_lag_seconds", "gauge", P | S, K_F64, F(lag_seconds),
 	  offsetof(struct wsync_metrics, has_lag),
 	  "Publisher: from the last published checkpoint's newest write to HEAD naming it. "
-	  "Subscriber: how long the target has been behind HEAD (HEAD's age while behind, "
-	  "else 0)." },
+	  "Subscriber: how long the target has been behind HEAD -- since the creation of the "
+	  "first HEAD it did not hold, at least 1 while behind -- else 0." },
 	{ "wsync_checkpoint_waiting_seconds", "gauge", P, K_F64, F(waiting_seconds), NONE,
 	  "Publisher: since the trainer last wrote the newest checkpoint that HEAD does not "
 	  "hold yet (waiting to be complete, or being published); 0 when HEAD has the newest." },
@@ -120,6 +120,10 @@ static const struct family families[] = {
 	  F(verification_failures), NONE, "Bucket data the subscriber refused: a signature, "
 	  "hash or format that does not verify (VERIFY_FAILED in the journal); publisher part "
 	  "1: part records it refused." },
+	{ "wsync_versions_refused_total", "counter", S, K_COUNTER, F(versions_refused), NONE,
+	  "Steps the subscriber refused -- a version's manifest, delta or anchor that failed "
+	  "verification or is gone from the bucket -- each then tried again only after a "
+	  "backoff (poll_interval doubling up to 5 min)." },
 	{ "wsync_hook_failures_total", "counter", S, K_COUNTER, F(hook_failures), NONE,
 	  "on_apply commands and notify_url requests that failed." },
 	{ "wsync_checkpoints_rejected_total", "counter", P, K_COUNTER, F(checkpoints_rejected),

@@ -56,6 +56,7 @@ struct wsync_metrics {
 	uint64_t bytes_written;		/* subscriber: model files built in target_dir */
 	uint64_t store_errors;		/* requests failed after the store's retries */
 	uint64_t verification_failures;	/* subscriber: bucket data refused */
+	uint64_t versions_refused;	/* subscriber: steps refused, then backed off */
 	uint64_t hook_failures;		/* subscriber: on_apply / notify_url */
 	uint64_t checkpoints_rejected;	/* publisher */
 	uint64_t checkpoints_skipped;	/* publisher: superseded before published */

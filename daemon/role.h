@@ -60,7 +60,12 @@
  *   "head_version"      the newest version HEAD named (0: not seen yet)
  *   "last_applied"      when the last version was applied, or null
  *   "stale"             HEAD is older than max_head_age
- *   "lag_seconds"       HEAD's age when the target is behind it, else 0
+ *   "lag_seconds"       while the target is behind HEAD (another version,
+ *                       or HEAD's with another manifest): since the first
+ *                       HEAD it did not hold was written, at least 1;
+ *                       else 0
+ *   "behind"            the target does not hold what HEAD names
+ *   "versions_refused"  steps refused since start (subscriber_heal.c)
  *   "bytes_downloaded"  bytes received since the daemon started: objects
  *                       downloaded whole, or a partial subscriber's
  *                       ranges; a request the store retried counts once,

@@ -23,5 +23,6 @@
 #define WSYNC_MID_NOT_DURABLE         "8870d8b4c444453f82abaf76c5d48a1b"
 #define WSYNC_MID_PART_MISSING        "5f0c2b7e9d7a4c1e8b3a6d2f1e0c9b84"
 #define WSYNC_MID_WRITER_OTHER        "b0e6a1c44f2d4d7f9a53c2e81d6f0a37"
+#define WSYNC_MID_HISTORY_REBUILT     "a97f458ce6d34c63b51950981e4069d5"
 
 #endif

@@ -241,6 +241,7 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	sub_store_worked(s);
 	if (res->err < 0) {
 		sub_verify_failed(s, h, sub_err_text(&res->error, res->err));
+		sub_refuse(s, h, &c->head.manifest.hash, SUB_REFUSED_MANIFEST);
 		sub_cycle_fail(s);
 		return;
 	}
@@ -262,15 +263,18 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	}
 	if (r < 0) {
 		sub_verify_failed(s, h, sub_err_text(&err, r));
+		sub_refuse(s, h, &c->head.manifest.hash, SUB_REFUSED_MANIFEST);
 		sub_cycle_fail(s);
 		return;
 	}
-	/* Slots from the oldest version a plan may need up to HEAD. */
+	/* Slots from the oldest version a plan may need up to HEAD: the
+	 * applied version's own, to see that the bucket still holds its
+	 * history (subscriber_plan.c). */
 	c->anchor = m.anchors[m.n_anchors - 1].version;
 	c->lo = c->anchor;
 	if (s->local.version > 0 && s->local.version < h && h - s->local.version <= CHAIN_MAX &&
-	    s->local.version + 1 < c->lo)
-		c->lo = s->local.version + 1;
+	    s->local.version < c->lo)
+		c->lo = s->local.version;
 	c->n_ms = (size_t)(h - c->lo + 1);
 	c->ms = calloc(c->n_ms, sizeof(*c->ms));
 	if (!c->ms) {
@@ -393,24 +397,53 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	}
 	h = c->head.version;
 	s->head_created = c->head.created;
-	if (h < s->local.version) {
-		char what[160];
+	/* Below the highest version the target held: a replayed HEAD must not
+	 * roll it back -- nor may a history rewritten below it (the floor
+	 * stays through a rebuild from an older anchor). */
+	if (h < sub_local_floor(&s->local)) {
+		char what[200];
 
-		snprintf(what, sizeof(what), "HEAD names version %" PRIu64 ", older than the "
-			 "applied version %" PRIu64 " (rollback)", h, s->local.version);
+		if (s->local.version == sub_local_floor(&s->local))
+			snprintf(what, sizeof(what), "HEAD names version %" PRIu64 ", older than "
+				 "the applied version %" PRIu64 " (rollback)", h, s->local.version);
+		else
+			snprintf(what, sizeof(what), "HEAD names version %" PRIu64 ", older than "
+				 "version %" PRIu64 " the target held (rollback)", h,
+				 sub_local_floor(&s->local));
 		sub_verify_failed(s, h, what);
 		refuse_head(s, res->etag);
 		return;
 	}
 	s->head_version = h;
+	s->head_hash = c->head.manifest.hash;
 	check_stale(s);
-	if (h == s->local.version) {
-		if (!wsync_hash_equal(&c->head.manifest.hash, &s->local.manifest_hash)) {
-			sub_verify_failed(s, h, "HEAD names the applied version with another "
-					  "manifest than the one applied");
-			refuse_head(s, res->etag);
-			return;
-		}
+	if (s->blocked_until && h == s->blocked_version &&
+	    wsync_hash_equal(&c->head.manifest.hash, &s->blocked_hash) &&
+	    uv_now(s->d->loop) < s->blocked_until) {
+		/* its plan waits for a refused step: not before its backoff */
+		sub_cycle_free(c);
+		s->c = NULL;
+		sub_update_status(s);
+		sub_schedule_next(s, false);
+		return;
+	}
+	if (sub_refusal_wait(&s->refused, h, &c->head.manifest.hash, SUB_REFUSED_MANIFEST,
+			     uv_now(s->d->loop))) {
+		sub_cycle_free(c);
+		s->c = NULL;
+		sub_update_status(s);
+		sub_schedule_next(s, false);
+		return;
+	}
+	if (h == s->local.version &&
+	    !wsync_hash_equal(&c->head.manifest.hash, &s->local.manifest_hash)) {
+		/* The publisher's history was rewritten (two publishers on one
+		 * bucket, a bucket restored or published again): HEAD's chain
+		 * is the truth now. */
+		sub_need_rebuild(s, "HEAD names version %" PRIu64 ", the applied one, with "
+				 "another manifest than the one applied", h);
+	} else if (h == s->local.version) {
+		s->rebuild = false;	/* the target holds HEAD's history */
 		if (!(s->force_anchor && s->local_damaged)) {
 			keep_etag(s, res->etag);
 			s->last_error[0] = '\0';

@@ -558,6 +558,7 @@ static int check_result(struct sub_apply_job *j, int root)
 	s->step = m->step;
 	s->manifest_hash = j->manifest_hash;
 	s->applied = (int64_t)time(NULL);
+	s->floor = j->prev ? sub_local_floor(j->prev) : 0;	/* kept through a rebuild */
 	if (sub_local_set_filter(s, j->include, j->exclude) < 0)
 		return wsync_error_set(&j->err, -ENOMEM, "out of memory");
 	return 0;
@@ -715,6 +716,9 @@ static int apply_step(struct sub_apply_job *j, struct step_run *run)
 								sizeof(why)) != 0;
 			if (j->local_damaged)
 				wsync_error_prefix(&j->err, "the target was damaged (%s)", why);
+			else	/* the files are those applied: the delta is
+				 * not from them (another history) */
+				j->base_mismatch = true;
 		}
 	}
 applied:
@@ -762,6 +766,7 @@ void sub_apply_work(void *data)
 	wsync_error_clear(&j->err);
 	j->verify_failed = false;
 	j->local_damaged = false;
+	j->base_mismatch = false;
 	r = verify_object(j, &run);
 	if (r == 0)
 		r = apply_step(j, &run);

@@ -77,10 +77,16 @@ void sub_write_status(struct wsync_subscriber *s)
 	int64_t lag = 0;
 	json_t *o;
 
+	bool behind = sub_behind(s);
+
 	if (s->once)
 		return;
-	if (s->head_version > s->local.version && s->head_created)
-		lag = now - s->head_created;
+	if (!behind)
+		s->behind_since = 0;
+	else if (!s->behind_since)
+		s->behind_since = s->head_created > 0 && s->head_created <= now ? s->head_created :
+									       now;
+	lag = sub_lag(behind, s->behind_since, now);
 	m->version = s->local.version;
 	m->head_version = s->head_version;
 	m->has_step = s->local.version != 0;
@@ -98,6 +104,8 @@ void sub_write_status(struct wsync_subscriber *s)
 	json_object_set_new(o, "last_applied", wsync_role_time(s->local.applied));
 	json_object_set_new(o, "stale", json_boolean(s->stale));
 	json_object_set_new(o, "lag_seconds", json_integer(lag > 0 ? lag : 0));
+	json_object_set_new(o, "behind", json_boolean(behind));
+	json_object_set_new(o, "versions_refused", json_integer((json_int_t)m->versions_refused));
 	json_object_set_new(o, "bytes_downloaded", json_integer((json_int_t)m->bytes_downloaded));
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
@@ -146,7 +154,8 @@ void sub_update_status(struct wsync_subscriber *s)
 			s->state_word = "downloading";
 		}
 	} else if (s->last_error[0]) {
-		snprintf(s->line, sizeof(s->line), "%s, error: %.400s", v, s->last_error);
+		snprintf(s->line, sizeof(s->line), "%s, %serror: %.380s", v,
+			 sub_behind(s) ? "behind HEAD, " : "", s->last_error);
 		s->state_word = "error";
 	} else if (s->phase == PH_STARTING || s->phase == PH_NEW) {
 		snprintf(s->line, sizeof(s->line), "%s, starting", v);
@@ -154,9 +163,10 @@ void sub_update_status(struct wsync_subscriber *s)
 	} else if (s->head_version == 0) {
 		snprintf(s->line, sizeof(s->line), "%s, waiting for a first version in the bucket", v);
 		s->state_word = "idle";
-	} else if (s->head_version > s->local.version) {
-		snprintf(s->line, sizeof(s->line), "%s, HEAD is version %" PRIu64 ", checking",
-			 v, s->head_version);
+	} else if (sub_behind(s)) {
+		snprintf(s->line, sizeof(s->line), "%s, behind: HEAD is version %" PRIu64 "%s, "
+			 "checking", v, s->head_version, s->head_version == s->local.version ?
+			 " with another manifest" : "");
 		s->state_word = "downloading";	/* manifests */
 	} else {
 		uint64_t av = 0, files = 0;
@@ -205,6 +215,62 @@ void sub_verify_failed(struct wsync_subscriber *s, uint64_t version, const char 
 	sub_set_error(s, "%srefused: %s", v, what);
 	s->once_verify_failed = true;
 	s->metrics.verification_failures++;
+}
+
+void sub_refuse(struct wsync_subscriber *s, uint64_t version, const struct wsync_hash128 *hash,
+		enum sub_refused_what what)
+{
+	static const char *const names[] = { "manifest", "delta", "anchor" };
+	uint64_t wait = sub_refusal_note(&s->refused, version, hash, what,
+					 uv_now(s->d->loop), s->cfg->poll_interval_ms);
+
+	s->metrics.versions_refused++;
+	log_info("version %" PRIu64 "'s %s is not tried again for %.1f s (as this manifest "
+		 "describes it)", version, names[what], (double)wait / 1000);
+}
+
+void sub_need_rebuild(struct wsync_subscriber *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (s->rebuild)
+		return;
+	s->rebuild = true;
+	va_start(ap, fmt);
+	vsnprintf(s->rebuild_why, sizeof(s->rebuild_why), fmt, ap);
+	va_end(ap);
+	log_notice("%s: the target will be rebuilt from an anchor", s->rebuild_why);
+}
+
+bool sub_behind(const struct wsync_subscriber *s)
+{
+	return s->head_version &&
+	       (s->head_version != s->local.version ||
+		!wsync_hash_equal(&s->head_hash, &s->local.manifest_hash));
+}
+
+void sub_cycle_blocked(struct wsync_subscriber *s, uint64_t v, enum sub_refused_what what,
+		       uint64_t wait_ms)
+{
+	static const char *const names[] = { "manifest", "delta", "anchor" };
+	struct cycle *c = s->c;
+
+	log_debug("the way to version %" PRIu64 " takes version %" PRIu64 "'s %s, refused "
+		  "before: nothing downloaded for %.1f s more", c->head.version, v, names[what],
+		  (double)wait_ms / 1000);
+	s->blocked_until = uv_now(s->d->loop) + wait_ms;
+	s->blocked_version = c->head.version;
+	s->blocked_hash = c->head.manifest.hash;
+	if (!s->last_error[0])
+		sub_set_error(s, "version %" PRIu64 "'s %s was refused: tried again in %.0f s", v,
+			      names[what], (double)wait_ms / 1000);
+	/* HEAD is to be read again at the next poll (it may move on) */
+	free(s->etag);
+	s->etag = NULL;
+	sub_cycle_free(c);
+	s->c = NULL;
+	sub_update_status(s);
+	sub_schedule_next(s, false);
 }
 
 /* A store request failed (after the store's own retries): the cycle ends
@@ -358,8 +424,11 @@ void sub_end_cycle(struct wsync_subscriber *s)
 		 * anchor path that failed gets the cheapest plan again.  (A store
 		 * outage changes nothing.) */
 		s->force_anchor = !c->anchor_plan;
-	if (c && !failed)
-		s->force_anchor = s->local_damaged = false;
+	if (c && !failed) {
+		/* at HEAD: whatever was off is mended */
+		s->force_anchor = s->local_damaged = s->rebuild = false;
+		s->blocked_until = 0;
+	}
 	if (c && c->progressed && !s->stopping && (!s->once || s->once_opts.hooks)) {
 		char *vdir = s->cfg->layout == WSYNC_LAYOUT_SYMLINK ?
 			sub_version_dir(s->cfg->target_dir, s->local.version) : NULL;

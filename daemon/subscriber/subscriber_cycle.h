@@ -106,6 +106,8 @@ struct cycle {
 	bool job_running;
 	bool failed;			/* ending: wait for inflight and the job */
 	bool chain_broken;		/* failed on the data: try the anchor next */
+	bool history_same;		/* the bucket's manifest of the applied version
+					 * is the one applied */
 	bool progressed;		/* at least one step applied */
 	uint64_t bytes_total, bytes_done;
 	uint64_t t0;			/* uv_now at the start of the transfer */
@@ -211,6 +213,23 @@ struct wsync_subscriber {
 	struct sub_local local;		/* what target_dir holds */
 	char *etag;			/* of the last HEAD fully dealt with */
 	bool force_anchor;		/* next plan: from the anchor (repair) */
+	/* The bucket's history does not continue the target's (HEAD names
+	 * the applied version with another manifest, the bucket's manifest
+	 * of it is not the one applied, a delta does not fit the files
+	 * held): the next plans rebuild from an anchor HEAD's manifest lists,
+	 * whatever its version, until a cycle reaches HEAD.  rebuild_why
+	 * says which inconsistency; the journal's HISTORY_REBUILT entry is
+	 * written once per HEAD (rebuild_logged_*). */
+	bool rebuild;
+	char rebuild_why[256];
+	uint64_t rebuild_logged_version;
+	struct wsync_hash128 rebuild_logged_hash;
+	/* Steps refused, tried again only after their backoff; a HEAD whose
+	 * plan waits for one is not looked at again before blocked_until
+	 * (uv_now) unless it changes. */
+	struct sub_refusals refused;
+	uint64_t blocked_until, blocked_version;
+	struct wsync_hash128 blocked_hash;
 	bool local_damaged;		/* the target differs from its marker: a repair
 					 * from an anchor older than it is worth it */
 	struct wsync_role_backoff backoff;	/* after failed cycles */
@@ -219,7 +238,10 @@ struct wsync_subscriber {
 	/* for status */
 	const char *state_word;
 	uint64_t head_version;
+	struct wsync_hash128 head_hash;	/* of HEAD's manifest, as last seen */
 	int64_t head_created;
+	int64_t behind_since;		/* Unix seconds: the creation of the first HEAD
+					 * the target did not hold (0: not behind) */
 	bool stale, stale_logged;
 	struct wsync_role_outage outage;
 	char last_error[512];
@@ -242,6 +264,22 @@ void sub_write_status(struct wsync_subscriber *s);
 void sub_set_error(struct wsync_subscriber *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void sub_verify_failed(struct wsync_subscriber *s, uint64_t version, const char *what);
+/* A step refused (after sub_verify_failed, or an object gone): remembered
+ * with its backoff (subscriber_heal.c), counted (versions_refused). */
+void sub_refuse(struct wsync_subscriber *s, uint64_t version, const struct wsync_hash128 *hash,
+		enum sub_refused_what what);
+/* The bucket's history does not continue the target's: why (the first
+ * reason given stays until a cycle reaches HEAD); the next plan rebuilds
+ * from an anchor. */
+void sub_need_rebuild(struct wsync_subscriber *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Does the target not hold what HEAD (as last seen) names? */
+bool sub_behind(const struct wsync_subscriber *s);
+/* The plan waits for a refused step (v, what) for wait_ms more: the cycle
+ * ends without a download, and the same HEAD is not looked at again
+ * before then. */
+void sub_cycle_blocked(struct wsync_subscriber *s, uint64_t v, enum sub_refused_what what,
+		       uint64_t wait_ms);
 void sub_store_failed(struct wsync_subscriber *s, const char *what, int r,
 		      const struct wsync_error *e);
 void sub_store_worked(struct wsync_subscriber *s);

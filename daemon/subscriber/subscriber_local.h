@@ -15,6 +15,8 @@
  *    target_dir on the jobs thread -- the object verified, applied, the
  *    step finished (checked against its manifest, state.json written) --
  *    and the files of a version built ahead of its commit.
+ *  - subscriber_heal.c: the refused steps remembered (a backoff before
+ *    each is tried again) and the lag; pure functions, no I/O.
  *  - subscriber_hook.c: on_apply and notify_url after a version is applied
  *    (the POST through http.h's engine, on the loop).
  *  - the role itself, sharing subscriber_cycle.h, each file calling only
@@ -25,7 +27,7 @@
  *    subscriber_cycle.c (the services they share: status, errors, store
  *    outages, requests, the end of a cycle, the close once stopped).
  *  No two of these files call each other both ways (the layers above the
- *  role's: cycle, hooks, apply, layout, state, each calling only those
+ *  role's: cycle, heal, hooks, apply, layout, state, each calling only those
  *  after it); tests/layers/test-no-circles.py checks it.
  *
  * target_dir/.wsync/ is the subscriber's own corner of the target: the
@@ -48,11 +50,13 @@
  *
  *   {"format": "wsync-subscriber-state", "format_version": 1,
  *    "version": 12, "step": 2400, "manifest_xxh128": "<32 hex>",
- *    "applied": 1764687600,
+ *    "applied": 1764687600, "floor": 14,
  *    "files": [{"path": "config.json", "size": 654, "xxh128": "<32 hex>",
  *               "mtime_ns": 1764687600123456789}, ...],
  *    "include": "model-0000[12]-*", "exclude": ""}
  *
+ * floor: only while it is above version (a rebuild from an older anchor
+ * under way, subscriber_heal.c); older readers ignore it.
  * include and exclude: a partial subscriber's filter when it applied the
  * version (absent: a full subscriber's); files lists only its files.
  *
@@ -92,12 +96,22 @@ struct sub_local {
 	int64_t step;
 	struct wsync_hash128 manifest_hash;	/* of the manifest document as stored */
 	int64_t applied;			/* Unix seconds of the apply */
+	/* The highest version this target ever held (0: version): a rebuild
+	 * from an older anchor passes through lower versions, but HEAD may
+	 * still not name one below this (rollback). */
+	uint64_t floor;
 	struct sub_file *files;
 	size_t n_files;
 	/* A partial subscriber's [subscriber] include and exclude when it
 	 * applied this (NULL, NULL: a full one's, every file). */
 	char *include, *exclude;
 };
+
+/* The rollback floor of s: no HEAD below it is taken. */
+static inline uint64_t sub_local_floor(const struct sub_local *s)
+{
+	return s->floor > s->version ? s->floor : s->version;
+}
 
 /*
  * The largest state read: what the largest manifest the subscriber accepts
@@ -227,6 +241,59 @@ int sub_stat_rel(int root, const char *rel, struct stat *st);
  */
 int sub_remove_stray_temps(const char *target);
 
+/* ---- refused steps and the lag (subscriber_heal.c) ---- */
+
+/* What of a version was refused: its manifest (HEAD's, or one a plan
+ * needs), its delta or its anchor (failed verification, or gone). */
+enum sub_refused_what { SUB_REFUSED_MANIFEST, SUB_REFUSED_DELTA, SUB_REFUSED_ANCHOR };
+
+#define SUB_REFUSED_MAX 16			/* remembered at once */
+#define SUB_REFUSED_BACKOFF_MAX_MS 300000u	/* 5 min, or poll_interval if longer */
+
+/* One refused step: a version's object as a given manifest (by the hash
+ * of the document as stored) describes it, so that a version published
+ * again with another manifest is a new step. */
+struct sub_refusal {
+	uint64_t version;
+	struct wsync_hash128 hash;
+	enum sub_refused_what what;
+	unsigned count;			/* refusals so far */
+	uint64_t until_ms;		/* not tried again before (the caller's clock) */
+};
+
+struct sub_refusals {
+	struct sub_refusal e[SUB_REFUSED_MAX];
+	size_t n;
+	uint64_t total;			/* every refusal noted (the metric) */
+};
+
+/*
+ * Note that step (version, hash, what) was refused at now_ms: its count
+ * goes up, and it is not to be tried again before poll_ms doubled once
+ * per refusal (2, 4, 8... polls), at most SUB_REFUSED_BACKOFF_MAX_MS (or
+ * poll_ms, if longer).  When SUB_REFUSED_MAX steps are remembered, the
+ * one whose wait ends first is forgotten.  Returns the wait in ms.
+ */
+uint64_t sub_refusal_note(struct sub_refusals *r, uint64_t version,
+			  const struct wsync_hash128 *hash, enum sub_refused_what what,
+			  uint64_t now_ms, uint64_t poll_ms);
+/* ms before that step may be tried again: 0 when it may now (or was
+ * never refused). */
+uint64_t sub_refusal_wait(const struct sub_refusals *r, uint64_t version,
+			  const struct wsync_hash128 *hash, enum sub_refused_what what,
+			  uint64_t now_ms);
+/* The step worked after all (applied): forgotten. */
+void sub_refusal_forget(struct sub_refusals *r, uint64_t version,
+			const struct wsync_hash128 *hash, enum sub_refused_what what);
+
+/*
+ * The lag status.json and the metrics report, in seconds: 0 when the
+ * target holds what HEAD names; behind, now - since (when the target
+ * first fell behind: the creation of the first HEAD it did not hold), and
+ * at least 1 -- a target behind HEAD never reports 0.
+ */
+int64_t sub_lag(bool behind, int64_t since, int64_t now);
+
 /* ---- one step on the jobs thread (subscriber_apply.c) ---- */
 
 struct sub_apply_job {
@@ -264,6 +331,8 @@ struct sub_apply_job {
 	int r;				/* 0, or negative errno */
 	bool verify_failed;		/* the data or the target did not verify */
 	bool local_damaged;		/* verify_failed, and the base differs from prev */
+	bool base_mismatch;		/* verify_failed on a delta whose base is not
+					 * the target's files, which are intact */
 	struct wsync_error err;
 	struct sub_local next;		/* on success: the new state (saved) */
 	struct wsync_apply_stats stats;

@@ -12,8 +12,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "log-messages.h"
 #include "log.h"
 #include "subscriber_cycle.h"
 
@@ -40,7 +42,7 @@ static int fetch_manifest(struct wsync_subscriber *s, uint64_t v)
 	struct req *q;
 	int r;
 
-	if (ms->st != MS_NONE)
+	if (!ms || ms->st != MS_NONE)
 		return 0;
 	q = sub_req_new(s, RQ_MANIFEST, v, 0);
 	if (!q)
@@ -148,6 +150,85 @@ static uint64_t delta_bytes(struct cycle *c, uint64_t from, uint64_t to)
 	return b;
 }
 
+/* The newest anchor HEAD's manifest lists below version a (0: none). */
+static uint64_t older_anchor(struct cycle *c, uint64_t a)
+{
+	const struct wsync_manifest *hm = &c->ms[c->n_ms - 1].m;
+	uint64_t best = 0;
+
+	for (size_t i = 0; i < hm->n_anchors; i++)
+		if (hm->anchors[i].version < a && hm->anchors[i].version > best)
+			best = hm->anchors[i].version;
+	return best;
+}
+
+/* Slots from version lo on, those held kept (no step points at them yet:
+ * this is the plan).  0 or -ENOMEM. */
+static int grow_slots(struct cycle *c, uint64_t lo)
+{
+	struct mslot *ms;
+	size_t add;
+
+	if (lo >= c->lo)
+		return 0;
+	add = (size_t)(c->lo - lo);
+	ms = calloc(add + c->n_ms, sizeof(*ms));
+	if (!ms)
+		return -ENOMEM;
+	memcpy(ms + add, c->ms, c->n_ms * sizeof(*ms));
+	free(c->ms);
+	c->ms = ms;
+	c->n_ms += add;
+	c->lo = lo;
+	return 0;
+}
+
+/* The longest wait of a refused step the plan takes -- [the anchor of
+ * c->anchor, then] the deltas from..HEAD -- with which one in *v, *what;
+ * 0: none waits. */
+static uint64_t plan_wait(struct wsync_subscriber *s, bool from_anchor, uint64_t from,
+			  uint64_t *v, enum sub_refused_what *what)
+{
+	struct cycle *c = s->c;
+	uint64_t now = uv_now(s->d->loop), max = 0, w;
+
+	if (from_anchor) {
+		max = sub_refusal_wait(&s->refused, c->anchor, &sub_slot(c, c->anchor)->hash,
+				       SUB_REFUSED_ANCHOR, now);
+		*v = c->anchor;
+		*what = SUB_REFUSED_ANCHOR;
+		from = c->anchor + 1;
+	}
+	for (uint64_t k = from; k <= c->head.version; k++) {
+		w = sub_refusal_wait(&s->refused, k, &sub_slot(c, k)->hash, SUB_REFUSED_DELTA, now);
+		if (w > max) {
+			max = w;
+			*v = k;
+			*what = SUB_REFUSED_DELTA;
+		}
+	}
+	return max;
+}
+
+/* The anchor path is taken to rebuild the target: the journal says why
+ * and from which anchor, once per HEAD. */
+static void log_rebuild(struct wsync_subscriber *s)
+{
+	struct cycle *c = s->c;
+
+	if (!s->rebuild || (s->rebuild_logged_version == c->head.version &&
+			    wsync_hash_equal(&s->rebuild_logged_hash, &c->head.manifest.hash)))
+		return;
+	s->rebuild_logged_version = c->head.version;
+	s->rebuild_logged_hash = c->head.manifest.hash;
+	wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_HISTORY_REBUILT,
+					    .version = (int64_t)c->head.version),
+		  "the bucket's history does not continue the target's (%s): rebuilding "
+		  "version %" PRIu64 " from the anchor of version %" PRIu64 "; the target keeps "
+		  "version %" PRIu64 " until each step is complete and verified", s->rebuild_why,
+		  c->head.version, c->anchor, s->local.version);
+}
+
 /* Called whenever no manifest fetch is in flight: fetch more, or plan. */
 void sub_decide(struct wsync_subscriber *s)
 {
@@ -155,19 +236,33 @@ void sub_decide(struct wsync_subscriber *s)
 	uint64_t h = c->head.version, l = s->local.version, a = c->anchor;
 	/* After a refusal the anchor is tried, unless it is not newer than
 	 * the intact target: rebuilding from it would serve older versions
-	 * on the way and meet the same refused data again. */
-	bool repair = s->force_anchor && (a > l || s->local_damaged);
-	bool chain_ok = l > 0 && c->local_ok && !repair && l < h && h - l <= CHAIN_MAX;
-	struct mslot *am;
-	bool ok;
+	 * on the way and meet the same refused data again.  A history that
+	 * does not continue the target's is rebuilt from an anchor whatever
+	 * its version: nothing else reaches HEAD. */
+	bool repair = s->rebuild || (s->force_anchor && (a > l || s->local_damaged));
+	bool chain_ok = l > 0 && c->local_ok && !repair && !c->anchor_tried && l < h &&
+			h - l <= CHAIN_MAX;
+	uint64_t wait, chain_wait = 0, wv = 0, cv = 0;
+	enum sub_refused_what ww = SUB_REFUSED_DELTA, cw = SUB_REFUSED_DELTA;
+	struct mslot *am, *lm;
+	bool ok, anchor_ok;
 
 	s->phase = PH_PLAN;
 	if (chain_ok) {
 		if (!c->chain_tried) {
 			c->chain_tried = true;
-			fetch_range(s, l + 1, h - 1);
+			fetch_range(s, l, h - 1);	/* l: is it still the one applied? */
 			return;
 		}
+		lm = sub_slot(c, l);
+		if (lm && lm->st == MS_OK && !wsync_hash_equal(&lm->hash, &s->local.manifest_hash)) {
+			sub_need_rebuild(s, "the bucket's manifest of version %" PRIu64 ", the "
+					 "applied one, is not the one applied", l);
+			chain_ok = false;
+		}
+		c->history_same = lm && lm->st == MS_OK && chain_ok;
+	}
+	if (chain_ok) {
 		ok = true;
 		for (uint64_t v = l + 1; v <= h && ok; v++)
 			ok = has_delta(c, v);
@@ -181,7 +276,7 @@ void sub_decide(struct wsync_subscriber *s)
 					&am->m, WSYNC_MANIFEST_ROLE_ANCHOR)->ref.size +
 					(a < h ? delta_bytes(c, a + 1, h) : 0);
 
-				if (anchor < chain) {
+				if (anchor < chain && plan_wait(s, true, a, &wv, &ww) == 0) {
 					log_info("the anchor of version %" PRIu64 " path (%" PRIu64
 						 " bytes) is cheaper than the chain from %" PRIu64
 						 " (%" PRIu64 " bytes)", a, anchor, l, chain);
@@ -189,11 +284,18 @@ void sub_decide(struct wsync_subscriber *s)
 					return;
 				}
 			}
-			sub_start_transfer(s, false, l + 1);
-			return;
+			chain_wait = plan_wait(s, false, l + 1, &cv, &cw);
+			if (chain_wait == 0) {
+				sub_start_transfer(s, false, l + 1);
+				return;
+			}
+			/* a step of the chain was refused: the anchor's way, if it
+			 * does not take that step too */
+		} else {
+			log_notice("the chain of deltas from version %" PRIu64 " to %" PRIu64
+				   " is broken; going through the anchor of version %" PRIu64,
+				   l, h, a);
 		}
-		log_notice("the chain of deltas from version %" PRIu64 " to %" PRIu64
-			   " is broken; going through the anchor of version %" PRIu64, l, h, a);
 	}
 	if (!c->anchor_tried) {
 		c->anchor_tried = true;
@@ -201,11 +303,38 @@ void sub_decide(struct wsync_subscriber *s)
 		return;
 	}
 	am = sub_slot(c, a);
-	ok = am && am->st == MS_OK &&
-	     wsync_manifest_find_object(&am->m, WSYNC_MANIFEST_ROLE_ANCHOR);
+	anchor_ok = am && am->st == MS_OK &&
+		    wsync_manifest_find_object(&am->m, WSYNC_MANIFEST_ROLE_ANCHOR);
+	ok = true;
 	for (uint64_t v = a + 1; v <= h && ok; v++)
 		ok = has_delta(c, v);
-	if (!ok) {
+	wait = anchor_ok ? sub_refusal_wait(&s->refused, a, &am->hash, SUB_REFUSED_ANCHOR,
+					    uv_now(s->d->loop)) : 0;
+	if (ok && (!anchor_ok || wait) && a > 1 && has_delta(c, a)) {
+		/* The anchor itself is gone, bad or refused, the deltas after
+		 * it are there: an older anchor HEAD's manifest lists, and the
+		 * anchor version's own delta from the version before. */
+		uint64_t older = older_anchor(c, a);
+
+		if (older && h - older <= CHAIN_MAX) {
+			log_notice("the anchor of version %" PRIu64 " is %s; going through the "
+				   "anchor of version %" PRIu64, a, wait ? "refused for now" :
+				   "missing or bad", older);
+			if (grow_slots(c, older) < 0) {
+				sub_set_error(s, "out of memory");
+				sub_cycle_fail(s);
+				return;
+			}
+			c->anchor = older;
+			fetch_range(s, older, a - 1);
+			return;
+		}
+	}
+	if (ok && anchor_ok && wait) {
+		sub_cycle_blocked(s, a, SUB_REFUSED_ANCHOR, wait);
+		return;
+	}
+	if (!ok || !anchor_ok) {
 		uint64_t bad = a;
 
 		if (am && am->st == MS_OK)
@@ -219,6 +348,14 @@ void sub_decide(struct wsync_subscriber *s)
 		sub_cycle_fail(s);
 		return;
 	}
+	wait = plan_wait(s, true, a, &wv, &ww);
+	if (wait) {
+		if (chain_wait && chain_wait < wait)
+			sub_cycle_blocked(s, cv, cw, chain_wait);
+		else
+			sub_cycle_blocked(s, wv, ww, wait);
+		return;
+	}
+	log_rebuild(s);
 	sub_start_transfer(s, true, a);
 }
-

@@ -138,6 +138,10 @@ int sub_local_parse(const char *buf, size_t len, const char *path, struct sub_lo
 	}
 	j = json_object_get(root, "applied");
 	out->applied = json_is_integer(j) ? (int64_t)json_integer_value(j) : 0;
+	j = json_object_get(root, "floor");
+	out->floor = json_is_integer(j) && json_integer_value(j) > 0 &&
+		     (uint64_t)json_integer_value(j) <= WSYNC_MANIFEST_VERSION_MAX ?
+		     (uint64_t)json_integer_value(j) : 0;
 	files = json_object_get(root, "files");
 	if (!json_is_array(files)) {
 		wsync_error_set(err, -EINVAL, "%s: no files list", path);
@@ -238,6 +242,8 @@ int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
 	r |= json_object_set_new(root, "manifest_xxh128",
 				 json_string(wsync_hash_hex(&s->manifest_hash, hex, sizeof(hex))));
 	r |= json_object_set_new(root, "applied", json_integer(s->applied));
+	if (s->floor > s->version)
+		r |= json_object_set_new(root, "floor", json_integer((json_int_t)s->floor));
 	if (s->include && s->exclude) {
 		r |= json_object_set_new(root, "include", json_string(s->include));
 		r |= json_object_set_new(root, "exclude", json_string(s->exclude));
@@ -496,6 +502,7 @@ int sub_local_adopt(const char *target, const struct sub_local *prev,
 	out->step = m->step;
 	out->manifest_hash = *manifest_hash;
 	out->applied = (int64_t)time(NULL);
+	out->floor = prev ? sub_local_floor(prev) : 0;
 out:
 	if (r != 0)
 		sub_local_free(out);

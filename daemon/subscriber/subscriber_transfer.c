@@ -44,6 +44,18 @@ static void on_job_done(void *data, bool cancelled)
 			if (j->local_damaged)
 				s->local_damaged = true;
 			sub_verify_failed(s, st->version, what);
+			if (j->base_mismatch && !c->anchor_plan && !c->history_same)
+				/* the target is intact, and nothing says the
+				 * bucket's history is its own: only an anchor
+				 * reaches HEAD.  (Under the same manifest of the
+				 * applied version the delta itself is bad: refused,
+				 * as an older anchor would meet it again.) */
+				sub_need_rebuild(s, "the delta of version %" PRIu64 " does not "
+						 "match the files of version %" PRIu64 " the target "
+						 "holds", st->version, s->local.version);
+			else if (!j->local_damaged)
+				sub_refuse(s, st->version, &st->ms->hash, st->anchor ?
+					   SUB_REFUSED_ANCHOR : SUB_REFUSED_DELTA);
 		} else {
 			log_error("applying version %" PRIu64 " failed: %s; target stays at "
 				  "version %" PRIu64, st->version, what, s->local.version);
@@ -56,6 +68,8 @@ static void on_job_done(void *data, bool cancelled)
 		double secs = j->stats.seconds + ahead;
 		char how[64] = "";
 
+		sub_refusal_forget(&s->refused, st->version, &st->ms->hash,
+				   st->anchor ? SUB_REFUSED_ANCHOR : SUB_REFUSED_DELTA);
 		sub_local_free(&s->local);
 		s->local = j->next;
 		memset(&j->next, 0, sizeof(j->next));
@@ -211,12 +225,17 @@ static void object_failed(struct wsync_subscriber *s, struct step *st,
 			snprintf(what, sizeof(what), "%s: %s", st->obj->ref.key,
 				 sub_err_text(&res->error, res->err));
 			sub_verify_failed(s, st->version, what);
+			sub_refuse(s, st->version, &st->ms->hash, st->anchor ?
+				   SUB_REFUSED_ANCHOR : SUB_REFUSED_DELTA);
 			c->chain_broken = true;
 		} else if (res->err == -ENOENT) {
 			c->chain_broken = true;
 			log_warning("version %" PRIu64 ": %s is missing from the bucket "
 				    "(deleted by garbage collection?)", st->version,
 				    st->obj->ref.key);
+			/* gone: the next plans go round it (an older anchor) */
+			sub_refuse(s, st->version, &st->ms->hash, st->anchor ?
+				   SUB_REFUSED_ANCHOR : SUB_REFUSED_DELTA);
 			sub_set_error(s, "version %" PRIu64 ": %s is missing", st->version,
 				      st->obj->ref.key);
 		} else {
@@ -307,6 +326,8 @@ static int check_arrived(struct wsync_subscriber *s, struct step *st,
 				 " bytes) does not match its SHA-256", st->obj->ref.key,
 				 st->pcs_off[k], st->pcs[k]->length);
 			sub_verify_failed(s, st->version, what);
+			sub_refuse(s, st->version, &st->ms->hash, st->anchor ?
+				   SUB_REFUSED_ANCHOR : SUB_REFUSED_DELTA);
 			s->c->chain_broken = true;
 			return -EINVAL;
 		}

@@ -32,6 +32,8 @@
  *    hung hook is killed at on_apply_timeout, stop ends a running hook;
  *  - notify_url POSTs its JSON from the loop, retries a 503 once, not a
  *    404, and stop cancels a POST the server never answers at once;
+ *  - the refused steps remembered, their backoff, the lag, the rollback
+ *    floor in state.json (subscriber_heal.c);
  *  - layout = symlink: target is a link flipped to target.v<N>, unchanged
  *    files hardlinked, the previous version kept and older ones removed,
  *    a refused step leaves the link and no version directory; an in-place
@@ -1478,6 +1480,79 @@ static void test_layout_symlink_takes_over(void)
 	ctx_free(&c);
 }
 
+/*
+ * The memory of refused steps (subscriber_heal.c): a refused step waits
+ * poll_interval doubled per refusal, bounded at 5 min; it is keyed by
+ * version, manifest and role (the same version under another manifest,
+ * or its anchor, is not held back); the oldest entry makes room; a step
+ * that worked is forgotten.  The lag is never 0 while behind.  And the
+ * rollback floor survives a save and a load of state.json.
+ */
+static void test_refusals_and_lag(void)
+{
+	struct sub_refusals r = { 0 };
+	struct wsync_hash128 h1 = { .b = { 1 } }, h2 = { .b = { 2 } };
+	uint64_t w;
+
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h1, SUB_REFUSED_DELTA, 0), 0);
+	CHECK_EQ_U64(sub_refusal_note(&r, 5, &h1, SUB_REFUSED_DELTA, 1000, 200), 400);
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h1, SUB_REFUSED_DELTA, 1000), 400);
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h1, SUB_REFUSED_DELTA, 1300), 100);
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h1, SUB_REFUSED_DELTA, 1400), 0);
+	/* another manifest of version 5, its anchor, another version: free */
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h2, SUB_REFUSED_DELTA, 1000), 0);
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h1, SUB_REFUSED_ANCHOR, 1000), 0);
+	CHECK_EQ_U64(sub_refusal_wait(&r, 6, &h1, SUB_REFUSED_DELTA, 1000), 0);
+	CHECK_EQ_U64(sub_refusal_note(&r, 5, &h1, SUB_REFUSED_DELTA, 2000, 200), 800);
+	CHECK_EQ_U64(sub_refusal_note(&r, 5, &h1, SUB_REFUSED_DELTA, 3000, 200), 1600);
+	for (int i = 0; i < 20; i++)
+		w = sub_refusal_note(&r, 5, &h1, SUB_REFUSED_DELTA, 4000, 200);
+	CHECK_EQ_U64(w, SUB_REFUSED_BACKOFF_MAX_MS);
+	CHECK_EQ_U64(r.total, 23);
+	CHECK_EQ_U64(r.n, 1);
+	/* a poll_interval longer than the bound: one poll */
+	CHECK_EQ_U64(sub_refusal_note(&r, 9, &h2, SUB_REFUSED_MANIFEST, 0, 600000), 600000);
+	sub_refusal_forget(&r, 5, &h1, SUB_REFUSED_DELTA);
+	CHECK_EQ_U64(sub_refusal_wait(&r, 5, &h1, SUB_REFUSED_DELTA, 4000), 0);
+	CHECK_EQ_U64(r.n, 1);
+	/* bounded: the one whose wait ends first goes */
+	for (uint64_t v = 100; v < 100 + SUB_REFUSED_MAX + 3; v++)
+		(void)sub_refusal_note(&r, v, &h1, SUB_REFUSED_DELTA, v, 200);
+	CHECK_EQ_U64(r.n, SUB_REFUSED_MAX);
+	CHECK(sub_refusal_wait(&r, 100, &h1, SUB_REFUSED_DELTA, 100) == 0);
+	CHECK(sub_refusal_wait(&r, 100 + SUB_REFUSED_MAX + 2, &h1, SUB_REFUSED_DELTA, 100) > 0);
+
+	CHECK(sub_lag(false, 100, 500) == 0);
+	CHECK(sub_lag(true, 100, 500) == 400);
+	CHECK(sub_lag(true, 500, 500) == 1);	/* behind: never 0 */
+	CHECK(sub_lag(true, 0, 500) == 1);
+
+	/* the floor: written only above the version, read back */
+	{
+		char dir[] = "/tmp/wsync-floor-XXXXXX";
+		struct sub_local a = { .version = 2, .step = 20, .floor = 7 }, b = { 0 };
+		struct wsync_error err = { 0 };
+		int fd;
+
+		CHECK(mkdtemp(dir) != NULL);
+		fd = open(dir, O_RDONLY | O_DIRECTORY);
+		CHECK(fd >= 0);
+		CHECK(sub_local_save_at(fd, dir, &a, &err) == 0);
+		CHECK(sub_local_load_at(fd, "state.json", dir, &b, &err) == 0);
+		CHECK_EQ_U64(b.version, 2);
+		CHECK_EQ_U64(sub_local_floor(&b), 7);
+		sub_local_free(&b);
+		a.floor = 1;	/* below the version: the version is the floor */
+		CHECK(sub_local_save_at(fd, dir, &a, &err) == 0);
+		CHECK(sub_local_load_at(fd, "state.json", dir, &b, &err) == 0);
+		CHECK_EQ_U64(sub_local_floor(&b), 2);
+		sub_local_free(&b);
+		(void)unlinkat(fd, "state.json", 0);
+		(void)close(fd);
+		(void)rmdir(dir);
+	}
+}
+
 int main(void)
 {
 	alarm(110);	/* an open that blocks (a FIFO) fails the run, not hangs it */
@@ -1504,5 +1579,6 @@ int main(void)
 	TEST(test_notify_url);
 	TEST(test_layout_symlink);
 	TEST(test_layout_symlink_takes_over);
+	TEST(test_refusals_and_lag);
 	return tap_done();
 }
