@@ -135,6 +135,13 @@ int pub_put_fenced(struct wsync_publisher *p, const char *key, const void *data,
 		f->opt.if_match = f->if_match;
 	}
 	r = fenced_submit(f);
+	if (r == -ENOTSUP && !p->no_conditions) {	/* a backend without them */
+		p->no_conditions = true;
+		log_notice("%s has no conditional writes: writing without them; the writer "
+			   "lease alone keeps a second publisher out (BUCKET.md §8)",
+			   wsync_store_describe(p->d->store));
+		r = fenced_submit(f);
+	}
 	if (r < 0)
 		free(f);
 	return r;

@@ -358,6 +358,9 @@ def orphans(bucket):
     have = set(files(bucket))
     if "NEXT" in have:          # the version in flight (BUCKET.md 4.1): overwritten
         want.add("NEXT")
+    # the writer lease of a publisher killed or running, and the file
+    # store's lock of conditional writes (BUCKET.md 8)
+    want.update(k for k in have if k in ("writers/1.json", ".wsync-lock"))
     for k in sorted(have - want):
         print("orphan: %s" % k)
     for k in sorted(want - have):
