@@ -552,6 +552,7 @@ ppoint() {
 		test "$(n_objects)" = "$nobj"
 	PFIG+=("$(printf '%-34s %-34s HEAD %s -> %s' "$stage" "$spec" "$before" "$after")")
 }
+ppoint "writer lease taken, nothing else" "rename:1:/pbucket/writers/:after"
 ppoint "encoding the delta" "write:1:/out/"
 ppoint "between two objects (anchor+delta)" "rename:1:/pbucket/:after" 2
 ppoint "uploading an object" "fsync:1:/pbucket/deltas/.wsync-tmp."

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # test-writers: one writer per bucket (BUCKET.md §8), on a file:// bucket
-# (conditional writes by the file system) or on s3rver, which ignores
-# them (WSYNC_WRITERS_BACKEND=s3, test-writers-s3.sh): two publishers with
-# their own state_dir, the same watch_dir and bucket, and a subscriber.
+# (conditional writes by the file system), on s3rver, which ignores them
+# (WSYNC_WRITERS_BACKEND=s3, test-writers-s3.sh), and on an S3 server
+# that honours them as AWS does (hostile-s3.py without lies,
+# WSYNC_WRITERS_BACKEND=s3cond, test-writers-s3cond.sh): two publishers
+# with their own state_dir, the same watch_dir and bucket, and a
+# subscriber.
 #  - started together: one writes, the other stands by (status "standby"
 #    naming the writer, one WRITER_OTHER journal entry, the metric), and
 #    the subscriber is byte-identical at each step within 60 s of its
@@ -32,6 +35,18 @@ if [ "$BACKEND" = s3 ]; then
 		exit 1
 	}
 	STORE=$(s3rver_store "s3://wsync-writers/w")
+elif [ "$BACKEND" = s3cond ]; then
+	mkdir -p "$TMP/hs-bucket"
+	"$PYTHON3" "$WSYNC_SOURCE_ROOT/tests/integration/hostile-s3.py" --ports-file "$TMP/hs.port" \
+		--log "$TMP/hs.jsonl" --bucket "wsync-writers=$TMP/hs-bucket" 2>>"$TMP/hs.err" &
+	PIDS+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$TMP/hs.port" ] && break
+		sleep 0.05
+	done
+	port=$("$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' \
+		"$TMP/hs.port") || { echo "Bail out! hostile-s3.py did not start"; exit 1; }
+	STORE=$(printf 'url = s3://wsync-writers/w\nendpoint = http://127.0.0.1:%s' "$port")
 else
 	mkdir -p "$TMP/bucket"
 	STORE="url = file://$TMP/bucket"
@@ -83,7 +98,7 @@ step() {
 }
 # what the bucket holds: the version HEAD names and the manifests
 bucket_versions() {
-	if [ "$BACKEND" = s3 ]; then
+	if [ "$BACKEND" != file ]; then
 		"$WSYNC" store ls --config "$TMP/s.ini" "s3://wsync-writers/w/manifests/" 2>/dev/null |
 			grep -c 'manifests/'
 	else
@@ -109,6 +124,11 @@ check "step 1: the subscriber is exact within 60 s" step 1
 check "step 2: the subscriber is exact within 60 s" step 2
 check "... versions 1 and 2, each written once" test "$(bucket_versions)" = 2
 check "... the standby wrote nothing and still stands by" test "$(phase "$O")" = standby
+sed "s|state_dir = .*|state_dir = $TMP/once|" "$TMP/$O.ini" >"$TMP/once.ini"
+expect_exit 1 "\`wsync publish\` beside the writer refuses, naming it" \
+	"$WSYNC" publish --config "$TMP/once.ini" "$CK/checkpoint-2"
+contains "... naming the writer" "$OUT" "another publisher writes the bucket (host"
+check "... and writes nothing" test "$(bucket_versions)" = 2
 
 # the handover: stop the writer; the standby takes over, publishes nothing
 # HEAD holds, then the next step
@@ -139,5 +159,12 @@ check "restarted with an empty state_dir: adopts HEAD's version, publishes nothi
 sleep 2
 check "... HEAD's version is unchanged" test "$(bucket_versions)" = 4
 check "step 5: exact within 60 s" step 5
+if [ "$BACKEND" = s3cond ]; then
+	conds() { grep -c "\"cond\": *\"$1" "$TMP/hs.jsonl"; }
+	check "the manifests went up with If-None-Match: *" test "$(conds 'If-None-Match: \*')" -ge 5
+	check "HEAD and the lease went up with If-Match" test "$(conds 'If-Match: ')" -ge 5
+fi
 stop_all
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+PIDS=()
 tap_done
