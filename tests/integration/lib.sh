@@ -153,6 +153,8 @@ tap_done() {
 #                      $TMP/s3.cred (written), then the extra lines
 #   gen_ckpts OUT [ARGS...]      scripts/gen-checkpoints ARGS --quiet --out
 #                      OUT, or "Bail out!"
+#   hs_start NAME ARGS...       tests/integration/hostile-s3.py in the
+#                      background (log $TMP/NAME.jsonl, port in HS_PORT)
 #   pub BUCKET VERSION CKPT [options]   tests/integration/bucket-writer.py
 #                      (needs KEY, EMPTY exported)
 #   head_version BUCKET          the version HEAD names (0: none)
@@ -448,6 +450,24 @@ s3rver_store() {
 
 gen_ckpts() {
 	"$GEN" "${@:2}" --quiet --out "$1" >/dev/null || { echo "Bail out! gen-checkpoints failed"; exit 1; }
+}
+
+# hs_start NAME ARGS...: hostile-s3.py in the background (an S3 server
+# that lies on request, else honest, conditional writes included), log in
+# $TMP/NAME.jsonl; its port in HS_PORT.
+hs_start() {
+	local name=$1 i
+	shift
+	"$PYTHON3" "$WSYNC_SOURCE_ROOT/tests/integration/hostile-s3.py" \
+		--ports-file "$TMP/$name.port" --log "$TMP/$name.jsonl" "$@" 2>>"$TMP/$name.err" &
+	PIDS+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$TMP/$name.port" ] && break
+		sleep 0.05
+	done
+	HS_PORT=$("$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' \
+		"$TMP/$name.port") || return 1
+	: >>"$TMP/$name.jsonl"
 }
 
 pub() { "$PYTHON3" "$WSYNC_SOURCE_ROOT/tests/integration/bucket-writer.py" "$@"; }

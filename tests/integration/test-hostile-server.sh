@@ -29,29 +29,11 @@
 #     prefixes): a warning naming the limit, the publication stands.
 # Every wait is bounded.
 . "$(dirname "$0")/lib.sh"
-HS=$WSYNC_SOURCE_ROOT/tests/integration/hostile-s3.py
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN CREDENTIALS_DIRECTORY
 
 RSS_MAX_MIB=64		# wsync store: about 10 MiB when all is well
 DAEMON_RSS_MAX_MIB=96
 TIB=1099511627776
-
-# hs_start NAME ARGS...: hostile-s3.py in the background, log in
-# $TMP/NAME.jsonl; its port in HS_PORT.
-hs_start() {
-	local name=$1 i
-	shift
-	"$PYTHON3" "$HS" --ports-file "$TMP/$name.port" --log "$TMP/$name.jsonl" "$@" \
-		2>>"$TMP/$name.err" &
-	PIDS+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$TMP/$name.port" ] && break
-		sleep 0.05
-	done
-	HS_PORT=$("$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' \
-		"$TMP/$name.port") || return 1
-	: >>"$TMP/$name.jsonl"
-}
 
 # rules PORT JSON [CAFILE]: replace the lies of the server on PORT
 rules() {

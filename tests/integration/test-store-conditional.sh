@@ -25,7 +25,6 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
 s3servers_trap_exit
-HS=$WSYNC_SOURCE_ROOT/tests/integration/hostile-s3.py
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN CREDENTIALS_DIRECTORY
 
 for need in have_s3rver have_swift; do
@@ -103,22 +102,6 @@ expect_exit 2 "an ETag with a control character is refused (exit 2)" \
 	"$WSYNC" store put --if-match "$(printf '"a\tb"')" "$TMP/v1" "file://$TMP/bucket/HEAD"
 
 # --- an S3 that honours conditions ------------------------------------------------
-# hs_start NAME ARGS...: hostile-s3.py in the background, log in
-# $TMP/NAME.jsonl; its port in HS_PORT.
-hs_start() {
-	local name=$1 i
-	shift
-	"$PYTHON3" "$HS" --ports-file "$TMP/$name.port" --log "$TMP/$name.jsonl" "$@" \
-		2>>"$TMP/$name.err" &
-	PIDS+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$TMP/$name.port" ] && break
-		sleep 0.05
-	done
-	HS_PORT=$("$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' \
-		"$TMP/$name.port") || return 1
-	: >>"$TMP/$name.jsonl"
-}
 # rules JSON: replace the lies of the server
 rules() {
 	"$PYTHON3" - "$HS_PORT" "$1" <<'PY'

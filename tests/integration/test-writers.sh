@@ -37,16 +37,9 @@ if [ "$BACKEND" = s3 ]; then
 	STORE=$(s3rver_store "s3://wsync-writers/w")
 elif [ "$BACKEND" = s3cond ]; then
 	mkdir -p "$TMP/hs-bucket"
-	"$PYTHON3" "$WSYNC_SOURCE_ROOT/tests/integration/hostile-s3.py" --ports-file "$TMP/hs.port" \
-		--log "$TMP/hs.jsonl" --bucket "wsync-writers=$TMP/hs-bucket" 2>>"$TMP/hs.err" &
-	PIDS+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$TMP/hs.port" ] && break
-		sleep 0.05
-	done
-	port=$("$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' \
-		"$TMP/hs.port") || { echo "Bail out! hostile-s3.py did not start"; exit 1; }
-	STORE=$(printf 'url = s3://wsync-writers/w\nendpoint = http://127.0.0.1:%s' "$port")
+	hs_start hs --bucket "wsync-writers=$TMP/hs-bucket" ||
+		{ echo "Bail out! hostile-s3.py did not start"; exit 1; }
+	STORE=$(printf 'url = s3://wsync-writers/w\nendpoint = http://127.0.0.1:%s' "$HS_PORT")
 else
 	mkdir -p "$TMP/bucket"
 	STORE="url = file://$TMP/bucket"
