@@ -87,6 +87,7 @@ step() {
 	done
 	SECS=$(echo "$(date +%s.%N) - $t0" | bc)
 	echo "# step $1 on the subscriber after $SECS s"
+	printf 'step %s %.1f s; ' "$1" "$SECS" >>"$TMP/times"	# (check runs this in a subshell)
 	[ $i -lt 600 ]
 }
 # what the bucket holds: the version HEAD names and the manifests
@@ -157,6 +158,7 @@ if [ "$BACKEND" = s3cond ]; then
 	check "the manifests went up with If-None-Match: *" test "$(conds 'If-None-Match: \*')" -ge 5
 	check "HEAD and the lease went up with If-Match" test "$(conds 'If-Match: ')" -ge 5
 fi
+echo "# $BACKEND: from the trainer's marker to the subscriber exact: $(cat "$TMP/times")"
 stop_all
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
 PIDS=()
