@@ -789,6 +789,16 @@ static void startup_work(void *data)
 
 	/* A state save killed between its temp and the rename. */
 	sub_state_remove_temp(s->cfg->target_dir);
+	/* A staged plan (layout = inplace) killed before its last step moved
+	 * everything in: target_dir holds the old version, or some files of
+	 * the new one; the next plan starts the staging again. */
+	if ((dirs = sub_stage_remove(s->cfg->target_dir)) > 0)
+		log_notice("%s: removed the staging directory of an interrupted rebuild",
+			   s->cfg->target_dir);
+	else if (dirs < 0)
+		log_warning("%s/" SUB_META_DIR "/" SUB_STAGE_DIR ": cannot remove: %s",
+			    s->cfg->target_dir, strerror(-dirs));
+
 	/* layout = symlink: version directories a killed step left */
 	if (s->cfg->layout == WSYNC_LAYOUT_SYMLINK && s->local.version > 0 &&
 	    (dirs = sub_layout_prune(s->cfg->target_dir, s->local.version)) > 0)

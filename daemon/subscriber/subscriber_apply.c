@@ -31,6 +31,23 @@
  *  version directory (a delta: over hardlinks of the current version; an
  *  anchor: from nothing), its state written there, then target_dir's link
  *  is flipped to it and old version directories pruned.
+ *  A staged plan (sub_plan_staged: a rebuild, or an anchor not above the
+ *  version held, then deltas -- versions readers must not see) is built
+ *  out of sight and shown at once, so the target goes from its version
+ *  straight to the plan's last: with layout = inplace, the anchor is
+ *  applied from the empty directory into target_dir/.wsync/rebuild (ours,
+ *  opened through sub_meta_open's descriptor; on target_dir's file system,
+ *  so the free-space check of 2b covers the whole model there), each
+ *  delta in place on it, each step verified as above (1 to 5) but no
+ *  state written; the last step then renames every file of the version
+ *  into target_dir (4': the paths checked first, each directory fsynced),
+ *  deletes what the target's version had and this one has not, saves
+ *  state.json (6) and removes the staging directory.  A crash leaves each
+ *  file old or new, as an apply's renames do, and state.json the old
+ *  version's; the start removes the staging directory.  With layout =
+ *  symlink the steps are built in the last version's directory, in place
+ *  after the first, and only the last step flips the link.  The floor of
+ *  the state written is the target's before the plan.
  *  6. .wsync/state.json, durably, through a descriptor of .wsync opened
  *     without following a link and checked to be our own directory
  *     (sub_meta_open): a link planted meanwhile is refused, one planted
@@ -576,7 +593,132 @@ struct step_run {
 					 * if the step fails */
 	int root;			/* dir, open (-1: not open) */
 	const struct wsync_manifest_file **mf;	/* the manifest's files by path */
+	/* a staged plan, layout = inplace: target_dir/.wsync (-1: not
+	 * open), its SUB_STAGE_DIR (-1) and the name dir gets for it */
+	int meta, stage_fd;
+	char stage_path[40];
 };
+
+/* A staged plan's steps are built where no reader looks -- anything
+ * else is served as it is renamed in. */
+static bool staged_inplace(const struct sub_apply_job *j)
+{
+	return j->stage && !j->symlink_layout;
+}
+
+/*
+ * A staged plan (layout = inplace): its directory, target_dir/.wsync/
+ * rebuild, made afresh by the first step (what a plan cut short left is
+ * removed), opened by the others -- through .wsync's descriptor
+ * (sub_meta_open: our own directory, not a link) without following a
+ * link -- and named for wsync_apply by that descriptor (/proc/self/fd/N),
+ * so that a .wsync renamed or swapped for a link meanwhile is never
+ * written through.  Inside target_dir, so on its file system: the last
+ * step renames the files in.
+ */
+static int stage_open(struct sub_apply_job *j, struct step_run *run)
+{
+	int r = 0;
+
+	run->meta = sub_meta_open(j->target_dir, true, NULL, &j->err);
+	if (run->meta < 0)
+		return run->meta;
+	if (j->stage_first) {
+		r = wsync_rm_rf_at(run->meta, SUB_STAGE_DIR);
+		if (r == 0 && mkdirat(run->meta, SUB_STAGE_DIR, 0700) < 0)
+			r = -errno;
+		if (r == 0)
+			r = wsync_fsync(run->meta);
+		if (r < 0)
+			return wsync_error_set(&j->err, r, "%s/" SUB_META_DIR "/" SUB_STAGE_DIR
+					       ": %s", j->target_dir, strerror(-r));
+	}
+	run->stage_fd = openat(run->meta, SUB_STAGE_DIR,
+			       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run->stage_fd < 0)
+		return wsync_error_set(&j->err, -errno, "%s/" SUB_META_DIR "/" SUB_STAGE_DIR
+				       ": %s%s", j->target_dir, strerror(errno),
+				       j->stage_first ? "" : " (the plan's steps before "
+				       "were built there)");
+	(void)snprintf(run->stage_path, sizeof(run->stage_path), "/proc/self/fd/%d",
+		       run->stage_fd);
+	run->dir = run->stage_path;
+	return 0;
+}
+
+/* A directory on the way of a file moved in, made (and its entry made
+ * durable) where missing. */
+static int make_dir(void *arg, int dfd, const char *comp, const char *rel, size_t len)
+{
+	(void)arg;
+	(void)rel;
+	(void)len;
+	if (mkdirat(dfd, comp, 0755) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	return wsync_fsync(dfd);
+}
+
+/*
+ * 4'. A staged plan's last step (layout = inplace): every file of the
+ * version, built and verified in the staging directory, renamed into
+ * target_dir, each one's directory fsynced -- all the paths checked
+ * first (no symbolic link on the way or at the end, no directory where a
+ * file goes), so that a refusal leaves the target as it was -- then what
+ * the target's version had and this one has not deleted, as an anchor
+ * does.  A crash in between leaves each file old or new, as an apply's
+ * renames do; state.json still names the old version.
+ */
+static int move_in(struct sub_apply_job *j, struct step_run *run, int troot)
+{
+	const struct wsync_manifest *m = j->m;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < m->n_files; i++) {
+			const char *path = m->files[i].path, *name, *sname;
+			struct stat st;
+			int dfd, sfd, r = 0;
+
+			dfd = wsync_open_parent(troot, path, &name, NULL, pass ? make_dir : NULL,
+						NULL);
+			if (pass == 0 && dfd == -ENOENT)
+				continue;	/* made in the second pass */
+			if (dfd == -ELOOP)
+				return wsync_error_set(&j->err, -EINVAL, "%s: a symbolic link on "
+						       "the path (refused: nothing is written "
+						       "outside the target)", path);
+			if (dfd < 0)
+				return wsync_error_set(&j->err, dfd, "%s: %s", path,
+						       strerror(-dfd));
+			if (pass == 0) {
+				if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+				    !S_ISREG(st.st_mode))
+					r = wsync_error_set(&j->err, -EINVAL, "%s: %s (refused: "
+							    "nothing is written outside the "
+							    "target)", path,
+							    S_ISLNK(st.st_mode) ?
+							    "a symbolic link on the path" :
+							    "not a file in the target");
+				(void)close(dfd);
+				if (r < 0)
+					return r;
+				continue;
+			}
+			sfd = sub_open_parent(run->root, path, &sname);
+			r = sfd;
+			if (sfd >= 0)
+				r = renameat(sfd, sname, dfd, name) < 0 ? -errno : 0;
+			if (r == 0)
+				r = wsync_fsync(dfd);
+			if (sfd >= 0)
+				(void)close(sfd);
+			(void)close(dfd);
+			if (r < 0)
+				return wsync_error_set(&j->err, r, "%s: moving it in from the "
+						       "staging directory: %s", path,
+						       strerror(-r));
+		}
+	return delete_dropped(j, troot, run->mf);
+}
 
 /*
  * 1. Verify the object: open it and check it against what the signed
@@ -655,7 +797,19 @@ static int apply_step(struct sub_apply_job *j, struct step_run *run)
 	struct wsync_delta_reader *d = run->d;
 	int r;
 
-	if (j->symlink_layout) {
+	if (staged_inplace(j)) {
+		r = stage_open(j, run);
+		if (r < 0)
+			return r;
+	} else if (j->symlink_layout && j->stage && !j->stage_first) {
+		/* a staged plan: each step in place in the directory its
+		 * first step made, the link not flipped to it yet */
+		run->build = strdup(j->stage_build);
+		if (!run->build)
+			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		run->built = true;
+		run->dir = run->build;
+	} else if (j->symlink_layout) {
 		/* a partial subscriber's version carries the files it does not
 		 * take along, an anchor too */
 		r = sub_layout_begin(j->target_dir, j->version_dir, !j->is_anchor || j->filter,
@@ -709,7 +863,7 @@ static int apply_step(struct sub_apply_job *j, struct step_run *run)
 		 * the target justifies rebuilding it from an older anchor (which
 		 * serves older versions on the way); a bad delta leaves the
 		 * target alone until the bucket has something better. */
-		if (r == -EINVAL && j->prev && j->prev->version > 0) {
+		if (r == -EINVAL && j->prev && j->prev->version > 0 && !j->stage) {
 			char why[512];
 
 			j->local_damaged = sub_local_full_check(run->dir, j->prev, why,
@@ -736,17 +890,43 @@ applied:
  */
 static int finish_step(struct sub_apply_job *j, struct step_run *run)
 {
-	int r = 0;
+	int r = 0, troot = -1;
 
-	/* a fresh version dir has nothing to drop */
-	if (j->is_anchor && (!j->symlink_layout || j->filter))
+	/* a fresh version dir, or staging dir, has nothing to drop */
+	if (j->is_anchor && !staged_inplace(j) && (!j->symlink_layout || j->filter))
 		r = delete_dropped(j, run->root, run->mf);
-	if (r == 0)
+	if (r == 0 && j->stage && !j->stage_last) {
+		/* a staged plan's step before the last: checked, not shown */
 		r = check_result(j, run->root);
+		if (r == -EINVAL)
+			j->verify_failed = true;
+		if (r == 0 && j->symlink_layout) {
+			if (j->stage_first) {
+				j->stage_build_out = run->build;	/* the next steps' */
+				run->build = NULL;
+			}
+			run->built = false;
+		}
+		return r;
+	}
+	if (r == 0 && staged_inplace(j)) {
+		troot = open(j->target_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		r = troot < 0 ? wsync_error_set(&j->err, -errno, "%s: %s", j->target_dir,
+						strerror(errno)) : move_in(j, run, troot);
+		if (r == 0)
+			r = check_result(j, troot);
+		if (troot >= 0)
+			(void)close(troot);
+	} else if (r == 0) {
+		r = check_result(j, run->root);
+	}
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r == 0)
-		r = sub_state_save(run->dir, &j->next, &j->err);
+		r = sub_state_save(staged_inplace(j) ? j->target_dir : run->dir, &j->next,
+				   &j->err);
+	if (r == 0 && staged_inplace(j))
+		(void)wsync_rm_rf_at(run->meta, SUB_STAGE_DIR);	/* emptied by the moves */
 	if (r == 0 && j->symlink_layout) {
 		r = sub_layout_commit(j->target_dir, run->build, j->version_dir, &j->err);
 		if (r == 0) {
@@ -760,13 +940,16 @@ static int finish_step(struct sub_apply_job *j, struct step_run *run)
 void sub_apply_work(void *data)
 {
 	struct sub_apply_job *j = data;
-	struct step_run run = { .fd = -1, .root = -1, .dir = j->target_dir };
+	struct step_run run = { .fd = -1, .root = -1, .dir = j->target_dir, .meta = -1,
+				.stage_fd = -1 };
 	int r;
 
 	wsync_error_clear(&j->err);
 	j->verify_failed = false;
 	j->local_damaged = false;
 	j->base_mismatch = false;
+	if (!j->stage && !j->symlink_layout)
+		(void)sub_stage_remove(j->target_dir);	/* a staged plan cut short */
 	r = verify_object(j, &run);
 	if (r == 0)
 		r = apply_step(j, &run);
@@ -774,6 +957,8 @@ void sub_apply_work(void *data)
 		r = finish_step(j, &run);
 	if (run.built && r < 0)
 		(void)wsync_rm_rf(run.build);	/* the link still names the old version */
+	if (r < 0 && run.meta >= 0 && staged_inplace(j))
+		(void)wsync_rm_rf_at(run.meta, SUB_STAGE_DIR);	/* target_dir untouched */
 	free(run.build);
 	if (r < 0)
 		sub_local_free(&j->next);
@@ -782,6 +967,10 @@ void sub_apply_work(void *data)
 	free(run.mf);
 	if (run.root >= 0)
 		(void)close(run.root);
+	if (run.stage_fd >= 0)
+		(void)close(run.stage_fd);
+	if (run.meta >= 0)
+		(void)close(run.meta);
 	if (run.fd >= 0)
 		(void)close(run.fd);
 	/* The download has served its purpose (or failed it): never apply it twice. */

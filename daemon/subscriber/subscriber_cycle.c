@@ -345,6 +345,7 @@ void sub_cycle_free(struct cycle *c)
 		free(c->steps[i].pcs_ok);
 	}
 	free(c->steps);
+	free(c->stage_build);	/* left for the next plan's first step, or the start */
 	free(c->waits);
 	for (size_t i = 0; i < c->n_ms; i++)
 		if (c->ms[i].st == MS_OK)

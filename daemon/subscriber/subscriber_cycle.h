@@ -100,6 +100,10 @@ struct cycle {
 	bool local_ok;			/* quick check passed */
 	bool chain_tried, anchor_tried;
 	bool anchor_plan;		/* the plan starts from the anchor */
+	bool stage;			/* the plan is built out of sight, shown
+					 * at its last step (sub_plan_staged) */
+	char *stage_build;		/* layout = symlink, a staged plan: the
+					 * directory its first step made */
 	struct step *steps;
 	size_t n_steps, next_apply;
 	unsigned inflight;		/* store requests of this cycle */

@@ -86,3 +86,11 @@ int64_t sub_lag(bool behind, int64_t since, int64_t now)
 	 * does not hold HEAD never reports 0 */
 	return since > 0 && now - since > 1 ? now - since : 1;
 }
+
+bool sub_plan_staged(bool from_anchor, size_t n_steps, uint64_t anchor, bool rebuild,
+		     const struct sub_local *local)
+{
+	if (!from_anchor || n_steps < 2 || local->version == 0)
+		return false;
+	return rebuild || anchor <= sub_local_floor(local);
+}

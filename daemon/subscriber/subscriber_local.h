@@ -16,7 +16,8 @@
  *    step finished (checked against its manifest, state.json written) --
  *    and the files of a version built ahead of its commit.
  *  - subscriber_heal.c: the refused steps remembered (a backoff before
- *    each is tried again) and the lag; pure functions, no I/O.
+ *    each is tried again), the lag, whether a plan is staged; pure
+ *    functions, no I/O.
  *  - subscriber_hook.c: on_apply and notify_url after a version is applied
  *    (the POST through http.h's engine, on the loop).
  *  - the role itself, sharing subscriber_cycle.h, each file calling only
@@ -31,7 +32,8 @@
  *  after it); tests/layers/test-no-circles.py checks it.
  *
  * target_dir/.wsync/ is the subscriber's own corner of the target: the
- * state (below) and a lock file (one wsyncd or `wsync pull` per target).
+ * state (below), a lock file (one wsyncd or `wsync pull` per target) and,
+ * while a staged plan runs, its staging directory (SUB_STAGE_DIR).
  * It lives beside the data so that the marker describes exactly the
  * directory it sits in (a target copied or restored elsewhere carries its
  * own truth along).  Manifest paths inside it are refused, so no version
@@ -56,7 +58,9 @@
  *    "include": "model-0000[12]-*", "exclude": ""}
  *
  * floor: only while it is above version (a rebuild from an older anchor
- * under way, subscriber_heal.c); older readers ignore it.
+ * under way, subscriber_heal.c: written by wsyncd before staged plans,
+ * which never save the versions in between; still honoured); older
+ * readers ignore it.
  * include and exclude: a partial subscriber's filter when it applied the
  * version (absent: a full subscriber's); files lists only its files.
  *
@@ -294,6 +298,21 @@ void sub_refusal_forget(struct sub_refusals *r, uint64_t version,
  */
 int64_t sub_lag(bool behind, int64_t since, int64_t now);
 
+/*
+ * Is a plan staged -- its steps built out of sight, the target going
+ * from its version straight to the last one (subscriber_apply.c)?  Yes
+ * for a plan of several steps from an anchor (from_anchor, n_steps, the
+ * anchor's version) that passes through versions the target must not
+ * serve: a rebuild (rebuild: the bucket's history does not continue the
+ * target's, whose versions say nothing), or an anchor not above the
+ * rollback floor of local (older weights).  No for the chain of deltas
+ * from the target's version and for an anchor above it (each step newer
+ * than what is held: fine to serve), a single step (all or nothing as it
+ * is) and an empty target (nothing to keep serving).
+ */
+bool sub_plan_staged(bool from_anchor, size_t n_steps, uint64_t anchor, bool rebuild,
+		     const struct sub_local *local);
+
 /* ---- one step on the jobs thread (subscriber_apply.c) ---- */
 
 struct sub_apply_job {
@@ -324,7 +343,18 @@ struct sub_apply_job {
 	uint64_t staged_upto;
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
 	unsigned pause_ms;		/* test_hooks.h's apply_pause_ms */
-	char *version_dir;		/* symlink layout: target_dir.v<N> (owned) */
+	char *version_dir;		/* symlink layout: target_dir.v<N> (owned);
+					 * a staged plan's: its last version's */
+	/* A staged plan (a rebuild through versions not newer than the
+	 * target's, subscriber_apply.c): every step is built outside what
+	 * readers see -- layout = inplace in target_dir/.wsync/rebuild
+	 * (SUB_STAGE_DIR), layout = symlink in the last version's directory,
+	 * not flipped to -- and only the last one moves the result in (or
+	 * flips the link) and saves state.json.  prev stays the target's
+	 * state throughout (what the last step deletes, the floor). */
+	bool stage, stage_first, stage_last;
+	const char *stage_build;	/* symlink layout, after the first step: the
+					 * directory it made (the cycle's) */
 	void *owner;			/* the caller's, for the done callback */
 
 	/* out: set by the job */
@@ -334,7 +364,12 @@ struct sub_apply_job {
 	bool base_mismatch;		/* verify_failed on a delta whose base is not
 					 * the target's files, which are intact */
 	struct wsync_error err;
-	struct sub_local next;		/* on success: the new state (saved) */
+	struct sub_local next;		/* on success: the new state (saved; a
+					 * staged step before the last: of the
+					 * staging directory, not saved) */
+	char *stage_build_out;		/* symlink layout, a staged plan's first
+					 * step: the directory it built in, for the
+					 * next steps (the caller frees it) */
 	struct wsync_apply_stats stats;
 	uint64_t deleted;		/* anchor: files of prev removed */
 };
@@ -365,6 +400,13 @@ void sub_ahead_build_work(void *data);
 /* ---- .wsync/ and free space (subscriber_state.c) ---- */
 
 #define SUB_META_DIR ".wsync"
+/* In SUB_META_DIR: where a staged plan (layout = inplace) builds. */
+#define SUB_STAGE_DIR "rebuild"
+
+/* Remove what a staged plan left in target/.wsync (SUB_STAGE_DIR), if
+ * .wsync is there and ours.  0, 1 when something was removed, or a
+ * negative errno. */
+int sub_stage_remove(const char *target);
 
 /* Is rel SUB_META_DIR or inside it?  (Refused in manifests.) */
 bool sub_is_meta_path(const char *rel);

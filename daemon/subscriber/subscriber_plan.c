@@ -225,7 +225,7 @@ static void log_rebuild(struct wsync_subscriber *s)
 					    .version = (int64_t)c->head.version),
 		  "the bucket's history does not continue the target's (%s): rebuilding "
 		  "version %" PRIu64 " from the anchor of version %" PRIu64 "; the target keeps "
-		  "version %" PRIu64 " until each step is complete and verified", s->rebuild_why,
+		  "version %" PRIu64 " until the new one is complete and verified", s->rebuild_why,
 		  c->head.version, c->anchor, s->local.version);
 }
 

@@ -668,3 +668,19 @@ int sub_space_check(const char *path, uint64_t need, const char *what,
 			       path, what, (unsigned long long)need, (unsigned long long)margin,
 			       (unsigned long long)avail);
 }
+
+int sub_stage_remove(const char *target)
+{
+	struct stat st;
+	int meta = sub_meta_open(target, false, NULL, NULL), r = 0;
+
+	if (meta < 0)
+		return meta == -ENOENT ? 0 : meta;
+	if (fstatat(meta, SUB_STAGE_DIR, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		r = wsync_rm_rf_at(meta, SUB_STAGE_DIR);
+		if (r == 0)
+			r = 1;
+	}
+	(void)close(meta);
+	return r;
+}

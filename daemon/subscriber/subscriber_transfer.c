@@ -70,6 +70,22 @@ static void on_job_done(void *data, bool cancelled)
 
 		sub_refusal_forget(&s->refused, st->version, &st->ms->hash,
 				   st->anchor ? SUB_REFUSED_ANCHOR : SUB_REFUSED_DELTA);
+		if (j->stage && !j->stage_last) {
+			/* built out of sight: the target still holds s->local */
+			sub_local_free(&j->next);
+			if (j->stage_build_out) {
+				free(c->stage_build);
+				c->stage_build = j->stage_build_out;
+				j->stage_build_out = NULL;
+			}
+			s->metrics.bytes_written += j->stats.bytes_written;
+			log_info("version %" PRIu64 " built from %s %s out of sight (%.2f s); the "
+				 "target keeps version %" PRIu64 " until version %" PRIu64 " is "
+				 "complete", st->version, st->anchor ? "anchor" : "delta",
+				 st->obj->ref.key, j->stats.seconds, s->local.version,
+				 c->head.version);
+			goto next;
+		}
 		sub_local_free(&s->local);
 		s->local = j->next;
 		memset(&j->next, 0, sizeof(j->next));
@@ -89,6 +105,7 @@ static void on_job_done(void *data, bool cancelled)
 			  st->version, st->ms->m.step, st->anchor ? "anchor" : "delta",
 			  st->obj->ref.key, j->stats.written, j->stats.kept,
 			  j->stats.deleted + j->deleted, secs, how);
+next:
 		free(st->path);	/* the job removed the file */
 		st->path = NULL;
 		c->next_apply++;
@@ -99,6 +116,8 @@ static void on_job_done(void *data, bool cancelled)
 	j->object_path = NULL;
 	free(j->version_dir);
 	j->version_dir = NULL;
+	free(j->stage_build_out);	/* a failed first step's: removed by the job */
+	j->stage_build_out = NULL;
 	if (j->staged) {
 		j->staged = NULL;
 		sub_ahead_done(s);
@@ -140,6 +159,10 @@ void sub_try_apply(struct wsync_subscriber *s)
 	j->owner = s;
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
 	j->pause_ms = s->d->test.apply_pause_ms;
+	j->stage = c->stage;
+	j->stage_first = c->stage && c->next_apply == 0;
+	j->stage_last = c->stage && c->next_apply + 1 == c->n_steps;
+	j->stage_build = c->stage_build;
 	if (st->ahead)
 		sub_ahead_fill_job(s, j);
 	if (s->partial) {
@@ -150,8 +173,10 @@ void sub_try_apply(struct wsync_subscriber *s)
 		j->n_sel = st->n_sel;
 		j->piece_ok = st->pcs_ok;
 	}
-	j->version_dir = j->symlink_layout ? sub_version_dir(s->cfg->target_dir, st->version) :
-					     NULL;
+	/* a staged plan builds its last version's directory from the start */
+	j->version_dir = j->symlink_layout ?
+			 sub_version_dir(s->cfg->target_dir, c->stage ? c->head.version :
+								       st->version) : NULL;
 	if (!j->object_path || (j->symlink_layout && !j->version_dir)) {
 		free(j->object_path);
 		free(j->version_dir);
@@ -577,9 +602,10 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		sub_cycle_fail(s);
 		return;
 	}
-	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes",
+	c->stage = sub_plan_staged(from_anchor, c->n_steps, c->anchor, s->rebuild, &s->local);
+	log_info("version %" PRIu64 " -> %" PRIu64 ": %s%zu objects, %" PRIu64 " bytes%s",
 		 s->local.version, h, from_anchor ? "from the anchor, " : "", c->n_steps,
-		 c->bytes_total);
+		 c->bytes_total, c->stage ? ", built out of sight until the last" : "");
 	{
 		/* statvfs on the loop thread: one cheap syscall on a local
 		 * file system (state_dir), not worth a job. */
@@ -603,7 +629,8 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		struct req *q;
 		int r;
 
-		if (i == 0 && !st->sel && st->obj->n_chunks && sub_ahead_claim(s, st, sub_try_apply)) {
+		if (i == 0 && !st->sel && st->obj->n_chunks && !c->stage &&
+		    sub_ahead_claim(s, st, sub_try_apply)) {
 			c->bytes_total -= st->ahead_from;	/* st->path: what it fetched */
 		} else {
 			if (i == 0)

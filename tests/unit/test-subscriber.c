@@ -1553,6 +1553,29 @@ static void test_refusals_and_lag(void)
 	}
 }
 
+/* Which plans are staged (built out of sight, shown at their last step):
+ * those from an anchor, of several steps, through versions the target
+ * must not serve -- a rebuild, or an anchor at or below the floor --
+ * never the chain of a lagging node, an anchor above what is held, a
+ * single step or an empty target. */
+static void test_plan_staged(void)
+{
+	struct sub_local l = { .version = 3 };
+
+	CHECK(sub_plan_staged(true, 5, 1, true, &l));		/* rebuild, older anchor */
+	CHECK(sub_plan_staged(true, 3, 3, false, &l));		/* repair at the version */
+	CHECK(sub_plan_staged(true, 3, 5, true, &l));		/* rebuild, newer anchor */
+	CHECK(!sub_plan_staged(true, 3, 5, false, &l));		/* lagging: all newer */
+	CHECK(!sub_plan_staged(false, 4, 0, true, &l));		/* the chain */
+	CHECK(!sub_plan_staged(true, 1, 1, true, &l));		/* one step */
+	l.floor = 6;
+	CHECK(sub_plan_staged(true, 3, 5, false, &l));		/* below the floor */
+	CHECK(!sub_plan_staged(true, 3, 7, false, &l));
+	l.version = 0;
+	l.floor = 0;
+	CHECK(!sub_plan_staged(true, 4, 1, true, &l));		/* nothing held */
+}
+
 int main(void)
 {
 	alarm(110);	/* an open that blocks (a FIFO) fails the run, not hangs it */
@@ -1562,6 +1585,7 @@ int main(void)
 	TEST(test_flipped_byte_refused_then_applied);
 	TEST(test_local_damage_repaired);
 	TEST(test_lagging_node_takes_anchor);
+	TEST(test_plan_staged);
 	TEST(test_bad_path_refused);
 	TEST(test_unsigned_head_refused);
 	TEST(test_rollback_refused);
