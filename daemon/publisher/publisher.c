@@ -391,8 +391,9 @@ static void close_handles(struct wsync_publisher *p)
 }
 
 /*
- * Before a write that makes a version (a part's record, the manifest,
- * HEAD): is the writer lease still ours, seen so within writer_lease?
+ * Before a write of a version (its objects, a part's record, the
+ * manifest, HEAD): is the writer lease still ours, seen so within
+ * writer_lease?
  * If not, the publication is dropped and the lease read again.
  */
 static bool lease_fresh(struct wsync_publisher *p)
@@ -401,7 +402,8 @@ static bool lease_fresh(struct wsync_publisher *p)
 		return true;
 	log_warning("version %" PRIu64 " dropped before its %s: %s", p->pub->version,
 		    p->state == PUB_HEAD ? "HEAD" : p->state == PUB_MANIFEST ? "manifest" :
-		    "record", p->lease.lost ? "another publisher holds the writer lease now" :
+		    p->state == PUB_UPLOAD ? "objects" : "record",
+		    p->lease.lost ? "another publisher holds the writer lease now" :
 		    "the writer lease could not be renewed for a whole writer_lease");
 	p->recheck = true;
 	pub_abandon(p, 0);
@@ -469,6 +471,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		}
 		break;
 	case PUB_UPLOAD:
+		if (!lease_fresh(p))
+			break;
 		pub_upload_start(p);
 		break;
 	case PUB_RECORD:
@@ -503,6 +507,12 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		submit_commit(p, true);
 		break;
 	case PUB_GC:
+		if (!pub_lease_fresh(p)) {	/* deleting is writing */
+			log_info("garbage collection skipped: the writer lease is not known "
+				 "to be this publisher's");
+			gc_over(p);
+			break;
+		}
 		pub_gc_start(p);
 		break;
 	case PUB_STOPPED:

@@ -44,6 +44,8 @@
 static void lease_got(struct wsync_store_result *res, void *data);
 static void lease_put_done(struct wsync_store_result *res, void *data);
 static void lease_held(struct wsync_publisher *p, const char *etag);
+static void lease_request_failed(struct wsync_publisher *p, const char *what,
+				 const struct wsync_store_result *res);
 
 static uint64_t lease_ms(const struct wsync_publisher *p)
 {
@@ -206,16 +208,17 @@ static void lease_decide(struct wsync_publisher *p, const void *doc, size_t len,
 	} else if (ours) {
 		r = lease_put(p, false, etag);
 	} else if (host && dir && strcmp(host, l->host) == 0 &&
-		   strcmp(dir, p->cfg->state_dir) == 0 && !l->held) {
+		   strcmp(dir, p->cfg->state_dir) == 0 && !l->ever_held) {
 		/* an earlier run of this publisher: our instance lock says it
-		 * is over */
+		 * is over (once this process held it, a lease naming the same
+		 * host and folder is another machine's of the same name) */
 		log_info("the bucket's writer lease %s is an earlier run's of this publisher: "
 			 "taking it", l->key);
 		l->taking = true;
 		r = lease_put(p, false, etag);
 	} else {
 		lease_other(p, o, doc, len);
-		if (!l->lost && !l->held && l->acquiring &&
+		if (!l->held && l->acquiring &&
 		    pub_now_ms(p) - l->seen_since_ms >= lease_ms(p)) {
 			log_event(LOG_NOTICE, WSYNC_FIELDS(.message_id = WSYNC_MID_WRITER_OTHER),
 				  "the writer lease of %s has not been renewed for %" PRIu64
@@ -228,6 +231,7 @@ static void lease_decide(struct wsync_publisher *p, const void *doc, size_t len,
 			json_decref(o);
 			if (l->acquiring) {
 				l->acquiring = false;
+				l->lost = false;	/* standing by: nothing held to lose */
 				pub_report(p, PUB_EV_STANDBY);
 			} else if (l->lost) {
 				pub_report(p, PUB_EV_LOST);
@@ -245,6 +249,28 @@ static void lease_decide(struct wsync_publisher *p, const void *doc, size_t len,
 	}
 }
 
+static void on_renew(uv_timer_t *t);
+
+/* A request of the lease failed (the store retried it already): LEASE
+ * backs off; a renewal tries again at the next tick (a holder that
+ * cannot renew for a whole writer_lease stops writing: pub_lease_fresh). */
+static void lease_request_failed(struct wsync_publisher *p, const char *what,
+				 const struct wsync_store_result *res)
+{
+	struct pub_lease *l = &p->lease;
+
+	l->settling = l->taking = false;
+	if (l->held && !uv_is_active((uv_handle_t *)&l->timer))
+		uv_timer_start(&l->timer, on_renew, lease_ms(p) / 3, lease_ms(p) / 3);
+	if (l->acquiring) {
+		l->acquiring = false;
+		pub_report_failed(p, what, res);
+		return;
+	}
+	log_warning("renewing the writer lease %s: %s: %s", l->key, what,
+		    wsync_error_str(&res->error));
+}
+
 static void lease_got(struct wsync_store_result *res, void *data)
 {
 	struct wsync_publisher *p = data;
@@ -253,13 +279,7 @@ static void lease_got(struct wsync_store_result *res, void *data)
 	if (lease_unhold(p))
 		return;
 	if (res->err < 0 && res->err != -ENOENT) {
-		if (l->acquiring) {
-			l->acquiring = false;
-			pub_report_failed(p, "reading the writer lease", res);
-		} else {
-			log_warning("renewing the writer lease %s: %s", l->key,
-				    wsync_error_str(&res->error));
-		}
+		lease_request_failed(p, "reading the writer lease", res);
 		return;
 	}
 	if (l->settling) {	/* read back after writing it without a condition */
@@ -286,6 +306,8 @@ static void on_settled(uv_timer_t *t)
 		pub_report(p, PUB_EV_RELEASED);
 		return;
 	}
+	if (p->lease.inflight)	/* cannot be (nothing is sent while settling) */
+		return;
 	r = lease_get(p);
 	if (r < 0) {
 		p->lease.settling = p->lease.acquiring = false;
@@ -311,16 +333,10 @@ static void lease_put_done(struct wsync_store_result *res, void *data)
 		return;
 	}
 	if (res->err < 0) {
-		if (l->acquiring) {
-			l->acquiring = false;
-			l->taking = false;
-			pub_report_failed(p, "writing the writer lease", res);
-		} else {
-			log_warning("renewing the writer lease %s: %s", l->key,
-				    wsync_error_str(&res->error));
-		}
+		lease_request_failed(p, "writing the writer lease", res);
 		return;
 	}
+	l->wrote = true;
 	if (l->taking) {
 		/* a store may ignore conditions (s3rver does) and have let
 		 * another write it too: read it back */
@@ -345,7 +361,7 @@ static void lease_held(struct wsync_publisher *p, const char *etag)
 
 	snprintf(l->etag, sizeof(l->etag), "%s", etag ? etag : "");
 	l->confirmed_ms = pub_now_ms(p);
-	l->held = true;
+	l->held = l->ever_held = true;
 	l->lost = false;
 	l->has_seen = false;
 	l->logged_run[0] = '\0';
@@ -380,7 +396,7 @@ void pub_lease_acquire(struct wsync_publisher *p)
 	struct pub_lease *l = &p->lease;
 	int r;
 
-	if (l->inflight) {	/* a renewal in flight answers for us */
+	if (l->inflight || l->settling) {	/* what is in flight answers for us */
 		l->acquiring = true;
 		return;
 	}
@@ -445,8 +461,8 @@ bool pub_lease_release(struct wsync_publisher *p)
 
 	if (l->inflight)
 		return true;	/* its end reports RELEASED: we come back */
-	if (!l->held || l->released)
-		return false;
+	if ((!l->held && !l->wrote) || l->released)
+		return false;	/* (release_got deletes it only if it names our run) */
 	l->released = true;
 	l->held = false;
 	uv_timer_stop(&l->timer);

@@ -247,6 +247,9 @@ struct pub_lease {
 	bool taking;			/* writing it as new (not a renewal) */
 	bool settling;			/* taken: reading it back (BUCKET.md §8) */
 	bool held, lost, released;
+	bool ever_held;			/* this process held it once */
+	bool wrote;			/* a put of it landed (the stop deletes it if
+					 * it still names our run) */
 	unsigned inflight;		/* its requests: the stop waits for them */
 	char etag[PUB_ETAG_MAX];	/* ours, as last written */
 	uint64_t confirmed_ms;		/* when it was last seen ours */

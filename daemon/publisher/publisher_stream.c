@@ -132,6 +132,11 @@ void pub_stream_submit(struct wsync_publisher *p)
 
 	if (!pb || !pb->stream_on || pb->ended || p->stopping)
 		return;
+	/* a writer whose lease is not (or no longer known to be) its own
+	 * uploads nothing: a version's keys are by number, another writer's
+	 * may be the same (UPLOAD then drops the publication) */
+	if (!pub_lease_fresh(p))
+		return;
 	for (int role = 0; role < 2; role++)
 		for (size_t k = 0; k < pb->chunks[role].n && pb->chunk_inflight < CHUNK_PUTS; k++) {
 			struct pub_chunk *c = &pb->chunks[role].c[k];
@@ -208,6 +213,8 @@ static void stream_announce(struct wsync_publisher *p)
 
 	if (!pb || !pb->stream_on || pb->ended || p->stopping || !p->mode->announces)
 		return;	/* a part announces nothing: its record is its word */
+	if (!pub_lease_fresh(p))
+		return;	/* (as pub_stream_submit) */
 	if (pb->next_busy) {
 		pb->next_dirty = true;
 		return;
