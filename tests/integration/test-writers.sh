@@ -16,12 +16,14 @@
 #  - the writer killed (SIGKILL: its lease stays): the other, started
 #    again, takes over once the lease has gone writer_lease unrenewed;
 #  - a publisher restarted with an empty state_dir and no new checkpoint
-#    leaves HEAD's version unchanged.
+#    leaves HEAD's version unchanged;
+#  - the writer paused (SIGSTOP) past its lease: the standby takes over
+#    and publishes; the old one, resumed, writes nothing and stands by.
 . "$(dirname "$0")/lib.sh"
 
 BACKEND=${WSYNC_WRITERS_BACKEND:-file}
 CK=$TMP/ck
-gen_ckpts "$CK" --params 2M --steps 5 --shards 2
+gen_ckpts "$CK" --params 2M --steps 6 --shards 2
 TRAIN=$TMP/train
 mkdir -p "$TRAIN"
 if [ "$BACKEND" = s3 ]; then
@@ -153,6 +155,24 @@ check "restarted with an empty state_dir: adopts HEAD's version, publishes nothi
 sleep 2
 check "... HEAD's version is unchanged" test "$(bucket_versions)" = 4
 check "step 5: exact within 60 s" step 5
+
+# a writer paused past its lease (a VM migrated, SIGSTOP), then resumed
+start "$O"
+standing_by() { [ "$(phase "$1")" = standby ]; }
+check "the other one started again: it stands by" wait_for 30 standing_by "$O"
+kill -STOP "${DPID[$W]}"
+n=$(count "$O" 'has not been renewed')
+check "the writer paused: the standby takes over after writer_lease" \
+	wait_for 30 bash -c "[ \$(grep -c 'has not been renewed' '$TMP/$O/log') -gt $n ]"
+check "step 6 through it while the old writer is paused: exact within 60 s" step 6
+kill -CONT "${DPID[$W]}"
+check "the old writer resumed: it finds the lease another's and stands by" \
+	wait_for 30 standing_by "$W"
+check "... having written nothing: versions 1..6, each once" test "$(bucket_versions)" = 6
+check "... HEAD still the new writer's: the subscriber exact at step 6" \
+	same_files "$CK/checkpoint-6" "$TMP/s/model" config.json model-00001-of-00002.safetensors \
+	model-00002-of-00002.safetensors
+check "... and still at step 6" test "$(field s step)" = 6
 if [ "$BACKEND" = s3cond ]; then
 	conds() { grep -c "\"cond\": *\"$1" "$TMP/hs.jsonl"; }
 	check "the manifests went up with If-None-Match: *" test "$(conds 'If-None-Match: \*')" -ge 5
