@@ -79,7 +79,7 @@ cpy() { "$PYTHON3" "$HERE/crash.py" "$@"; }
 
 CK=$TMP/ck
 B=$TMP/bucket
-gen_ckpts "$CK" --params 1M --steps 16 --shards 3 --no-trainer-files
+gen_ckpts "$CK" --params 1M --steps 17 --shards 3 --no-trainer-files
 
 trap 'daemons_kill_all; s3servers_stop_all; [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
 
@@ -552,7 +552,6 @@ ppoint() {
 		test "$(n_objects)" = "$nobj"
 	PFIG+=("$(printf '%-34s %-34s HEAD %s -> %s' "$stage" "$spec" "$before" "$after")")
 }
-ppoint "writer lease taken, nothing else" "rename:1:/pbucket/writers/:after"
 ppoint "encoding the delta" "write:1:/out/"
 ppoint "between two objects (anchor+delta)" "rename:1:/pbucket/:after" 2
 ppoint "uploading an object" "fsync:1:/pbucket/deltas/.wsync-tmp."
@@ -560,6 +559,7 @@ ppoint "objects done, manifest not" "open:1:/pbucket/manifests/"
 ppoint "manifest written, HEAD not" "rename:1:/pbucket/manifests/:after"
 ppoint "writing HEAD" "fsync:1:/pbucket/.wsync-tmp."
 ppoint "HEAD renamed, not synced" "rename:1:/pbucket/HEAD:after"
+ppoint "writer lease taken, nothing else" "rename:1:/pbucket/writers/:after"
 # Streaming: objects in 64 KiB chunks, uploaded while the rest is coded,
 # announced in NEXT (every version an anchor, so there are chunks to cut)
 sed -e 's/^anchor_every = .*/anchor_every = 1/' -e '/^\[publisher\]/a chunk_size = 64KiB' \
