@@ -1289,6 +1289,31 @@ static int next_read(struct wsync_json_reader *j, void *out, bool *verdict)
 			     read_next_field, &rd, verdict);
 }
 
+/* No key twice among NEXT's objects and their chunks (BUCKET.md §3.2,
+ * §4.1), as the manifest's check_manifest(): sorted, O(n log n) for the
+ * 99,999 chunks an object may have. */
+static int check_next_keys(const struct wsync_manifest_next *n, struct wsync_error *err)
+{
+	size_t n_keys = 0;
+	const char **names;
+	int r;
+
+	for (size_t i = 0; i < n->n_objects; i++)
+		n_keys += 1 + n->objects[i].n_chunks;
+	names = malloc(n_keys * sizeof(*names) + 1);
+	if (!names)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	n_keys = 0;
+	for (size_t i = 0; i < n->n_objects; i++) {
+		names[n_keys++] = n->objects[i].ref.key;
+		for (size_t k = 0; k < n->objects[i].n_chunks; k++)
+			names[n_keys++] = n->objects[i].chunks[k].key;
+	}
+	r = check_unique(names, n_keys, false, "object key", err);
+	free(names);
+	return r;
+}
+
 static int next_check(const void *arg, struct wsync_error *err)
 {
 	const struct wsync_manifest_next *n = arg;
@@ -1320,6 +1345,8 @@ static int next_check(const void *arg, struct wsync_error *err)
 	if (r == 0 && delta && n->base_version != n->version - 1)
 		r = wsync_error_set(err, -EINVAL, "\"base_version\" %" PRIu64 " must be "
 				    "version - 1", n->base_version);
+	if (r == 0)
+		r = check_next_keys(n, err);
 	return r;
 }
 

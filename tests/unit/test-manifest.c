@@ -1523,8 +1523,106 @@ static void test_next(void)
 	n.base_version = 42;
 	ch[0].size = 0;
 	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == -EINVAL);
+	ch[0].size = 4096;
 	wsync_buf_free(&b);
 	wsync_sign_key_free(k);
+}
+
+/* BUCKET.md §3.2, §4.1: no key twice in a NEXT, among its chunks or an
+ * object's key and a chunk's -- refused by name when parsed (and when
+ * serialized). */
+static void test_next_duplicate_keys(void)
+{
+	struct wsync_manifest_chunk ch[2] = {
+		{ "deltas/000000000043-00001.wsd", 4096, { 7 } },
+		{ "deltas/000000000043-00002.wsd", 4096, { 8 } },
+	};
+	struct wsync_manifest_object o = { .role = WSYNC_MANIFEST_ROLE_DELTA,
+					   .ref = { "deltas/000000000043.wsd", 0, { { 0 } } },
+					   .chunks = ch, .n_chunks = 2 };
+	struct wsync_manifest_next n = { .version = 43, .step = 8600, .created = T_CREATED,
+					 .base_version = 42, .objects = &o, .n_objects = 1 };
+	struct wsync_manifest_next back;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+	char *t, *at, *doc;
+
+	memset(n.flight, 0x5a, sizeof(n.flight));
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == 0);
+	t = copy_text(&b);
+	CHECK(t != NULL);
+	if (t) {
+		/* one chunk key twice */
+		at = strstr(t, "-00002.wsd");
+		CHECK(at != NULL);
+		if (at) {
+			memcpy(at, "-00001.wsd", 10);
+			CHECK(wsync_manifest_next_parse(t, strlen(t), NULL, &back, &err) ==
+			      -EINVAL);
+			CHECK_CONTAINS(err.msg, "\"deltas/000000000043-00001.wsd\" is listed "
+				       "twice");
+			CHECK_CONTAINS(err.msg, "NEXT");
+			memcpy(at, "-00002.wsd", 10);
+		}
+		CHECK(wsync_manifest_next_parse(t, strlen(t), NULL, &back, &err) == 0);
+		wsync_manifest_next_free(&back);
+		/* the object's key also a chunk's */
+		doc = NULL;
+		at = strstr(t, "\"deltas/000000000043.wsd\"");
+		CHECK(at != NULL);
+		if (at && asprintf(&doc, "%.*s\"deltas/000000000043-00002.wsd\"%s",
+				   (int)(at - t), t, at + strlen("\"deltas/000000000043.wsd\"")) > 0) {
+			CHECK(wsync_manifest_next_parse(doc, strlen(doc), NULL, &back, &err) ==
+			      -EINVAL);
+			CHECK_CONTAINS(err.msg, "\"deltas/000000000043-00002.wsd\" is listed "
+				       "twice");
+			free(doc);
+		}
+	}
+	free(t);
+	/* and the writer refuses to write one */
+	ch[1].key = ch[0].key;
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "listed twice");
+	wsync_buf_free(&b);
+}
+
+/* Many chunks, all distinct: accepted (the check sorts, it does not
+ * compare every pair), and one duplicate among them found. */
+static void test_next_many_chunks(void)
+{
+	enum { N = 99999 };
+	struct wsync_manifest_chunk *ch = calloc(N, sizeof(*ch));
+	char (*keys)[40] = calloc(N, sizeof(*keys));
+	struct wsync_manifest_object o = { .role = WSYNC_MANIFEST_ROLE_ANCHOR,
+					   .ref = { "anchors/000000000043.wsa", 0, { { 0 } } } };
+	struct wsync_manifest_next n = { .version = 43, .step = 8600, .created = T_CREATED,
+					 .objects = &o, .n_objects = 1 };
+	struct wsync_manifest_next back;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+
+	CHECK(ch && keys);
+	if (!ch || !keys)
+		goto out;
+	for (size_t i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "anchors/000000000043-%05zu.wsa", i + 1);
+		ch[i] = (struct wsync_manifest_chunk){ keys[i], 1, { (uint8_t)i } };
+	}
+	o.chunks = ch;
+	o.n_chunks = N;
+	memset(n.flight, 0x5a, sizeof(n.flight));
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == 0);
+	CHECK(wsync_manifest_next_parse(b.data, b.len, NULL, &back, &err) == 0);
+	CHECK(back.n_objects == 1 && back.objects[0].n_chunks == N);
+	wsync_manifest_next_free(&back);
+	ch[N - 1].key = keys[N / 2];
+	CHECK(wsync_manifest_next_serialize(&n, NULL, &b, &err) == -EINVAL);
+	CHECK_CONTAINS(err.msg, "anchors/000000000043-50000.wsa\" is listed twice");
+out:
+	wsync_buf_free(&b);
+	free(keys);
+	free(ch);
 }
 
 static void test_ref_check(void)
@@ -1820,6 +1918,8 @@ int main(void)
 	TEST(test_keys);
 	TEST(test_chunks);
 	TEST(test_next);
+	TEST(test_next_duplicate_keys);
+	TEST(test_next_many_chunks);
 	TEST(test_part_record);
 	TEST(test_part_record_chunk_keys);
 	TEST(test_part_record_duplicates);
