@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "text.h"
 #include "wsync-build.h"
 
 static const double bucket_le[WSYNC_HISTOGRAM_BUCKETS] = {
@@ -157,20 +158,33 @@ static int put(struct wsync_buf *b, const char *fmt, ...)
 	return 0;
 }
 
-/* A label value, escaped as the text format wants (\\, \", \n). */
+/* U+FFFD, what a byte that is not UTF-8 becomes in a label value. */
+#define REPLACEMENT "\xEF\xBF\xBD"
+
+/* A label value, escaped as the text format wants (\\, \", \n), and
+ * valid UTF-8 whatever V holds: node_exporter refuses a whole file with
+ * one invalid byte, and the format has no escape for one (\xNN is not
+ * one), so each becomes U+FFFD, as wsync_metrics_instance() does. */
 static int put_label(struct wsync_buf *b, const char *v)
 {
-	for (; *v; v++) {
+	size_t n = strlen(v);
+
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t l = wsync_utf8_next((const uint8_t *)v + i, n - i, &cp);
 		int r;
 
-		if (*v == '\\' || *v == '"')
-			r = put(b, "\\%c", *v);
-		else if (*v == '\n')
+		if (l == 0)
+			r = wsync_buf_append(b, REPLACEMENT, 3), l = 1;
+		else if (v[i] == '\\' || v[i] == '"')
+			r = put(b, "\\%c", v[i]);
+		else if (v[i] == '\n')
 			r = put(b, "\\n");
 		else
-			r = wsync_buf_append(b, v, 1);
+			r = wsync_buf_append(b, v + i, l);
 		if (r < 0)
 			return -ENOMEM;
+		i += l;
 	}
 	return 0;
 }
@@ -281,11 +295,29 @@ void wsync_metrics_instance(const char *config_path, char *buf, size_t len)
 	const char *name = config_path ? strrchr(config_path, '/') : NULL;
 	size_t n;
 
+	size_t at = 0;
+
 	name = name ? name + 1 : config_path ? config_path : "";
 	n = strlen(name);
 	if (n > 4 && strcmp(name + n - 4, ".ini") == 0)
 		n -= 4;
-	snprintf(buf, len, "%.*s", (int)n, name);
+	if (len == 0)
+		return;
+	/* Valid UTF-8 (put_label()'s rule), cut at a character, never
+	 * inside one: status.json's "instance" is this label, the same. */
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t l = wsync_utf8_next((const uint8_t *)name + i, n - i, &cp);
+		const char *from = l ? name + i : REPLACEMENT;
+		size_t put_len = l ? l : 3;
+
+		if (at + put_len >= len)
+			break;
+		memcpy(buf + at, from, put_len);
+		at += put_len;
+		i += l ? l : 1;
+	}
+	buf[at] = '\0';
 }
 
 char *wsync_metrics_path(const struct wsync_config *cfg, bool *off)

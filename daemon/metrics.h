@@ -93,7 +93,9 @@ int wsync_metrics_format(struct wsync_buf *out, size_t n, const struct wsync_met
 			 const double *updated, double now);
 
 /* The instance label of the daemon run from config_path: its file name
- * without ".ini" ("subscriber" for /etc/wsync/subscriber.ini), into buf. */
+ * without ".ini" ("subscriber" for /etc/wsync/subscriber.ini), into buf
+ * (len > 0): always valid UTF-8, each byte of the name that is not
+ * becoming U+FFFD, and cut short at a whole character when buf is. */
 void wsync_metrics_instance(const char *config_path, char *buf, size_t len);
 
 /* The expositions TEXTS (NUL-terminated, each as wsync_metrics_format()

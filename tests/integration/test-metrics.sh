@@ -20,7 +20,9 @@
 #    cleanly removes its file; metrics_file = "" writes none and a name
 #    not ending in .prom is refused;
 #  - the alert rules shipped in systemd/wsync-alerts.yml pass
-#    `promtool check rules` and their unit tests (`promtool test rules`).
+#    `promtool check rules` and their unit tests (`promtool test rules`);
+#  - a configuration file name that is not UTF-8 still gives an instance
+#    label that is (U+FFFD), which promtool and node_exporter accept.
 . "$(dirname "$0")/lib.sh"
 
 PROMTOOL=$(command -v promtool || true)
@@ -289,6 +291,27 @@ ini bad subscriber "metrics_file = $PROM/wsync.txt"
 expect_exit 78 "a metrics_file not ending in .prom is a configuration error" \
 	"$WSYNCD" --check-config -c "$TMP/etc/bad.ini"
 contains "... that says why" "$OUT" ".prom"
+
+# ---- a configuration file name that is not UTF-8 ------------------------
+# "lat\xe9.ini" (Latin-1): its instance label must stay valid UTF-8 --
+# U+FFFD for the bad byte -- or node_exporter refuses the whole file.
+LAT=$'lat\xe9'
+ini "$LAT" subscriber "metrics_file = $PROM/wsync-latin1.prom"
+mkdir -p "$TMP/latin1"
+start -m 077 -c "$TMP/etc/$LAT.ini" latin1
+check "a configuration named lat\\xe9.ini: its metrics file is written" \
+	wait_for 10 test -s "$PROM/wsync-latin1.prom"
+check "promtool check metrics accepts it" \
+	bash -c "'$PROMTOOL' check metrics <'$PROM/wsync-latin1.prom'"
+check "its instance label is lat + U+FFFD" \
+	grep -q "instance=\"lat"$'\xef\xbf\xbd'"\"" "$PROM/wsync-latin1.prom"
+check "node_exporter reads it without error" bash -c \
+	"scrape() { curl -sf --max-time 5 'http://127.0.0.1:$PORT/metrics' >'$TMP/scrape2.txt'; }
+	 for i in \$(seq 50); do scrape && grep -q 'lat'\$'\\xef\\xbf\\xbd' '$TMP/scrape2.txt' && break; sleep 0.2; done
+	 grep -q '^node_textfile_scrape_error 0' '$TMP/scrape2.txt' && grep -q 'lat'\$'\\xef\\xbf\\xbd' '$TMP/scrape2.txt'"
+check "wsync status --prometheus prints it, and promtool accepts that" bash -c \
+	"'$WSYNC' status --prometheus --config '$TMP/etc/$LAT.ini' | '$PROMTOOL' check metrics"
+stop latin1
 
 # ---- the alert rules ---------------------------------------------------
 RULES=$WSYNC_SOURCE_ROOT/systemd/wsync-alerts.yml

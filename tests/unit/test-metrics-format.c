@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "text.h"
 #include "tap.h"
 
 /* The text of n daemons' metrics, NUL-terminated (freed by the caller). */
@@ -196,6 +197,33 @@ static void test_merge(void)
 	free(want);
 }
 
+/* A label value that is not UTF-8 (an instance handed in as is) is
+ * written as valid UTF-8: U+FFFD for each bad byte, escapes kept. */
+static void test_label_not_utf8(void)
+{
+	struct wsync_metrics m = { .version = 3, .store_up = true };
+	const struct wsync_metrics *ms[] = { &m };
+	enum wsync_role roles[] = { WSYNC_ROLE_SUBSCRIBER };
+	const char *inst[] = { "n\xff\"\xc3\xa9\xe2\x82" };
+	char *s = format(1, ms, roles, inst);
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_CONTAINS(s, "wsync_version{role=\"subscriber\",instance=\"n\xef\xbf\xbd\\\""
+			  "\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"} 3\n");
+	for (size_t i = 0; s[i];) {
+		uint32_t cp;
+		size_t l = wsync_utf8_next((const uint8_t *)s + i, strlen(s + i), &cp);
+
+		CHECK(l > 0);
+		if (!l)
+			break;
+		i += l;
+	}
+	free(s);
+}
+
 static void test_instance_and_path(void)
 {
 	struct wsync_config cfg = { .runtime_dir = "/run/wsync/subscriber" };
@@ -209,6 +237,21 @@ static void test_instance_and_path(void)
 	CHECK_STR(buf, "node-7.conf");
 	wsync_metrics_instance(NULL, buf, sizeof(buf));
 	CHECK_STR(buf, "");
+	/* a name that is not UTF-8 (Latin-1 "é", a stray continuation byte, a
+	 * sequence cut short): U+FFFD for each bad byte, the rest kept */
+	wsync_metrics_instance("/etc/wsync/caf\xe9-\x80x\xc3.ini", buf, sizeof(buf));
+	CHECK_STR(buf, "caf\xef\xbf\xbd-\xef\xbf\xbdx\xef\xbf\xbd");
+	wsync_metrics_instance("/etc/wsync/caf\xc3\xa9.ini", buf, sizeof(buf));
+	CHECK_STR(buf, "caf\xc3\xa9");
+	/* cut short at a whole character, never inside one */
+	{
+		char small[6];
+
+		wsync_metrics_instance("ab\xe2\x82\xac\xe2\x82\xac.ini", small, sizeof(small));
+		CHECK_STR(small, "ab\xe2\x82\xac");
+		wsync_metrics_instance("abcd\xff.ini", small, sizeof(small));
+		CHECK_STR(small, "abcd");
+	}
 
 	cfg.metrics_file = "wsync.prom";
 	p = wsync_metrics_path(&cfg, &off);
@@ -230,6 +273,7 @@ int main(void)
 	TEST(test_format_merged);
 	TEST(test_same_help);
 	TEST(test_merge);
+	TEST(test_label_not_utf8);
 	TEST(test_instance_and_path);
 	return tap_done();
 }
