@@ -17,20 +17,38 @@
  * --prometheus: one exposition of every running daemon's "metrics",
  * metrics.h, each family once).
  *
+ * Root runs this (a scrape job), and the files it reads are written by
+ * the daemon's user, who must not make it read or say what only root may
+ * (THREATS.md, "A local user").  So status.json and the metrics file are
+ * opened with O_NOFOLLOW | O_NONBLOCK (no symbolic link as the file, no
+ * FIFO blocking the open) and read only when each is a regular file with
+ * one link (not a hard link to another file), of bounded size (1 MiB,
+ * 16 MiB), and owned by the daemon's user: status.json by its
+ * directory's owner (or in a root-owned directory, by anyone: that user
+ * is then the daemon's), the metrics file by status.json's owner -- it
+ * may live outside runtime_dir (node_exporter's textfile directory), so
+ * its owner, not its place, says it is the daemon's.  An error names the
+ * file and the rule, never what the file holds (JSON errors give a line
+ * and column, not jansson's text, which quotes the token).
+ *
  * Exit codes, for scripts and health checks:
  *   0  the daemon reports itself healthy
  *   1  it reports a problem (wsync_role_status_healthy(): state "error",
- *      store_ok false or stale true, or a subscriber's last_error)
+ *      store_ok false or stale true, or a subscriber's last_error), or
+ *      its status.json or metrics file is refused (the rules above)
  *   3  not running: no status file, a stopped daemon
- *      (wsync_role_status_stopped()), or its pid is gone
+ *      (wsync_role_status_stopped()), or its pid is gone; a status.json
+ *      that is not valid JSON
  *   2  usage; 78 a configuration file that does not load
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -38,6 +56,8 @@
 
 #include "buf.h"
 #include "config.h"
+#include "error.h"
+#include "io.h"
 #include "metrics.h"
 #include "role.h"
 #include "tool.h"
@@ -45,6 +65,9 @@
 
 #define EXIT_NOT_RUNNING 3
 
+/* What this reads is a few kilobytes the daemon wrote; more is not its. */
+#define STATUS_MAX (1u << 20)
+#define METRICS_MAX (16u << 20)
 
 #define TOOL "wsync status"
 
@@ -164,6 +187,81 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 }
 
+/*
+ * Read PATH (WHAT in messages), a file the daemon wrote: see the top of
+ * this file for the rules.  owner: the uid that must own it, or
+ * (uid_t)-1 for status.json, which must be its directory's owner's
+ * (unless root owns the directory); *owner_ret: the file's owner.  0 with
+ * *buf (NUL-terminated, freed by the caller) and *len; -ENOENT when there
+ * is no file (nothing printed); else a negative errno, printed here.
+ */
+static int read_daemon_file(const char *path, const char *what, uint64_t max, uid_t owner,
+			    uid_t *owner_ret, char **buf, size_t *len)
+{
+	struct wsync_error err = { 0 };
+	struct stat st, dir;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		r = -errno;
+		if (r == -ENOENT)
+			return r;
+		fprintf(stderr, TOOL ": %s: %s\n", path,
+			r == -ELOOP ? "a symbolic link: refused (the daemon writes a regular "
+				      "file)" : strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(-r));
+		goto out;
+	}
+	r = -EPERM;
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, TOOL ": %s: not a regular file: refused (the daemon writes "
+			"its %s as one)\n", path, what);
+		goto out;
+	}
+	if (st.st_nlink != 1) {
+		fprintf(stderr, TOOL ": %s: %ju links: refused (the daemon's %s has one)\n",
+			path, (uintmax_t)st.st_nlink, what);
+		goto out;
+	}
+	if (owner == (uid_t)-1) {
+		char *slash = strrchr(path, '/'), *d;
+
+		d = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) :
+			    strdup(".");
+		if (!d || stat(d, &dir) < 0) {
+			r = d ? -errno : -ENOMEM;
+			fprintf(stderr, TOOL ": %s: %s\n", d ? d : path, strerror(-r));
+			free(d);
+			goto out;
+		}
+		free(d);
+		if (dir.st_uid != 0 && st.st_uid != dir.st_uid) {
+			fprintf(stderr, TOOL ": %s: owned by uid %ju, not by its directory's "
+				"owner (uid %ju, the daemon's user): refused\n", path,
+				(uintmax_t)st.st_uid, (uintmax_t)dir.st_uid);
+			goto out;
+		}
+	} else if (st.st_uid != owner) {
+		fprintf(stderr, TOOL ": %s: owned by uid %ju, not by the daemon's user (uid %ju, "
+			"status.json's owner): refused\n", path, (uintmax_t)st.st_uid,
+			(uintmax_t)owner);
+		goto out;
+	}
+	r = wsync_read_fd(fd, path, max, buf, len, &err);
+	if (r < 0)
+		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
+	else
+		*owner_ret = st.st_uid;
+out:
+	close(fd);
+	return r;
+}
+
 /* --prometheus: the metrics files of the running daemons shown, printed
  * together at the end (each family once). */
 struct prom {
@@ -171,15 +269,16 @@ struct prom {
 	char *text[3];
 };
 
-/* Take the metrics file o names (a running daemon's): 0, or 1 when
- * there is none to take (metrics off, the file unreadable). */
-static int prom_take(struct prom *pr, json_t *o, const char *path)
+/* Take the metrics file o names (a running daemon's, whose status.json
+ * at path uid owner owns): 0, or 1 when there is none to take (metrics
+ * off, the file unreadable or refused). */
+static int prom_take(struct prom *pr, json_t *o, const char *path, uid_t owner)
 {
 	const char *file = str(o, "metrics_file");
-	struct wsync_buf b = { 0 };
-	char chunk[65536];
-	size_t got;
-	FILE *f;
+	char *text = NULL;
+	size_t len;
+	uid_t own;
+	int r;
 
 	if (pr->n == sizeof(pr->text) / sizeof(pr->text[0]))
 		return 0;
@@ -189,21 +288,13 @@ static int prom_take(struct prom *pr, json_t *o, const char *path)
 							     "a wsyncd older than this wsync");
 		return WSYNC_EXIT_FAILURE;
 	}
-	f = fopen(file, "re");
-	if (!f) {
-		fprintf(stderr, TOOL ": %s: %s\n", file, strerror(errno));
+	r = read_daemon_file(file, "metrics file", METRICS_MAX, owner, &own, &text, &len);
+	if (r < 0) {
+		if (r == -ENOENT)
+			fprintf(stderr, TOOL ": %s: %s\n", file, strerror(ENOENT));
 		return WSYNC_EXIT_FAILURE;
 	}
-	while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len < (16u << 20))
-		if (wsync_buf_append(&b, chunk, got) < 0)
-			break;
-	fclose(f);
-	if (wsync_buf_append(&b, "", 1) < 0) {
-		wsync_buf_free(&b);
-		fprintf(stderr, TOOL ": out of memory\n");
-		return WSYNC_EXIT_FAILURE;
-	}
-	pr->text[pr->n++] = (char *)b.data;
+	pr->text[pr->n++] = text;
 	return 0;
 }
 
@@ -238,19 +329,29 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 	bool running = true, healthy;
 	json_error_t je;
 	long long pid;
+	char *doc;
+	size_t len;
+	uid_t owner;
 	json_t *o;
-	int code;
+	int code, r;
 
-	o = json_load_file(path, 0, &je);
+	r = read_daemon_file(path, WSYNC_ROLE_STATUS_FILE, STATUS_MAX, (uid_t)-1, &owner, &doc,
+			     &len);
+	if (r == -ENOENT) {
+		if (json && !pr)
+			printf("{\"state\": \"not running\"}\n");
+		else
+			fprintf(say, "wsyncd: not running (no %s)\n", path);
+		return EXIT_NOT_RUNNING;
+	}
+	if (r < 0)	/* refused, said why: a problem to look at */
+		return WSYNC_EXIT_FAILURE;
+	o = json_loadb(doc, len, 0, &je);
+	free(doc);
 	if (!o) {
-		if (access(path, F_OK) < 0 && errno == ENOENT) {
-			if (json && !pr)
-				printf("{\"state\": \"not running\"}\n");
-			else
-				fprintf(say, "wsyncd: not running (no %s)\n", path);
-		} else {
-			fprintf(stderr, TOOL ": %s: %s\n", path, je.text);
-		}
+		/* je.text quotes the file's bytes: a line and column only */
+		fprintf(stderr, TOOL ": %s: not valid JSON (line %d, column %d)\n", path, je.line,
+			je.column);
 		return EXIT_NOT_RUNNING;
 	}
 	if (!json_is_object(o)) {
@@ -277,7 +378,7 @@ static int show(const char *path, bool json, const char *want_role, json_t *json
 	if (pr) {
 		if (!running)
 			fprintf(stderr, "wsyncd: not running (%s): no metrics\n", path);
-		else if (prom_take(pr, o, path))
+		else if (prom_take(pr, o, path, owner))
 			code = WSYNC_EXIT_FAILURE;
 	} else if (json_out) {
 		json_array_append(json_out, o);

@@ -8,7 +8,10 @@
 # ("ROLE: stopped (not running)", "stopped at version N", exit 3).
 # `wsync status` also reads hand-written files: a last_error of "" or
 # null is no error, a publisher's older integer `updated` is shown as a
-# date.
+# date.  And it refuses what is not the daemon's (run as root): a
+# status.json or metrics file that is a symlink, a hard link, a FIFO,
+# /dev/zero, 100 MiB, or owned by another user than the daemon's --
+# promptly, and without quoting a byte of it.
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p "$TMP/bucket" "$TMP/train"
@@ -111,4 +114,102 @@ JSON
 expect_exit 3 "a subscriber's older stopped file (state idle, stopped true): not running" \
 	"$WSYNC" status --runtime-dir "$TMP/hand"
 contains "... and reads as stopped" "$(printf '%s\n' "$OUT" | head -1)" "subscriber: stopped (not running)"
+
+# ---- what root's `wsync status` refuses to open ----
+# Root runs it (a scrape job); the daemon's user writes what it reads.
+# Neither status.json nor the metrics file it names may make root read,
+# block on, or quote what is not the daemon's own regular file.
+NOBODY=65534
+printf 'rootsecret\n# HELP wsync_x y\nrootsecret2\n' >"$TMP/secret"
+chmod 600 "$TMP/secret"
+no_secret() { # no_secret DESC: $OUT does not hold the secret file's text
+	check "$1" sh -c "! printf '%s\n' \"\$1\" | grep -q rootsecret" - "$OUT"
+}
+mkdir -p "$TMP/link"
+ln -s "$TMP/secret" "$TMP/link/status.json"
+for mode in "" --json --prometheus; do
+	expect_exit 1 "status.json a symlink to a root-only file: refused (${mode:-human})" \
+		"$WSYNC" status $mode --runtime-dir "$TMP/link"
+	contains "... saying it is a symbolic link" "$OUT" "a symbolic link: refused"
+	no_secret "... and quoting nothing of the file"
+done
+rm "$TMP/link/status.json"
+ln "$TMP/secret" "$TMP/link/status.json"
+expect_exit 1 "status.json a hard link to a root-only file: refused" \
+	"$WSYNC" status --runtime-dir "$TMP/link"
+contains "... by its link count" "$OUT" "2 links: refused"
+no_secret "... quoting nothing"
+rm "$TMP/link/status.json"
+cp "$TMP/secret" "$TMP/link/status.json"
+expect_exit 3 "a status.json that is not JSON: not running" "$WSYNC" status --runtime-dir "$TMP/link"
+contains "... by line and column" "$OUT" "not valid JSON (line 1, column"
+no_secret "... quoting nothing of it"
+chown "$NOBODY" "$TMP/link/status.json"
+chown 12345 "$TMP/link"
+expect_exit 1 "status.json owned by another uid than its directory's: refused" \
+	"$WSYNC" status --runtime-dir "$TMP/link"
+contains "... saying whose" "$OUT" "owned by uid $NOBODY, not by its directory's owner (uid 12345"
+chown 0 "$TMP/link"
+rm "$TMP/link/status.json"
+mkfifo "$TMP/link/status.json"
+expect_exit 1 "status.json a FIFO: refused at once" timeout 10 "$WSYNC" status --runtime-dir "$TMP/link"
+contains "... as not a regular file" "$OUT" "not a regular file"
+rm "$TMP/link/status.json"
+truncate -s 100M "$TMP/link/status.json"
+expect_exit 1 "status.json of 100 MiB (sparse): refused at once" \
+	timeout 10 "$WSYNC" status --runtime-dir "$TMP/link"
+contains "... as too large" "$OUT" "more than the 1048576"
+
+# The metrics file: status.json (a running daemon's: pid $$) names it.
+mkdir -p "$TMP/m"
+hand_metrics() { # hand_metrics FILE: status.json naming FILE as the metrics
+	cat >"$TMP/m/status.json" <<JSON
+{"role": "subscriber", "state": "idle", "version": 3, "last_error": "", "store_ok": true,
+ "pid": $$, "instance": "m", "metrics_file": "$1"}
+JSON
+}
+printf '# HELP wsync_version v\n# TYPE wsync_version gauge\nwsync_version{role="subscriber",instance="m"} 3\n' \
+	>"$TMP/m/wsync.prom"
+hand_metrics "$TMP/m/wsync.prom"
+expect_exit 0 "--prometheus: the daemon's own metrics file is printed" \
+	"$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... its series" "$OUT" 'wsync_version{role="subscriber",instance="m"} 3'
+mkfifo "$TMP/m/fifo.prom"
+hand_metrics "$TMP/m/fifo.prom"
+expect_exit 1 "--prometheus: a FIFO as the metrics file returns at once (no timeout)" \
+	timeout 10 "$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... saying it is not a regular file" "$OUT" "not a regular file"
+hand_metrics /dev/zero
+expect_exit 1 "--prometheus: /dev/zero as the metrics file is refused at once" \
+	timeout 10 "$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... as not a regular file" "$OUT" "not a regular file"
+truncate -s 100M "$TMP/m/big.prom"
+hand_metrics "$TMP/m/big.prom"
+expect_exit 1 "--prometheus: a 100 MiB sparse metrics file is refused at once" \
+	timeout 10 "$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... as larger than 16 MiB" "$OUT" "more than the 16777216"
+ln -s "$TMP/m/wsync.prom" "$TMP/m/link.prom"
+hand_metrics "$TMP/m/link.prom"
+expect_exit 1 "--prometheus: a metrics file that is a symlink is refused" \
+	"$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... as one" "$OUT" "a symbolic link: refused"
+cp "$TMP/m/wsync.prom" "$TMP/m/other.prom"
+chown "$NOBODY" "$TMP/m/other.prom"
+hand_metrics "$TMP/m/other.prom"
+expect_exit 1 "--prometheus: a metrics file of another uid than status.json's is refused" \
+	"$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... saying whose" "$OUT" "owned by uid $NOBODY, not by the daemon's user (uid 0"
+# A daemon run as nobody naming a root-only file: refused, nothing printed.
+chown "$NOBODY" "$TMP/m" "$TMP/m/other.prom"
+hand_metrics "$TMP/secret"
+chown "$NOBODY" "$TMP/m/status.json"
+expect_exit 1 "--prometheus: a nobody daemon's status naming a root-only file is refused" \
+	"$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... as not the daemon's" "$OUT" "owned by uid 0, not by the daemon's user (uid $NOBODY"
+no_secret "... and prints none of it"
+hand_metrics "$TMP/m/other.prom"
+chown "$NOBODY" "$TMP/m/status.json"
+expect_exit 0 "--prometheus: that daemon's own metrics file (nobody's) is printed" \
+	"$WSYNC" status --prometheus --runtime-dir "$TMP/m"
+contains "... its series" "$OUT" 'wsync_version{role="subscriber",instance="m"} 3'
 tap_done
