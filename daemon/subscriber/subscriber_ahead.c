@@ -26,9 +26,11 @@
  * the verify key.  A stopped or killed subscriber leaves temps that the
  * next start removes (sub_remove_stray_temps).
  *
- * Bounds: ahead_max bytes of object fetched ahead; one request of at most
- * AHEAD_RANGE bytes in flight; the build job's memory is the apply's
- * (memory_limit); on disk, the temps take what an apply's take.
+ * Bounds: ahead_max bytes of object fetched ahead, and ahead_max bytes of
+ * temps built ahead (a few compressed bytes can name a file of any size:
+ * files that would pass it are built after the commit); one request of
+ * at most AHEAD_RANGE bytes in flight; the build job's memory is the
+ * apply's (memory_limit).
  *
  * Full subscribers with layout = inplace only: a partial one fetches
  * only its files' records after the commit, and the symlink layout builds
@@ -121,7 +123,8 @@ static void build(struct wsync_subscriber *s)
 	bool last_whole;
 	int r;
 
-	if (!a || a->job_running || a->claimed || a->dropped || s->stopping)
+	if (!a || a->job_running || a->claimed || a->dropped || a->build_capped ||
+	    s->stopping)
 		return;
 	r = wsync_delta_indexer_advance(a->x, a->size, &err);
 	if (r < 0) {
@@ -139,6 +142,7 @@ static void build(struct wsync_subscriber *s)
 		.to = ix->files[whole - 1].offset + ix->files[whole - 1].length,
 		.threads = s->cfg->threads, .memory_limit = s->cfg->memory_limit,
 		.staged = &a->staged, .owner = s,
+		.budget = s->cfg->ahead_max > a->bytes_built ? s->cfg->ahead_max - a->bytes_built : 0,
 	};
 	a->job_files = whole;
 	r = wsync_jobs_submit(s->d->jobs, sub_ahead_build_work, build_done, &a->job);
@@ -162,6 +166,18 @@ static void build_done(void *data, bool cancelled)
 		release(s);
 		if (s->stopping)
 			sub_maybe_stopped(s);
+		return;
+	}
+	if (j->r < 0 && j->over_budget) {
+		/* not a fault: what is built stays, the rest is built after
+		 * the commit */
+		a->build_capped = true;
+		log_info("version %" PRIu64 ": building ahead stops at ahead_max (%s); the rest "
+			 "is built after the commit", a->version, wsync_error_str(&j->err));
+		if (s->stopping)
+			sub_maybe_stopped(s);
+		else if (a->claimed)
+			a->resume(s);
 		return;
 	}
 	if (j->r < 0) {

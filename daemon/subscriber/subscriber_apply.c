@@ -433,10 +433,14 @@ static int open_part(int in, uint64_t from, uint64_t to, const char *part_path,
 
 /* Records [from, to) of the object in in: their files built and staged
  * beside their destinations in dir (each checked against its hash). */
+/* Build the files of the object's records [from, to) as temps in dir.
+ * budget: the bytes of temps they may take -- past it nothing is built
+ * (-EFBIG, *over_budget set): a NEXT's few compressed bytes can name
+ * files of any size. */
 static int stage_part(int in, uint64_t from, uint64_t to, const char *part_path,
-		      const char *dir, const struct wsync_apply_opts *ao,
+		      const char *dir, const struct wsync_apply_opts *ao, uint64_t budget,
 		      struct wsync_apply_staged **staged, struct wsync_apply_stats *stats,
-		      bool *verify_failed, struct wsync_error *err)
+		      bool *verify_failed, bool *over_budget, struct wsync_error *err)
 {
 	struct wsync_delta_reader *d;
 	uint64_t need = 0;
@@ -452,7 +456,13 @@ static int stage_part(int in, uint64_t from, uint64_t to, const char *part_path,
 	for (size_t i = 0; i < d->n_files; i++)
 		if (d->files[i].file.op == WSYNC_DELTA_WRITE)
 			need += d->files[i].file.target_size;
-	r = sub_space_check(dir, need, "the files built ahead", err);
+	if (need > budget) {
+		*over_budget = true;
+		r = wsync_error_set(err, -EFBIG, "the next files would take %" PRIu64 " bytes, "
+				    "%" PRIu64 " more than ahead_max leaves", need, need - budget);
+	} else {
+		r = sub_space_check(dir, need, "the files built ahead", err);
+	}
 	if (r == 0)
 		r = wsync_apply_stage(d, dir, ao, staged, stats, err);
 	if (r == -EINVAL)
@@ -469,13 +479,13 @@ void sub_ahead_build_work(void *data)
 	int in = open(j->object_path, O_RDONLY | O_CLOEXEC);
 
 	wsync_error_clear(&j->err);
-	j->verify_failed = false;
+	j->verify_failed = j->over_budget = false;
 	if (in < 0) {
 		j->r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 		return;
 	}
-	j->r = stage_part(in, j->from, j->to, j->part_path, j->target_dir, &ao, j->staged,
-			  &j->stats, &j->verify_failed, &j->err);
+	j->r = stage_part(in, j->from, j->to, j->part_path, j->target_dir, &ao, j->budget,
+			  j->staged, &j->stats, &j->verify_failed, &j->over_budget, &j->err);
 	(void)close(in);
 }
 
@@ -517,8 +527,10 @@ static int apply_staged(struct sub_apply_job *j, int fd, const struct wsync_delt
 	end = (uint64_t)st.st_size - WSYNC_DELTA_RECORD_HEADER_LEN - WSYNC_DELTA_END_LEN;
 	snprintf(part, sizeof(part), "%s.rest", j->object_path);
 	if (j->staged_upto < end) {
-		r = stage_part(fd, j->staged_upto, end, part, j->target_dir, ao, j->staged,
-			       &j->stats, &j->verify_failed, &j->err);
+		bool over = false;	/* (no budget: the version is committed) */
+
+		r = stage_part(fd, j->staged_upto, end, part, j->target_dir, ao, UINT64_MAX,
+			       j->staged, &j->stats, &j->verify_failed, &over, &j->err);
 		if (r < 0)
 			return r;
 	}

@@ -156,7 +156,7 @@ struct sub_ahead {
 	uint64_t size;			/* their bytes */
 	uint64_t asked;			/* object bytes requested so far */
 	unsigned inflight;		/* ranges requested, not back */
-	bool capped;
+	bool capped;			/* ahead_max fetched: the rest after the commit */
 	char *path, *part_path;
 	int fd;
 	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
@@ -168,6 +168,8 @@ struct sub_ahead {
 	bool job_running;
 	bool claimed;			/* a step of the cycle took it */
 	bool dropped;			/* drop once the job is back */
+	bool build_capped;		/* ahead_max of temps reached: the rest is
+					 * built after the commit */
 	uint64_t bytes_built;
 	double build_seconds;		/* of the build jobs */
 	uint64_t t0;

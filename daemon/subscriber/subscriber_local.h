@@ -388,9 +388,12 @@ struct sub_ahead_build {
 	unsigned threads;
 	uint64_t memory_limit;
 	struct wsync_apply_staged **staged;
+	uint64_t budget;		/* bytes of temps it may write ([subscriber]
+					 * ahead_max less what was built ahead) */
 	void *owner;
 	int r;
 	bool verify_failed;
+	bool over_budget;		/* r: the files would pass budget (nothing built) */
 	struct wsync_error err;
 	struct wsync_apply_stats stats;
 };

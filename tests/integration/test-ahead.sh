@@ -18,7 +18,10 @@
 #  - a NEXT not signed by the key, or naming chunks that do not match:
 #    refused, verification failures counted, the version kept, no temp;
 #  - the bucket's objects really went in chunks (format_version 2), and
-#    a subscriber with ahead_max = 0 follows the same series exactly.
+#    a subscriber with ahead_max = 0 follows the same series exactly;
+#  - ahead_max bounds the temps built ahead as well as the bytes fetched:
+#    with 1 MiB (each shard's file is larger) nothing is built before
+#    the commit, and the version is exact after it.
 . "$(dirname "$0")/lib.sh"
 
 CK=$TMP/ck
@@ -60,9 +63,11 @@ mkdir -p "$TMP/train" "$BUCKET"
 ini pub publisher
 ini sub subscriber
 ini flat subscriber "ahead_max = 0"
+ini small subscriber "ahead_max = 1MiB"
 start pub WSYNC_TEST_CHUNK_PAUSE_MS=3000
 start sub
 start flat
+start small
 
 # ---- 1. built ahead, renamed in only at the commit --------------------------
 put_ckpt "$CK/checkpoint-1" "$TMP/train/checkpoint-1"
@@ -87,6 +92,12 @@ check "the publisher announced version 2" grep -q "version 2 (step 2) announced"
 check "ahead_max = 0: version 2 too, after the commit" wait_version flat 2 90
 check "... byte-identical" same_as flat 2
 check "... having built nothing ahead" sh -c "! grep -q 'building it ahead' '$TMP/flat/log'"
+check "ahead_max = 1MiB: no file built ahead past it (each shard is larger)" \
+	wait_for 60 in_log small "version 2: building ahead stops at ahead_max"
+check "... version 2 after the commit" wait_version small 2 90
+check "... byte-identical" same_as small 2
+check "... no temp left" test "$(temps small)" = 0
+stop small >/dev/null
 
 # ---- 2. the publisher killed mid-stream, the number reused ------------------
 put_ckpt "$CK/checkpoint-3" "$TMP/train/checkpoint-3"
