@@ -129,6 +129,7 @@ check "no TRUST_EPOCH entry at a restart in the same epoch" test "$(epochs)" = 2
 
 # 7. the old key is refused from now on
 stop pub
+tap_result $? "the publisher stops cleanly (exit 0)"
 pub "$B" 999999999999 "$CK/checkpoint-5" --head-only 999999999999 --sign --key "$TMP/A.key"
 check "a HEAD signed with A is refused" \
 	wait_for 20 sh -c "grep -q 'not by the configured key' '$(status_json s1)'"
@@ -137,5 +138,9 @@ check "s1 stays at version 4" test "$(field s1 version)" = 4
 check "s2 stays at version 4" test "$(field s2 version)" = 4
 check "s1's target is still checkpoint-4" same_tree "$CK/checkpoint-4" "$TMP/s1/target"
 
+stop s1
+tap_result $? "s1 stops cleanly (exit 0)"
+stop s2
+tap_result $? "s2 stops cleanly (exit 0)"
 stop_all
 tap_done
