@@ -370,6 +370,8 @@ struct wsync_publisher {
 	char head_ref_key[WSYNC_MANIFEST_KEY_MAX];
 	bool need_anchor;		/* the base is not HEAD's: next is a full anchor */
 	uint64_t recover_manifest;	/* a manifest newer than HEAD, being read */
+	bool head_untrusted;		/* HEAD not signed by key: numbered from our
+					 * own state.json (publisher_recover.c) */
 	struct wsync_buf recover_head_doc;
 
 	/* What the local state says. */
@@ -424,6 +426,12 @@ struct pub_local_state {
 	struct wsync_hash128 manifest_hash;
 	bool has_hash;
 };
+
+/* state.json's version and key_id (the signing key's id it was published
+ * with, "" when none is recorded) alone, nothing else taken: 0, or -ENOENT
+ * when there is no readable state. */
+int pub_load_state_key(struct wsync_publisher *p, uint64_t *version,
+		       char key_id[WSYNC_SIGN_KEY_ID_LEN + 1]);
 
 static inline uint64_t pub_now_ms(struct wsync_publisher *p)
 {

@@ -9,6 +9,20 @@
  * when that matches, else the next version is a full anchor without a
  * delta.  Version numbers are never reused: an unreadable HEAD or
  * manifest is gone past.
+ *
+ * With a signing_key, what counts is what this key signed (issue 40,
+ * "Rotating the signing key" in systemd/README.md): a HEAD that does not
+ * verify with it -- signed by a former key, or forged with a leaked one,
+ * say at version 999,999,999,999 -- does not set the numbering; the next
+ * version is this publisher's own last one (state.json) + 1, a full
+ * anchor, written over that HEAD (If-Match of the HEAD read).  A manifest
+ * newer than HEAD that is not signed by the key is not ours to complete
+ * either: it is passed over, not gone past (subscribers verifying with
+ * this key never took it, so its number is free for them).  And when the
+ * key is not the one state.json recorded, the next version is a full
+ * anchor: subscribers holding only the new key cannot verify a chain of
+ * the old key's manifests.  Without state.json's version (a new
+ * state_dir), an untrusted HEAD's number is still gone past.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -78,11 +92,14 @@ static void recover_head_put_done(struct wsync_store_result *res, void *data)
 	pub_report(p, PUB_EV_DONE);
 }
 
+static int fetch_head_manifest(struct wsync_publisher *p);
+
 static void recover_newer_got(struct wsync_store_result *res, void *data)
 {
 	struct wsync_publisher *p = data;
 	struct wsync_error err = { 0 };
 	uint64_t v = p->recover_manifest;
+	size_t body;
 	int r;
 
 	if (res->err < 0) {
@@ -94,6 +111,23 @@ static void recover_newer_got(struct wsync_store_result *res, void *data)
 		pub_report(p, PUB_EV_DONE);
 		return;
 	}
+	if (p->key && wsync_sign_doc_check(p->key, res->data, res->data_len, &body, NULL,
+					   &err) == -EBADMSG) {
+		/* readable or not, not signed by this key: not ours (the top) */
+		log_warning("manifests/%012" PRIu64 ".json is newer than HEAD but not signed by "
+			    "this publisher's key %s (%s): passed over; the next version is %"
+			    PRIu64, v, wsync_sign_key_id(p->key), wsync_error_str(&err),
+			    p->head_version + 1);
+		r = p->head_version && !p->head_untrusted ? fetch_head_manifest(p) : 1;
+		if (r < 0) {
+			log_error_errno(r, "cannot queue a store request");
+			p->need_anchor = true;
+		}
+		if (r != 0)
+			pub_report(p, PUB_EV_DONE);
+		return;
+	}
+	wsync_error_clear(&err);
 	r = pub_adopt_head_manifest(p, res->data, res->data_len, v, &err);
 	if (r < 0) {
 		/* A manifest we cannot read is still a published number: go past
@@ -139,6 +173,14 @@ static void recover_head_manifest_got(struct wsync_store_result *res, void *data
 	pub_report(p, PUB_EV_DONE);
 }
 
+static int fetch_head_manifest(struct wsync_publisher *p)
+{
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+
+	o.max_size = WSYNC_MANIFEST_MAX;
+	return wsync_store_get_buf(p->d->store, p->head_ref.key, &o, recover_head_manifest_got, p);
+}
+
 static void recover_listed(struct wsync_store_result *res, void *data)
 {
 	struct wsync_publisher *p = data;
@@ -175,12 +217,8 @@ static void recover_listed(struct wsync_store_result *res, void *data)
 		r = wsync_store_get_buf(p->d->store,
 					wsync_manifest_key(WSYNC_MANIFEST_KEY_MANIFEST, newest, key),
 					&o, recover_newer_got, p);
-	} else if (p->head_version) {
-		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
-
-		o.max_size = WSYNC_MANIFEST_MAX;
-		r = wsync_store_get_buf(p->d->store, p->head_ref.key, &o,
-					recover_head_manifest_got, p);
+	} else if (p->head_version && !p->head_untrusted) {
+		r = fetch_head_manifest(p);
 	} else {
 		pub_report(p, PUB_EV_DONE);
 		return;
@@ -190,6 +228,53 @@ static void recover_listed(struct wsync_store_result *res, void *data)
 		p->need_anchor = true;
 		pub_report(p, PUB_EV_DONE);
 	}
+}
+
+/* HEAD (doc, readable) against the signing key: one it did not sign is
+ * not trusted for the numbering (the comment at the top). */
+static void check_head_key(struct wsync_publisher *p, const void *doc, size_t len)
+{
+	char kid[WSYNC_SIGN_KEY_ID_LEN + 1];
+	struct wsync_error err = { 0 };
+	uint64_t own;
+	size_t body;
+
+	p->head_untrusted = false;
+	if (!p->key || wsync_sign_doc_check(p->key, doc, len, &body, NULL, &err) == 0)
+		return;
+	(void)pub_load_state_key(p, &own, kid);
+	if (!own) {
+		log_warning("HEAD (version %" PRIu64 ") is not signed by this publisher's key %s "
+			    "(%s) and state.json records no version of ours: going past it; "
+			    "the next version is a full anchor", p->head_version,
+			    wsync_sign_key_id(p->key), wsync_error_str(&err));
+		p->need_anchor = true;
+		return;
+	}
+	log_warning("HEAD (version %" PRIu64 ") is not signed by this publisher's key %s (%s): "
+		    "not trusted; numbering goes on from this publisher's own last version %"
+		    PRIu64 " (state.json), the next version is a full anchor written over that "
+		    "HEAD", p->head_version, wsync_sign_key_id(p->key), wsync_error_str(&err), own);
+	p->head_untrusted = true;
+	p->head_version = own;
+	p->head_ref_key[0] = '\0';
+	p->head_ref = (struct wsync_manifest_ref){ 0 };
+	p->need_anchor = true;
+}
+
+/* The signing key is not the one state.json recorded: a rotation. */
+static void check_key_rotated(struct wsync_publisher *p)
+{
+	char kid[WSYNC_SIGN_KEY_ID_LEN + 1];
+	uint64_t own;
+
+	if (!p->key || pub_load_state_key(p, &own, kid) < 0 || !kid[0] ||
+	    strcmp(kid, wsync_sign_key_id(p->key)) == 0)
+		return;
+	log_notice("the signing key changed from key %s to key %s: the next version is a full "
+		   "anchor signed by key %s (subscribers need verify_key set to its public half)",
+		   kid, wsync_sign_key_id(p->key), wsync_sign_key_id(p->key));
+	p->need_anchor = true;
 }
 
 static void recover_head_got(struct wsync_store_result *res, void *data)
@@ -205,6 +290,7 @@ static void recover_head_got(struct wsync_store_result *res, void *data)
 	}
 	pub_store_ok(p);
 	p->head_version = 0;
+	p->head_untrusted = false;
 	p->head_exists = res->err == 0;
 	snprintf(p->head_etag, sizeof(p->head_etag), "%s", res->err == 0 && res->etag ? res->etag : "");
 	if (res->err == 0) {
@@ -220,8 +306,10 @@ static void recover_head_got(struct wsync_store_result *res, void *data)
 			p->head_ref.size = h.manifest.size;
 			p->head_ref.hash = h.manifest.hash;
 			wsync_manifest_head_free(&h);
+			check_head_key(p, res->data, res->data_len);
 		}
 	}
+	check_key_rotated(p);
 	if (p->stopping) {
 		pub_report(p, PUB_EV_DONE);
 		return;

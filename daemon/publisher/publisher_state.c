@@ -47,6 +47,10 @@ char *pub_state_text(struct wsync_publisher *p, uint64_t version,
 	PATHF(fph, "%016" PRIx64, fp);
 	json_object_set_new(o, "source_fingerprint", json_string(fph));
 	json_object_set_new(o, "written", json_integer((json_int_t)time(NULL)));
+	/* the key this version was signed with: a change is a rotation
+	 * (publisher_recover.c) */
+	if (p->key)
+		json_object_set_new(o, "key_id", json_string(wsync_sign_key_id(p->key)));
 	for (size_t i = 0; i < p->n_gc; i++)
 		json_object_set_new(gc, p->gc[i].key, json_integer(p->gc[i].since));
 	json_object_set_new(o, "gc_unneeded_since", gc);
@@ -126,6 +130,28 @@ void pub_load_state(struct wsync_publisher *p, struct pub_local_state *ls)
 		}
 	}
 	json_decref(o);
+}
+
+int pub_load_state_key(struct wsync_publisher *p, uint64_t *version,
+		       char key_id[WSYNC_SIGN_KEY_ID_LEN + 1])
+{
+	char path[PATH_MAX];
+	json_error_t je;
+	json_t *o, *v;
+
+	*version = 0;
+	key_id[0] = '\0';
+	PATHF(path, "%s/state.json", p->pub_dir);
+	o = json_load_file(path, 0, &je);
+	if (!o)
+		return -ENOENT;
+	if (json_is_integer(v = json_object_get(o, "version")) && json_integer_value(v) > 0)
+		*version = (uint64_t)json_integer_value(v);
+	if (json_is_string(v = json_object_get(o, "key_id")) &&
+	    json_string_length(v) == WSYNC_SIGN_KEY_ID_LEN)
+		memcpy(key_id, json_string_value(v), WSYNC_SIGN_KEY_ID_LEN + 1);
+	json_decref(o);
+	return 0;
 }
 
 /* pending.json: the source of the version being published, so that a

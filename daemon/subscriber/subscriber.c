@@ -123,6 +123,8 @@ static void check_work(void *data)
 	if (sub_local_adopt(s->cfg->target_dir, &s->local, k->head, &k->head_hash, &k->adopt,
 			    why, sizeof(why)) != 0)
 		return;
+	snprintf(k->adopt.key_id, sizeof(k->adopt.key_id), "%s",
+		 s->verify ? wsync_sign_key_id(s->verify) : "");
 	if (sub_local_set_filter(&k->adopt, s->partial ? s->include : NULL,
 				 s->partial ? s->exclude : NULL) == 0 &&
 	    sub_state_save(s->cfg->target_dir, &k->adopt, &k->err) == 0)
@@ -272,7 +274,8 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 	 * history (subscriber_plan.c). */
 	c->anchor = m.anchors[m.n_anchors - 1].version;
 	c->lo = c->anchor;
-	if (s->local.version > 0 && s->local.version < h && h - s->local.version <= CHAIN_MAX &&
+	if (s->local.version > 0 && !s->local.distrusted && s->local.version < h &&
+	    h - s->local.version <= CHAIN_MAX &&
 	    s->local.version < c->lo)
 		c->lo = s->local.version;
 	c->n_ms = (size_t)(h - c->lo + 1);
@@ -590,6 +593,38 @@ static void filter_changed(struct wsync_subscriber *s)
 	s->force_anchor = s->local_damaged = true;
 }
 
+/*
+ * verify_key is not the key under which the target's version was accepted
+ * (rotated, issue 40): a new trust epoch.  What the old key let in -- the
+ * version, its rollback floor, its files -- is of unknown provenance now
+ * (the old key may have leaked and signed a forged version far ahead), so
+ * the floor is dropped (HEAD may name any version the new key signs) and
+ * the target is rebuilt from an anchor of HEAD's manifest, staged when it
+ * takes several steps: it keeps serving its files until the new version
+ * is complete.  Nothing signed by the old key passes wsync_sign_doc_check
+ * any more.  state.json keeps the old key's id until a version signed by
+ * the new one is applied, so a restart before that starts the epoch (and
+ * logs it) again.  Needs a restart: a reload does not swap verify_key.
+ */
+static void trust_epoch(struct wsync_subscriber *s)
+{
+	char old[WSYNC_SIGN_KEY_ID_LEN + 1];
+
+	memcpy(old, s->local.key_id, sizeof(old));
+	if (!sub_trust_epoch(&s->local, s->verify ? wsync_sign_key_id(s->verify) : NULL))
+		return;
+	wsync_log(LOG_WARNING, WSYNC_FIELDS(.message_id = WSYNC_MID_TRUST_EPOCH,
+					    .version = (int64_t)s->local.version),
+		  "verify_key changed from key %s to key %s: a new trust epoch; version %"
+		  PRIu64 " of target %s (accepted under key %s) is no rollback floor any more, "
+		  "and the target will be rebuilt from an anchor signed by key %s (it keeps "
+		  "its files until then); nothing signed by key %s is accepted", old,
+		  wsync_sign_key_id(s->verify), s->local.version, s->cfg->target_dir, old,
+		  wsync_sign_key_id(s->verify), old);
+	sub_need_rebuild(s, "a new trust epoch (verify_key %s, was %s)",
+			 wsync_sign_key_id(s->verify), old);
+}
+
 int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 			 struct wsync_error *err)
 {
@@ -751,6 +786,7 @@ int wsync_subscriber_new(struct wsync_daemon *d, struct wsync_subscriber **ret,
 		log_info("target %s at version %" PRIu64 " (step %" PRId64 ")",
 			 cfg->target_dir, s->local.version, s->local.step);
 		filter_changed(s);
+		trust_epoch(s);
 	}
 	if (meta >= 0)
 		(void)close(meta);

@@ -588,6 +588,8 @@ static int check_result(struct sub_apply_job *j, int root)
 	s->manifest_hash = j->manifest_hash;
 	s->applied = (int64_t)time(NULL);
 	s->floor = j->prev ? sub_local_floor(j->prev) : 0;	/* kept through a rebuild */
+	/* accepted under this key: the trust epoch it starts or continues */
+	snprintf(s->key_id, sizeof(s->key_id), "%s", j->key_id ? j->key_id : "");
 	if (sub_local_set_filter(s, j->include, j->exclude) < 0)
 		return wsync_error_set(&j->err, -ENOMEM, "out of memory");
 	return 0;

@@ -92,5 +92,13 @@ bool sub_plan_staged(bool from_anchor, size_t n_steps, uint64_t anchor, bool reb
 {
 	if (!from_anchor || n_steps < 2 || local->version == 0)
 		return false;
-	return rebuild || anchor <= sub_local_floor(local);
+	return rebuild || local->distrusted || anchor <= sub_local_floor(local);
+}
+
+bool sub_trust_epoch(struct sub_local *s, const char *key_id)
+{
+	if (!key_id || s->version == 0 || !s->key_id[0] || strcmp(s->key_id, key_id) == 0)
+		return false;
+	s->distrusted = true;
+	return true;
 }

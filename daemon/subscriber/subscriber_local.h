@@ -63,6 +63,11 @@
  * readers ignore it.
  * include and exclude: a partial subscriber's filter when it applied the
  * version (absent: a full subscriber's); files lists only its files.
+ * key_id: the id (sign.h) of the verify_key under which version and floor
+ * were accepted -- the trust epoch (absent: no verify_key, or a state
+ * written before it was recorded, which takes the configured key's id at
+ * its next save).  A subscriber started with another verify_key starts a
+ * new trust epoch (sub_trust_epoch): what the old key let in is no floor.
  *
  * Paths in it were checked by manifest.h when they were applied; they are
  * checked again (wsync_path_check) when the file is read back, since
@@ -85,6 +90,7 @@
 #include "error.h"
 #include "hash.h"
 #include "manifest.h"
+#include "sign.h"
 
 /* One file of the applied version, as it was on disk right after apply. */
 struct sub_file {
@@ -109,11 +115,20 @@ struct sub_local {
 	/* A partial subscriber's [subscriber] include and exclude when it
 	 * applied this (NULL, NULL: a full one's, every file). */
 	char *include, *exclude;
+	/* The verify_key's id when version was accepted ("": none recorded). */
+	char key_id[WSYNC_SIGN_KEY_ID_LEN + 1];
+	/* Not saved: version and floor were accepted under another key than
+	 * the configured one (a new trust epoch, sub_trust_epoch), so they are
+	 * no rollback floor; the files are of unknown provenance. */
+	bool distrusted;
 };
 
-/* The rollback floor of s: no HEAD below it is taken. */
+/* The rollback floor of s: no HEAD below it is taken (none in a new
+ * trust epoch: whatever the new key signs). */
 static inline uint64_t sub_local_floor(const struct sub_local *s)
 {
+	if (s->distrusted)
+		return 0;
 	return s->floor > s->version ? s->floor : s->version;
 }
 
@@ -308,10 +323,22 @@ int64_t sub_lag(bool behind, int64_t since, int64_t now);
  * rollback floor of local (older weights).  No for the chain of deltas
  * from the target's version and for an anchor above it (each step newer
  * than what is held: fine to serve), a single step (all or nothing as it
- * is) and an empty target (nothing to keep serving).
+ * is) and an empty target (nothing to keep serving).  A distrusted target
+ * (a new trust epoch) is a rebuild.
  */
 bool sub_plan_staged(bool from_anchor, size_t n_steps, uint64_t anchor, bool rebuild,
 		     const struct sub_local *local);
+
+/*
+ * The trust epoch (issue 40): s was read from state.json, key_id is the
+ * configured verify_key's id (NULL: none, an unsigned subscriber).  When s
+ * holds a version accepted under another recorded key, a new epoch starts:
+ * s is marked distrusted (no rollback floor, its files to be rebuilt from
+ * an anchor) and true is returned, for the caller to log it once.  No
+ * verify_key, no version, or no key recorded (a state from before key ids
+ * were recorded, or from an unsigned subscriber): false, s unchanged.
+ */
+bool sub_trust_epoch(struct sub_local *s, const char *key_id);
 
 /* ---- one step on the jobs thread (subscriber_apply.c) ---- */
 
@@ -327,6 +354,8 @@ struct sub_apply_job {
 	const struct wsync_manifest *m;	/* the version this step reaches */
 	struct wsync_hash128 manifest_hash;
 	const struct sub_local *prev;	/* the state before (anchor: what to delete) */
+	const char *key_id;		/* the verify_key's id, for the new state
+					 * (NULL: unsigned) */
 	/* a partial subscriber's ([subscriber] include, exclude; NULL: a full
 	 * one): the step's file holds only its files -- the head and their
 	 * ranges (sel, n_sel: the object's index) to check piece by piece,

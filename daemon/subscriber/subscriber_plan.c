@@ -239,7 +239,8 @@ void sub_decide(struct wsync_subscriber *s)
 	 * on the way and meet the same refused data again.  A history that
 	 * does not continue the target's is rebuilt from an anchor whatever
 	 * its version: nothing else reaches HEAD. */
-	bool repair = s->rebuild || (s->force_anchor && (a > l || s->local_damaged));
+	bool repair = s->rebuild || s->local.distrusted ||
+		      (s->force_anchor && (a > l || s->local_damaged));
 	bool chain_ok = l > 0 && c->local_ok && !repair && !c->anchor_tried && l < h &&
 			h - l <= CHAIN_MAX;
 	uint64_t wait, chain_wait = 0, wv = 0, cv = 0;

@@ -136,6 +136,14 @@ int sub_local_parse(const char *buf, size_t len, const char *path, struct sub_lo
 			goto out;
 		}
 	}
+	j = json_object_get(root, "key_id");
+	if (j && (!json_is_string(j) || json_string_length(j) != WSYNC_SIGN_KEY_ID_LEN ||
+		  strspn(json_string_value(j), "0123456789abcdef") != WSYNC_SIGN_KEY_ID_LEN)) {
+		wsync_error_set(err, -EINVAL, "%s: bad key_id", path);
+		goto out;
+	}
+	if (j)
+		memcpy(out->key_id, json_string_value(j), WSYNC_SIGN_KEY_ID_LEN + 1);
 	j = json_object_get(root, "applied");
 	out->applied = json_is_integer(j) ? (int64_t)json_integer_value(j) : 0;
 	j = json_object_get(root, "floor");
@@ -244,6 +252,8 @@ int sub_local_save_at(int dirfd, const char *path, const struct sub_local *s,
 	r |= json_object_set_new(root, "applied", json_integer(s->applied));
 	if (s->floor > s->version)
 		r |= json_object_set_new(root, "floor", json_integer((json_int_t)s->floor));
+	if (s->key_id[0])
+		r |= json_object_set_new(root, "key_id", json_string(s->key_id));
 	if (s->include && s->exclude) {
 		r |= json_object_set_new(root, "include", json_string(s->include));
 		r |= json_object_set_new(root, "exclude", json_string(s->exclude));

@@ -156,6 +156,7 @@ void sub_try_apply(struct wsync_subscriber *s)
 	j->m = &st->ms->m;
 	j->manifest_hash = st->ms->hash;
 	j->prev = &s->local;
+	j->key_id = s->verify ? wsync_sign_key_id(s->verify) : NULL;
 	j->owner = s;
 	j->symlink_layout = s->cfg->layout == WSYNC_LAYOUT_SYMLINK;
 	j->pause_ms = s->d->test.apply_pause_ms;

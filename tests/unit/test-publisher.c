@@ -1137,6 +1137,81 @@ static void test_state_lost(void)
 	ctx_free(&c);
 }
 
+/*
+ * A rotation after a leaked key (issue 40): key A signs version 1, then a
+ * HEAD forged with A names version 999999999999.  Restarted with key B,
+ * the publisher does not number from it (B does not verify it): the next
+ * checkpoint is version 2 -- its own last + 1 from state.json, which
+ * recorded A's key id -- a full anchor signed by B, written over the
+ * forged HEAD.
+ */
+static void test_key_rotated(void)
+{
+	struct wsync_sign_key *ka = NULL, *kb = NULL;
+	struct wsync_manifest_head h = { 0 };
+	struct wsync_buf doc = { 0 };
+	struct wsync_error err = { 0 };
+	struct wsync_manifest m = { 0 };
+	char pa[PATH_MAX + 16], pb[PATH_MAX + 16], pub[PATH_MAX + 32], f[PATH_MAX + 32];
+	char *text;
+	size_t len = 0;
+	struct ctx c;
+	struct inst *in;
+
+	CHECK(ctx_init(&c) == 0);
+	snprintf(pa, sizeof(pa), "%s/A.key", c.root);
+	snprintf(pb, sizeof(pb), "%s/B.key", c.root);
+	snprintf(pub, sizeof(pub), "%s.pub", pa);
+	CHECK(wsync_sign_keygen(pa, pub, &ka, &err) == 0);
+	snprintf(pub, sizeof(pub), "%s.pub", pb);
+	CHECK(wsync_sign_keygen(pb, pub, &kb, &err) == 0);
+	in = inst_config(&c, 1, 1);
+	in->cfg.signing_key = strdup(pa);
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(in) == 0);
+	CHECK(make_checkpoint(&c, 100, 2, 20000));
+	want_version = 1;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK(inst_stop(in));
+	CHECK(loop_stop(&c));
+	snprintf(f, sizeof(f), "%s/publisher/state.json", in->state_dir);
+	text = read_all(f, &len);
+	CHECK(text && strstr(text, wsync_sign_key_id(ka)));
+	free(text);
+
+	/* the forged HEAD, signed by A */
+	h.version = 999999999999ull;
+	h.created = 1764687600;
+	h.manifest.key = "manifests/999999999999.json";
+	h.manifest.size = 100;
+	CHECK(wsync_manifest_head_serialize(&h, ka, &doc, &err) == 0);
+	snprintf(f, sizeof(f), "%s/HEAD", c.bucket);
+	CHECK(write_file(f, doc.data, doc.len));
+	wsync_buf_free(&doc);
+
+	free(in->cfg.signing_key);
+	in->cfg.signing_key = strdup(pb);
+	CHECK(loop_start(&c) == 0);
+	in->n_seen = 0;
+	CHECK(inst_start(in) == 0);
+	CHECK(make_checkpoint(&c, 200, 2, 20000));
+	want_version = 2;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK_EQ_U64(bucket_head(&c, &m), 2);
+	CHECK(m.kind == WSYNC_MANIFEST_ANCHOR && m.base_version == 0);
+	CHECK(strcmp(m.signature.key_id, wsync_sign_key_id(kb)) == 0);
+	wsync_manifest_free(&m);
+	text = read_all(f, &len);
+	CHECK(text && wsync_manifest_head_parse(text, len, kb, &h, &err) == 0 && h.version == 2);
+	wsync_manifest_head_free(&h);
+	free(text);
+	CHECK(inst_stop(in));
+	CHECK(loop_stop(&c));
+	wsync_sign_key_free(ka);
+	wsync_sign_key_free(kb);
+	ctx_free(&c);
+}
+
 /* ---- one writer per bucket (BUCKET.md §8) ---- */
 
 static struct inst *want_inst;
@@ -1842,6 +1917,7 @@ int main(int argc, char **argv)
 	TEST(test_stop_in_head);
 	TEST(test_stop_in_commit);
 	TEST(test_stop_in_recover_backoff);
+	TEST(test_key_rotated);
 	TEST(test_state_lost);
 	TEST(test_two_writers);
 	TEST(test_stop_in_head_backoff);

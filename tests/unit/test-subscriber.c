@@ -1576,6 +1576,63 @@ static void test_plan_staged(void)
 	CHECK(!sub_plan_staged(true, 4, 1, true, &l));		/* nothing held */
 }
 
+/* The trust epoch (issue 40): a state accepted under another verify_key
+ * than the configured one is no rollback floor (whatever the version or
+ * the floor the old key let in) and its plan is a staged rebuild; the same
+ * key, no key configured (unsigned), no key recorded (an older state) or
+ * no version change nothing.  key_id is saved and read back; a bad one
+ * makes the state invalid. */
+static void test_trust_epoch(void)
+{
+	static const char ka[] = "0123456789abcdef", kb[] = "fedcba9876543210";
+	struct sub_local l = { .version = 999999999999ull, .floor = 0 };
+	struct wsync_error err = { 0 };
+	char dir[] = "/tmp/wsync-epoch-XXXXXX";
+	struct sub_local b = { 0 };
+	int fd;
+
+	memcpy(l.key_id, ka, sizeof(ka));
+	CHECK(!sub_trust_epoch(&l, ka));			/* same key */
+	CHECK(!sub_trust_epoch(&l, NULL));			/* unsigned */
+	CHECK_EQ_U64(sub_local_floor(&l), 999999999999ull);
+	l.key_id[0] = '\0';
+	CHECK(!sub_trust_epoch(&l, kb));			/* none recorded */
+	CHECK_EQ_U64(sub_local_floor(&l), 999999999999ull);
+	memcpy(l.key_id, ka, sizeof(ka));
+	l.floor = 1000000;
+	CHECK(sub_trust_epoch(&l, kb));				/* rotated */
+	CHECK(l.distrusted);
+	CHECK_EQ_U64(sub_local_floor(&l), 0);			/* no floor */
+	CHECK(sub_plan_staged(true, 3, 5, false, &l));		/* a rebuild */
+	CHECK(!sub_plan_staged(true, 1, 5, false, &l));		/* one step: as it is */
+	{
+		struct sub_local e = { 0 };
+
+		memcpy(e.key_id, ka, sizeof(ka));
+		CHECK(!sub_trust_epoch(&e, kb));		/* nothing held */
+	}
+
+	CHECK(mkdtemp(dir) != NULL);
+	fd = open(dir, O_RDONLY | O_DIRECTORY);
+	CHECK(fd >= 0);
+	l.floor = 0;
+	CHECK(sub_local_save_at(fd, dir, &l, &err) == 0);
+	CHECK(sub_local_load_at(fd, "state.json", dir, &b, &err) == 0);
+	CHECK(strcmp(b.key_id, ka) == 0);
+	CHECK(!b.distrusted);					/* not saved */
+	sub_local_free(&b);
+	{
+		static const char bad[] = "{\"format\": \"wsync-subscriber-state\", "
+			"\"format_version\": 1, \"version\": 2, \"step\": 1, \"manifest_xxh128\": "
+			"\"00000000000000000000000000000000\", \"key_id\": \"XYZ\", \"files\": []}";
+
+		CHECK(sub_local_parse(bad, sizeof(bad) - 1, "bad", &b, &err) == -EINVAL);
+	}
+	(void)unlinkat(fd, "state.json", 0);
+	(void)close(fd);
+	(void)rmdir(dir);
+}
+
 int main(void)
 {
 	alarm(110);	/* an open that blocks (a FIFO) fails the run, not hangs it */
@@ -1586,6 +1643,7 @@ int main(void)
 	TEST(test_local_damage_repaired);
 	TEST(test_lagging_node_takes_anchor);
 	TEST(test_plan_staged);
+	TEST(test_trust_epoch);
 	TEST(test_bad_path_refused);
 	TEST(test_unsigned_head_refused);
 	TEST(test_rollback_refused);
