@@ -504,10 +504,15 @@ static void gather(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 
-	if (!pb->part.others) {
-		pb->part.others = calloc(p->parts, sizeof(*pb->part.others));
-		pb->part.got = calloc(p->parts, sizeof(*pb->part.got));
-		pb->part.refused = calloc(p->parts, sizeof(*pb->part.refused));
+	if (!pb->part.others || !pb->part.got || !pb->part.refused) {
+		/* each kept when made: a round after one that ran out of
+		 * memory makes only what is missing */
+		if (!pb->part.others)
+			pb->part.others = calloc(p->parts, sizeof(*pb->part.others));
+		if (!pb->part.got)
+			pb->part.got = calloc(p->parts, sizeof(*pb->part.got));
+		if (!pb->part.refused)
+			pb->part.refused = calloc(p->parts, sizeof(*pb->part.refused));
 		if (!pb->part.others || !pb->part.got || !pb->part.refused) {
 			poll_later(p);
 			return;
