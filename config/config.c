@@ -601,6 +601,65 @@ static int parse_globs(const struct config_key *k, const char *value, void *fiel
 	return parse_text(k, value, field, why);
 }
 
+/* [publisher] part_keys: space-separated absolute paths of public keys,
+ * one per part in order 1..N (checked against N after parsing; the keys
+ * themselves are read by the publisher and by --check-config). */
+static int parse_key_paths(const struct config_key *k, const char *value, void *field,
+			   struct wsync_error *why)
+{
+	char *copy = strdup(value), *save = NULL;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *g = strtok_r(copy, " \t", &save); g; g = strtok_r(NULL, " \t", &save)) {
+		if (g[0] != '/' || strstr(g, "/../") || strstr(g, "/./")) {
+			int r = wsync_error_set(why, -EINVAL, "\"%.64s\" is not an absolute path "
+						"(one public key per part, 1 to N, space-separated)", g);
+			free(copy);
+			return r;
+		}
+	}
+	free(copy);
+	return parse_text(k, value, field, why);
+}
+
+unsigned wsync_config_part_keys_count(const struct wsync_config *cfg)
+{
+	unsigned n = 0;
+
+	for (const char *s = cfg->part_keys; s && *s;) {
+		s += strspn(s, " \t");
+		if (!*s)
+			break;
+		n++;
+		s += strcspn(s, " \t");
+	}
+	return n;
+}
+
+int wsync_config_part_key(const struct wsync_config *cfg, unsigned k, char *buf, size_t len)
+{
+	unsigned n = 0;
+
+	for (const char *s = cfg->part_keys; s && *s;) {
+		size_t l;
+
+		s += strspn(s, " \t");
+		if (!*s)
+			break;
+		l = strcspn(s, " \t");
+		if (++n == k) {
+			if (l >= len)
+				return -ENAMETOOLONG;
+			memcpy(buf, s, l);
+			buf[l] = '\0';
+			return 0;
+		}
+		s += l;
+	}
+	return -ENOENT;
+}
+
 /* [subscriber] notify_url: http:// or https://, a host, printable ASCII
  * without spaces.  libcurl parses it for real when the POST is made. */
 static int parse_notify_url(UNUSED const struct config_key *k, const char *value, void *field,
@@ -778,6 +837,8 @@ static const struct config_key config_keys[] = {
 	    .flags = KEY_OPTIONAL),
 	KEY("publisher", "part", parse_part, format_part, part),
 	KEY("publisher", "part_files", parse_globs, format_string, part_files, .max = 4096,
+	    .flags = KEY_EMPTY_OK),
+	KEY("publisher", "part_keys", parse_key_paths, format_string, part_keys, .max = 16384,
 	    .flags = KEY_EMPTY_OK),
 	KEY("publisher", "part_wait_alarm", parse_duration, format_duration,
 	    part_wait_alarm_ms, .min = 1000, .max = 7 * 86400000ull),
@@ -1281,6 +1342,27 @@ static void validate(struct parse_state *st)
 		add_issue(st, seen_line(st, "publisher", "part_files"),
 			  "[publisher] part_files: names this part's files, but there is one "
 			  "part (set part = K/N, N of 2 or more, or remove it)");
+	if (cfg->part_keys && *cfg->part_keys) {
+		unsigned n = wsync_config_part_keys_count(cfg);
+		unsigned line = seen_line(st, "publisher", "part_keys");
+
+		if (cfg->parts < 2)
+			add_issue(st, line, "[publisher] part_keys: names the parts' public keys, "
+				  "but there is one part (set part = K/N, N of 2 or more, or "
+				  "remove it)");
+		else if (n != cfg->parts)
+			add_issue(st, line, "[publisher] part_keys: %u public keys for %u parts "
+				  "(name one per part, part 1's first, the same line on every "
+				  "part)", n, cfg->parts);
+		else if (cfg->part_files && *cfg->part_files)
+			add_issue(st, line, "[publisher] part_keys: with part_files, part 1 cannot "
+				  "check that a part sends only its own files (it does not know "
+				  "another node's part_files): take the files by the rule, or "
+				  "share one key (BUCKET.md section 7)");
+		else if (!cfg->signing_key || !*cfg->signing_key)
+			add_issue(st, line, "[publisher] part_keys: needs this part's own "
+				  "signing_key");
+	}
 	if (cfg->watch_dir && cfg->target_dir && strcmp(cfg->watch_dir, cfg->target_dir) == 0)
 		add_issue(st, seen_line(st, "subscriber", "target_dir"),
 			  "[subscriber] target_dir: same directory as [publisher] watch_dir");
@@ -1496,6 +1578,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	    !(cfg->sub_include = strdup("*")) ||
 	    !(cfg->sub_exclude = strdup("")) ||
 	    !(cfg->part_files = strdup("")) ||
+	    !(cfg->part_keys = strdup("")) ||
 	    !(cfg->exclude = strdup(WSYNC_DEFAULT_EXCLUDE))) {
 		free(state_fallback);
 		free(runtime_fallback);
@@ -1529,6 +1612,7 @@ void wsync_config_free(struct wsync_config *cfg)
 	free(cfg->sub_exclude);
 	free(cfg->signing_key);
 	free(cfg->part_files);
+	free(cfg->part_keys);
 	free(cfg->target_dir);
 	free(cfg->verify_key);
 	free(cfg->on_apply);

@@ -109,6 +109,8 @@ struct wsync_config {
 				 * of N (BUCKET.md §7); default 1/1: alone */
 	char *part_files;	/* space-separated globs: this part's files,
 				 * named explicitly; default "": by the rule */
+	char *part_keys;	/* space-separated public keys (PEM) of every part,
+				 * 1..N in order; default "": one key shared */
 	uint64_t part_wait_alarm_ms; /* part 1: a version waiting this long for a
 				 * missing part makes it unhealthy; default
 				 * 10min; 1s..7d */
@@ -172,6 +174,14 @@ const char *wsync_role_name(enum wsync_role role);
 void wsync_config_foreach_key(void (*cb)(const char *section, const char *key,
 					 void *userdata),
 			      void *userdata);
+
+/*
+ * [publisher] part_keys: how many paths it names (0 when unset), and the
+ * path of part k's key (from 1) copied into buf of len bytes: 0, or
+ * -ENOENT when there is no k-th, -ENAMETOOLONG when it does not fit.
+ */
+unsigned wsync_config_part_keys_count(const struct wsync_config *cfg);
+int wsync_config_part_key(const struct wsync_config *cfg, unsigned k, char *buf, size_t len);
 
 /* Write the effective configuration as INI to f (for --dump-config). */
 void wsync_config_dump(const struct wsync_config *cfg, FILE *f);

@@ -166,6 +166,14 @@ int main(int argc, char **argv)
 	wsync_log_set_level(cfg.log_level);
 	wsync_durable_set_warn(warn_not_durable, NULL);
 	if (check) {
+		struct wsync_error kerr = { 0 };
+
+		r = wsync_publisher_check_part_keys(&cfg, &kerr);
+		if (r < 0) {
+			fprintf(stderr, "%s: %s\n", config_path, wsync_error_str(&kerr));
+			wsync_config_free(&cfg);
+			return r == -ENOMEM ? 1 : WSYNC_EX_CONFIG;
+		}
 		if (dump)
 			wsync_config_dump(&cfg, stdout);
 		else

@@ -8,9 +8,12 @@
  * 1) merges the records of every part into one manifest without fetching
  * a byte of their objects.
  *
- * A record is signed like a manifest (§5) with the key every part of a
- * deployment shares; the committer checks the signature before reading
- * the JSON, so only a holder of that key can make it take a record.  The
+ * A record is signed like a manifest (§5) with the part's own key (or the
+ * one key the parts of a deployment share); the committer checks the
+ * signature with that part's public key before reading the JSON, so only
+ * a holder of that key can make it take a record.  What a record may
+ * name of the bucket beyond that -- only the part's own chunks, its own
+ * share -- the committer judges (publisher_parts_assign.c).  The
  * JSON is then read as a manifest's is (json.h: an unsigned deployment
  * trusts its bucket, as it does for HEAD, but a record of hostile JSON
  * costs no more than a real one of its size), with a manifest's rules for

@@ -761,6 +761,9 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 			goto fail;
 		}
 	}
+	r = pub_parts_load_keys(p, err);
+	if (r < 0)
+		goto fail;
 	*ret = p;
 	return 0;
 fail:

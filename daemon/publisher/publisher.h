@@ -37,6 +37,11 @@ void wsync_publisher_free(struct wsync_publisher *r);
  * to out which part takes which file of the newest checkpoint in
  * watch_dir (the rule of BUCKET.md §7, or part_files).  0 or -ENOMEM. */
 int wsync_publisher_print_parts(const struct wsync_config *cfg, FILE *out);
+/* `wsyncd --check-config` of a publisher part: [publisher] part_keys names
+ * one readable public key per part (not a private key), no two alike, and
+ * this part's is its signing_key's public half.  0, or -EINVAL/-ENOMEM
+ * with err saying which key and why. */
+int wsync_publisher_check_part_keys(const struct wsync_config *cfg, struct wsync_error *err);
 
 int wsync_publisher_write_status(struct wsync_publisher *r);
 

@@ -229,6 +229,9 @@ struct publication {
 		struct wsync_buf record_doc;
 		struct wsync_part_record *others;	/* part 1: [K-1] each part's, as read */
 		bool *got;			/* part 1: others[K-1] holds a record */
+		char (*refused)[160];		/* part 1: why others[K-1]'s record was
+						 * refused ("": it was not) */
+		unsigned *theirs_part;		/* part 1 by the rule: whose theirs[i] is */
 		unsigned n_others;
 		unsigned gets_pending;		/* of one round of GATHER or WAIT */
 		bool conflict;			/* another instance wrote our record */
@@ -345,11 +348,14 @@ struct wsync_publisher {
 	/* [publisher] part = K/N (publisher_parts.c): K, N; 1/1 alone */
 	unsigned part, parts;
 	struct wsync_file_filter part_filter;	/* part_files, when given */
+	/* part_keys (BUCKET.md §7): part k's public key at [k-1], parts of
+	 * them; NULL: every part signs with the one key they share (p->key) */
+	struct wsync_sign_key **part_keys;
 	bool part_explicit;
 	bool has_target;		/* a newer step part 1 (or a part) is at */
 	uint64_t target_run;
 	int64_t target_step;
-	char parts_logged[256];		/* the missing parts last logged */
+	char parts_logged[512];		/* the missing parts last logged */
 	uint64_t parts_wait_since_ms;	/* part 1: a part missing since (loop time;
 					 * 0: none missing since the last commit) */
 	bool stream_ready;		/* stream_wake is set up */
@@ -417,6 +423,7 @@ struct candidate {
 	int64_t step;
 	struct ckscan_tree tree;
 	char **others;		/* a part: the files other parts take, sorted */
+	unsigned *others_part;	/* part 1 by the rule: the part others[i] is of */
 	size_t n_others;
 };
 
@@ -559,6 +566,21 @@ void pub_adopted(struct wsync_publisher *p);
 /* Set up p's mode: alone, or part K/N (the part_files filter). */
 int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err);
 void pub_parts_free(struct wsync_publisher *p);
+/* After p->key is loaded: part_keys (each part's public key), checked
+ * against this part's own signing_key; or the warning that one shared key
+ * lets any part sign for all.  0, or -EINVAL with err set. */
+int pub_parts_load_keys(struct wsync_publisher *p, struct wsync_error *err);
+/* Part 1's checks of part k's record r of version, besides its signature
+ * and its header (BUCKET.md §7), pure for the unit tests:
+ * every chunk key is one of part k's own for the record's flight under
+ * parts/<V>/ (pub_parts_check_keys); with a listing (theirs[n], sorted,
+ * theirs_part[i] the part theirs[i] is of by the rule), every file it
+ * names is part k's and every chunk is of one of its files
+ * (pub_parts_check_share).  0, or -EINVAL with err saying what. */
+int pub_parts_check_keys(const struct wsync_part_record *r, unsigned k, uint64_t version,
+			 struct wsync_error *err);
+int pub_parts_check_share(const struct wsync_part_record *r, unsigned k, char *const *theirs,
+			  const unsigned *theirs_part, size_t n, struct wsync_error *err);
 /* owner[i] (1..parts) of each of t's files by the rule of BUCKET.md §7:
  * *.safetensors shards largest first (ties by path), each to the part
  * with the fewest bytes so far (ties: the lowest K); every other file to

@@ -152,8 +152,124 @@ int pub_parts_init(struct wsync_publisher *p, struct wsync_error *err)
 	return 0;
 }
 
+/* Read part_keys: parts public keys, part 1's first.  0 with *ret (NULL
+ * when part_keys is unset), or -EINVAL/-ENOMEM with err naming the key. */
+static int part_keys_load(const struct wsync_config *cfg, struct wsync_sign_key ***ret,
+			  struct wsync_error *err)
+{
+	unsigned n = wsync_config_part_keys_count(cfg);
+	struct wsync_sign_key **keys;
+
+	*ret = NULL;
+	if (!n)
+		return 0;
+	if (n != cfg->parts)
+		return wsync_error_set(err, -EINVAL, "[publisher] part_keys: %u public keys for "
+				       "%u parts (one per part, part 1's first)", n, cfg->parts);
+	keys = calloc(n, sizeof(*keys));
+	if (!keys)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	for (unsigned k = 1; k <= n; k++) {
+		char path[PATH_MAX];
+		int r = wsync_config_part_key(cfg, k, path, sizeof(path));
+
+		if (r == 0)
+			r = wsync_sign_key_load_public(path, &keys[k - 1], err);
+		else
+			wsync_error_set(err, -EINVAL, "a path too long");
+		for (unsigned q = 1; r == 0 && q < k; q++)
+			if (strcmp(wsync_sign_key_id(keys[q - 1]), wsync_sign_key_id(keys[k - 1])) == 0)
+				r = wsync_error_set(err, -EINVAL, "the same key (%s) as part %u's: "
+						    "each part needs its own (wsync keygen on "
+						    "each node)", wsync_sign_key_id(keys[k - 1]), q);
+		if (r < 0) {
+			wsync_error_prefix(err, "[publisher] part_keys: part %u's key", k);
+			for (unsigned q = 0; q < n; q++)
+				wsync_sign_key_free(keys[q]);
+			free(keys);
+			return r == -ENOMEM ? r : -EINVAL;
+		}
+	}
+	*ret = keys;
+	return 0;
+}
+
+static void part_keys_free(struct wsync_sign_key **keys, unsigned n)
+{
+	for (unsigned k = 0; keys && k < n; k++)
+		wsync_sign_key_free(keys[k]);
+	free(keys);
+}
+
+/* This part's own entry of part_keys is the public half of its
+ * signing_key: a node configured with another's line would sign records
+ * part 1 refuses, or trust a HEAD by the wrong key. */
+static int part_keys_match(const struct wsync_config *cfg, struct wsync_sign_key **keys,
+			   const struct wsync_sign_key *own, struct wsync_error *err)
+{
+	unsigned k = cfg->part ? cfg->part : 1;
+
+	if (!keys)
+		return 0;
+	if (!own)
+		return wsync_error_set(err, -EINVAL, "[publisher] part_keys: needs this part's "
+				       "own signing_key");
+	if (strcmp(wsync_sign_key_id(own), wsync_sign_key_id(keys[k - 1])) != 0)
+		return wsync_error_set(err, -EINVAL, "[publisher] part_keys: part %u's key is %s, "
+				       "but signing_key is %s (the list is part 1's first, the "
+				       "same on every part)", k, wsync_sign_key_id(keys[k - 1]),
+				       wsync_sign_key_id(own));
+	return 0;
+}
+
+int pub_parts_load_keys(struct wsync_publisher *p, struct wsync_error *err)
+{
+	int r;
+
+	if (p->parts < 2)
+		return 0;
+	r = part_keys_load(p->cfg, &p->part_keys, err);
+	if (r == 0)
+		r = part_keys_match(p->cfg, p->part_keys, p->key, err);
+	if (r < 0)
+		return r;
+	if (!p->part_keys && p->key)
+		log_warning("the %u parts share one signing_key: any part can sign a version "
+			    "for all of them (set [publisher] part_keys: a key per part; "
+			    "THREATS.md)", p->parts);
+	return 0;
+}
+
+int wsync_publisher_check_part_keys(const struct wsync_config *cfg, struct wsync_error *err)
+{
+	struct wsync_sign_key **keys = NULL, *own = NULL;
+	int r;
+
+	if (cfg->role != WSYNC_ROLE_PUBLISHER || cfg->parts < 2)
+		return 0;
+	r = part_keys_load(cfg, &keys, err);
+	if (r == 0 && keys && cfg->signing_key && *cfg->signing_key) {
+		r = wsync_sign_key_load_private(cfg->signing_key, &own, err);
+		if (r < 0)
+			wsync_error_prefix(err, "[publisher] signing_key");
+		else
+			r = part_keys_match(cfg, keys, own, err);
+	}
+	wsync_sign_key_free(own);
+	part_keys_free(keys, cfg->parts);
+	return r;
+}
+
+/* Whose key verifies part k's documents (part 1's: HEAD and manifests). */
+static const struct wsync_sign_key *part_key(const struct wsync_publisher *p, unsigned k)
+{
+	return p->part_keys ? p->part_keys[k - 1] : p->key;
+}
+
 void pub_parts_free(struct wsync_publisher *p)
 {
+	part_keys_free(p->part_keys, p->parts);
+	p->part_keys = NULL;
 	if (p->part_explicit)
 		wsync_file_filter_free(&p->part_filter);
 	p->part_explicit = false;
@@ -388,10 +504,16 @@ static void gather(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
 
-	if (!pb->part.others) {
-		pb->part.others = calloc(p->parts, sizeof(*pb->part.others));
-		pb->part.got = calloc(p->parts, sizeof(*pb->part.got));
-		if (!pb->part.others || !pb->part.got) {
+	if (!pb->part.others || !pb->part.got || !pb->part.refused) {
+		/* each kept when made: a round after one that ran out of
+		 * memory makes only what is missing */
+		if (!pb->part.others)
+			pb->part.others = calloc(p->parts, sizeof(*pb->part.others));
+		if (!pb->part.got)
+			pb->part.got = calloc(p->parts, sizeof(*pb->part.got));
+		if (!pb->part.refused)
+			pb->part.refused = calloc(p->parts, sizeof(*pb->part.refused));
+		if (!pb->part.others || !pb->part.got || !pb->part.refused) {
 			poll_later(p);
 			return;
 		}
@@ -444,7 +566,7 @@ static void parts_late_check(struct wsync_publisher *p, const struct publication
 static void gather_judge(struct wsync_publisher *p)
 {
 	struct publication *pb = p->pub;
-	char missing[256] = "";
+	char missing[512] = "";
 	size_t ml = 0;
 	unsigned n_missing = 0;
 	bool newer = false;
@@ -454,10 +576,15 @@ static void gather_judge(struct wsync_publisher *p)
 		int c;
 
 		if (!pb->part.got[k - 1]) {
+			const char *why = pb->part.refused[k - 1];
+
 			n_missing++;
 			if (ml < sizeof(missing) - 40)
 				ml += (size_t)snprintf(missing + ml, sizeof(missing) - ml,
-						       "%spart %u (no record)", ml ? ", " : "", k);
+						       "%spart %u (%s%.*s)", ml ? ", " : "", k,
+						       *why ? "record refused: " : "no record",
+						       (int)(sizeof(missing) - ml > 64 ?
+							     sizeof(missing) - ml - 64 : 0), why);
 			continue;
 		}
 		c = pub_parts_cmp(r->run, r->step, pb->part.run, pb->step);
@@ -548,6 +675,25 @@ static int record_check(struct wsync_publisher *p, struct publication *pb, unsig
 	return 0;
 }
 
+/* What another part's record holds (BUCKET.md §7): its own chunks only,
+ * and -- when it lists the checkpoint part 1 lists, by the rule -- its
+ * own share of the files only.  A record of another step or listing is
+ * not judged here: the version waits for that part anyway
+ * (gather_judge), and the record is judged again once it matches. */
+static int record_content(struct wsync_publisher *p, struct publication *pb, unsigned k,
+			  const struct wsync_part_record *r, struct wsync_error *err)
+{
+	int e = pub_parts_check_keys(r, k, pb->version, err);
+
+	if (e < 0 || p->part_explicit || r->listing != pb->fingerprint ||
+	    pub_parts_cmp(r->run, r->step, pb->part.run, pb->step) != 0)
+		return e;
+	if (!pb->part.theirs_part)
+		return wsync_error_set(err, -ENOMEM, "out of memory to check its files");
+	return pub_parts_check_share(r, k, pb->part.theirs, pb->part.theirs_part,
+				     pb->part.n_theirs, err);
+}
+
 static void record_got(struct wsync_store_result *res, void *data)
 {
 	struct publication *pb;
@@ -562,11 +708,13 @@ static void record_got(struct wsync_store_result *res, void *data)
 	if (res->err == 0) {
 		struct wsync_part_record r;
 		struct wsync_error err = { 0 };
-		int e = wsync_part_parse(res->data, res->data_len, p->key, &r, &err);
+		int e = wsync_part_parse(res->data, res->data_len, part_key(p, k), &r, &err);
 		bool parsed = e == 0;
 
 		if (e == 0)
 			e = record_check(p, pb, k, &r, &err);
+		if (e == 0 && k != p->part)
+			e = record_content(p, pb, k, &r, &err);
 		if (e < 0 && e != -EEXIST && k == p->part)
 			pb->part.rewrite = true;
 		if (e == 0 && k == p->part && memcmp(r.flight, pb->flight, sizeof(r.flight)))
@@ -587,6 +735,8 @@ static void record_got(struct wsync_store_result *res, void *data)
 			if (k != p->part) {
 				wsync_part_free(&pb->part.others[k - 1]);
 				pb->part.got[k - 1] = false;
+				snprintf(pb->part.refused[k - 1], sizeof(pb->part.refused[k - 1]),
+					 "%s", wsync_error_str(&err));
 			}
 			if (k == p->part && e == -EEXIST)
 				pb->part.conflict = true;	/* two would both write HEAD */
@@ -596,10 +746,14 @@ static void record_got(struct wsync_store_result *res, void *data)
 			wsync_part_free(&pb->part.others[k - 1]);
 			pb->part.others[k - 1] = r;
 			pb->part.got[k - 1] = true;
+			pb->part.refused[k - 1][0] = '\0';
 		} else {
 			wsync_part_free(&r);
 		}
-	} else if (res->err != -ENOENT && k != p->part) {
+	} else if (k != p->part) {
+		pb->part.refused[k - 1][0] = '\0';	/* gone: missing, not refused */
+	}
+	if (res->err < 0 && res->err != -ENOENT && k != p->part) {
 		log_warning("version %" PRIu64 ": reading part %u's record: %s", pb->version, k,
 			    wsync_error_str(&res->error));
 	} else if (res->err == -ENOENT && k == p->part) {
@@ -870,7 +1024,7 @@ static void head_got(struct wsync_store_result *res, void *data)
 		poll_later(p);
 		return;
 	}
-	r = res->err < 0 ? 0 : wsync_manifest_head_parse(res->data, res->data_len, p->key, &h,
+	r = res->err < 0 ? 0 : wsync_manifest_head_parse(res->data, res->data_len, part_key(p, 1), &h,
 							  &err);
 	if (r < 0) {
 		log_error("HEAD: %s", wsync_error_str(&err));
@@ -907,7 +1061,8 @@ static void leader_got(struct wsync_store_result *res, void *data)
 	if (part_got(data, &pb, NULL))
 		return;
 	p = pb->p;
-	if (res->err == 0 && wsync_part_parse(res->data, res->data_len, p->key, &r, &err) == 0) {
+	if (res->err == 0 &&
+	    wsync_part_parse(res->data, res->data_len, part_key(p, 1), &r, &err) == 0) {
 		bool newer = r.version == pb->version &&
 			     pub_parts_cmp(r.run, r.step, pb->part.run, pb->step) > 0;
 

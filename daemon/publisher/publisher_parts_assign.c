@@ -15,6 +15,7 @@
 
 #include "checkpoint_scan.h"
 #include "publisher_local.h"
+#include "url.h"
 
 static bool is_shard(const char *path)
 {
@@ -129,6 +130,80 @@ size_t pub_parts_select(struct ckscan_tree *t, unsigned part, unsigned parts,
 	return kept;
 }
 
+/* ---- what part 1 takes from another part (BUCKET.md §7) ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_file_path(const void *key, const void *f)
+{
+	return strcmp(key, ((const struct wsync_manifest_file *)f)->path);
+}
+
+int pub_parts_check_keys(const struct wsync_part_record *r, unsigned k, uint64_t version,
+			 struct wsync_error *err)
+{
+	for (size_t i = 0; i < r->n_objects; i++) {
+		const struct wsync_part_object *o = &r->objects[i];
+		char want[WSYNC_PART_KEY_MAX];
+		size_t wl;
+
+		/* parts/<V>/<K>-<F>-00000.wsd: everything but the number is
+		 * fixed by the version, the part, its flight and the role */
+		wsync_part_chunk_key(version, k, r->flight, o->role, 0, want);
+		wl = strlen(want);
+		for (size_t c = 0; c < o->n_chunks; c++) {
+			const char *key = o->chunks[c].key;
+			struct wsync_error e = { 0 };
+			unsigned n = 0;
+			bool ok = wsync_url_check_key(key, &e) == 0 && strlen(key) == wl &&
+				  memcmp(key, want, wl - 9) == 0 &&
+				  strcmp(key + wl - 4, want + wl - 4) == 0;
+
+			for (size_t d = wl - 9; ok && d < wl - 4; d++) {
+				ok = key[d] >= '0' && key[d] <= '9';
+				n = n * 10 + (unsigned)(key[d] - '0');
+			}
+			/* 00001 would be the part's preamble, never uploaded */
+			if (!ok || n < 2)
+				return wsync_error_set(err, -EINVAL, "chunk key \"%.80s\" is not one "
+						       "of part %u's own for its flight (%.*sNNNNN%s, "
+						       "from 00002)", key, k, (int)(wl - 9), want,
+						       want + wl - 4);
+		}
+	}
+	return 0;
+}
+
+int pub_parts_check_share(const struct wsync_part_record *r, unsigned k, char *const *theirs,
+			  const unsigned *theirs_part, size_t n, struct wsync_error *err)
+{
+	for (size_t i = 0; i < r->n_files; i++) {
+		const char *path = r->files[i].path;
+		char *const *at = n ? bsearch(&path, theirs, n, sizeof(*theirs), cmp_str) : NULL;
+
+		if (!at)
+			return wsync_error_set(err, -EINVAL, "%.200s is not part %u's (by the rule "
+					       "it is part 1's, or the checkpoint has no such "
+					       "file)", path, k);
+		if (theirs_part[at - theirs] != k)
+			return wsync_error_set(err, -EINVAL, "%.200s is not part %u's (by the rule "
+					       "it is part %u's)", path, k,
+					       theirs_part[at - theirs]);
+	}
+	for (size_t i = 0; i < r->n_objects; i++)
+		for (size_t c = 0; c < r->objects[i].n_chunks; c++) {
+			const char *path = r->objects[i].chunks[c].path;
+
+			if (!bsearch(path, r->files, r->n_files, sizeof(*r->files), cmp_file_path))
+				return wsync_error_set(err, -EINVAL, "its chunk of %.200s is of no "
+						       "file it names", path);
+		}
+	return 0;
+}
+
 /* ---- runs and steps ---- */
 
 uint64_t pub_parts_run_of(const struct wsync_manifest *hm, int64_t step)
@@ -172,6 +247,24 @@ int pub_parts_take(struct wsync_publisher *p, struct candidate *c, int dfd, char
 	const struct wsync_manifest *hm = &p->head_manifest;
 	uint64_t run;
 
+	if (!p->part_explicit && p->part == 1) {
+		/* part 1 keeps whose each other file is: it checks that every
+		 * part sends its own share only (pub_parts_check_share) */
+		unsigned *owner = malloc((c->tree.n ? c->tree.n : 1) * sizeof(*owner));
+		size_t no = 0;
+
+		free(c->others_part);
+		c->others_part = NULL;
+		if (!owner || pub_parts_assign(&c->tree, p->parts, owner) < 0) {
+			free(owner);
+			snprintf(why, why_len, "nothing: out of memory");
+			return 0;
+		}
+		for (size_t i = 0; i < c->tree.n; i++)
+			if (owner[i] != 1)
+				owner[no++] = owner[i];	/* in tree order, as others */
+		c->others_part = owner;
+	}
 	if (!p->part_explicit &&
 	    pub_parts_select(&c->tree, p->part, p->parts, NULL, &c->others, &c->n_others) == 0) {
 		snprintf(why, why_len, "no file of it is this part's (more parts than weight "

@@ -24,6 +24,8 @@ void pub_candidate_free(struct candidate *c)
 	free(c->name);
 	ckscan_tree_free(&c->tree);
 	pub_parts_others_free(c->others, c->n_others);
+	free(c->others_part);
+	c->others_part = NULL;
 	c->others = NULL;
 	c->n_others = 0;
 	if (c->dfd >= 0)
@@ -53,6 +55,8 @@ struct publication *pub_publication_new(struct wsync_publisher *p, struct candid
 	memset(&c->tree, 0, sizeof(c->tree));
 	pb->part.theirs = c->others;
 	pb->part.n_theirs = c->n_others;
+	pb->part.theirs_part = c->others_part;
+	c->others_part = NULL;
 	c->others = NULL;
 	c->n_others = 0;
 	pb->source_mtime_ns = (uint64_t)pb->tree.newest_mtime_ns;
@@ -95,7 +99,9 @@ void pub_publication_free(struct publication *pb)
 		wsync_part_free(&pb->part.others[k]);
 	free(pb->part.others);
 	free(pb->part.got);
+	free(pb->part.refused);
 	pub_parts_others_free(pb->part.theirs, pb->part.n_theirs);
+	free(pb->part.theirs_part);
 	/* the stream's */
 	for (int r = 0; r < 2; r++) {
 		for (size_t k = 0; k < pb->chunks[r].n; k++)

@@ -117,6 +117,7 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	int r;
 
 	c->others = NULL;
+	c->others_part = NULL;
 	c->n_others = 0;
 	r = ckscan_tree_read_at(dfd, dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
 	if (r < 0) {
@@ -208,6 +209,8 @@ static int judge(struct wsync_publisher *p, const char *name, const char *dir, i
 	return 1;
 no:
 	pub_parts_others_free(c->others, c->n_others);
+	free(c->others_part);
+	c->others_part = NULL;
 	c->others = NULL;
 	c->n_others = 0;
 	ckscan_tree_free(&t);

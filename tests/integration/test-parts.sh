@@ -8,7 +8,9 @@
 #    subscriber, exact on a partial one; each part encoded only its
 #    share (the rule: shards balanced by size, the rest in part 1), and
 #    the version's manifest is format 3 with "parts";
-#  - `wsyncd --check-config` prints the assignment;
+#  - `wsyncd --check-config` prints the assignment; one key shared by the
+#    parts (no part_keys): part 1 warns at start (test-partkeys.sh: a key
+#    per part);
 #  - a part down for a while: versions wait (PART_MISSING, status and
 #    the metric name it; past part_wait_alarm part 1 is unhealthy:
 #    wsync_parts_late, `wsync status` exits 1), then converge when it
@@ -170,6 +172,8 @@ check "part 2 sees its step committed" wait_step p2 1 90
 check "the full subscriber is at step 1" wait_step sub 1 90
 check "byte-identical to checkpoint-1" same_as sub 1
 check "the partial subscriber is exact" half_at 1
+check "one key shared by the parts: part 1 warns that any part can sign for all" \
+	in_log p1 "share one signing_key: any part can sign a version for all"
 check "the manifest is format 3, of 2 parts" test "$(mjson 1 "m['format_version'], m['parts']")" = "(3, 2)"
 check "part 2 encoded only its 2 shards" in_log p2 "part 2 of 2 uploaded step 1 (2 files)"
 check "part 1 the config files and the other 2 shards" \

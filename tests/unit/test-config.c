@@ -537,6 +537,10 @@ static void test_bad_values(void)
 	expect_bad("publisher", "part", "1/2x", "expected K/N");
 	expect_bad("publisher", "part", "-1/2", "expected K/N");
 	expect_bad("publisher", "part_files", "*.json", "there is one part");
+	expect_bad("publisher", "part_keys", "/etc/wsync/part1.pub part2.pub",
+		   "\"part2.pub\" is not an absolute path");
+	expect_bad("publisher", "part_keys", "/etc/wsync/part1.pub /etc/wsync/part2.pub",
+		   "there is one part");
 	expect_bad("subscriber", "poll_interval", "2 weeks", "expected a duration like 500ms, 2s, 5min, 1h or 1d");
 	expect_bad("subscriber", "poll_interval", "1.5s", "expected a duration");
 	expect_bad("subscriber", "poll_interval", "25h", "25h is out of range (100ms..1d)");
@@ -1296,6 +1300,7 @@ static void test_foreach_key(void)
 		{ "publisher", "chunk_size", 0 },
 		{ "publisher", "gc_grace", 0 },	 { "publisher", "signing_key", 0 },
 		{ "publisher", "part", 0 },	 { "publisher", "part_files", 0 },
+		{ "publisher", "part_keys", 0 },
 		{ "publisher", "part_wait_alarm", 0 }, { "publisher", "writer_lease", 0 },
 		{ "subscriber", "target_dir", 0 }, { "subscriber", "poll_interval", 0 },
 		{ "subscriber", "verify_key", 0 }, { "subscriber", "max_head_age", 0 },

@@ -33,6 +33,11 @@
  *    objects with the committer's preamble and END chunks around every
  *    part's chunks in path order, files sorted; a path in two parts and
  *    a mix of delta-only and anchor-only records refused (-EINVAL);
+ *  - part 1's checks of another part's record (pub_parts_check_keys,
+ *    pub_parts_check_share): chunk keys only of that part, version and
+ *    flight under parts/<V>/ (../HEAD, anchors/..., another part's K, a
+ *    record's key refused); files only that part's by the rule, chunks
+ *    only of its files;
  *  - two and three publisher parts (part = K/N, each its own daemon and
  *    state_dir, one loop, one bucket) publish one checkpoint: HEAD names
  *    a version of N parts holding every file, then version 2 a delta of
@@ -1791,6 +1796,99 @@ static void test_merge_refused(void)
 	pub_parts_merge_free(&m);
 }
 
+/* Part 1's checks of another part's record (pub_parts_check_keys,
+ * pub_parts_check_share, BUCKET.md §7): a record names only chunks of
+ * its own part, version and flight under parts/<V>/ (from 00002), and,
+ * by the rule, only files the rule gives that part, each chunk one of
+ * its files'.  A part holding its own key must not be able to send
+ * another's share nor point the manifest at any other object. */
+static void test_parts_check_keys(void)
+{
+	static const char *const paths[] = { "b.safetensors", "d.safetensors" };
+	static const char *const bad[] = {
+		"../HEAD", "HEAD", "anchors/000000000001.wsa", "manifests/000000000005.json",
+		"parts/000000000005/2.json", "parts/000000000005/../../HEAD",
+	};
+	struct hand_rec h;
+	struct wsync_error err = { 0 };
+	char key[WSYNC_PART_KEY_MAX];
+	uint8_t other_flight[WSYNC_MANIFEST_FLIGHT_LEN] = { 0xcd };
+
+	hand_rec(&h, 5, 2, 3, 3, paths, 2);
+	for (int role = 0; role < 2; role++)	/* a part's own chunks are 00002.. */
+		for (size_t i = 0; i < 2; i++)
+			wsync_part_chunk_key(5, 2, h.r.flight, h.r.objects[role].role,
+					     (unsigned)i + 2, h.keys[role][i]);
+	CHECK_EQ_U64(pub_parts_check_keys(&h.r, 2, 5, &err), 0);
+	/* as part 3's, or of another version: none of them is its own */
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 3, 5, &err), EINVAL);
+	CHECK_CONTAINS(err.msg, "is not one of part 3's own");
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 6, &err), EINVAL);
+
+	for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+		h.chunks[1][1].key = (char *)bad[b];
+		err = (struct wsync_error){ 0 };
+		CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 5, &err), EINVAL);
+		CHECK_CONTAINS(err.msg, "is not one of part 2's own for its flight");
+	}
+	/* another part's chunk, another flight's, the other role's, the
+	 * preamble's number, a sixth digit */
+	h.chunks[1][1].key = (char *)wsync_part_chunk_key(5, 3, h.r.flight, h.r.objects[1].role,
+							  3, key);
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 5, &err), EINVAL);
+	h.chunks[1][1].key = (char *)wsync_part_chunk_key(5, 2, other_flight,
+							  h.r.objects[1].role, 3, key);
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 5, &err), EINVAL);
+	h.chunks[1][1].key = (char *)wsync_part_chunk_key(5, 2, h.r.flight,
+							  WSYNC_MANIFEST_ROLE_DELTA, 3, key);
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 5, &err), EINVAL);
+	h.chunks[1][1].key = (char *)wsync_part_chunk_key(5, 2, h.r.flight, h.r.objects[1].role,
+							  1, key);
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 5, &err), EINVAL);
+	h.chunks[1][1].key = (char *)wsync_part_chunk_key(5, 2, h.r.flight, h.r.objects[1].role,
+							  100000, key);
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_keys(&h.r, 2, 5, &err), EINVAL);
+	h.chunks[1][1].key = (char *)wsync_part_chunk_key(5, 2, h.r.flight, h.r.objects[1].role,
+							  99999, key);
+	CHECK_EQ_U64(pub_parts_check_keys(&h.r, 2, 5, &err), 0);
+}
+
+static void test_parts_check_share(void)
+{
+	static const char *const paths[] = { "b.safetensors", "d.safetensors" };
+	/* part 1's listing of the others' files, sorted, and whose each is */
+	static char *const theirs[] = { "b.safetensors", "c.safetensors", "d.safetensors" };
+	static const unsigned ok_part[] = { 2, 3, 2 }, moved_part[] = { 2, 2, 3 };
+	struct hand_rec h;
+	struct wsync_error err = { 0 };
+
+	hand_rec(&h, 5, 2, 3, 3, paths, 2);
+	CHECK_EQ_U64(pub_parts_check_share(&h.r, 2, theirs, ok_part, 3, &err), 0);
+	/* a file the rule gives part 3 */
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_share(&h.r, 2, theirs, moved_part, 3, &err),
+		     EINVAL);
+	CHECK_CONTAINS(err.msg, "d.safetensors is not part 2's (by the rule it is part 3's)");
+	/* part 3 sending part 2's files */
+	hand_rec(&h, 5, 3, 3, 3, paths, 2);
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_share(&h.r, 3, theirs, ok_part, 3, &err),
+		     EINVAL);
+	CHECK_CONTAINS(err.msg, "b.safetensors is not part 3's (by the rule it is part 2's)");
+	/* part 1's file, or one the checkpoint does not have */
+	hand_rec(&h, 5, 2, 3, 3, paths, 2);
+	h.files[0].path = "a.json";
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_share(&h.r, 2, theirs, ok_part, 3, &err),
+		     EINVAL);
+	CHECK_CONTAINS(err.msg, "a.json is not part 2's (by the rule it is part 1's, or");
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_share(&h.r, 2, theirs, ok_part, 0, &err),
+		     EINVAL);
+	/* a chunk of a file the record does not name */
+	hand_rec(&h, 5, 2, 3, 3, paths, 2);
+	h.chunks[0][1].path = "config.json";
+	CHECK_EQ_U64((uint64_t)-pub_parts_check_share(&h.r, 2, theirs, ok_part, 3, &err),
+		     EINVAL);
+	CHECK_CONTAINS(err.msg, "its chunk of config.json is of no file it names");
+}
+
 /* ---- 6. several parts in one process ---- */
 
 static void parts_publish(unsigned n)
@@ -1910,6 +2008,8 @@ int main(int argc, char **argv)
 	TEST(test_merge_two);
 	TEST(test_merge_three);
 	TEST(test_merge_refused);
+	TEST(test_parts_check_keys);
+	TEST(test_parts_check_share);
 	TEST(test_transitions);
 	TEST(test_store_failures);
 	TEST(test_stop_in_prepare);
