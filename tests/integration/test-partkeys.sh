@@ -180,5 +180,14 @@ start p2
 check "the honest record: step 2 committed" wait_step sub 2 90
 check "subscriber byte-identical" same_as 2
 check "part 1 waits for no part" wait_for 10 metric_is p1 wsync_parts_missing 0
+# part 2 checks HEAD with part 1's key, not its own: HEAD is trusted
+check "part 2 takes HEAD (signed by part 1's key) as trusted" \
+	bash -c "! grep -q 'not signed by this publisher.s key' '$TMP/p2/log'"
+stop p2 >/dev/null
+start p2
+check "... also after a restart with a version of its own in state.json" \
+	wait_for 30 in_log p2 "publisher watching"
+sleep 2
+check "... no warning then either" bash -c "! grep -q 'not signed by this publisher.s key' '$TMP/p2/log'"
 
 tap_done
