@@ -445,6 +445,15 @@ static inline uint64_t pub_now_ms(struct wsync_publisher *p)
 	return uv_now(p->d->loop);
 }
 
+/* Whose key verifies part k's documents: with a key per part
+ * (part_keys) part k's; else this publisher's own.  Part 1's signs HEAD
+ * and the manifests. */
+static inline const struct wsync_sign_key *pub_part_key(const struct wsync_publisher *p,
+							unsigned k)
+{
+	return p->part_keys ? p->part_keys[k - 1] : p->key;
+}
+
 /* ---- events: to the dispatcher (publisher.c), through p->dispatch ---- */
 
 static inline void pub_report(struct wsync_publisher *p, enum pub_event_type type)

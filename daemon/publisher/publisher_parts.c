@@ -260,12 +260,6 @@ int wsync_publisher_check_part_keys(const struct wsync_config *cfg, struct wsync
 	return r;
 }
 
-/* Whose key verifies part k's documents (part 1's: HEAD and manifests). */
-static const struct wsync_sign_key *part_key(const struct wsync_publisher *p, unsigned k)
-{
-	return p->part_keys ? p->part_keys[k - 1] : p->key;
-}
-
 void pub_parts_free(struct wsync_publisher *p)
 {
 	part_keys_free(p->part_keys, p->parts);
@@ -708,7 +702,7 @@ static void record_got(struct wsync_store_result *res, void *data)
 	if (res->err == 0) {
 		struct wsync_part_record r;
 		struct wsync_error err = { 0 };
-		int e = wsync_part_parse(res->data, res->data_len, part_key(p, k), &r, &err);
+		int e = wsync_part_parse(res->data, res->data_len, pub_part_key(p, k), &r, &err);
 		bool parsed = e == 0;
 
 		if (e == 0)
@@ -1024,8 +1018,8 @@ static void head_got(struct wsync_store_result *res, void *data)
 		poll_later(p);
 		return;
 	}
-	r = res->err < 0 ? 0 : wsync_manifest_head_parse(res->data, res->data_len, part_key(p, 1), &h,
-							  &err);
+	r = res->err < 0 ? 0 : wsync_manifest_head_parse(res->data, res->data_len,
+							  pub_part_key(p, 1), &h, &err);
 	if (r < 0) {
 		log_error("HEAD: %s", wsync_error_str(&err));
 		poll_later(p);
@@ -1062,7 +1056,7 @@ static void leader_got(struct wsync_store_result *res, void *data)
 		return;
 	p = pb->p;
 	if (res->err == 0 &&
-	    wsync_part_parse(res->data, res->data_len, part_key(p, 1), &r, &err) == 0) {
+	    wsync_part_parse(res->data, res->data_len, pub_part_key(p, 1), &r, &err) == 0) {
 		bool newer = r.version == pb->version &&
 			     pub_parts_cmp(r.run, r.step, pb->part.run, pb->step) > 0;
 

@@ -92,18 +92,12 @@ static void recover_head_put_done(struct wsync_store_result *res, void *data)
 	pub_report(p, PUB_EV_DONE);
 }
 
-/* The key HEAD and the manifests are signed with: this publisher's own,
- * or with a key per part the committer's (part 1's, part_keys[0]). */
-static const struct wsync_sign_key *head_key(const struct wsync_publisher *p)
-{
-	return p->part_keys ? p->part_keys[0] : p->key;
-}
-
 static int fetch_head_manifest(struct wsync_publisher *p);
 
 static void recover_newer_got(struct wsync_store_result *res, void *data)
 {
 	struct wsync_publisher *p = data;
+	const struct wsync_sign_key *hk = pub_part_key(p, 1);	/* HEAD's signer's */
 	struct wsync_error err = { 0 };
 	uint64_t v = p->recover_manifest;
 	size_t body;
@@ -118,12 +112,12 @@ static void recover_newer_got(struct wsync_store_result *res, void *data)
 		pub_report(p, PUB_EV_DONE);
 		return;
 	}
-	if (head_key(p) && wsync_sign_doc_check(head_key(p), res->data, res->data_len, &body,
-						NULL, &err) == -EBADMSG) {
+	if (hk && wsync_sign_doc_check(hk, res->data, res->data_len, &body, NULL,
+				       &err) == -EBADMSG) {
 		/* readable or not, not signed by this key: not ours (the top) */
 		log_warning("manifests/%012" PRIu64 ".json is newer than HEAD but not signed by "
 			    "this publisher's key %s (%s): passed over; the next version is %"
-			    PRIu64, v, wsync_sign_key_id(head_key(p)), wsync_error_str(&err),
+			    PRIu64, v, wsync_sign_key_id(hk), wsync_error_str(&err),
 			    p->head_version + 1);
 		r = p->head_version && !p->head_untrusted ? fetch_head_manifest(p) : 1;
 		if (r < 0) {
@@ -241,27 +235,28 @@ static void recover_listed(struct wsync_store_result *res, void *data)
  * not trusted for the numbering (the comment at the top). */
 static void check_head_key(struct wsync_publisher *p, const void *doc, size_t len)
 {
+	const struct wsync_sign_key *hk = pub_part_key(p, 1);	/* HEAD's signer's */
 	char kid[WSYNC_SIGN_KEY_ID_LEN + 1];
 	struct wsync_error err = { 0 };
 	uint64_t own;
 	size_t body;
 
 	p->head_untrusted = false;
-	if (!head_key(p) || wsync_sign_doc_check(head_key(p), doc, len, &body, NULL, &err) == 0)
+	if (!hk || wsync_sign_doc_check(hk, doc, len, &body, NULL, &err) == 0)
 		return;
 	(void)pub_load_state_key(p, &own, kid);
 	if (!own) {
 		log_warning("HEAD (version %" PRIu64 ") is not signed by this publisher's key %s "
 			    "(%s) and state.json records no version of ours: going past it; "
 			    "the next version is a full anchor", p->head_version,
-			    wsync_sign_key_id(head_key(p)), wsync_error_str(&err));
+			    wsync_sign_key_id(hk), wsync_error_str(&err));
 		p->need_anchor = true;
 		return;
 	}
 	log_warning("HEAD (version %" PRIu64 ") is not signed by this publisher's key %s (%s): "
 		    "not trusted; numbering goes on from this publisher's own last version %"
 		    PRIu64 " (state.json), the next version is a full anchor written over that "
-		    "HEAD", p->head_version, wsync_sign_key_id(head_key(p)), wsync_error_str(&err), own);
+		    "HEAD", p->head_version, wsync_sign_key_id(hk), wsync_error_str(&err), own);
 	p->head_untrusted = true;
 	p->head_version = own;
 	p->head_ref_key[0] = '\0';
