@@ -866,6 +866,7 @@ static const struct config_key config_keys[] = {
 };
 
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+_Static_assert(N_KEYS <= WSYNC_CONFIG_KEYS_MAX, "raise WSYNC_CONFIG_KEYS_MAX");
 
 static const struct config_key *find_key(const char *section, const char *key)
 {
@@ -1448,6 +1449,16 @@ int wsync_config_load(struct wsync_config *cfg, const char *path,
 	}
 	validate(&st);
 	ret = n_issues(&st) ? -EINVAL : 0;
+	memcpy(cfg->key_lines_, st.seen, sizeof(st.seen));
+	cfg->other_role_key_line = 0;
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const char *other = cfg->role == WSYNC_ROLE_PUBLISHER ? "subscriber" :
+				    cfg->role == WSYNC_ROLE_SUBSCRIBER ? "publisher" : "";
+
+		if (st.seen[i] && strcmp(config_keys[i].section, other) == 0 &&
+		    (!cfg->other_role_key_line || st.seen[i] < cfg->other_role_key_line))
+			cfg->other_role_key_line = st.seen[i];
+	}
 	/* Two daemons of different roles started from minimal files keep
 	 * their status apart. */
 	if (ret == 0 && cfg->runtime_dir_by_role && cfg->role != WSYNC_ROLE_UNSET &&
@@ -1621,6 +1632,32 @@ void wsync_config_free(struct wsync_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 }
 
+int wsync_config_errors_add(struct wsync_config_errors *errs, const char *path,
+			    unsigned line, const char *fmt, ...)
+{
+	struct parse_state st = { .errs = errs, .path = path };
+	char *msg;
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		return -ENOMEM;
+	add_issue(&st, line, "%s", msg);
+	free(msg);
+	return st.oom ? -ENOMEM : 0;
+}
+
+unsigned wsync_config_line(const struct wsync_config *cfg, const char *section,
+			   const char *key)
+{
+	const struct config_key *k = find_key(section, key);
+
+	return k ? cfg->key_lines_[k - config_keys] : 0;
+}
+
 void wsync_config_errors_free(struct wsync_config_errors *errs)
 {
 	if (!errs)
@@ -1667,6 +1704,10 @@ void wsync_config_dump(const struct wsync_config *cfg, FILE *f)
 		char buf[FORMAT_MAX];
 		const char *v;
 
+		/* a role's file holds no section of the other role */
+		if ((cfg->role == WSYNC_ROLE_PUBLISHER && strcmp(k->section, "subscriber") == 0) ||
+		    (cfg->role == WSYNC_ROLE_SUBSCRIBER && strcmp(k->section, "publisher") == 0))
+			continue;
 		if (!section || strcmp(section, k->section) != 0) {
 			fprintf(f, "\n[%s]\n", k->section);
 			section = k->section;

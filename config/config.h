@@ -21,6 +21,7 @@
 
 #define WSYNC_CONFIG_MAX_LINE 65536
 #define WSYNC_EX_CONFIG 78 /* sysexits.h EX_CONFIG */
+#define WSYNC_CONFIG_KEYS_MAX 96 /* room for the table's keys (checked at build) */
 
 enum wsync_role {
 	WSYNC_ROLE_UNSET = 0,
@@ -133,6 +134,16 @@ struct wsync_config {
 	char *sub_include;	/* [subscriber] include: space-separated globs of the
 				 * files this node takes; default "*" */
 	char *sub_exclude;	/* [subscriber] exclude; default "" */
+
+	/* Filled by wsync_config_load: the line each key was given on (0:
+	 * not given; see wsync_config_line()), and the first line giving a
+	 * key of the other role's section ([subscriber] in a publisher's
+	 * file, and the reverse; 0: none), which the programs warn about:
+	 * not refused, since its keys are checked all the same and a file
+	 * may be one template for both roles, but the operator should know
+	 * they do nothing. */
+	unsigned key_lines_[WSYNC_CONFIG_KEYS_MAX];
+	unsigned other_role_key_line;
 };
 
 /* One collected problem in a config file. */
@@ -159,6 +170,20 @@ int wsync_config_init(struct wsync_config *cfg);
 int wsync_config_load(struct wsync_config *cfg, const char *path,
 		      struct wsync_config_errors *errs);
 
+/*
+ * Append one problem to errs as the loader does: "PATH:LINE: TEXT", or
+ * "PATH: TEXT" when line is 0 (for checks made after loading, such as
+ * the daemon's look at the folders and key files it names).  0 or -ENOMEM.
+ */
+int wsync_config_errors_add(struct wsync_config_errors *errs, const char *path,
+			    unsigned line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* The line of the loaded file that gave [section] key, 0 if it was not
+ * given (a default) or is no key. */
+unsigned wsync_config_line(const struct wsync_config *cfg, const char *section,
+			   const char *key);
+
 /* Free everything cfg owns (the struct itself is the caller's). */
 void wsync_config_free(struct wsync_config *cfg);
 void wsync_config_errors_free(struct wsync_config_errors *errs);
@@ -183,7 +208,9 @@ void wsync_config_foreach_key(void (*cb)(const char *section, const char *key,
 unsigned wsync_config_part_keys_count(const struct wsync_config *cfg);
 int wsync_config_part_key(const struct wsync_config *cfg, unsigned k, char *buf, size_t len);
 
-/* Write the effective configuration as INI to f (for --dump-config). */
+/* Write the effective configuration as INI to f (for --dump-config): the
+ * [daemon] and [store] sections and the role's own (both roles' when the
+ * role is unset). */
 void wsync_config_dump(const struct wsync_config *cfg, FILE *f);
 
 struct wsync_store_options;

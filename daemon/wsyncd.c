@@ -19,6 +19,7 @@
 #include "publisher.h"
 #include "log.h"
 #include "manager.h"
+#include "preflight.h"
 #include "wsync-build.h"
 
 #define DEFAULT_CONFIG WSYNC_SYSCONFDIR "/wsyncd.ini"
@@ -78,6 +79,49 @@ static int load_config(const char *path, struct wsync_config *cfg)
 			  errs.n, errs.n == 1 ? "" : "s");
 	wsync_config_errors_free(&errs);
 	return r;
+}
+
+/*
+ * What the loaded file names on this machine (preflight.h), reported as
+ * load_config() reports the file's own errors, plus a warning for a
+ * section of the other role.  Returns 0 when all is well, else the exit
+ * code: 78 (EX_CONFIG), or 1 when every problem may come right by itself
+ * (a watch_dir not there yet: systemd starts the daemon again), or 1 on
+ * ENOMEM.
+ */
+static int preflight(const struct wsync_config *cfg, const char *path)
+{
+	const struct wsync_log_fields *invalid =
+		WSYNC_FIELDS(.message_id = WSYNC_MID_CONFIG_INVALID, .file = path);
+	struct wsync_config_errors errs = { 0 };
+	bool journal = wsync_log_get_target() == WSYNC_LOG_TARGET_JOURNAL;
+	bool may_pass;
+	int n;
+
+	if (cfg->other_role_key_line) {
+		const char *other = cfg->role == WSYNC_ROLE_PUBLISHER ? "subscriber" : "publisher";
+
+		log_warning("%s:%u: [%s]: this file's role is %s: the %s settings do nothing "
+			    "here; remove them (each role has a file of its own)", path,
+			    cfg->other_role_key_line, other, wsync_role_name(cfg->role), other);
+	}
+	n = wsync_preflight(cfg, &errs, &may_pass);
+	for (size_t i = 0; i < errs.n; i++) {
+		if (journal)
+			log_event(LOG_ERR, invalid, "%s", errs.items[i].text);
+		else
+			fprintf(stderr, "%s\n", errs.items[i].text);
+	}
+	wsync_config_errors_free(&errs);
+	if (n == -ENOMEM) {
+		log_error_errno(n, "%s: cannot check the configuration", path);
+		return 1;
+	}
+	if (n == 0)
+		return 0;
+	log_event(LOG_ERR, invalid, "%s: configuration cannot run here (%d error%s)", path, n,
+		  n == 1 ? "" : "s");
+	return may_pass ? 1 : WSYNC_EX_CONFIG;
 }
 
 /* The library's word that a file system refused fsync (durable.h): the
@@ -167,10 +211,13 @@ int main(int argc, char **argv)
 	wsync_durable_set_warn(warn_not_durable, NULL);
 	if (check) {
 		struct wsync_error kerr = { 0 };
+		int code = preflight(&cfg, config_path);
 
+		/* every error at once: the part keys' too */
 		r = wsync_publisher_check_part_keys(&cfg, &kerr);
-		if (r < 0) {
+		if (r < 0)
 			fprintf(stderr, "%s: %s\n", config_path, wsync_error_str(&kerr));
+		if (r < 0 || code) {
 			wsync_config_free(&cfg);
 			return r == -ENOMEM ? 1 : WSYNC_EX_CONFIG;
 		}
@@ -187,6 +234,11 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
+	r = preflight(&cfg, config_path);
+	if (r) {
+		wsync_config_free(&cfg);
+		return r;
+	}
 	/* The manager owns cfg from here on. */
 	return wsync_manager_run(&cfg, config_path);
 }

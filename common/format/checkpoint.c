@@ -25,6 +25,11 @@ const char *wsync_checkpoint_weight_ext(const char *name, size_t n)
 	return NULL;
 }
 
+const char *wsync_checkpoint_weight_ext_at(size_t i)
+{
+	return i < sizeof(weight_exts) / sizeof(weight_exts[0]) ? weight_exts[i] : NULL;
+}
+
 bool wsync_checkpoint_is_weight_name(const char *rel)
 {
 	const char *b = strrchr(rel, '/');

@@ -55,5 +55,7 @@ void wsync_checkpoint_free(struct wsync_checkpoint *c);
  */
 const char *wsync_checkpoint_weight_ext(const char *name, size_t n);
 bool wsync_checkpoint_is_weight_name(const char *rel);
+/* The i-th of those extensions (".safetensors", ...), NULL past the last. */
+const char *wsync_checkpoint_weight_ext_at(size_t i);
 
 #endif

@@ -32,6 +32,7 @@
 #include "log-messages.h"
 #include "log.h"
 #include "publisher_local.h"
+#include "url.h"
 
 static void enter(struct wsync_publisher *p, enum pub_state s);
 static void dispatch(struct wsync_publisher *p, const struct pub_event *ev);
@@ -732,6 +733,24 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 				"; a publisher's state_dir serves one process at a time: stop "
 				"it first, or give each daemon its own [daemon] state_dir");
 		goto fail;
+	}
+	/* A file:// bucket is the publisher's to make (a subscriber waits for
+	 * it): one line if it cannot, rather than retrying for ever. */
+	{
+		struct wsync_url url;
+
+		if (cfg->store_url && wsync_url_parse(cfg->store_url, &url, NULL) == 0) {
+			if (url.scheme == WSYNC_URL_FILE) {
+				r = wsync_mkdir_p_later(url.path, 0755, &p->dir_syncs);
+				if (r < 0)
+					wsync_error_set(err, r, "[store] url: bucket directory "
+							"%s: cannot create it: %s", url.path,
+							strerror(-r));
+			}
+			wsync_url_free(&url);
+			if (r < 0)
+				goto fail;
+		}
 	}
 	if (!once_dir) {
 		r = wsync_mkdir_p_later(cfg->runtime_dir, 0755, NULL);
