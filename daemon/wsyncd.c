@@ -106,6 +106,10 @@ static int preflight(const struct wsync_config *cfg, const char *path)
 			    cfg->other_role_key_line, other, wsync_role_name(cfg->role), other);
 	}
 	n = wsync_preflight(cfg, &errs, &may_pass);
+	/* what may come right by itself is no configuration error: no
+	 * CONFIG_INVALID (whose catalog entry says to fix the file) */
+	if (may_pass)
+		invalid = NULL;
 	for (size_t i = 0; i < errs.n; i++) {
 		if (journal)
 			log_event(LOG_ERR, invalid, "%s", errs.items[i].text);
@@ -119,8 +123,8 @@ static int preflight(const struct wsync_config *cfg, const char *path)
 	}
 	if (n == 0)
 		return 0;
-	log_event(LOG_ERR, invalid, "%s: configuration cannot run here (%d error%s)", path, n,
-		  n == 1 ? "" : "s");
+	log_event(LOG_ERR, invalid, "%s: %s (%d error%s)", path, may_pass ?
+		  "cannot start yet" : "configuration cannot run here", n, n == 1 ? "" : "s");
 	return may_pass ? 1 : WSYNC_EX_CONFIG;
 }
 

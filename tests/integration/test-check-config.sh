@@ -1,16 +1,84 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# test-check-config: `wsyncd --check-config` accepts the shipped examples,
-# and refuses bad files with every error as FILE:LINE and exit 78
-# (EX_CONFIG), like `nginx -t`; run without --config and no default
-# file, it names the file it tried and suggests --config.
+# test-check-config: `wsyncd --check-config` accepts the shipped examples
+# (with their folders made where they point), and refuses bad files with
+# every error as FILE:LINE and exit 78 (EX_CONFIG), like `nginx -t`: the
+# file's own errors, and what it names on this machine that start-up
+# would refuse -- a missing watch_dir, a missing key file, a private key
+# as verify_key, an include that takes no weight file, all at once; run
+# without --config and no default file, it names the file it tried and
+# suggests --config.
 . "$(dirname "$0")/lib.sh"
-cfg="$WSYNC_SOURCE_ROOT/config"
+src_cfg="$WSYNC_SOURCE_ROOT/config"
+cfg=$TMP/examples
+mkdir -p "$cfg" "$TMP/ex/checkpoints"
+# the examples' folders under /var/lib/wsync, here under $TMP/ex
+for f in publisher subscriber; do
+	sed "s|/var/lib/wsync|$TMP/ex|g" "$src_cfg/$f.ini" >"$cfg/$f.ini"
+done
 
 expect_exit 0 "example publisher.ini is valid" "$WSYNCD" --check-config "$cfg/publisher.ini"
 contains "publisher role reported" "$OUT" "role publisher"
 expect_exit 0 "example subscriber.ini is valid" "$WSYNCD" --check-config "$cfg/subscriber.ini"
 expect_exit 0 "-c FILE --check-config form" "$WSYNCD" -c "$cfg/subscriber.ini" --check-config
+case "$OUT" in *warning*) r=1 ;; *) r=0 ;; esac
+tap_result $r "... without a warning (the other role's section holds only comments)"
+
+# ---- what the file names on this machine ----
+"$WSYNC" keygen "$TMP/k.pem" >/dev/null
+printf '[daemon]\nrole = publisher\nstate_dir = %s\n[store]\nurl = file://%s\n[publisher]\nwatch_dir = %s\nsigning_key = %s\ninclude = config.json *.txt\n' \
+	"$TMP/st" "$TMP/bucket" "$TMP/no-such-watch" "$TMP/no-such.pem" >"$TMP/pubfs.ini"
+expect_exit 78 "publisher: missing watch_dir, key file and weights: exit 78" \
+	"$WSYNCD" --check-config "$TMP/pubfs.ini"
+contains "... watch_dir: key, path and fix on its line" "$OUT" \
+	"pubfs.ini:7: [publisher] watch_dir: $TMP/no-such-watch: no such directory; wsyncd does not create the trainer's folder: create it (mkdir -p $TMP/no-such-watch)"
+contains "... signing_key that does not exist" "$OUT" "pubfs.ini:8: [publisher] signing_key: $TMP/no-such.pem: No such file or directory"
+contains "... include that takes no weight file" "$OUT" \
+	"pubfs.ini:9: [publisher] include: \"config.json *.txt\" takes no weight file"
+contains "... all three counted" "$OUT" "(3 errors)"
+check "... and the bucket directory not made by the check" test ! -e "$TMP/bucket"
+for one in watch_dir signing_key include; do
+	mkdir -p "$TMP/w"
+	case $one in
+	watch_dir) args=("$TMP/no-such-watch" "$TMP/k.pem" '*.safetensors') ;;
+	signing_key) args=("$TMP/w" "$TMP/no-such.pem" '*.safetensors') ;;
+	include) args=("$TMP/w" "$TMP/k.pem" 'config.json') ;;
+	esac
+	printf '[daemon]\nrole = publisher\nstate_dir = %s\n[store]\nurl = file://%s\n[publisher]\nwatch_dir = %s\nsigning_key = %s\ninclude = %s\n' \
+		"$TMP/st" "$TMP/bucket" "${args[@]}" >"$TMP/one.ini"
+	expect_exit 78 "publisher: only $one wrong: --check-config exits 78" "$WSYNCD" --check-config "$TMP/one.ini"
+	contains "... naming it" "$OUT" "[publisher] $one:"
+done
+printf '[daemon]\nrole = subscriber\nstate_dir = %s\n[store]\nurl = file://%s\n[subscriber]\ntarget_dir = %s\nverify_key = %s\n' \
+	"$TMP/st" "$TMP/bucket" "$TMP/target" "$TMP/k.pem" >"$TMP/subpriv.ini"
+expect_exit 78 "subscriber: a private key as verify_key: exit 78" "$WSYNCD" --check-config "$TMP/subpriv.ini"
+contains "... saying to give its public half" "$OUT" "subpriv.ini:8: [subscriber] verify_key: $TMP/k.pem: holds a private key"
+expect_exit 78 "... and wsyncd refuses it the same way at start" timeout 20 "$WSYNCD" -c "$TMP/subpriv.ini" --log-target stderr
+contains "... in the same words" "$OUT" "subpriv.ini:8: [subscriber] verify_key: $TMP/k.pem: holds a private key"
+check "... before it made anything" test ! -e "$TMP/target"
+sed -i "s|$TMP/k.pem|$TMP/k.pem.pub|" "$TMP/subpriv.ini"
+expect_exit 0 "subscriber: its public half passes" "$WSYNCD" --check-config "$TMP/subpriv.ini"
+for inc in 'config.json' '*.json *.txt' '*|*.safetensors *.bin *.pt *.pth *.gguf'; do
+	printf '[daemon]\nrole = subscriber\nstate_dir = %s\n[store]\nurl = file://%s\n[subscriber]\ntarget_dir = %s\ninclude = %s\nexclude = %s\n' \
+		"$TMP/st" "$TMP/bucket" "$TMP/target" "${inc%%|*}" "$(case $inc in *'|'*) echo "${inc#*|}" ;; esac)" >"$TMP/subinc.ini"
+	expect_exit 78 "subscriber: include = ${inc%%|*} (exclude ${inc#*|}) takes no weight file: exit 78" \
+		"$WSYNCD" --check-config "$TMP/subinc.ini"
+	contains "... said so" "$OUT" "[subscriber] include:"
+done
+for inc in '*' 'model-0000[1-2]-of-00002.safetensors' 'layers/*/w*' 'model*' '?odel.bin'; do
+	printf '[daemon]\nrole = subscriber\nstate_dir = %s\n[store]\nurl = file://%s\n[subscriber]\ntarget_dir = %s\ninclude = %s\n' \
+		"$TMP/st" "$TMP/bucket" "$TMP/target" "$inc" >"$TMP/subinc.ini"
+	expect_exit 0 "subscriber: include = $inc can take a weight file" "$WSYNCD" --check-config "$TMP/subinc.ini"
+done
+printf '[daemon]\nrole = subscriber\nstate_dir = %s\n[store]\nurl = file://%s\n[subscriber]\ntarget_dir = %s\n[publisher]\nwatch_dir = /x\n' \
+	"$TMP/st" "$TMP/bucket" "$TMP/target" >"$TMP/both.ini"
+expect_exit 0 "a [publisher] key in a subscriber's file is accepted" "$WSYNCD" --check-config "$TMP/both.ini"
+contains "... with a warning that it does nothing" "$OUT" "both.ini:9: [publisher]: this file's role is subscriber: the publisher settings do nothing here"
+expect_exit 0 "a subscriber's --dump-config" "$WSYNCD" --check-config --dump-config "$TMP/both.ini"
+OUT=$("$WSYNCD" --check-config --dump-config "$TMP/both.ini" 2>/dev/null)
+case "$OUT" in *"[publisher]"*) r=1 ;; *) r=0 ;; esac
+tap_result $r "... has no [publisher] section"
+contains "... but its own" "$OUT" "[subscriber]"
 
 cat >"$TMP/bad.ini" <<'INI'
 [daemon]

@@ -14,7 +14,7 @@
 . "$(dirname "$0")/lib.sh"
 
 build=$(cd "$(dirname "$WSYNC")/.." && pwd)
-expect_exit 0 "scripts/demo.sh exits 0" env WSYNC_DEMO_BUILD="$build" WSYNC_DEMO_STEPS=4 \
+expect_exit 0 "scripts/demo.sh exits 0" env WSYNC_DEMO_BUILD="$build" WSYNC_DEMO_STEPS=4 WSYNC_DEMO_KEEP=1 \
 	TMPDIR="$TMP" timeout 300 "$WSYNC_SOURCE_ROOT/scripts/demo.sh"
 out=$OUT
 contains "it says every version was published, applied and verified" "$out" \

@@ -152,22 +152,27 @@ pubini() { # pubini FILE WATCH_DIR [LINE]
 		"$TMP/pubstate" "$TMP/pubrun" "$TMP/pubbucket" "$2" "${3:-}" >"$1"
 }
 pubini "$TMP/badkey.ini" "$TMP/ckpt" "signing_key = $TMP/garbage.pem"
-expect_exit 0 "a file naming an unusable signing key passes --check-config" "$WSYNCD" --check-config "$TMP/badkey.ini"
+expect_exit 78 "a file naming an unusable signing key fails --check-config" "$WSYNCD" --check-config "$TMP/badkey.ini"
+# the lines --check-config prints, which start-up's entries must repeat
+want() { "$WSYNCD" --check-config "$1" 2>&1 | grep "^$1:[0-9]*: " >"$2"; }
+want "$TMP/badkey.ini" "$TMP/badkey.want"
 rm -f "$TMP/j.sock"
 "$PYTHON3" "$recv" "$TMP/j.sock" "$TMP/badkey.json" --journal-stream -- "$WSYNCD" --config "$TMP/badkey.ini"
-config_failed "unusable signing_key" "$TMP/badkey.json" 78 0
-contains "unusable signing_key: the entry names the file, the key and why" \
-	"$(q "$TMP/badkey.json" "d['entries'][-1]['MESSAGE']")" "$TMP/badkey.ini: cannot start the publisher: [publisher] signing_key"
+config_failed "unusable signing_key" "$TMP/badkey.json" 78 1 "$TMP/badkey.want"
+contains "unusable signing_key: the entry names the file, the line, the key and why" \
+	"$(q "$TMP/badkey.json" "d['entries'][0]['MESSAGE']")" "$TMP/badkey.ini:9: [publisher] signing_key: $TMP/garbage.pem"
 printf '[daemon]\nrole = subscriber\nstate_dir = %s/substate\nruntime_dir = %s/subrun\n[store]\nurl = file://%s/pubbucket\n[subscriber]\ntarget_dir = %s/subtarget\nverify_key = %s/no-such.pub\n' \
 	"$TMP" "$TMP" "$TMP" "$TMP" "$TMP" >"$TMP/nokey.ini"
+want "$TMP/nokey.ini" "$TMP/nokey.want"
 rm -f "$TMP/j.sock"
 "$PYTHON3" "$recv" "$TMP/j.sock" "$TMP/nokey.json" --journal-stream -- "$WSYNCD" --config "$TMP/nokey.ini"
-config_failed "verify_key missing" "$TMP/nokey.json" 78 0
+config_failed "verify_key missing" "$TMP/nokey.json" 78 1 "$TMP/nokey.want"
 printf '[daemon]\nrole = subscriber\nstate_dir = %s/substate\nruntime_dir = %s/subrun\n[store]\nurl = s3://bucket\ncredentials = %s/no-such.cred\n[subscriber]\ntarget_dir = %s/subtarget\n' \
 	"$TMP" "$TMP" "$TMP" "$TMP" >"$TMP/nocred.ini"
+want "$TMP/nocred.ini" "$TMP/nocred.want"
 rm -f "$TMP/j.sock"
 "$PYTHON3" "$recv" "$TMP/j.sock" "$TMP/nocred.json" --journal-stream -- "$WSYNCD" --config "$TMP/nocred.ini"
-config_failed "[store] credentials missing" "$TMP/nocred.json" 78 0
+config_failed "[store] credentials missing" "$TMP/nocred.json" 78 1 "$TMP/nocred.want"
 pubini "$TMP/nowatch.ini" "$TMP/not-yet"
 rm -f "$TMP/j.sock"
 "$PYTHON3" "$recv" "$TMP/j.sock" "$TMP/nowatch.json" --journal-stream -- "$WSYNCD" --config "$TMP/nowatch.ini"

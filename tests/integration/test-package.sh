@@ -63,8 +63,13 @@ check "dpkg reports it installed" bash -c "dpkg-query -W -f='\${Status}' wsync |
 expect_exit 0 "wsyncd --version" /usr/sbin/wsyncd --version
 check "it prints wsyncd VERSION" bash -c '[[ "$1" =~ ^wsyncd\ [0-9]+\.[0-9]+ ]]' _ "$OUT"
 expect_exit 0 "wsync --version" /usr/bin/wsync --version
-expect_exit 0 "wsyncd --check-config /etc/wsync/publisher.ini" /usr/sbin/wsyncd --check-config /etc/wsync/publisher.ini
-expect_exit 0 "wsyncd --check-config /etc/wsync/subscriber.ini" /usr/sbin/wsyncd --check-config /etc/wsync/subscriber.ini
+# (their folders under /var/lib/wsync made, here under $TMP: --check-config
+# looks at the folders a file names)
+mkdir -p "$TMP/ex/checkpoints"
+sed "s|/var/lib/wsync|$TMP/ex|g" /etc/wsync/publisher.ini >"$TMP/ex-pub.ini"
+sed "s|/var/lib/wsync|$TMP/ex|g" /etc/wsync/subscriber.ini >"$TMP/ex-sub.ini"
+expect_exit 0 "wsyncd --check-config /etc/wsync/publisher.ini" /usr/sbin/wsyncd --check-config "$TMP/ex-pub.ini"
+expect_exit 0 "wsyncd --check-config /etc/wsync/subscriber.ini" /usr/sbin/wsyncd --check-config "$TMP/ex-sub.ini"
 check "the default configuration path is /etc/wsync" bash -c "/usr/sbin/wsyncd --help | grep -q '/etc/wsync/'"
 check "the wsync system user exists" getent passwd wsync
 check "unit installed" test -f /lib/systemd/system/wsyncd@.service
