@@ -23,25 +23,41 @@
 #include "codec_dense.h"
 #include "codec_float.h"
 #include "delta.h"
+#include "manifest.h"
 #include "safetensors.h"
 #include "segment.h"
 #include "tool.h"
+#include "tool_inspect.h"
 #include "units.h"
 
 #define TOOL "wsync inspect"
 
-static const char synopsis[] = "Usage: wsync inspect PATH [--json]\n";
+static const char synopsis[] =
+	"Usage: wsync inspect PATH [--json]\n"
+	"       wsync inspect BUCKET-URL [--version N] [--config FILE] [--endpoint URL]\n"
+	"                     [--region NAME] [--json]\n";
 
 static void inspect_usage(FILE *f)
 {
 	fprintf(f, "%s\n"
 		   "PATH is a .safetensors file, a checkpoint directory (with or\n"
-		   "without model.safetensors.index.json), or a delta written by\n"
-		   "wsync diff (its files, segments and pieces are listed).\n\n"
-		   "  --json     machine-readable output\n"
-		   "  -h, --help this text\n\n"
+		   "without model.safetensors.index.json), a delta written by wsync\n"
+		   "diff (its files, segments and pieces are listed), or a key in a\n"
+		   "file:// bucket's directory: an object by the key its manifest names\n"
+		   "(anchors/<V>.wsa, deltas/<V>.wsd, fetched chunk by chunk), one chunk\n"
+		   "of one (anchors/<V>-<N>.wsa: which object, where in it), a manifest,\n"
+		   "HEAD, NEXT, a part record or a writer lease (what each says).\n"
+		   "BUCKET-URL (file://, s3://, hf://) shows a version: its step, base,\n"
+		   "files and their sizes, then each object as a delta.\n\n"
+		   "  --version N     the version to show (default: the one HEAD names)\n"
+		   "  --config FILE   a wsyncd configuration: its [store] settings\n"
+		   "                  (endpoint, region, credentials, ...)\n"
+		   "  --endpoint URL, --region NAME  the S3 server and region\n"
+		   "  --json          machine-readable output\n"
+		   "  -h, --help      this text\n\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 PATH is malformed, or\n"
-		   "neither a safetensors file nor a delta.\n",
+		   "neither a safetensors file nor a delta, or an object that does not\n"
+		   "match its manifest.\n",
 		   synopsis);
 }
 
@@ -143,6 +159,25 @@ static int segment_counts(const struct wsync_segment *s, uint64_t *changed,
 		*changed += c;
 	}
 	return 0;
+}
+
+/* A FLOAT piece has no payload of its own: its changes are coded in the
+ * segment's streams of its family, shared by every FLOAT piece of that
+ * family.  Its share of them, by elements: the bytes it costs, to within
+ * how unevenly the changes fall among those pieces. */
+static uint64_t float_share(const struct wsync_segment *s, const struct wsync_piece *pc)
+{
+	uint64_t fam_bytes = 0, fam_elems = 0, size = wsync_float_elem_size(pc->family);
+
+	for (size_t i = 0; i < s->n_streams; i++)
+		if (s->streams[i].family == pc->family)
+			fam_bytes += s->streams[i].syms_len + s->streams[i].bits_len;
+	for (size_t i = 0; i < s->n_pieces; i++)
+		if (s->pieces[i].method == WSYNC_PIECE_FLOAT && s->pieces[i].family == pc->family)
+			fam_elems += s->pieces[i].len / size;
+	if (!fam_elems)
+		return 0;
+	return (uint64_t)((double)fam_bytes * (double)(pc->len / size) / (double)fam_elems + 0.5);
 }
 
 static json_t *hash_json(const struct wsync_hash128 *h)
@@ -255,15 +290,22 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 				if (wsync_piece_needs_base(pc->method))
 					json_object_set_new(po, "base_offset",
 						json_integer((json_int_t)pc->base_offset));
+				if (pc->method == WSYNC_PIECE_FLOAT)
+					json_object_set_new(po, "stream_share_bytes", json_integer(
+						(json_int_t)float_share(s, pc)));
 				json_array_append_new(pieces, po);
 			} else {
-				printf("    [%" PRIu64 ", +%" PRIu64 ")  %-7s %-7s  %" PRIu64
-				       " bytes\n", pc->target_offset, pc->len,
+				printf("    [%" PRIu64 ", +%" PRIu64 ")  %-7s %-7s  %s%" PRIu64
+				       " bytes%s\n", pc->target_offset, pc->len,
 				       wsync_piece_method_name(pc->method),
 				       pc->method == WSYNC_PIECE_FLOAT ||
 				       pc->method == WSYNC_PIECE_DENSE
 					       ? wsync_float_family_name(pc->family) : "",
-				       pc->payload_len);
+				       pc->method == WSYNC_PIECE_FLOAT ? "~" : "",
+				       pc->method == WSYNC_PIECE_FLOAT ? float_share(s, pc) :
+				       pc->payload_len,
+				       pc->method == WSYNC_PIECE_FLOAT ? " (its share of the "
+				       "segment's streams)" : "");
 			}
 		}
 		wsync_segment_free(s);
@@ -271,41 +313,40 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 	return r;
 }
 
-static int inspect_delta(const char *path, bool json)
+/* The delta open on fd (name in messages), printed, or with json as one
+ * JSON object: on stdout, or into parent's "delta" member when parent is
+ * given (wsync inspect of a bucket's version).  fd stays the caller's. */
+int tool_inspect_delta_fd(const char *name, int fd, bool json, json_t *parent)
 {
 	struct wsync_delta_reader *d = NULL;
 	struct wsync_error err = { 0 };
 	struct wsync_buf payload = { 0 };
 	json_t *root = NULL, *files = NULL;
 	char h1[32], h2[32];
-	int fd, r;
+	int r;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
-		return WSYNC_EXIT_FAILURE;
-	}
 	r = wsync_delta_reader_open_fd(fd, &d, &err);
 	if (r < 0) {
-		fprintf(stderr, TOOL ": %s: %s\n", path, wsync_error_str(&err));
-		(void)close(fd);
+		fprintf(stderr, TOOL ": %s: %s\n", name, wsync_error_str(&err));
 		return exit_code_for(r);
 	}
 	if (json) {
-		root = json_pack("{s:s, s:s, s:i, s:I, s:I}", "path", path,
+		root = json_pack("{s:s, s:s, s:i, s:I, s:I}", "path", name,
 				 "format", "wsync-delta", "version", (int)d->version,
 				 "bytes", (json_int_t)d->size,
 				 "write_bytes", (json_int_t)d->write_bytes);
 		files = json_array();
 		json_object_set_new(root, "files", files);
 	} else {
-		printf("%s: wsync delta version %d, %s, %zu files, writes %s\n", path,
+		printf("%s: wsync delta, format %d: %s, %zu files, writes %s\n", name,
 		       (int)d->version, wsync_format_bytes(h1, sizeof(h1), d->size),
 		       d->n_files, wsync_format_bytes(h2, sizeof(h2), d->write_bytes));
 	}
 	for (size_t i = 0; i < d->n_files && r == 0; i++)
 		r = inspect_delta_file(d, &d->files[i], json, files, &payload, &err);
-	if (r == 0 && json) {
+	if (r == 0 && json && parent) {
+		json_object_set(parent, "delta", root);
+	} else if (r == 0 && json) {
 		r = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		putchar('\n');
 		if (r < 0)
@@ -314,9 +355,8 @@ static int inspect_delta(const char *path, bool json)
 	json_decref(root);
 	wsync_buf_free(&payload);
 	wsync_delta_reader_free(d);
-	(void)close(fd);
 	if (r < 0) {
-		fprintf(stderr, TOOL ": %s: %s\n", path, wsync_error_str(&err));
+		fprintf(stderr, TOOL ": %s: %s\n", name, wsync_error_str(&err));
 		return exit_code_for(r);
 	}
 	if (fflush(stdout) != 0) {
@@ -324,6 +364,19 @@ static int inspect_delta(const char *path, bool json)
 		return WSYNC_EXIT_FAILURE;
 	}
 	return WSYNC_EXIT_OK;
+}
+
+static int inspect_delta(const char *path, bool json)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), code;
+
+	if (fd < 0) {
+		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
+	code = tool_inspect_delta_fd(path, fd, json, NULL);
+	(void)close(fd);
+	return code;
 }
 
 enum file_kind { KIND_SAFETENSORS, KIND_DELTA, KIND_OTHER };
@@ -357,11 +410,20 @@ static enum file_kind file_kind(const char *path, uint64_t size)
 
 int tool_inspect(int argc, char **argv)
 {
+	enum { OPT_VERSION = 0x100, OPT_CONFIG, OPT_ENDPOINT, OPT_REGION };
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "version", required_argument, NULL, OPT_VERSION },
+		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "endpoint", required_argument, NULL, OPT_ENDPOINT },
+		{ "region", required_argument, NULL, OPT_REGION },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	struct tool_inspect_store how = { 0 };
+	uint64_t version = 0;
+	bool bucket_opts = false, handled;
+	char *end;
 	struct wsync_checkpoint *ckpt = NULL;
 	struct wsync_st_file *single = NULL;
 	struct wsync_error err = { 0 };
@@ -377,6 +439,29 @@ int tool_inspect(int argc, char **argv)
 		case 'j':
 			json = true;
 			break;
+		case OPT_VERSION:
+			errno = 0;
+			version = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || !version ||
+			    version > WSYNC_MANIFEST_VERSION_MAX || optarg[0] == '-')
+				return tool_usage_error(TOOL, synopsis, "--version: expected a "
+							"version from 1 to %llu, not \"%s\"",
+							(unsigned long long)WSYNC_MANIFEST_VERSION_MAX,
+							optarg);
+			bucket_opts = true;
+			break;
+		case OPT_CONFIG:
+			how.config = optarg;
+			bucket_opts = true;
+			break;
+		case OPT_ENDPOINT:
+			how.endpoint = optarg;
+			bucket_opts = true;
+			break;
+		case OPT_REGION:
+			how.region = optarg;
+			bucket_opts = true;
+			break;
 		case 'h':
 			inspect_usage(stdout);
 			return WSYNC_EXIT_OK;
@@ -388,6 +473,15 @@ int tool_inspect(int argc, char **argv)
 	if (r)
 		return r;
 	path = argv[optind];
+	if (strstr(path, "://"))
+		return tool_inspect_bucket_url(path, version, &how, json);
+	if (bucket_opts)
+		return tool_usage_error(TOOL, synopsis, "--version, --config, --endpoint and "
+					"--region go with a bucket URL (file://DIR, s3://...), "
+					"not a path");
+	r = tool_inspect_bucket_path(path, json, &handled);
+	if (handled)
+		return r;
 	if (stat(path, &st) < 0) {
 		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
