@@ -134,14 +134,16 @@ done < <(cd "$last" && find . -type f -printf '%P\n' | sort)
 full=$(du -sb "$last" | cut -f1)
 shipped=$(find "$work/bucket/deltas" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
 echo "  $n files compared, $bad differ"
-echo "  bucket: $(ls "$work/bucket/anchors" | wc -l) anchors, $(ls "$work/bucket/deltas" | wc -l) deltas" \
+# objects, not the chunks some are stored in (anchors/<V>-<N>.wsa)
+objects() { ls "$work/bucket/$1" | sed 's/-[0-9]*\././' | sort -u | wc -l; }
+echo "  bucket: $(objects anchors) anchors, $(objects deltas) deltas" \
 	"($shipped bytes of deltas for $((steps - 1)) steps; one checkpoint is $full bytes)"
 echo
-echo "== inspect the newest delta"
+echo "== inspect the newest version: wsync inspect file://$work/bucket"
 # (into a file first: head closing the pipe early would end the demo
 # with SIGPIPE under pipefail)
-"$WSYNC" inspect "$(ls "$work"/bucket/deltas/*.wsd | tail -1)" >"$work/inspect.txt"
-head -12 "$work/inspect.txt"
+"$WSYNC" inspect "file://$work/bucket" >"$work/inspect.txt"
+grep -v '^    [^ ]' "$work/inspect.txt" | head -16
 [ "$bad" -eq 0 ] && grep -q "version $steps (step" "$work/subscriber.log" || {
 	echo "demo FAILED: see the logs (WSYNC_DEMO_KEEP=1 keeps them)" >&2
 	exit 1

@@ -20,7 +20,8 @@ out=$OUT
 contains "it says every version was published, applied and verified" "$out" \
 	"demo ok: every version published, applied and verified"
 contains "no file differs" "$out" "files compared, 0 differ"
-contains "it shows the newest delta" "$out" "wsync delta version"
+contains "it shows the newest delta" "$out" "wsync delta, format"
+contains "it counts objects, not chunks: one anchor" "$out" "bucket: 1 anchors,"
 
 # ---- what it tells a new user ----
 contains "it says where the programs were built" "$out" "(built in $build)"
