@@ -55,6 +55,8 @@
  *                       short (...)"), "" when none waits
  *   "parts_late"        part 1 of several: versions have waited for a missing
  *                       part past part_wait_alarm since the last commit
+ *   "part", "parts"     this instance is part K of N ([publisher] part; 1 of 1
+ *                       alone)
  *
  * The subscriber's own:
  *   "head_version"      the newest version HEAD named (0: not seen yet)
@@ -73,6 +75,10 @@
  *   "bytes_total"       bytes of the objects of the current (or last) plan;
  *   "bytes_done"        of them downloaded so far
  *   "hook_failures"     on_apply / notify_url runs that failed since start
+ *   "partial"           it takes only some files ([subscriber] include or
+ *                       exclude set);
+ *   "include", "exclude" the globs that say which (as it applies them now:
+ *                       a reload takes effect between two cycles)
  *
  * And both, for `wsync status --prometheus` (metrics.h):
  *   "instance"          the metrics' instance label

@@ -108,6 +108,8 @@ void pub_write_status(struct wsync_publisher *p)
 	json_object_set_new(o, "rejected_count", json_integer((json_int_t)m->checkpoints_rejected));
 	json_object_set_new(o, "waiting", json_string(p->waiting));
 	json_object_set_new(o, "parts_late", json_boolean(m->parts_late));
+	json_object_set_new(o, "part", json_integer(p->cfg->part));
+	json_object_set_new(o, "parts", json_integer(p->cfg->parts));
 	json_object_set_new(o, "standby", json_boolean(p->state == PUB_STANDBY));
 	json_object_set_new(o, "writer", json_string(p->state == PUB_STANDBY ? p->lease.other :
 						     p->lease.held ? "this publisher" : ""));

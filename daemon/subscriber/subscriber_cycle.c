@@ -110,6 +110,9 @@ void sub_write_status(struct wsync_subscriber *s)
 	json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->plan_total));
 	json_object_set_new(o, "bytes_done", json_integer((json_int_t)s->plan_done));
 	json_object_set_new(o, "hook_failures", json_integer((json_int_t)s->hooks.failures));
+	json_object_set_new(o, "partial", json_boolean(s->partial));
+	json_object_set_new(o, "include", json_string(s->include));
+	json_object_set_new(o, "exclude", json_string(s->exclude));
 	{
 		uint64_t av = 0, files = 0;
 

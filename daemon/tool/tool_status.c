@@ -84,7 +84,13 @@ static void usage(FILE *f)
 		   "--prometheus prints the daemons' metrics in Prometheus's text format\n"
 		   "(what they write to metrics_file, for a scrape script).\n"
 		   "Exit 0 healthy, 1 unhealthy (error, store unreachable, stale HEAD),\n"
-		   "3 not running.\n", synopsis);
+		   "3 not running.\n\n"
+		   "  --config FILE      the daemon that runs with this configuration\n"
+		   "  --runtime-dir DIR  the daemon whose runtime_dir is DIR\n"
+		   "  --json             status.json as the daemon wrote it (an array when\n"
+		   "                     two daemons are found)\n"
+		   "  --prometheus       the daemons' metrics, Prometheus text format\n"
+		   "  -h, --help         this text\n", synopsis);
 }
 
 /* The status file of the wsyncd@NAME instance that runs with config
@@ -145,6 +151,14 @@ static void print_human(json_t *o, const char *path, bool running, bool healthy)
 	}
 	if (has_int(o, "head_version", &head))
 		printf("  HEAD version:   %lld\n", head);
+	if (has_int(o, "parts", &v) && v > 1 && has_int(o, "part", &step))
+		printf("  part:           %lld of %lld\n", step, v);
+	if (json_is_true(json_object_get(o, "partial")))
+		printf("  files:          include \"%s\"%s%s%s (only these)\n",
+		       str(o, "include") ? str(o, "include") : "?",
+		       str(o, "exclude") && *str(o, "exclude") ? ", exclude \"" : "",
+		       str(o, "exclude") && *str(o, "exclude") ? str(o, "exclude") : "",
+		       str(o, "exclude") && *str(o, "exclude") ? "\"" : "");
 	if ((t = str(o, "last_applied")))
 		printf("  last applied:   %s\n", t);
 	if ((t = str(o, "last_published")))

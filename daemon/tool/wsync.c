@@ -27,9 +27,10 @@ static const struct subcommand {
 	const char *summary;
 } subcommands[] = {
 	{ "inspect", tool_inspect,
-	  "PATH [--json]\n"
+	  "PATH | BUCKET-URL [--version N] [--json]\n"
 	  "      list the tensors of a safetensors file or checkpoint directory,\n"
-	  "      or the files, segments and pieces of a delta" },
+	  "      the files, segments and pieces of a delta, what a key of a bucket\n"
+	  "      is (a chunk, an object, HEAD, NEXT, ...), or a bucket's version" },
 	{ "diff", tool_diff,
 	  "OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N] [--json]\n"
 	  "      write the delta that turns OLD into NEW (two files or two directories)" },
@@ -43,8 +44,9 @@ static const struct subcommand {
 	  "PRIVATE_PATH [PUBLIC_PATH] [--json]\n"
 	  "      make an Ed25519 key pair for signing manifests (public: PRIVATE_PATH.pub)" },
 	{ "status", tool_status,
-	  "[--config FILE | --runtime-dir DIR] [--json]\n"
-	  "      what the local wsyncd is doing: version, step, last error, store reachable" },
+	  "[--config FILE | --runtime-dir DIR] [--json | --prometheus]\n"
+	  "      what the local wsyncd is doing: version, step, last error, store reachable;\n"
+	  "      --prometheus: its metrics in Prometheus's text format" },
 	{ "publish", tool_publish,
 	  "--config FILE [-v] DIR\n"
 	  "      publish checkpoint directory DIR as the next version and exit" },

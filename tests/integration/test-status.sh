@@ -11,7 +11,9 @@
 # date.  And it refuses what is not the daemon's (run as root): a
 # status.json or metrics file that is a symlink, a hard link, a FIFO,
 # /dev/zero, 100 MiB, or owned by another user than the daemon's --
-# promptly, and without quoting a byte of it.
+# promptly, and without quoting a byte of it.  A publisher part's status
+# says which part it is (K of N), a partial subscriber's which files it
+# takes (include, exclude), in text and in --json.
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p "$TMP/bucket" "$TMP/train"
@@ -64,6 +66,39 @@ for role in publisher subscriber; do
 	check "... with no empty \"last error:\" line" sh -c "! printf '%s\n' \"\$1\" | grep -q 'last error:'" - "$OUT"
 	contains "... and when it was updated" "$OUT" "updated:        20"
 done
+
+# The part of a publisher part, the file set of a partial subscriber.
+check "one publisher: part 1 of 1; a full subscriber: not partial" "$PYTHON3" -c '
+import json, sys
+p, s = (json.load(open(f)) for f in sys.argv[1:3])
+assert (p["part"], p["parts"]) == (1, 1), p
+assert s["partial"] is False and s["include"] == "*" and s["exclude"] == "", s' \
+	"$TMP/publisher/run/status.json" "$TMP/subscriber/run/status.json"
+sed -e "s|$TMP/publisher/|$TMP/part2/|g" -e "s|^watch_dir = .*|&\npart = 2/3|" \
+	"$TMP/publisher.ini" >"$TMP/part2.ini"
+sed -e "s|$TMP/subscriber/|$TMP/partial/|g" -e "s|$TMP/model|$TMP/model2|" \
+	-e "s|^poll_interval = .*|&\ninclude = model-0000[12]*.safetensors config.json\nexclude = *.bin|" \
+	"$TMP/subscriber.ini" >"$TMP/partial.ini"
+mkdir -p "$TMP/part2" "$TMP/partial"
+start part2
+start partial
+check "a part and a partial subscriber write their status" wait_for 10 \
+	test -s "$TMP/part2/run/status.json" -a -s "$TMP/partial/run/status.json"
+expect_exit 0 "wsync status of publisher part 2 of 3" "$WSYNC" status --config "$TMP/part2.ini"
+contains "... says which part" "$OUT" "part:           2 of 3"
+expect_exit 0 "wsync status of a partial subscriber" "$WSYNC" status --config "$TMP/partial.ini"
+contains "... says which files it takes" "$OUT" \
+	'files:          include "model-0000[12]*.safetensors config.json", exclude "*.bin" (only these)'
+check "... and --json says both" "$PYTHON3" -c '
+import json, subprocess, sys
+w = sys.argv[1]
+p = json.loads(subprocess.check_output([w, "status", "--json", "--config", sys.argv[2]]))
+s = json.loads(subprocess.check_output([w, "status", "--json", "--config", sys.argv[3]]))
+assert (p["part"], p["parts"]) == (2, 3), p
+assert s["partial"] is True and s["include"] == "model-0000[12]*.safetensors config.json", s
+assert s["exclude"] == "*.bin", s' "$WSYNC" "$TMP/part2.ini" "$TMP/partial.ini"
+stop part2
+stop partial
 
 stop publisher
 tap_result $? "SIGTERM stops the publisher (exit 0)"
