@@ -244,6 +244,8 @@ struct wsync_subscriber {
 	/* for status */
 	const char *state_word;
 	uint64_t head_version;
+	uint64_t broken_from, broken_to; /* the broken chain of deltas last
+					  * logged: said once, not each cycle */
 	struct wsync_hash128 head_hash;	/* of HEAD's manifest, as last seen */
 	int64_t head_created;
 	int64_t behind_since;		/* Unix seconds: the creation of the first HEAD

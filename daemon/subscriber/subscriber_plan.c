@@ -292,7 +292,10 @@ void sub_decide(struct wsync_subscriber *s)
 			}
 			/* a step of the chain was refused: the anchor's way, if it
 			 * does not take that step too */
-		} else {
+		} else if (s->broken_from != l || s->broken_to != h) {
+			/* a later cycle on the same versions says nothing new */
+			s->broken_from = l;
+			s->broken_to = h;
 			log_notice("the chain of deltas from version %" PRIu64 " to %" PRIu64
 				   " is broken; going through the anchor of version %" PRIu64,
 				   l, h, a);
