@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,26 @@
 #include "wsync-build.h"
 
 #define DEFAULT_CONFIG WSYNC_SYSCONFDIR "/wsyncd.ini"
+
+/* Where the commented example files are on this machine: installed, or
+ * in the source tree of a build that was not; the README's section when
+ * neither is there. */
+static const char *examples(void)
+{
+	static const char *const dirs[] = { WSYNC_SYSCONFDIR, WSYNC_EXAMPLESDIR,
+					    WSYNC_SOURCE_CONFIGDIR };
+	static char buf[PATH_MAX + 128];
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(buf, sizeof(buf), "%s/publisher.ini", dirs[i]);
+		if (access(buf, R_OK) == 0) {
+			snprintf(buf, sizeof(buf), "commented examples: %s/publisher.ini and "
+				 "subscriber.ini", dirs[i]);
+			return buf;
+		}
+	}
+	return "the smallest files are in README.md, \"On one machine\"";
+}
 
 static void usage(FILE *f)
 {
@@ -205,9 +226,8 @@ int main(int argc, char **argv)
 		if (config_path == default_config && access(config_path, F_OK) < 0 &&
 		    errno == ENOENT)
 			fprintf(stderr, "wsyncd: %s, the default configuration file, does not "
-				"exist: name yours with --config FILE (commented examples: "
-				WSYNC_SYSCONFDIR "/publisher.ini, subscriber.ini)\n",
-				config_path);
+				"exist: name yours with --config FILE (%s)\n", config_path,
+				examples());
 		wsync_config_free(&cfg);
 		return r == -ENOMEM ? 1 : WSYNC_EX_CONFIG;
 	}

@@ -132,6 +132,9 @@ if [ -n "$default" ] && [ ! -e "$default" ]; then
 	expect_exit 78 "no --config and no default file exits 78" "$WSYNCD" --log-target stderr
 	contains "no default file: it is named" "$OUT" "$default, the default configuration file, does not exist"
 	contains "no default file: --config FILE is suggested" "$OUT" "name yours with --config FILE"
+	ex=$(printf '%s\n' "$OUT" | sed -n 's/.*commented examples: \([^ ]*\) and subscriber.ini.*/\1/p')
+	check "... with examples that exist here (${ex:-none named})" test -n "$ex" -a -f "$ex" -a \
+		-f "$(dirname "${ex:-/}")/subscriber.ini"
 	expect_exit 78 "--check-config without a file, no default file: 78" "$WSYNCD" --check-config
 	contains "... with the same suggestion" "$OUT" "with --config FILE"
 	expect_exit 78 "--config of a missing file exits 78" "$WSYNCD" --config "$TMP/nope.ini"
