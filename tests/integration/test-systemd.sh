@@ -134,9 +134,10 @@ contains "runtime_dir is the first entry of \$RUNTIME_DIRECTORY" "$out" "runtime
 
 # Man pages: every key the loader accepts (its --dump-config lists them all,
 # set or not) is documented under its section in wsyncd.ini(5).
-keys=$("$WSYNCD" --check-config --dump-config "$src/config/subscriber.ini" |
+# (each role's dump holds its own section: the two together hold them all)
+keys=$(for f in "$TMP/ex-pub.ini" "$TMP/ex-sub.ini"; do "$WSYNCD" --check-config --dump-config "$f"; done |
 	awk '/^\[/ { gsub(/[][]/, ""); s = $0; next }
-	     /^;? *[a-z_]+ = / { sub(/^; */, ""); print s, $1 }')
+	     /^;? *[a-z_]+ = / { sub(/^; */, ""); print s, $1 }' | sort -u)
 n_keys=$(printf '%s\n' "$keys" | grep -c .)
 echo "# $n_keys keys from --dump-config"
 check "the loader lists 30 or more keys" test "$n_keys" -ge 30
@@ -161,6 +162,11 @@ tap_result $([ -z "$missing" ]; echo $?) "every wsync command is in wsync(1)"
 if command -v scdoc >/dev/null 2>&1; then
 	for p in wsyncd.8 wsync.1 wsyncd.ini.5; do
 		check "man page $p installed" test -s "$(find_one "/man${p##*.}/$p")"
+		if command -v man >/dev/null 2>&1; then
+			warn=$(MANWIDTH=80 man --warnings -l "$(find_one "/man${p##*.}/$p")" 2>&1 >/dev/null)
+			[ -z "$warn" ] || printf '%s\n' "$warn" | sed 's/^/# /'
+			tap_result $([ -z "$warn" ]; echo $?) "... it renders without a troff warning (MANWIDTH=80)"
+		fi
 	done
 else
 	echo "ok - # SKIP scdoc missing: man pages not built"
