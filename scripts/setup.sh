@@ -14,6 +14,8 @@
 #                               install nothing
 #   --dry-run                   say what would be installed, install nothing
 #
+# Another apt or dpkg holding the lock is waited for (said once, bounded:
+# WSYNC_SETUP_LOCK_WAIT seconds, 600).
 # README's "Dependencies" says why each package is here.
 set -euo pipefail
 
@@ -25,7 +27,7 @@ for arg in "$@"; do
 	--list) action=list ;;
 	--dry-run) action=dry-run ;;
 	-h | --help)
-		sed -n '3,15s/^# \{0,1\}//p' "$0"
+		sed -n '3,18s/^# \{0,1\}//p' "$0"
 		exit 0
 		;;
 	*)
@@ -104,6 +106,34 @@ if [ "$mode" = full ] && { [ ! -f "$s3rver/node_modules/s3rver/bin/s3rver.js" ] 
 	need_s3rver=1
 fi
 
+# apt_waiting COMMAND...: run an apt-get command; while another apt or
+# dpkg holds its lock (unattended-upgrades at boot, a second shell), say
+# so and try again every WSYNC_SETUP_LOCK_POLL seconds (5), for at most
+# WSYNC_SETUP_LOCK_WAIT seconds (600) in all; then give up, saying why.
+apt_waiting() {
+	local waited=0 poll=${WSYNC_SETUP_LOCK_POLL:-5} limit=${WSYNC_SETUP_LOCK_WAIT:-600} out rc
+	while :; do
+		rc=0
+		out=$("$@" 2>&1) || rc=$?
+		case "$out" in
+		*"Could not get lock"* | *"Unable to acquire the dpkg frontend lock"* | \
+			*"Unable to lock directory"*) ;;
+		*)
+			[ $rc -eq 0 ] || printf '%s\n' "$out" >&2
+			return $rc
+			;;
+		esac
+		if awk -v w="$waited" -v l="$limit" 'BEGIN { exit !(w >= l) }'; then
+			printf '%s\n' "$out" >&2
+			echo "setup: gave up after ${limit} s: another apt or dpkg still holds the lock" >&2
+			return 1
+		fi
+		[ "$waited" = 0 ] && echo "setup: another apt or dpkg holds the lock (${out##*held by }); waiting for it (at most ${limit} s)" >&2
+		sleep "$poll"
+		waited=$(awk -v w="$waited" -v p="$poll" 'BEGIN { print w + p }')
+	done
+}
+
 if [ "$action" = dry-run ]; then
 	if [ ${#missing[@]} -gt 0 ]; then
 		echo "setup: would install (apt, $mode): ${missing[*]}"
@@ -120,8 +150,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	sudo=()
 	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
 	export DEBIAN_FRONTEND=noninteractive
-	"${sudo[@]}" apt-get update -qq
-	"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	apt_waiting "${sudo[@]}" apt-get update -qq
+	apt_waiting "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # A failure here is not fatal: the tests that need s3rver say it is missing.

@@ -10,7 +10,8 @@
 # what "anchor + delta" means and where the programs were built, and ends
 # with what to do next.  scripts/setup.sh --demo, what the demo installs,
 # asks for the build and the generator only; the full set (no option)
-# adds what the tests and the package need.
+# adds what the tests and the package need.  With another apt holding
+# its lock, setup.sh says so, waits (bounded) and goes on.
 . "$(dirname "$0")/lib.sh"
 
 build=$(cd "$(dirname "$WSYNC")/.." && pwd)
@@ -82,6 +83,37 @@ full=$(would "$OUT")
 for p in meson python3-numpy clang libclang-rt-14-dev swift awscli nodejs npm scdoc dpkg-dev xxhash; do
 	check "the full set has $p" sh -c 'printf "%s\n" "$1" | grep -qx "$2"' - "$full" "$p"
 done
+# Another apt holding the lock: setup.sh says it waits, waits, and goes
+# on; held for longer than WSYNC_SETUP_LOCK_WAIT, it gives up, saying why.
+for tool in awk sleep id cat; do
+	ln -sf "$(command -v "$tool")" "$TMP/bin/$tool"
+done
+{
+	echo "#!$TMP/bin/bash"
+	echo "# held for as many calls as lock-calls says"
+	echo "n=\$(cat '$TMP/lock-calls')"
+	echo "if [ \"\$n\" -gt 0 ]; then"
+	echo "	echo \$((n - 1)) >'$TMP/lock-calls'"
+	echo "	echo 'E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (apt)' >&2"
+	echo "	exit 100"
+	echo "fi"
+	echo "echo \"apt-get \$*\" >>'$TMP/apt-calls'"
+} >"$TMP/bin/apt-get"
+chmod +x "$TMP/bin/apt-get"
+setup_locked() { # setup_locked WAIT: setup.sh --demo on the fake apt-get
+	env WSYNC_SETUP_LOCK_POLL=0.1 WSYNC_SETUP_LOCK_WAIT="$1" timeout 60 \
+		env PATH="$TMP/bin" "$TMP/bin/bash" "$WSYNC_SOURCE_ROOT/scripts/setup.sh" --demo
+}
+echo 3 >"$TMP/lock-calls"
+: >"$TMP/apt-calls"
+expect_exit 0 "setup.sh --demo with apt's lock held for a while: exit 0" setup_locked 5
+contains "... saying it waits, and for whom" "$OUT" \
+	"setup: another apt or dpkg holds the lock (process 4242 (apt)); waiting for it"
+check "... then apt-get update and install ran" test "$(grep -c . "$TMP/apt-calls")" -eq 2
+echo 1000 >"$TMP/lock-calls"
+expect_exit 1 "... held longer than WSYNC_SETUP_LOCK_WAIT: exit 1" setup_locked 1
+contains "... saying why" "$OUT" "setup: gave up after 1 s: another apt or dpkg still holds the lock"
+
 # Every package either mode installs is in README's dependency table.
 for p in $(dry --list); do
 	check "README's dependency table lists $p" grep -qE "^\|.*\`$p\`.*\|" "$WSYNC_SOURCE_ROOT/README.md"
