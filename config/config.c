@@ -1704,9 +1704,11 @@ void wsync_config_dump(const struct wsync_config *cfg, FILE *f)
 		char buf[FORMAT_MAX];
 		const char *v;
 
-		/* a role's file holds no section of the other role */
-		if ((cfg->role == WSYNC_ROLE_PUBLISHER && strcmp(k->section, "subscriber") == 0) ||
-		    (cfg->role == WSYNC_ROLE_SUBSCRIBER && strcmp(k->section, "publisher") == 0))
+		/* the other role's section only when the file gives keys of it
+		 * (warned about: they do nothing), so the dump loads back the same */
+		if (!cfg->other_role_key_line &&
+		    ((cfg->role == WSYNC_ROLE_PUBLISHER && strcmp(k->section, "subscriber") == 0) ||
+		     (cfg->role == WSYNC_ROLE_SUBSCRIBER && strcmp(k->section, "publisher") == 0)))
 			continue;
 		if (!section || strcmp(section, k->section) != 0) {
 			fprintf(f, "\n[%s]\n", k->section);

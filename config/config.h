@@ -209,8 +209,8 @@ unsigned wsync_config_part_keys_count(const struct wsync_config *cfg);
 int wsync_config_part_key(const struct wsync_config *cfg, unsigned k, char *buf, size_t len);
 
 /* Write the effective configuration as INI to f (for --dump-config): the
- * [daemon] and [store] sections and the role's own (both roles' when the
- * role is unset). */
+ * [daemon] and [store] sections and the role's own; the other role's only
+ * when the file gave keys of it (or the role is unset). */
 void wsync_config_dump(const struct wsync_config *cfg, FILE *f);
 
 struct wsync_store_options;

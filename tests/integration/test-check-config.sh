@@ -74,8 +74,8 @@ printf '[daemon]\nrole = subscriber\nstate_dir = %s\n[store]\nurl = file://%s\n[
 	"$TMP/st" "$TMP/bucket" "$TMP/target" >"$TMP/both.ini"
 expect_exit 0 "a [publisher] key in a subscriber's file is accepted" "$WSYNCD" --check-config "$TMP/both.ini"
 contains "... with a warning that it does nothing" "$OUT" "both.ini:9: [publisher]: this file's role is subscriber: the publisher settings do nothing here"
-expect_exit 0 "a subscriber's --dump-config" "$WSYNCD" --check-config --dump-config "$TMP/both.ini"
-OUT=$("$WSYNCD" --check-config --dump-config "$TMP/both.ini" 2>/dev/null)
+expect_exit 0 "a subscriber's --dump-config" "$WSYNCD" --check-config --dump-config "$cfg/subscriber.ini"
+OUT=$("$WSYNCD" --check-config --dump-config "$cfg/subscriber.ini" 2>/dev/null)
 case "$OUT" in *"[publisher]"*) r=1 ;; *) r=0 ;; esac
 tap_result $r "... has no [publisher] section"
 contains "... but its own" "$OUT" "[subscriber]"

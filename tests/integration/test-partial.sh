@@ -16,7 +16,8 @@
 #  - a byte flipped inside a taken file's range of a delta is refused
 #    (VERIFY_FAILED), the target keeps its version; a flip outside its
 #    files is not its business;
-#  - an include taking no weight file is refused with a clear error and
+#  - an include taking no weight file is refused (--check-config, then
+#    wsyncd at start: exit 78) with a clear error and
 #    nothing written.
 . "$(dirname "$0")/lib.sh"
 
@@ -202,12 +203,16 @@ stop old
 
 # ---- an include that takes no weight file -------------------------------
 ini noweights subscriber "$B2" "include = config.json"
+expect_exit 78 "an include taking no weight file fails --check-config" \
+	"$WSYNCD" --check-config "$TMP/noweights.ini"
+contains "... saying so" "$OUT" '[subscriber] include: "config.json" takes no weight file'
 start noweights
-check "an include taking no weight file is refused" wait_for 30 bash -c \
-	"grep -q 'no weight file' '$TMP/noweights/log'"
-check "... and reported in the status" wait_error noweights "no weight file" 10
+wait "${DPID[noweights]}"
+rc=$?
+unset 'DPID[noweights]'
+check "... and wsyncd refuses it at start: exit 78 ($rc)" test "$rc" -eq 78
+check "... saying so" grep -q 'takes no weight file' "$TMP/noweights/log"
 check "... with nothing written" bash -c "[ ! -e '$TMP/noweights/model/config.json' ]"
-stop noweights
 stop pub2
 check "no sanitizer or crash report in any log" bash -c \
 	"! grep -l -E 'ERROR: AddressSanitizer|runtime error|Segmentation' '$TMP'/*/log"
