@@ -735,21 +735,22 @@ static int publisher_new(struct wsync_daemon *d, const char *once_dir,
 		goto fail;
 	}
 	/* A file:// bucket is the publisher's to make (a subscriber waits for
-	 * it): one line if it cannot, rather than retrying for ever. */
+	 * it).  One it cannot make (wsyncd's preflight has refused those it
+	 * could tell: a parent it may not write) is said once and then
+	 * treated as any bucket unreachable: retried with backoff, as a
+	 * network file system not mounted yet comes right by itself. */
 	{
 		struct wsync_url url;
 
 		if (cfg->store_url && wsync_url_parse(cfg->store_url, &url, NULL) == 0) {
 			if (url.scheme == WSYNC_URL_FILE) {
-				r = wsync_mkdir_p_later(url.path, 0755, &p->dir_syncs);
-				if (r < 0)
-					wsync_error_set(err, r, "[store] url: bucket directory "
-							"%s: cannot create it: %s", url.path,
-							strerror(-r));
+				int m = wsync_mkdir_p_later(url.path, 0755, &p->dir_syncs);
+
+				if (m < 0)
+					log_warning("[store] url: bucket directory %s: cannot create "
+						    "it: %s", url.path, strerror(-m));
 			}
 			wsync_url_free(&url);
-			if (r < 0)
-				goto fail;
 		}
 	}
 	if (!once_dir) {

@@ -808,8 +808,11 @@ static void test_store_failures(void)
 	in = inst_config(&c, 1, 1);
 	CHECK(loop_start(&c) == 0);
 
-	/* RECOVER: no bucket directory (the file store says -ENXIO) */
+	/* RECOVER: no bucket directory (the file store says -ENXIO).  A
+	 * publisher makes a missing one at start: a dangling link in its
+	 * place is one it cannot make, as a mount not up yet. */
 	CHECK(rmdir(c.bucket) == 0);
+	CHECK(symlink("/nonexistent/wsync-test-bucket", c.bucket) == 0);
 	CHECK(inst_start(in) == 0);
 	want_retry = PUB_LEASE;
 	CHECK(run_until(&c, first_backing_off, 5000));
@@ -820,7 +823,7 @@ static void test_store_failures(void)
 	/* still missing at the retry: RECOVER again, then a wait twice as long */
 	CHECK(run_until(&c, second_backoff, 3000));
 	CHECK(in->p->state == PUB_BACKOFF && in->p->retry_state == PUB_LEASE);
-	CHECK(mkdir(c.bucket, 0755) == 0);
+	CHECK(unlink(c.bucket) == 0 && mkdir(c.bucket, 0755) == 0);
 	CHECK(run_until(&c, first_idle, 5000));
 	CHECK(saw_in_order(in, rec, 5));
 	{
@@ -1363,6 +1366,7 @@ static void test_stop_in_recover_backoff(void)
 	in = inst_config(&c, 1, 1);
 	CHECK(loop_start(&c) == 0);
 	CHECK(rmdir(c.bucket) == 0);
+	CHECK(symlink("/nonexistent/wsync-test-bucket", c.bucket) == 0);	/* (above) */
 	CHECK(inst_start(in) == 0);
 	want_retry = PUB_LEASE;
 	CHECK(run_until(&c, first_backing_off, 5000));
