@@ -132,59 +132,86 @@ static int write_all(int fd, const uint8_t *p, size_t n, struct wsync_error *err
 	return 0;
 }
 
-/* Object o of a manifest (or of NEXT: its chunks so far) into a temp
- * file, every chunk checked against its SHA-256 and the whole against
- * the object's; the fd, or a negative errno (-EIO: a mismatch). */
+/* key's bytes (exactly size of them) into an unlinked temp file: its fd,
+ * or a negative errno.  A file, not memory: a chunk may be gigabytes. */
+static int fetch_file(struct bucket *b, const char *key, uint64_t size, struct wsync_error *err)
+{
+	struct wsync_store_get_options opt = WSYNC_STORE_GET_OPTIONS_INIT;
+	const char *dir = getenv("TMPDIR");
+	struct got g = { 0 };
+	char tmpl[PATH_MAX];
+	int fd, r;
+
+	snprintf(tmpl, sizeof(tmpl), "%s/wsync-inspect.XXXXXX", dir && *dir ? dir : "/tmp");
+	fd = mkstemp(tmpl);
+	if (fd < 0)
+		return wsync_error_set(err, -errno, "%s: %s", tmpl, strerror(errno));
+	(void)close(fd);
+	opt.expect_size = (int64_t)size;
+	r = wsync_store_get_file(b->store, key, tmpl, &opt, on_got, &g);
+	if (r == 0) {
+		(void)wsync_store_wait(b->store);
+		r = g.err;
+	}
+	fd = r == 0 ? open(tmpl, O_RDONLY | O_CLOEXEC) : -1;
+	if (r == 0 && fd < 0)
+		r = -errno;
+	(void)unlink(tmpl);
+	if (r < 0)
+		return wsync_error_set(err, r, "%s: %s", key, g.err ? g.msg : strerror(-r));
+	return fd;
+}
+
+/* Append all of in to out. */
+static int append_fd(int out, int in, struct wsync_error *err)
+{
+	uint8_t buf[1 << 16];
+	ssize_t n;
+
+	while ((n = read(in, buf, sizeof(buf))) > 0) {
+		int r = write_all(out, buf, (size_t)n, err);
+
+		if (r < 0)
+			return r;
+	}
+	return n < 0 ? wsync_error_set(err, -errno, "reading a temp file: %s", strerror(errno)) : 0;
+}
+
+/* Object o of a manifest into a temp file, every chunk checked against
+ * its SHA-256 and the whole against the object's; the fd, or a negative
+ * errno (-EIO: a mismatch). */
 static int assemble(struct bucket *b, const struct wsync_manifest_object *o,
 		    struct wsync_error *err)
 {
-	struct wsync_buf data = { 0 };
 	uint8_t sum[WSYNC_SHA256_LEN];
 	int fd, r = 0;
 
 	if (!o->n_chunks) {
-		/* stored whole: into a file of its own (get_file renames into
-		 * a path), however large; unlinked once open */
-		struct wsync_store_get_options opt = WSYNC_STORE_GET_OPTIONS_INIT;
-		const char *dir = getenv("TMPDIR");
-		struct got g = { 0 };
-		char tmpl[PATH_MAX];
-
-		snprintf(tmpl, sizeof(tmpl), "%s/wsync-inspect.XXXXXX", dir && *dir ? dir : "/tmp");
-		fd = mkstemp(tmpl);
+		fd = fetch_file(b, o->ref.key, o->ref.size, err);
 		if (fd < 0)
-			return wsync_error_set(err, -errno, "%s: %s", tmpl, strerror(errno));
-		(void)close(fd);
-		opt.expect_size = (int64_t)o->ref.size;
-		r = wsync_store_get_file(b->store, o->ref.key, tmpl, &opt, on_got, &g);
-		if (r == 0) {
-			(void)wsync_store_wait(b->store);
-			r = g.err;
-		}
-		fd = r == 0 ? open(tmpl, O_RDONLY | O_CLOEXEC) : -1;
-		if (r == 0 && fd < 0)
-			r = -errno;
-		(void)unlink(tmpl);
-		if (r < 0)
-			return wsync_error_set(err, r, "%s: %s", o->ref.key,
-					       g.err ? g.msg : strerror(-r));
+			return fd;
 	} else {
 		fd = temp_fd(err);
 		if (fd < 0)
 			return fd;
 		for (size_t i = 0; i < o->n_chunks && r == 0; i++) {
 			const struct wsync_manifest_chunk *c = &o->chunks[i];
+			int cfd = fetch_file(b, c->key, c->size, err);
 
-			r = fetch(b, c->key, c->size, (int64_t)c->size, &data, err);
-			if (r == 0)
-				r = wsync_sha256_mem(data.data, data.len, sum);
+			if (cfd < 0) {
+				r = cfd;
+				break;
+			}
+			r = wsync_sha256_fd(cfd, c->key, sum, err);
 			if (r == 0 && memcmp(sum, c->sha256, sizeof(sum)) != 0)
 				r = wsync_error_set(err, -EIO, "%s: its bytes do not match the "
 						    "SHA-256 the manifest gives", c->key);
+			if (r == 0 && lseek(cfd, 0, SEEK_SET) < 0)
+				r = wsync_error_set(err, -errno, "%s: %s", c->key, strerror(errno));
 			if (r == 0)
-				r = write_all(fd, data.data, data.len, err);
+				r = append_fd(fd, cfd, err);
+			(void)close(cfd);
 		}
-		wsync_buf_free(&data);
 	}
 	if (r == 0 && o->has_sha256) {
 		r = wsync_sha256_fd(fd, o->ref.key, sum, err);
@@ -604,7 +631,7 @@ static int show_object(struct bucket *b, enum wsync_manifest_key_type type, uint
 }
 
 /* key of the bucket b: say what it is. */
-static int show_key(struct bucket *b, const char *name, const char *key, bool exists)
+static int show_key(struct bucket *b, const char *name, const char *key)
 {
 	enum wsync_manifest_key_type type;
 	struct wsync_buf doc = { 0 };
@@ -638,7 +665,6 @@ static int show_key(struct bucket *b, const char *name, const char *key, bool ex
 		}
 		return WSYNC_EXIT_OK;
 	}
-	(void)exists;
 	r = fetch(b, key, WSYNC_MANIFEST_MAX, -1, &doc, &err);
 	if (r < 0) {
 		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
@@ -749,35 +775,36 @@ int tool_inspect_bucket_url(const char *url, uint64_t version,
 	return code;
 }
 
-/* Where key starts in path, if path ends in a key of a bucket's layout
- * (BUCKET.md §2): NULL if it does not. */
+/* Is k one of the keys of a bucket's layout (BUCKET.md §2) under a
+ * folder -- an object, a chunk, a manifest, a part's record or chunk, a
+ * writer lease? */
+static bool is_folder_key(const char *k)
+{
+	enum wsync_manifest_key_type t;
+	uint64_t v;
+	unsigned part;
+	bool rec;
+
+	return wsync_manifest_key_parse(k, &t, &v) == 0 ||
+	       wsync_part_key_parse(k, &v, &part, &rec) == 0 ||
+	       (strncmp(k, "writers/", 8) == 0 && k[8] && !strchr(k + 8, '/'));
+}
+
+/* Where the key starts in path, when path ends in one (HEAD, NEXT, or a
+ * key under a folder, tried from the shortest tail up); NULL if not. */
 static const char *key_in_path(const char *path)
 {
-	static const char *const tops[] = { "anchors/", "deltas/", "manifests/", "parts/",
-					    "writers/" };
 	const char *base = strrchr(path, '/');
 
 	base = base ? base + 1 : path;
 	if (strcmp(base, WSYNC_MANIFEST_HEAD_KEY) == 0 || strcmp(base, WSYNC_MANIFEST_NEXT_KEY) == 0)
 		return base;
-	/* the last two components, or three under parts/ */
-	for (const char *p = path + strlen(path); p > path; p--) {
-		if (p[-1] != '/' && p != path + 1)
-			continue;
-		const char *k = p[-1] == '/' ? p : p - 1;
-
-		for (size_t i = 0; i < sizeof(tops) / sizeof(tops[0]); i++)
-			if (strncmp(k, tops[i], strlen(tops[i])) == 0) {
-				enum wsync_manifest_key_type t;
-				uint64_t v;
-				unsigned part;
-				bool rec;
-
-				if (wsync_manifest_key_parse(k, &t, &v) == 0 ||
-				    wsync_part_key_parse(k, &v, &part, &rec) == 0 ||
-				    (i == 4 && !strchr(k + 8, '/')))
-					return k;
-			}
+	for (const char *k = base; k > path;) {
+		do
+			k--;
+		while (k > path && k[-1] != '/');
+		if (is_folder_key(k))
+			return k;
 	}
 	return NULL;
 }
@@ -822,7 +849,7 @@ int tool_inspect_bucket_path(const char *path, bool json, bool *handled)
 	*handled = true;
 	code = open_bucket(&b, url, NULL);
 	if (code == 0) {
-		code = show_key(&b, path, key, exists);
+		code = show_key(&b, path, key);
 		wsync_store_free(b.store);
 	}
 	free(url);

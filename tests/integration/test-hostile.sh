@@ -618,12 +618,20 @@ fi
 # replaced; --check-config and wsyncd itself must both exit 78 with
 # "FILE:LINE: [section] key".
 if only 8; then
-"$WSYNCD" --check-config --dump-config "$src/config/subscriber.ini" >"$TMP/dump-sub.ini"
-"$WSYNCD" --check-config --dump-config "$src/config/publisher.ini" >"$TMP/dump-pub.ini"
+# (the examples' folders made, here under $TMP/ex: --check-config looks at
+# them; each dump holds its role's section, the cases take both)
+mkdir -p "$TMP/ex/checkpoints"
+for role in subscriber publisher; do
+	sed "s|/var/lib/wsync|$TMP/ex|g" "$src/config/$role.ini" >"$TMP/ex-$role.ini"
+done
+"$WSYNCD" --check-config --dump-config "$TMP/ex-subscriber.ini" >"$TMP/dump-sub.ini"
+"$WSYNCD" --check-config --dump-config "$TMP/ex-publisher.ini" >"$TMP/dump-pub.ini"
 "$PYTHON3" - "$TMP" "$src/config/config.c" <<'PY' >"$TMP/cases"
 import re, sys
 tmp = sys.argv[1]
 lines = open(tmp + "/dump-sub.ini").read().splitlines()
+pub = open(tmp + "/dump-pub.ini").read().split("\n[publisher]\n")[1].split("\n[")[0]
+lines += ["", "[publisher]"] + pub.splitlines()
 defaults = {}
 for f in ("dump-pub.ini", "dump-sub.ini"):
     sec = None
