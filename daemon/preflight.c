@@ -127,13 +127,30 @@ static void check_readable(struct check *c, const char *section, const char *key
 {
 	char user[64];
 
-	if (!path || !*path || access(path, R_OK) == 0)
+	if (!path || !*path || credential_elsewhere(path) || access(path, R_OK) == 0)
 		return;
 	if (errno == ENOENT)
 		problem(c, false, section, key, "%s: no such file", path);
 	else
 		problem(c, false, section, key, "%s: %s cannot read it: %s", path,
 			who(user, sizeof(user)), strerror(errno));
+}
+
+/*
+ * A key under /run/credentials/ is a systemd credential
+ * (LoadCredential=), there only while its unit runs: from a shell
+ * (`wsyncd --check-config` before a start) it cannot be looked at, and
+ * the start checks it.  Inside the unit, $CREDENTIALS_DIRECTORY is its
+ * folder and it is checked as any file.
+ */
+static bool credential_elsewhere(const char *path)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+	size_t n = dir ? strlen(dir) : 0;
+
+	if (strncmp(path, "/run/credentials/", 17) != 0)
+		return false;
+	return !(n && strncmp(path, dir, n) == 0 && path[n] == '/');
 }
 
 static void check_state_dirs(struct check *c)
@@ -189,7 +206,7 @@ static void check_publisher(struct check *c, const struct wsync_url *url)
 		problem(c, false, "publisher", "watch_dir", "%s: %s cannot read it: %s; give "
 			"this user read access, or run wsyncd as a user who has it",
 			cfg->watch_dir, who(user, sizeof(user)), strerror(errno));
-	if (cfg->signing_key && *cfg->signing_key) {
+	if (cfg->signing_key && *cfg->signing_key && !credential_elsewhere(cfg->signing_key)) {
 		if (wsync_sign_key_load_private(cfg->signing_key, &key, &err) == -ENOMEM)
 			c->oom = true;
 		else if (err.code)
@@ -228,7 +245,7 @@ static void check_subscriber(struct check *c, const struct wsync_url *url)
 	} else {
 		check_own_dir(c, "subscriber", "target_dir", cfg->target_dir, fix);
 	}
-	if (cfg->verify_key && *cfg->verify_key) {
+	if (cfg->verify_key && *cfg->verify_key && !credential_elsewhere(cfg->verify_key)) {
 		if (wsync_sign_key_load_public(cfg->verify_key, &key, &err) == -ENOMEM)
 			c->oom = true;
 		else if (err.code)

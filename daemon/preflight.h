@@ -10,7 +10,10 @@
  * the second would refuse, every problem at once.  It only looks: it
  * creates nothing (the roles create what they may -- their state and
  * runtime folders, a subscriber's target_dir, a publisher's file://
- * bucket directory -- and this checks that they can).
+ * bucket directory -- and this checks that they can).  It checks as the
+ * user it runs as; a key or credentials file under /run/credentials/
+ * (a systemd credential, there only while its unit runs) is left to the
+ * start unless $CREDENTIALS_DIRECTORY says this is that unit.
  */
 #ifndef WSYNC_PREFLIGHT_H
 #define WSYNC_PREFLIGHT_H

@@ -49,6 +49,19 @@ for one in watch_dir signing_key include; do
 	expect_exit 78 "publisher: only $one wrong: --check-config exits 78" "$WSYNCD" --check-config "$TMP/one.ini"
 	contains "... naming it" "$OUT" "[publisher] $one:"
 done
+# a systemd credential (README's two-machine publisher): there only while
+# its unit runs, so a shell's check leaves it to the start; the unit's own
+# start ($CREDENTIALS_DIRECTORY its folder) checks it
+cred=/run/credentials/wsyncd@publisher.service/signing-key
+mkdir -p "$TMP/w"
+printf '[daemon]\nrole = publisher\nstate_dir = %s\n[store]\nurl = file://%s\n[publisher]\nwatch_dir = %s\nsigning_key = %s\n' \
+	"$TMP/st" "$TMP/bucket" "$TMP/w" "$cred" >"$TMP/cred.ini"
+if [ ! -e "$cred" ]; then
+	expect_exit 0 "signing_key a systemd credential: a shell's check passes" "$WSYNCD" --check-config "$TMP/cred.ini"
+	expect_exit 78 "... the unit's start checks it" env CREDENTIALS_DIRECTORY="${cred%/*}" \
+		"$WSYNCD" --check-config "$TMP/cred.ini"
+	contains "... and says it is missing" "$OUT" "[publisher] signing_key: $cred: No such file or directory"
+fi
 printf '[daemon]\nrole = subscriber\nstate_dir = %s\n[store]\nurl = file://%s\n[subscriber]\ntarget_dir = %s\nverify_key = %s\n' \
 	"$TMP/st" "$TMP/bucket" "$TMP/target" "$TMP/k.pem" >"$TMP/subpriv.ini"
 expect_exit 78 "subscriber: a private key as verify_key: exit 78" "$WSYNCD" --check-config "$TMP/subpriv.ini"
