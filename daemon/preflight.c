@@ -121,21 +121,6 @@ static void check_own_dir(struct check *c, const char *section, const char *key,
 		problem(c, false, section, key, "%s: %s: %s; %s", dir, where, strerror(-r), fix);
 }
 
-/* A file wsyncd reads: it must be there and readable by this user. */
-static void check_readable(struct check *c, const char *section, const char *key,
-			   const char *path)
-{
-	char user[64];
-
-	if (!path || !*path || credential_elsewhere(path) || access(path, R_OK) == 0)
-		return;
-	if (errno == ENOENT)
-		problem(c, false, section, key, "%s: no such file", path);
-	else
-		problem(c, false, section, key, "%s: %s cannot read it: %s", path,
-			who(user, sizeof(user)), strerror(errno));
-}
-
 /*
  * A key under /run/credentials/ is a systemd credential
  * (LoadCredential=), there only while its unit runs: from a shell
@@ -151,6 +136,21 @@ static bool credential_elsewhere(const char *path)
 	if (strncmp(path, "/run/credentials/", 17) != 0)
 		return false;
 	return !(n && strncmp(path, dir, n) == 0 && path[n] == '/');
+}
+
+/* A file wsyncd reads: it must be there and readable by this user. */
+static void check_readable(struct check *c, const char *section, const char *key,
+			   const char *path)
+{
+	char user[64];
+
+	if (!path || !*path || credential_elsewhere(path) || access(path, R_OK) == 0)
+		return;
+	if (errno == ENOENT)
+		problem(c, false, section, key, "%s: no such file", path);
+	else
+		problem(c, false, section, key, "%s: %s cannot read it: %s", path,
+			who(user, sizeof(user)), strerror(errno));
 }
 
 static void check_state_dirs(struct check *c)
