@@ -335,6 +335,8 @@ int tool_inspect_delta_fd(const char *name, int fd, bool json, json_t *parent)
 				 "format", "wsync-delta", "version", (int)d->version,
 				 "bytes", (json_int_t)d->size,
 				 "write_bytes", (json_int_t)d->write_bytes);
+		/* "version" is the delta format's, as "format_version" says it */
+		json_object_set_new(root, "format_version", json_integer(d->version));
 		files = json_array();
 		json_object_set_new(root, "files", files);
 	} else {
