@@ -99,12 +99,24 @@ one() {
 		run "$who" "$WSYNCD" --check-config "$TMP/etc/publisher.ini"
 	expect_exit 0 "$who: the subscriber's file passes --check-config" \
 		run "$who" "$WSYNCD" --check-config "$TMP/etc/subscriber.ini"
-	run "$who" "$WSYNCD" -c "$TMP/etc/publisher.ini" --log-target stderr >"$TMP/$who-pub.log" 2>&1 &
-	pub=$!
-	PIDS+=($pub)
-	run "$who" "$WSYNCD" -c "$TMP/etc/subscriber.ini" --log-target stderr >"$TMP/$who-sub.log" 2>&1 &
-	sub=$!
-	PIDS+=($sub)
+	# one simple command each: env, setpriv and wsyncd exec each other,
+	# so $! is the daemon's pid
+	if [ "$who" = root ]; then
+		env -i PATH="$PATH" HOME=/root \
+			"$WSYNCD" -c "$TMP/etc/publisher.ini" --log-target stderr >"$TMP/$who-pub.log" 2>&1 &
+		pub=$!
+		env -i PATH="$PATH" HOME=/root \
+			"$WSYNCD" -c "$TMP/etc/subscriber.ini" --log-target stderr >"$TMP/$who-sub.log" 2>&1 &
+		sub=$!
+	else
+		env -i PATH="$PATH" HOME="$TMP/home" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			"$WSYNCD" -c "$TMP/etc/publisher.ini" --log-target stderr >"$TMP/$who-pub.log" 2>&1 &
+		pub=$!
+		env -i PATH="$PATH" HOME="$TMP/home" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			"$WSYNCD" -c "$TMP/etc/subscriber.ini" --log-target stderr >"$TMP/$who-sub.log" 2>&1 &
+		sub=$!
+	fi
+	PIDS+=($pub $sub)
 	# the trainer: its checkpoint folder, trainer_state.json last
 	put_ckpt "$ckpt" /srv/train/run1/checkpoint-2
 	ok=1
@@ -134,6 +146,7 @@ one() {
 	fi
 	kill -TERM $pub $sub 2>/dev/null
 	wait $pub $sub 2>/dev/null
+	check "$who: both daemons stopped on SIGTERM" bash -c "! kill -0 $pub 2>/dev/null && ! kill -0 $sub 2>/dev/null"
 	if [ $ok -ne 0 ]; then
 		sed 's/^/# pub: /' "$TMP/$who-pub.log" | tail -20
 		sed 's/^/# sub: /' "$TMP/$who-sub.log" | tail -20
