@@ -28,6 +28,24 @@ unsigned wsync_float_elem_size(enum wsync_float_family f)
 	return (unsigned)f < WSYNC_FAMILY_COUNT ? families[f].width : 0;
 }
 
+enum wsync_float_family wsync_float_family_of(enum wsync_dtype t)
+{
+	switch (t) {
+	case WSYNC_DTYPE_BF16:
+		return WSYNC_FAMILY_BF16;
+	case WSYNC_DTYPE_F16:
+		return WSYNC_FAMILY_F16;
+	case WSYNC_DTYPE_F32:
+		return WSYNC_FAMILY_F32;
+	case WSYNC_DTYPE_F8_E4M3:
+		return WSYNC_FAMILY_F8_E4M3;
+	case WSYNC_DTYPE_F8_E5M2:
+		return WSYNC_FAMILY_F8_E5M2;
+	default:
+		return WSYNC_FAMILY_NONE;
+	}
+}
+
 /* Class table for a piece: exponent -> class (FORMAT.md §4). */
 static void class_table(enum wsync_float_family f, uint8_t lo, uint8_t tab[256])
 {

@@ -32,12 +32,18 @@
 
 #include "bits.h"
 #include "buf.h"
+#include "dtype.h"
 #include "error.h"
 #include "segment.h"
 
 /* Element size in bytes of a family (1, 2 or 4), 0 for NONE or a value
  * out of range. */
 unsigned wsync_float_elem_size(enum wsync_float_family f);
+
+/* The family a tensor of dtype t is coded in as FLOAT pieces (BF16, F16,
+ * F32, F8_E4M3, F8_E5M2), NONE for every other dtype: what diff plans
+ * and what inspect checks a piece against. */
+enum wsync_float_family wsync_float_family_of(enum wsync_dtype t);
 
 /* ---- encoding ---- */
 

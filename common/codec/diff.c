@@ -427,24 +427,6 @@ static int plan_add(struct plan *p, enum wsync_piece_method method,
 	return 0;
 }
 
-static enum wsync_float_family dtype_family(enum wsync_dtype t)
-{
-	switch (t) {
-	case WSYNC_DTYPE_BF16:
-		return WSYNC_FAMILY_BF16;
-	case WSYNC_DTYPE_F16:
-		return WSYNC_FAMILY_F16;
-	case WSYNC_DTYPE_F32:
-		return WSYNC_FAMILY_F32;
-	case WSYNC_DTYPE_F8_E4M3:
-		return WSYNC_FAMILY_F8_E4M3;
-	case WSYNC_DTYPE_F8_E5M2:
-		return WSYNC_FAMILY_F8_E5M2;
-	default:
-		return WSYNC_FAMILY_NONE;
-	}
-}
-
 /* Tensor-aware plan: both sides are valid safetensors files. */
 static int plan_tensors(struct plan *p, const struct wsync_st_header *oh,
 			const struct wsync_st_header *nh)
@@ -461,7 +443,7 @@ static int plan_tensors(struct plan *p, const struct wsync_st_header *oh,
 	for (size_t i = 0; r == 0 && i < nh->n_tensors; i++) {
 		const struct wsync_st_tensor *t = &nh->tensors[i];
 		const struct wsync_st_tensor *b = wsync_st_find(oh, t->name);
-		enum wsync_float_family fam = dtype_family(t->dtype);
+		enum wsync_float_family fam = wsync_float_family_of(t->dtype);
 
 		if (t->size == 0)
 			continue;

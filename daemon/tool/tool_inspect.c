@@ -28,27 +28,40 @@
 #include "segment.h"
 #include "tool.h"
 #include "tool_inspect.h"
+#include "tool_inspect_tensors.h"
 #include "units.h"
 
 #define TOOL "wsync inspect"
 
 static const char synopsis[] =
-	"Usage: wsync inspect PATH [--json]\n"
+	"Usage: wsync inspect PATH [--names DIR] [--tensors] [--pieces] [--json]\n"
 	"       wsync inspect BUCKET-URL [--version N] [--config FILE] [--endpoint URL]\n"
-	"                     [--region NAME] [--json]\n";
+	"                     [--region NAME] [--names DIR] [--tensors] [--pieces] [--json]\n";
 
 static void inspect_usage(FILE *f)
 {
 	fprintf(f, "%s\n"
 		   "PATH is a .safetensors file, a checkpoint directory (with or\n"
 		   "without model.safetensors.index.json), a delta written by wsync\n"
-		   "diff (its files, segments and pieces are listed), or a key in a\n"
+		   "diff (its files; per tensor of a safetensors file the bytes it\n"
+		   "costs, else its segments and pieces), or a key in a\n"
 		   "file:// bucket's directory: an object by the key its manifest names\n"
 		   "(anchors/<V>.wsa, deltas/<V>.wsd, fetched chunk by chunk), one chunk\n"
 		   "of one (anchors/<V>-<N>.wsa: which object, where in it), a manifest,\n"
 		   "HEAD, NEXT, a part record or a writer lease (what each says).\n"
 		   "BUCKET-URL (file://, s3://, hf://) shows a version: its step, base,\n"
 		   "files and their sizes, then each object as a delta.\n\n"
+		   "A delta's safetensors file is listed per tensor (name, dtype, shape,\n"
+		   "coded bytes, share of the file's, changed elements; \"~\" marks a\n"
+		   "share of a piece or of symbol streams that several tensors use,\n"
+		   "split by bytes) when its header can be read: from the delta when it\n"
+		   "is coded without the base (an anchor), else from --names.\n\n"
+		   "  --names DIR     a checkpoint folder of the same model (any step): its\n"
+		   "                  files' headers name the tensors of a delta whose\n"
+		   "                  headers are coded against the base (checked to fit)\n"
+		   "  --tensors       every tensor, in file order (default: the %d that\n"
+		   "                  cost the most)\n"
+		   "  --pieces        segments and pieces too, as for a file without names\n"
 		   "  --version N     the version to show (default: the one HEAD names)\n"
 		   "  --config FILE   a wsyncd configuration: its [store] settings\n"
 		   "                  (endpoint, region, credentials, ...)\n"
@@ -57,8 +70,9 @@ static void inspect_usage(FILE *f)
 		   "  -h, --help      this text\n\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage, 65 PATH is malformed, or\n"
 		   "neither a safetensors file nor a delta, or an object that does not\n"
-		   "match its manifest.\n",
-		   synopsis);
+		   "match its manifest.  A --names file that does not fit is a note on\n"
+		   "stderr; that file is listed by pieces.\n",
+		   synopsis, TOOL_INSPECT_TOP_TENSORS);
 }
 
 static json_t *file_json(const char *name, const struct wsync_st_file *f)
@@ -187,13 +201,15 @@ static json_t *hash_json(const struct wsync_hash128 *h)
 	return json_string(wsync_hash_hex(h, hex, sizeof(hex)));
 }
 
-/* One file of a delta: a line (or object) for it, then per segment and
- * per piece. */
+/* One file of a delta: a line (or object) for it, then per tensor
+ * (tool_inspect_tensors.c), per segment and per piece: in text, the
+ * pieces only when it names no tensors or --pieces asks. */
 static int inspect_delta_file(const struct wsync_delta_reader *d,
-			      const struct wsync_delta_entry *e, bool json,
-			      json_t *files, struct wsync_buf *payload,
-			      struct wsync_error *err)
+			      const struct wsync_delta_entry *e,
+			      struct tool_inspect_view *view, json_t *files,
+			      struct wsync_buf *payload, struct wsync_error *err)
 {
+	bool json = view->json;
 	const struct wsync_delta_file *f = &e->file;
 	json_t *o = NULL, *segs = NULL;
 	char h1[32], h2[32];
@@ -233,6 +249,10 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 			printf("  %s", wsync_format_bytes(h1, sizeof(h1), f->target_size));
 		}
 		putchar('\n');
+		r = tool_inspect_tensors_file(d, e, view, NULL, err);
+		if (r != 0 && !view->pieces)
+			return r < 0 ? r : 0;
+		r = r < 0 ? r : 0;
 	}
 	for (uint64_t i = 0; i < f->n_segments && r == 0; i++) {
 		const struct wsync_delta_segment *sg = &e->segments[i];
@@ -310,14 +330,18 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 		}
 		wsync_segment_free(s);
 	}
-	return r;
+	if (r == 0 && json)
+		r = tool_inspect_tensors_file(d, e, view, o, err);
+	return r < 0 ? r : 0;
 }
 
 /* The delta open on fd (name in messages), printed, or with json as one
  * JSON object: on stdout, or into parent's "delta" member when parent is
  * given (wsync inspect of a bucket's version).  fd stays the caller's. */
-int tool_inspect_delta_fd(const char *name, int fd, bool json, json_t *parent)
+int tool_inspect_delta_fd(const char *name, int fd, struct tool_inspect_view *view,
+			  json_t *parent)
 {
+	bool json = view->json;
 	struct wsync_delta_reader *d = NULL;
 	struct wsync_error err = { 0 };
 	struct wsync_buf payload = { 0 };
@@ -345,7 +369,9 @@ int tool_inspect_delta_fd(const char *name, int fd, bool json, json_t *parent)
 		       d->n_files, wsync_format_bytes(h2, sizeof(h2), d->write_bytes));
 	}
 	for (size_t i = 0; i < d->n_files && r == 0; i++)
-		r = inspect_delta_file(d, &d->files[i], json, files, &payload, &err);
+		r = inspect_delta_file(d, &d->files[i], view, files, &payload, &err);
+	if (r == 0)
+		tool_inspect_tensors_hint(view);
 	if (r == 0 && json && parent) {
 		json_object_set(parent, "delta", root);
 	} else if (r == 0 && json) {
@@ -368,7 +394,7 @@ int tool_inspect_delta_fd(const char *name, int fd, bool json, json_t *parent)
 	return WSYNC_EXIT_OK;
 }
 
-static int inspect_delta(const char *path, bool json)
+static int inspect_delta(const char *path, struct tool_inspect_view *view)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), code;
 
@@ -376,7 +402,7 @@ static int inspect_delta(const char *path, bool json)
 		fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
 		return WSYNC_EXIT_FAILURE;
 	}
-	code = tool_inspect_delta_fd(path, fd, json, NULL);
+	code = tool_inspect_delta_fd(path, fd, view, NULL);
 	(void)close(fd);
 	return code;
 }
@@ -412,9 +438,13 @@ static enum file_kind file_kind(const char *path, uint64_t size)
 
 int tool_inspect(int argc, char **argv)
 {
-	enum { OPT_VERSION = 0x100, OPT_CONFIG, OPT_ENDPOINT, OPT_REGION };
+	enum { OPT_VERSION = 0x100, OPT_CONFIG, OPT_ENDPOINT, OPT_REGION, OPT_NAMES,
+	       OPT_TENSORS, OPT_PIECES };
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "names", required_argument, NULL, OPT_NAMES },
+		{ "tensors", no_argument, NULL, OPT_TENSORS },
+		{ "pieces", no_argument, NULL, OPT_PIECES },
 		{ "version", required_argument, NULL, OPT_VERSION },
 		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ "endpoint", required_argument, NULL, OPT_ENDPOINT },
@@ -423,8 +453,9 @@ int tool_inspect(int argc, char **argv)
 		{ 0 },
 	};
 	struct tool_inspect_store how = { 0 };
+	struct tool_inspect_view view = { 0 };
 	uint64_t version = 0;
-	bool bucket_opts = false, handled;
+	bool bucket_opts = false, delta_opts = false, handled;
 	char *end;
 	struct wsync_checkpoint *ckpt = NULL;
 	struct wsync_st_file *single = NULL;
@@ -440,6 +471,18 @@ int tool_inspect(int argc, char **argv)
 		switch (c) {
 		case 'j':
 			json = true;
+			break;
+		case OPT_NAMES:
+			view.names = optarg;
+			delta_opts = true;
+			break;
+		case OPT_TENSORS:
+			view.all_tensors = true;
+			delta_opts = true;
+			break;
+		case OPT_PIECES:
+			view.pieces = true;
+			delta_opts = true;
 			break;
 		case OPT_VERSION:
 			errno = 0;
@@ -475,13 +518,18 @@ int tool_inspect(int argc, char **argv)
 	if (r)
 		return r;
 	path = argv[optind];
+	view.json = json;
+	if (view.names && stat(view.names, &st) < 0) {
+		fprintf(stderr, TOOL ": --names %s: %s\n", view.names, strerror(errno));
+		return WSYNC_EXIT_FAILURE;
+	}
 	if (strstr(path, "://"))
-		return tool_inspect_bucket_url(path, version, &how, json);
+		return tool_inspect_bucket_url(path, version, &how, &view);
 	if (bucket_opts)
 		return tool_usage_error(TOOL, synopsis, "--version, --config, --endpoint and "
 					"--region go with a bucket URL (file://DIR, s3://...), "
 					"not a path");
-	r = tool_inspect_bucket_path(path, json, &handled);
+	r = tool_inspect_bucket_path(path, &view, &handled);
 	if (handled)
 		return r;
 	if (stat(path, &st) < 0) {
@@ -491,7 +539,7 @@ int tool_inspect(int argc, char **argv)
 	if (S_ISREG(st.st_mode)) {
 		switch (file_kind(path, (uint64_t)st.st_size)) {
 		case KIND_DELTA:
-			return inspect_delta(path, json);
+			return inspect_delta(path, &view);
 		case KIND_OTHER:
 			fprintf(stderr, TOOL ": %s: neither a safetensors file nor a wsync "
 				"delta\n", path);
@@ -500,6 +548,10 @@ int tool_inspect(int argc, char **argv)
 			break;
 		}
 	}
+	if (delta_opts)
+		return tool_usage_error(TOOL, synopsis, "--names, --tensors and --pieces go "
+					"with a delta (a file, a bucket's object or version), "
+					"not a safetensors file or checkpoint");
 	if (S_ISDIR(st.st_mode))
 		r = wsync_checkpoint_open(path, &ckpt, &err);
 	else

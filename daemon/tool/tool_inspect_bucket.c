@@ -40,6 +40,7 @@ struct bucket {
 	struct wsync_store *store;
 	const char *where;	/* the bucket, for messages */
 	bool json;
+	struct tool_inspect_view *view;	/* how its deltas are shown */
 };
 
 /* ---- fetching ---- */
@@ -354,7 +355,7 @@ static int show_manifest(struct bucket *b, const char *name, const struct wsync_
 				printf("\n== the %s of version %" PRIu64 "\n", role_name(o->role),
 				       m->version);
 			fflush(stdout);
-			code = tool_inspect_delta_fd(o->ref.key, fd, b->json, oj);
+			code = tool_inspect_delta_fd(o->ref.key, fd, b->view, oj);
 			(void)close(fd);
 			if (code) {
 				json_decref(oj);
@@ -624,7 +625,7 @@ static int show_object(struct bucket *b, enum wsync_manifest_key_type type, uint
 		       m.base_version ? ", from the version before" : "", o->n_chunks,
 		       o->n_chunks == 1 ? "" : "s");
 	fflush(stdout);
-	code = tool_inspect_delta_fd(okey, fd, b->json, NULL);
+	code = tool_inspect_delta_fd(okey, fd, b->view, NULL);
 	(void)close(fd);
 	wsync_manifest_free(&m);
 	return code;
@@ -733,9 +734,10 @@ static int open_bucket(struct bucket *b, const char *url, const struct tool_insp
 }
 
 int tool_inspect_bucket_url(const char *url, uint64_t version,
-			    const struct tool_inspect_store *how, bool json)
+			    const struct tool_inspect_store *how,
+			    struct tool_inspect_view *view)
 {
-	struct bucket b = { .json = json };
+	struct bucket b = { .json = view->json, .view = view };
 	struct wsync_manifest m = { 0 };
 	struct wsync_error err = { 0 };
 	char name[WSYNC_MANIFEST_KEY_MAX];
@@ -809,9 +811,10 @@ static const char *key_in_path(const char *path)
 	return NULL;
 }
 
-int tool_inspect_bucket_path(const char *path, bool json, bool *handled)
+int tool_inspect_bucket_path(const char *path, struct tool_inspect_view *view,
+			     bool *handled)
 {
-	struct bucket b = { .json = json };
+	struct bucket b = { .json = view->json, .view = view };
 	const char *key = key_in_path(path);
 	enum wsync_manifest_key_type type;
 	uint64_t version;
