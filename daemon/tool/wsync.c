@@ -27,10 +27,12 @@ static const struct subcommand {
 	const char *summary;
 } subcommands[] = {
 	{ "inspect", tool_inspect,
-	  "PATH | BUCKET-URL [--version N] [--json]\n"
+	  "PATH | BUCKET-URL [--version N] [--names DIR] [--tensors] [--pieces] [--json]\n"
 	  "      list the tensors of a safetensors file or checkpoint directory,\n"
-	  "      the files, segments and pieces of a delta, what a key of a bucket\n"
-	  "      is (a chunk, an object, HEAD, NEXT, ...), or a bucket's version" },
+	  "      a delta's files with the bytes each tensor costs (--names DIR: a\n"
+	  "      checkpoint folder of the model names a delta's tensors) or its\n"
+	  "      pieces, what a key of a bucket is (a chunk, an object, HEAD, NEXT,\n"
+	  "      ...), or a bucket's version" },
 	{ "diff", tool_diff,
 	  "OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N] [--json]\n"
 	  "      write the delta that turns OLD into NEW (two files or two directories)" },

@@ -11,7 +11,8 @@
 # with their sizes and each object's records, on file:// and on s3://
 # (s3rver, when it is installed); HEAD's version without --version.  The
 # delta's format reads as one ("format 3"), and a FLOAT piece costs its
-# share of the segment's streams, never "0 bytes".
+# share of the segment's streams, never "0 bytes"; an anchor's tensors
+# are named from its own headers, a delta's with --names DIR.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3-servers.sh"
 s3servers_trap_exit
@@ -78,6 +79,14 @@ contains "... its files and sizes" "$OUT" "model-00001-of-00002.safetensors"
 contains "... then the delta's records" "$OUT" "deltas/000000000002.wsd: wsync delta, format 3"
 case "$OUT" in *"FLOAT   BF16       0 bytes"* | *"FLOAT   BF16     0 bytes"*) r=1 ;; *) r=0 ;; esac
 tap_result $r "... no FLOAT piece of 0 bytes"
+expect_exit 0 "file:// URL --version 1: the anchor per tensor" "$WSYNC" inspect "file://$B" --version 1
+check "... each shard named from the anchor's own headers" \
+	test "$(grep -c "tensors, names from the delta's own header" <<<"$OUT")" = 2
+expect_exit 0 "file:// URL --version 2 --names: the delta per tensor" \
+	"$WSYNC" inspect "file://$B" --version 2 --names "$TMP/src/checkpoint-3"
+contains "... named from the folder given (another step)" "$OUT" \
+	"names from $TMP/src/checkpoint-3/model-00001-of-00002.safetensors"
+contains "... changed elements counted" "$OUT" "CHANGED"
 expect_exit 0 "file:// URL without --version: HEAD's" "$WSYNC" inspect "file://$B"
 contains "... version 3" "$OUT" "the manifest of version 3 (step 3)"
 expect_exit 0 "file:// URL --json" "$WSYNC" inspect --json "file://$B" --version 2
