@@ -139,11 +139,12 @@ objects() { ls "$work/bucket/$1" | sed 's/-[0-9]*\././' | sort -u | wc -l; }
 echo "  bucket: $(objects anchors) anchors, $(objects deltas) deltas" \
 	"($shipped bytes of deltas for $((steps - 1)) steps; one checkpoint is $full bytes)"
 echo
-echo "== inspect the newest version: wsync inspect file://$work/bucket"
+echo "== inspect the newest version: wsync inspect file://$work/bucket --names $work/model"
+echo "   (--names: a copy of the model names the tensors the delta codes against the last version)"
 # (into a file first: head closing the pipe early would end the demo
 # with SIGPIPE under pipefail)
-"$WSYNC" inspect "file://$work/bucket" >"$work/inspect.txt"
-grep -v '^    [^ ]' "$work/inspect.txt" | head -16
+"$WSYNC" inspect "file://$work/bucket" --names "$work/model" >"$work/inspect.txt"
+grep -v '^    \[' "$work/inspect.txt" | head -30
 [ "$bad" -eq 0 ] && grep -q "version $steps (step" "$work/subscriber.log" || {
 	echo "demo FAILED: see the logs (WSYNC_DEMO_KEEP=1 keeps them)" >&2
 	exit 1
