@@ -93,8 +93,6 @@ static int decode_prefix(const struct wsync_delta_reader *d,
 		r = wsync_delta_reader_segment(d, &e->segments[k], payload, err);
 		if (r == 0)
 			r = wsync_segment_parse(payload->data, payload->len, &s, err);
-		if (r == 0)
-			r = wsync_segment_decoder_new(s, &dec, err);
 		for (size_t i = 0; r == 0 && i < s->n_pieces && out->len < need; i++) {
 			const struct wsync_piece *pc = &s->pieces[i];
 			uint64_t want = need - out->len, len = pc->len;
@@ -105,19 +103,19 @@ static int decode_prefix(const struct wsync_delta_reader *d,
 				r = NEEDS_BASE;
 				break;
 			}
+			/* made only now: it sets up the segment's symbol streams */
+			if (!dec)
+				r = wsync_segment_decoder_new(s, &dec, err);
 			/* LITERAL decodes in any range, ZSTD only whole */
 			if (pc->method == WSYNC_PIECE_LITERAL && want < len)
 				len = want;
-			r = wsync_buf_scratch(&piece, (size_t)len);
-			if (r < 0)
-				r = wsync_error_set(err, r, "out of memory");
+			if (r == 0 && wsync_buf_scratch(&piece, (size_t)len) < 0)
+				r = wsync_error_set(err, -ENOMEM, "out of memory");
 			if (r == 0)
 				r = wsync_segment_decode_piece(dec, i, len, NULL, piece.data, err);
-			if (r == 0)
-				r = wsync_buf_append(out, piece.data,
-						     (size_t)(want < len ? want : len));
-			if (r == -ENOMEM)
-				r = wsync_error_set(err, r, "out of memory");
+			if (r == 0 && wsync_buf_append(out, piece.data,
+						       (size_t)(want < len ? want : len)) < 0)
+				r = wsync_error_set(err, -ENOMEM, "out of memory");
 		}
 		wsync_segment_decoder_free(dec);
 		wsync_segment_free(s);
@@ -570,7 +568,7 @@ static int print_tensors(const struct tally *t, const struct wsync_delta_entry *
 	}
 	for (size_t k = shown; k < n; k++)
 		rest += t->rows[1 + order[k]].coded;
-	printf("  %zu tensors, names from %s; %s:\n", n, source,
+	printf("  %zu tensor%s, names from %s; %s:\n", n, n == 1 ? "" : "s", source,
 	       all ? "in file order" : shown < n ? "the costliest" : "costliest first");
 	printf("    %-*s  %-7s  %-*s  %12s  %6s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE",
 	       "CODED BYTES", "SHARE", "CHANGED");
@@ -634,6 +632,9 @@ int tool_inspect_tensors_file(const struct wsync_delta_reader *d,
 	}
 	if (!h || r == 1) {
 		if (o) {
+			if (need_base && !by_names)
+				snprintf(why + strlen(why), sizeof(why) - strlen(why),
+					 "; --names DIR names its tensors");
 			json_object_set_new(o, "tensor_names", json_null());
 			json_object_set_new(o, "tensors_unavailable", json_string(why));
 		}

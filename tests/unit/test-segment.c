@@ -1070,6 +1070,28 @@ out:
 	}
 }
 
+/* Each float dtype of 8, 16 or 32 bits maps to the family of its width
+ * (the one diff codes it in, inspect checks pieces against); every other
+ * dtype to NONE. */
+static void test_family_of_dtype(void)
+{
+	unsigned floats = 0;
+
+	for (int t = 0; t < WSYNC_DTYPE_COUNT_; t++) {
+		enum wsync_float_family f = wsync_float_family_of((enum wsync_dtype)t);
+
+		if (f == WSYNC_FAMILY_NONE)
+			continue;
+		floats++;
+		CHECK(wsync_dtype_is_float((enum wsync_dtype)t));
+		CHECK_EQ_U64(wsync_float_elem_size(f) * 8, wsync_dtype_bits((enum wsync_dtype)t));
+		CHECK(strcmp(wsync_float_family_name(f), wsync_dtype_name((enum wsync_dtype)t)) == 0);
+	}
+	CHECK_EQ_U64(floats, WSYNC_FAMILY_COUNT - 1);
+	CHECK(wsync_float_family_of(WSYNC_DTYPE_F8_E8M0) == WSYNC_FAMILY_NONE);
+	CHECK(wsync_float_family_of(WSYNC_DTYPE_I32) == WSYNC_FAMILY_NONE);
+}
+
 static void test_abandoned_encode(void)
 {
 	abandoned_encode(50, WSYNC_PIECE_FLOAT);	/* 2% */
@@ -1095,5 +1117,6 @@ int main(void)
 	TEST(test_dense_corruption);
 	TEST(test_encoder_rejects);
 	TEST(test_abandoned_encode);
+	TEST(test_family_of_dtype);
 	return tap_done();
 }
