@@ -126,6 +126,7 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		const struct fdesc *d = &files[i];
+		struct wsync_delta_file_end fe = { 0 };
 		size_t tl = strlen(d->target);
 		unsigned nseg = d->segments ? d->segments : 1;
 		struct wsync_delta_file f = { .path = (char *)d->path,
@@ -167,7 +168,7 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 				r = wsync_delta_writer_file(w, &f, &err);
 			if (r == 0)
 				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-			continue;
+			goto end;
 		}
 		if (nseg == 1) {
 			wsync_buf_reset(&seg);
@@ -176,7 +177,7 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 				r = wsync_delta_writer_file(w, &f, &err);
 			if (r == 0)
 				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-			continue;
+			goto end;
 		}
 		/* several LITERAL segments tiling the target */
 		r = wsync_delta_writer_file(w, &f, &err);
@@ -191,6 +192,11 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 			if (r == 0)
 				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
 		}
+end:
+		fe.base_hash = f.base_hash;
+		fe.target_hash = f.target_hash;
+		if (r == 0)
+			r = wsync_delta_writer_file_end(w, &fe, &err);
 	}
 	if (r == 0)
 		r = wsync_delta_writer_finish(w, &err);
