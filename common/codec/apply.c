@@ -1744,7 +1744,8 @@ int wsync_apply_stage(const struct wsync_delta_reader *d, const char *target,
 /* ---- one file built piece by piece ---- */
 
 struct wsync_apply_piecewise {
-	struct wsync_delta_reader *d;	/* over the delta's fd; files = &e */
+	int fd;				/* the delta's, a dup */
+	struct wsync_delta_reader *d;	/* over fd; files = &e */
 	struct wsync_delta_entry e;	/* the file, with its segments so far */
 	size_t cap_segs;
 	uint64_t next_offset;		/* where the next segment must start */
@@ -1770,6 +1771,7 @@ int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	pw->a.base_root = -1;
 	pw->dc.fd = pw->dc.base_fd = -1;
+	pw->fd = -1;
 	*ret = pw;
 	if (f->op != WSYNC_DELTA_WRITE || f->n_segments == 0 || (opts && opts->out_dir))
 		return wsync_error_set(err, -EINVAL, "%s: only a WRITE with segments, in place, "
@@ -1778,7 +1780,10 @@ int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f
 	pw->e.file.path = strdup(f->path);
 	if (!pw->e.file.path)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	r = wsync_delta_reader_open_records(fd, &pw->d, err);
+	pw->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (pw->fd < 0)
+		return wsync_error_set(err, -errno, "%s", strerror(errno));
+	r = wsync_delta_reader_open_records(pw->fd, &pw->d, err);
 	if (r < 0)
 		return r;
 	pw->d->files = &pw->e;
@@ -1855,6 +1860,11 @@ int wsync_apply_piece_segment(struct wsync_apply_piecewise *pw,
 	return 0;
 }
 
+const struct wsync_delta_file *wsync_apply_piece_file(const struct wsync_apply_piecewise *pw)
+{
+	return &pw->e.file;
+}
+
 uint64_t wsync_apply_piece_segments(const struct wsync_apply_piecewise *pw, uint64_t *bytes)
 {
 	*bytes = pw ? pw->next_offset : 0;
@@ -1917,6 +1927,8 @@ void wsync_apply_piece_free(struct wsync_apply_piecewise *pw)
 		pw->d->n_files = 0;
 		wsync_delta_reader_free(pw->d);
 	}
+	if (pw->fd >= 0)
+		(void)close(pw->fd);
 	free(pw->e.segments);
 	free(pw->e.file.path);
 	wsync_buf_free(&pw->payload);

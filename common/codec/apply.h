@@ -155,7 +155,8 @@ void wsync_apply_staged_free(struct wsync_apply_staged *s);
  * begin() checks what stage would of the file's path (against *staged)
  * and base (its size now; its hash, which a version 4 delta gives only in
  * the file's FILE_END record, is judged with the result as step 1 says),
- * opens the base and makes the temp.  segment() decodes one SEGMENT
+ * opens the base and makes the temp; it keeps a duplicate of fd, the
+ * delta's, which may grow meanwhile.  segment() decodes one SEGMENT
  * record of the delta in fd (found with wsync_delta_segment_at; its
  * checksum is checked as it is read) into the temp at once, and hashes
  * it: segments must come in order, tiling the file.  finish() takes the
@@ -173,6 +174,8 @@ int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f
 			    struct wsync_apply_piecewise **ret, struct wsync_error *err);
 int wsync_apply_piece_segment(struct wsync_apply_piecewise *pw,
 			      const struct wsync_delta_segment *sg, struct wsync_error *err);
+/* The file's FILE record, as begin() took it. */
+const struct wsync_delta_file *wsync_apply_piece_file(const struct wsync_apply_piecewise *pw);
 /* Segments decoded so far, and target bytes they cover. */
 uint64_t wsync_apply_piece_segments(const struct wsync_apply_piecewise *pw, uint64_t *bytes);
 int wsync_apply_piece_finish(struct wsync_apply_piecewise *pw,
