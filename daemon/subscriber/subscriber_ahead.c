@@ -186,6 +186,7 @@ static void build_done(void *data, bool cancelled)
 		a->built++;
 		a->staged_upto = j->cont_end;
 		a->bytes_built += j->cont_bytes;
+		a->pieced += j->cont_bytes;
 		s->metrics.bytes_written += j->cont_bytes;
 	}
 	if (a->dropped || cancelled) {
@@ -597,8 +598,9 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
 	st->ahead = true;
 	st->ahead_from = a->size;
 	log_info("version %" PRIu64 ": %zu of %zu chunks fetched and %zu files built before "
-		 "the commit, and %" PRIu64 " bytes of the next piece by piece", a->version,
-		 a->done, o->n_chunks, a->built, a->piece ? a->piece_bytes : 0);
+		 "the commit (%" PRIu64 " bytes decoded piece by piece as their chunks came)",
+		 a->version, a->done, o->n_chunks, a->built,
+		 a->pieced + (a->piece ? a->piece_bytes : 0));
 	return true;
 }
 

@@ -169,6 +169,7 @@ struct sub_ahead {
 	uint64_t piece_pos;
 	size_t piece_skip;		/* index + 1 of a file not to begin (too big) */
 	uint64_t piece_bytes;		/* target bytes it holds decoded */
+	uint64_t pieced;		/* of files finished piece by piece */
 	struct sub_ahead_build job;
 	size_t job_files;		/* files the running job builds up to */
 	bool job_running;
