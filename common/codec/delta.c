@@ -207,6 +207,11 @@ int wsync_delta_file_end_decode(const uint8_t *p, size_t len, const struct wsync
 	if (!(f->flags & WSYNC_DELTA_FILE_HAS_BASE) && !hash_is_zero(&fe->base_hash))
 		return wsync_error_set(err, -EINVAL, "%s: FILE_END gives a base hash to a "
 				       "file without a base", f->path);
+	/* an element is at least a byte, and changes at most once */
+	if (fe->elements > f->target_size || fe->changed > fe->elements)
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END counts %" PRIu64 " changed "
+				       "of %" PRIu64 " elements in %" PRIu64 " bytes", f->path,
+				       fe->changed, fe->elements, f->target_size);
 	return 0;
 }
 

@@ -701,6 +701,21 @@ static void test_file_end_rules(void)
 			break;
 		}
 	}
+	/* counts beyond what the file can hold */
+	for (int c = 0; c < 2; c++) {
+		struct wsync_delta_file_end fe = { .target_hash = x.target_hash,
+						   .changed = c ? 5 : 0, .elements = c ? 4 : 101 };
+		uint8_t p[WSYNC_DELTA_FILE_END_LEN];
+
+		raw_preamble(&b, 4);
+		raw_file_v4(&b, &x);
+		fake_segment(&seg, 0, 100, 8);
+		raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+		wsync_delta_file_end_encode(&fe, p);
+		raw_record(&b, WSYNC_DELTA_REC_FILE_END, p, sizeof(p));
+		raw_end(&b, 1, 100);
+		expect_refused(b.data, b.len, c ? "5 changed of 4 elements" : "of 101 elements in 100 bytes");
+	}
 	/* version 3: hashes in the FILE record, no FILE_END */
 	raw_preamble(&b, 3);
 	raw_file(&b, &n);
