@@ -803,9 +803,9 @@ static void test_stage_refuses_other_targets(void)
  * staged, and the commit gives the target.  Hostile cases each fail by
  * name and, freed, leave the target as it was without a temp: a segment
  * out of order, FILE_END before the last segment, a forged target hash,
- * a base that is not the delta's.
+ * a base that is not the delta's; and one dropped half built.
  */
-enum piece_case { PC_GOOD, PC_SKIP, PC_EARLY, PC_FORGED, PC_WRONG_BASE };
+enum piece_case { PC_GOOD, PC_SKIP, PC_EARLY, PC_FORGED, PC_WRONG_BASE, PC_DROP };
 
 static int piecewise(enum piece_case c, char *during, size_t during_len,
 		     struct wsync_error *err)
@@ -846,6 +846,8 @@ static int piecewise(enum piece_case c, char *during, size_t during_len,
 
 		if ((c == PC_SKIP && k == 1) || (c == PC_EARLY && k == 3))
 			continue;
+		if (c == PC_DROP && k == 2)
+			goto out;	/* dropped half built: freed, not finished */
 		r = wsync_delta_segment_at(fd, rs->payload_offset - WSYNC_DELTA_RECORD_HEADER_LEN,
 					   rs->payload_len, &sg, err);
 		if (r == 0)
@@ -901,6 +903,13 @@ static void test_piecewise(void)
 		CHECK_STR(after, before);
 		remove_tree(root);
 	}
+	make_root();
+	before[0] = after[0] = '\0';
+	listing(root, "", before, sizeof(before));
+	CHECK(piecewise(PC_DROP, NULL, 0, &err) == 0);
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, before);
+	remove_tree(root);
 }
 
 int main(void)
