@@ -18,6 +18,7 @@ void wsync_test_hooks_from_env(struct wsync_test_hooks *t)
 		.chunk_pause_ms = pause_ms("WSYNC_TEST_CHUNK_PAUSE_MS"),
 		.commit_pause_ms = pause_ms("WSYNC_TEST_COMMIT_PAUSE_MS"),
 		.apply_pause_ms = pause_ms("WSYNC_TEST_APPLY_PAUSE_MS"),
+		.segment_kib = pause_ms("WSYNC_TEST_SEGMENT_KIB"),
 		.no_index = getenv("WSYNC_TEST_NO_INDEX") != NULL,
 	};
 }

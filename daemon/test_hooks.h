@@ -26,6 +26,9 @@ struct wsync_test_hooks {
 					 * between HEAD and the base swap */
 	unsigned apply_pause_ms;	/* WSYNC_TEST_APPLY_PAUSE_MS: subscriber,
 					 * before a step's files are written */
+	unsigned segment_kib;		/* WSYNC_TEST_SEGMENT_KIB: publisher, segments
+					 * of at most this many KiB of target (a
+					 * small checkpoint's file in many records) */
 	bool no_index;			/* WSYNC_TEST_NO_INDEX: manifests without
 					 * the objects' indexes (an older bucket) */
 };

@@ -1740,3 +1740,201 @@ int wsync_apply_stage(const struct wsync_delta_reader *d, const char *target,
 	applier_done(&a);
 	return r;
 }
+
+/* ---- one file built piece by piece ---- */
+
+struct wsync_apply_piecewise {
+	int fd;				/* the delta's, a dup */
+	struct wsync_delta_reader *d;	/* over fd; files = &e */
+	struct wsync_delta_entry e;	/* the file, with its segments so far */
+	size_t cap_segs;
+	uint64_t next_offset;		/* where the next segment must start */
+	struct applier a;
+	struct wsync_apply_stats st;
+	struct pool pool;
+	struct decoder dc;
+	bool pool_ready, failed, finished;
+	struct wsync_buf payload, out, bb, chunks;
+	struct ahead ah;
+};
+
+int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f, int fd,
+			    const struct wsync_apply_opts *opts,
+			    const struct wsync_apply_staged *staged,
+			    struct wsync_apply_piecewise **ret, struct wsync_error *err)
+{
+	struct wsync_apply_piecewise *pw = calloc(1, sizeof(*pw));
+	int r;
+
+	*ret = NULL;
+	if (!pw)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	pw->a.base_root = -1;
+	pw->dc.fd = pw->dc.base_fd = -1;
+	pw->fd = -1;
+	*ret = pw;
+	if (f->op != WSYNC_DELTA_WRITE || f->n_segments == 0 || (opts && opts->out_dir))
+		return wsync_error_set(err, -EINVAL, "%s: only a WRITE with segments, in place, "
+				       "is built piece by piece", f->path);
+	pw->e.file = *f;
+	pw->e.file.path = strdup(f->path);
+	if (!pw->e.file.path)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	pw->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (pw->fd < 0)
+		return wsync_error_set(err, -errno, "%s", strerror(errno));
+	r = wsync_delta_reader_open_records(pw->fd, &pw->d, err);
+	if (r < 0)
+		return r;
+	pw->d->files = &pw->e;
+	pw->d->n_files = 1;
+	r = applier_init(&pw->a, pw->d, target, opts, &pw->st, err);
+	if (r == 0 && pw->a.single)
+		r = wsync_error_set(err, -EINVAL, "%s: staging needs a directory", target);
+	else if (r == 0 && staged && staged->committed)
+		r = wsync_error_set(err, -EINVAL, "the staged files were committed already");
+	else if (r == 0 && staged && !same_inode(pw->a.base_root, staged->root))
+		r = wsync_error_set(err, -EINVAL, "%s: not the directory of the files "
+				    "staged before", target);
+	if (r == 0)
+		r = check_paths(pw->d, staged, err);
+	if (r == 0)
+		r = check_bases(&pw->a, err);
+	if (r == 0)
+		r = open_dest(&pw->a, NULL, NULL, err);
+	if (r < 0)
+		return r;
+	if (pthread_mutex_init(&pw->pool.mu, NULL) != 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (pthread_cond_init(&pw->pool.turn, NULL) != 0) {
+		pthread_mutex_destroy(&pw->pool.mu);
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	pw->pool_ready = true;
+	pw->pool.a = &pw->a;
+	pw->pool.jobs = &pw->dc;
+	pw->pool.n_jobs = pw->pool.opened = 1;
+	pw->pool.failed = 1;
+	pw->dc = (struct decoder){ .d = pw->d, .e = &pw->e, .it = &pw->a.items[0],
+				   .pool = &pw->pool, .base_fd = -1, .fd = -1 };
+	r = open_job(&pw->pool, &pw->dc, err);
+	pw->failed = r < 0;
+	return r;
+}
+
+int wsync_apply_piece_segment(struct wsync_apply_piecewise *pw,
+			      const struct wsync_delta_segment *sg, struct wsync_error *err)
+{
+	const struct wsync_delta_file *f = &pw->e.file;
+	uint64_t k = pw->dc.hashed;
+	int r;
+
+	if (pw->failed || pw->finished)
+		return wsync_error_set(err, -EINVAL, "%s: building it failed or ended already",
+				       f->path);
+	if (k >= f->n_segments || sg->target_offset != pw->next_offset || sg->target_len == 0 ||
+	    sg->target_len > WSYNC_DELTA_SEGMENT_TARGET_MAX ||
+	    sg->target_len > f->target_size - sg->target_offset ||
+	    (k + 1 == f->n_segments && sg->target_offset + sg->target_len != f->target_size)) {
+		pw->failed = true;
+		return wsync_error_set(err, -EINVAL,
+			"%s: segment %" PRIu64 " covers [%" PRIu64 ", +%" PRIu64 ") but must "
+			"continue at %" PRIu64 " of %" PRIu64 " bytes in %" PRIu64 " segments",
+			f->path, k, sg->target_offset, sg->target_len, pw->next_offset,
+			f->target_size, f->n_segments);
+	}
+	if (WSYNC_GROW(pw->e.segments, pw->cap_segs, (size_t)k, 16) < 0) {
+		pw->failed = true;
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	}
+	pw->e.segments[k] = *sg;
+	pw->dc.next = k + 1;
+	/* alone on the file: always its hashing turn, hashed as written */
+	r = decode_one(&pw->dc, &pw->e.segments[k], &pw->payload, &pw->out, &pw->bb,
+		       &pw->chunks, &pw->ah, err);
+	if (r < 0) {
+		pw->failed = true;
+		return r;
+	}
+	pw->next_offset = sg->target_offset + sg->target_len;
+	return 0;
+}
+
+const struct wsync_delta_file *wsync_apply_piece_file(const struct wsync_apply_piecewise *pw)
+{
+	return &pw->e.file;
+}
+
+uint64_t wsync_apply_piece_segments(const struct wsync_apply_piecewise *pw, uint64_t *bytes)
+{
+	*bytes = pw ? pw->next_offset : 0;
+	return pw ? pw->dc.hashed : 0;
+}
+
+int wsync_apply_piece_finish(struct wsync_apply_piecewise *pw,
+			     const struct wsync_delta_file_end *fe,
+			     struct wsync_apply_staged **staged, struct wsync_apply_stats *stats,
+			     struct wsync_error *err)
+{
+	struct wsync_delta_file *f = &pw->e.file;
+	int r;
+
+	if (pw->failed || pw->finished || !pw->a.set)
+		return wsync_error_set(err, -EINVAL, "%s: building it failed or ended already",
+				       f->path);
+	if (pw->dc.hashed != f->n_segments) {
+		pw->failed = true;
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END after %" PRIu64 " of %" PRIu64
+				       " segments", f->path, pw->dc.hashed, f->n_segments);
+	}
+	wsync_delta_file_end_apply(f, fe);
+	pw->a.set->files[0].hash = f->target_hash;	/* what the commit records */
+	pw->finished = true;
+	r = finish_job(&pw->pool, &pw->dc, err);
+	pw->failed = r < 0;
+	if (r == 0 && *staged) {
+		r = merge(*staged, pw->a.set, err);
+	} else if (r == 0) {
+		*staged = pw->a.set;
+		pw->a.set = NULL;
+	}
+	if (r == 0 && stats) {
+		memset(stats, 0, sizeof(*stats));
+		stats->files = stats->written = 1;
+		stats->bytes_written = stats->target_bytes = f->target_size;
+		stats->seconds = wsync_monotonic_seconds() - pw->a.t0;
+	}
+	return r;
+}
+
+void wsync_apply_piece_free(struct wsync_apply_piecewise *pw)
+{
+	if (!pw)
+		return;
+	if (pw->dc.fd >= 0)
+		(void)close(pw->dc.fd);
+	if (pw->dc.base_fd >= 0)
+		(void)close(pw->dc.base_fd);
+	wsync_hasher_free(pw->dc.hasher);
+	if (pw->pool_ready) {
+		pthread_cond_destroy(&pw->pool.turn);
+		pthread_mutex_destroy(&pw->pool.mu);
+	}
+	if (pw->a.items || pw->a.base_root >= 0 || pw->a.set)
+		applier_done(&pw->a);	/* the set's temp, unless merged, removed */
+	if (pw->d) {
+		pw->d->files = NULL;	/* pw's own */
+		pw->d->n_files = 0;
+		wsync_delta_reader_free(pw->d);
+	}
+	if (pw->fd >= 0)
+		(void)close(pw->fd);
+	free(pw->e.segments);
+	free(pw->e.file.path);
+	wsync_buf_free(&pw->payload);
+	wsync_buf_free(&pw->out);
+	wsync_buf_free(&pw->bb);
+	wsync_buf_free(&pw->chunks);
+	wsync_buf_free(&pw->ah.t);
+	free(pw);
+}

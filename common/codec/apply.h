@@ -145,4 +145,44 @@ int wsync_apply_staged_commit(struct wsync_apply_staged *s, struct wsync_error *
  * them when empty, deepest first), and free s.  NULL is fine. */
 void wsync_apply_staged_free(struct wsync_apply_staged *s);
 
+/* ---- one file built piece by piece ---- */
+
+/*
+ * A WRITE file built as its records arrive (a subscriber building a
+ * version ahead of its commit, BUCKET.md §4.1): steps 1 and 2 of
+ * wsync_apply for that one file, spread over calls.
+ *
+ * begin() checks what stage would of the file's path (against *staged)
+ * and base (its size now; its hash, which a version 4 delta gives only in
+ * the file's FILE_END record, is judged with the result as step 1 says),
+ * opens the base and makes the temp; it keeps a duplicate of fd, the
+ * delta's, which may grow meanwhile.  segment() decodes one SEGMENT
+ * record of the delta in fd (found with wsync_delta_segment_at; its
+ * checksum is checked as it is read) into the temp at once, and hashes
+ * it: segments must come in order, tiling the file.  finish() takes the
+ * file's hashes (FILE_END), checks that every segment came, verifies the
+ * temp and the base as step 2 does, seals the temp (mode, fsync) and adds
+ * it to *staged.  Any failure is final: free() then removes the temp.
+ * Decoding is on the calling thread, one segment at a time, within
+ * about three segments of memory.
+ */
+struct wsync_apply_piecewise;
+
+int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f, int fd,
+			    const struct wsync_apply_opts *opts,
+			    const struct wsync_apply_staged *staged,
+			    struct wsync_apply_piecewise **ret, struct wsync_error *err);
+int wsync_apply_piece_segment(struct wsync_apply_piecewise *pw,
+			      const struct wsync_delta_segment *sg, struct wsync_error *err);
+/* The file's FILE record, as begin() took it. */
+const struct wsync_delta_file *wsync_apply_piece_file(const struct wsync_apply_piecewise *pw);
+/* Segments decoded so far, and target bytes they cover. */
+uint64_t wsync_apply_piece_segments(const struct wsync_apply_piecewise *pw, uint64_t *bytes);
+int wsync_apply_piece_finish(struct wsync_apply_piecewise *pw,
+			     const struct wsync_delta_file_end *fe,
+			     struct wsync_apply_staged **staged, struct wsync_apply_stats *stats,
+			     struct wsync_error *err);
+/* Free pw (NULL is fine); the temp of a file not finished is removed. */
+void wsync_apply_piece_free(struct wsync_apply_piecewise *pw);
+
 #endif

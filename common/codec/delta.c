@@ -183,6 +183,53 @@ void wsync_delta_file_clear(struct wsync_delta_file *f)
 	f->path = NULL;
 }
 
+/* ---- FILE_END records ---- */
+
+void wsync_delta_file_end_encode(const struct wsync_delta_file_end *fe,
+				 uint8_t out[WSYNC_DELTA_FILE_END_LEN])
+{
+	memcpy(out, fe->base_hash.b, 16);
+	memcpy(out + 16, fe->target_hash.b, 16);
+	wsync_st64(out + 32, fe->changed);
+	wsync_st64(out + 40, fe->elements);
+}
+
+int wsync_delta_file_end_decode(const uint8_t *p, size_t len, const struct wsync_delta_file *f,
+				struct wsync_delta_file_end *fe, struct wsync_error *err)
+{
+	if (len != WSYNC_DELTA_FILE_END_LEN)
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END record of %zu bytes "
+				       "(not %d)", f->path, len, WSYNC_DELTA_FILE_END_LEN);
+	memcpy(fe->base_hash.b, p, 16);
+	memcpy(fe->target_hash.b, p + 16, 16);
+	fe->changed = wsync_le64(p + 32);
+	fe->elements = wsync_le64(p + 40);
+	if (!(f->flags & WSYNC_DELTA_FILE_HAS_BASE) && !hash_is_zero(&fe->base_hash))
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END gives a base hash to a "
+				       "file without a base", f->path);
+	/* an element is at least a byte, and changes at most once */
+	if (fe->elements > f->target_size || fe->changed > fe->elements)
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END counts %" PRIu64 " changed "
+				       "of %" PRIu64 " elements in %" PRIu64 " bytes", f->path,
+				       fe->changed, fe->elements, f->target_size);
+	return 0;
+}
+
+void wsync_delta_file_end_apply(struct wsync_delta_file *f, const struct wsync_delta_file_end *fe)
+{
+	f->base_hash = fe->base_hash;
+	f->target_hash = fe->target_hash;
+	f->changed = fe->changed;
+	f->elements = fe->elements;
+}
+
+/* What a version 4 WRITE's FILE record leaves to its FILE_END. */
+static bool file_end_fields_zero(const struct wsync_delta_file *f)
+{
+	return hash_is_zero(&f->base_hash) && hash_is_zero(&f->target_hash) &&
+	       f->changed == 0 && f->elements == 0;
+}
+
 /* ---- writer ---- */
 
 struct wsync_delta_writer {
@@ -192,11 +239,10 @@ struct wsync_delta_writer {
 	struct wsync_buf scratch;	/* FILE payloads */
 	bool failed;			/* a write failed: refuse the rest */
 	bool finished;
-	/* the current file, for the order checks and the counts patch */
+	/* the current file, for the order checks */
 	bool in_file;
+	bool need_end;			/* a WRITE without its FILE_END yet */
 	struct wsync_delta_file cur;	/* cur.path owned */
-	char *prev_path;		/* the file before it (owned), for a drop */
-	uint64_t cur_offset;		/* of its record header */
 	uint64_t segs_seen, next_offset;
 	uint64_t n_files, write_bytes;
 };
@@ -320,7 +366,6 @@ void wsync_delta_writer_free(struct wsync_delta_writer *w)
 	wsync_buf_free(&w->buf);
 	wsync_buf_free(&w->scratch);
 	free(w->cur.path);
-	free(w->prev_path);
 	free(w);
 }
 
@@ -336,6 +381,8 @@ static int writer_close_file(struct wsync_delta_writer *w, struct wsync_error *e
 		return wsync_error_set(err, -EINVAL,
 			"%s: %" PRIu64 " segments written, %" PRIu64 " announced",
 			w->cur.path, w->segs_seen, w->cur.n_segments);
+	if (w->need_end)
+		return wsync_error_set(err, -EINVAL, "%s: no FILE_END record", w->cur.path);
 	w->in_file = false;
 	return 0;
 }
@@ -344,6 +391,7 @@ int wsync_delta_writer_file(struct wsync_delta_writer *w,
 			    const struct wsync_delta_file *f,
 			    struct wsync_error *err)
 {
+	struct wsync_delta_file rec = *f;
 	char *path;
 	int r;
 
@@ -357,24 +405,29 @@ int wsync_delta_writer_file(struct wsync_delta_writer *w,
 		return wsync_error_set(err, -EINVAL,
 			"%s: paths must be unique and in byte order (after %s)",
 			f->path, w->cur.path);
+	if (f->op == WSYNC_DELTA_WRITE) {
+		/* known at the file's end: its FILE_END record gives them */
+		memset(&rec.base_hash, 0, sizeof(rec.base_hash));
+		memset(&rec.target_hash, 0, sizeof(rec.target_hash));
+		rec.changed = rec.elements = 0;
+	}
 	wsync_buf_reset(&w->scratch);
-	r = wsync_delta_file_encode(f, &w->scratch, err);
+	r = wsync_delta_file_encode(&rec, &w->scratch, err);
 	if (r < 0)
 		return r;
 	path = strdup(f->path);
 	if (!path)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	w->cur_offset = wsync_delta_writer_size(w);
 	r = writer_emit(w, WSYNC_DELTA_REC_FILE, w->scratch.data, w->scratch.len, err);
 	if (r < 0) {
 		free(path);
 		return r;
 	}
-	free(w->prev_path);
-	w->prev_path = w->cur.path;
-	w->cur = *f;
+	free(w->cur.path);
+	w->cur = rec;
 	w->cur.path = path;
 	w->in_file = true;
+	w->need_end = f->op == WSYNC_DELTA_WRITE;
 	w->segs_seen = 0;
 	w->next_offset = 0;
 	w->n_files++;
@@ -383,87 +436,29 @@ int wsync_delta_writer_file(struct wsync_delta_writer *w,
 	return 0;
 }
 
-/* Rewrite the current FILE record from w->cur (same length). */
-static int patch_file_record(struct wsync_delta_writer *w, struct wsync_error *err)
+int wsync_delta_writer_file_end(struct wsync_delta_writer *w,
+				const struct wsync_delta_file_end *fe,
+				struct wsync_error *err)
 {
-	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
-	int r;
+	uint8_t p[WSYNC_DELTA_FILE_END_LEN];
+	struct wsync_error ignored;
 
-	wsync_buf_reset(&w->scratch);
-	r = wsync_delta_file_encode(&w->cur, &w->scratch, err);
-	if (r < 0)
-		return r;
-	wsync_delta_record_header(h, WSYNC_DELTA_REC_FILE, w->scratch.data, w->scratch.len);
-	if (w->cur_offset >= w->flushed) {
-		/* Still buffered: patch it there. */
-		uint8_t *p = w->buf.data + (w->cur_offset - w->flushed);
-
-		memcpy(p, h, sizeof(h));
-		memcpy(p + sizeof(h), w->scratch.data, w->scratch.len);
-		return 0;
-	}
-	/* Partly or wholly in the file: flush, then overwrite in place. */
-	r = writer_flush(w, err);
-	if (r < 0)
-		return r;
-	r = pwrite_all(w->fd, h, sizeof(h), w->cur_offset, err);
-	if (r >= 0)
-		r = pwrite_all(w->fd, w->scratch.data, w->scratch.len,
-			       w->cur_offset + sizeof(h), err);
-	if (r < 0)
-		w->failed = true;
-	return r;
-}
-
-int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
-				   uint64_t changed, uint64_t elements,
-				   struct wsync_error *err)
-{
-	if (!w->in_file)
-		return wsync_error_set(err, -EINVAL, "no FILE record to update");
-	w->cur.changed = changed;
-	w->cur.elements = elements;
-	return patch_file_record(w, err);
-}
-
-int wsync_delta_writer_file_hashes(struct wsync_delta_writer *w,
-				   const struct wsync_hash128 *base_hash,
-				   const struct wsync_hash128 *target_hash,
-				   struct wsync_error *err)
-{
-	if (!w->in_file)
-		return wsync_error_set(err, -EINVAL, "no FILE record to update");
-	if (w->cur.flags & WSYNC_DELTA_FILE_HAS_BASE)
-		w->cur.base_hash = *base_hash;
-	w->cur.target_hash = *target_hash;
-	return patch_file_record(w, err);
-}
-
-int wsync_delta_writer_drop_file(struct wsync_delta_writer *w,
-				 struct wsync_error *err)
-{
-	if (!w->in_file || w->failed)
-		return wsync_error_set(err, -EINVAL, "no FILE record to drop");
-	if (w->cur_offset >= w->flushed) {
-		w->buf.len = (size_t)(w->cur_offset - w->flushed);
-	} else {
-		if (ftruncate(w->fd, (off_t)w->cur_offset) < 0) {
-			w->failed = true;
-			return wsync_error_set(err, -errno, "writing the delta: %s",
-					       strerror(errno));
-		}
-		w->flushed = w->cur_offset;
-		wsync_buf_reset(&w->buf);
-	}
-	w->n_files--;
-	if (w->cur.op == WSYNC_DELTA_WRITE)
-		w->write_bytes -= w->cur.target_size;
-	free(w->cur.path);
-	memset(&w->cur, 0, sizeof(w->cur));
-	w->cur.path = w->prev_path;
-	w->prev_path = NULL;
-	w->in_file = false;
-	return 0;
+	if (!w->in_file || !w->need_end)
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END for a file that is not a "
+				       "WRITE or has one already",
+				       w->cur.path ? w->cur.path : "(none)");
+	if (w->segs_seen != w->cur.n_segments)
+		return wsync_error_set(err, -EINVAL, "%s: FILE_END after %" PRIu64 " of %"
+				       PRIu64 " segments", w->cur.path, w->segs_seen,
+				       w->cur.n_segments);
+	wsync_delta_file_end_encode(fe, p);
+	/* what a reader would refuse */
+	if (wsync_delta_file_end_decode(p, sizeof(p), &w->cur, &(struct wsync_delta_file_end){ 0 },
+					&ignored) < 0)
+		return wsync_error_set(err, -EINVAL, "%s: a base hash for a file without a base",
+				       w->cur.path);
+	w->need_end = false;
+	return writer_emit(w, WSYNC_DELTA_REC_FILE_END, p, sizeof(p), err);
 }
 
 int wsync_delta_writer_segment(struct wsync_delta_writer *w,
@@ -605,6 +600,7 @@ struct walk {
 	size_t cap_segs;		/* of the current file's array */
 	struct wsync_delta_entry *cur;	/* expecting its segments */
 	uint64_t segs_seen, next_offset;
+	bool need_end;			/* cur is a WRITE waiting for its FILE_END */
 	uint64_t write_bytes;
 };
 
@@ -674,6 +670,12 @@ static int walk_file(struct walk *w, uint64_t hdr_off, const uint8_t *p,
 		return rc;
 	}
 	r->n_files++; /* owned by the reader from here on */
+	if (r->version >= WSYNC_DELTA_VERSION_FILE_END && e->file.op == WSYNC_DELTA_WRITE &&
+	    !file_end_fields_zero(&e->file))
+		return wsync_error_set(err, -EINVAL,
+			"%s: FILE record at offset %" PRIu64 " gives hashes or counts "
+			"(version %" PRIu32 " has them in FILE_END)", e->file.path, hdr_off,
+			r->version);
 	if (r->n_files > 1 && strcmp(r->files[r->n_files - 2].file.path,
 				     e->file.path) >= 0)
 		return wsync_error_set(err, -EINVAL,
@@ -691,17 +693,45 @@ static int walk_file(struct walk *w, uint64_t hdr_off, const uint8_t *p,
 	w->cap_segs = 0;
 	w->segs_seen = 0;
 	w->next_offset = 0;
+	w->need_end = r->version >= WSYNC_DELTA_VERSION_FILE_END &&
+		      e->file.op == WSYNC_DELTA_WRITE;
 	return 0;
 }
 
-/* The current file must have received all its segments. */
+/* The current file must have received all its segments (and its
+ * FILE_END, version 4). */
 static int walk_close_file(struct walk *w, struct wsync_error *err)
 {
 	if (w->cur && w->segs_seen != w->cur->file.n_segments)
 		return wsync_error_set(err, -EINVAL,
 			"%s: %" PRIu64 " segments announced, %" PRIu64 " found",
 			w->cur->file.path, w->cur->file.n_segments, w->segs_seen);
+	if (w->cur && w->need_end)
+		return wsync_error_set(err, -EINVAL, "%s: no FILE_END record after its "
+				       "segments", w->cur->file.path);
 	w->cur = NULL;
+	return 0;
+}
+
+static int walk_file_end(struct walk *w, uint64_t hdr_off, const uint8_t *p,
+			 uint64_t len, struct wsync_error *err)
+{
+	struct wsync_delta_entry *e = w->cur;
+	struct wsync_delta_file_end fe;
+	int rc;
+
+	if (!e || !w->need_end || w->segs_seen != e->file.n_segments)
+		return wsync_error_set(err, -EINVAL,
+			"record at offset %" PRIu64 ": FILE_END %s", hdr_off,
+			!e ? "without a FILE record" :
+			!w->need_end ? "after a KEEP or DELETE, or a second one" :
+			"before the file's last SEGMENT");
+	rc = wsync_delta_file_end_decode(p, (size_t)len, &e->file, &fe, err);
+	if (rc < 0)
+		return rc;
+	wsync_delta_file_end_apply(&e->file, &fe);
+	e->delta_bytes += WSYNC_DELTA_RECORD_HEADER_LEN + len;
+	w->need_end = false;
 	return 0;
 }
 
@@ -774,7 +804,9 @@ static int walk_all(struct walk *w, struct wsync_error *err)
 		type = wsync_le32(p);
 		len = wsync_le64(p + 8);
 		sum = wsync_le64(p + 16);
-		if (type < WSYNC_DELTA_REC_FILE || type > WSYNC_DELTA_REC_END)
+		if (type < WSYNC_DELTA_REC_FILE ||
+		    type > (version >= WSYNC_DELTA_VERSION_FILE_END ? WSYNC_DELTA_REC_FILE_END
+								    : WSYNC_DELTA_REC_END))
 			return wsync_error_set(err, -EINVAL,
 				"record at offset %" PRIu64 ": unknown type %" PRIu32,
 				hdr_off, type);
@@ -818,12 +850,22 @@ static int walk_all(struct walk *w, struct wsync_error *err)
 		if (type == WSYNC_DELTA_REC_END && len != WSYNC_DELTA_END_LEN)
 			return wsync_error_set(err, -EINVAL,
 				"END record of %" PRIu64 " bytes", len);
+		if (type == WSYNC_DELTA_REC_FILE_END && len != WSYNC_DELTA_FILE_END_LEN)
+			return wsync_error_set(err, -EINVAL,
+				"record at offset %" PRIu64 ": FILE_END of %" PRIu64 " bytes",
+				hdr_off, len);
 		rc = src_get(r, hdr_off + WSYNC_DELTA_RECORD_HEADER_LEN, (size_t)len,
 			     &w->scratch, &p, err);
 		if (rc < 0)
 			return rc;
 		if (type == WSYNC_DELTA_REC_END)
 			return walk_end(w, hdr_off, p, len, err);
+		if (type == WSYNC_DELTA_REC_FILE_END) {
+			rc = walk_file_end(w, hdr_off, p, len, err);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		rc = walk_close_file(w, err);
 		if (rc < 0)
 			return rc;
@@ -929,6 +971,98 @@ int wsync_delta_reader_segment(const struct wsync_delta_reader *r,
 			"segment at offset %" PRIu64 ": checksum mismatch "
 			"(the delta changed or is damaged)",
 			s->payload_offset - WSYNC_DELTA_RECORD_HEADER_LEN);
+	return 0;
+}
+
+int wsync_delta_record_at(int fd, uint64_t off, uint64_t end, uint32_t *type, uint64_t *len,
+			  struct wsync_error *err)
+{
+	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
+	int r;
+
+	if (off > end || end - off < sizeof(h))
+		return wsync_error_set(err, -EINVAL, "a record header is cut at offset %" PRIu64,
+				       off);
+	r = wsync_pread_all(fd, h, sizeof(h), off);
+	if (r < 0)
+		return wsync_error_set(err, r == -ENODATA ? -EINVAL : r,
+				       "reading the delta at %" PRIu64 ": %s", off,
+				       r == -ENODATA ? "it is shorter" : strerror(-r));
+	*type = wsync_le32(h);
+	*len = wsync_le64(h + 8);
+	if (*type < WSYNC_DELTA_REC_FILE || *type > WSYNC_DELTA_REC_FILE_END || wsync_le32(h + 4))
+		return wsync_error_set(err, -EINVAL, "record at offset %" PRIu64 ": unknown type "
+				       "%" PRIu32 " or reserved field not zero", off, *type);
+	if (*len > WSYNC_DELTA_PAYLOAD_MAX || *len > end - off - sizeof(h))
+		return wsync_error_set(err, -EINVAL, "record at offset %" PRIu64 ": payload of "
+				       "%" PRIu64 " bytes past the end or the limit", off, *len);
+	return 0;
+}
+
+int wsync_delta_record_payload(int fd, uint64_t off, uint64_t len, size_t small,
+			       struct wsync_buf *out, struct wsync_error *err)
+{
+	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
+	int r;
+
+	if (len > small)
+		return wsync_error_set(err, -EINVAL, "record at offset %" PRIu64 ": payload of "
+				       "%" PRIu64 " bytes, more than its type allows", off, len);
+	wsync_buf_reset(out);
+	if (wsync_buf_reserve(out, (size_t)len + 1) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r = wsync_pread_all(fd, h, sizeof(h), off);
+	if (r == 0)
+		r = wsync_pread_all(fd, out->data, (size_t)len, off + sizeof(h));
+	if (r < 0)
+		return wsync_error_set(err, r == -ENODATA ? -EINVAL : r,
+				       "reading the delta at %" PRIu64 ": %s", off,
+				       r == -ENODATA ? "it is shorter" : strerror(-r));
+	out->len = (size_t)len;
+	if (XXH3_64bits(out->data, out->len) != wsync_le64(h + 16))
+		return wsync_error_set(err, -EINVAL, "record at offset %" PRIu64 ": checksum "
+				       "mismatch (the delta is damaged)", off);
+	return 0;
+}
+
+int wsync_delta_segment_at(int fd, uint64_t off, uint64_t len, struct wsync_delta_segment *s,
+			   struct wsync_error *err)
+{
+	uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN + 16];
+	int r;
+
+	if (len < 24)
+		return wsync_error_set(err, -EINVAL, "record at offset %" PRIu64 ": SEGMENT of "
+				       "%" PRIu64 " bytes", off, len);
+	r = wsync_pread_all(fd, h, sizeof(h), off);
+	if (r < 0)
+		return wsync_error_set(err, r == -ENODATA ? -EINVAL : r,
+				       "reading the delta at %" PRIu64 ": %s", off,
+				       r == -ENODATA ? "it is shorter" : strerror(-r));
+	if (wsync_le32(h) != WSYNC_DELTA_REC_SEGMENT || wsync_le64(h + 8) != len)
+		return wsync_error_set(err, -EINVAL, "record at offset %" PRIu64 ": not the "
+				       "SEGMENT expected", off);
+	s->payload_offset = off + WSYNC_DELTA_RECORD_HEADER_LEN;
+	s->payload_len = len;
+	s->checksum = wsync_le64(h + 16);
+	s->target_offset = wsync_le64(h + WSYNC_DELTA_RECORD_HEADER_LEN);
+	s->target_len = wsync_le64(h + WSYNC_DELTA_RECORD_HEADER_LEN + 8);
+	return 0;
+}
+
+int wsync_delta_reader_open_records(int fd, struct wsync_delta_reader **ret,
+				    struct wsync_error *err)
+{
+	struct wsync_delta_reader *r = calloc(1, sizeof(*r));
+
+	*ret = r;
+	if (!r)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	r->fd = fd;
+	/* the file grows as records arrive: a read past its end is
+	 * "truncated" (src_get) */
+	r->size = UINT64_MAX;
+	r->version = WSYNC_DELTA_VERSION;
 	return 0;
 }
 

@@ -30,9 +30,12 @@
 #include "path.h"
 
 #define WSYNC_DELTA_MAGIC "WSYNCDLT"		/* 8 bytes, no NUL */
-#define WSYNC_DELTA_VERSION 3		/* what writers write */
+#define WSYNC_DELTA_VERSION 4		/* what writers write */
 #define WSYNC_DELTA_VERSION_MIN 1	/* the oldest readers read: 1 has no DENSE
-					 * pieces, 1 and 2 no F8 families */
+					 * pieces, 1 and 2 no F8 families, 1 to 3
+					 * no FILE_END records */
+/* The first version with FILE_END records (FORMAT.md §2.1). */
+#define WSYNC_DELTA_VERSION_FILE_END 4
 #define WSYNC_DELTA_PREAMBLE_LEN 16
 #define WSYNC_DELTA_RECORD_HEADER_LEN 24
 #define WSYNC_DELTA_PAYLOAD_MAX (1ULL << 30)	/* §6 */
@@ -44,11 +47,13 @@
 /* FILE payload without the path. */
 #define WSYNC_DELTA_FILE_FIXED_LEN 82
 #define WSYNC_DELTA_END_LEN 16
+#define WSYNC_DELTA_FILE_END_LEN 48
 
 enum wsync_delta_record_type {
 	WSYNC_DELTA_REC_FILE = 1,
 	WSYNC_DELTA_REC_SEGMENT = 2,
 	WSYNC_DELTA_REC_END = 3,
+	WSYNC_DELTA_REC_FILE_END = 4,	/* version 4 */
 };
 
 enum wsync_delta_op {
@@ -83,6 +88,25 @@ struct wsync_delta_file {
 	uint64_t changed;	/* informational: changed elements */
 	uint64_t elements;	/* informational: elements coded */
 };
+
+/* The fields of a FILE_END record (FORMAT.md §2.1): what a WRITE file's
+ * FILE record leaves zero in version 4. */
+struct wsync_delta_file_end {
+	struct wsync_hash128 base_hash;	/* zero without HAS_BASE */
+	struct wsync_hash128 target_hash;
+	uint64_t changed, elements;	/* informational */
+};
+
+void wsync_delta_file_end_encode(const struct wsync_delta_file_end *fe,
+				 uint8_t out[WSYNC_DELTA_FILE_END_LEN]);
+/* Decode a FILE_END payload of the file f (its FILE record, for
+ * HAS_BASE and the errors' path): -EINVAL for a wrong length or a base
+ * hash without HAS_BASE. */
+int wsync_delta_file_end_decode(const uint8_t *p, size_t len, const struct wsync_delta_file *f,
+				struct wsync_delta_file_end *fe, struct wsync_error *err);
+/* f's hashes and counts from fe (what a reader shows of a version 4
+ * WRITE file). */
+void wsync_delta_file_end_apply(struct wsync_delta_file *f, const struct wsync_delta_file_end *fe);
 
 /* "KEEP", "WRITE", "DELETE" ("?" for anything else). */
 const char *wsync_delta_op_name(enum wsync_delta_op op);
@@ -124,11 +148,13 @@ void wsync_delta_record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], uint32_
 /*
  * A writer streams records to fd with pwrite, starting at offset 0 (so the
  * fd must be a regular file; its position is not used), through a 1 MiB
- * buffer; payloads larger than that go straight to the file.  It enforces
- * the order a reader will check -- paths unique and ascending, each FILE
- * followed by exactly n_segments SEGMENT records tiling [0, target size)
- * -- so an encoder bug gives an error here rather than a delta nobody can
- * apply.  The writer does not own fd.
+ * buffer; payloads larger than that go straight to the file.  It writes
+ * every byte once, front to back (version 4): what it has written is
+ * final.  It enforces the order a reader will check -- paths unique and
+ * ascending, each FILE followed by exactly n_segments SEGMENT records
+ * tiling [0, target size) and, for a WRITE, one FILE_END record -- so an
+ * encoder bug gives an error here rather than a delta nobody can apply.
+ * The writer does not own fd.
  */
 struct wsync_delta_writer;
 
@@ -139,38 +165,22 @@ int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
 /* Free (NULL is fine) without finishing: the file is left incomplete. */
 void wsync_delta_writer_free(struct wsync_delta_writer *w);
 
-/* Begin a file.  -EINVAL if f breaks the format or the order. */
+/* Begin a file.  -EINVAL if f breaks the format or the order.  For a
+ * WRITE, f's hashes and counts are not written (the FILE record has
+ * zeros there): wsync_delta_writer_file_end gives them. */
 int wsync_delta_writer_file(struct wsync_delta_writer *w,
 			    const struct wsync_delta_file *f,
 			    struct wsync_error *err);
 
 /*
- * Rewrite the informational counts of the last FILE record (same length,
- * new checksum), for encoders that learn them only once the segments are
- * coded.  Only the counts change; the record stays where it was.
+ * End the current WRITE file, after its last segment, with its FILE_END
+ * record: the hashes (an encoder may take them while it codes the file)
+ * and the informational counts.  -EINVAL when the file is not a WRITE,
+ * lacks segments or has its FILE_END already.
  */
-int wsync_delta_writer_file_counts(struct wsync_delta_writer *w,
-				   uint64_t changed, uint64_t elements,
-				   struct wsync_error *err);
-
-/*
- * The same for the hashes of the last FILE record: an encoder that hashes
- * both sides while it codes them writes zeros first and the real hashes
- * here once the last segment is written.
- */
-int wsync_delta_writer_file_hashes(struct wsync_delta_writer *w,
-				   const struct wsync_hash128 *base_hash,
-				   const struct wsync_hash128 *target_hash,
-				   struct wsync_error *err);
-
-/*
- * Take back the last FILE record and its segments (the file is cut back
- * to where the record began): for an encoder that learns only from the
- * hashes it took while coding that the file did not change, and then
- * writes a KEEP record for the same path instead.
- */
-int wsync_delta_writer_drop_file(struct wsync_delta_writer *w,
-				 struct wsync_error *err);
+int wsync_delta_writer_file_end(struct wsync_delta_writer *w,
+				const struct wsync_delta_file_end *fe,
+				struct wsync_error *err);
 
 /* One SEGMENT payload (from wsync_segment_encode) of the current file. */
 int wsync_delta_writer_segment(struct wsync_delta_writer *w,
@@ -181,9 +191,8 @@ int wsync_delta_writer_segment(struct wsync_delta_writer *w,
 int wsync_delta_writer_finish(struct wsync_delta_writer *w,
 			      struct wsync_error *err);
 
-/* Write what is buffered: the file then holds every byte so far.  Those
- * before the current FILE record are final (drop_file, file_counts and
- * file_hashes only touch the current file's records). */
+/* Write what is buffered: the file then holds every byte so far, each
+ * final (nothing written is rewritten). */
 int wsync_delta_writer_flush(struct wsync_delta_writer *w, struct wsync_error *err);
 
 /* Bytes of delta produced so far (buffered ones included). */
@@ -202,7 +211,8 @@ struct wsync_delta_segment {
 struct wsync_delta_entry {
 	struct wsync_delta_file file;
 	uint64_t record_offset;		/* of the FILE record header */
-	uint64_t delta_bytes;		/* FILE + SEGMENT records, headers included */
+	uint64_t delta_bytes;		/* FILE + SEGMENT (+ FILE_END) records,
+					 * headers included */
 	struct wsync_delta_segment *segments; /* file.n_segments */
 };
 
@@ -260,6 +270,28 @@ void wsync_delta_reader_free(struct wsync_delta_reader *r);
 int wsync_delta_reader_segment(const struct wsync_delta_reader *r,
 			       const struct wsync_delta_segment *s,
 			       struct wsync_buf *out, struct wsync_error *err);
+
+/*
+ * One record of the delta in fd at off, for a caller that walks records
+ * as they arrive (building a file piece by piece): its header read and
+ * checked (type known, reserved field zero, payload within the limit and
+ * within [off, end)); *type and *len set.  -EINVAL when it is not.
+ */
+int wsync_delta_record_at(int fd, uint64_t off, uint64_t end, uint32_t *type, uint64_t *len,
+			  struct wsync_error *err);
+/* Its payload (at most small bytes, else -EINVAL) read into out and
+ * checked against the header's checksum. */
+int wsync_delta_record_payload(int fd, uint64_t off, uint64_t len, size_t small,
+			       struct wsync_buf *out, struct wsync_error *err);
+/* A SEGMENT record at off of payload len: where it lies and its target
+ * range (the payload's checksum is checked when it is read). */
+int wsync_delta_segment_at(int fd, uint64_t off, uint64_t len, struct wsync_delta_segment *s,
+			   struct wsync_error *err);
+/* A reader without an index over fd (not owned), whose segments a caller
+ * found with wsync_delta_segment_at: for wsync_delta_reader_segment (and
+ * apply.h's file built piece by piece). */
+int wsync_delta_reader_open_records(int fd, struct wsync_delta_reader **ret,
+				    struct wsync_error *err);
 
 /* True when the first bytes of a file (at least 8) are a delta's magic. */
 bool wsync_delta_is_delta(const uint8_t *p, size_t len);

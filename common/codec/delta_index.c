@@ -96,6 +96,10 @@ struct wsync_delta_indexer {
 	size_t n_targets, targets_cap;
 	struct wsync_sha256 *chunk;	/* of the bytes since the last cut */
 	uint64_t segs_left;		/* SEGMENT records the last FILE record announces, to come */
+	uint32_t version;		/* of the delta, from its preamble */
+	bool need_end;			/* the last file is a WRITE waiting for its FILE_END
+					 * (version 4): its target is added then */
+	struct wsync_delta_file pend;	/* that file (path owned) */
 	uint64_t chunk_start;
 	bool started, done;
 	wsync_delta_cut_cb cut_cb;	/* set: a cut at every file (cut_files) */
@@ -151,6 +155,7 @@ void wsync_delta_indexer_free(struct wsync_delta_indexer *x)
 	if (!x)
 		return;
 	wsync_delta_index_free(x->ix);
+	free(x->pend.path);
 	for (size_t i = 0; i < x->n_targets; i++)
 		free(x->targets[i].path);
 	free(x->targets);
@@ -162,8 +167,9 @@ void wsync_delta_indexer_free(struct wsync_delta_indexer *x)
 	free(x);
 }
 
-/* A file the object makes (not one it deletes): for the manifest's list. */
-static int add_target(struct wsync_delta_indexer *x, const struct wsync_delta_file *df)
+/* A file the object makes (not one it deletes), its hash known: for the
+ * manifest's list. */
+static int push_target(struct wsync_delta_indexer *x, const struct wsync_delta_file *df)
 {
 	struct wsync_manifest_file *t;
 
@@ -187,6 +193,21 @@ static int add_target(struct wsync_delta_indexer *x, const struct wsync_delta_fi
 	return 0;
 }
 
+/* The file of a FILE record, for the manifest's list: now, or once its
+ * FILE_END record gives its hash (a WRITE, version 4). */
+static int add_target(struct wsync_delta_indexer *x, const struct wsync_delta_file *df)
+{
+	if (df->op == WSYNC_DELTA_WRITE && x->version >= WSYNC_DELTA_VERSION_FILE_END) {
+		free(x->pend.path);
+		x->pend = *df;
+		if (!(x->pend.path = strdup(df->path)))
+			return wsync_error_set(&x->err, -ENOMEM, "out of memory");
+		x->need_end = true;
+		return 0;
+	}
+	return push_target(x, df);
+}
+
 /* Take one record (its header at p.off, all of it in the file). */
 static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
 {
@@ -200,6 +221,9 @@ static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
 	if (len > WSYNC_DELTA_PAYLOAD_MAX)
 		return wsync_error_set(&x->err, -EINVAL, "%s: a record of %" PRIu64 " bytes",
 				       p->what, len);
+	if ((type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_END) && x->need_end)
+		return wsync_error_set(&x->err, -EINVAL, "%s: %s has no FILE_END record "
+				       "after its segments", p->what, x->pend.path);
 	if (type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_END) {
 		r = auto_cut(x);
 		if (r < 0)
@@ -242,6 +266,22 @@ static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
 		r = take(p, NULL, len);
 		if (x->segs_left)
 			x->segs_left--;
+	} else if (type == WSYNC_DELTA_REC_FILE_END && x->f && x->version >= WSYNC_DELTA_VERSION_FILE_END) {
+		uint8_t fe_bytes[WSYNC_DELTA_FILE_END_LEN];
+		struct wsync_delta_file_end fe;
+
+		if (len != sizeof(fe_bytes) || x->segs_left || !x->need_end)
+			return wsync_error_set(&x->err, -EINVAL, "%s: a FILE_END record at %" PRIu64
+					       " out of place", p->what, start);
+		r = take(p, fe_bytes, len);
+		if (r == 0)
+			r = wsync_delta_file_end_decode(fe_bytes, sizeof(fe_bytes), &x->pend, &fe,
+							&x->err);
+		if (r == 0) {
+			x->pend.target_hash = fe.target_hash;
+			x->need_end = false;
+			r = push_target(x, &x->pend);
+		}
 	} else if (type == WSYNC_DELTA_REC_END) {
 		x->done = true;
 		return take(p, NULL, len);
@@ -264,9 +304,12 @@ int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 
 	p->size = upto;
 	if (!x->started) {
+		uint8_t pre[WSYNC_DELTA_PREAMBLE_LEN];
+
 		if (upto < WSYNC_DELTA_PREAMBLE_LEN)
 			return 0;
-		r = take(p, NULL, WSYNC_DELTA_PREAMBLE_LEN);
+		r = take(p, pre, WSYNC_DELTA_PREAMBLE_LEN);
+		x->version = wsync_le32(pre + 8);
 		if (r == 0)
 			r = end_piece(p, &x->ix->head, 0);
 		if (r == 0)
@@ -293,7 +336,7 @@ int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 const struct wsync_manifest_index *wsync_delta_indexer_index(const struct wsync_delta_indexer *x,
 							     bool *last_whole)
 {
-	*last_whole = x->done || x->segs_left == 0;
+	*last_whole = x->done || (x->segs_left == 0 && !x->need_end);
 	return x->ix;
 }
 
@@ -409,10 +452,11 @@ int wsync_delta_end_partial(int fd, uint64_t len, struct wsync_error *err)
 		plen = wsync_le64(h + 8);
 		off += sizeof(h);
 		if (plen > len - off || plen > WSYNC_DELTA_PAYLOAD_MAX ||
-		    (type != WSYNC_DELTA_REC_FILE && type != WSYNC_DELTA_REC_SEGMENT) ||
-		    (type == WSYNC_DELTA_REC_SEGMENT && files == 0)) {
-			r = wsync_error_set(err, -EINVAL, "not a FILE or SEGMENT record that "
-					    "fits at %" PRIu64, off - sizeof(h));
+		    (type != WSYNC_DELTA_REC_FILE && type != WSYNC_DELTA_REC_SEGMENT &&
+		     type != WSYNC_DELTA_REC_FILE_END) ||
+		    (type != WSYNC_DELTA_REC_FILE && files == 0)) {
+			r = wsync_error_set(err, -EINVAL, "not a FILE, SEGMENT or FILE_END record "
+					    "that fits at %" PRIu64, off - sizeof(h));
 			break;
 		}
 		if (type == WSYNC_DELTA_REC_FILE) {

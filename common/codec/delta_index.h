@@ -3,8 +3,8 @@
  * delta_index.h -- an object's index (BUCKET.md §3.1), both ways.
  *
  * A publisher indexes each delta or anchor object it made: where each
- * file's records lie (its FILE record and the SEGMENT records after it)
- * and a SHA-256 of every record, so that a subscriber can fetch the
+ * file's records lie (its FILE record, the SEGMENT records after it and,
+ * version 4, its FILE_END) and a SHA-256 of every record, so that a subscriber can fetch the
  * records of the files it takes and check each one alone against the
  * signed manifest.  The same single pass over the object gives the
  * object's XXH3-128 and SHA-256 for its manifest entry.
@@ -74,8 +74,8 @@ int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer
 int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 				struct wsync_error *err);
 /* The index so far; *last_whole: its last file's records are all taken
- * (as many SEGMENT records as its FILE record announces).  Valid until
- * the next call. */
+ * (as many SEGMENT records as its FILE record announces, and a WRITE's
+ * FILE_END in version 4).  Valid until the next call. */
 const struct wsync_manifest_index *wsync_delta_indexer_index(const struct wsync_delta_indexer *x,
 							     bool *last_whole);
 /* Bytes taken so far: whole records, the chunk being cut ends there. */
@@ -101,7 +101,7 @@ void wsync_delta_indexer_free(struct wsync_delta_indexer *x);
 
 /*
  * fd holds, from offset 0 to len, a delta's preamble and then whole
- * FILE records each followed by its SEGMENT records (ranges of an
+ * FILE records each followed by its SEGMENT (and FILE_END) records (ranges of an
  * object's index, checked against their SHA-256 already).  Append the END
  * record that counts them (FILE records, target bytes of WRITE files) at
  * len.  0, or -EINVAL when the records do not follow one another to len,

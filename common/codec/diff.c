@@ -1054,8 +1054,8 @@ struct differ {
 
 /*
  * Plan a changed file and make it ready for the workers.  With it->th, its
- * hashes are taken from the coder's reads rather than before (the record
- * is patched with them once written), going on from it->pre (NULL: from
+ * hashes are taken from the coder's reads rather than before (they go
+ * into its FILE_END record), going on from it->pre (NULL: from
  * nothing), which holds the first prehashed bytes of both sides.
  */
 static int plan_file(struct differ *d, struct item *it, bool fold,
@@ -1207,23 +1207,30 @@ static int write_seg(struct differ *d, struct item *it, size_t k,
 	return 0;
 }
 
+static int report_progress(struct differ *d, struct wsync_error *err);
+
 /*
  * Write a changed file: its FILE record, its segments as they are coded,
- * then the hashes taken while coding and the counts.  One that proves
- * unchanged after all is taken back and written as KEEP.
+ * then its FILE_END record with the hashes taken while coding and the
+ * counts.  Nothing written is taken back (the delta may be uploaded as it
+ * grows): a file that proves unchanged after all (it changed back while
+ * being read) stays a WRITE, whose result is its base.
  */
 static int write_file(struct differ *d, struct item *it, struct wsync_error *err)
 {
 	struct pool *p = &d->pool;
 	struct wsync_segment_stats file_st = { 0 };
-	uint64_t method_bytes[WSYNC_PIECE_METHODS];
+	struct wsync_delta_file_end fe = { 0 };
 	struct src *o = it->has_base ? &it->o : NULL, *n = &it->n;
 	int r;
 
-	memcpy(method_bytes, d->st->method_bytes, sizeof(method_bytes));
 	r = wsync_delta_writer_file(d->w, &it->f, err);
-	for (size_t k = 0; r == 0 && k < it->plan.n_segs; k++)
+	for (size_t k = 0; r == 0 && k < it->plan.n_segs; k++) {
 		r = write_seg(d, it, k, &file_st, err);
+		/* each segment is final once written: a chunk may end there */
+		if (r == 0)
+			r = report_progress(d, err);
+	}
 	if (r < 0)
 		return r;
 	/* every segment hashed, and no worker on the file any more */
@@ -1247,32 +1254,22 @@ static int write_file(struct differ *d, struct item *it, struct wsync_error *err
 		wsync_hasher_digest(it->th, &n->hash);
 		if (it->bh)
 			wsync_hasher_digest(it->bh, &o->hash);
-		r = wsync_delta_writer_file_hashes(d->w, o ? &o->hash : NULL, &n->hash,
-						   err);
 	}
-	if (r == 0 && file_st.elements)
-		r = wsync_delta_writer_file_counts(d->w, file_st.changed,
-						   file_st.elements, err);
 	if (r < 0)
 		return r;
-	if (it->th && o && o->size == n->size && o->mode == n->mode &&
-	    wsync_hash_equal(&o->hash, &n->hash)) {
-		/* unchanged after all: KEEP, as if hashed first */
-		memcpy(d->st->method_bytes, method_bytes, sizeof(method_bytes));
-		r = wsync_delta_writer_drop_file(d->w, err);
-		it->f.op = WSYNC_DELTA_KEEP;
-		it->f.n_segments = 0;
-		it->f.kind = WSYNC_DELTA_KIND_BYTES;
-		it->f.base_hash = o->hash;
-		it->f.target_hash = n->hash;
-		d->st->kept++;
-		return r < 0 ? r : wsync_delta_writer_file(d->w, &it->f, err);
-	}
+	if (o)
+		fe.base_hash = o->hash;
+	fe.target_hash = n->hash;
+	fe.changed = file_st.changed;
+	fe.elements = file_st.elements;
+	r = wsync_delta_writer_file_end(d->w, &fe, err);
+	if (r < 0)
+		return r;
 	count_written(d, &file_st, n->size);
 	return 0;
 }
 
-/* Every file before the next is final: tell the caller, each MiB. */
+/* Every record written is final: tell the caller, each PROGRESS_STEP. */
 static int report_progress(struct differ *d, struct wsync_error *err)
 {
 	uint64_t n = wsync_delta_writer_size(d->w);
@@ -1405,10 +1402,11 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 		r = src_open(o, d->old_fd, d->old_root, rel, d->single, err);
 	if (r == 0 && in_new)
 		r = src_open(n, d->new_fd, d->new_root, rel, d->single, err);
-	/* A file in NEW is hashed as it is coded (the FILE record is patched
-	 * afterwards); one that then proves unchanged is taken back and
-	 * written as KEEP.  Files of different sizes or modes are never
-	 * KEEP; a DELETE needs the base hash first. */
+	/* A file in NEW is hashed as it is coded (its FILE_END record gives
+	 * the hashes); one of the same size and mode is compared with its
+	 * base first (same_prefix), so an unchanged one is KEEP.  Files of
+	 * different sizes or modes are never KEEP; a DELETE needs the base
+	 * hash first. */
 	fold = in_new && n->size >= FOLD_MIN;
 	if (r == 0 && !fold && o->size + n->size >= LONG_READ)
 		r = pool_kick(d, true, err);
@@ -1433,7 +1431,7 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 		it->f.flags = WSYNC_DELTA_FILE_REPLACE;
 	it->f.mode = n->mode;
 	it->f.target_size = n->size;
-	it->f.target_hash = n->hash;	/* zero while fold: patched after coding */
+	it->f.target_hash = n->hash;	/* zero while fold: FILE_END gives it */
 	d->st->target_bytes += n->size;
 	if (!fold && in_old && o->size == n->size && o->mode == n->mode &&
 	    wsync_hash_equal(&o->hash, &n->hash)) {

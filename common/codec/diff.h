@@ -68,7 +68,7 @@ struct wsync_diff_opts {
 	uint64_t segment_target;	/* 0 means WSYNC_SEGMENT_TARGET_DEFAULT */
 	uint64_t memory_limit;		/* 0 means WSYNC_MEMORY_DEFAULT */
 	/* Called on the calling thread whenever at least 64 KiB more of the
-	 * delta is final -- whole files written to out_fd, never rewritten
+	 * delta is final -- whole records written to out_fd, never rewritten
 	 * (a publisher uploads them while the rest is coded): final is the
 	 * length of that prefix.  NULL: not called. */
 	void (*progress)(void *arg, uint64_t final);

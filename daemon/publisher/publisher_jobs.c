@@ -353,6 +353,8 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 	o.progress_arg = &c;
 	if (j->stream && (j->stream->chunk_size || j->stream->per_file))
 		c.chunks = &j->stream->role[role];
+	if (j->stream)
+		o.segment_target = j->stream->segment_target;
 	r = wsync_delta_indexer_new(fd, out, &c.x, &j->err);
 	if (r == 0 && c.chunks && j->stream->per_file)
 		wsync_delta_indexer_cut_files(c.x, push_chunk, &c);

@@ -57,6 +57,8 @@ struct pubjob_stream {
 	uv_async_t *wake;
 	uint64_t chunk_size;		/* at least this (and 1/512 of what came before) */
 	unsigned pause_ms;		/* tests: sleep this long after each cut */
+	uint64_t segment_target;	/* tests: segments this small (0: the
+					 * coder's default) */
 	bool per_file;			/* a part: a cut at every file (delta_index.h
 					 * cut_files), chunk_size unused */
 	struct pubjob_chunks role[2];

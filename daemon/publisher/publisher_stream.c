@@ -65,6 +65,7 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 	pb->stream.chunk_size = p->cfg->chunk_size;
 	pb->stream.per_file = p->mode->per_file_chunks;
 	pb->stream.pause_ms = p->d->test.chunk_pause_ms;
+	pb->stream.segment_target = (uint64_t)p->d->test.segment_kib << 10;
 	pb->job.stream = &pb->stream;
 	return 0;
 }

@@ -11,8 +11,12 @@
  * after another, each checked against the SHA-256 NEXT gives, into
  * downloads/ahead-<V>.wsd, and builds the files whose records are whole
  * on the jobs thread (sub_ahead_build_work): each temp beside its
- * destination, checked against the hash its FILE record gives, nothing
- * renamed.
+ * destination, checked against the hash its records give, nothing
+ * renamed.  The file whose records are still arriving (a chunk may end
+ * inside a file, delta format 4) is built piece by piece: each SEGMENT
+ * record that came is decoded into its temp at once, and the temp is
+ * checked when the file's FILE_END comes -- so the build trails the
+ * upload by a chunk, however large a file.
  *
  * When HEAD names that version, the plan's first step claims what was
  * built (sub_ahead_claim) if the signed manifest confirms it -- the same
@@ -64,6 +68,7 @@ static void ahead_free(struct sub_ahead *a)
 	free(a->chunks);
 	free(a->arrived);
 	wsync_delta_indexer_free(a->x);
+	wsync_apply_piece_free(a->piece);	/* its temp */
 	wsync_apply_staged_free(a->staged);	/* the temps not renamed in */
 	if (a->fd >= 0)
 		(void)close(a->fd);
@@ -113,13 +118,16 @@ void sub_ahead_free(struct wsync_subscriber *s)
 
 static void build_done(void *data, bool cancelled);
 
-/* Build the files whose records are all in the file and not built yet. */
+/* Build what came and is not built yet: the file begun piece by piece,
+ * the files whose records are all in the file, and the first records of
+ * the next. */
 static void build(struct wsync_subscriber *s)
 {
 	struct sub_ahead *a = s->ahead;
 	const struct wsync_manifest_index *ix;
 	struct wsync_error err = { 0 };
-	size_t whole;
+	uint64_t used, from = 0, to = 0, begin_at = 0;
+	size_t whole, first;
 	bool last_whole;
 	int r;
 
@@ -133,16 +141,27 @@ static void build(struct wsync_subscriber *s)
 	}
 	ix = wsync_delta_indexer_index(a->x, &last_whole);
 	whole = last_whole ? ix->n_files : ix->n_files - 1;
-	if (whole <= a->built)
+	/* the file a->built is begun piece by piece: the whole ones follow */
+	first = a->built + (a->piece != NULL);
+	if (whole > first) {
+		from = ix->files[first].offset;
+		to = ix->files[whole - 1].offset + ix->files[whole - 1].length;
+	}
+	if (whole < ix->n_files && whole >= first && a->piece_skip != whole + 1 &&
+	    !(a->piece && whole == a->built))
+		begin_at = ix->files[whole].offset;
+	if (!begin_at && from == to && !(a->piece && a->piece_pos < a->size))
 		return;
+	used = a->bytes_built + (a->piece ? wsync_apply_piece_file(a->piece)->target_size : 0);
 	a->job = (struct sub_ahead_build){
 		.target_dir = s->cfg->target_dir, .object_path = a->path,
 		.part_path = a->part_path,
-		.from = ix->files[a->built].offset,
-		.to = ix->files[whole - 1].offset + ix->files[whole - 1].length,
+		.from = from, .to = to,
 		.threads = s->cfg->threads, .memory_limit = s->cfg->memory_limit,
 		.staged = &a->staged, .owner = s,
-		.budget = s->cfg->ahead_max > a->bytes_built ? s->cfg->ahead_max - a->bytes_built : 0,
+		.budget = s->cfg->ahead_max > used ? s->cfg->ahead_max - used : 0,
+		.piece = &a->piece, .piece_pos = a->piece_pos, .piece_end = a->size,
+		.begin_at = begin_at, .cont = a->piece != NULL,
 	};
 	a->job_files = whole;
 	r = wsync_jobs_submit(s->d->jobs, sub_ahead_build_work, build_done, &a->job);
@@ -162,6 +181,14 @@ static void build_done(void *data, bool cancelled)
 	struct sub_ahead *a = s->ahead;
 
 	a->job_running = false;
+	if (j->piece_done && !cancelled) {
+		/* the file built piece by piece is staged, whatever came after */
+		a->built++;
+		a->staged_upto = j->cont_end;
+		a->bytes_built += j->cont_bytes;
+		a->pieced += j->cont_bytes;
+		s->metrics.bytes_written += j->cont_bytes;
+	}
 	if (a->dropped || cancelled) {
 		release(s);
 		if (s->stopping)
@@ -191,8 +218,26 @@ static void build_done(void *data, bool cancelled)
 			sub_maybe_stopped(s);
 		return;
 	}
+	if (j->cont && !j->piece_done && a->job_files > a->built) {
+		/* the file begun was whole, yet no FILE_END came: not a delta */
+		sub_verify_failed(s, a->version, "building ahead: a file's records end "
+				  "without its FILE_END");
+		sub_ahead_drop(s, "a file's records end without its FILE_END");
+		return;
+	}
+	if (a->job_files > a->built) {
+		const struct wsync_manifest_index *ix;
+		bool last_whole;
+
+		ix = wsync_delta_indexer_index(a->x, &last_whole);
+		a->staged_upto = ix->files[a->job_files - 1].offset +
+				 ix->files[a->job_files - 1].length;
+	}
 	a->built = a->job_files;
-	a->staged_upto = j->to;
+	if (j->begin_at && !a->piece)
+		a->piece_skip = a->built + 1;	/* not a file to build piece by piece */
+	a->piece_pos = j->piece_pos;
+	a->piece_bytes = j->piece_bytes;
 	a->bytes_built += j->stats.bytes_written;
 	a->build_seconds += j->stats.seconds;
 	s->metrics.bytes_written += j->stats.bytes_written;
@@ -553,7 +598,9 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
 	st->ahead = true;
 	st->ahead_from = a->size;
 	log_info("version %" PRIu64 ": %zu of %zu chunks fetched and %zu files built before "
-		 "the commit", a->version, a->done, o->n_chunks, a->built);
+		 "the commit (%" PRIu64 " bytes decoded piece by piece as their chunks came)",
+		 a->version, a->done, o->n_chunks, a->built,
+		 a->pieced + (a->piece ? a->piece_bytes : 0));
 	return true;
 }
 
@@ -561,6 +608,8 @@ void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j)
 {
 	j->staged = &s->ahead->staged;
 	j->staged_upto = s->ahead->staged_upto;
+	j->piece = &s->ahead->piece;
+	j->piece_pos = s->ahead->piece_pos;
 }
 
 double sub_ahead_seconds(const struct wsync_subscriber *s)

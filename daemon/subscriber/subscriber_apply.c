@@ -472,20 +472,150 @@ static int stage_part(int in, uint64_t from, uint64_t to, const char *part_path,
 	return r;
 }
 
+/*
+ * Go on building the file of pw (apply.h: piece by piece) from the
+ * object's record at *pos up to end (a record boundary of bytes checked
+ * against a signed SHA-256): each SEGMENT record decoded into its temp,
+ * and at its FILE_END the temp verified and staged into *staged (*done
+ * set).  *pos moves past every record taken.  0, or the failure (-EINVAL:
+ * the records or the result are not what they must be).
+ */
+static int piece_advance(struct wsync_apply_piecewise *pw, int fd, uint64_t *pos, uint64_t end,
+			 struct wsync_apply_staged **staged, struct wsync_apply_stats *stats,
+			 bool *done, struct wsync_error *err)
+{
+	struct wsync_buf b = { 0 };
+	int r = 0;
+
+	*done = false;
+	while (r == 0 && !*done && *pos < end) {
+		struct wsync_delta_segment sg;
+		struct wsync_delta_file_end fe;
+		uint64_t len;
+		uint32_t type;
+
+		r = wsync_delta_record_at(fd, *pos, end, &type, &len, err);
+		if (r < 0)
+			break;
+		if (type == WSYNC_DELTA_REC_SEGMENT) {
+			r = wsync_delta_segment_at(fd, *pos, len, &sg, err);
+			if (r == 0)
+				r = wsync_apply_piece_segment(pw, &sg, err);
+		} else if (type == WSYNC_DELTA_REC_FILE_END) {
+			r = wsync_delta_record_payload(fd, *pos, len, WSYNC_DELTA_FILE_END_LEN, &b,
+						       err);
+			if (r == 0)
+				r = wsync_delta_file_end_decode(b.data, b.len,
+								wsync_apply_piece_file(pw), &fe, err);
+			if (r == 0)
+				r = wsync_apply_piece_finish(pw, &fe, staged, stats, err);
+			*done = r == 0;
+		} else {
+			r = wsync_error_set(err, -EINVAL, "%s: a record of type %" PRIu32 " at %"
+					    PRIu64 " among its segments",
+					    wsync_apply_piece_file(pw)->path, type, *pos);
+		}
+		if (r == 0)
+			*pos += WSYNC_DELTA_RECORD_HEADER_LEN + len;
+	}
+	wsync_buf_free(&b);
+	return r;
+}
+
+/* Begin building piece by piece the file whose FILE record is at at, if
+ * it is a WRITE with segments whose target fits budget (else nothing:
+ * *pw stays NULL, built after the commit); *pos after its record. */
+static int piece_begin(int fd, uint64_t at, const char *dir, const struct wsync_apply_opts *ao,
+		       uint64_t budget, const struct wsync_apply_staged *staged,
+		       struct wsync_apply_piecewise **pw, uint64_t *pos, struct wsync_error *err)
+{
+	struct wsync_delta_file f = { 0 };
+	struct wsync_buf b = { 0 };
+	uint64_t len;
+	uint32_t type;
+	int r;
+
+	*pw = NULL;
+	r = wsync_delta_record_at(fd, at, UINT64_MAX, &type, &len, err);
+	if (r == 0 && type != WSYNC_DELTA_REC_FILE)
+		r = wsync_error_set(err, -EINVAL, "no FILE record at %" PRIu64, at);
+	if (r == 0)
+		r = wsync_delta_record_payload(fd, at, len, WSYNC_DELTA_FILE_FIXED_LEN +
+					       WSYNC_DELTA_PATH_MAX, &b, err);
+	if (r == 0)
+		r = wsync_delta_file_decode(b.data, b.len, &f, err);
+	wsync_buf_free(&b);
+	if (r < 0)
+		return r;
+	*pos = at + WSYNC_DELTA_RECORD_HEADER_LEN + len;
+	if (f.op == WSYNC_DELTA_WRITE && f.n_segments && f.target_size <= budget)
+		r = sub_space_check(dir, f.target_size, "the files built ahead", err);
+	if (r == 0 && f.op == WSYNC_DELTA_WRITE && f.n_segments && f.target_size <= budget)
+		r = wsync_apply_piece_begin(dir, &f, fd, ao, staged, pw, err);
+	if (r < 0) {
+		wsync_apply_piece_free(*pw);
+		*pw = NULL;
+	}
+	wsync_delta_file_clear(&f);
+	return r;
+}
+
 void sub_ahead_build_work(void *data)
 {
 	struct sub_ahead_build *j = data;
 	struct wsync_apply_opts ao = { .threads = j->threads, .memory_limit = j->memory_limit };
+	struct wsync_apply_stats st = { 0 };
 	int in = open(j->object_path, O_RDONLY | O_CLOEXEC);
+	uint64_t budget = j->budget, bytes;
+	int r = 0;
 
 	wsync_error_clear(&j->err);
-	j->verify_failed = j->over_budget = false;
+	memset(&j->stats, 0, sizeof(j->stats));
+	j->verify_failed = j->over_budget = j->piece_done = false;
+	j->piece_bytes = 0;
 	if (in < 0) {
 		j->r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 		return;
 	}
-	j->r = stage_part(in, j->from, j->to, j->part_path, j->target_dir, &ao, j->budget,
-			  j->staged, &j->stats, &j->verify_failed, &j->over_budget, &j->err);
+	/* the file being built piece by piece: its records that came */
+	if (*j->piece) {
+		r = piece_advance(*j->piece, in, &j->piece_pos, j->piece_end, j->staged, &st,
+				  &j->piece_done, &j->err);
+		if (j->piece_done) {
+			j->cont_end = j->piece_pos;
+			j->cont_bytes = st.bytes_written;
+			wsync_apply_piece_free(*j->piece);
+			*j->piece = NULL;
+		}
+	}
+	/* whole files */
+	if (r == 0 && j->from < j->to) {
+		r = stage_part(in, j->from, j->to, j->part_path, j->target_dir, &ao, budget,
+			       j->staged, &st, &j->verify_failed, &j->over_budget, &j->err);
+		j->stats.bytes_written += st.bytes_written;
+		budget -= st.bytes_written < budget ? st.bytes_written : budget;
+	}
+	/* and the first records of the next, begun */
+	if (r == 0 && j->begin_at && !*j->piece) {
+		r = piece_begin(in, j->begin_at, j->target_dir, &ao, budget, *j->staged, j->piece,
+				&j->piece_pos, &j->err);
+		if (r == 0 && *j->piece) {
+			bool done;	/* not before piece_end: the file is not whole */
+
+			r = piece_advance(*j->piece, in, &j->piece_pos, j->piece_end, j->staged,
+					  &st, &done, &j->err);
+			if (r == 0 && done)
+				r = wsync_error_set(&j->err, -EINVAL, "a file's FILE_END came "
+						    "before its records were whole");
+		}
+	}
+	if (*j->piece) {
+		(void)wsync_apply_piece_segments(*j->piece, &bytes);
+		j->piece_bytes = bytes;
+	}
+	if (r == -EINVAL)
+		j->verify_failed = true;
+	j->r = r;
 	(void)close(in);
 }
 
@@ -518,7 +648,7 @@ static int apply_staged(struct sub_apply_job *j, int fd, const struct wsync_delt
 			const struct wsync_apply_opts *ao)
 {
 	struct stat st;
-	uint64_t end;
+	uint64_t end, from;
 	char part[4096];
 	int r;
 
@@ -526,10 +656,28 @@ static int apply_staged(struct sub_apply_job *j, int fd, const struct wsync_delt
 		return wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 	end = (uint64_t)st.st_size - WSYNC_DELTA_RECORD_HEADER_LEN - WSYNC_DELTA_END_LEN;
 	snprintf(part, sizeof(part), "%s.rest", j->object_path);
-	if (j->staged_upto < end) {
+	from = j->staged_upto;
+	if (j->piece && *j->piece) {
+		/* the file begun piece by piece: its last records */
+		struct wsync_apply_stats ps = { 0 };
+		bool done = false;
+
+		from = j->piece_pos;
+		r = piece_advance(*j->piece, fd, &from, end, j->staged, &ps, &done, &j->err);
+		if (r == 0 && !done)
+			r = wsync_error_set(&j->err, -EINVAL, "%s: no FILE_END record",
+					    wsync_apply_piece_file(*j->piece)->path);
+		if (r < 0) {
+			j->verify_failed = r == -EINVAL;
+			return r;
+		}
+		wsync_apply_piece_free(*j->piece);
+		*j->piece = NULL;
+	}
+	if (from < end) {
 		bool over = false;	/* (no budget: the version is committed) */
 
-		r = stage_part(fd, j->staged_upto, end, part, j->target_dir, ao, UINT64_MAX,
+		r = stage_part(fd, from, end, part, j->target_dir, ao, UINT64_MAX,
 			       j->staged, &j->stats, &j->verify_failed, &over, &j->err);
 		if (r < 0)
 			return r;

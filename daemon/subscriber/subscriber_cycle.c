@@ -114,11 +114,12 @@ void sub_write_status(struct wsync_subscriber *s)
 	json_object_set_new(o, "include", json_string(s->include));
 	json_object_set_new(o, "exclude", json_string(s->exclude));
 	{
-		uint64_t av = 0, files = 0;
+		uint64_t av = 0, files = 0, piece = 0;
 
-		sub_ahead_progress(s, &av, &files);
+		sub_ahead_progress(s, &av, &files, &piece);
 		json_object_set_new(o, "ahead_version", json_integer((json_int_t)av));
 		json_object_set_new(o, "ahead_files", json_integer((json_int_t)files));
+		json_object_set_new(o, "ahead_piece_bytes", json_integer((json_int_t)piece));
 	}
 	(void)wsync_role_status_write(s->cfg, o, m);
 }
@@ -172,10 +173,10 @@ void sub_update_status(struct wsync_subscriber *s)
 			 " with another manifest" : "");
 		s->state_word = "downloading";	/* manifests */
 	} else {
-		uint64_t av = 0, files = 0;
+		uint64_t av = 0, files = 0, piece = 0;
 		char ahead[96] = "";
 
-		if (sub_ahead_progress(s, &av, &files))
+		if (sub_ahead_progress(s, &av, &files, &piece))
 			snprintf(ahead, sizeof(ahead), ", building version %" PRIu64 " ahead (%"
 				 PRIu64 " files)", av, files);
 		snprintf(s->line, sizeof(s->line), "%s, up to date%s%s", v, ahead,

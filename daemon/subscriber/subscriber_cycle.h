@@ -163,6 +163,13 @@ struct sub_ahead {
 	size_t built;			/* files of its index built */
 	uint64_t staged_upto;		/* object bytes whose files are built */
 	struct wsync_apply_staged *staged;
+	/* the file after the built ones, built piece by piece as its
+	 * records arrive (NULL: none), its next record at piece_pos */
+	struct wsync_apply_piecewise *piece;
+	uint64_t piece_pos;
+	size_t piece_skip;		/* index + 1 of a file not to begin (too big) */
+	uint64_t piece_bytes;		/* target bytes it holds decoded */
+	uint64_t pieced;		/* of files finished piece by piece */
 	struct sub_ahead_build job;
 	size_t job_files;		/* files the running job builds up to */
 	bool job_running;
@@ -343,10 +350,11 @@ void sub_once_report(struct wsync_subscriber *s);
  * then the daemon's stopped()). */
 void sub_maybe_stopped(struct wsync_subscriber *s);
 
-/* What is being built ahead, for the status: the version and the files
- * built so far (false: nothing). */
+/* What is being built ahead, for the status: the version, the files
+ * built so far and the bytes of the next one built piece by piece
+ * (false: nothing). */
 static inline bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t *version,
-				      uint64_t *files)
+				      uint64_t *files, uint64_t *piece_bytes)
 {
 	const struct sub_ahead *a = s->ahead;
 
@@ -354,6 +362,7 @@ static inline bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t
 		return false;
 	*version = a->version;
 	*files = a->built;
+	*piece_bytes = a->piece ? a->piece_bytes : 0;
 	return true;
 }
 

@@ -370,6 +370,11 @@ struct sub_apply_job {
 	 * rest and renames everything in (in place, a delta) */
 	struct wsync_apply_staged **staged;
 	uint64_t staged_upto;
+	/* and the file after them, when it was being built piece by piece:
+	 * its records from piece_pos on are still to decode (NULL *piece:
+	 * none) */
+	struct wsync_apply_piecewise **piece;
+	uint64_t piece_pos;
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
 	unsigned pause_ms;		/* test_hooks.h's apply_pause_ms */
 	char *version_dir;		/* symlink layout: target_dir.v<N> (owned);
@@ -419,6 +424,18 @@ struct sub_ahead_build {
 	struct wsync_apply_staged **staged;
 	uint64_t budget;		/* bytes of temps it may write ([subscriber]
 					 * ahead_max less what was built ahead) */
+	/* A file built piece by piece (*piece, NULL: none): before from, the
+	 * one being built goes on from piece_pos up to piece_end (then
+	 * piece_done if its FILE_END came); after to, the file whose FILE
+	 * record is at begin_at (0: none) is begun and taken up to
+	 * piece_end.  piece_pos is where its next record is when the job
+	 * is back; piece_bytes what it holds decoded. */
+	struct wsync_apply_piecewise **piece;
+	uint64_t piece_pos, piece_end, begin_at;
+	bool cont;			/* *piece was being built before this job */
+	bool piece_done;		/* and is staged now */
+	uint64_t cont_end, cont_bytes;	/* then: where its records end, its size */
+	uint64_t piece_bytes;
 	void *owner;
 	int r;
 	bool verify_failed;

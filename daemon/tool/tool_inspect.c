@@ -330,6 +330,16 @@ static int inspect_delta_file(const struct wsync_delta_reader *d,
 		}
 		wsync_segment_free(s);
 	}
+	/* version 4: the hashes and counts came in the file's last record */
+	if (r == 0 && f->op == WSYNC_DELTA_WRITE && d->version >= WSYNC_DELTA_VERSION_FILE_END) {
+		char hex[WSYNC_HASH_HEX_LEN + 1];
+
+		if (json)
+			json_object_set_new(o, "file_end", json_true());
+		else
+			printf("  FILE_END  target xxh128 %s\n",
+			       wsync_hash_hex(&f->target_hash, hex, sizeof(hex)));
+	}
 	if (r == 0 && json)
 		r = tool_inspect_tensors_file(d, e, view, o, err);
 	return r < 0 ? r : 0;

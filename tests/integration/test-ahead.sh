@@ -21,7 +21,11 @@
 #    a subscriber with ahead_max = 0 follows the same series exactly;
 #  - ahead_max bounds the temps built ahead as well as the bytes fetched:
 #    with 1 MiB (each shard's file is larger) nothing is built before
-#    the commit, and the version is exact after it.
+#    the commit, and the version is exact after it;
+#  - one big file whose delta goes up in many chunks (cut between its
+#    SEGMENT records): the subscriber decodes part of it into its temp
+#    before the commit (status ahead_piece_bytes, the log), renames
+#    nothing before HEAD names the version, and is byte-identical after.
 . "$(dirname "$0")/lib.sh"
 
 CK=$TMP/ck
@@ -46,8 +50,8 @@ ini() { # ini NAME ROLE [LINE...]
 temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
 has_temps() { [ "$(temps "$1")" -gt 0 ]; }
 # the subscriber's target holds exactly checkpoint STEP's shipped files
-same_as() { # same_as NAME STEP
-	local ref=$CK/checkpoint-$2 t=$TMP/$1/model f n=0
+same_as() { # same_as NAME STEP [CHECKPOINTS]
+	local ref=${3:-$CK}/checkpoint-$2 t=$TMP/$1/model f n=0
 	for f in "$ref"/*; do
 		case ${f##*/} in optimizer* | scheduler.pt | rng_state*.pth | training_args.bin) continue ;; esac
 		cmp -s "$f" "$t/${f##*/}" || { echo "# ${f##*/} differs from checkpoint-$2"; return 1; }
@@ -172,4 +176,46 @@ check "... no temp, the version kept" sh -c "[ $(temps sub) = 0 ] && [ $(field s
 
 stop sub
 stop flat
+
+# ---- 6. one big file in many chunks: built piece by piece --------------------
+# One shard, coded in 256 KiB segments (WSYNC_TEST_SEGMENT_KIB): the
+# delta of version 2 is one FILE record and dozens of SEGMENT records,
+# cut into chunks between them (delta format 4).  The subscriber decodes
+# each SEGMENT into the shard's temp as its chunk arrives.
+CK1=$TMP/ck1
+gen_ckpts "$CK1" --params 8M --steps 2 --shards 1
+BUCKET=$TMP/bucket1
+mkdir -p "$BUCKET" "$TMP/train1"
+write_ini "$TMP/pub1.ini" publisher "$TMP/pub1" "url = file://$BUCKET" \
+	"[publisher]" "watch_dir = $TMP/train1" "settle_time = 200ms" \
+	"chunk_size = 64KiB" "anchor_every = 1000" "signing_key = $TMP/wsync.key"
+write_ini "$TMP/one.ini" subscriber "$TMP/one" "url = file://$BUCKET" \
+	"[subscriber]" "target_dir = $TMP/one/model" "poll_interval = 200ms" \
+	"verify_key = $TMP/wsync.key.pub"
+mkdir -p "$TMP/pub1" "$TMP/one"
+shard=$(cd "$CK1/checkpoint-1" && ls model*.safetensors)
+start pub1 WSYNC_TEST_SEGMENT_KIB=256
+start one
+put_ckpt "$CK1/checkpoint-1" "$TMP/train1/checkpoint-1"
+check "one shard: version 1 applied" wait_version one 1 90
+stop pub1
+start pub1 WSYNC_TEST_SEGMENT_KIB=256 WSYNC_TEST_CHUNK_PAUSE_MS=1500
+put_ckpt "$CK1/checkpoint-2" "$TMP/train1/checkpoint-2"
+check "one shard: version 2 announced, built ahead" \
+	wait_for 60 in_log one "version 2 (step 2) announced: building it ahead"
+piece_shown() { [ "$(field one ahead_version)" = 2 ] && [ "$(field one ahead_piece_bytes)" -gt 0 ]; }
+check "part of the shard decoded into its temp before the commit (ahead_piece_bytes)" \
+	wait_for 60 piece_shown
+check "... while HEAD still names version 1" test "$(head_version "$BUCKET")" = 1
+check "... the shard itself still version 1's" cmp -s "$CK1/checkpoint-1/$shard" "$TMP/one/model/$shard"
+check "... its temp beside it" test -n "$(find "$TMP/one/model" -name ".$shard.wsync-*")"
+check "version 2 applied" wait_version one 2 120
+check "... byte-identical to checkpoint-2" same_as one 2 "$CK1"
+check "... no temp left" test "$(find "$TMP/one/model" -name '.*.wsync-*' | wc -l)" = 0
+check "the delta went up in several chunks inside the one file" \
+	test -e "$BUCKET/deltas/000000000002-00003.wsd"
+check "the log says part of the shard was built before the commit" \
+	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [0-9]+ files built before the commit \([1-9][0-9]* bytes decoded piece by piece' "$TMP/one/log"
+stop pub1
+stop one
 tap_done

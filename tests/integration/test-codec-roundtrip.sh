@@ -239,12 +239,13 @@ expect_exit 0 "inspect a delta" "$WSYNC" inspect "$TMP/j.wsd"
 contains "inspect names a shard" "$OUT" "model-00001-of-00002.safetensors  WRITE  safetensors"
 contains "inspect shows FLOAT pieces" "$OUT" "FLOAT   BF16"
 contains "inspect shows kept files" "$OUT" "config.json  KEEP"
+contains "inspect shows a WRITE's FILE_END record" "$OUT" "  FILE_END  target xxh128 "
 expect_exit 0 "inspect a delta --json" "$WSYNC" inspect --json "$TMP/j.wsd"
 printf '%s' "$OUT" >"$TMP/inspect.json"
 check "inspect --json: pieces tile each file, methods known" "$PYTHON3" - "$TMP/inspect.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["format"] == "wsync-delta" and d["version"] == 3
+assert d["format"] == "wsync-delta" and d["version"] == 4
 seen = set()
 for f in d["files"]:
     pos = 0
@@ -258,6 +259,7 @@ for f in d["files"]:
         assert pos == s["offset"] + s["length"]
     if f["op"] == "WRITE":
         assert pos == f["target_size"], f["path"]
+    assert f.get("file_end", False) == (f["op"] == "WRITE"), f["path"]
 assert "FLOAT" in seen, seen
 PY
 

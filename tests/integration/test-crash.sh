@@ -34,6 +34,11 @@
 # leaves the target at the new version; the restart hashes it against the
 # manifest and writes the marker, downloading nothing), time.
 #
+# A subscriber daemon killed while it builds a file ahead, piece by piece
+# (a one-shard version streamed in chunks cut inside the shard): the
+# target keeps the old version, whole; the restart removes the temp and
+# converges.
+#
 # Publisher (wsync publish, and wsyncd once): SIGKILL during encode,
 # during an upload, between two objects, between the objects and the
 # manifest, between the manifest and HEAD, during and after the HEAD write;
@@ -365,6 +370,53 @@ point "partial: after the marker" P "unlink:1:downloads/"
 point "partial anchor: per-file fetch" PA "write:3:downloads/"
 point "partial anchor: between renames" PA "rename:2:target/."
 point "partial anchor: the delta after" PA "rename:4:target/."
+
+# ---- subscriber killed while building a file ahead -------------------------
+# A publisher daemon streams version 2 of a one-shard checkpoint in many
+# chunks cut between the shard's SEGMENT records (256 KiB segments,
+# WSYNC_TEST_SEGMENT_KIB; a pause after each chunk), a subscriber daemon
+# at version 1 builds the shard ahead piece by piece and dies by SIGKILL
+# at its 3rd write into the shard's temp, before the commit.  The target
+# holds version 1 whole; the restart (no shim) removes the temp and
+# converges on version 2, byte-identical.
+AK=$TMP/ckA
+AB=$TMP/abucket
+AD=$TMP/ahead
+gen_ckpts "$AK" --params 4M --steps 2 --shards 1 --no-trainer-files
+mkdir -p "$AB" "$AD/pub/state" "$AD/pub/run" "$AD/pub/watch"
+write_ini "$AD/pub.ini" publisher "$AD/pub" "url = file://$AB" \
+	"[publisher]" "watch_dir = $AD/pub/watch" "settle_time = 200ms" "chunk_size = 64KiB" \
+	"anchor_every = 1000"
+start -c "$AD/pub.ini" -l "$AD/pub/log" apub WSYNC_TEST_SEGMENT_KIB=256
+put_ckpt "$AK/checkpoint-1" "$AD/pub/watch/checkpoint-1"
+check "ahead: the publisher commits version 1" wait_head "$AB" 1 60
+stop apub
+start -c "$AD/pub.ini" -l "$AD/pub/log" apub WSYNC_TEST_SEGMENT_KIB=256 WSYNC_TEST_CHUNK_PAUSE_MS=1500
+B=$AB sub_ini "$AD/sub"
+timeout -s KILL 60 "$WSYNC" pull --config "$AD/sub/sub.ini" >"$AD/pull1.log" 2>&1
+check "ahead: the subscriber holds version 1" same_tree "$AK/checkpoint-1" "$AD/sub/target/"
+ashard=$(cd "$AK/checkpoint-1" && ls model*.safetensors)
+shim "$AD/sub/shim.log" "write:3:.$ashard.wsync-" "$WSYNCD" -c "$AD/sub/sub.ini" \
+	--log-target stderr >"$AD/sub/crash.log" 2>&1 &
+spid=$!
+put_ckpt "$AK/checkpoint-2" "$AD/pub/watch/checkpoint-2"
+wait "$spid"
+rc=$?
+hv=$(head_version "$AB")
+check "ahead: the subscriber died by SIGKILL at its 3rd write into the shard's temp" \
+	died_at "$AD/sub" "$rc" write
+check "... while building version 2 ahead, before its commit (HEAD still names 1)" \
+	sh -c "[ '$hv' = 1 ] && grep -q 'version 2 (step 2) announced: building it ahead' '$AD/sub/crash.log' && ! grep -q 'chunks fetched and' '$AD/sub/crash.log'"
+check "... the target holds version 1 whole, a temp beside the shard" \
+	sh -c "cmp -s '$AK/checkpoint-1/$ashard' '$AD/sub/target/$ashard' && [ -n \"\$(find '$AD/sub/target' -name '.$ashard.wsync-*')\" ]"
+check "ahead: the publisher commits version 2" wait_head "$AB" 2 120
+stop apub
+timeout -s KILL 60 "$WSYNC" pull --config "$AD/sub/sub.ini" >"$AD/sub/restart.log" 2>&1
+rc=$?
+check "ahead: the restart converges on version 2: its bytes, no temp, marker says 2" \
+	sh -c "[ $rc = 0 ] && [ \"\$(find '$AD/sub' -name '.*.wsync-*' ! -name '*.wsync-lock')\" = '' ]" 
+check "... byte-identical to checkpoint-2" same_tree "$AK/checkpoint-2" "$AD/sub/target/"
+check "... marker says 2" test "$(marker_version "$AD/sub/target")" = 2
 
 # ---- disk full mid-apply: the shim fails the Nth write into a temp in
 # target_dir, and every later one, with ENOSPC (past the free-space check)

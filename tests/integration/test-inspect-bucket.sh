@@ -10,7 +10,7 @@
 # lease.  A bucket URL and --version show the version's step, base, files
 # with their sizes and each object's records, on file:// and on s3://
 # (s3rver, when it is installed); HEAD's version without --version.  The
-# delta's format reads as one ("format 3"), and a FLOAT piece costs its
+# delta's format reads as one ("format 4"), and a FLOAT piece costs its
 # share of the segment's streams, never "0 bytes"; an anchor's tensors
 # are named from its own headers, a delta's with --names DIR.
 . "$(dirname "$0")/lib.sh"
@@ -55,7 +55,7 @@ assert d["chunks"] >= 2, d' "$OUT" "$B/anchors/000000000001-00001.wsa"
 # ---- an object by its manifest key ----
 expect_exit 0 "the anchor by its manifest key (no such file)" "$WSYNC" inspect "$B/anchors/000000000001.wsa"
 contains "... assembled from its chunks" "$OUT" "the anchor of version 1 (step 1), assembled from"
-contains "... the format spelled as a format" "$OUT" "anchors/000000000001.wsa: wsync delta, format 3:"
+contains "... the format spelled as a format" "$OUT" "anchors/000000000001.wsa: wsync delta, format 4:"
 "$WSYNC" inspect --json "$B/anchors/000000000001.wsa" >"$TMP/by-key.json"
 cat "$B"/anchors/000000000001-0000?.wsa >"$TMP/by-hand.wsa"
 "$WSYNC" inspect --json "$TMP/by-hand.wsa" >"$TMP/by-hand.json"
@@ -76,7 +76,7 @@ expect_exit 0 "file:// URL --version 2" "$WSYNC" inspect "file://$B" --version 2
 contains "... the version and step" "$OUT" "the manifest of version 2 (step 2): a delta"
 contains "... its base" "$OUT" "base: version 1"
 contains "... its files and sizes" "$OUT" "model-00001-of-00002.safetensors"
-contains "... then the delta's records" "$OUT" "deltas/000000000002.wsd: wsync delta, format 3"
+contains "... then the delta's records" "$OUT" "deltas/000000000002.wsd: wsync delta, format 4"
 case "$OUT" in *"FLOAT   BF16       0 bytes"* | *"FLOAT   BF16     0 bytes"*) r=1 ;; *) r=0 ;; esac
 tap_result $r "... no FLOAT piece of 0 bytes"
 expect_exit 0 "file:// URL --version 1: the anchor per tensor" "$WSYNC" inspect "file://$B" --version 1
@@ -170,10 +170,10 @@ if have_s3rver; then
 		done
 		expect_exit 0 "s3:// URL --version 2" "$WSYNC" inspect s3://wsync-insp/run --version 2 --config "$TMP/s3.ini"
 		contains "... the version" "$OUT" "the manifest of version 2 (step 2)"
-		contains "... the delta's records" "$OUT" "deltas/000000000002.wsd: wsync delta, format 3"
+		contains "... the delta's records" "$OUT" "deltas/000000000002.wsd: wsync delta, format 4"
 		expect_exit 0 "s3:// URL, version 1: the anchor fetched chunk by chunk" \
 			"$WSYNC" inspect s3://wsync-insp/run --version 1 --config "$TMP/s3.ini"
-		contains "... its records" "$OUT" "anchors/000000000001.wsa: wsync delta, format 3"
+		contains "... its records" "$OUT" "anchors/000000000001.wsa: wsync delta, format 4"
 	else
 		tap_result 1 "s3rver started"
 	fi

@@ -100,8 +100,8 @@ tamper() { "$PYTHON3" "$HERE/index-tamper.py" "$@"; }
 SMALL=1 hostile "shard 1's range holds shard 2's records" "range of $S1 holds the records of $S2" \
 	tamper @B 3 delta shift "$S1"
 hostile "shard 1's range holds shard 2's records, the last taken range the END record" \
-	"not a FILE or SEGMENT record" tamper @B 3 delta shift "$S1"
-hostile "trainer_state.json's range holds the END record" "not a FILE or SEGMENT record" \
+	"not a FILE, SEGMENT or FILE_END record" tamper @B 3 delta shift "$S1"
+hostile "trainer_state.json's range holds the END record" "not a FILE, SEGMENT or FILE_END record" \
 	tamper @B 3 delta shift trainer_state.json
 hostile "a range past the object's end" "is not inside the object's" \
 	tamper @B 3 delta past-end

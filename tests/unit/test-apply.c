@@ -126,6 +126,7 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		const struct fdesc *d = &files[i];
+		struct wsync_delta_file_end fe = { 0 };
 		size_t tl = strlen(d->target);
 		unsigned nseg = d->segments ? d->segments : 1;
 		struct wsync_delta_file f = { .path = (char *)d->path,
@@ -167,7 +168,7 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 				r = wsync_delta_writer_file(w, &f, &err);
 			if (r == 0)
 				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-			continue;
+			goto end;
 		}
 		if (nseg == 1) {
 			wsync_buf_reset(&seg);
@@ -176,7 +177,7 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 				r = wsync_delta_writer_file(w, &f, &err);
 			if (r == 0)
 				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-			continue;
+			goto end;
 		}
 		/* several LITERAL segments tiling the target */
 		r = wsync_delta_writer_file(w, &f, &err);
@@ -191,6 +192,11 @@ static int build_delta(const struct fdesc *files, size_t n, int fd)
 			if (r == 0)
 				r = wsync_delta_writer_segment(w, seg.data, seg.len, &err);
 		}
+end:
+		fe.base_hash = f.base_hash;
+		fe.target_hash = f.target_hash;
+		if (r == 0)
+			r = wsync_delta_writer_file_end(w, &fe, &err);
 	}
 	if (r == 0)
 		r = wsync_delta_writer_finish(w, &err);
@@ -789,6 +795,123 @@ static void test_stage_refuses_other_targets(void)
 	remove_tree(stage_root);
 }
 
+/*
+ * A file built piece by piece (wsync_apply_piece_*), as a subscriber
+ * building ahead does: each SEGMENT record found with
+ * wsync_delta_segment_at decoded into the temp as it comes, nothing
+ * replaced before the commit; at its FILE_END the temp is verified and
+ * staged, and the commit gives the target.  Hostile cases each fail by
+ * name and, freed, leave the target as it was without a temp: a segment
+ * out of order, FILE_END before the last segment, a forged target hash,
+ * a base that is not the delta's; and one dropped half built.
+ */
+enum piece_case { PC_GOOD, PC_SKIP, PC_EARLY, PC_FORGED, PC_WRONG_BASE, PC_DROP };
+
+static int piecewise(enum piece_case c, char *during, size_t during_len,
+		     struct wsync_error *err)
+{
+	static const struct fdesc files[] = {
+		{ .path = "a.txt", .base = "alpha", .target = "ALPHA-ALPHA-ALPHA-ALPHA!",
+		  .segments = 4 },
+	};
+	struct wsync_apply_opts opts = { .threads = 1 };
+	struct wsync_delta_reader *d = NULL;
+	struct wsync_apply_piecewise *pw = NULL;
+	struct wsync_apply_staged *staged = NULL;
+	struct wsync_delta_file f;
+	struct wsync_delta_file_end fe;
+	int fd = memfd_create("delta", MFD_CLOEXEC), r;
+	uint64_t bytes = 0;
+
+	wsync_error_clear(err);
+	r = build_delta(files, 1, fd);
+	if (r == 0)
+		r = wsync_delta_reader_open_fd(fd, &d, err);
+	if (r < 0)
+		goto out;
+	f = d->files[0].file;
+	fe = (struct wsync_delta_file_end){ .base_hash = f.base_hash,
+					    .target_hash = f.target_hash };
+	/* what a version 4 FILE record holds */
+	memset(&f.base_hash, 0, sizeof(f.base_hash));
+	memset(&f.target_hash, 0, sizeof(f.target_hash));
+	if (c == PC_FORGED)
+		fe.target_hash.b[3] ^= 1;
+	if (c == PC_WRONG_BASE)
+		write_file(root, "a.txt", "alphx");
+	r = wsync_apply_piece_begin(root, &f, fd, &opts, NULL, &pw, err);
+	for (uint64_t k = 0; r == 0 && k < f.n_segments; k++) {
+		const struct wsync_delta_segment *rs = &d->files[0].segments[k];
+		struct wsync_delta_segment sg;
+
+		if ((c == PC_SKIP && k == 1) || (c == PC_EARLY && k == 3))
+			continue;
+		if (c == PC_DROP && k == 2)
+			goto out;	/* dropped half built: freed, not finished */
+		r = wsync_delta_segment_at(fd, rs->payload_offset - WSYNC_DELTA_RECORD_HEADER_LEN,
+					   rs->payload_len, &sg, err);
+		if (r == 0)
+			r = wsync_apply_piece_segment(pw, &sg, err);
+	}
+	if (r == 0 && c == PC_GOOD) {
+		CHECK_EQ_U64(wsync_apply_piece_segments(pw, &bytes), 4);
+		CHECK_EQ_U64(bytes, strlen(files[0].target));
+		listing(root, "", during, during_len);
+	}
+	if (r == 0)
+		r = wsync_apply_piece_finish(pw, &fe, &staged, NULL, err);
+	if (r == 0)
+		r = wsync_apply_staged_commit(staged, err);
+out:
+	wsync_apply_piece_free(pw);
+	wsync_apply_staged_free(staged);
+	wsync_delta_reader_free(d);
+	close(fd);
+	return r;
+}
+
+static void test_piecewise(void)
+{
+	static const struct { enum piece_case c; const char *needle; } bad[] = {
+		{ PC_SKIP, "must continue at" },
+		{ PC_EARLY, "FILE_END after 3 of 4 segments" },
+		{ PC_FORGED, "does not match the delta's target" },
+		{ PC_WRONG_BASE, "a.txt: base does not match the delta" },
+	};
+	char during[4096] = "", after[4096] = "", before[4096];
+	struct wsync_error err;
+
+	make_root();
+	CHECK(piecewise(PC_GOOD, during, sizeof(during), &err) == 0);
+	if (err.msg[0])
+		printf("# %s\n", err.msg);
+	/* before the commit: a.txt as it was, a temp beside it */
+	CHECK(strstr(during, "a.txt=alpha;") != NULL);
+	CHECK(strstr(during, ".a.txt.wsync-") != NULL);
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, "a.txt=ALPHA-ALPHA-ALPHA-ALPHA!;b.txt=bravo;");
+	remove_tree(root);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		make_root();
+		if (bad[i].c == PC_WRONG_BASE)
+			write_file(root, "a.txt", "alphx");
+		before[0] = after[0] = '\0';
+		listing(root, "", before, sizeof(before));
+		CHECK(piecewise(bad[i].c, NULL, 0, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, bad[i].needle);
+		listing(root, "", after, sizeof(after));
+		CHECK_STR(after, before);
+		remove_tree(root);
+	}
+	make_root();
+	before[0] = after[0] = '\0';
+	listing(root, "", before, sizeof(before));
+	CHECK(piecewise(PC_DROP, NULL, 0, &err) == 0);
+	listing(root, "", after, sizeof(after));
+	CHECK_STR(after, before);
+	remove_tree(root);
+}
+
 int main(void)
 {
 	TEST(test_good_delta_applies);
@@ -806,5 +929,6 @@ int main(void)
 	TEST(test_stage_failure_keeps_earlier);
 	TEST(test_stage_lists_keep_and_delete);
 	TEST(test_stage_refuses_other_targets);
+	TEST(test_piecewise);
 	return tap_done();
 }

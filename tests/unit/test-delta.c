@@ -71,6 +71,17 @@ static struct wsync_delta_file file(const char *path, enum wsync_delta_op op,
 	return f;
 }
 
+/* The FILE_END record of the WRITE file f: its hashes, and counts. */
+static int end_file(struct wsync_delta_writer *w, const struct wsync_delta_file *f,
+		    uint64_t changed, uint64_t elements, struct wsync_error *err)
+{
+	struct wsync_delta_file_end fe = { .base_hash = f->base_hash,
+					   .target_hash = f->target_hash,
+					   .changed = changed, .elements = elements };
+
+	return wsync_delta_writer_file_end(w, &fe, err);
+}
+
 /* The delta every round-trip test starts from, in a memfd; returns its
  * size and leaves the bytes in *img. */
 static size_t sample_delta(uint8_t **img)
@@ -92,9 +103,10 @@ static size_t sample_delta(uint8_t **img)
 	r |= wsync_delta_writer_segment(w, seg.data, seg.len, &err);
 	fake_segment(&seg, 60, 40, 10);
 	r |= wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-	r |= wsync_delta_writer_file_counts(w, 7, 50, &err);
+	r |= end_file(w, &f, 7, 50, &err);
 	f = file("new/empty", WSYNC_DELTA_WRITE, 0, 0, 0);
 	r |= wsync_delta_writer_file(w, &f, &err);
+	r |= end_file(w, &f, 0, 0, &err);
 	f = file("old.bin", WSYNC_DELTA_DELETE, 5, 0, 0);
 	r |= wsync_delta_writer_file(w, &f, &err);
 	r |= wsync_delta_writer_finish(w, &err);
@@ -274,7 +286,7 @@ static void check_sample(const struct wsync_delta_reader *r)
 	CHECK(!(r->files[2].file.flags & WSYNC_DELTA_FILE_HAS_BASE));
 	e = &r->files[1];
 	CHECK(e->file.kind == WSYNC_DELTA_KIND_SAFETENSORS);
-	CHECK_EQ_U64(e->file.changed, 7);	/* patched after the segments */
+	CHECK_EQ_U64(e->file.changed, 7);	/* from FILE_END, after the segments */
 	CHECK_EQ_U64(e->file.elements, 50);
 	CHECK_EQ_U64(e->file.n_segments, 2);
 	CHECK_EQ_U64(e->segments[0].target_offset, 0);
@@ -285,7 +297,8 @@ static void check_sample(const struct wsync_delta_reader *r)
 	CHECK(wsync_delta_reader_segment(r, &e->segments[1], &seg, &err) == 0);
 	fake_segment(&want, 60, 40, 10);
 	CHECK(seg.len == want.len && memcmp(seg.data, want.data, seg.len) == 0);
-	CHECK_EQ_U64(e->delta_bytes, 24 + 82 + strlen(e->file.path) + 24 + 64 + 24 + 34);
+	CHECK_EQ_U64(e->delta_bytes, 24 + 82 + strlen(e->file.path) + 24 + 64 + 24 + 34 +
+				     24 + WSYNC_DELTA_FILE_END_LEN);
 	wsync_buf_free(&seg);
 	wsync_buf_free(&want);
 }
@@ -299,7 +312,7 @@ static void test_round_trip_fd_and_mem(void)
 	int fd = memfd();
 
 	CHECK(len > 100);
-	CHECK(memcmp(img, "WSYNCDLT\x03\0\0\0\0\0\0\0", 16) == 0);
+	CHECK(memcmp(img, "WSYNCDLT\x04\0\0\0\0\0\0\0", 16) == 0);
 	CHECK(pwrite(fd, img, len, 0) == (ssize_t)len);
 	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
 	if (r) {
@@ -359,7 +372,7 @@ static void test_index_and_partial(void)
 		at = p;
 	}
 	CHECK_STR(o.index->files[1].path, "model-00001-of-00002.safetensors");
-	CHECK_EQ_U64(o.index->files[1].n_pieces, 3);	/* FILE and two SEGMENTs */
+	CHECK_EQ_U64(o.index->files[1].n_pieces, 4);	/* FILE, two SEGMENTs, FILE_END */
 	CHECK_STR(o.index->files[3].path, "old.bin");
 	CHECK_EQ_U64(at + 24 + 16, len);		/* then END */
 
@@ -451,7 +464,7 @@ static void test_big_segment(void)
 	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
 	fake_segment(&seg, 0, 64ULL << 20, 9u << 20);
 	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
-	CHECK(wsync_delta_writer_file_counts(w, 1, 2, &err) == 0);
+	CHECK(end_file(w, &f, 1, 2, &err) == 0);
 	CHECK(wsync_delta_writer_finish(w, &err) == 0);
 	wsync_delta_writer_free(w);
 	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
@@ -477,79 +490,244 @@ static void test_big_segment(void)
 }
 
 /*
- * An encoder that hashes while it codes: the FILE record is patched with
- * the hashes after its segments; a file found unchanged is taken back
- * (still buffered, or already flushed to the file: a 2 MiB segment) and
- * written as KEEP under the same path.  The reader sees exactly what a
- * writer told the final story from the start would have written.
+ * Version 4: a WRITE's FILE record leaves its hashes and counts zero, its
+ * FILE_END record after the last segment gives them, and the reader shows
+ * them on the file.  Every byte the writer wrote stays as it was: what it
+ * flushed after each record is a prefix of the finished delta (so it can
+ * be uploaded, and cut, as it grows).  The writer refuses a FILE_END out
+ * of place and a file or finish without one.
  */
-static void test_writer_hashes_and_drop(void)
+static void test_writer_file_end(void)
 {
 	struct wsync_delta_writer *w = NULL;
 	struct wsync_delta_reader *r = NULL;
 	struct wsync_buf seg = { 0 };
 	struct wsync_error err = { 0 };
-	struct wsync_hash128 bh, th;
+	struct wsync_delta_file a = file("a", WSYNC_DELTA_WRITE, 100, 100, 2);
+	struct wsync_delta_file k = file("b", WSYNC_DELTA_KEEP, 100, 100, 0);
+	struct wsync_delta_file c = file("c", WSYNC_DELTA_WRITE, 0, 100, 1);
+	struct wsync_delta_file_end fe = { 0 };
+	uint8_t *snap[8] = { 0 };
+	size_t snap_len[8] = { 0 }, n_snap = 0;
 	int fd = memfd();
 
-	wsync_hash_mem("base", 4, &bh);
-	wsync_hash_mem("target", 6, &th);
-	for (int big = 0; big < 2; big++) {
-		struct wsync_delta_file a = file("a", WSYNC_DELTA_WRITE, 100, 100, 1);
-		struct wsync_delta_file b = file("b", WSYNC_DELTA_WRITE, 100, 100, 1);
-		struct wsync_delta_file k = file("b", WSYNC_DELTA_KEEP, 100, 100, 0);
-		struct wsync_delta_file c = file("c", WSYNC_DELTA_WRITE, 0, 100, 1);
-		size_t extra = big ? 2u << 20 : 40;
-		off_t before_b;
-
-		CHECK(ftruncate(fd, 0) == 0);
-		memset(&a.base_hash, 0, sizeof(a.base_hash));
-		memset(&a.target_hash, 0, sizeof(a.target_hash));
-		CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
-		CHECK(wsync_delta_writer_file(w, &a, &err) == 0);
-		fake_segment(&seg, 0, 100, 40);
-		CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
-		CHECK(wsync_delta_writer_file_hashes(w, &bh, &th, &err) == 0);
-		before_b = (off_t)wsync_delta_writer_size(w);
-		CHECK(wsync_delta_writer_file(w, &b, &err) == 0);
-		fake_segment(&seg, 0, 100, extra);
-		CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
-		CHECK(wsync_delta_writer_drop_file(w, &err) == 0);
-		CHECK_EQ_U64(wsync_delta_writer_size(w), (uint64_t)before_b);
-		/* the order check still holds after a drop */
-		CHECK(wsync_delta_writer_file(w, &a, &err) == -EINVAL);
-		CHECK(wsync_delta_writer_file(w, &k, &err) == 0);
-		CHECK(wsync_delta_writer_file(w, &c, &err) == 0);
-		fake_segment(&seg, 0, 100, 8);
-		CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
-		CHECK(wsync_delta_writer_finish(w, &err) == 0);
-		wsync_delta_writer_free(w);
-		w = NULL;
-		CHECK(lseek(fd, 0, SEEK_END) < (off_t)(1u << 20));
-		CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
-		if (r) {
-			CHECK_EQ_U64(r->n_files, 3);
-			CHECK(r->files[0].file.op == WSYNC_DELTA_WRITE);
-			CHECK(wsync_hash_equal(&r->files[0].file.base_hash, &bh));
-			CHECK(wsync_hash_equal(&r->files[0].file.target_hash, &th));
-			CHECK(r->files[1].file.op == WSYNC_DELTA_KEEP);
-			CHECK(strcmp(r->files[1].file.path, "b") == 0);
-			CHECK_EQ_U64(r->files[1].file.n_segments, 0);
-			CHECK(r->files[2].file.op == WSYNC_DELTA_WRITE);
-			CHECK_EQ_U64(r->files[2].file.n_segments, 1);
-		} else {
-			printf("# %s\n", wsync_error_str(&err));
-		}
-		wsync_delta_reader_free(r);
-		r = NULL;
-	}
-	/* nothing to drop or patch outside a file */
 	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
-	CHECK(wsync_delta_writer_drop_file(w, &err) == -EINVAL);
-	CHECK(wsync_delta_writer_file_hashes(w, &bh, &th, &err) == -EINVAL);
+	CHECK(wsync_delta_writer_file_end(w, &fe, &err) == -EINVAL);	/* no file */
+	CHECK(wsync_delta_writer_file(w, &a, &err) == 0);
+	fake_segment(&seg, 0, 60, 2u << 20);	/* past the buffer: flushed */
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(end_file(w, &a, 1, 2, &err) == -EINVAL);		/* a segment to come */
+	CHECK_CONTAINS(err.msg, "1 of 2 segments");
+	fake_segment(&seg, 60, 40, 30);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(wsync_delta_writer_file(w, &k, &err) == -EINVAL);	/* no FILE_END */
+	CHECK_CONTAINS(err.msg, "no FILE_END");
+	for (int step = 0; step < 4; step++) {
+		off_t len;
+
+		if (step == 0)
+			CHECK(end_file(w, &a, 7, 50, &err) == 0);
+		if (step == 1) {
+			CHECK(end_file(w, &a, 7, 50, &err) == -EINVAL);	/* twice */
+			CHECK(wsync_delta_writer_file(w, &k, &err) == 0);
+			CHECK(end_file(w, &k, 0, 0, &err) == -EINVAL);	/* a KEEP */
+		}
+		if (step == 2) {
+			CHECK(wsync_delta_writer_file(w, &c, &err) == 0);
+			fake_segment(&seg, 0, 100, 8);
+			CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+			CHECK(wsync_delta_writer_finish(w, &err) == -EINVAL); /* no FILE_END */
+			fe.target_hash = c.target_hash;
+			wsync_hash_mem("x", 1, &fe.base_hash);	/* c has no base */
+			CHECK(wsync_delta_writer_file_end(w, &fe, &err) == -EINVAL);
+			CHECK(end_file(w, &c, 0, 0, &err) == 0);
+		}
+		if (step == 3)
+			CHECK(wsync_delta_writer_finish(w, &err) == 0);
+		else
+			CHECK(wsync_delta_writer_flush(w, &err) == 0);
+		len = lseek(fd, 0, SEEK_END);
+		snap[n_snap] = malloc((size_t)len);
+		snap_len[n_snap] = (size_t)len;
+		CHECK(pread(fd, snap[n_snap], (size_t)len, 0) == len);
+		n_snap++;
+	}
 	wsync_delta_writer_free(w);
+	for (size_t i = 0; i + 1 < n_snap; i++)
+		CHECK(snap_len[i] <= snap_len[i + 1] &&
+		      memcmp(snap[i], snap[n_snap - 1], snap_len[i]) == 0);
+	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
+	if (r) {
+		CHECK_EQ_U64(r->version, 4);
+		CHECK_EQ_U64(r->n_files, 3);
+		CHECK(wsync_hash_equal(&r->files[0].file.base_hash, &a.base_hash));
+		CHECK(wsync_hash_equal(&r->files[0].file.target_hash, &a.target_hash));
+		CHECK_EQ_U64(r->files[0].file.changed, 7);
+		CHECK_EQ_U64(r->files[0].file.elements, 50);
+		/* FILE + 2 SEGMENT + FILE_END records */
+		CHECK_EQ_U64(r->files[0].delta_bytes,
+			     4 * WSYNC_DELTA_RECORD_HEADER_LEN + WSYNC_DELTA_FILE_FIXED_LEN + 1 +
+			     (24 + (2u << 20)) + (24 + 30) + WSYNC_DELTA_FILE_END_LEN);
+		CHECK(r->files[1].file.op == WSYNC_DELTA_KEEP);
+		CHECK(wsync_hash_equal(&r->files[2].file.target_hash, &c.target_hash));
+	} else {
+		printf("# %s\n", wsync_error_str(&err));
+	}
+	wsync_delta_reader_free(r);
+	for (size_t i = 0; i < n_snap; i++)
+		free(snap[i]);
 	wsync_buf_free(&seg);
 	close(fd);
+}
+
+/* A FILE_END payload for raw deltas. */
+static void raw_file_end(struct wsync_buf *b, const struct wsync_delta_file *f, size_t len)
+{
+	struct wsync_delta_file_end fe = { .base_hash = f->base_hash,
+					   .target_hash = f->target_hash };
+	uint8_t p[WSYNC_DELTA_FILE_END_LEN + 1] = { 0 };
+
+	wsync_delta_file_end_encode(&fe, p);
+	raw_record(b, WSYNC_DELTA_REC_FILE_END, p, len);
+}
+
+/* The FILE record of a version 4 WRITE: hashes and counts zero. */
+static void raw_file_v4(struct wsync_buf *b, const struct wsync_delta_file *f)
+{
+	struct wsync_delta_file z = *f;
+
+	memset(&z.base_hash, 0, sizeof(z.base_hash));
+	memset(&z.target_hash, 0, sizeof(z.target_hash));
+	raw_file(b, &z);
+}
+
+/*
+ * A hostile FILE_END (or its absence) is refused by name: missing (before
+ * the next FILE, before END), twice, before the last segment, after a
+ * KEEP, of another length, with a base hash for a file without a base, in
+ * a version 3 delta; and a version 4 WRITE whose FILE record gives hashes.
+ * The same records well placed are accepted, so each case fails for the
+ * reason named.  A version 3 delta (hashes in the FILE record, no
+ * FILE_END) still reads.
+ */
+static void test_file_end_rules(void)
+{
+	struct wsync_buf b = { 0 }, seg = { 0 };
+	struct wsync_delta_file w = file("w", WSYNC_DELTA_WRITE, 100, 100, 2);
+	struct wsync_delta_file n = file("n", WSYNC_DELTA_WRITE, 0, 100, 1);
+	struct wsync_delta_file k = file("k", WSYNC_DELTA_KEEP, 5, 5, 0);
+	struct wsync_delta_file x = file("x", WSYNC_DELTA_WRITE, 0, 100, 1);
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_error err;
+
+	/* for each case: the FILE_END placement */
+	for (int c = 0; c < 10; c++) {
+		raw_preamble(&b, c == 8 ? 3 : 4);
+		if (c == 5) {
+			raw_file(&b, &k);
+			raw_file_end(&b, &k, WSYNC_DELTA_FILE_END_LEN);	/* after a KEEP */
+		}
+		if (c == 9)
+			raw_file(&b, &w);	/* v4 FILE record with hashes */
+		else
+			raw_file_v4(&b, &w);
+		fake_segment(&seg, 0, 60, 8);
+		raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+		if (c == 3)
+			raw_file_end(&b, &w, WSYNC_DELTA_FILE_END_LEN);	/* too early */
+		fake_segment(&seg, 60, 40, 8);
+		raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+		if (c != 1 && c != 2)
+			raw_file_end(&b, &w, c == 6 ? 47 : WSYNC_DELTA_FILE_END_LEN);
+		if (c == 4)
+			raw_file_end(&b, &w, WSYNC_DELTA_FILE_END_LEN);	/* twice */
+		if (c != 2) {
+			raw_file_v4(&b, &x);
+			fake_segment(&seg, 0, 100, 8);
+			raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+			if (c == 7) {
+				struct wsync_delta_file bad = x;
+
+				wsync_hash_mem("x", 1, &bad.base_hash);
+				raw_file_end(&b, &bad, WSYNC_DELTA_FILE_END_LEN);
+			} else {
+				raw_file_end(&b, &x, WSYNC_DELTA_FILE_END_LEN);
+			}
+		}
+		raw_end(&b, (c == 5) + (c != 2) + 1, (c != 2) * 100 + 100);
+		switch (c) {
+		case 0:
+			wsync_error_clear(&err);
+			CHECK(wsync_delta_reader_open_mem(b.data, b.len, &r, &err) == 0);
+			if (r) {
+				CHECK(wsync_hash_equal(&r->files[0].file.target_hash,
+						       &w.target_hash));
+				CHECK(wsync_hash_equal(&r->files[0].file.base_hash,
+						       &w.base_hash));
+				CHECK(wsync_hash_equal(&r->files[1].file.target_hash,
+						       &x.target_hash));
+			} else {
+				printf("# %s\n", err.msg);
+			}
+			wsync_delta_reader_free(r);
+			r = NULL;
+			break;
+		case 1:
+			expect_refused(b.data, b.len, "w: no FILE_END record");
+			break;
+		case 2:
+			expect_refused(b.data, b.len, "w: no FILE_END record");
+			break;
+		case 3:
+			expect_refused(b.data, b.len, "before the file's last SEGMENT");
+			break;
+		case 4:
+			expect_refused(b.data, b.len, "or a second one");
+			break;
+		case 5:
+			expect_refused(b.data, b.len, "after a KEEP or DELETE");
+			break;
+		case 6:
+			expect_refused(b.data, b.len, "FILE_END of 47 bytes");
+			break;
+		case 7:
+			expect_refused(b.data, b.len, "base hash to a file without a base");
+			break;
+		case 8:
+			expect_refused(b.data, b.len, "unknown type 4");
+			break;
+		case 9:
+			expect_refused(b.data, b.len, "has them in FILE_END");
+			break;
+		}
+	}
+	/* counts beyond what the file can hold */
+	for (int c = 0; c < 2; c++) {
+		struct wsync_delta_file_end fe = { .target_hash = x.target_hash,
+						   .changed = c ? 5 : 0, .elements = c ? 4 : 101 };
+		uint8_t p[WSYNC_DELTA_FILE_END_LEN];
+
+		raw_preamble(&b, 4);
+		raw_file_v4(&b, &x);
+		fake_segment(&seg, 0, 100, 8);
+		raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+		wsync_delta_file_end_encode(&fe, p);
+		raw_record(&b, WSYNC_DELTA_REC_FILE_END, p, sizeof(p));
+		raw_end(&b, 1, 100);
+		expect_refused(b.data, b.len, c ? "5 changed of 4 elements" : "of 101 elements in 100 bytes");
+	}
+	/* version 3: hashes in the FILE record, no FILE_END */
+	raw_preamble(&b, 3);
+	raw_file(&b, &n);
+	fake_segment(&seg, 0, 100, 8);
+	raw_record(&b, WSYNC_DELTA_REC_SEGMENT, seg.data, seg.len);
+	raw_end(&b, 1, 100);
+	CHECK(wsync_delta_reader_open_mem(b.data, b.len, &r, &err) == 0);
+	if (r)
+		CHECK(wsync_hash_equal(&r->files[0].file.target_hash, &n.target_hash));
+	wsync_delta_reader_free(r);
+	wsync_buf_free(&b);
+	wsync_buf_free(&seg);
 }
 
 static void test_writer_refuses_disorder(void)
@@ -575,6 +753,8 @@ static void test_writer_refuses_disorder(void)
 	fake_segment(&seg, 50, 50, 8);
 	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
 	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == -EINVAL);
+	f = file("b", WSYNC_DELTA_WRITE, 0, 100, 2);
+	CHECK(end_file(w, &f, 0, 0, &err) == 0);
 	f = file("a", WSYNC_DELTA_KEEP, 1, 1, 0);
 	CHECK(wsync_delta_writer_file(w, &f, &err) == -EINVAL);	/* order */
 	CHECK_CONTAINS(err.msg, "byte order");
@@ -617,7 +797,9 @@ static void test_every_flipped_byte_refused(void)
 		}
 	}
 	CHECK_EQ_U64(accepted, 0);
-	CHECK_EQ_U64(versions, 1);	/* bit 0: 3 -> 2 (bit 7 gives 131) */
+	/* bit 0: 4 -> 5, bit 7: 132; a version 1 to 3 reader refuses the
+	 * FILE_END records */
+	CHECK_EQ_U64(versions, 0);
 	CHECK(checksum_msgs > len); /* most flips hit payloads or checksums */
 	CHECK(open_mem(img, len, &err) == 0);
 	free(img);
@@ -710,24 +892,19 @@ static void test_version_and_flags(void)
 	uint8_t *img;
 	size_t len = sample_delta(&img);
 
-	img[8] = 4;
-	expect_refused(img, len, "unsupported delta version 4");
+	img[8] = 5;
+	expect_refused(img, len, "unsupported delta version 5");
+	img[8] = 3;	/* a version 3 reader knows no FILE_END */
+	expect_refused(img, len, "unknown type 4");
 	img[8] = 0;
 	expect_refused(img, len, "unsupported delta version 0");
 	img[11] = 1;
 	expect_refused(img, len, "unsupported delta version 16777216");
-	img[8] = 3;
+	img[8] = 4;
 	img[11] = 0;
 	img[12] = 4;
 	expect_refused(img, len, "flags");
 	img[12] = 0;
-	{
-		struct wsync_error err;
-
-		img[8] = 1;	/* version 1 (before DENSE pieces) still reads */
-		CHECK(open_mem(img, len, &err) == 0);
-		img[8] = 2;
-	}
 	img[0] = 'X';
 	expect_refused(img, len, "bad magic");
 	free(img);
@@ -939,7 +1116,8 @@ int main(void)
 	TEST(test_round_trip_fd_and_mem);
 	TEST(test_index_and_partial);
 	TEST(test_big_segment);
-	TEST(test_writer_hashes_and_drop);
+	TEST(test_writer_file_end);
+	TEST(test_file_end_rules);
 	TEST(test_writer_refuses_disorder);
 	TEST(test_every_flipped_byte_refused);
 	TEST(test_segments_checked_later);
