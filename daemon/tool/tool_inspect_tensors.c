@@ -14,9 +14,10 @@
  * tensor is that tensor's exactly; one over several is an estimate
  * ("~"), except a LITERAL piece, whose payload is its bytes.  The shares
  * are rounded so that each unit's add up to it exactly, and what no unit
- * holds -- the FILE and SEGMENT record headers, each segment's header and
- * its piece and stream tables -- is the framing, so tensors, header and
- * framing add up to the file's bytes in the delta.
+ * holds -- the FILE record (and FILE_END, format 4), the SEGMENT record
+ * headers, each segment's header and its piece and stream tables -- is
+ * the framing, so tensors, header and framing add up to the file's bytes
+ * in the delta.
  *
  * Changed elements are known where a piece says them: none for COPY, the
  * non-zero codes of a DENSE piece, the GAP symbols of a FLOAT group
