@@ -46,6 +46,7 @@ static void set_state(struct wsync_publisher *p, enum pub_state s)
 		return;
 	log_debug("publisher: %s -> %s", pub_state_name(p->state), pub_state_name(s));
 	p->state = s;
+	p->state_changes++;
 	if (s != PUB_IDLE || p->stopping || p->once_dir)
 		pub_write_status(p);
 	else
@@ -410,11 +411,24 @@ static bool lease_fresh(struct wsync_publisher *p)
 	return false;
 }
 
+void pub_scanned(struct wsync_publisher *p, int r, struct candidate *c, char *skipped)
+{
+	if (r == -ESTALE) {
+		if (p->state == PUB_IDLE && !p->pub)
+			enter(p, PUB_IDLE);
+	} else if (r == 1) {
+		start_publication(p, c, skipped);
+	} else if (r == 0 && p->scan_again_ms) {
+		schedule_scan(p, p->scan_again_ms);
+	}
+}
+
 /* Enter state s and start its work. */
 static void enter(struct wsync_publisher *p, enum pub_state s)
 {
 	struct candidate c;
 	char *skipped;
+	int r;
 
 	set_state(p, s);
 	switch (s) {
@@ -442,8 +456,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 	case PUB_IDLE:
 		if (p->pub)
 			break;	/* an ended publication's requests are still to come back */
-		if (p->stopping && p->syncs_running)
-			break;	/* start_syncs_done comes back here */
+		if (p->stopping && (p->syncs_running || p->judging))
+			break;	/* start_syncs_done, pub_scanned come back here */
 		if (p->stopping) {
 			if (pub_lease_release(p))
 				break;	/* its end comes back here */
@@ -455,10 +469,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 			enter(p, PUB_LEASE);
 			break;
 		}
-		if (pub_scan(p, &c, &skipped) == 1)
-			start_publication(p, &c, skipped);
-		else if (p->scan_again_ms)
-			schedule_scan(p, p->scan_again_ms);
+		r = pub_scan(p, &c, &skipped);
+		pub_scanned(p, r, &c, skipped);
 		break;
 	case PUB_PREPARE:
 		pub_status(p, "encoding version %" PRIu64 " (step %" PRId64 ", %s)",

@@ -336,6 +336,9 @@ struct wsync_publisher {
 	enum pub_state state, retry_state;
 	bool stopping, started;
 	bool syncs_running;		/* the start's folder syncs, on the jobs thread */
+	bool judging;			/* a scan's judgements, on the jobs thread */
+	unsigned state_changes;		/* how often state changed (a scan that
+					 * came back after one is stale) */
 	bool adopted;			/* the last publication was HEAD's already */
 	unsigned closing;		/* handles still closing */
 
@@ -640,8 +643,14 @@ void pub_parts_stop_polling(struct wsync_publisher *p);
 /* Look at the watched folder (or, run once, the directory named): the
  * newest complete, settled checkpoint into *best (1; *skipped: the steps
  * it supersedes, or NULL), 0 none (what the others wait for is said).
- * p->scan_again_ms: when one would have settled. */
+ * p->scan_again_ms: when one would have settled.  -EINPROGRESS: the
+ * judgement reads files the caches do not know, and runs on the jobs
+ * thread (p->judging); its results come to pub_scanned. */
 int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped);
+/* (publisher.c) What a scan found (pub_scan's r, best and skipped, taken),
+ * acted on; -ESTALE: a judgement off the loop came back to a publisher
+ * that moved on -- do what is due now. */
+void pub_scanned(struct wsync_publisher *p, int r, struct candidate *best, char *skipped);
 /* What we remember of checkpoint name (made when new); NULL: no memory. */
 struct seen *pub_seen_get(struct wsync_publisher *p, const char *name);
 void pub_seen_free(struct wsync_publisher *p);
