@@ -337,6 +337,7 @@ struct wsync_publisher {
 	bool stopping, started;
 	bool syncs_running;		/* the start's folder syncs, on the jobs thread */
 	bool judging;			/* a scan's judgements, on the jobs thread */
+	bool scan_missed;		/* ... and a scan asked for meanwhile */
 	unsigned state_changes;		/* how often state changed (a scan that
 					 * came back after one is stale) */
 	bool adopted;			/* the last publication was HEAD's already */

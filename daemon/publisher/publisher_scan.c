@@ -422,10 +422,10 @@ static int scan_finish(struct wsync_publisher *p, struct scan *sc, struct candid
 	*skipped_out = NULL;
 	for (size_t i = 0; i < sc->n; i++) {
 		struct candidate c, *nc;
-		int dfd = sc->e[i].dfd;
+		int dfd = sc->e[i].dfd, r = judge_end(p, &sc->e[i], &c, &wake, &w);
 
 		sc->e[i].dfd = -1;
-		if (judge_end(p, &sc->e[i], &c, &wake, &w) != 1) {
+		if (r != 1) {
 			(void)close(dfd);
 			continue;
 		}
@@ -491,9 +491,12 @@ static void scan_done(void *data, bool cancelled)
 	struct wsync_publisher *p = sc->p;
 	struct candidate c;
 	char *skipped = NULL;
+	bool missed;
 	int r;
 
 	p->judging = false;
+	missed = p->scan_missed;
+	p->scan_missed = false;
 	if (cancelled || p->stopping || p->state != PUB_IDLE || p->pub || p->recheck ||
 	    p->lease.lost || sc->epoch != p->state_changes) {
 		scan_free(sc);
@@ -501,6 +504,10 @@ static void scan_done(void *data, bool cancelled)
 	} else {
 		r = scan_finish(p, sc, &c, &skipped);
 	}
+	/* what changed while it was judged (a watch event, a deadline) is
+	 * looked at next */
+	if (r == 0 && missed)
+		p->scan_again_ms = 1;
 	pub_scanned(p, r, &c, skipped);
 }
 
@@ -522,8 +529,10 @@ int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped_o
 	*skipped_out = NULL;
 	if (p->once_dir)
 		return p->once.reported ? 0 : scan_once(p, best);
-	if (p->judging)
+	if (p->judging) {
+		p->scan_missed = true;
 		return -EINPROGRESS;	/* scan_done comes back */
+	}
 	if (!(sc = calloc(1, sizeof(*sc))))
 		return 0;
 	sc->p = p;
