@@ -6,6 +6,9 @@ and index read and checked).
 
     scripts/bench-judge.py [--tensors N] [--shards K] [--dir DIR] [--wsyncd PATH]
 
+DIR (default a temp dir under /var/tmp, removed after) holds the watched
+folder, the bucket, the daemon's state and its log.
+
 It writes a checkpoint of N tensors (default 300,000) in K shards (default
 8), each tensor one bf16 value, with its model.safetensors.index.json: the
 headers and the index are as large as a real model's with that many
@@ -80,7 +83,9 @@ def main():
     ap.add_argument("--tensors", type=int, default=300000)
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--dir")
-    ap.add_argument("--wsyncd", default=os.environ.get("WSYNCD", "build-w/daemon/wsyncd"))
+    ap.add_argument("--wsyncd", default=os.environ.get("WSYNCD") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build", "daemon", "wsyncd"),
+        help="the daemon to measure (default: $WSYNCD, else build/daemon/wsyncd)")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
 
