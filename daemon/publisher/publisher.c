@@ -411,7 +411,10 @@ static bool lease_fresh(struct wsync_publisher *p)
 	return false;
 }
 
-void pub_scanned(struct wsync_publisher *p, int r, struct candidate *c, char *skipped)
+/* What a scan found (pub_scan's r, c and skipped, taken), acted on;
+ * -ESTALE: a judgement off the loop came back to a publisher that moved
+ * on -- do what is due now. */
+static void scanned(struct wsync_publisher *p, int r, struct candidate *c, char *skipped)
 {
 	if (r == -ESTALE) {
 		if (p->state == PUB_IDLE && !p->pub)
@@ -457,7 +460,7 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 		if (p->pub)
 			break;	/* an ended publication's requests are still to come back */
 		if (p->stopping && (p->syncs_running || p->judging))
-			break;	/* start_syncs_done, pub_scanned come back here */
+			break;	/* start_syncs_done, PUB_EV_SCANNED come back here */
 		if (p->stopping) {
 			if (pub_lease_release(p))
 				break;	/* its end comes back here */
@@ -470,7 +473,7 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 			break;
 		}
 		r = pub_scan(p, &c, &skipped);
-		pub_scanned(p, r, &c, skipped);
+		scanned(p, r, &c, skipped);
 		break;
 	case PUB_PREPARE:
 		pub_status(p, "encoding version %" PRIu64 " (step %" PRId64 ", %s)",
@@ -665,6 +668,9 @@ static void dispatch(struct wsync_publisher *p, const struct pub_event *ev)
 			pub_abandon(p, 0);
 		else
 			enter(p, PUB_IDLE);
+		break;
+	case PUB_EV_SCANNED:
+		scanned(p, ev->scan_r, ev->best, ev->skipped);
 		break;
 	}
 }

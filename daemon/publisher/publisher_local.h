@@ -119,6 +119,8 @@ enum pub_event_type {
 				 * nothing more */
 	PUB_EV_CONFLICT,	/* a conditional write found the bucket changed by
 				 * another writer: drop, check the lease, recover */
+	PUB_EV_SCANNED,		/* IDLE: a scan judged on the jobs thread is over
+				 * (scan_r, best, skipped: pub_scan's results) */
 };
 
 struct pub_event {
@@ -126,6 +128,11 @@ struct pub_event {
 	const char *what;			/* FAILED: the request */
 	const struct wsync_store_result *res;	/* FAILED: its result */
 	uint64_t scan_ms;			/* DROP */
+	int scan_r;				/* SCANNED: as pub_scan's, or
+						 * -ESTALE: it came back to a
+						 * publisher that moved on */
+	struct candidate *best;			/* SCANNED, scan_r 1: taken */
+	char *skipped;				/* SCANNED, scan_r 1: taken */
 };
 
 /* What we remember of a checkpoint directory between scans. */
@@ -484,6 +491,17 @@ static inline void pub_report_drop(struct wsync_publisher *p, uint64_t scan_ms)
 	p->dispatch(p, &ev);
 }
 
+/* A scan judged on the jobs thread is over: r, best and skipped as
+ * pub_scan's (taken), or r -ESTALE. */
+static inline void pub_report_scanned(struct wsync_publisher *p, int r, struct candidate *best,
+				      char *skipped)
+{
+	struct pub_event ev = { .type = PUB_EV_SCANNED, .scan_r = r, .best = best,
+				.skipped = skipped };
+
+	p->dispatch(p, &ev);
+}
+
 /* ---- publisher_status.c ---- */
 
 const char *pub_state_name(enum pub_state s);
@@ -646,12 +664,8 @@ void pub_parts_stop_polling(struct wsync_publisher *p);
  * it supersedes, or NULL), 0 none (what the others wait for is said).
  * p->scan_again_ms: when one would have settled.  -EINPROGRESS: the
  * judgement reads files the caches do not know, and runs on the jobs
- * thread (p->judging); its results come to pub_scanned. */
+ * thread (p->judging); its results come back as PUB_EV_SCANNED. */
 int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped);
-/* (publisher.c) What a scan found (pub_scan's r, best and skipped, taken),
- * acted on; -ESTALE: a judgement off the loop came back to a publisher
- * that moved on -- do what is due now. */
-void pub_scanned(struct wsync_publisher *p, int r, struct candidate *best, char *skipped);
 /* What we remember of checkpoint name (made when new); NULL: no memory. */
 struct seen *pub_seen_get(struct wsync_publisher *p, const char *name);
 void pub_seen_free(struct wsync_publisher *p);

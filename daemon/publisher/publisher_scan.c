@@ -508,7 +508,7 @@ static void scan_done(void *data, bool cancelled)
 	 * looked at next */
 	if (r == 0 && missed)
 		p->scan_again_ms = 1;
-	pub_scanned(p, r, &c, skipped);
+	pub_report_scanned(p, r, &c, skipped);
 }
 
 /* Would judging what sc holds read files (a header, an index) that the
