@@ -194,6 +194,15 @@ static bool ident_eq(struct ident a, struct ident b)
 	return a.ino == b.ino && a.size == b.size && a.mtime_ns == b.mtime_ns;
 }
 
+/* The identity of every index of a tree, folded in tree order: a shard's
+ * agreement with the indexes holds while it stays the same. */
+#define INDEX_KEY_INIT 0xcbf29ce484222325ull
+
+static uint64_t index_key_add(uint64_t key, struct ident id)
+{
+	return (key ^ id.ino ^ id.size * 31 ^ (uint64_t)id.mtime_ns * 131) * 0x100000001b3ull;
+}
+
 struct index {
 	char *rel;		/* of the index file */
 	struct ident id;
@@ -321,12 +330,13 @@ void ckcomplete_cache_free(struct ckcomplete_cache *c)
 	free(c);
 }
 
-/* The old cache's entry for rel with identity id (taken: the old array
+/* The cache's entry for rel with identity id (taken: the old array
  * keeps a NULL rel), or NULL.  Both arrays are in tree (path) order. */
-static struct index *old_index(struct judge *j, const char *rel, struct ident id)
+static struct index *old_index(const struct ckcomplete_cache *old, const char *rel,
+			       struct ident id)
 {
-	for (size_t i = 0; j->old && i < j->old->n_ix; i++) {
-		struct index *x = &j->old->ix[i];
+	for (size_t i = 0; old && i < old->n_ix; i++) {
+		struct index *x = &old->ix[i];
 
 		if (x->rel && strcmp(x->rel, rel) == 0)
 			return ident_eq(x->id, id) ? x : NULL;
@@ -334,13 +344,14 @@ static struct index *old_index(struct judge *j, const char *rel, struct ident id
 	return NULL;
 }
 
-static struct shard *old_shard(struct judge *j, const char *rel, struct ident id)
+static struct shard *old_shard(const struct ckcomplete_cache *old, const char *rel,
+			       struct ident id)
 {
-	size_t lo = 0, hi = j->old ? j->old->n_sh : 0;
+	size_t lo = 0, hi = old ? old->n_sh : 0;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		struct shard *x = &j->old->sh[mid];
+		struct shard *x = &old->sh[mid];
 		int c = strcmp(x->rel, rel);
 
 		if (c == 0)
@@ -351,6 +362,36 @@ static struct shard *old_shard(struct judge *j, const char *rel, struct ident id
 			hi = mid;
 	}
 	return NULL;
+}
+
+bool ckcomplete_cache_covers(const struct ckcomplete_cache *c, const struct ckscan_tree *t)
+{
+	uint64_t key = INDEX_KEY_INIT;
+
+	if (!c)
+		return false;
+	/* as load_indexes and check_safetensors take from the cache */
+	for (size_t i = 0; i < t->n; i++) {
+		const struct ckscan_file *f = &t->files[i];
+
+		if (!is_index_name(f->path))
+			continue;
+		key = index_key_add(key, ident_of(f));
+		if (!old_index(c, f->path, ident_of(f)))
+			return false;
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		const struct ckscan_file *f = &t->files[i];
+		const struct shard *x;
+
+		if (!wsync_checkpoint_is_weight_name(f->path) ||
+		    !has_suffix(f->path, strlen(f->path), ".safetensors"))
+			continue;
+		x = old_shard(c, f->path, ident_of(f));
+		if (!x || (x->verdict == 1 && x->index_key != key))
+			return false;
+	}
+	return true;
 }
 
 /* The index at rel under dfd (path: what err calls it), opened without
@@ -384,7 +425,7 @@ static int load_index(int dfd, const char *rel, const char *path,
 static int load_indexes(struct judge *j)
 {
 	size_t cap = 0;
-	uint64_t key = 0xcbf29ce484222325ull;
+	uint64_t key = INDEX_KEY_INIT;
 
 	for (size_t i = 0; i < j->t->n; i++) {
 		const struct ckscan_file *f = &j->t->files[i];
@@ -396,11 +437,11 @@ static int load_indexes(struct judge *j)
 
 		if (!is_index_name(rel))
 			continue;
-		key = (key ^ id.ino ^ id.size * 31 ^ (uint64_t)id.mtime_ns * 131) * 0x100000001b3ull;
+		key = index_key_add(key, id);
 		if (WSYNC_GROW(j->ix, cap, j->n_ix, 4) < 0)
 			return -ENOMEM;
 		x = &j->ix[j->n_ix];
-		if ((old = old_index(j, rel, id))) {
+		if ((old = old_index(j->old, rel, id))) {
 			*x = *old;	/* moved: the old array forgets it */
 			memset(old, 0, sizeof(*old));
 		} else {
@@ -569,7 +610,7 @@ static int check_safetensors(struct judge *j)
 		if (WSYNC_GROW(j->sh, cap, j->n_sh, 16) < 0)
 			return -ENOMEM;
 		x = &j->sh[j->n_sh];
-		old = old_shard(j, f->path, id);
+		old = old_shard(j->old, f->path, id);
 		if (old && (old->verdict != 1 || old->index_key == j->index_key)) {
 			*x = *old;	/* moved: rel now belongs to x */
 			old->taken = true;

@@ -56,6 +56,14 @@ struct ckcomplete_cache *ckcomplete_cache_new(void);
 /* Free it; NULL is fine. */
 void ckcomplete_cache_free(struct ckcomplete_cache *c);
 
+/* Would judging t with the cache c read no file -- every index and
+ * safetensors header of t known to c with the same size, mtime and inode
+ * (and each shard's agreement with the same indexes)?  What is left then
+ * is a stat or two (the marker, shards an index names that are not
+ * shipped).  false for a NULL cache.  Lets a caller judge a checkpoint
+ * where it stands when that is cheap, and elsewhere when it is not. */
+bool ckcomplete_cache_covers(const struct ckcomplete_cache *c, const struct ckscan_tree *t);
+
 struct ckcomplete_opts {
 	const char *marker;	/* a path relative to the checkpoint that must
 				 * exist; NULL: none */

@@ -47,6 +47,7 @@ static void set_state(struct wsync_publisher *p, enum pub_state s)
 		return;
 	log_debug("publisher: %s -> %s", pub_state_name(p->state), pub_state_name(s));
 	p->state = s;
+	p->state_changes++;
 	if (s != PUB_IDLE || p->stopping || p->once_dir)
 		pub_write_status(p);
 	else
@@ -411,11 +412,27 @@ static bool lease_fresh(struct wsync_publisher *p)
 	return false;
 }
 
+/* What a scan found (pub_scan's r, c and skipped, taken), acted on;
+ * -ESTALE: a judgement off the loop came back to a publisher that moved
+ * on -- do what is due now. */
+static void scanned(struct wsync_publisher *p, int r, struct candidate *c, char *skipped)
+{
+	if (r == -ESTALE) {
+		if (p->state == PUB_IDLE && !p->pub)
+			enter(p, PUB_IDLE);
+	} else if (r == 1) {
+		start_publication(p, c, skipped);
+	} else if (r == 0 && p->scan_again_ms) {
+		schedule_scan(p, p->scan_again_ms);
+	}
+}
+
 /* Enter state s and start its work. */
 static void enter(struct wsync_publisher *p, enum pub_state s)
 {
 	struct candidate c;
 	char *skipped;
+	int r;
 
 	set_state(p, s);
 	switch (s) {
@@ -443,8 +460,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 	case PUB_IDLE:
 		if (p->pub)
 			break;	/* an ended publication's requests are still to come back */
-		if (p->stopping && p->syncs_running)
-			break;	/* start_syncs_done comes back here */
+		if (p->stopping && (p->syncs_running || p->judging))
+			break;	/* start_syncs_done, PUB_EV_SCANNED come back here */
 		if (p->stopping) {
 			if (pub_lease_release(p))
 				break;	/* its end comes back here */
@@ -456,10 +473,8 @@ static void enter(struct wsync_publisher *p, enum pub_state s)
 			enter(p, PUB_LEASE);
 			break;
 		}
-		if (pub_scan(p, &c, &skipped) == 1)
-			start_publication(p, &c, skipped);
-		else if (p->scan_again_ms)
-			schedule_scan(p, p->scan_again_ms);
+		r = pub_scan(p, &c, &skipped);
+		scanned(p, r, &c, skipped);
 		break;
 	case PUB_PREPARE:
 		pub_status(p, "encoding version %" PRIu64 " (step %" PRId64 ", %s)",
@@ -654,6 +669,9 @@ static void dispatch(struct wsync_publisher *p, const struct pub_event *ev)
 			pub_abandon(p, 0);
 		else
 			enter(p, PUB_IDLE);
+		break;
+	case PUB_EV_SCANNED:
+		scanned(p, ev->scan_r, ev->best, ev->skipped);
 		break;
 	}
 }

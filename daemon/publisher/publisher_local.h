@@ -119,6 +119,8 @@ enum pub_event_type {
 				 * nothing more */
 	PUB_EV_CONFLICT,	/* a conditional write found the bucket changed by
 				 * another writer: drop, check the lease, recover */
+	PUB_EV_SCANNED,		/* IDLE: a scan judged on the jobs thread is over
+				 * (scan_r, best, skipped: pub_scan's results) */
 };
 
 struct pub_event {
@@ -126,6 +128,11 @@ struct pub_event {
 	const char *what;			/* FAILED: the request */
 	const struct wsync_store_result *res;	/* FAILED: its result */
 	uint64_t scan_ms;			/* DROP */
+	int scan_r;				/* SCANNED: as pub_scan's, or
+						 * -ESTALE: it came back to a
+						 * publisher that moved on */
+	struct candidate *best;			/* SCANNED, scan_r 1: taken */
+	char *skipped;				/* SCANNED, scan_r 1: taken */
 };
 
 /* What we remember of a checkpoint directory between scans. */
@@ -336,6 +343,10 @@ struct wsync_publisher {
 	enum pub_state state, retry_state;
 	bool stopping, started;
 	bool syncs_running;		/* the start's folder syncs, on the jobs thread */
+	bool judging;			/* a scan's judgements, on the jobs thread */
+	bool scan_missed;		/* ... and a scan asked for meanwhile */
+	unsigned state_changes;		/* how often state changed (a scan that
+					 * came back after one is stale) */
 	bool adopted;			/* the last publication was HEAD's already */
 	unsigned closing;		/* handles still closing */
 
@@ -476,6 +487,17 @@ static inline void pub_report_failed(struct wsync_publisher *p, const char *what
 static inline void pub_report_drop(struct wsync_publisher *p, uint64_t scan_ms)
 {
 	struct pub_event ev = { .type = PUB_EV_DROP, .scan_ms = scan_ms };
+
+	p->dispatch(p, &ev);
+}
+
+/* A scan judged on the jobs thread is over: r, best and skipped as
+ * pub_scan's (taken), or r -ESTALE. */
+static inline void pub_report_scanned(struct wsync_publisher *p, int r, struct candidate *best,
+				      char *skipped)
+{
+	struct pub_event ev = { .type = PUB_EV_SCANNED, .scan_r = r, .best = best,
+				.skipped = skipped };
 
 	p->dispatch(p, &ev);
 }
@@ -640,7 +662,9 @@ void pub_parts_stop_polling(struct wsync_publisher *p);
 /* Look at the watched folder (or, run once, the directory named): the
  * newest complete, settled checkpoint into *best (1; *skipped: the steps
  * it supersedes, or NULL), 0 none (what the others wait for is said).
- * p->scan_again_ms: when one would have settled. */
+ * p->scan_again_ms: when one would have settled.  -EINPROGRESS: the
+ * judgement reads files the caches do not know, and runs on the jobs
+ * thread (p->judging); its results come back as PUB_EV_SCANNED. */
 int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped);
 /* What we remember of checkpoint name (made when new); NULL: no memory. */
 struct seen *pub_seen_get(struct wsync_publisher *p, const char *name);

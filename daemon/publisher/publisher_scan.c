@@ -94,118 +94,174 @@ static void note_waiting(struct wsync_publisher *p, struct seen *s, const char *
 	}
 }
 
-/* Look at one checkpoint directory, dir, open at dfd (kept by the caller,
- * for c when 1): 1 complete and settled (c filled, but for c->dfd), 0
- * not (yet): *wake_ms lowered to when it would have settled, w told what
- * it waits for.  A checkpoint is published once, when it is a complete
- * model (checkpoint_complete.h) whose shipped files have not changed for
- * settle_time (quiet_period for complete_when = quiet) since a scan saw
- * them so; one that settles broken is rejected once, and judged again
- * when its files change. */
-static int judge(struct wsync_publisher *p, const char *name, const char *dir, int dfd,
-		 struct candidate *c, uint64_t *wake_ms, struct waiting *w)
+/*
+ * One checkpoint directory judged, in three steps so that the middle one,
+ * which may read every shard's header, can run off the loop thread:
+ *   judge_begin   (loop)  its files listed; is it to be judged at all?
+ *   judge_verdict (any)   ckcomplete_judge with its cache
+ *   judge_end     (loop)  what the verdict means: wait, reject, take it
+ * The loop touches neither the cache nor the tree between begin and end.
+ */
+struct judging {
+	char *name;		/* as pub_seen_get knows it */
+	char *dir;		/* in messages */
+	int dfd;		/* the caller's */
+	uint64_t now;		/* when it was looked at (ms) */
+	struct ckscan_tree t;
+	struct ckcomplete_opts o;
+	int r;			/* ckcomplete_judge's */
+	struct wsync_error why;
+};
+
+static void judging_free(struct judging *e)
+{
+	free(e->name);
+	free(e->dir);
+	e->name = e->dir = NULL;
+	ckscan_tree_free(&e->t);
+}
+
+/* List the checkpoint dir (open at dfd) into e: 1 it is to be judged
+ * (e filled), 0 not (already published, older than what was, broken
+ * and unchanged, nothing of it ours, unreadable): nothing to free. */
+static int judge_begin(struct wsync_publisher *p, const char *name, const char *dir, int dfd,
+		       struct judging *e)
 {
 	const struct wsync_config *cfg = p->cfg;
-	struct ckcomplete_opts o = {
-		.marker = cfg->complete_when == WSYNC_COMPLETE_MARKER ? cfg->marker : NULL,
-		.marker_last = p->inplace,
-	};
 	struct wsync_error why = { 0 };
-	struct ckscan_tree t;
-	uint64_t settle = cfg->settle_time_ms, now = pub_now_ms(p);
 	struct seen *s;
 	int r;
 
-	c->others = NULL;
-	c->others_part = NULL;
-	c->n_others = 0;
-	r = ckscan_tree_read_at(dfd, dir, &p->filter, p->inplace ? p->skip_top : NULL, &t, &why);
+	*e = (struct judging){
+		.dfd = dfd,
+		.now = pub_now_ms(p),
+		.o = { .marker = cfg->complete_when == WSYNC_COMPLETE_MARKER ? cfg->marker : NULL,
+		       .marker_last = p->inplace },
+	};
+	r = ckscan_tree_read_at(dfd, dir, &p->filter, p->inplace ? p->skip_top : NULL, &e->t,
+				&why);
 	if (r < 0) {
 		if (r != -ENOENT)
 			log_debug("%s", wsync_error_str(&why));
 		return 0;
 	}
-	if (t.n == 0)
+	if (e->t.n == 0)
 		goto no;
 	/* a mode may judge only some of it (a part naming its files) */
-	if (p->mode->narrow && p->mode->narrow(p, &t, &o.own_only) == 0)
+	if (p->mode->narrow && p->mode->narrow(p, &e->t, &e->o.own_only) == 0)
 		goto no;
 	s = pub_seen_get(p, name);
 	if (!s)
 		goto no;
 	s->present = true;
-	if (s->fingerprint != t.fingerprint) {
-		s->fingerprint = t.fingerprint;
-		s->since_ms = now;
+	if (s->fingerprint != e->t.fingerprint) {
+		s->fingerprint = e->t.fingerprint;
+		s->since_ms = e->now;
 	}
 	/* Published already, or older than what was, or broken and
 	 * unchanged since: nothing to judge, nothing to remember. */
-	if (t.fingerprint == p->source_fp ||
-	    (uint64_t)t.newest_mtime_ns <= p->source_mtime_ns ||
-	    s->rejected_fp == t.fingerprint) {
+	if (e->t.fingerprint == p->source_fp ||
+	    (uint64_t)e->t.newest_mtime_ns <= p->source_mtime_ns ||
+	    s->rejected_fp == e->t.fingerprint) {
 		ckcomplete_cache_free(s->cache);
 		s->cache = NULL;
 		goto no;
 	}
-
 	if (!s->cache && !(s->cache = ckcomplete_cache_new()))
 		goto no;
-	o.cache = s->cache;
-	r = ckcomplete_judge(dfd, dir, &t, &o, &why);
-	if (r == -ENOMEM)
+	e->o.cache = s->cache;
+	e->name = strdup(name);
+	e->dir = strdup(dir);
+	if (!e->name || !e->dir)
+		goto no;
+	return 1;
+no:
+	judging_free(e);
+	return 0;
+}
+
+static void judge_verdict(struct judging *e)
+{
+	e->r = ckcomplete_judge(e->dfd, e->dir, &e->t, &e->o, &e->why);
+}
+
+/* What the verdict on e means: 1 complete and settled (c filled, but for
+ * c->dfd; e's tree moved into it), 0 not (yet): *wake_ms lowered to when
+ * it would have settled, w told what it waits for.  A checkpoint is
+ * published once, when it is a complete model (checkpoint_complete.h)
+ * whose shipped files have not changed for settle_time (quiet_period for
+ * complete_when = quiet) since a scan saw them so; one that settles
+ * broken is rejected once, and judged again when its files change.  e is
+ * freed either way. */
+static int judge_end(struct wsync_publisher *p, struct judging *e, struct candidate *c,
+		     uint64_t *wake_ms, struct waiting *w)
+{
+	const struct wsync_config *cfg = p->cfg;
+	uint64_t settle = cfg->settle_time_ms;
+	const char *dir = e->dir;
+	struct seen *s;
+	int r = e->r;
+
+	c->others = NULL;
+	c->others_part = NULL;
+	c->n_others = 0;
+	c->name = NULL;
+	s = pub_seen_get(p, e->name);
+	if (r == -ENOMEM || !s)
 		goto no;
 	if (cfg->complete_when == WSYNC_COMPLETE_QUIET && cfg->quiet_period_ms > settle)
 		settle = cfg->quiet_period_ms;
 	if (r == 0) {
-		note_waiting(p, s, dir, &t, wsync_error_str(&why), w);
+		note_waiting(p, s, dir, &e->t, wsync_error_str(&e->why), w);
 		goto no;
 	}
-	if (now - s->since_ms < settle) {
+	if (e->now - s->since_ms < settle) {
 		/* complete or broken: either way, let it settle first */
 		char text[WSYNC_ERROR_MSG_MAX + 64];
 
 		if (s->since_ms + settle < *wake_ms)
 			*wake_ms = s->since_ms + settle;
 		snprintf(text, sizeof(text), "%s to settle (unchanged for %.1f of %.1f s)%s%s",
-			 dir, (double)(now - s->since_ms) / 1000, (double)settle / 1000,
-			 r < 0 ? ": " : "", r < 0 ? wsync_error_str(&why) : "");
-		if (!w->set || t.newest_mtime_ns > w->newest_mtime_ns) {
+			 dir, (double)(e->now - s->since_ms) / 1000, (double)settle / 1000,
+			 r < 0 ? ": " : "", r < 0 ? wsync_error_str(&e->why) : "");
+		if (!w->set || e->t.newest_mtime_ns > w->newest_mtime_ns) {
 			snprintf(w->text, sizeof(w->text), "%s", text);
-			w->newest_mtime_ns = t.newest_mtime_ns;
+			w->newest_mtime_ns = e->t.newest_mtime_ns;
 			w->set = true;
 		}
 		goto no;
 	}
 	if (r < 0) {
-		s->rejected_fp = t.fingerprint;
+		s->rejected_fp = e->t.fingerprint;
 		s->wait_key[0] = '\0';
 		p->metrics.checkpoints_rejected++;
-		pub_set_error(p, "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
+		pub_set_error(p, "checkpoint %s rejected: %s", dir, wsync_error_str(&e->why));
 		log_event(LOG_ERR, WSYNC_FIELDS(.message_id = WSYNC_MID_CHECKPOINT_REJECTED,
 						.file = dir),
-			  "checkpoint %s rejected: %s", dir, wsync_error_str(&why));
+			  "checkpoint %s rejected: %s", dir, wsync_error_str(&e->why));
 		goto no;
 	}
 	s->wait_key[0] = '\0';
-	c->name = strdup(name);
-	if (!c->name)
-		goto no;
+	c->name = e->name;
+	e->name = NULL;
 	PATHF(c->dir, "%s", dir);
 	c->dfd = -1;
-	c->step = step_of(p, name, dfd);
-	c->tree = t;
+	c->step = step_of(p, c->name, e->dfd);
+	c->tree = e->t;
+	memset(&e->t, 0, sizeof(e->t));
 	if (p->mode->take) {
 		char why2[160];
 
-		if (p->mode->take(p, c, dfd, why2, sizeof(why2)) != 1) {
+		if (p->mode->take(p, c, e->dfd, why2, sizeof(why2)) != 1) {
 			if (why2[0])
 				note_waiting(p, s, dir, &c->tree, why2, w);
 			free(c->name);
 			c->name = NULL;
-			t = c->tree;
+			e->t = c->tree;
 			goto no;
 		}
 	}
+	judging_free(e);
 	return 1;
 no:
 	pub_parts_others_free(c->others, c->n_others);
@@ -213,8 +269,21 @@ no:
 	c->others_part = NULL;
 	c->others = NULL;
 	c->n_others = 0;
-	ckscan_tree_free(&t);
+	judging_free(e);
 	return 0;
+}
+
+/* The three steps at once, on the loop: 1 c filled (but for c->dfd), 0
+ * not. */
+static int judge(struct wsync_publisher *p, const char *name, const char *dir, int dfd,
+		 struct candidate *c, uint64_t *wake_ms, struct waiting *w)
+{
+	struct judging e;
+
+	if (judge_begin(p, name, dir, dfd, &e) != 1)
+		return 0;
+	judge_verdict(&e);
+	return judge_end(p, &e, c, wake_ms, w);
 }
 
 /* Was the checkpoint the publication took written again since, at the
@@ -232,8 +301,8 @@ bool pub_scan_rewritten(struct wsync_publisher *p)
 	bool again;
 	int dfd;
 
-	if (!pb || p->once_dir)
-		return false;
+	if (!pb || p->once_dir || p->judging)
+		return false;	/* (judging: the caches are the jobs thread's) */
 	/* (in place, watch_dir as configured: it may be a link) */
 	dfd = open(pb->src_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (p->inplace ? 0 : O_NOFOLLOW));
 	if (dfd < 0)
@@ -265,8 +334,85 @@ static void status_waiting(struct wsync_publisher *p, const struct waiting *w)
 
 static int scan_once(struct wsync_publisher *p, struct candidate *c);
 
-/* Find the newest complete checkpoint; say what the others wait for. */
-int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped_out)
+/* A scan of the watched folder: the checkpoints to judge, in the order
+ * found, judged on the jobs thread when that reads their files. */
+struct scan {
+	struct wsync_publisher *p;
+	struct judging *e;
+	size_t n, cap;
+	unsigned epoch;		/* p->state_changes when it began */
+};
+
+static void scan_free(struct scan *sc)
+{
+	for (size_t i = 0; i < sc->n; i++) {
+		if (sc->e[i].dfd >= 0)
+			(void)close(sc->e[i].dfd);
+		judging_free(&sc->e[i]);
+	}
+	free(sc->e);
+	free(sc);
+}
+
+/* Judge the checkpoint dir, open at dfd (taken), if it is to be. */
+static void scan_add(struct scan *sc, const char *name, const char *dir, int dfd)
+{
+	struct judging e;
+
+	if (judge_begin(sc->p, name, dir, dfd, &e) != 1) {
+		(void)close(dfd);
+		return;
+	}
+	if (WSYNC_GROW(sc->e, sc->cap, sc->n, 4) < 0) {
+		judging_free(&e);
+		(void)close(dfd);
+		return;
+	}
+	sc->e[sc->n++] = e;
+}
+
+/* Every checkpoint of the watched folder to judge, into sc. */
+static void scan_list(struct wsync_publisher *p, struct scan *sc)
+{
+	DIR *d;
+	struct dirent *de;
+
+	if (p->inplace) {
+		/* watch_dir as configured (it may be a link); nothing below it
+		 * is followed */
+		int dfd = open(p->watch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd >= 0)
+			scan_add(sc, "", p->watch_dir, dfd);
+		return;
+	}
+	d = opendir(p->watch_dir);
+	if (!d) {
+		pub_set_error(p, "%s: %s", p->watch_dir, strerror(errno));
+		log_warning("cannot read %s: %s", p->watch_dir, strerror(errno));
+		return;
+	}
+	while ((de = readdir(d))) {
+		char dir[PATH_MAX];
+		int dfd;
+
+		if (de->d_name[0] == '.' || fnmatch(p->cfg->step_pattern, de->d_name, 0) != 0)
+			continue;
+		PATHF(dir, "%s/%s", p->watch_dir, de->d_name);
+		/* A step directory, not a link to one (nor one swapped in
+		 * later: everything after reads through dfd). */
+		dfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd >= 0)
+			scan_add(sc, de->d_name, dir, dfd);
+	}
+	closedir(d);
+}
+
+/* The verdicts are in: what they mean, in the order the checkpoints were
+ * found, and of the complete ones the newest into *best (pub_scan's
+ * results).  sc is freed. */
+static int scan_finish(struct wsync_publisher *p, struct scan *sc, struct candidate *best,
+		       char **skipped_out)
 {
 	struct candidate *cs = NULL;
 	struct waiting w = { .set = false };
@@ -274,64 +420,25 @@ int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped_o
 	uint64_t wake = UINT64_MAX;
 
 	*skipped_out = NULL;
-	if (p->once_dir)
-		return p->once.reported ? 0 : scan_once(p, best);
-	if (p->inplace) {
-		struct candidate c;
-		/* watch_dir as configured (it may be a link); nothing below it
-		 * is followed */
-		int dfd = open(p->watch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	for (size_t i = 0; i < sc->n; i++) {
+		struct candidate c, *nc;
+		int dfd = sc->e[i].dfd, r = judge_end(p, &sc->e[i], &c, &wake, &w);
 
-		if (dfd >= 0 && judge(p, "", p->watch_dir, dfd, &c, &wake, &w) == 1) {
-			c.dfd = dfd;
-			dfd = -1;
-			cs = malloc(sizeof(*cs));
-			if (cs)
-				cs[n++] = c;
-			else
-				pub_candidate_free(&c);
-		}
-		if (dfd >= 0)
+		sc->e[i].dfd = -1;
+		if (r != 1) {
 			(void)close(dfd);
-	} else {
-		DIR *d = opendir(p->watch_dir);
-		struct dirent *de;
-
-		if (!d) {
-			pub_set_error(p, "%s: %s", p->watch_dir, strerror(errno));
-			log_warning("cannot read %s: %s", p->watch_dir, strerror(errno));
+			continue;
 		}
-		while (d && (de = readdir(d))) {
-			char dir[PATH_MAX];
-			struct candidate c, *nc;
-			int dfd;
-
-			if (de->d_name[0] == '.' ||
-			    fnmatch(p->cfg->step_pattern, de->d_name, 0) != 0)
-				continue;
-			PATHF(dir, "%s/%s", p->watch_dir, de->d_name);
-			/* A step directory, not a link to one (nor one swapped
-			 * in later: everything after reads through dfd). */
-			dfd = openat(dirfd(d), de->d_name,
-				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (dfd < 0)
-				continue;
-			if (judge(p, de->d_name, dir, dfd, &c, &wake, &w) != 1) {
-				(void)close(dfd);
-				continue;
-			}
-			c.dfd = dfd;
-			nc = realloc(cs, (n + 1) * sizeof(*cs));
-			if (!nc) {
-				pub_candidate_free(&c);
-				continue;
-			}
-			cs = nc;
-			cs[n++] = c;
+		c.dfd = dfd;
+		nc = realloc(cs, (n + 1) * sizeof(*cs));
+		if (!nc) {
+			pub_candidate_free(&c);
+			continue;
 		}
-		if (d)
-			closedir(d);
+		cs = nc;
+		cs[n++] = c;
 	}
+	scan_free(sc);
 	seen_prune(p);
 	p->scan_again_ms = 0;
 	if (wake != UINT64_MAX)
@@ -364,6 +471,83 @@ int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped_o
 	free(cs);
 	*skipped_out = sl ? strdup(skipped) : NULL;
 	return 1;
+}
+
+/* (jobs thread) */
+static void scan_work(void *data)
+{
+	struct scan *sc = data;
+
+	for (size_t i = 0; i < sc->n; i++)
+		judge_verdict(&sc->e[i]);
+}
+
+/* (loop) The verdicts came back.  Meant for the scan of an idle
+ * publisher that nothing overtook; else they only warmed the caches, and
+ * the dispatcher does what is due now (a stop, a lease check, a scan). */
+static void scan_done(void *data, bool cancelled)
+{
+	struct scan *sc = data;
+	struct wsync_publisher *p = sc->p;
+	struct candidate c;
+	char *skipped = NULL;
+	bool missed;
+	int r;
+
+	p->judging = false;
+	missed = p->scan_missed;
+	p->scan_missed = false;
+	if (cancelled || p->stopping || p->state != PUB_IDLE || p->pub || p->recheck ||
+	    p->lease.lost || sc->epoch != p->state_changes) {
+		scan_free(sc);
+		r = -ESTALE;
+	} else {
+		r = scan_finish(p, sc, &c, &skipped);
+	}
+	/* what changed while it was judged (a watch event, a deadline) is
+	 * looked at next */
+	if (r == 0 && missed)
+		p->scan_again_ms = 1;
+	pub_report_scanned(p, r, &c, skipped);
+}
+
+/* Would judging what sc holds read files (a header, an index) that the
+ * caches do not know as they are now? */
+static bool scan_reads(const struct scan *sc)
+{
+	for (size_t i = 0; i < sc->n; i++)
+		if (!ckcomplete_cache_covers(sc->e[i].o.cache, &sc->e[i].t))
+			return true;
+	return false;
+}
+
+/* Find the newest complete checkpoint; say what the others wait for. */
+int pub_scan(struct wsync_publisher *p, struct candidate *best, char **skipped_out)
+{
+	struct scan *sc;
+
+	*skipped_out = NULL;
+	if (p->once_dir)
+		return p->once.reported ? 0 : scan_once(p, best);
+	if (p->judging) {
+		p->scan_missed = true;
+		return -EINPROGRESS;	/* scan_done comes back */
+	}
+	if (!(sc = calloc(1, sizeof(*sc))))
+		return 0;
+	sc->p = p;
+	scan_list(p, sc);
+	/* A checkpoint's first judgement reads every shard's header (a
+	 * second or more for hundreds of thousands of tensors): not on the
+	 * loop.  One the caches know is judged here, at once. */
+	if (scan_reads(sc) && p->d->jobs &&
+	    wsync_jobs_submit(p->d->jobs, scan_work, scan_done, sc) == 0) {
+		sc->epoch = p->state_changes;
+		p->judging = true;
+		return -EINPROGRESS;
+	}
+	scan_work(sc);
+	return scan_finish(p, sc, best, skipped_out);
 }
 
 /* One-shot: the directory the caller named is the checkpoint, complete by

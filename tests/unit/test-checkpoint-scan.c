@@ -208,6 +208,29 @@ static int judge_dir(const char *sub, const char *exclude, const char *marker,
 	return r;
 }
 
+/* Does judge_cache know tmpdir/sub as it is now (ckcomplete_cache_covers)? */
+static bool cache_covers(const char *sub)
+{
+	struct wsync_error why = { 0 };
+	struct wsync_file_filter f;
+	struct ckscan_tree t = { 0 };
+	char dir[512];
+	bool r = false;
+	int dfd;
+
+	snprintf(dir, sizeof(dir), "%s/%s", tmpdir, sub);
+	if (wsync_file_filter_init(&f, "*", "") < 0)
+		return false;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0 && ckscan_tree_read_at(dfd, dir, &f, NULL, &t, &why) == 0)
+		r = ckcomplete_cache_covers(judge_cache, &t);
+	if (dfd >= 0)
+		(void)close(dfd);
+	ckscan_tree_free(&t);
+	wsync_file_filter_free(&f);
+	return r;
+}
+
 #define JUDGE(sub, want, text)                                                         \
 	do {                                                                           \
 		char w_[600];                                                          \
@@ -276,17 +299,25 @@ static void test_complete_cache(void)
 	mkdir_rel("cc");
 	write_file("cc/model.safetensors.index.json", idx, strlen(idx));
 	put_st("cc/model-00001-of-00002.safetensors", "a");
+	CHECK(!cache_covers("cc"));	/* nothing judged yet: the files are read */
+	CHECK(!ckcomplete_cache_covers(NULL, &(struct ckscan_tree){ 0 }));
 	JUDGE("cc", 0, "model-00002-of-00002.safetensors missing");
+	CHECK(cache_covers("cc"));	/* a missing shard is a lookup, not a read */
 	n = make_named(buf, "b");
 	write_file("cc/model-00002-of-00002.safetensors", buf, n - 2);
+	CHECK(!cache_covers("cc"));	/* a new file */
 	JUDGE("cc", 0, "model-00002-of-00002.safetensors short");
+	CHECK(cache_covers("cc"));	/* a short one's verdict is kept too */
 	write_file("cc/model-00002-of-00002.safetensors", buf, n);	/* grew: read again */
+	CHECK(!cache_covers("cc"));
 	JUDGE("cc", 1, "");
+	CHECK(cache_covers("cc"));
 	JUDGE("cc", 1, "");	/* from the cache */
 	/* the index changes: every shard is checked against it again */
 	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
 	      "\"b\":\"model-00001-of-00002.safetensors\"}}";
 	write_file("cc/model.safetensors.index.json", idx, strlen(idx));
+	CHECK(!cache_covers("cc"));
 	JUDGE("cc", -EINVAL, "model-00001-of-00002.safetensors: ");
 	idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
 	      "\"b\":\"model-00002-of-00002.safetensors\"}}";

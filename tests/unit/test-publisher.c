@@ -24,6 +24,10 @@
  *    publishes nothing twice; a stop in the start's backoff (LEASE) ends at once;
  *    stopped while HEAD's put backs off, the manifest is left and the
  *    restart's RECOVER completes HEAD from it (no version published twice);
+ *  - a new checkpoint is judged on the jobs thread: with that thread held
+ *    the scan waits (IDLE, nothing published) while the loop turns, and
+ *    publishes it once the thread is free; a stop meanwhile waits for the
+ *    judgement and ends cleanly;
  *  - the assignment rule (pub_parts_assign, pub_parts_select): shards
  *    largest first, ties by path, each to the part with the fewest bytes
  *    (ties: lowest K), other files to part 1 (counted in its bytes);
@@ -1039,6 +1043,80 @@ static void test_stop_in_head_backoff(void)
 	ctx_free(&c);
 }
 
+/* ---- the first judgement of a checkpoint, on the jobs thread ---- */
+
+static volatile int jobs_held;	/* 1: hold_work keeps the jobs thread */
+
+/* Keep the jobs thread busy until released (5 s at most). */
+static void hold_work(void *data)
+{
+	(void)data;
+	for (int i = 0; i < 5000 && __atomic_load_n(&jobs_held, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+}
+
+static void hold_done(void *data, bool cancelled)
+{
+	(void)data;
+	(void)cancelled;
+}
+
+static bool first_judging(struct ctx *c)
+{
+	return c->inst[0].p && c->inst[0].p->judging;
+}
+
+/*
+ * A new checkpoint's judgement reads its headers on the jobs thread, not
+ * on the loop: while that thread is held, the scan waits for it (judging,
+ * still IDLE, nothing published) and the loop keeps turning; once it is
+ * free, the verdict is acted on and the checkpoint published.  A stop
+ * while it is out waits for it and then ends cleanly, nothing published.
+ */
+static void test_judge_off_loop(void)
+{
+	struct wsync_manifest m = { 0 };
+	struct ctx c;
+	struct inst *in;
+
+	CHECK(ctx_init(&c) == 0);
+	in = inst_config(&c, 1, 1);
+	CHECK(loop_start(&c) == 0);
+	CHECK(inst_start(in) == 0);
+	CHECK(run_until(&c, first_idle, 10000));
+
+	/* published once the jobs thread is free */
+	__atomic_store_n(&jobs_held, 1, __ATOMIC_RELEASE);
+	CHECK(wsync_jobs_submit(c.jobs, hold_work, hold_done, NULL) == 0);
+	CHECK(make_checkpoint(&c, 100, 2, 20000));
+	CHECK(run_until(&c, first_judging, 10000));
+	run_for(&c, 300);	/* rescans come (every 100 ms): they wait for it */
+	CHECK(in->p->judging && in->p->state == PUB_IDLE && !in->p->pub);
+	CHECK(!saw(in, PUB_PREPARE));
+	__atomic_store_n(&jobs_held, 0, __ATOMIC_RELEASE);
+	want_version = 1;
+	CHECK(run_until(&c, all_at_version, 10000));
+	CHECK(!in->p->judging);
+	CHECK_EQ_U64(bucket_head(&c, &m), 1);
+	CHECK_EQ_U64(m.step, 100);
+	wsync_manifest_free(&m);
+
+	/* stopped while a judgement is out: the stop waits for it */
+	__atomic_store_n(&jobs_held, 1, __ATOMIC_RELEASE);
+	CHECK(wsync_jobs_submit(c.jobs, hold_work, hold_done, NULL) == 0);
+	CHECK(make_checkpoint(&c, 200, 2, 20000));
+	CHECK(run_until(&c, first_judging, 10000));
+	wsync_publisher_stop(in->p);
+	run_for(&c, 200);
+	CHECK(!in->stopped && in->p->judging);
+	__atomic_store_n(&jobs_held, 0, __ATOMIC_RELEASE);
+	CHECK(run_until(&c, first_stopped, 10000));
+	CHECK(!in->p->judging && in->p->state == PUB_STOPPED);
+	CHECK_EQ_U64(bucket_head(&c, NULL), 1);
+	CHECK(loop_stop(&c));
+	ctx_free(&c);
+}
+
 /* Two parts on one bucket where part 2's record, parts/1/2.json, is a
  * directory (its parents made first): part 2 backs off retrying RECORD
  * while part 1 waits in GATHER, as parts_waiting sees it.  key gets the
@@ -1997,6 +2075,7 @@ int main(int argc, char **argv)
 			{ "parts_record_failure", test_parts_record_failure },
 			{ "parts_stop_while_waiting", test_parts_stop_while_waiting },
 			{ "stop_in_head_backoff", test_stop_in_head_backoff },
+			{ "judge_off_loop", test_judge_off_loop },
 			{ "store_failures", test_store_failures },
 			{ "two_writers", test_two_writers },
 		};
@@ -2027,6 +2106,7 @@ int main(int argc, char **argv)
 	TEST(test_state_lost);
 	TEST(test_two_writers);
 	TEST(test_stop_in_head_backoff);
+	TEST(test_judge_off_loop);
 	TEST(test_two_parts);
 	TEST(test_three_parts);
 	TEST(test_parts_record_failure);
