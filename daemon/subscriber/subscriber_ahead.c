@@ -135,6 +135,8 @@ static void build(struct wsync_subscriber *s)
 	whole = last_whole ? ix->n_files : ix->n_files - 1;
 	if (whole <= a->built)
 		return;
+	if (sub_pace_hold(s, build))
+		return;	/* the disk is busy: build() again once it is not */
 	a->job = (struct sub_ahead_build){
 		.target_dir = s->cfg->target_dir, .object_path = a->path,
 		.part_path = a->part_path,
@@ -145,7 +147,7 @@ static void build(struct wsync_subscriber *s)
 		.budget = s->cfg->ahead_max > a->bytes_built ? s->cfg->ahead_max - a->bytes_built : 0,
 	};
 	a->job_files = whole;
-	r = wsync_jobs_submit(s->d->jobs, sub_ahead_build_work, build_done, &a->job);
+	r = wsync_jobs_submit(s->d->jobs, sub_pace_build_work(s), build_done, &a->job);
 	if (r < 0) {
 		sub_ahead_drop(s, "cannot queue the job");
 		return;
