@@ -9,7 +9,8 @@
 #
 #   scripts/bench-scale.sh [--quick] [--params P] [--shards N] [--steps N]
 #                          [--backend file|s3|both] [--mmap] [--throttle RATE]
-#                          [--parts N] [--no-apart] [--dir DIR] [--keep]
+#                          [--parts N] [--no-apart] [--sub KEY=VALUE]...
+#                          [--dir DIR] [--keep]
 #
 #   --quick         small, for the test suite: 200M parameters (400 MB),
 #                   4 shards, 1 delta step, file:// only; well under a minute
@@ -33,6 +34,8 @@
 #                   part 1 commits; each part's reads, CPU and peak RSS are
 #                   reported (the read-once goal then applies to their sum)
 #   --no-apart      do not run each step's stages apart (below)
+#   --sub KEY=VALUE a [subscriber] setting for both subscribers (repeat for
+#                   more): --sub ahead_pace=off, --sub ahead_max=0
 #   --dir DIR       work dir (default a temp dir under /var/tmp); needs about
 #                   8x a checkpoint's bytes free (7x with --no-apart; checked
 #                   first)
@@ -118,7 +121,7 @@ prebuilt=0
 PYTHON3=${PYTHON3:-/usr/bin/python3}
 GEN=$root/scripts/gen-checkpoints
 
-quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1 apart=1
+quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1 apart=1 subset=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) quick=1 ;;
@@ -130,6 +133,13 @@ while [ $# -gt 0 ]; do
 	--throttle) throttle=$2; shift ;;
 	--parts) parts=$2; shift ;;
 	--no-apart) apart=0 ;;
+	--sub)
+		case $2 in
+		[a-z]*=*) subset+=("${2%%=*} = ${2#*=}") ;;
+		*) echo "bench-scale.sh: --sub KEY=VALUE" >&2; exit 2 ;;
+		esac
+		shift
+		;;
 	--dir) dir=$2; shift ;;
 	--keep) keep=1 ;;
 	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -418,12 +428,14 @@ EOF
 			printf '[store]\n%s\n' "${!st}"
 			printf '[subscriber]\ntarget_dir = %s\npoll_interval = 200ms\n' "$sd/$s/target"
 			[ $s = s2 ] && printf 'include = %s\n' "$inc"
+			[ ${#subset[@]} = 0 ] || printf '%s\n' "${subset[@]}"
 		} >"$d/$s.ini"
 	done
 	echo
 	echo "## $b: $p parameters, $(commas "$ckb") bytes of weights in $k shards; 1 anchor + $steps delta steps$([ "$parts" -gt 1 ] && echo "; $parts publisher parts")"
 	echo "# full subscriber s1: every file; partial subscriber s2: include = $inc"
 	echo "# subscribers' state and targets: $SUBFS"
+	[ ${#subset[@]} = 0 ] || echo "# both subscribers: $(printf '%s; ' "${subset[@]}")"
 	case $SUBFS in ext4*) echo "#   (so the trainer's writes do not charge the subscribers' fsyncs through ext4's shared journal)" ;; esac
 	[ "$rate" -gt 0 ] && [ "$b" = s3 ] &&
 		echo "# each daemon reaches s3rver through its own faultproxy.py --rate $rate (bytes/s each way)"
