@@ -147,7 +147,7 @@ static void build(struct wsync_subscriber *s)
 		.budget = s->cfg->ahead_max > a->bytes_built ? s->cfg->ahead_max - a->bytes_built : 0,
 	};
 	a->job_files = whole;
-	r = wsync_jobs_submit(s->d->jobs, sub_pace_build_work(s), build_done, &a->job);
+	r = wsync_jobs_submit(s->d->jobs, sub_ahead_build_work, build_done, &a->job);
 	if (r < 0) {
 		sub_ahead_drop(s, "cannot queue the job");
 		return;

@@ -401,8 +401,6 @@ void sub_ahead_free(struct wsync_subscriber *s);
  * true when it must wait -- go(s) is called once the disk has room (or
  * the wait could not be judged); false: build now. */
 bool sub_pace_hold(struct wsync_subscriber *s, void (*go)(struct wsync_subscriber *s));
-/* The build job's work function: in the idle I/O class when yielding. */
-void (*sub_pace_build_work(const struct wsync_subscriber *s))(void *data);
 /* Stopping: true while its timer is being closed (closed(s) is called
  * when it is); false when nothing is left open. */
 bool sub_pace_close(struct wsync_subscriber *s, void (*closed)(struct wsync_subscriber *s));

@@ -1,18 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * subscriber_pace.c -- building ahead yields the disk (subscriber_pace.h
- * says how it decides; this file samples, waits and sets the job's I/O
- * class).  Loop thread, except sub_pace_idle_build_work (jobs thread).
+ * says how it decides and why; this file samples and waits).  Loop
+ * thread.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-
-#include <linux/ioprio.h>
 
 #include "log.h"
 #include "subscriber_cycle.h"
@@ -200,23 +197,4 @@ bool sub_pace_close(struct wsync_subscriber *s, void (*closed)(struct wsync_subs
 	p->on_closed = closed;
 	uv_close((uv_handle_t *)&p->timer, on_pace_closed);
 	return true;
-}
-
-/* ---- the build job's I/O class ---- */
-
-static void idle_build_work(void *data)
-{
-	long old = syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
-	bool set = syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0,
-			   IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)) == 0;
-
-	sub_ahead_build_work(data);	/* its threads inherit the class */
-	if (set && old >= 0)
-		(void)syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (int)old);
-}
-
-void (*sub_pace_build_work(const struct wsync_subscriber *s))(void *data)
-{
-	return s->cfg->ahead_pace == WSYNC_AHEAD_PACE_YIELD ? idle_build_work :
-							       sub_ahead_build_work;
 }

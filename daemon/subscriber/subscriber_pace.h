@@ -13,10 +13,15 @@
  * window spent stalled is at most SUB_PACE_MAX_SHARE; otherwise it waits
  * SUB_PACE_WAIT_MS and looks again, over that whole wait.  Waiting never
  * holds up the version: at the commit, the apply builds what was not
- * built ahead.  The build job runs in the idle I/O class (ioprio_set
- * IOPRIO_CLASS_IDLE, honoured by the bfq and mq-deadline schedulers for
- * reads and direct I/O; buffered writes are written back by the kernel's
- * flusher at its own class).
+ * built ahead.
+ *
+ * The build job does not run in the idle I/O class (ioprio_set
+ * IOPRIO_CLASS_IDLE), though bfq and mq-deadline honour it: a job once
+ * started is one the commit waits for (sub_ahead_claim), and its reads
+ * and the writeback its fsyncs start would then queue behind every other
+ * request -- on mq-deadline up to prio_aging_expire (10 s) each -- while
+ * the version waits on them.  The wait happens before a job, where it
+ * costs the commit nothing.
  *
  * This header's two functions are pure (the unit test's); the glue (the
  * timer, the samples, the job's class) is in subscriber_pace.c.
@@ -29,7 +34,7 @@
 #include <stdint.h>
 
 #define SUB_PACE_MAX_SHARE 0.10	/* of a window stalled on I/O: above, wait */
-#define SUB_PACE_PROBE_MS 100	/* the first window, before a build */
+#define SUB_PACE_PROBE_MS 200	/* the first window, before a build */
 #define SUB_PACE_WAIT_MS 250	/* each wait, and the window after it */
 
 struct sub_pace_sample {
