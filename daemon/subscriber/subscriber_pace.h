@@ -9,11 +9,11 @@
  * only with the disk's spare time: before each build job the subscriber
  * samples the kernel's I/O stall counter (/proc/pressure/io, "some"
  * total: microseconds during which at least one task waited for I/O)
- * over a short quiet window, and builds only when the share of that
- * window spent stalled is at most SUB_PACE_MAX_SHARE; otherwise it waits
- * SUB_PACE_WAIT_MS and looks again, over that whole wait.  Waiting never
- * holds up the version: at the commit, the apply builds what was not
- * built ahead.
+ * over SUB_PACE_PROBE_MS with no build of its own running, and builds
+ * only when the share of that window spent stalled is at most
+ * SUB_PACE_MAX_SHARE; otherwise it waits SUB_PACE_WAIT_MS and looks
+ * again, over that whole wait.  Waiting never holds up the version: at
+ * the commit, the apply builds what was not built ahead.
  *
  * The build job does not run in the idle I/O class (ioprio_set
  * IOPRIO_CLASS_IDLE), though bfq and mq-deadline honour it: a job once
@@ -34,8 +34,14 @@
 #include <stdint.h>
 
 #define SUB_PACE_MAX_SHARE 0.10	/* of a window stalled on I/O: above, wait */
-#define SUB_PACE_PROBE_MS 200	/* the first window, before a build */
-#define SUB_PACE_WAIT_MS 250	/* each wait, and the window after it */
+/* A window long enough to see past one burst (the stall counter of a
+ * shared disk comes in bursts of a few hundred ms): a build starts only
+ * after a whole quiet window, the publisher's steady reading keeps it
+ * waiting.  What a window costs a build that could have gone at once,
+ * the commit does not pay: once HEAD names the version the apply builds
+ * what is left. */
+#define SUB_PACE_PROBE_MS 1000	/* the first window, before a build */
+#define SUB_PACE_WAIT_MS 500	/* each wait, and the window after it */
 
 struct sub_pace_sample {
 	uint64_t ms;		/* monotonic, when taken */
