@@ -133,9 +133,9 @@ static void on_pace_timer(uv_timer_t *t)
 	p->waiting = false;
 	if (s->stopping)
 		return;
-	if (p->waited_ms >= 1000)
-		log_info("building ahead waited %.1f s for the disk (I/O stalls above %.0f%%)",
-			 (double)p->waited_ms / 1000, 100 * SUB_PACE_MAX_SHARE);
+	if (p->waited_ms)
+		log_debug("building ahead waited %.1f s for the disk (I/O stalls above %.0f%%)",
+			  (double)p->waited_ms / 1000, 100 * SUB_PACE_MAX_SHARE);
 	p->waited_ms = 0;
 	p->granted = true;
 	p->granted_at = uv_now(s->d->loop);
