@@ -16,6 +16,7 @@
 #include "subscriber_pace.h"
 
 #define PSI_IO "/proc/pressure/io"
+#define PSI_CPU "/proc/pressure/cpu"
 /* a grant not taken within this long is stale (the build it was for
  * found nothing to do): the next build samples again */
 #define GRANT_MS 50
@@ -56,37 +57,44 @@ int sub_pace_parse(const char *text, size_t len, uint64_t *stall_us)
 
 uint64_t sub_pace_decide(const struct sub_pace_sample *a, const struct sub_pace_sample *b)
 {
-	uint64_t window_us, stall;
+	double window_us;
 
-	if (b->ms <= a->ms || b->stall_us < a->stall_us)
+	if (b->ms <= a->ms || b->stall_us < a->stall_us || b->cpu_us < a->cpu_us)
 		return 0;
-	window_us = (b->ms - a->ms) * 1000;
-	stall = b->stall_us - a->stall_us;
+	window_us = (double)(b->ms - a->ms) * 1000;
 	/* more than the share of the window stalled: wait */
-	if ((double)stall > SUB_PACE_MAX_SHARE * (double)window_us)
+	if ((double)(b->stall_us - a->stall_us) > SUB_PACE_MAX_SHARE * window_us ||
+	    (double)(b->cpu_us - a->cpu_us) > SUB_PACE_MAX_CPU_SHARE * window_us)
 		return SUB_PACE_WAIT_MS;
 	return 0;
 }
 
 /* ---- samples ---- */
 
-static int sample(struct wsync_subscriber *s, struct sub_pace_sample *out)
+/* One PSI file's "some" total. */
+static int read_psi(const char *path, uint64_t *total_us)
 {
 	char buf[512];
 	ssize_t n;
 	int fd, r;
 
-	fd = open(PSI_IO, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	n = read(fd, buf, sizeof(buf));
 	r = n < 0 ? -errno : 0;
 	(void)close(fd);
+	return r < 0 ? r : sub_pace_parse(buf, (size_t)n, total_us);
+}
+
+static int sample(struct wsync_subscriber *s, struct sub_pace_sample *out)
+{
+	int r = read_psi(PSI_IO, &out->stall_us);
+
 	if (r < 0)
 		return r;
-	r = sub_pace_parse(buf, (size_t)n, &out->stall_us);
-	if (r < 0)
-		return r;
+	if (read_psi(PSI_CPU, &out->cpu_us) < 0)
+		out->cpu_us = 0;	/* I/O alone, then */
 	out->ms = uv_now(s->d->loop);
 	return 0;
 }
@@ -120,9 +128,12 @@ static void on_pace_timer(uv_timer_t *t)
 		wait = sub_pace_decide(&p->last, &now);
 		if (wait)
 			log_debug("building ahead waits: %.0f%% of the last %" PRIu64
-				  " ms stalled on I/O", 100.0 * (double)(now.stall_us -
-				  p->last.stall_us) / (double)((now.ms - p->last.ms) * 1000),
-				  now.ms - p->last.ms);
+				  " ms stalled on I/O, %.0f%% waiting for a CPU",
+				  100.0 * (double)(now.stall_us - p->last.stall_us) /
+					  (double)((now.ms - p->last.ms) * 1000),
+				  now.ms - p->last.ms,
+				  100.0 * (double)(now.cpu_us - p->last.cpu_us) /
+					  (double)((now.ms - p->last.ms) * 1000));
 		p->last = now;
 	}
 	if (wait && !s->stopping) {
@@ -134,8 +145,8 @@ static void on_pace_timer(uv_timer_t *t)
 	if (s->stopping)
 		return;
 	if (p->waited_ms)
-		log_debug("building ahead waited %.1f s for the disk (I/O stalls above %.0f%%)",
-			  (double)p->waited_ms / 1000, 100 * SUB_PACE_MAX_SHARE);
+		log_debug("building ahead waited %.1f s for the disk and the CPUs",
+			  (double)p->waited_ms / 1000);
 	p->waited_ms = 0;
 	p->granted = true;
 	p->granted_at = uv_now(s->d->loop);

@@ -3,17 +3,21 @@
  * subscriber_pace.h -- building ahead yields the disk ([subscriber]
  * ahead_pace = yield).
  *
- * A version built ahead of its commit reads the target and writes temps
- * while the publisher may still be reading the checkpoint on the same
- * disk (one host, a shared file system).  Building ahead is worth doing
- * only with the disk's spare time: before each build job the subscriber
- * samples the kernel's I/O stall counter (/proc/pressure/io, "some"
- * total: microseconds during which at least one task waited for I/O)
- * over SUB_PACE_PROBE_MS with no build of its own running, and builds
- * only when the share of that window spent stalled is at most
- * SUB_PACE_MAX_SHARE; otherwise it waits SUB_PACE_WAIT_MS and looks
- * again, over that whole wait.  Waiting never holds up the version: at
- * the commit, the apply builds what was not built ahead.
+ * A version built ahead of its commit reads the target, decodes and
+ * hashes, and writes temps while the publisher may still be reading and
+ * coding the checkpoint on the same disk and CPUs (one host, a shared
+ * file system).  Building ahead is worth doing only with spare time:
+ * before each build job the subscriber samples the kernel's stall
+ * counters (/proc/pressure/io and /proc/pressure/cpu, "some" totals:
+ * microseconds during which at least one task waited for I/O, for a
+ * CPU) over SUB_PACE_PROBE_MS with no build of its own running, and
+ * builds only when at most SUB_PACE_MAX_SHARE of that window was spent
+ * stalled on I/O and at most SUB_PACE_MAX_CPU_SHARE waiting for a CPU;
+ * otherwise it waits SUB_PACE_WAIT_MS and looks again, over that whole
+ * wait.  (On one host the anchor's coding is what the build slows most:
+ * its reads come from the page cache, its CPUs are the contended part.)
+ * Waiting never holds up the version: at the commit, the apply builds
+ * what was not built ahead.
  *
  * The build job does not run in the idle I/O class (ioprio_set
  * IOPRIO_CLASS_IDLE), though bfq and mq-deadline honour it: a job once
@@ -34,6 +38,7 @@
 #include <stdint.h>
 
 #define SUB_PACE_MAX_SHARE 0.10	/* of a window stalled on I/O: above, wait */
+#define SUB_PACE_MAX_CPU_SHARE 0.20	/* of a window some task waited for a CPU */
 /* A window long enough to see past one burst (the stall counter of a
  * shared disk comes in bursts of a few hundred ms): a build starts only
  * after a whole quiet window, the publisher's steady reading keeps it
@@ -46,10 +51,11 @@
 struct sub_pace_sample {
 	uint64_t ms;		/* monotonic, when taken */
 	uint64_t stall_us;	/* /proc/pressure/io "some" total */
+	uint64_t cpu_us;	/* /proc/pressure/cpu "some" total (0: none) */
 };
 
-/* The "some" line's total= out of /proc/pressure/io's text (len bytes,
- * not NUL-terminated).  0, or -EINVAL (no such line: no PSI). */
+/* The "some" line's total= out of a /proc/pressure file's text (len
+ * bytes, not NUL-terminated).  0, or -EINVAL (no such line: no PSI). */
 int sub_pace_parse(const char *text, size_t len, uint64_t *stall_us);
 
 /* Between samples a and b (b the later): 0 to build now, else the
