@@ -9,8 +9,9 @@
  *
  * Calls go one way, down this list: subscriber.c -> subscriber_plan.c ->
  * subscriber_transfer.c -> subscriber_ahead.c -> subscriber_cycle.c ->
- * subscriber_pace.c, and each may call any below it (tests/layers/test-no-circles.py: no two
- * files call each other both ways).  Where a lower file must reach a
+ * subscriber_pace.c, and each may call any below it
+ * (tests/layers/test-no-circles.py: no two files call each other both
+ * ways).  Where a lower file must reach a
  * higher one it goes through a pointer the higher one gave it: the poll
  * timer's s->on_poll, the resume of sub_ahead_claim, sub_pace_hold's go.
  */
