@@ -38,11 +38,20 @@ def table(name):
     try:
         for l in open("%s/%s" % (d, name)):
             f = l.split()
-            out[int(f[0])] = [float(x) for x in f[1:]]
+            out[int(f[0])] = [float(x) if x != "-" else None for x in f[1:]]
     except OSError:
         pass
     return out
-window = table("step-times")   # step: [start, end] (epoch s): the trainer's start to all idle
+# step: [start, end] (epoch s): the trainer's start to all idle; then the
+# PSI io and cpu "some" totals (µs) at the start and at the end
+times = table("step-times")
+window = {i: v[:2] for i, v in times.items()}
+def pressure(i):
+    v = times.get(i, [])
+    if len(v) < 6 or None in v[2:6] or v[1] <= v[0]:
+        return None
+    span = (v[1] - v[0]) * 1e6
+    return (v[4] - v[2]) / span, (v[5] - v[3]) / span
 apart = table("apart.txt")     # step: [diff s, apply s, delta bytes]
 # Each link's body bytes in each step's window, from its faultproxy's log:
 # request bodies (up) and response bodies (down), a response counted at its
@@ -146,7 +155,7 @@ for i in done:
         if head is not None and app[s] < head:
             notes.append("step %d: INCONSISTENT: the %s subscriber's applied line is %.2f s before the publisher's HEAD line" %
                          (i, who, head - app[s]))
-        if i in ahead[s]:
+        if i in ahead[s] and float(ahead[s][i][1].group(2)) > 0:
             notes.append("step %d: the %s subscriber built it ahead: %.2f s of its apply before the commit, "
                          "renamed in after HEAD" % (i, who, float(ahead[s][i][1].group(2))))
     if head is None:
@@ -202,6 +211,11 @@ if rate:
 if apart:
     print("(apart: the daemons idle; the apply reads the old checkpoint dropped from the page cache, writes on the "
           "subscribers' file system)")
+p = {i: pressure(i) for i in done}
+if any(p.values()):
+    print("(the machine over each step, everything on it counted: %s)" % "; ".join(
+        "step %d: I/O stalled %.0f%%, a task waiting for a CPU %.0f%% of the time" % (i, 100 * v[0], 100 * v[1])
+        for i, v in p.items() if v))
 print()
 for n in notes:
     print(n)

@@ -107,6 +107,10 @@
 # once and drops it from the page cache after (posix_fadvise DONTNEED), so
 # a step starts with no target file cached by the check.
 #
+# Under the table, the machine's I/O and CPU pressure over each step
+# (/proc/pressure: the share of the time some task waited; everything on
+# the machine counts), to tell a noisy run.
+#
 # Each row is checked for consistency (HEAD after the announcement, each
 # subscriber's apply after HEAD: it renames nothing in before HEAD names
 # the version, built ahead or not); a row that is not says so. At the end
@@ -189,6 +193,14 @@ WSYNC_SOURCE_ROOT=$root
 declare -A PID=() PROXY_PID=() PROXY_URL=()
 MNT= LOOPDEV= IMG= SUBFS=plain TRAINER_PID=
 now() { date +%s.%N; }
+# psi: the machine's I/O and CPU "some" stall totals (microseconds; - without PSI)
+psi() {
+	local f v
+	for f in io cpu; do
+		v=$(sed -n 's/^some .*total=\([0-9]*\)$/\1/p' "/proc/pressure/$f" 2>/dev/null)
+		printf '%s ' "${v:--}"
+	done
+}
 commas() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
 
 # stop_pid PID: SIGTERM, at most 30 s, then SIGKILL; reaped.
@@ -475,7 +487,7 @@ EOF
 	for i in $(seq 1 $total); do
 		# the trainer's rotation: keep the newest checkpoint and the one it writes
 		for k in $(seq 1 $((i - 2))); do rm -rf "$d/watch/checkpoint-$k"; done
-		t0=$(now)
+		t0=$(now) psi0=$(psi)
 		"$PYTHON3" "$root/scripts/bench-scale-trainer.py" "$GEN" "$d/watch/checkpoint-$i" "$i" "$total" "$p" "$shards" \
 			"$d/ck-$i.json" &
 		TRAINER_PID=$!
@@ -491,7 +503,7 @@ EOF
 		done
 		for s in $PUBS s1 s2; do wait_idle "$d/$s/run" "$i" || return 1; done
 		# the step's window (the links' bytes are counted in it)
-		echo "$i $t0 $(now)" >>"$d/step-times"
+		echo "$i $t0 $(now) $psi0$(psi)" >>"$d/step-times"
 		eval "\"\$PYTHON3\" \"\$root/scripts/bench-proc.py\" $SAMPLE" >"$d/proc-$i.tsv"
 		for s in $PUBS s1 s2; do cp "$d/$s/run/wsync.prom" "$d/prom-$s-$i.prom"; done
 		local v1 v2 r1=0 r2=0
