@@ -769,6 +769,27 @@ static const char *format_layout(UNUSED const struct config_key *k, const void *
 	return layout_names[*(const enum wsync_layout *)field];
 }
 
+static const char *const ahead_pace_names[] = {
+	[WSYNC_AHEAD_PACE_YIELD] = "yield",
+	[WSYNC_AHEAD_PACE_OFF] = "off",
+};
+
+static int parse_ahead_pace(UNUSED const struct config_key *k, const char *value, void *field,
+			    struct wsync_error *why)
+{
+	int v = 0, r = parse_name_in(ahead_pace_names, 2, value, &v, why);
+
+	if (r == 0)
+		*(enum wsync_ahead_pace *)field = (enum wsync_ahead_pace)v;
+	return r;
+}
+
+static const char *format_ahead_pace(UNUSED const struct config_key *k, const void *field,
+				     UNUSED char *buf, UNUSED size_t len)
+{
+	return ahead_pace_names[*(const enum wsync_ahead_pace *)field];
+}
+
 /* ---- the schema --------------------------------------------------------- */
 
 /* Rows of one section stay together: dump and the section list rely on it.
@@ -860,6 +881,7 @@ static const struct config_key config_keys[] = {
 	KEY("subscriber", "layout", parse_layout, format_layout, layout),
 	KEY("subscriber", "ahead_max", parse_size, format_size, ahead_max,
 	    .min = 0, .max = 1ull << 50),
+	KEY("subscriber", "ahead_pace", parse_ahead_pace, format_ahead_pace, ahead_pace),
 	KEY("subscriber", "include", parse_globs, format_string, sub_include, .max = 4096),
 	KEY("subscriber", "exclude", parse_globs, format_string, sub_exclude, .max = 4096,
 	    .flags = KEY_EMPTY_OK),
@@ -1563,6 +1585,7 @@ int wsync_config_init(struct wsync_config *cfg)
 	cfg->chunk_size = 16 * MiB;
 	cfg->part = cfg->parts = 1;
 	cfg->ahead_max = 16ull << 30;
+	cfg->ahead_pace = WSYNC_AHEAD_PACE_YIELD;
 	cfg->poll_interval_ms = 2000;
 	cfg->on_apply_timeout_ms = 60000;
 	/* [store]: store.h's defaults, which a zero would take there too */

@@ -48,6 +48,12 @@ enum wsync_layout {
 	WSYNC_LAYOUT_SYMLINK,		/* target_dir a symlink to target_dir.v<N>, flipped */
 };
 
+/* Whether building ahead yields the disk ([subscriber] ahead_pace). */
+enum wsync_ahead_pace {
+	WSYNC_AHEAD_PACE_YIELD = 0,	/* waits out I/O stalls, idle I/O class */
+	WSYNC_AHEAD_PACE_OFF,		/* builds as the chunks arrive */
+};
+
 /* The default of [publisher] exclude: what training writes that inference
  * does not need. */
 #define WSYNC_DEFAULT_EXCLUDE \
@@ -125,6 +131,7 @@ struct wsync_config {
 	uint64_t poll_interval_ms; /* default 2s; 100ms..1d */
 	uint64_t ahead_max;	/* bytes of a version in flight fetched and built
 				 * before its commit; default 16 GiB; 0: none */
+	enum wsync_ahead_pace ahead_pace; /* default yield */
 	char *verify_key;	/* Ed25519 public key (PEM), optional */
 	uint64_t max_head_age_ms; /* 0 (default): off; else warn when HEAD is older */
 	char *on_apply;		/* /bin/sh -c command after each applied version, optional */

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-# bench-scale-report.py BACKEND DIR PARAMS PREFIX SUBFS RATE MMAP DELAYACCT TSV:
-# bench-scale.sh's tables for one backend's run in DIR; rows appended to TSV.
+# bench-scale-report.py BACKEND DIR PARAMS PREFIX SUBFS RATE MMAP DELAYACCT TSV [PROXIES]:
+# bench-scale.sh's tables for one backend's run in DIR; rows appended to TSV
+# (a TSV of another layout is moved aside to TSV.old first). PROXIES: the
+# directory holding proxy-<daemon>/faultproxy.jsonl (throttled s3).
 import datetime, json, os, re, sys
 b, d, params, prefix, subfs = sys.argv[1:6]
 rate, mmap, delayacct, tsv = int(sys.argv[6]), sys.argv[7] == "1", sys.argv[8] == "1", sys.argv[9]
+proxies = sys.argv[10] if len(sys.argv) > 10 else None
 tck = os.sysconf("SC_CLK_TCK")
 tz = datetime.datetime.now().astimezone().tzinfo
 def ts(line):
@@ -19,7 +22,7 @@ def lines(name, rx):
         if m and int(m.group(1)) not in out:
             out[int(m.group(1))] = (ts(line), m)
     return out
-announced = lines("pub", r"version (\d+) \(step -?\d+\) announced")
+announced = lines("pub", r"info: version (\d+) \(step -?\d+\) announced")
 published = lines("pub", r"info: (?:published|committed the parts of) version (\d+) ")
 # the apply's duration: duration_ms= of the line's fields, else its "N.NN s"
 applied = {s: lines(s, r"info: version (\d+) \(step -?\d+\) applied from .*?"
@@ -27,6 +30,57 @@ applied = {s: lines(s, r"info: version (\d+) \(step -?\d+\) applied from .*?"
            for s in ("s1", "s2")}
 def apply_s(m):
     return int(m.group(2)) / 1000 if m.group(2) else float(m.group(3))
+# built ahead: the applied line says how much of the apply ran before the commit
+ahead = {s: lines(s, r"info: version (\d+) \(step -?\d+\) applied from .*\(([0-9.]+) s of it before the commit\)")
+         for s in ("s1", "s2")}
+def table(name):
+    out = {}
+    try:
+        for l in open("%s/%s" % (d, name)):
+            f = l.split()
+            out[int(f[0])] = [float(x) if x != "-" else None for x in f[1:]]
+    except OSError:
+        pass
+    return out
+# step: [start, end] (epoch s): the trainer's start to all idle; then the
+# PSI io and cpu "some" totals (µs) at the start and at the end
+times = table("step-times")
+window = {i: v[:2] for i, v in times.items()}
+def pressure(i):
+    v = times.get(i, [])
+    if len(v) < 6 or None in v[2:6] or v[1] <= v[0]:
+        return None
+    span = (v[1] - v[0]) * 1e6
+    return (v[4] - v[2]) / span, (v[5] - v[3]) / span
+apart = table("apart.txt")     # step: [diff s, apply s, delta bytes]
+# Each link's body bytes in each step's window, from its faultproxy's log:
+# request bodies (up) and response bodies (down), a response counted at its
+# request's time.
+def link_bytes(name):
+    up, down = {}, {}
+    if not proxies:
+        return None
+    path = "%s/proxy-%s/faultproxy.jsonl" % (proxies, name)
+    if not os.path.exists(path):
+        return None
+    when = {}
+    for l in open(path, errors="replace"):
+        try:
+            e = json.loads(l)
+        except ValueError:
+            continue
+        key = (e.get("listener"), e.get("conn"), e.get("seq"))
+        if e.get("event") == "request":
+            when[key] = e.get("time")
+        elif e.get("event") == "response" and when.get(key) is not None:
+            t = when.pop(key)
+            for i, (t0, t1) in window.items():
+                if t0 <= t <= t1:
+                    up[i] = up.get(i, 0) + int(e.get("request_body_bytes") or 0)
+                    down[i] = down.get(i, 0) + int(e.get("body_bytes") or 0)
+                    break
+    return up, down
+links = {n: link_bytes(n) for n in ("pub", "s1", "s2")} if rate else {}
 def proc(i):
     out = {}
     try:
@@ -58,17 +112,26 @@ def mb(x):
     return "{:,.1f}".format(x / 1e6)
 def sec(x):
     return "-" if x is None else "%.2f" % x
-rows, goals = [], []
+rows, goals, notes = [], [], []
+# goal(text, figure, limit, ok): one line of the run's goals
+def goal(text, figure, ok):
+    goals.append((text, figure, ok))
 print()
-print("Latency from the checkpoint's marker (trainer_state.json's mtime), s; object: what the step put in the bucket:")
+print("Latency from the checkpoint's marker (trainer_state.json's mtime), s; object: what the step put in the bucket;")
+print("ratio: the last apply over the slower stage of this run (publish, apply), contended; apart: `wsync diff` and")
+print("`wsync apply` of the same pair run one after the other once the step is over, and marker → applied over the slower;")
+print("marker → HEAD includes the publisher's settle_time (default 2 s: the checkpoint unchanged that long before it is read):")
 print()
-hdr = "| step | object bytes | → announced | → HEAD (publish) | → applied full | → applied partial | apply s full / partial | ratio (goal ≤ 1.5) |"
-sep = "|---|---:|---:|---:|---:|---:|---:|---:|"
+hdr = ("| step | object bytes | → announced | → HEAD (publish) | → applied full | → applied partial | apply s full / partial "
+       "| ratio (contended) | diff / apply s apart | → applied ÷ apart full / partial |")
+sep = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 if rate:
-    hdr += " transfer s (bytes / rate) | latency ÷ transfer (goal ≤ 1.3) |"
-    sep += "---:|---:|"
+    hdr += " moved MB pub↑ / full↓ / partial↓ | transfer s full / partial | latency ÷ transfer full / partial |"
+    sep += "---:|---:|---:|"
 print(hdr)
 print(sep)
+def pair(a, b, fmt):
+    return "%s / %s" % ("-" if a is None else fmt % a, "-" if b is None else fmt % b)
 for i in done:
     k = "%012d" % i
     # an object stored whole, or in chunks (BUCKET.md 3.2: deltas/<V>-<N>.wsd)
@@ -85,27 +148,79 @@ for i in done:
     stage = max(head or 0, max(dur.values()))
     ratio = last / stage if stage > 0 else None
     kind = "anchor" if i == steps[0] else "delta"
-    line = "| %d (%s) | %s | %s | %s | %s | %s | %s / %s | %s |" % (
+    # the row's own consistency: announced <= HEAD <= each apply
+    if ann is not None and head is not None and ann > head:
+        notes.append("step %d: INCONSISTENT: announced %.2f s after HEAD" % (i, ann - head))
+    for s, who in (("s1", "full"), ("s2", "partial")):
+        if head is not None and app[s] < head:
+            notes.append("step %d: INCONSISTENT: the %s subscriber's applied line is %.2f s before the publisher's HEAD line" %
+                         (i, who, head - app[s]))
+        if i in ahead[s] and float(ahead[s][i][1].group(2)) > 0:
+            notes.append("step %d: the %s subscriber built it ahead: %.2f s of its apply before the commit, "
+                         "renamed in after HEAD" % (i, who, float(ahead[s][i][1].group(2))))
+    if head is None:
+        notes.append("step %d: no HEAD line in the publisher's log" % i)
+    ap = apart.get(i)
+    slow_apart = max(ap[0], ap[1]) if ap else None
+    aratio = {s: (app[s] / slow_apart if slow_apart else None) for s in ("s1", "s2")}
+    line = "| %d (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         i, kind, format(obj, ","), sec(ann), sec(head), sec(app["s1"]), sec(app["s2"]),
-        sec(dur["s1"]), sec(dur["s2"]), "-" if ratio is None else "%.2f×" % ratio)
-    xfer = xratio = None
+        pair(dur["s1"], dur["s2"], "%.2f"), "-" if ratio is None else "%.2f×" % ratio,
+        pair(ap[0], ap[1], "%.2f") if ap else "-",
+        pair(aratio["s1"], aratio["s2"], "%.2f×") if ap else "-")
+    moved = {}
+    xfer = {"s1": None, "s2": None}
+    xratio = {"s1": None, "s2": None}
     if rate:
-        xfer = obj / rate
-        xratio = last / xfer if xfer > 0 else None
-        line += " %.1f | %s |" % (xfer, "-" if xratio is None else "%.2f×" % xratio)
-        # a step whose transfer takes under a second (a small delta) is
-        # reported, not checked: the ratio then measures everything but it
-        if xratio is not None and xfer >= 1:
-            goals.append(("latency ÷ transfer ≤ 1.3 at step %d: %.2f×" % (i, xratio), xratio <= 1.3))
-    if ratio is not None:
-        goals.append(("latency ratio ≤ 1.5 at step %d: %.2f×" % (i, ratio), ratio <= 1.5))
+        have = all(links.get(n) for n in ("pub", "s1", "s2"))
+        if have:
+            moved = {"pub": links["pub"][0].get(i, 0), "s1": links["s1"][1].get(i, 0),
+                     "s2": links["s2"][1].get(i, 0)}
+            for s in ("s1", "s2"):
+                # the data crosses the publisher's link up, then this
+                # subscriber's down: at best both at once, as long as the busier
+                xfer[s] = max(moved["pub"], moved[s]) / rate
+                xratio[s] = app[s] / xfer[s] if xfer[s] > 0 else None
+        line += " %s | %s | %s |" % (
+            "%s / %s / %s" % (mb(moved["pub"]), mb(moved["s1"]), mb(moved["s2"])) if moved else "-",
+            pair(xfer["s1"], xfer["s2"], "%.2f"), pair(xratio["s1"], xratio["s2"], "%.2f×"))
+        for s, who in (("s1", "full"), ("s2", "partial")):
+            if xratio[s] is not None:
+                goal("step %d (%s), %s subscriber: marker → applied ≤ 1.3× its transfer" % (i, kind, who),
+                     "%.2f s ÷ %.2f s = %.2f×" % (app[s], xfer[s], xratio[s]), xratio[s] <= 1.3)
+            else:
+                goal("step %d (%s), %s subscriber: marker → applied ≤ 1.3× its transfer" % (i, kind, who),
+                     "no bytes counted on its links (no faultproxy log?)", False)
+    if kind == "delta" and ratio is not None:
+        goal("step %d (delta): last apply ≤ 1.5× the slowest stage of the run" % i,
+             "%.2f s ÷ %.2f s = %.2f×" % (last, stage, ratio), ratio <= 1.5)
+    if b == "file" and aratio["s1"] is not None:
+        goal("step %d (%s), one host: marker → applied (full) ≤ 1.5× the slower stage run apart" % (i, kind),
+             "%.2f s ÷ max(diff %.2f s, apply %.2f s) = %.2f×" % (app["s1"], ap[0], ap[1], aratio["s1"]),
+             aratio["s1"] <= 1.5)
     print(line)
     rows.append(dict(step=i, kind=kind, ckpt=ck[i]["bytes"], obj=obj, ann=ann, head=head,
                      app_s1=app["s1"], app_s2=app["s2"], dur_s1=dur["s1"], dur_s2=dur["s2"],
-                     ratio=ratio, xfer=xfer, xratio=xratio))
+                     ratio=ratio, diff_apart=ap[0] if ap else None, apply_apart=ap[1] if ap else None,
+                     apart_s1=aratio["s1"], apart_s2=aratio["s2"],
+                     moved_pub=moved.get("pub"), moved_s1=moved.get("s1"), moved_s2=moved.get("s2"),
+                     xfer_s1=xfer["s1"], xfer_s2=xfer["s2"], xratio_s1=xratio["s1"], xratio_s2=xratio["s2"]))
 if rate:
-    print("\n(transfer: the step's object at the throttled rate, the time one link needs to carry it once; "
-          "the ≤ 1.3 goal is checked where that is 1 s or more)")
+    print("\n(moved: the bodies each link carried over the step, counted by its faultproxy: the publisher's requests up, "
+          "each subscriber's responses down; transfer: the busier of a subscriber's two links, at the throttled rate)")
+if apart:
+    print("(apart: the daemons idle; the apply reads the old checkpoint dropped from the page cache, writes on the "
+          "subscribers' file system)")
+p = {i: pressure(i) for i in done}
+if any(p.values()):
+    print("(the machine over each step, everything on it counted: %s)" % "; ".join(
+        "step %d: I/O stalled %.0f%%, a task waiting for a CPU %.0f%% of the time" % (i, 100 * v[0], 100 * v[1])
+        for i, v in p.items() if v))
+print()
+for n in notes:
+    print(n)
+if not any("INCONSISTENT" in n for n in notes):
+    print("every row consistent: announced ≤ HEAD ≤ each subscriber's applied")
 print()
 print("Bytes per step (MB = 10^6 bytes); the publisher's reads over the checkpoint bytes it had to read (a delta: old + new; the anchor: new):")
 print()
@@ -133,7 +248,11 @@ for r in rows:
         "-" if dl["s2"] is None else mb(dl["s2"]), share, pr / base,
         (" %.2f |" % (pb / base)) if mmap else ""))
     if prior and not mmap:
-        goals.append(("publisher reads each byte once at step %d: rchar ÷ (old + new) %.2f ≤ 1.1" % (i, pr / base), pr / base <= 1.1))
+        goal("step %d (delta): the publisher reads ≤ 1.1× old + new" % i, "rchar ÷ (old + new) %.2f" % (pr / base),
+             pr / base <= 1.1)
+    if not prior and not mmap and b == "file":
+        goal("step %d (anchor): the publisher reads ≤ 1.2× its new bytes" % i, "rchar ÷ new %.2f" % (pr / base),
+             pr / base <= 1.2)
 if mmap:
     print("\n(--mmap: the encoder reads through mappings, which rchar does not count: rchar undercounts; "
           "read_bytes counts only what came from the disk. The read-once goal is not checked.)")
@@ -161,39 +280,52 @@ for r in rows:
             i, names[n], dv[0], mb(dv[1]), mb(dv[2]), mb(dv[3]), mb(dv[4]), dv[5] / tck))
 print()
 final = P[done[-1]] if done else {}
-print("| daemon | CPU s (whole run) | peak RSS MiB (goal < 256) |")
+print("| daemon | CPU s (whole run) | peak RSS MiB (goal ≤ 256) |")
 print("|---|---:|---:|")
 for n in pubs + ["s1", "s2"]:
     if n in final:
         hwm = final[n][6] / 1024
         print("| %s | %.2f | %.0f |" % (names[n], final[n][0], hwm))
-        goals.append(("peak RSS < 256 MiB: %s %.0f MiB" % (names[n], hwm), hwm < 256))
+        goal("peak RSS ≤ 256 MiB: %s" % names[n], "%.0f MiB" % hwm, hwm <= 256)
 print()
 for i in steps:
     for s in ("s1", "s2"):
         if (i, s) in verified:
             print("step %d %s: %s" % (i, "full s1" if s == "s1" else "partial s2", verified[(i, s)]))
 print()
-for text, ok in goals:
-    print("%s %s" % ("PASS" if ok else "FAIL", text))
-print("goal checks (%s): %d passed, %d failed" % (b, sum(1 for _, ok in goals if ok), sum(1 for _, ok in goals if not ok)))
+print("Goals (issue 41's, those that apply to this run):")
+for text, figure, ok in goals:
+    print("%-6s %s: %s" % ("ok" if ok else "MISSED", text, figure))
+print("goals (%s): %d ok, %d MISSED" % (b, sum(1 for g in goals if g[2]), sum(1 for g in goals if not g[2])))
 
 cols = ["backend", "params", "subfs", "mmap", "rate_bytes_s", "step", "kind", "ckpt_bytes", "object_bytes", "marker_announced_s",
         "marker_head_s", "marker_applied_full_s", "marker_applied_partial_s", "apply_full_s",
-        "apply_partial_s", "ratio", "transfer_s", "latency_over_transfer", "downloaded_full",
+        "apply_partial_s", "ratio", "diff_apart_s", "apply_apart_s", "applied_over_apart_full",
+        "applied_over_apart_partial", "moved_pub_up", "moved_full_down", "moved_partial_down",
+        "transfer_full_s", "transfer_partial_s", "latency_over_transfer_full",
+        "latency_over_transfer_partial", "downloaded_full",
         "downloaded_partial", "pub_rchar_over_ckpt", "pub_read_bytes_over_ckpt"]
 cols += ["%s_%s" % (n, f) for n in ("pub", "full", "partial")
          for f in ("cpu_s", "rchar", "wchar", "read_bytes", "write_bytes", "blkio_s")]
+header = "\t".join(cols) + "\n"
+if os.path.exists(tsv) and os.path.getsize(tsv) > 0:
+    with open(tsv) as f:
+        if f.readline() != header:
+            os.replace(tsv, tsv + ".old")   # another layout: never mix the columns
 new = not os.path.exists(tsv) or os.path.getsize(tsv) == 0
 with open(tsv, "a") as f:
     if new:
-        f.write("\t".join(cols) + "\n")
+        f.write(header)
     for r in rows:
+        # never an empty field: readers that split on runs of whitespace
+        # (awk, read) would shift every column after it
         def v(x):
-            return "" if x is None else ("%.3f" % x if isinstance(x, float) else str(x))
+            return "-" if x is None else ("%.3f" % x if isinstance(x, float) else str(x))
         vals = [b, params, "loop" if subfs.startswith("ext4") else "plain", int(mmap), rate, r["step"], r["kind"], r["ckpt"], r["obj"], r["ann"], r["head"],
-                r["app_s1"], r["app_s2"], r["dur_s1"], r["dur_s2"], r["ratio"], r["xfer"],
-                r["xratio"], r.get("dl_s1"), r.get("dl_s2"), r.get("pub_rchar_ratio"),
+                r["app_s1"], r["app_s2"], r["dur_s1"], r["dur_s2"], r["ratio"], r["diff_apart"],
+                r["apply_apart"], r["apart_s1"], r["apart_s2"], r["moved_pub"], r["moved_s1"],
+                r["moved_s2"], r["xfer_s1"], r["xfer_s2"], r["xratio_s1"], r["xratio_s2"],
+                r.get("dl_s1"), r.get("dl_s2"), r.get("pub_rchar_ratio"),
                 r.get("pub_rb_ratio")]
         for n in ("pub", "s1", "s2"):
             vals += [r["%s_cpu" % n], r["%s_rchar" % n], r["%s_wchar" % n],

@@ -9,7 +9,8 @@
 #
 #   scripts/bench-scale.sh [--quick] [--params P] [--shards N] [--steps N]
 #                          [--backend file|s3|both] [--mmap] [--throttle RATE]
-#                          [--parts N] [--dir DIR] [--keep]
+#                          [--parts N] [--no-apart] [--sub KEY=VALUE]...
+#                          [--dir DIR] [--keep]
 #
 #   --quick         small, for the test suite: 200M parameters (400 MB),
 #                   4 shards, 1 delta step, file:// only; well under a minute
@@ -32,8 +33,12 @@
 #                   ([publisher] part = K/N, BUCKET.md §7) instead of one:
 #                   part 1 commits; each part's reads, CPU and peak RSS are
 #                   reported (the read-once goal then applies to their sum)
+#   --no-apart      do not run each step's stages apart (below)
+#   --sub KEY=VALUE a [subscriber] setting for both subscribers (repeat for
+#                   more): --sub ahead_pace=off, --sub ahead_max=0
 #   --dir DIR       work dir (default a temp dir under /var/tmp); needs about
-#                   7x a checkpoint's bytes free (checked first)
+#                   8x a checkpoint's bytes free (7x with --no-apart; checked
+#                   first)
 #   --keep          keep the work dir (the loop image unmounted); without it
 #                   only DIR/bench-scale.tsv is left
 #
@@ -66,7 +71,23 @@
 #                        apply s: the duration that line gives (the apply
 #                        job: verify, decode, write, swap; not the download)
 #   ratio                (marker -> last applied) / max(publish stage, the
-#                        longest apply), goal <= 1.5
+#                        longest apply): the stages as long as they took in
+#                        this contended run; goal <= 1.5 for delta steps
+#   stages apart         after the step, the daemons idle: `wsync diff OLD NEW`
+#                        and `wsync apply OLD DELTA -o OUT` (OUT on the
+#                        subscribers' file system, OLD dropped from the page
+#                        cache first: a subscriber's target is cold), one
+#                        after the other (scripts/bench-scale-apart.py; the
+#                        anchor: from an empty directory), and
+#                        (marker -> applied) / max(diff, apply) for each
+#                        subscriber; goal <= 1.5 for the full one on file://
+#                        (one host, one disk)
+#   transfer             (throttled s3 only) per subscriber: the bytes the
+#                        step moved over the busier of its two links, the
+#                        publisher's (request bodies up) and its own
+#                        (response bodies down), each counted from its
+#                        faultproxy's log over the step, / RATE; the ratio
+#                        (marker -> applied) / transfer, goal <= 1.3
 #   downloaded           wsync_bytes_downloaded_total (the metrics file),
 #                        per step
 #   pub read / ckpt      the publisher's rchar / (old + new checkpoint bytes)
@@ -85,6 +106,18 @@
 # a mismatch stops the run with exit 1. The check reads each target file
 # once and drops it from the page cache after (posix_fadvise DONTNEED), so
 # a step starts with no target file cached by the check.
+#
+# Under the table, the machine's I/O and CPU pressure over each step
+# (/proc/pressure: the share of the time some task waited; everything on
+# the machine counts), to tell a noisy run.
+#
+# Each row is checked for consistency (HEAD after the announcement, each
+# subscriber's apply after HEAD: it renames nothing in before HEAD names
+# the version, built ahead or not); a row that is not says so. At the end
+# of each backend's tables, each goal of the run with its figure, "ok" or
+# "MISSED". DIR/bench-scale.tsv has no empty field ("-" where a figure does
+# not apply), so whitespace-splitting readers (awk, read) keep the columns;
+# a TSV of another layout left in DIR is moved aside, not appended to.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 prebuilt=0
@@ -92,7 +125,7 @@ prebuilt=0
 PYTHON3=${PYTHON3:-/usr/bin/python3}
 GEN=$root/scripts/gen-checkpoints
 
-quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1
+quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1 apart=1 subset=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) quick=1 ;;
@@ -103,6 +136,14 @@ while [ $# -gt 0 ]; do
 	--mmap) mmap=1 ;;
 	--throttle) throttle=$2; shift ;;
 	--parts) parts=$2; shift ;;
+	--no-apart) apart=0 ;;
+	--sub)
+		case $2 in
+		[a-z]*=*) subset+=("${2%%=*} = ${2#*=}") ;;
+		*) echo "bench-scale.sh: --sub KEY=VALUE" >&2; exit 2 ;;
+		esac
+		shift
+		;;
 	--dir) dir=$2; shift ;;
 	--keep) keep=1 ;;
 	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -152,6 +193,14 @@ WSYNC_SOURCE_ROOT=$root
 declare -A PID=() PROXY_PID=() PROXY_URL=()
 MNT= LOOPDEV= IMG= SUBFS=plain TRAINER_PID=
 now() { date +%s.%N; }
+# psi: the machine's I/O and CPU "some" stall totals (microseconds; - without PSI)
+psi() {
+	local f v
+	for f in io cpu; do
+		v=$(sed -n 's/^some .*total=\([0-9]*\)$/\1/p' "/proc/pressure/$f" 2>/dev/null)
+		printf '%s ' "${v:--}"
+	done
+}
 commas() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
 
 # stop_pid PID: SIGTERM, at most 30 s, then SIGKILL; reaped.
@@ -313,13 +362,14 @@ run_backend() { # run_backend BACKEND PARAMS
 	# disk: watch 2x; the publisher's base (hardlinks of a checkpoint, kept
 	# past the rotation) 1x; bucket ~0.8x; subscribers (target, download,
 	# the partial's half) ~2.7x; the 8 GB run used 5.4x (43 GB) at most
-	need=$((ckb * 7))
+	# the stages apart: their delta (the anchor: ~0.8x) and their output (1x)
+	need=$((ckb * (7 + apart)))
 	avail=$(($(df -k --output=avail "$WORK" | tail -1) * 1024))
 	if [ "$avail" -lt "$need" ]; then
-		echo "bench-scale.sh: $b: $WORK has $((avail / 1000000000)) GB free; a run of $((ckb / 1000000000)) GB checkpoints needs about $((need / 1000000000)) GB (7x)" >&2
+		echo "bench-scale.sh: $b: $WORK has $((avail / 1000000000)) GB free; a run of $((ckb / 1000000000)) GB checkpoints needs about $((need / 1000000000)) GB ($((7 + apart))x)" >&2
 		return 1
 	fi
-	subfs_setup $((ckb * 3 + (1 << 30)))
+	subfs_setup $((ckb * (3 + apart) + (1 << 30)))
 	local sd=$WORK/subfs/$b
 	rm -rf "$sd"
 	mkdir -p "$sd"
@@ -390,12 +440,14 @@ EOF
 			printf '[store]\n%s\n' "${!st}"
 			printf '[subscriber]\ntarget_dir = %s\npoll_interval = 200ms\n' "$sd/$s/target"
 			[ $s = s2 ] && printf 'include = %s\n' "$inc"
+			[ ${#subset[@]} = 0 ] || printf '%s\n' "${subset[@]}"
 		} >"$d/$s.ini"
 	done
 	echo
 	echo "## $b: $p parameters, $(commas "$ckb") bytes of weights in $k shards; 1 anchor + $steps delta steps$([ "$parts" -gt 1 ] && echo "; $parts publisher parts")"
 	echo "# full subscriber s1: every file; partial subscriber s2: include = $inc"
 	echo "# subscribers' state and targets: $SUBFS"
+	[ ${#subset[@]} = 0 ] || echo "# both subscribers: $(printf '%s; ' "${subset[@]}")"
 	case $SUBFS in ext4*) echo "#   (so the trainer's writes do not charge the subscribers' fsyncs through ext4's shared journal)" ;; esac
 	[ "$rate" -gt 0 ] && [ "$b" = s3 ] &&
 		echo "# each daemon reaches s3rver through its own faultproxy.py --rate $rate (bytes/s each way)"
@@ -427,12 +479,15 @@ EOF
 	done
 	eval "\"\$PYTHON3\" \"\$root/scripts/bench-proc.py\" $SAMPLE" >"$d/proc-0.tsv"
 	: >"$d/marker-times"
+	: >"$d/step-times"
+	: >"$d/apart.txt"
+	mkdir -p "$d/apart-empty"
 	: >"$d/verify.txt"
 	local fail=0 total=$((steps + 1)) ts
 	for i in $(seq 1 $total); do
 		# the trainer's rotation: keep the newest checkpoint and the one it writes
 		for k in $(seq 1 $((i - 2))); do rm -rf "$d/watch/checkpoint-$k"; done
-		t0=$(now)
+		t0=$(now) psi0=$(psi)
 		"$PYTHON3" "$root/scripts/bench-scale-trainer.py" "$GEN" "$d/watch/checkpoint-$i" "$i" "$total" "$p" "$shards" \
 			"$d/ck-$i.json" &
 		TRAINER_PID=$!
@@ -447,6 +502,8 @@ EOF
 			wait_applied "$d/$s.log" "${PID[$s]}" "$i" "$deadline" || return 1
 		done
 		for s in $PUBS s1 s2; do wait_idle "$d/$s/run" "$i" || return 1; done
+		# the step's window (the links' bytes are counted in it)
+		echo "$i $t0 $(now) $psi0$(psi)" >>"$d/step-times"
 		eval "\"\$PYTHON3\" \"\$root/scripts/bench-proc.py\" $SAMPLE" >"$d/proc-$i.tsv"
 		for s in $PUBS s1 s2; do cp "$d/$s/run/wsync.prom" "$d/prom-$s-$i.prom"; done
 		local v1 v2 r1=0 r2=0
@@ -458,6 +515,14 @@ EOF
 		if [ $r1 = 1 ] || [ $r2 = 1 ]; then
 			fail=1
 			break
+		fi
+		if [ $apart = 1 ]; then
+			local old=$d/apart-empty fig
+			[ "$i" -gt 1 ] && old=$d/watch/checkpoint-$((i - 1))
+			fig=$("$PYTHON3" "$root/scripts/bench-scale-apart.py" "$WSYNC" "$old" "$d/watch/checkpoint-$i" \
+				"$d/apart.wsd" "$WORK/subfs/$b-apart" 2) || return 1
+			echo "$i $fig" >>"$d/apart.txt"
+			echo "# $b: step $i's stages apart: wsync diff, wsync apply, delta bytes: $fig" >&2
 		fi
 	done
 	for s in $PUBS s1 s2; do
@@ -476,7 +541,7 @@ EOF
 
 # ---- the tables ---------------------------------------------------------------------------
 report() { # report BACKEND DIR PARAMS PREFIX SUBFS
-	"$PYTHON3" "$root/scripts/bench-scale-report.py" "$1" "$2" "$3" "$4" "$5" "$rate" "$mmap" "$delayacct" "$TSV"
+	"$PYTHON3" "$root/scripts/bench-scale-report.py" "$1" "$2" "$3" "$4" "$5" "$rate" "$mmap" "$delayacct" "$TSV" "$WORK"
 }
 
 rc=0

@@ -152,6 +152,8 @@ static void build(struct wsync_subscriber *s)
 		begin_at = ix->files[whole].offset;
 	if (!begin_at && from == to && !(a->piece && a->piece_pos < a->size))
 		return;
+	if (sub_pace_hold(s, build))
+		return;	/* the disk is busy: build() again once it is not */
 	used = a->bytes_built + (a->piece ? wsync_apply_piece_file(a->piece)->target_size : 0);
 	a->job = (struct sub_ahead_build){
 		.target_dir = s->cfg->target_dir, .object_path = a->path,

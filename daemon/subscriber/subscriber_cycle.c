@@ -492,7 +492,8 @@ static void on_timer_closed(uv_handle_t *h)
 void sub_maybe_stopped(struct wsync_subscriber *s)
 {
 	if (!s->stopping || s->closing || s->check_job_running ||
-	    (s->c && s->c->job_running) || sub_hooks_busy(&s->hooks) || sub_ahead_busy(s))
+	    (s->c && s->c->job_running) || sub_hooks_busy(&s->hooks) || sub_ahead_busy(s) ||
+	    sub_pace_close(s, sub_maybe_stopped))
 		return;
 	sub_cycle_free(s->c);
 	s->c = NULL;

@@ -8,11 +8,12 @@
  * it.  All of it runs on the loop thread.
  *
  * Calls go one way, down this list: subscriber.c -> subscriber_plan.c ->
- * subscriber_transfer.c -> subscriber_ahead.c -> subscriber_cycle.c, and
- * each may call any below it (tests/layers/test-no-circles.py: no two
- * files call each other both ways).  Where a lower file must reach a
+ * subscriber_transfer.c -> subscriber_ahead.c -> subscriber_cycle.c ->
+ * subscriber_pace.c, and each may call any below it
+ * (tests/layers/test-no-circles.py: no two files call each other both
+ * ways).  Where a lower file must reach a
  * higher one it goes through a pointer the higher one gave it: the poll
- * timer's s->on_poll, the resume of sub_ahead_claim.
+ * timer's s->on_poll, the resume of sub_ahead_claim, sub_pace_hold's go.
  */
 #ifndef WSYNC_SUBSCRIBER_CYCLE_H
 #define WSYNC_SUBSCRIBER_CYCLE_H
@@ -34,6 +35,7 @@
 #include "sign.h"
 #include "subscriber.h"
 #include "subscriber_local.h"
+#include "subscriber_pace.h"
 
 #define CHAIN_MAX 10000u	/* further behind than this: straight to the anchor */
 
@@ -185,6 +187,19 @@ struct sub_ahead {
 	void (*resume)(struct wsync_subscriber *s);
 };
 
+/* Building ahead waiting for the disk (subscriber_pace.c's). */
+struct sub_pace {
+	uv_timer_t timer;
+	bool timer_init, closing;
+	bool waiting;			/* the timer samples again, then calls go */
+	bool granted;			/* the next build goes (granted_at, uv_now) */
+	bool no_psi;			/* no /proc/pressure/io: nothing waits */
+	uint64_t granted_at, waited_ms;
+	struct sub_pace_sample last;
+	void (*go)(struct wsync_subscriber *s);
+	void (*on_closed)(struct wsync_subscriber *s);
+};
+
 struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
@@ -219,6 +234,7 @@ struct wsync_subscriber {
 	struct cycle *c;
 	bool check_job_running;		/* a CHECK or start-up job on the jobs thread */
 	struct sub_ahead *ahead;	/* a version built ahead (subscriber_ahead.c) */
+	struct sub_pace pace;		/* its build jobs' wait for the disk */
 	char *next_etag;		/* of the last NEXT dealt with */
 	bool next_inflight;
 	unsigned next_skip;		/* polls without a look at NEXT (none there) */
@@ -390,6 +406,16 @@ double sub_ahead_seconds(const struct wsync_subscriber *s);
 void sub_ahead_done(struct wsync_subscriber *s);
 void sub_ahead_drop(struct wsync_subscriber *s, const char *why);
 void sub_ahead_free(struct wsync_subscriber *s);
+
+/* ---- subscriber_pace.c ---- */
+
+/* Before a build job ([subscriber] ahead_pace = yield, subscriber_pace.h):
+ * true when it must wait -- go(s) is called once the disk has room (or
+ * the wait could not be judged); false: build now. */
+bool sub_pace_hold(struct wsync_subscriber *s, void (*go)(struct wsync_subscriber *s));
+/* Stopping: true while its timer is being closed (closed(s) is called
+ * when it is); false when nothing is left open. */
+bool sub_pace_close(struct wsync_subscriber *s, void (*closed)(struct wsync_subscriber *s));
 
 /* ---- subscriber_plan.c ---- */
 

@@ -37,7 +37,7 @@ sub() { # sub NAME [LINE...]
 	write_ini "$TMP/$n.ini" subscriber "$TMP/$n" "$STORE" "[subscriber]" \
 		"target_dir = $TMP/$n/model" "poll_interval = 200ms" "$@"
 }
-sub full
+sub full "ahead_pace = off"	# built ahead whatever else loads the disk
 sub part "include = $SHARD2 config.json"
 temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
 

@@ -26,6 +26,9 @@
 #    SEGMENT records): the subscriber decodes part of it into its temp
 #    before the commit (status ahead_piece_bytes, the log), renames
 #    nothing before HEAD names the version, and is byte-identical after.
+#  - a subscriber left at ahead_pace = yield (the others have it off, so
+#    that what they build ahead does not hang on the machine's other I/O)
+#    follows version 2 exactly, and stops cleanly.
 . "$(dirname "$0")/lib.sh"
 
 CK=$TMP/ck
@@ -65,13 +68,15 @@ verify_failures() { grep -o 'wsync_verification_failures_total{[^}]*} [0-9]*' "$
 mkdir -p "$TMP/train" "$BUCKET"
 
 ini pub publisher
-ini sub subscriber
+ini sub subscriber "ahead_pace = off"
 ini flat subscriber "ahead_max = 0"
-ini small subscriber "ahead_max = 1MiB"
+ini small subscriber "ahead_max = 1MiB" "ahead_pace = off"
+ini paced subscriber
 start pub WSYNC_TEST_CHUNK_PAUSE_MS=3000
 start sub
 start flat
 start small
+start paced
 
 # ---- 1. built ahead, renamed in only at the commit --------------------------
 put_ckpt "$CK/checkpoint-1" "$TMP/train/checkpoint-1"
@@ -102,6 +107,13 @@ check "... version 2 after the commit" wait_version small 2 90
 check "... byte-identical" same_as small 2
 check "... no temp left" test "$(temps small)" = 0
 stop small >/dev/null
+check "ahead_pace = yield: version 2 too" wait_version paced 2 90
+check "... byte-identical" same_as paced 2
+check "... no temp left" test "$(temps paced)" = 0
+rc=0
+stop paced || rc=$?
+check "... and it stops cleanly (exit $rc)" test "$rc" = 0
+[ "$rc" = 0 ] || tail -8 "$TMP/paced/log" | sed "s/^/# /"
 
 # ---- 2. the publisher killed mid-stream, the number reused ------------------
 put_ckpt "$CK/checkpoint-3" "$TMP/train/checkpoint-3"

@@ -5,8 +5,11 @@
 # step, a full and a partial subscriber on a file:// bucket): it exits 0,
 # prints its tables, verified both subscribers at every step (the full one
 # byte-identical to the checkpoint, the partial one exactly its files), and
-# each daemon peaked under 256 MiB; and with --parts 2 (two publisher
-# instances, one version), the same verification and a row per part.
+# each daemon peaked under 256 MiB; every latency row is consistent, the
+# goal lines give the stages run apart with their figures, and the TSV has
+# no empty field (a column per header name on every row); and with
+# --parts 2 (two publisher instances, one version), the same verification
+# and a row per part.
 # Speeds here mean nothing and are not checked.
 . "$(dirname "$0")/lib.sh"
 
@@ -23,8 +26,14 @@ contains "it says where the subscribers' files live" "$out" "# subscribers' stat
 n=$(printf '%s\n' "$out" | grep -cE '^step [0-9]+ (full s1|partial s2): ok: ')
 check "every step's two subscribers verified (4 lines, $n found)" test "$n" -eq 4
 check "no mismatch" bash -c '! grep -q MISMATCH <<<"$1"' _ "$out"
-n=$(printf '%s\n' "$out" | grep -c '^PASS peak RSS < 256 MiB: ')
-check "peak RSS under 256 MiB for the 3 daemons ($n PASS lines)" test "$n" -eq 3
+n=$(printf '%s\n' "$out" | grep -c '^ok  *peak RSS ≤ 256 MiB: ')
+check "peak RSS under 256 MiB for the 3 daemons ($n ok lines)" test "$n" -eq 3
+check "the goal lines name the stages run apart, with figures" \
+	bash -c 'grep -qE "^(ok|MISSED) +step 2 \(delta\), one host: marker → applied \(full\) ≤ 1\.5× the slower stage run apart: [0-9.]+ s ÷ max\(diff [0-9.]+ s, apply [0-9.]+ s\) = [0-9.]+×$" <<<"$1"' _ "$out"
+check "every row consistent" bash -c '! grep -q INCONSISTENT <<<"$1" && grep -q "^every row consistent" <<<"$1"' _ "$out"
+check "no empty field in the TSV" bash -c '! grep -qP "\t\t|\t\$|^\t" "$1"' _ "$TMP/scale/bench-scale.tsv"
+check "the TSV's rows have its header's columns" \
+	awk -F'\t' 'NR == 1 { n = NF } NF != n { exit 1 }' "$TMP/scale/bench-scale.tsv"
 check "the TSV is left in the work dir, a row per step" \
 	test "$(wc -l <"$TMP/scale/bench-scale.tsv" 2>/dev/null)" -eq 3
 check "no loop device left on the work dir" bash -c '! losetup -a | grep -qF "$1"' _ "$TMP/scale"
@@ -36,8 +45,8 @@ contains "it says the versions are made by 2 parts" "$out" "; 2 publisher parts"
 n=$(printf '%s\n' "$out" | grep -cE '^step [0-9]+ (full s1|partial s2): ok: ')
 check "--parts 2: every step's two subscribers verified (4 lines, $n found)" test "$n" -eq 4
 check "--parts 2: no mismatch" bash -c '! grep -q MISMATCH <<<"$1"' _ "$out"
-n=$(printf '%s\n' "$out" | grep -c '^PASS peak RSS < 256 MiB: ')
-check "--parts 2: peak RSS under 256 MiB for the 4 daemons ($n PASS lines)" test "$n" -eq 4
+n=$(printf '%s\n' "$out" | grep -c '^ok  *peak RSS ≤ 256 MiB: ')
+check "--parts 2: peak RSS under 256 MiB for the 4 daemons ($n ok lines)" test "$n" -eq 4
 
 # the cost model carries those measured rates to a trillion parameters
 expect_exit 0 "cost-model.py exits 0" "$PYTHON3" "$WSYNC_SOURCE_ROOT/scripts/cost-model.py"
