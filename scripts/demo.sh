@@ -141,10 +141,11 @@ echo "  bucket: $(objects anchors) anchors, $(objects deltas) deltas" \
 echo
 echo "== inspect the newest version: wsync inspect file://$work/bucket --names $work/model"
 echo "   (--names: a copy of the model names the tensors the delta codes against the last version)"
-# (into a file first: head closing the pipe early would end the demo
-# with SIGPIPE under pipefail)
+# (into a file, then its first 30 lines by one reader of the whole file:
+# a head closing a pipe early would end the demo with SIGPIPE under
+# pipefail)
 "$WSYNC" inspect "file://$work/bucket" --names "$work/model" >"$work/inspect.txt"
-grep -v '^    \[' "$work/inspect.txt" | head -30
+awk '!/^    \[/ && ++n <= 30' "$work/inspect.txt"
 [ "$bad" -eq 0 ] && grep -q "version $steps (step" "$work/subscriber.log" || {
 	echo "demo FAILED: see the logs (WSYNC_DEMO_KEEP=1 keeps them)" >&2
 	exit 1
