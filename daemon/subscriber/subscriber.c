@@ -220,6 +220,21 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 
 /* ---- MANIFEST (HEAD's) ---- */
 
+/* Do the files a partial subscriber takes make at least half the bytes
+ * of version m?  Then building ahead from whole chunks (all of the
+ * version's bytes) costs it at most twice its own. */
+static bool partial_dominates(const struct wsync_subscriber *s, const struct wsync_manifest *m)
+{
+	uint64_t all = 0, taken = 0;
+
+	for (size_t i = 0; i < m->n_files; i++) {
+		all += m->files[i].size;
+		if (wsync_file_filter_match(&s->filter, m->files[i].path))
+			taken += m->files[i].size;
+	}
+	return taken >= all - taken;
+}
+
 static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
@@ -286,6 +301,7 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 		sub_cycle_fail(s);
 		return;
 	}
+	s->partial_dominates = partial_dominates(s, &m);
 	c->ms[c->n_ms - 1].m = m;
 	c->ms[c->n_ms - 1].st = MS_OK;
 	c->ms[c->n_ms - 1].hash = c->head.manifest.hash;
@@ -492,6 +508,8 @@ static void start_cycle(struct wsync_subscriber *s)
 		return;
 	if (s->pending_include) {	/* a reload's, between two cycles */
 		if (set_filter(s, s->pending_include, s->pending_exclude) == 0) {
+			/* built ahead for the files it took before */
+			sub_ahead_drop(s, "include or exclude changed");
 			filter_changed(s);
 			free(s->etag);	/* HEAD is to be dealt with again */
 			s->etag = NULL;

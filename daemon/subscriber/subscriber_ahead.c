@@ -36,9 +36,25 @@
  * at most AHEAD_RANGE bytes in flight; the build job's memory is the
  * apply's (memory_limit).
  *
- * Full subscribers with layout = inplace only: a partial one fetches
- * only its files' records after the commit, and the symlink layout builds
- * a whole version directory.
+ * A partial subscriber builds its own files only (the others' records
+ * are passed over), out of the same whole chunks, each checked against
+ * NEXT's SHA-256 as a full one's: the checks stay those of a full reader
+ * (a range of a chunk no signed hash covers until the manifest's index
+ * is never built from).  That costs it the whole object's bytes, so it
+ * builds ahead only when its files make at least half of the bytes of
+ * the version it holds (s->partial_dominates, from HEAD's manifest): at
+ * most twice its own download; else it fetches its files' ranges after
+ * the commit.  A step that takes what it built fetches the rest of the
+ * object whole, and the apply job cuts its files from it.
+ *
+ * layout = symlink: the first build job makes the version's directory,
+ * <target_dir>.v<V>, as the layout's step would (subscriber_layout.c: the
+ * current version's files hardlinked), and the temps are built in it;
+ * the commit's apply builds the rest there and flips the link.  Dropped,
+ * the directory is left to the next step's begin or prune (the link
+ * never names it); a plan that does not take it waits for the running
+ * build job before its apply (sub_ahead_pass) so that the two never
+ * touch one directory at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -76,6 +92,8 @@ static void ahead_free(struct sub_ahead *a)
 		(void)unlink(a->path);
 	free(a->path);
 	free(a->part_path);
+	free(a->dir);		/* a leftover the next step or prune removes */
+	free(a->job_ranges);
 	free(a);
 }
 
@@ -101,8 +119,17 @@ void sub_ahead_drop(struct wsync_subscriber *s, const char *why)
 	if (!a || a->dropped)
 		return;
 	log_info("version %" PRIu64 ": dropping what was built ahead (%zu files, %" PRIu64
-		 " bytes fetched): %s", a->version, a->built, a->size, why);
+		 " bytes fetched): %s", a->version, a->taken, a->size, why);
 	release(s);
+}
+
+void sub_ahead_pass(struct wsync_subscriber *s, const char *why,
+		    void (*resume)(struct wsync_subscriber *s))
+{
+	if (!s->ahead)
+		return;
+	s->ahead->resume = resume;
+	sub_ahead_drop(s, why);
 }
 
 void sub_ahead_free(struct wsync_subscriber *s)
@@ -118,6 +145,12 @@ void sub_ahead_free(struct wsync_subscriber *s)
 
 static void build_done(void *data, bool cancelled);
 
+/* Does the subscriber take the file at path (a partial one's filter)? */
+static bool takes(const struct wsync_subscriber *s, const char *path)
+{
+	return !s->partial || wsync_file_filter_match(&s->filter, path);
+}
+
 /* Build what came and is not built yet: the file begun piece by piece,
  * the files whose records are all in the file, and the first records of
  * the next. */
@@ -126,8 +159,9 @@ static void build(struct wsync_subscriber *s)
 	struct sub_ahead *a = s->ahead;
 	const struct wsync_manifest_index *ix;
 	struct wsync_error err = { 0 };
-	uint64_t used, from = 0, to = 0, begin_at = 0;
-	size_t whole, first;
+	struct sub_range *ranges = NULL;
+	uint64_t used, begin_at = 0;
+	size_t whole, first, n = 0, taken = 0;
 	bool last_whole;
 	int r;
 
@@ -141,22 +175,48 @@ static void build(struct wsync_subscriber *s)
 	}
 	ix = wsync_delta_indexer_index(a->x, &last_whole);
 	whole = last_whole ? ix->n_files : ix->n_files - 1;
-	/* the file a->built is begun piece by piece: the whole ones follow */
+	/* the file a->built is begun piece by piece: the whole ones follow,
+	 * the subscriber's among them (a partial one's filter) */
 	first = a->built + (a->piece != NULL);
 	if (whole > first) {
-		from = ix->files[first].offset;
-		to = ix->files[whole - 1].offset + ix->files[whole - 1].length;
+		ranges = calloc(whole - first, sizeof(*ranges));
+		if (!ranges)
+			return;
+	}
+	for (size_t i = first; i < whole; i++) {
+		const struct wsync_manifest_range *f = &ix->files[i];
+
+		if (!takes(s, f->path))
+			continue;
+		taken++;
+		if (n && ranges[n - 1].off + ranges[n - 1].len == f->offset)
+			ranges[n - 1].len += f->length;
+		else
+			ranges[n++] = (struct sub_range){ f->offset, f->length };
+	}
+	if (whole > first && !n && !a->piece) {
+		/* none of them the subscriber's: passed over */
+		a->built = whole;
+		a->staged_upto = ix->files[whole - 1].offset + ix->files[whole - 1].length;
+		first = whole;
 	}
 	if (whole < ix->n_files && whole >= first && a->piece_skip != whole + 1 &&
-	    !(a->piece && whole == a->built))
+	    !(a->piece && whole == a->built) && takes(s, ix->files[whole].path))
 		begin_at = ix->files[whole].offset;
-	if (!begin_at && from == to && !(a->piece && a->piece_pos < a->size))
+	if (!begin_at && !n && !(a->piece && a->piece_pos < a->size)) {
+		free(ranges);
 		return;
+	}
 	used = a->bytes_built + (a->piece ? wsync_apply_piece_file(a->piece)->target_size : 0);
+	free(a->job_ranges);
+	a->job_ranges = ranges;
+	a->job_taken = taken;
 	a->job = (struct sub_ahead_build){
-		.target_dir = s->cfg->target_dir, .object_path = a->path,
+		.target_dir = a->dir ? a->dir : s->cfg->target_dir, .object_path = a->path,
 		.part_path = a->part_path,
-		.from = from, .to = to,
+		.ranges = ranges, .n_ranges = n,
+		.layout_target = s->cfg->target_dir, .make_dir = a->dir && !a->dir_made,
+		.from_current = !a->anchor || s->partial,
 		.threads = s->cfg->threads, .memory_limit = s->cfg->memory_limit,
 		.staged = &a->staged, .owner = s,
 		.budget = s->cfg->ahead_max > used ? s->cfg->ahead_max - used : 0,
@@ -181,18 +241,24 @@ static void build_done(void *data, bool cancelled)
 	struct sub_ahead *a = s->ahead;
 
 	a->job_running = false;
+	a->dir_made = a->dir_made || j->made;
 	if (j->piece_done && !cancelled) {
 		/* the file built piece by piece is staged, whatever came after */
 		a->built++;
+		a->taken++;
 		a->staged_upto = j->cont_end;
 		a->bytes_built += j->cont_bytes;
 		a->pieced += j->cont_bytes;
 		s->metrics.bytes_written += j->cont_bytes;
 	}
 	if (a->dropped || cancelled) {
+		void (*resume)(struct wsync_subscriber *s) = a->resume;
+
 		release(s);
 		if (s->stopping)
 			sub_maybe_stopped(s);
+		else if (resume && !cancelled)
+			resume(s);	/* the apply that waited for this job */
 		return;
 	}
 	if (j->r < 0 && j->over_budget) {
@@ -234,6 +300,7 @@ static void build_done(void *data, bool cancelled)
 				 ix->files[a->job_files - 1].length;
 	}
 	a->built = a->job_files;
+	a->taken += a->job_taken;
 	if (j->begin_at && !a->piece)
 		a->piece_skip = a->built + 1;	/* not a file to build piece by piece */
 	a->piece_pos = j->piece_pos;
@@ -410,6 +477,11 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 	a->path = wsync_path_join(s->downloads, name);
 	snprintf(name, sizeof(name), "ahead-%012" PRIu64 ".part", n->version);
 	a->part_path = wsync_path_join(s->downloads, name);
+	if (s->cfg->layout == WSYNC_LAYOUT_SYMLINK &&
+	    !(a->dir = sub_version_dir(s->cfg->target_dir, n->version))) {
+		ahead_free(a);
+		return -ENOMEM;
+	}
 	if (!a->path || !a->part_path) {
 		ahead_free(a);
 		return -ENOMEM;
@@ -539,8 +611,8 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 	struct req *q;
 
-	if (s->next_inflight || s->once || s->partial || !s->cfg->ahead_max ||
-	    s->cfg->layout != WSYNC_LAYOUT_INPLACE || s->stopping)
+	if (s->next_inflight || s->once || !s->cfg->ahead_max || s->stopping ||
+	    (s->partial && !s->partial_dominates))
 		return;
 	if (s->ahead && s->ahead->version <= s->local.version) {
 		sub_ahead_drop(s, "applied already");
@@ -599,7 +671,7 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
 	st->ahead_from = a->size;
 	log_info("version %" PRIu64 ": %zu of %zu chunks fetched and %zu files built before "
 		 "the commit (%" PRIu64 " bytes decoded piece by piece as their chunks came)",
-		 a->version, a->done, o->n_chunks, a->built,
+		 a->version, a->done, o->n_chunks, a->taken,
 		 a->pieced + (a->piece ? a->piece_bytes : 0));
 	return true;
 }
@@ -610,6 +682,7 @@ void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j)
 	j->staged_upto = s->ahead->staged_upto;
 	j->piece = &s->ahead->piece;
 	j->piece_pos = s->ahead->piece_pos;
+	j->ahead_dir = s->ahead->dir_made ? s->ahead->dir : NULL;
 }
 
 double sub_ahead_seconds(const struct wsync_subscriber *s)

@@ -170,8 +170,15 @@ struct sub_ahead {
 	size_t piece_skip;		/* index + 1 of a file not to begin (too big) */
 	uint64_t piece_bytes;		/* target bytes it holds decoded */
 	uint64_t pieced;		/* of files finished piece by piece */
+	/* layout = symlink: the version's directory, built ahead (made by
+	 * the first build job: dir_made) */
+	char *dir;
+	bool dir_made;
+	size_t taken;			/* files built, of the subscriber's */
 	struct sub_ahead_build job;
+	struct sub_range *job_ranges;	/* the running job's (owned) */
 	size_t job_files;		/* files the running job builds up to */
+	size_t job_taken;		/* of them, the subscriber's */
 	bool job_running;
 	bool claimed;			/* a step of the cycle took it */
 	bool dropped;			/* drop once the job is back */
@@ -194,6 +201,10 @@ struct wsync_subscriber {
 	char *include, *exclude, *pending_include, *pending_exclude;
 	struct wsync_file_filter filter;
 	bool partial;			/* the filter does not take every file */
+	/* a partial one's files make at least half the bytes of HEAD's
+	 * version (its last manifest read): it builds ahead, fetching whole
+	 * chunks (subscriber_ahead.c) */
+	bool partial_dominates;
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_dir_syncs dir_syncs;	/* made at new, synced by the start-up job */
@@ -361,7 +372,7 @@ static inline bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t
 	if (!a || a->dropped)
 		return false;
 	*version = a->version;
-	*files = a->built;
+	*files = a->taken;
 	*piece_bytes = a->piece ? a->piece_bytes : 0;
 	return true;
 }
@@ -389,6 +400,10 @@ double sub_ahead_seconds(const struct wsync_subscriber *s);
 /* That step is over (committed, or failed): what is left goes. */
 void sub_ahead_done(struct wsync_subscriber *s);
 void sub_ahead_drop(struct wsync_subscriber *s, const char *why);
+/* The same, by a plan that does not take it: its apply waits for the
+ * build job still running (sub_ahead_busy), resume(s) once it is back. */
+void sub_ahead_pass(struct wsync_subscriber *s, const char *why,
+		    void (*resume)(struct wsync_subscriber *s));
 void sub_ahead_free(struct wsync_subscriber *s);
 
 /* ---- subscriber_plan.c ---- */
