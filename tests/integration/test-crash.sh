@@ -37,7 +37,8 @@
 # A subscriber daemon killed while it builds a file ahead, piece by piece
 # (a one-shard version streamed in chunks cut inside the shard): the
 # target keeps the old version, whole; the restart removes the temp and
-# converges.
+# converges.  The same for a partial subscriber (include = the shard)
+# building its file ahead.
 #
 # Publisher (wsync publish, and wsyncd once): SIGKILL during encode,
 # during an upload, between two objects, between the objects and the
@@ -382,7 +383,7 @@ point "partial anchor: the delta after" PA "rename:4:target/."
 AK=$TMP/ckA
 AB=$TMP/abucket
 AD=$TMP/ahead
-gen_ckpts "$AK" --params 4M --steps 2 --shards 1 --no-trainer-files
+gen_ckpts "$AK" --params 4M --steps 3 --shards 1 --no-trainer-files
 mkdir -p "$AB" "$AD/pub/state" "$AD/pub/run" "$AD/pub/watch"
 write_ini "$AD/pub.ini" publisher "$AD/pub" "url = file://$AB" \
 	"[publisher]" "watch_dir = $AD/pub/watch" "settle_time = 200ms" "chunk_size = 64KiB" \
@@ -417,6 +418,42 @@ check "ahead: the restart converges on version 2: its bytes, no temp, marker say
 	sh -c "[ $rc = 0 ] && [ \"\$(find '$AD/sub' -name '.*.wsync-*' ! -name '*.wsync-lock')\" = '' ]" 
 check "... byte-identical to checkpoint-2" same_tree "$AK/checkpoint-2" "$AD/sub/target/"
 check "... marker says 2" test "$(marker_version "$AD/sub/target")" = 2
+
+# ---- a partial subscriber killed while building its file ahead -------------
+# The same bucket and publisher: version 3 streamed the same way, a
+# partial subscriber daemon (include = the shard, most of the bytes: it
+# builds ahead; config.json not taken) at version 2 builds the shard ahead
+# and dies by SIGKILL at its 3rd write into the shard's temp.  Its shard
+# stays version 2's, whole; the restart removes the temp and converges on
+# version 3's shard, and nothing else is written in its target.
+start -c "$AD/pub.ini" -l "$AD/pub/log" apub WSYNC_TEST_SEGMENT_KIB=256 WSYNC_TEST_CHUNK_PAUSE_MS=1500
+SUB_INCLUDE=$ashard B=$AB sub_ini "$AD/part"
+timeout -s KILL 60 "$WSYNC" pull --config "$AD/part/sub.ini" >"$AD/part/pull1.log" 2>&1
+check "ahead, partial: the subscriber holds version 2's shard, only it" \
+	sh -c "cmp -s '$AK/checkpoint-2/$ashard' '$AD/part/target/$ashard' && [ \"\$(ls '$AD/part/target')\" = '$ashard' ]"
+shim "$AD/part/shim.log" "write:3:.$ashard.wsync-" "$WSYNCD" -c "$AD/part/sub.ini" \
+	--log-target stderr >"$AD/part/crash.log" 2>&1 &
+spid=$!
+sleep 2	# its first cycle reads HEAD's manifest (its share of the bytes)
+put_ckpt "$AK/checkpoint-3" "$AD/pub/watch/checkpoint-3"
+wait "$spid"
+rc=$?
+hv=$(head_version "$AB")
+check "ahead, partial: the subscriber died by SIGKILL at its 3rd write into the shard's temp" \
+	died_at "$AD/part" "$rc" write
+check "... while building version 3 ahead, before its commit (HEAD still names 2)" \
+	sh -c "[ '$hv' = 2 ] && grep -q 'version 3 (step 3) announced: building it ahead' '$AD/part/crash.log' && ! grep -q 'chunks fetched and' '$AD/part/crash.log'"
+check "... its shard holds version 2 whole, a temp beside it" \
+	sh -c "cmp -s '$AK/checkpoint-2/$ashard' '$AD/part/target/$ashard' && [ -n \"\$(find '$AD/part/target' -name '.$ashard.wsync-*')\" ]"
+check "ahead, partial: the publisher commits version 3" wait_head "$AB" 3 120
+stop apub
+timeout -s KILL 60 "$WSYNC" pull --config "$AD/part/sub.ini" >"$AD/part/restart.log" 2>&1
+rc=$?
+check "ahead, partial: the restart converges on version 3: no temp, marker says 3" \
+	sh -c "[ $rc = 0 ] && [ \"\$(find '$AD/part' -name '.*.wsync-*' ! -name '*.wsync-lock')\" = '' ]" 
+check "... its shard byte-identical to checkpoint-3's, nothing else in the target" \
+	sh -c "cmp -s '$AK/checkpoint-3/$ashard' '$AD/part/target/$ashard' && [ \"\$(ls '$AD/part/target')\" = '$ashard' ]"
+check "... marker says 3" test "$(marker_version "$AD/part/target")" = 3
 
 # ---- disk full mid-apply: the shim fails the Nth write into a temp in
 # target_dir, and every later one, with ENOSPC (past the free-space check)
