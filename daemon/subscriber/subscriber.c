@@ -220,21 +220,6 @@ static void run_check(struct wsync_subscriber *s, bool idle)
 
 /* ---- MANIFEST (HEAD's) ---- */
 
-/* Do the files a partial subscriber takes make at least half the bytes
- * of version m?  Then building ahead from whole chunks (all of the
- * version's bytes) costs it at most twice its own. */
-static bool partial_dominates(const struct wsync_subscriber *s, const struct wsync_manifest *m)
-{
-	uint64_t all = 0, taken = 0;
-
-	for (size_t i = 0; i < m->n_files; i++) {
-		all += m->files[i].size;
-		if (wsync_file_filter_match(&s->filter, m->files[i].path))
-			taken += m->files[i].size;
-	}
-	return taken >= all - taken;
-}
-
 static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
@@ -301,7 +286,7 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 		sub_cycle_fail(s);
 		return;
 	}
-	s->partial_dominates = partial_dominates(s, &m);
+	sub_ahead_share(s, &m);
 	c->ms[c->n_ms - 1].m = m;
 	c->ms[c->n_ms - 1].st = MS_OK;
 	c->ms[c->n_ms - 1].hash = c->head.manifest.hash;
@@ -435,6 +420,15 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	}
 	s->head_version = h;
 	s->head_hash = c->head.manifest.hash;
+	{
+		char *key = strdup(c->head.manifest.key);
+
+		if (key) {	/* (else the last one stays: only sub_ahead_share reads it) */
+			free(s->head_manifest.key);
+			s->head_manifest = c->head.manifest;
+			s->head_manifest.key = key;
+		}
+	}
 	check_stale(s);
 	if (s->blocked_until && h == s->blocked_version &&
 	    wsync_hash_equal(&c->head.manifest.hash, &s->blocked_hash) &&
@@ -510,6 +504,7 @@ static void start_cycle(struct wsync_subscriber *s)
 		if (set_filter(s, s->pending_include, s->pending_exclude) == 0) {
 			/* built ahead for the files it took before */
 			sub_ahead_drop(s, "include or exclude changed");
+			s->share_known = false;
 			filter_changed(s);
 			free(s->etag);	/* HEAD is to be dealt with again */
 			s->etag = NULL;
@@ -934,6 +929,7 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 		q->s = NULL;
 	sub_cycle_free(s->c);
 	sub_ahead_free(s);
+	free(s->head_manifest.key);
 	sub_local_free(&s->local);
 	wsync_dir_syncs_free(&s->dir_syncs);
 	wsync_sign_key_free(s->verify);

@@ -42,7 +42,7 @@
  * (a range of a chunk no signed hash covers until the manifest's index
  * is never built from).  That costs it the whole object's bytes, so it
  * builds ahead only when its files make at least half of the bytes of
- * the version it holds (s->partial_dominates, from HEAD's manifest): at
+ * the version it holds (sub_ahead_share, from HEAD's manifest): at
  * most twice its own download; else it fetches its files' ranges after
  * the commit.  A step that takes what it built fetches the rest of the
  * object whole, and the apply job cuts its files from it.
@@ -606,13 +606,67 @@ static void on_next(struct wsync_store_result *res, void *userdata)
 	wsync_manifest_next_free(&n);
 }
 
+void sub_ahead_share(struct wsync_subscriber *s, const struct wsync_manifest *m)
+{
+	uint64_t all = 0, taken = 0;
+
+	for (size_t i = 0; i < m->n_files; i++) {
+		all += m->files[i].size;
+		if (takes(s, m->files[i].path))
+			taken += m->files[i].size;
+	}
+	s->partial_dominates = taken >= all - taken;
+	s->share_known = true;
+}
+
+static void on_share(struct wsync_store_result *res, void *userdata)
+{
+	struct wsync_subscriber *s = sub_req_end(userdata);
+	struct wsync_manifest m;
+	struct wsync_error err = { 0 };
+
+	if (!s)
+		return;
+	s->share_inflight = false;
+	if (res->err == 0 &&
+	    wsync_manifest_parse(res->data, res->data_len, s->verify, &m, &err) == 0) {
+		sub_ahead_share(s, &m);	/* NEXT from the next poll on */
+		wsync_manifest_free(&m);
+		return;
+	}
+	/* the cycle judges HEAD's manifest and says what is wrong with it:
+	 * here, only not to ask at every poll */
+	s->next_skip = NEXT_MISSING_POLLS - 1;
+}
+
+/* A partial subscriber that has not read a manifest of HEAD's since it
+ * started (it was up to date): HEAD's, to know its share of the bytes. */
+static void fetch_share(struct wsync_subscriber *s)
+{
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct req *q;
+
+	if (s->share_inflight || !s->head_manifest.key)
+		return;
+	o.max_size = WSYNC_MANIFEST_MAX;
+	o.expect_size = (int64_t)s->head_manifest.size;
+	o.expect_xxh3 = s->head_manifest.hash.b;
+	q = sub_req_new(s, RQ_NEXT, 0, 0);
+	if (!q)
+		return;
+	if (wsync_store_get_buf(s->d->store, s->head_manifest.key, &o, on_share, q) < 0) {
+		sub_req_end(q);
+		return;
+	}
+	s->share_inflight = true;
+}
+
 void sub_ahead_poll(struct wsync_subscriber *s)
 {
 	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 	struct req *q;
 
-	if (s->next_inflight || s->once || !s->cfg->ahead_max || s->stopping ||
-	    (s->partial && !s->partial_dominates))
+	if (s->next_inflight || s->once || !s->cfg->ahead_max || s->stopping)
 		return;
 	if (s->ahead && s->ahead->version <= s->local.version) {
 		sub_ahead_drop(s, "applied already");
@@ -622,6 +676,12 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 		s->next_skip--;
 		return;
 	}
+	if (s->partial && !s->share_known) {
+		fetch_share(s);
+		return;
+	}
+	if (s->partial && !s->partial_dominates)
+		return;
 	o.max_size = WSYNC_MANIFEST_NEXT_MAX;
 	o.if_none_match = s->next_etag;
 	q = sub_req_new(s, RQ_NEXT, 0, 0);

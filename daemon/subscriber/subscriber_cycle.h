@@ -202,9 +202,9 @@ struct wsync_subscriber {
 	struct wsync_file_filter filter;
 	bool partial;			/* the filter does not take every file */
 	/* a partial one's files make at least half the bytes of HEAD's
-	 * version (its last manifest read): it builds ahead, fetching whole
-	 * chunks (subscriber_ahead.c) */
-	bool partial_dominates;
+	 * version: it builds ahead, fetching whole chunks (subscriber_ahead.c,
+	 * sub_ahead_share); known once a manifest of HEAD's was read */
+	bool share_known, partial_dominates, share_inflight;
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_dir_syncs dir_syncs;	/* made at new, synced by the start-up job */
@@ -265,6 +265,7 @@ struct wsync_subscriber {
 	uint64_t broken_from, broken_to; /* the broken chain of deltas last
 					  * logged: said once, not each cycle */
 	struct wsync_hash128 head_hash;	/* of HEAD's manifest, as last seen */
+	struct wsync_manifest_ref head_manifest;	/* as last seen (key owned) */
 	int64_t head_created;
 	int64_t behind_since;		/* Unix seconds: the creation of the first HEAD
 					 * the target did not hold (0: not behind) */
@@ -405,6 +406,9 @@ void sub_ahead_drop(struct wsync_subscriber *s, const char *why);
 void sub_ahead_pass(struct wsync_subscriber *s, const char *why,
 		    void (*resume)(struct wsync_subscriber *s));
 void sub_ahead_free(struct wsync_subscriber *s);
+/* m is HEAD's manifest: do a partial subscriber's files make at least
+ * half its bytes (s->partial_dominates)? */
+void sub_ahead_share(struct wsync_subscriber *s, const struct wsync_manifest *m);
 
 /* ---- subscriber_plan.c ---- */
 
