@@ -286,7 +286,6 @@ static void on_head_manifest(struct wsync_store_result *res, void *userdata)
 		sub_cycle_fail(s);
 		return;
 	}
-	sub_ahead_share(s, &m);
 	c->ms[c->n_ms - 1].m = m;
 	c->ms[c->n_ms - 1].st = MS_OK;
 	c->ms[c->n_ms - 1].hash = c->head.manifest.hash;
@@ -423,7 +422,7 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	{
 		char *key = strdup(c->head.manifest.key);
 
-		if (key) {	/* (else the last one stays: only sub_ahead_share reads it) */
+		if (key) {	/* (else the last one stays: only the ahead poll reads it) */
 			free(s->head_manifest.key);
 			s->head_manifest = c->head.manifest;
 			s->head_manifest.key = key;

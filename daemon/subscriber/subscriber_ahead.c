@@ -42,7 +42,7 @@
  * (a range of a chunk no signed hash covers until the manifest's index
  * is never built from).  That costs it the whole object's bytes, so it
  * builds ahead only when its files make at least half of the bytes of
- * the version it holds (sub_ahead_share, from HEAD's manifest): at
+ * the version it holds (sub_manifest_take, from HEAD's manifest): at
  * most twice its own download; else it fetches its files' ranges after
  * the commit.  A step that takes what it built fetches the rest of the
  * object whole, and the apply job cuts its files from it.
@@ -606,19 +606,6 @@ static void on_next(struct wsync_store_result *res, void *userdata)
 	wsync_manifest_next_free(&n);
 }
 
-void sub_ahead_share(struct wsync_subscriber *s, const struct wsync_manifest *m)
-{
-	uint64_t all = 0, taken = 0;
-
-	for (size_t i = 0; i < m->n_files; i++) {
-		all += m->files[i].size;
-		if (takes(s, m->files[i].path))
-			taken += m->files[i].size;
-	}
-	s->partial_dominates = taken >= all - taken;
-	s->share_known = true;
-}
-
 static void on_share(struct wsync_store_result *res, void *userdata)
 {
 	struct wsync_subscriber *s = sub_req_end(userdata);
@@ -630,7 +617,7 @@ static void on_share(struct wsync_store_result *res, void *userdata)
 	s->share_inflight = false;
 	if (res->err == 0 &&
 	    wsync_manifest_parse(res->data, res->data_len, s->verify, &m, &err) == 0) {
-		sub_ahead_share(s, &m);	/* NEXT from the next poll on */
+		(void)sub_manifest_take(s, &m, true, &err);	/* NEXT from the next poll on */
 		wsync_manifest_free(&m);
 		return;
 	}

@@ -202,8 +202,8 @@ struct wsync_subscriber {
 	struct wsync_file_filter filter;
 	bool partial;			/* the filter does not take every file */
 	/* a partial one's files make at least half the bytes of HEAD's
-	 * version: it builds ahead, fetching whole chunks (subscriber_ahead.c,
-	 * sub_ahead_share); known once a manifest of HEAD's was read */
+	 * version: it builds ahead, fetching whole chunks (subscriber_ahead.c);
+	 * known once a manifest of HEAD's was read (sub_manifest_take) */
 	bool share_known, partial_dominates, share_inflight;
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
@@ -325,7 +325,8 @@ static inline const char *sub_err_text(const struct wsync_error *e, int r)
 
 /* A partial subscriber keeps of manifest m (just parsed) the files it
  * takes; 0, or, for HEAD's (head), -EDOM when they hold no weight file
- * (err says so, naming the version). */
+ * (err says so, naming the version).  HEAD's also tells whether they make
+ * at least half of its bytes (s->partial_dominates: it builds ahead). */
 int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
 		      struct wsync_error *err);
 
@@ -406,9 +407,6 @@ void sub_ahead_drop(struct wsync_subscriber *s, const char *why);
 void sub_ahead_pass(struct wsync_subscriber *s, const char *why,
 		    void (*resume)(struct wsync_subscriber *s));
 void sub_ahead_free(struct wsync_subscriber *s);
-/* m is HEAD's manifest: do a partial subscriber's files make at least
- * half its bytes (s->partial_dominates)? */
-void sub_ahead_share(struct wsync_subscriber *s, const struct wsync_manifest *m);
 
 /* ---- subscriber_plan.c ---- */
 
