@@ -44,7 +44,9 @@
  * builds ahead only when its files make at least half of the bytes of
  * the version it holds (sub_manifest_take, from HEAD's manifest): at
  * most twice its own download; else it fetches its files' ranges after
- * the commit.  A step that takes what it built fetches the rest of the
+ * the commit.  Before anything is published (a fresh bucket: no
+ * manifest to say) the records that came say: it stops and drops what
+ * it built once its files are under half of their bytes (not_worth).  A step that takes what it built fetches the rest of the
  * object whole, and the apply job cuts its files from it.
  *
  * layout = symlink: the first build job makes the version's directory,
@@ -151,6 +153,23 @@ static bool takes(const struct wsync_subscriber *s, const char *path)
 	return !s->partial || wsync_file_filter_match(&s->filter, path);
 }
 
+/* Are the files taken under half of the bytes whose records came (the
+ * whole files counted in a, then the one still arriving)? */
+static bool not_worth(const struct wsync_subscriber *s, const struct sub_ahead *a,
+		      const struct wsync_manifest_index *ix, size_t whole)
+{
+	uint64_t all = a->share_all, taken = a->share_taken;
+
+	if (whole < ix->n_files) {
+		uint64_t so_far = wsync_delta_indexer_offset(a->x) - ix->files[whole].offset;
+
+		all += so_far;
+		if (takes(s, ix->files[whole].path))
+			taken += so_far;
+	}
+	return taken < all - taken;
+}
+
 /* Build what came and is not built yet: the file begun piece by piece,
  * the files whose records are all in the file, and the first records of
  * the next. */
@@ -193,6 +212,22 @@ static void build(struct wsync_subscriber *s)
 			ranges[n - 1].len += f->length;
 		else
 			ranges[n++] = (struct sub_range){ f->offset, f->length };
+	}
+	/* nothing published yet, so no manifest said what share of the
+	 * bytes a partial subscriber's files are: the records so far say,
+	 * the file still arriving's too (its files under half of them: not
+	 * worth the whole chunks) */
+	for (; s->partial && !s->share_known && a->share_upto < whole; a->share_upto++) {
+		a->share_all += ix->files[a->share_upto].length;
+		if (takes(s, ix->files[a->share_upto].path))
+			a->share_taken += ix->files[a->share_upto].length;
+	}
+	if (s->partial && !s->share_known && not_worth(s, a, ix, whole)) {
+		free(ranges);
+		s->share_known = true;	/* until HEAD's manifest says */
+		s->partial_dominates = false;
+		sub_ahead_drop(s, "the files taken are under half of the bytes so far");
+		return;
 	}
 	if (whole > first && !n && !a->piece) {
 		/* none of them the subscriber's: passed over */
@@ -663,11 +698,13 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 		s->next_skip--;
 		return;
 	}
-	if (s->partial && !s->share_known) {
+	if (s->partial && !s->share_known && s->head_manifest.key) {
 		fetch_share(s);
 		return;
 	}
-	if (s->partial && !s->partial_dominates)
+	/* (nothing published yet: the share is judged on the records as
+	 * they come, build()) */
+	if (s->partial && s->share_known && !s->partial_dominates)
 		return;
 	o.max_size = WSYNC_MANIFEST_NEXT_MAX;
 	o.if_none_match = s->next_etag;

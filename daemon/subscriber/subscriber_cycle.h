@@ -175,6 +175,10 @@ struct sub_ahead {
 	char *dir;
 	bool dir_made;
 	size_t taken;			/* files built, of the subscriber's */
+	/* a partial one's share of the bytes of the files [0, share_upto)
+	 * (while no manifest said it) */
+	size_t share_upto;
+	uint64_t share_all, share_taken;
 	struct sub_ahead_build job;
 	struct sub_range *job_ranges;	/* the running job's (owned) */
 	size_t job_files;		/* files the running job builds up to */

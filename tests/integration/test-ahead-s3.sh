@@ -6,8 +6,10 @@
 # and announces them in NEXT; a full subscriber builds each delta version
 # ahead of its commit, a partial one (one shard and config.json, a
 # quarter of the bytes) fetches its files' ranges from the chunks after
-# the commit, and a partial one taking three shards of four (most of the
-# bytes) builds its files ahead out of the whole chunks.  Then:
+# the commit (the anchor, announced before anything was published, it
+# begins ahead and drops once the records show its share), and a partial
+# one taking three shards of four (most of the bytes) builds its files
+# ahead out of the whole chunks.  Then:
 #  - the objects are chunks in the bucket (format_version 2 manifests);
 #  - every version reaches the full subscriber byte-identical, most of it
 #    built before the commit, and the partial ones exact on their files,
@@ -70,8 +72,10 @@ check "the objects went up in chunks (format_version 2)" grep -q '"format_versio
 check "... chunk keys in the manifest" grep -q 'deltas/000000000004-00001.wsd' "$TMP/m4.json"
 check "the full subscriber built delta versions ahead of their commit" \
 	test "$(grep -Ec 'version [234]: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/full/log")" -ge 2
-check "the small partial one built nothing ahead (it takes files' ranges after the commit)" \
-	sh -c "! grep -q 'building it ahead' '$TMP/part/log'"
+check "the small partial one dropped the anchor it began ahead: its files are under half the bytes" \
+	grep -q 'version 1: dropping what was built ahead .*under half of the bytes so far' "$TMP/part/log"
+check "... and built no delta version ahead (it takes files' ranges after the commit)" \
+	sh -c "! grep -Eq 'version [234] \(step [234]\) announced: building it ahead' '$TMP/part/log'"
 check "the large partial one built delta versions ahead of their commit" \
 	test "$(grep -Ec 'version [234]: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/most/log")" -ge 2
 PART_B=$(field part bytes_downloaded)
