@@ -46,7 +46,8 @@
  * most twice its own download; else it fetches its files' ranges after
  * the commit.  Before anything is published (a fresh bucket: no
  * manifest to say) the records that came say: it stops and drops what
- * it built once its files are under half of their bytes (not_worth).  A step that takes what it built fetches the rest of the
+ * it built once the others' files take more than twice its own bytes
+ * among them (not_worth): at most about three times its own download.  A step that takes what it built fetches the rest of the
  * object whole, and the apply job cuts its files from it.
  *
  * layout = symlink: the first build job makes the version's directory,
@@ -153,8 +154,10 @@ static bool takes(const struct wsync_subscriber *s, const char *path)
 	return !s->partial || wsync_file_filter_match(&s->filter, path);
 }
 
-/* Are the files taken under half of the bytes whose records came (the
- * whole files counted in a, then the one still arriving)? */
+/* Do the others' files take more than twice the bytes of the files taken,
+ * among the records that came (the whole files counted in a, then the
+ * one still arriving)?  (Not half: a partial subscriber of half the bytes
+ * would see its share pass below and above it as the files come.) */
 static bool not_worth(const struct wsync_subscriber *s, const struct sub_ahead *a,
 		      const struct wsync_manifest_index *ix, size_t whole)
 {
@@ -167,7 +170,7 @@ static bool not_worth(const struct wsync_subscriber *s, const struct sub_ahead *
 		if (takes(s, ix->files[whole].path))
 			taken += so_far;
 	}
-	return taken < all - taken;
+	return all - taken > 2 * taken;
 }
 
 /* Build what came and is not built yet: the file begun piece by piece,
@@ -226,7 +229,7 @@ static void build(struct wsync_subscriber *s)
 		free(ranges);
 		s->share_known = true;	/* until HEAD's manifest says */
 		s->partial_dominates = false;
-		sub_ahead_drop(s, "the files taken are under half of the bytes so far");
+		sub_ahead_drop(s, "the files taken are under a third of the bytes so far");
 		return;
 	}
 	if (whole > first && !n && !a->piece) {

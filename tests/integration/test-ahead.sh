@@ -206,6 +206,11 @@ check "... byte-identical" same_as flat 7
 stop pub
 
 # ---- 5. NEXT tampered with ----------------------------------------------------
+check "the partial subscriber at version 6 too, its files of checkpoint-7" wait_version part 6 90
+check "... exact" same_part 7
+check "the symlink subscriber at version 6 too" wait_version lnk 6 90
+check "... byte-identical to checkpoint-7" same_as lnk 7
+part_failures=$(verify_failures part)
 before=$(verify_failures sub)
 n=$(grep -c "NEXT" "$TMP/sub/log")
 good=$TMP/next.good
@@ -228,6 +233,15 @@ mv "$BUCKET/NEXT.tmp" "$BUCKET/NEXT"
 check "an unsigned NEXT is refused too" \
 	wait_for 30 sh -c "[ \$(grep -c NEXT '$TMP/sub/log') -gt $n ]"
 check "... no temp, the version kept" sh -c "[ $(temps sub) = 0 ] && [ $(field sub version) = 6 ]"
+forged_refused() { # NAME: refused a NEXT (counted), nothing built, version 6 kept
+	[ "$(verify_failures "$1")" -gt "${2:-0}" ] && [ "$(temps "$1")" = 0 ] &&
+		[ "$(field "$1" version)" = 6 ] && [ "$(field "$1" ahead_version)" = 0 ]
+}
+check "the partial subscriber refused the forged NEXTs too: counted, nothing built, version 6 kept" \
+	wait_for 30 forged_refused part "${part_failures:-0}"
+check "... exact still" same_part 7
+check "the symlink subscriber too: nothing built, no version 7 directory, the link on version 6" \
+	sh -c "[ $(field lnk ahead_version) = 0 ] && [ ! -e '$TMP/lnk/model.v7' ] && [ \"\$(readlink '$TMP/lnk/model')\" = model.v6 ]"
 
 stop sub
 stop flat
