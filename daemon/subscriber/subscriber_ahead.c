@@ -47,8 +47,9 @@
  * the commit.  Before anything is published (a fresh bucket: no
  * manifest to say) the records that came say: it stops and drops what
  * it built once the others' files take more than twice its own bytes
- * among them (not_worth): at most about three times its own download.  A step that takes what it built fetches the rest of the
- * object whole, and the apply job cuts its files from it.
+ * among them (not_worth): at most about three times its own download.
+ * A step that takes what it built fetches the rest of the object whole,
+ * and the apply job cuts its files from it.
  *
  * layout = symlink: the first build job makes the version's directory,
  * <target_dir>.v<V>, as the layout's step would (subscriber_layout.c: the
