@@ -419,6 +419,15 @@ static void on_head(struct wsync_store_result *res, void *userdata)
 	}
 	s->head_version = h;
 	s->head_hash = c->head.manifest.hash;
+	{
+		char *key = strdup(c->head.manifest.key);
+
+		if (key) {	/* (else the last one stays: only the ahead poll reads it) */
+			free(s->head_manifest.key);
+			s->head_manifest = c->head.manifest;
+			s->head_manifest.key = key;
+		}
+	}
 	check_stale(s);
 	if (s->blocked_until && h == s->blocked_version &&
 	    wsync_hash_equal(&c->head.manifest.hash, &s->blocked_hash) &&
@@ -492,6 +501,9 @@ static void start_cycle(struct wsync_subscriber *s)
 		return;
 	if (s->pending_include) {	/* a reload's, between two cycles */
 		if (set_filter(s, s->pending_include, s->pending_exclude) == 0) {
+			/* built ahead for the files it took before */
+			sub_ahead_drop(s, "include or exclude changed");
+			s->share_known = false;
 			filter_changed(s);
 			free(s->etag);	/* HEAD is to be dealt with again */
 			s->etag = NULL;
@@ -916,6 +928,7 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 		q->s = NULL;
 	sub_cycle_free(s->c);
 	sub_ahead_free(s);
+	free(s->head_manifest.key);
 	sub_local_free(&s->local);
 	wsync_dir_syncs_free(&s->dir_syncs);
 	wsync_sign_key_free(s->verify);

@@ -36,9 +36,29 @@
  * at most AHEAD_RANGE bytes in flight; the build job's memory is the
  * apply's (memory_limit).
  *
- * Full subscribers with layout = inplace only: a partial one fetches
- * only its files' records after the commit, and the symlink layout builds
- * a whole version directory.
+ * A partial subscriber builds its own files only (the others' records
+ * are passed over), out of the same whole chunks, each checked against
+ * NEXT's SHA-256 as a full one's: the checks stay those of a full reader
+ * (a range of a chunk no signed hash covers until the manifest's index
+ * is never built from).  That costs it the whole object's bytes, so it
+ * builds ahead only when its files make at least half of the bytes of
+ * the version it holds (sub_manifest_take, from HEAD's manifest): at
+ * most twice its own download; else it fetches its files' ranges after
+ * the commit.  Before anything is published (a fresh bucket: no
+ * manifest to say) the records that came say: it stops and drops what
+ * it built once the others' files take more than twice its own bytes
+ * among them (not_worth): at most about three times its own download.
+ * A step that takes what it built fetches the rest of the object whole,
+ * and the apply job cuts its files from it.
+ *
+ * layout = symlink: the first build job makes the version's directory,
+ * <target_dir>.v<V>, as the layout's step would (subscriber_layout.c: the
+ * current version's files hardlinked), and the temps are built in it;
+ * the commit's apply builds the rest there and flips the link.  Dropped,
+ * the directory is left to the next step's begin or prune (the link
+ * never names it); a plan that does not take it waits for the running
+ * build job before its apply (sub_ahead_pass) so that the two never
+ * touch one directory at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -76,6 +96,8 @@ static void ahead_free(struct sub_ahead *a)
 		(void)unlink(a->path);
 	free(a->path);
 	free(a->part_path);
+	free(a->dir);		/* a leftover the next step or prune removes */
+	free(a->job_ranges);
 	free(a);
 }
 
@@ -101,8 +123,17 @@ void sub_ahead_drop(struct wsync_subscriber *s, const char *why)
 	if (!a || a->dropped)
 		return;
 	log_info("version %" PRIu64 ": dropping what was built ahead (%zu files, %" PRIu64
-		 " bytes fetched): %s", a->version, a->built, a->size, why);
+		 " bytes fetched): %s", a->version, a->taken, a->size, why);
 	release(s);
+}
+
+void sub_ahead_pass(struct wsync_subscriber *s, const char *why,
+		    void (*resume)(struct wsync_subscriber *s))
+{
+	if (!s->ahead)
+		return;
+	s->ahead->resume = resume;
+	sub_ahead_drop(s, why);
 }
 
 void sub_ahead_free(struct wsync_subscriber *s)
@@ -118,6 +149,31 @@ void sub_ahead_free(struct wsync_subscriber *s)
 
 static void build_done(void *data, bool cancelled);
 
+/* Does the subscriber take the file at path (a partial one's filter)? */
+static bool takes(const struct wsync_subscriber *s, const char *path)
+{
+	return !s->partial || wsync_file_filter_match(&s->filter, path);
+}
+
+/* Do the others' files take more than twice the bytes of the files taken,
+ * among the records that came (the whole files counted in a, then the
+ * one still arriving)?  (Not half: a partial subscriber of half the bytes
+ * would see its share pass below and above it as the files come.) */
+static bool not_worth(const struct wsync_subscriber *s, const struct sub_ahead *a,
+		      const struct wsync_manifest_index *ix, size_t whole)
+{
+	uint64_t all = a->share_all, taken = a->share_taken;
+
+	if (whole < ix->n_files) {
+		uint64_t so_far = wsync_delta_indexer_offset(a->x) - ix->files[whole].offset;
+
+		all += so_far;
+		if (takes(s, ix->files[whole].path))
+			taken += so_far;
+	}
+	return all - taken > 2 * taken;
+}
+
 /* Build what came and is not built yet: the file begun piece by piece,
  * the files whose records are all in the file, and the first records of
  * the next. */
@@ -126,8 +182,9 @@ static void build(struct wsync_subscriber *s)
 	struct sub_ahead *a = s->ahead;
 	const struct wsync_manifest_index *ix;
 	struct wsync_error err = { 0 };
-	uint64_t used, from = 0, to = 0, begin_at = 0;
-	size_t whole, first;
+	struct sub_range *ranges = NULL;
+	uint64_t used, begin_at = 0;
+	size_t whole, first, n = 0, taken = 0;
 	bool last_whole;
 	int r;
 
@@ -141,24 +198,68 @@ static void build(struct wsync_subscriber *s)
 	}
 	ix = wsync_delta_indexer_index(a->x, &last_whole);
 	whole = last_whole ? ix->n_files : ix->n_files - 1;
-	/* the file a->built is begun piece by piece: the whole ones follow */
+	/* the file a->built is begun piece by piece: the whole ones follow,
+	 * the subscriber's among them (a partial one's filter) */
 	first = a->built + (a->piece != NULL);
 	if (whole > first) {
-		from = ix->files[first].offset;
-		to = ix->files[whole - 1].offset + ix->files[whole - 1].length;
+		ranges = calloc(whole - first, sizeof(*ranges));
+		if (!ranges)
+			return;
+	}
+	for (size_t i = first; i < whole; i++) {
+		const struct wsync_manifest_range *f = &ix->files[i];
+
+		if (!takes(s, f->path))
+			continue;
+		taken++;
+		if (n && ranges[n - 1].off + ranges[n - 1].len == f->offset)
+			ranges[n - 1].len += f->length;
+		else
+			ranges[n++] = (struct sub_range){ f->offset, f->length };
+	}
+	/* nothing published yet, so no manifest said what share of the
+	 * bytes a partial subscriber's files are: the records so far say,
+	 * the file still arriving's too (its files under half of them: not
+	 * worth the whole chunks) */
+	for (; s->partial && !s->share_known && a->share_upto < whole; a->share_upto++) {
+		a->share_all += ix->files[a->share_upto].length;
+		if (takes(s, ix->files[a->share_upto].path))
+			a->share_taken += ix->files[a->share_upto].length;
+	}
+	if (s->partial && !s->share_known && not_worth(s, a, ix, whole)) {
+		free(ranges);
+		s->share_known = true;	/* until HEAD's manifest says */
+		s->partial_dominates = false;
+		sub_ahead_drop(s, "the files taken are under a third of the bytes so far");
+		return;
+	}
+	if (whole > first && !n && !a->piece) {
+		/* none of them the subscriber's: passed over */
+		a->built = whole;
+		a->staged_upto = ix->files[whole - 1].offset + ix->files[whole - 1].length;
+		first = whole;
 	}
 	if (whole < ix->n_files && whole >= first && a->piece_skip != whole + 1 &&
-	    !(a->piece && whole == a->built))
+	    !(a->piece && whole == a->built) && takes(s, ix->files[whole].path))
 		begin_at = ix->files[whole].offset;
-	if (!begin_at && from == to && !(a->piece && a->piece_pos < a->size))
+	if (!begin_at && !n && !(a->piece && a->piece_pos < a->size)) {
+		free(ranges);
 		return;
-	if (sub_pace_hold(s, build))
-		return;	/* the disk is busy: build() again once it is not */
+	}
+	if (sub_pace_hold(s, build)) {
+		free(ranges);	/* the disk is busy: build() again once it is not */
+		return;
+	}
 	used = a->bytes_built + (a->piece ? wsync_apply_piece_file(a->piece)->target_size : 0);
+	free(a->job_ranges);
+	a->job_ranges = ranges;
+	a->job_taken = taken;
 	a->job = (struct sub_ahead_build){
-		.target_dir = s->cfg->target_dir, .object_path = a->path,
+		.target_dir = a->dir ? a->dir : s->cfg->target_dir, .object_path = a->path,
 		.part_path = a->part_path,
-		.from = from, .to = to,
+		.ranges = ranges, .n_ranges = n,
+		.layout_target = s->cfg->target_dir, .make_dir = a->dir && !a->dir_made,
+		.from_current = !a->anchor || s->partial,
 		.threads = s->cfg->threads, .memory_limit = s->cfg->memory_limit,
 		.staged = &a->staged, .owner = s,
 		.budget = s->cfg->ahead_max > used ? s->cfg->ahead_max - used : 0,
@@ -183,18 +284,24 @@ static void build_done(void *data, bool cancelled)
 	struct sub_ahead *a = s->ahead;
 
 	a->job_running = false;
+	a->dir_made = a->dir_made || j->made;
 	if (j->piece_done && !cancelled) {
 		/* the file built piece by piece is staged, whatever came after */
 		a->built++;
+		a->taken++;
 		a->staged_upto = j->cont_end;
 		a->bytes_built += j->cont_bytes;
 		a->pieced += j->cont_bytes;
 		s->metrics.bytes_written += j->cont_bytes;
 	}
 	if (a->dropped || cancelled) {
+		void (*resume)(struct wsync_subscriber *s) = a->resume;
+
 		release(s);
 		if (s->stopping)
 			sub_maybe_stopped(s);
+		else if (resume && !cancelled)
+			resume(s);	/* the apply that waited for this job */
 		return;
 	}
 	if (j->r < 0 && j->over_budget) {
@@ -236,6 +343,7 @@ static void build_done(void *data, bool cancelled)
 				 ix->files[a->job_files - 1].length;
 	}
 	a->built = a->job_files;
+	a->taken += a->job_taken;
 	if (j->begin_at && !a->piece)
 		a->piece_skip = a->built + 1;	/* not a file to build piece by piece */
 	a->piece_pos = j->piece_pos;
@@ -412,6 +520,11 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 	a->path = wsync_path_join(s->downloads, name);
 	snprintf(name, sizeof(name), "ahead-%012" PRIu64 ".part", n->version);
 	a->part_path = wsync_path_join(s->downloads, name);
+	if (s->cfg->layout == WSYNC_LAYOUT_SYMLINK &&
+	    !(a->dir = sub_version_dir(s->cfg->target_dir, n->version))) {
+		ahead_free(a);
+		return -ENOMEM;
+	}
 	if (!a->path || !a->part_path) {
 		ahead_free(a);
 		return -ENOMEM;
@@ -536,13 +649,54 @@ static void on_next(struct wsync_store_result *res, void *userdata)
 	wsync_manifest_next_free(&n);
 }
 
+static void on_share(struct wsync_store_result *res, void *userdata)
+{
+	struct wsync_subscriber *s = sub_req_end(userdata);
+	struct wsync_manifest m;
+	struct wsync_error err = { 0 };
+
+	if (!s)
+		return;
+	s->share_inflight = false;
+	if (res->err == 0 &&
+	    wsync_manifest_parse(res->data, res->data_len, s->verify, &m, &err) == 0) {
+		(void)sub_manifest_take(s, &m, true, &err);	/* NEXT from the next poll on */
+		wsync_manifest_free(&m);
+		return;
+	}
+	/* the cycle judges HEAD's manifest and says what is wrong with it:
+	 * here, only not to ask at every poll */
+	s->next_skip = NEXT_MISSING_POLLS - 1;
+}
+
+/* A partial subscriber that has not read a manifest of HEAD's since it
+ * started (it was up to date): HEAD's, to know its share of the bytes. */
+static void fetch_share(struct wsync_subscriber *s)
+{
+	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
+	struct req *q;
+
+	if (s->share_inflight || !s->head_manifest.key)
+		return;
+	o.max_size = WSYNC_MANIFEST_MAX;
+	o.expect_size = (int64_t)s->head_manifest.size;
+	o.expect_xxh3 = s->head_manifest.hash.b;
+	q = sub_req_new(s, RQ_NEXT, 0, 0);
+	if (!q)
+		return;
+	if (wsync_store_get_buf(s->d->store, s->head_manifest.key, &o, on_share, q) < 0) {
+		sub_req_end(q);
+		return;
+	}
+	s->share_inflight = true;
+}
+
 void sub_ahead_poll(struct wsync_subscriber *s)
 {
 	struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 	struct req *q;
 
-	if (s->next_inflight || s->once || s->partial || !s->cfg->ahead_max ||
-	    s->cfg->layout != WSYNC_LAYOUT_INPLACE || s->stopping)
+	if (s->next_inflight || s->once || !s->cfg->ahead_max || s->stopping)
 		return;
 	if (s->ahead && s->ahead->version <= s->local.version) {
 		sub_ahead_drop(s, "applied already");
@@ -552,6 +706,14 @@ void sub_ahead_poll(struct wsync_subscriber *s)
 		s->next_skip--;
 		return;
 	}
+	if (s->partial && !s->share_known && s->head_manifest.key) {
+		fetch_share(s);
+		return;
+	}
+	/* (nothing published yet: the share is judged on the records as
+	 * they come, build()) */
+	if (s->partial && s->share_known && !s->partial_dominates)
+		return;
 	o.max_size = WSYNC_MANIFEST_NEXT_MAX;
 	o.if_none_match = s->next_etag;
 	q = sub_req_new(s, RQ_NEXT, 0, 0);
@@ -601,7 +763,7 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
 	st->ahead_from = a->size;
 	log_info("version %" PRIu64 ": %zu of %zu chunks fetched and %zu files built before "
 		 "the commit (%" PRIu64 " bytes decoded piece by piece as their chunks came)",
-		 a->version, a->done, o->n_chunks, a->built,
+		 a->version, a->done, o->n_chunks, a->taken,
 		 a->pieced + (a->piece ? a->piece_bytes : 0));
 	return true;
 }
@@ -612,6 +774,7 @@ void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j)
 	j->staged_upto = s->ahead->staged_upto;
 	j->piece = &s->ahead->piece;
 	j->piece_pos = s->ahead->piece_pos;
+	j->ahead_dir = s->ahead->dir_made ? s->ahead->dir : NULL;
 }
 
 double sub_ahead_seconds(const struct wsync_subscriber *s)

@@ -194,11 +194,14 @@ static int check_ranges_hold(struct sub_apply_job *j, const struct wsync_delta_r
 	return 0;
 }
 
-/* 0. A partial subscriber's step from an object without an index (a
- * bucket written before them), whole and checked: its preamble and the
- * records of the files taken, cut into a file of their own, which takes
- * the object's place (*fd). */
-static int cut_files(struct sub_apply_job *j, int *fd)
+/* 0. A partial subscriber's step from a whole object, checked (one
+ * without an index, or one built ahead from its chunks): its preamble
+ * and the records of the files taken, cut into a file of their own,
+ * which takes the object's place (*fd).  With whole (not NULL), the
+ * object stays open there, *whole_fd, and its reader in *whole: what was
+ * built ahead goes on from it. */
+static int cut_files(struct sub_apply_job *j, int *fd, int *whole_fd,
+		     struct wsync_delta_reader **whole)
 {
 	struct wsync_delta_reader *d = NULL;
 	struct wsync_buf b = { 0 };
@@ -238,7 +241,13 @@ static int cut_files(struct sub_apply_job *j, int *fd)
 	if (r == 0 && rename(part, j->object_path) < 0)
 		r = wsync_error_set(&j->err, -errno, "%s: %s", part, strerror(errno));
 	if (r == 0) {
-		(void)close(*fd);
+		if (whole) {
+			*whole_fd = *fd;
+			*whole = d;
+			d = NULL;
+		} else {
+			(void)close(*fd);
+		}
 		*fd = out;
 		out = -1;
 	}
@@ -398,19 +407,42 @@ static int delete_dropped(struct sub_apply_job *j, int root,
 	return 0;
 }
 
+/* What the three parts of a step share (sub_apply_work owns it). */
+struct step_run {
+	int fd;				/* the object (-1: not open) */
+	struct wsync_delta_reader *d;	/* over it */
+	/* a partial subscriber's step built ahead: the whole object (fd
+	 * holds its files cut out) and its reader (-1, NULL: none) */
+	int whole_fd;
+	struct wsync_delta_reader *whole;
+	const char *dir;		/* where the step is written: target_dir,
+					 * or build */
+	char *build;			/* symlink layout: the version directory
+					 * being built */
+	bool built;			/* build exists and is not current: removed
+					 * if the step fails */
+	int root;			/* dir, open (-1: not open) */
+	const struct wsync_manifest_file **mf;	/* the manifest's files by path */
+	/* a staged plan, layout = inplace: target_dir/.wsync (-1: not
+	 * open), its SUB_STAGE_DIR (-1) and the name dir gets for it */
+	int meta, stage_fd;
+	char stage_path[40];
+};
+
 /* ---- building ahead of the commit (subscriber_ahead.c) ---- */
 
 /*
- * A delta of the whole FILE records [from, to) of the object in in (its
- * head first, an END record counting them last), written to part_path
- * and opened; the caller frees *d, then closes *fd (the reader reads
- * through it).  The records come from chunks each checked against the
- * SHA-256 that a signed NEXT or manifest gives.
+ * A delta of the whole FILE records in ranges (in object order) of the
+ * object in in (its head first, an END record counting them last),
+ * written to part_path and opened; the caller frees *d, then closes *fd
+ * (the reader reads through it).  The records come from chunks each
+ * checked against the SHA-256 that a signed NEXT or manifest gives.
  */
-static int open_part(int in, uint64_t from, uint64_t to, const char *part_path,
+static int open_part(int in, const struct sub_range *ranges, size_t n, const char *part_path,
 		     struct wsync_delta_reader **d, int *fdp, struct wsync_error *err)
 {
 	struct wsync_buf b = { 0 };
+	uint64_t at = WSYNC_DELTA_PREAMBLE_LEN;
 	int fd, r;
 
 	*d = NULL;
@@ -418,33 +450,34 @@ static int open_part(int in, uint64_t from, uint64_t to, const char *part_path,
 	if (fd < 0)
 		return wsync_error_set(err, -errno, "%s: %s", part_path, strerror(errno));
 	r = copy_range(in, 0, fd, 0, WSYNC_DELTA_PREAMBLE_LEN, &b);
-	if (r == 0)
-		r = copy_range(in, from, fd, WSYNC_DELTA_PREAMBLE_LEN, to - from, &b);
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		r = copy_range(in, ranges[i].off, fd, at, ranges[i].len, &b);
+		at += ranges[i].len;
+	}
 	wsync_buf_free(&b);
 	if (r < 0)
 		r = wsync_error_set(err, r, "%s: %s", part_path, strerror(-r));
 	if (r == 0)
-		r = wsync_delta_end_partial(fd, WSYNC_DELTA_PREAMBLE_LEN + to - from, err);
+		r = wsync_delta_end_partial(fd, at, err);
 	if (r == 0)
 		r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, d, err);
 	(void)unlink(part_path);	/* open: gone once closed */
 	return r;
 }
 
-/* Records [from, to) of the object in in: their files built and staged
- * beside their destinations in dir (each checked against its hash). */
-/* Build the files of the object's records [from, to) as temps in dir.
+/* Build the files of the object's records in ranges as temps beside
+ * their destinations in dir (each checked against its hash), staged.
  * budget: the bytes of temps they may take -- past it nothing is built
  * (-EFBIG, *over_budget set): a NEXT's few compressed bytes can name
  * files of any size. */
-static int stage_part(int in, uint64_t from, uint64_t to, const char *part_path,
+static int stage_part(int in, const struct sub_range *ranges, size_t n, const char *part_path,
 		      const char *dir, const struct wsync_apply_opts *ao, uint64_t budget,
 		      struct wsync_apply_staged **staged, struct wsync_apply_stats *stats,
 		      bool *verify_failed, bool *over_budget, struct wsync_error *err)
 {
 	struct wsync_delta_reader *d;
 	uint64_t need = 0;
-	int fd, r = open_part(in, from, to, part_path, &d, &fd, err);
+	int fd, r = open_part(in, ranges, n, part_path, &d, &fd, err);
 
 	if (r == -EINVAL)
 		*verify_failed = true;
@@ -577,6 +610,26 @@ void sub_ahead_build_work(void *data)
 		j->r = wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 		return;
 	}
+	if (j->make_dir) {
+		/* layout = symlink: the version's directory, as the commit's
+		 * step would make it -- never the one the link names */
+		char *build = NULL;
+
+		r = sub_layout_begin(j->layout_target, j->target_dir, j->from_current, &build,
+				     &j->err);
+		if (r == 0 && strcmp(build, j->target_dir) != 0) {
+			(void)wsync_rm_rf(build);
+			r = wsync_error_set(&j->err, -EEXIST, "%s: the version the link names",
+					    j->target_dir);
+		}
+		free(build);
+		if (r < 0) {
+			j->r = r;
+			(void)close(in);
+			return;
+		}
+		j->made = true;
+	}
 	/* the file being built piece by piece: its records that came */
 	if (*j->piece) {
 		r = piece_advance(*j->piece, in, &j->piece_pos, j->piece_end, j->staged, &st,
@@ -589,9 +642,10 @@ void sub_ahead_build_work(void *data)
 		}
 	}
 	/* whole files */
-	if (r == 0 && j->from < j->to) {
-		r = stage_part(in, j->from, j->to, j->part_path, j->target_dir, &ao, budget,
-			       j->staged, &st, &j->verify_failed, &j->over_budget, &j->err);
+	if (r == 0 && j->n_ranges) {
+		r = stage_part(in, j->ranges, j->n_ranges, j->part_path, j->target_dir, &ao,
+			       budget, j->staged, &st, &j->verify_failed, &j->over_budget,
+			       &j->err);
 		j->stats.bytes_written += st.bytes_written;
 		budget -= st.bytes_written < budget ? st.bytes_written : budget;
 	}
@@ -643,10 +697,17 @@ static int check_staged(struct sub_apply_job *j, const struct wsync_delta_reader
 }
 
 /* The commit of a version built ahead: what is not built yet (records
- * from staged_upto to the END record), then every temp renamed in. */
-static int apply_staged(struct sub_apply_job *j, int fd, const struct wsync_delta_reader *d,
+ * from staged_upto to the END record; a partial subscriber's, of its
+ * files), then every temp renamed in.  d is what the step makes (a
+ * partial subscriber's files cut out); the records are read from the
+ * whole object the build ahead read. */
+static int apply_staged(struct sub_apply_job *j, const struct step_run *run,
 			const struct wsync_apply_opts *ao)
 {
+	const struct wsync_delta_reader *d = run->d, *w = run->whole ? run->whole : run->d;
+	int fd = run->whole ? run->whole_fd : run->fd;
+	struct sub_range *ranges = NULL;
+	size_t n = 0;
 	struct stat st;
 	uint64_t end, from;
 	char part[4096];
@@ -675,13 +736,34 @@ static int apply_staged(struct sub_apply_job *j, int fd, const struct wsync_delt
 		*j->piece = NULL;
 	}
 	if (from < end) {
+		ranges = calloc(w->n_files + 1, sizeof(*ranges));
+		if (!ranges)
+			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		if (!j->filter)
+			ranges[n++] = (struct sub_range){ from, end - from };
+		for (size_t i = 0; j->filter && i < w->n_files; i++) {
+			const struct wsync_delta_entry *e = &w->files[i];
+
+			if (e->record_offset < from ||
+			    !wsync_file_filter_match(j->filter, e->file.path))
+				continue;
+			if (n && ranges[n - 1].off + ranges[n - 1].len == e->record_offset)
+				ranges[n - 1].len += e->delta_bytes;
+			else
+				ranges[n++] = (struct sub_range){ e->record_offset, e->delta_bytes };
+		}
+	}
+	if (n) {
 		bool over = false;	/* (no budget: the version is committed) */
 
-		r = stage_part(fd, from, end, part, j->target_dir, ao, UINT64_MAX,
+		r = stage_part(fd, ranges, n, part, run->dir, ao, UINT64_MAX,
 			       j->staged, &j->stats, &j->verify_failed, &over, &j->err);
-		if (r < 0)
+		if (r < 0) {
+			free(ranges);
 			return r;
+		}
 	}
+	free(ranges);
 	r = check_staged(j, d);
 	if (r < 0) {
 		j->verify_failed = true;
@@ -742,24 +824,6 @@ static int check_result(struct sub_apply_job *j, int root)
 		return wsync_error_set(&j->err, -ENOMEM, "out of memory");
 	return 0;
 }
-
-/* What the three parts of a step share (sub_apply_work owns it). */
-struct step_run {
-	int fd;				/* the object (-1: not open) */
-	struct wsync_delta_reader *d;	/* over it */
-	const char *dir;		/* where the step is written: target_dir,
-					 * or build */
-	char *build;			/* symlink layout: the version directory
-					 * being built */
-	bool built;			/* build exists and is not current: removed
-					 * if the step fails */
-	int root;			/* dir, open (-1: not open) */
-	const struct wsync_manifest_file **mf;	/* the manifest's files by path */
-	/* a staged plan, layout = inplace: target_dir/.wsync (-1: not
-	 * open), its SUB_STAGE_DIR (-1) and the name dir gets for it */
-	int meta, stage_fd;
-	char stage_path[40];
-};
 
 /* A staged plan's steps are built where no reader looks -- anything
  * else is served as it is renamed in. */
@@ -932,7 +996,7 @@ static int verify_object(struct sub_apply_job *j, struct step_run *run)
 			return r;
 	}
 	if (j->filter && !j->sel) {	/* a whole object: keep the files taken */
-		r = cut_files(j, &run->fd);
+		r = cut_files(j, &run->fd, &run->whole_fd, j->staged ? &run->whole : NULL);
 		if (r < 0)
 			return r;
 	}
@@ -971,6 +1035,14 @@ static int apply_step(struct sub_apply_job *j, struct step_run *run)
 			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
 		run->built = true;
 		run->dir = run->build;
+	} else if (j->symlink_layout && j->ahead_dir) {
+		/* built ahead: the version's directory is there, its temps in
+		 * it, the link not flipped to it yet */
+		run->build = strdup(j->ahead_dir);
+		if (!run->build)
+			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
+		run->built = true;
+		run->dir = run->build;
 	} else if (j->symlink_layout) {
 		/* a partial subscriber's version carries the files it does not
 		 * take along, an anchor too */
@@ -1000,7 +1072,7 @@ static int apply_step(struct sub_apply_job *j, struct step_run *run)
 	if (j->staged) {
 		double t0 = wsync_monotonic_seconds();
 
-		r = apply_staged(j, run->fd, d, &ao);
+		r = apply_staged(j, run, &ao);
 		j->stats.seconds = wsync_monotonic_seconds() - t0;
 		goto applied;
 	}
@@ -1103,7 +1175,7 @@ void sub_apply_work(void *data)
 {
 	struct sub_apply_job *j = data;
 	struct step_run run = { .fd = -1, .root = -1, .dir = j->target_dir, .meta = -1,
-				.stage_fd = -1 };
+				.stage_fd = -1, .whole_fd = -1 };
 	int r;
 
 	wsync_error_clear(&j->err);
@@ -1126,6 +1198,9 @@ void sub_apply_work(void *data)
 		sub_local_free(&j->next);
 	j->r = r;
 	wsync_delta_reader_free(run.d);
+	wsync_delta_reader_free(run.whole);
+	if (run.whole_fd >= 0)
+		(void)close(run.whole_fd);
 	free(run.mf);
 	if (run.root >= 0)
 		(void)close(run.root);

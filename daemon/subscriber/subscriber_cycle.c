@@ -457,17 +457,30 @@ int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool
 		      struct wsync_error *err)
 {
 	size_t k = 0;
-	bool weights = false;
+	bool weights = false, most;
+	uint64_t all = 0, taken = 0;
 
 	if (!s->partial)
 		return 0;
 	for (size_t i = 0; i < m->n_files; i++) {
+		all += m->files[i].size;
 		if (!wsync_file_filter_match(&s->filter, m->files[i].path))
 			continue;
+		taken += m->files[i].size;
 		weights |= wsync_checkpoint_is_weight_name(m->files[i].path);
 		m->files[k++] = m->files[i];
 	}
 	m->n_files = k;
+	most = taken >= all - taken;
+	if (head && (!s->share_known || s->partial_dominates != most))
+		log_info("version %" PRIu64 ": the files taken are %" PRIu64 " of its %" PRIu64
+			 " bytes: %s", m->version, taken, all, most ?
+			 "versions are built ahead of their commit out of whole chunks" :
+			 "their ranges are fetched after the commit, nothing built ahead");
+	if (head) {
+		s->partial_dominates = most;
+		s->share_known = true;
+	}
 	if (head && !weights)
 		return wsync_error_set(err, -EDOM, "[subscriber] include = \"%.200s\" and "
 				       "exclude = \"%.200s\" take %s of version %" PRIu64 "'s "

@@ -172,8 +172,19 @@ struct sub_ahead {
 	size_t piece_skip;		/* index + 1 of a file not to begin (too big) */
 	uint64_t piece_bytes;		/* target bytes it holds decoded */
 	uint64_t pieced;		/* of files finished piece by piece */
+	/* layout = symlink: the version's directory, built ahead (made by
+	 * the first build job: dir_made) */
+	char *dir;
+	bool dir_made;
+	size_t taken;			/* files built, of the subscriber's */
+	/* a partial one's share of the bytes of the files [0, share_upto)
+	 * (while no manifest said it) */
+	size_t share_upto;
+	uint64_t share_all, share_taken;
 	struct sub_ahead_build job;
+	struct sub_range *job_ranges;	/* the running job's (owned) */
 	size_t job_files;		/* files the running job builds up to */
+	size_t job_taken;		/* of them, the subscriber's */
 	bool job_running;
 	bool claimed;			/* a step of the cycle took it */
 	bool dropped;			/* drop once the job is back */
@@ -209,6 +220,10 @@ struct wsync_subscriber {
 	char *include, *exclude, *pending_include, *pending_exclude;
 	struct wsync_file_filter filter;
 	bool partial;			/* the filter does not take every file */
+	/* a partial one's files make at least half the bytes of HEAD's
+	 * version: it builds ahead, fetching whole chunks (subscriber_ahead.c);
+	 * known once a manifest of HEAD's was read (sub_manifest_take) */
+	bool share_known, partial_dominates, share_inflight;
 	char *sub_dir, *state_path, *legacy_state, *downloads, *empty_dir;
 	char *lock_path;		/* the target's */
 	struct wsync_dir_syncs dir_syncs;	/* made at new, synced by the start-up job */
@@ -270,6 +285,7 @@ struct wsync_subscriber {
 	uint64_t broken_from, broken_to; /* the broken chain of deltas last
 					  * logged: said once, not each cycle */
 	struct wsync_hash128 head_hash;	/* of HEAD's manifest, as last seen */
+	struct wsync_manifest_ref head_manifest;	/* as last seen (key owned) */
 	int64_t head_created;
 	int64_t behind_since;		/* Unix seconds: the creation of the first HEAD
 					 * the target did not hold (0: not behind) */
@@ -329,7 +345,8 @@ static inline const char *sub_err_text(const struct wsync_error *e, int r)
 
 /* A partial subscriber keeps of manifest m (just parsed) the files it
  * takes; 0, or, for HEAD's (head), -EDOM when they hold no weight file
- * (err says so, naming the version). */
+ * (err says so, naming the version).  HEAD's also tells whether they make
+ * at least half of its bytes (s->partial_dominates: it builds ahead). */
 int sub_manifest_take(struct wsync_subscriber *s, struct wsync_manifest *m, bool head,
 		      struct wsync_error *err);
 
@@ -377,7 +394,7 @@ static inline bool sub_ahead_progress(const struct wsync_subscriber *s, uint64_t
 	if (!a || a->dropped)
 		return false;
 	*version = a->version;
-	*files = a->built;
+	*files = a->taken;
 	*piece_bytes = a->piece ? a->piece_bytes : 0;
 	return true;
 }
@@ -405,6 +422,10 @@ double sub_ahead_seconds(const struct wsync_subscriber *s);
 /* That step is over (committed, or failed): what is left goes. */
 void sub_ahead_done(struct wsync_subscriber *s);
 void sub_ahead_drop(struct wsync_subscriber *s, const char *why);
+/* The same, by a plan that does not take it: its apply waits for the
+ * build job still running (sub_ahead_busy), resume(s) once it is back. */
+void sub_ahead_pass(struct wsync_subscriber *s, const char *why,
+		    void (*resume)(struct wsync_subscriber *s));
 void sub_ahead_free(struct wsync_subscriber *s);
 
 /* ---- subscriber_pace.c ---- */

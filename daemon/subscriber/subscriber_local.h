@@ -375,6 +375,10 @@ struct sub_apply_job {
 	 * none) */
 	struct wsync_apply_piecewise **piece;
 	uint64_t piece_pos;
+	/* layout = symlink: the version directory built ahead (the
+	 * current version's files hardlinked, the temps beside them), used
+	 * in place of a new one (NULL: none) */
+	const char *ahead_dir;
 	bool symlink_layout;		/* build in version_dir, then flip target_dir */
 	unsigned pause_ms;		/* test_hooks.h's apply_pause_ms */
 	char *version_dir;		/* symlink layout: target_dir.v<N> (owned);
@@ -411,14 +415,27 @@ struct sub_apply_job {
 /* The job's work function (jobs.h): everything in one go, state last. */
 void sub_apply_work(void *data);
 
-/* Building ahead of a commit: the files of the whole FILE records
- * [from, to) of the object at object_path (whose chunks were checked
- * against a signed NEXT), built and verified, added to *staged. */
+/* A byte range of an object: the records of one or more files. */
+struct sub_range {
+	uint64_t off, len;
+};
+
+/* Building ahead of a commit: the files of the whole FILE records in
+ * ranges (in object order) of the object at object_path (whose chunks
+ * were checked against a signed NEXT), built and verified, added to
+ * *staged. */
 struct sub_ahead_build {
-	const char *target_dir;
+	const char *target_dir;		/* where the temps go (layout = symlink:
+					 * the version directory built ahead) */
 	const char *object_path;
 	const char *part_path;		/* scratch: the records as a delta */
-	uint64_t from, to;
+	const struct sub_range *ranges;
+	size_t n_ranges;
+	/* layout = symlink: make target_dir first, as the version's
+	 * directory (subscriber_layout.c's begin, the current version's
+	 * files hardlinked when from_current); made: done */
+	const char *layout_target;
+	bool make_dir, from_current, made;
 	unsigned threads;
 	uint64_t memory_limit;
 	struct wsync_apply_staged **staged;

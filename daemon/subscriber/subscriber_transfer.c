@@ -143,7 +143,8 @@ void sub_try_apply(struct wsync_subscriber *s)
 	if (!c || c->job_running || c->failed || s->stopping || c->next_apply >= c->n_steps)
 		return;
 	st = &c->steps[c->next_apply];
-	if (!st->downloaded || (st->ahead && sub_ahead_busy(s)))
+	/* a build job still running (taken or not): the apply waits */
+	if (!st->downloaded || sub_ahead_busy(s))
 		return;
 	memset(j, 0, sizeof(*j));
 	j->target_dir = s->cfg->target_dir;
@@ -579,6 +580,24 @@ static int fetch_chunks(struct wsync_subscriber *s, size_t i)
 	return request_unchecked(s, i, from, st->obj->ref.size - from, from, 0);
 }
 
+/* A partial subscriber's step that takes what was built ahead: the rest
+ * of the object as a full subscriber fetches it (what came ahead are
+ * whole chunks), its files cut from it by the apply job. */
+static void whole_object(struct wsync_subscriber *s, struct step *st)
+{
+	free(st->sel);
+	free(st->pcs);
+	free(st->pcs_off);
+	free(st->pcs_ok);
+	st->sel = NULL;
+	st->pcs = NULL;
+	st->pcs_off = NULL;
+	st->pcs_ok = NULL;
+	st->n_sel = st->n_pcs = 0;
+	s->c->bytes_total += st->obj->ref.size - st->bytes;
+	st->bytes = st->obj->ref.size;
+}
+
 /* Plan: [anchor A,] deltas from..H.  Then download everything at once (the
  * store caps what is in flight), applying as objects arrive. */
 void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t from)
@@ -630,12 +649,15 @@ void sub_start_transfer(struct wsync_subscriber *s, bool from_anchor, uint64_t f
 		struct req *q;
 		int r;
 
-		if (i == 0 && !st->sel && st->obj->n_chunks && !c->stage &&
+		if (i == 0 && st->obj->n_chunks && !c->stage &&
 		    sub_ahead_claim(s, st, sub_try_apply)) {
+			if (st->sel)
+				whole_object(s, st);	/* as its chunks came */
 			c->bytes_total -= st->ahead_from;	/* st->path: what it fetched */
 		} else {
 			if (i == 0)
-				sub_ahead_drop(s, "not built on: the plan does not take it");
+				sub_ahead_pass(s, "not built on: the plan does not take it",
+					       sub_try_apply);
 			st->path = wsync_path_join(s->downloads,
 						   base ? base + 1 : st->obj->ref.key);
 		}

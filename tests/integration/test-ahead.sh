@@ -22,6 +22,12 @@
 #  - ahead_max bounds the temps built ahead as well as the bytes fetched:
 #    with 1 MiB (each shard's file is larger) nothing is built before
 #    the commit, and the version is exact after it;
+#  - a partial subscriber (three shards of four and config.json: its files
+#    are most of the bytes) builds its files ahead too, out of the whole
+#    chunks, and nothing else; a layout = symlink subscriber builds the
+#    next version's directory ahead (hardlinks and temps), the link not
+#    flipped before the commit; both drop what they built for a flight
+#    the publisher did not commit, and are exact after each commit;
 #  - one big file whose delta goes up in many chunks (cut between its
 #    SEGMENT records): the subscriber decodes part of it into its temp
 #    before the commit (status ahead_piece_bytes, the log), renames
@@ -50,7 +56,9 @@ ini() { # ini NAME ROLE [LINE...]
 	fi
 	mkdir -p "$TMP/$name"
 }
-temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
+temps() { find "$TMP/$1/model/" -name '.*.wsync-*' | wc -l; }
+# layout = symlink: temps in a version directory not named yet
+vtemps() { find "$TMP/$1/" -path "$TMP/$1/model.v$2/*" -name '.*.wsync-*' | wc -l; }
 has_temps() { [ "$(temps "$1")" -gt 0 ]; }
 # the subscriber's target holds exactly checkpoint STEP's shipped files
 same_as() { # same_as NAME STEP [CHECKPOINTS]
@@ -61,7 +69,7 @@ same_as() { # same_as NAME STEP [CHECKPOINTS]
 		n=$((n + 1))
 	done
 	# (temps built ahead aside: they are not the inference server's files)
-	[ "$(find "$t" -path "$t/.wsync" -prune -o -type f ! -name '.*.wsync-*' -print | wc -l)" = "$n" ] ||
+	[ "$(find "$t/" -path "$t/.wsync" -prune -o -type f ! -name '.*.wsync-*' -print | wc -l)" = "$n" ] ||
 		{ echo "# $t has other files"; return 1; }
 }
 verify_failures() { grep -o 'wsync_verification_failures_total{[^}]*} [0-9]*' "$TMP/$1/run/wsync.prom" | awk '{ print $2 }'; }
@@ -72,11 +80,29 @@ ini sub subscriber "ahead_pace = off"
 ini flat subscriber "ahead_max = 0"
 ini small subscriber "ahead_max = 1MiB" "ahead_pace = off"
 ini paced subscriber
+PART_FILES="model-00001-of-00004.safetensors model-00002-of-00004.safetensors model-00003-of-00004.safetensors config.json"
+ini part subscriber "include = $PART_FILES" "ahead_pace = off"
+ini lnk subscriber "layout = symlink" "ahead_pace = off"
+# shellcheck disable=SC2086 # the partial subscriber's files, one argument each
+same_part() { # same_part STEP: the partial target holds its files of checkpoint STEP, only them
+	# (temps built ahead aside: they are not the inference server's files)
+	same_files "$CK/checkpoint-$1" "$TMP/part/model" $PART_FILES &&
+		diff <(cd "$TMP/part/model" && find . -path ./.wsync -prune -o -type f ! -name '.*.wsync-*' -print |
+			sed 's|^\./||' | sort) <(printf '%s\n' $PART_FILES | sort)
+}
+link_names() { [ "$(readlink "$TMP/lnk/model")" = "model.v$1" ]; }
+ahead_of() { # ahead_of NAME V: status.json shows V being built ahead, some of it built
+	[ "$(field "$1" ahead_version)" = "$2" ] &&
+		{ [ "$(field "$1" ahead_files)" -gt 0 ] || [ "$(field "$1" ahead_piece_bytes)" -gt 0 ]; }
+}
+both_ahead() { ahead_of part "$1" && ahead_of lnk "$1"; }
 start pub WSYNC_TEST_CHUNK_PAUSE_MS=3000
 start sub
 start flat
 start small
 start paced
+start part
+start lnk
 
 # ---- 1. built ahead, renamed in only at the commit --------------------------
 put_ckpt "$CK/checkpoint-1" "$TMP/train/checkpoint-1"
@@ -92,12 +118,30 @@ check "... while HEAD still names version 1" test "$(head_version "$BUCKET")" = 
 ahead_shown() { [ "$(field sub ahead_version)" = 2 ] && [ "$(field sub ahead_files)" -gt 0 ]; }
 check "... status.json says what is built ahead" wait_for 10 ahead_shown
 check "... and the target still holds version 1, intact" same_as sub 1
+check "the partial and the symlink subscribers build version 2 ahead too (status.json ahead_files, ahead_piece_bytes)" \
+	wait_for 60 both_ahead 2
+check "... the partial target still holds its files of version 1, only them" same_part 1
+check "... the symlink target's link still names version 1's directory" link_names 1
+check "... which holds version 1, intact" same_as lnk 1
+check "... version 2's directory beside it, temps in it" test "$(vtemps lnk 2)" -gt 0
+check "... HEAD still names version 1" test "$(head_version "$BUCKET")" = 1
 check "version 2 applied" wait_version sub 2 90
 check "byte-identical to checkpoint-2" same_as sub 2
 check "no temp left" test "$(temps sub)" = 0
 check "the log says what came before the commit" \
 	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/sub/log"
 check "the publisher announced version 2" grep -q "version 2 (step 2) announced" "$TMP/pub/log"
+check "partial: version 2 applied" wait_version part 2 90
+check "... its files of checkpoint-2, nothing else" same_part 2
+check "... built before the commit" \
+	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/part/log"
+check "... no temp left" test "$(temps part)" = 0
+check "symlink: version 2 applied" wait_version lnk 2 90
+check "... the link names model.v2" link_names 2
+check "... byte-identical to checkpoint-2" same_as lnk 2
+check "... built before the commit" \
+	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/lnk/log"
+check "... no temp left" test "$(temps lnk)$(vtemps lnk 2)" = 00
 check "ahead_max = 0: version 2 too, after the commit" wait_version flat 2 90
 check "... byte-identical" same_as flat 2
 check "... having built nothing ahead" sh -c "! grep -q 'building it ahead' '$TMP/flat/log'"
@@ -120,6 +164,7 @@ put_ckpt "$CK/checkpoint-3" "$TMP/train/checkpoint-3"
 check "version 3 (checkpoint-3) being built ahead" \
 	wait_for 60 in_log sub "version 3 (step 3) announced: building it ahead"
 check "temps of version 3 there" wait_for 60 has_temps sub
+check "the partial and the symlink subscribers build version 3 ahead too" wait_for 60 both_ahead 3
 kill9 pub
 check "the publisher died before committing version 3" test "$(head_version "$BUCKET")" = 2
 rm -rf "$TMP/train/checkpoint-3"
@@ -131,6 +176,16 @@ check "... its state says step 4" test "$(field sub step)" = 4
 check "... having dropped what it built for the first flight" \
 	grep -Eq 'version 3: dropping what was built ahead .*(another flight|not the flight announced|chunks are not those)' "$TMP/sub/log"
 check "no temp left" test "$(temps sub)" = 0
+check "partial: version 3 committed again, its files of checkpoint-4" wait_version part 3 90
+check "... exact, nothing else" same_part 4
+check "symlink: version 3, byte-identical to checkpoint-4" wait_version lnk 3 90
+check "... exact" same_as lnk 4
+check "... the link names model.v3" link_names 3
+for n in part lnk; do
+	check "$n: dropped what it built for the first flight" \
+		grep -Eq 'version 3: dropping what was built ahead .*(another flight|not the flight announced|chunks are not those)' "$TMP/$n/log"
+done
+check "no temp left in either" test "$(temps part)$(temps lnk)$(vtemps lnk 3)" = 000
 check "the flat subscriber: checkpoint-4 too" wait_version flat 3 90
 check "... byte-identical" same_as flat 4
 stop pub
@@ -163,6 +218,11 @@ check "... byte-identical" same_as flat 7
 stop pub
 
 # ---- 5. NEXT tampered with ----------------------------------------------------
+check "the partial subscriber at version 6 too, its files of checkpoint-7" wait_version part 6 90
+check "... exact" same_part 7
+check "the symlink subscriber at version 6 too" wait_version lnk 6 90
+check "... byte-identical to checkpoint-7" same_as lnk 7
+part_failures=$(verify_failures part)
 before=$(verify_failures sub)
 n=$(grep -c "NEXT" "$TMP/sub/log")
 good=$TMP/next.good
@@ -185,9 +245,20 @@ mv "$BUCKET/NEXT.tmp" "$BUCKET/NEXT"
 check "an unsigned NEXT is refused too" \
 	wait_for 30 sh -c "[ \$(grep -c NEXT '$TMP/sub/log') -gt $n ]"
 check "... no temp, the version kept" sh -c "[ $(temps sub) = 0 ] && [ $(field sub version) = 6 ]"
+forged_refused() { # NAME: refused a NEXT (counted), nothing built, version 6 kept
+	[ "$(verify_failures "$1")" -gt "${2:-0}" ] && [ "$(temps "$1")" = 0 ] &&
+		[ "$(field "$1" version)" = 6 ] && [ "$(field "$1" ahead_version)" = 0 ]
+}
+check "the partial subscriber refused the forged NEXTs too: counted, nothing built, version 6 kept" \
+	wait_for 30 forged_refused part "${part_failures:-0}"
+check "... exact still" same_part 7
+check "the symlink subscriber too: nothing built, no version 7 directory, the link on version 6" \
+	sh -c "[ $(field lnk ahead_version) = 0 ] && [ ! -e '$TMP/lnk/model.v7' ] && [ \"\$(readlink '$TMP/lnk/model')\" = model.v6 ]"
 
 stop sub
 stop flat
+stop part
+stop lnk
 
 # ---- 6. one big file in many chunks: built piece by piece --------------------
 # One shard, coded in 256 KiB segments (WSYNC_TEST_SEGMENT_KIB): the

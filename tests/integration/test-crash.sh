@@ -37,7 +37,8 @@
 # A subscriber daemon killed while it builds a file ahead, piece by piece
 # (a one-shard version streamed in chunks cut inside the shard): the
 # target keeps the old version, whole; the restart removes the temp and
-# converges.
+# converges.  The same for a partial subscriber (include = the shard)
+# building its file ahead.
 #
 # Publisher (wsync publish, and wsyncd once): SIGKILL during encode,
 # during an upload, between two objects, between the objects and the
@@ -372,17 +373,21 @@ point "partial anchor: between renames" PA "rename:2:target/."
 point "partial anchor: the delta after" PA "rename:4:target/."
 
 # ---- subscriber killed while building a file ahead -------------------------
-# A publisher daemon streams version 2 of a one-shard checkpoint in many
-# chunks cut between the shard's SEGMENT records (256 KiB segments,
-# WSYNC_TEST_SEGMENT_KIB; a pause after each chunk), a subscriber daemon
-# at version 1 builds the shard ahead piece by piece and dies by SIGKILL
-# at its 3rd write into the shard's temp, before the commit.  The target
-# holds version 1 whole; the restart (no shim) removes the temp and
-# converges on version 2, byte-identical.
+# A publisher daemon streams each version of a one-shard checkpoint in
+# many chunks cut between the shard's SEGMENT records (256 KiB segments,
+# WSYNC_TEST_SEGMENT_KIB; a pause after each chunk).  Version 2: a
+# subscriber daemon at version 1 builds the shard ahead piece by piece and
+# dies by SIGKILL at its 3rd write into the shard's temp, before the
+# commit.  Version 3: the same for a partial subscriber (include = the
+# shard, most of the bytes: it builds ahead; config.json not taken) at
+# version 2.  The target holds the old version whole; the restart (no
+# shim) removes the temp and converges on the new one, byte-identical
+# (the partial one: its shard, nothing else written in its target).
 AK=$TMP/ckA
 AB=$TMP/abucket
 AD=$TMP/ahead
-gen_ckpts "$AK" --params 4M --steps 2 --shards 1 --no-trainer-files
+gen_ckpts "$AK" --params 4M --steps 3 --shards 1 --no-trainer-files
+ashard=$(cd "$AK/checkpoint-1" && ls model*.safetensors)
 mkdir -p "$AB" "$AD/pub/state" "$AD/pub/run" "$AD/pub/watch"
 write_ini "$AD/pub.ini" publisher "$AD/pub" "url = file://$AB" \
 	"[publisher]" "watch_dir = $AD/pub/watch" "settle_time = 200ms" "chunk_size = 64KiB" \
@@ -391,32 +396,43 @@ start -c "$AD/pub.ini" -l "$AD/pub/log" apub WSYNC_TEST_SEGMENT_KIB=256
 put_ckpt "$AK/checkpoint-1" "$AD/pub/watch/checkpoint-1"
 check "ahead: the publisher commits version 1" wait_head "$AB" 1 60
 stop apub
-start -c "$AD/pub.ini" -l "$AD/pub/log" apub WSYNC_TEST_SEGMENT_KIB=256 WSYNC_TEST_CHUNK_PAUSE_MS=1500
+whole_tree() { same_tree "$AK/checkpoint-$2" "$1/target/"; }
+shard_only() { cmp -s "$AK/checkpoint-$2/$ashard" "$1/target/$ashard" && [ "$(ls "$1/target")" = "$ashard" ]; }
+# ahead_kill WHAT DIR NEW HOLDS: the subscriber of DIR/sub.ini pulled to
+# NEW - 1, then its daemon killed building version NEW ahead, restarted;
+# HOLDS DIR V: its target holds what it takes of checkpoint-V
+ahead_kill() {
+	local what=$1 d=$2 new=$3 holds=$4 old=$(($3 - 1)) rc hv spid
+	start -c "$AD/pub.ini" -l "$AD/pub/log" apub WSYNC_TEST_SEGMENT_KIB=256 WSYNC_TEST_CHUNK_PAUSE_MS=1500
+	timeout -s KILL 60 "$WSYNC" pull --config "$d/sub.ini" >"$d/pull1.log" 2>&1
+	check "$what: the subscriber holds version $old" "$holds" "$d" "$old"
+	shim "$d/shim.log" "write:3:.$ashard.wsync-" "$WSYNCD" -c "$d/sub.ini" \
+		--log-target stderr >"$d/crash.log" 2>&1 &
+	spid=$!
+	sleep 2	# its first cycle reads HEAD's manifest (a partial one: its share of the bytes)
+	put_ckpt "$AK/checkpoint-$new" "$AD/pub/watch/checkpoint-$new"
+	wait "$spid"
+	rc=$?
+	hv=$(head_version "$AB")
+	check "$what: the subscriber died by SIGKILL at its 3rd write into the shard's temp" \
+		died_at "$d" "$rc" write
+	check "... while building version $new ahead, before its commit (HEAD still names $old)" \
+		sh -c "[ '$hv' = $old ] && grep -q 'version $new (step $new) announced: building it ahead' '$d/crash.log' && ! grep -q 'chunks fetched and' '$d/crash.log'"
+	check "... the shard holds version $old whole, a temp beside it" \
+		sh -c "cmp -s '$AK/checkpoint-$old/$ashard' '$d/target/$ashard' && [ -n \"\$(find '$d/target' -name '.$ashard.wsync-*')\" ]"
+	check "$what: the publisher commits version $new" wait_head "$AB" "$new" 120
+	stop apub
+	timeout -s KILL 60 "$WSYNC" pull --config "$d/sub.ini" >"$d/restart.log" 2>&1
+	rc=$?
+	check "$what: the restart converges on version $new, no temp left" \
+		sh -c "[ $rc = 0 ] && [ \"\$(find '$d' -name '.*.wsync-*' ! -name '*.wsync-lock')\" = '' ]"
+	check "... byte-identical to what it takes of checkpoint-$new" "$holds" "$d" "$new"
+	check "... marker says $new" test "$(marker_version "$d/target")" = "$new"
+}
 B=$AB sub_ini "$AD/sub"
-timeout -s KILL 60 "$WSYNC" pull --config "$AD/sub/sub.ini" >"$AD/pull1.log" 2>&1
-check "ahead: the subscriber holds version 1" same_tree "$AK/checkpoint-1" "$AD/sub/target/"
-ashard=$(cd "$AK/checkpoint-1" && ls model*.safetensors)
-shim "$AD/sub/shim.log" "write:3:.$ashard.wsync-" "$WSYNCD" -c "$AD/sub/sub.ini" \
-	--log-target stderr >"$AD/sub/crash.log" 2>&1 &
-spid=$!
-put_ckpt "$AK/checkpoint-2" "$AD/pub/watch/checkpoint-2"
-wait "$spid"
-rc=$?
-hv=$(head_version "$AB")
-check "ahead: the subscriber died by SIGKILL at its 3rd write into the shard's temp" \
-	died_at "$AD/sub" "$rc" write
-check "... while building version 2 ahead, before its commit (HEAD still names 1)" \
-	sh -c "[ '$hv' = 1 ] && grep -q 'version 2 (step 2) announced: building it ahead' '$AD/sub/crash.log' && ! grep -q 'chunks fetched and' '$AD/sub/crash.log'"
-check "... the target holds version 1 whole, a temp beside the shard" \
-	sh -c "cmp -s '$AK/checkpoint-1/$ashard' '$AD/sub/target/$ashard' && [ -n \"\$(find '$AD/sub/target' -name '.$ashard.wsync-*')\" ]"
-check "ahead: the publisher commits version 2" wait_head "$AB" 2 120
-stop apub
-timeout -s KILL 60 "$WSYNC" pull --config "$AD/sub/sub.ini" >"$AD/sub/restart.log" 2>&1
-rc=$?
-check "ahead: the restart converges on version 2: its bytes, no temp, marker says 2" \
-	sh -c "[ $rc = 0 ] && [ \"\$(find '$AD/sub' -name '.*.wsync-*' ! -name '*.wsync-lock')\" = '' ]" 
-check "... byte-identical to checkpoint-2" same_tree "$AK/checkpoint-2" "$AD/sub/target/"
-check "... marker says 2" test "$(marker_version "$AD/sub/target")" = 2
+ahead_kill ahead "$AD/sub" 2 whole_tree
+SUB_INCLUDE=$ashard B=$AB sub_ini "$AD/part"
+ahead_kill "ahead, partial" "$AD/part" 3 shard_only
 
 # ---- disk full mid-apply: the shim fails the Nth write into a temp in
 # target_dir, and every later one, with ENOSPC (past the free-space check)
