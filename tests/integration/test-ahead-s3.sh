@@ -43,9 +43,9 @@ sub() { # sub NAME [LINE...]
 		"target_dir = $TMP/$n/model" "poll_interval = 200ms" "$@"
 }
 sub full "ahead_pace = off"	# built ahead whatever else loads the disk
-sub part "include = $SHARD2 config.json"
+sub part "include = $SHARD2 config.json" "ahead_pace = off"
 MOST="model-00001-of-00004.safetensors $SHARD2 model-00003-of-00004.safetensors config.json"
-sub most "include = $MOST"
+sub most "include = $MOST" "ahead_pace = off"
 temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
 
 start pub WSYNC_TEST_CHUNK_PAUSE_MS=1000

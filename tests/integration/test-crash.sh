@@ -429,9 +429,12 @@ ahead_kill() {
 	check "... byte-identical to what it takes of checkpoint-$new" "$holds" "$d" "$new"
 	check "... marker says $new" test "$(marker_version "$d/target")" = "$new"
 }
+# (ahead_pace = off: built ahead whatever else loads the machine)
 B=$AB sub_ini "$AD/sub"
+echo "ahead_pace = off" >>"$AD/sub/sub.ini"
 ahead_kill ahead "$AD/sub" 2 whole_tree
 SUB_INCLUDE=$ashard B=$AB sub_ini "$AD/part"
+echo "ahead_pace = off" >>"$AD/part/sub.ini"
 ahead_kill "ahead, partial" "$AD/part" 3 shard_only
 
 # ---- disk full mid-apply: the shim fails the Nth write into a temp in
