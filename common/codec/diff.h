@@ -59,6 +59,7 @@
 
 #include <stdint.h>
 
+#include "delta.h"
 #include "error.h"
 #include "segment.h"
 
@@ -72,7 +73,13 @@ struct wsync_diff_opts {
 	 * (a publisher uploads them while the rest is coded): final is the
 	 * length of that prefix.  NULL: not called. */
 	void (*progress)(void *arg, uint64_t final);
-	void *progress_arg;
+	/* Called on the calling thread with every byte of the delta, once
+	 * and in order, right after it is written to out_fd (delta.h,
+	 * wsync_delta_writer_tap): a caller hashing or indexing the delta
+	 * takes it here instead of reading out_fd back.  A negative return
+	 * (err set) fails the diff.  NULL: not called. */
+	wsync_delta_tap_fn written;
+	void *progress_arg;		/* for progress and written */
 	/* Files only in NEW are written with REPLACE (delta.h): they may
 	 * exist in the target, and are replaced. */
 	bool replace_new;

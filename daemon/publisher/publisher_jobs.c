@@ -304,7 +304,17 @@ static int cut_chunk(struct coding *c)
 	return r < 0 ? r : push_chunk(c, &ch, &c->err);
 }
 
-/* The diff's progress: index the final bytes; cut a chunk once there is
+/* Every byte the encoder writes, as it writes it: hashed and indexed
+ * from its buffer, never read back from the object. */
+static int on_written(void *arg, const uint8_t *data, size_t len, struct wsync_error *err)
+{
+	struct coding *c = arg;
+
+	return wsync_delta_indexer_feed(c->x, data, len, err);
+}
+
+/* The diff's progress (every byte up to final indexed already, and whole
+ * records: the writer flushed them); cut a chunk once there is
  * enough -- chunk_size, or 1/512 of the object so far, so that a 2 TB
  * anchor is a few thousand chunks -- keeping the last of
  * WSYNC_MANIFEST_CHUNKS_MAX for the rest. */
@@ -313,9 +323,7 @@ static void on_progress(void *arg, uint64_t final)
 	struct coding *c = arg;
 	uint64_t at, start, want;
 
-	if (c->r < 0)
-		return;
-	c->r = wsync_delta_indexer_advance(c->x, final, &c->err);
+	(void)final;	/* the indexer's offset: it was fed as much */
 	if (c->r < 0 || !c->chunks || c->j->stream->per_file ||
 	    c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
 		return;
@@ -342,7 +350,8 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
 				     .memory_limit = j->memory_limit,
-				     .progress = on_progress, .replace_new = j->part };
+				     .progress = on_progress, .written = on_written,
+				     .replace_new = j->part };
 	struct coding c = { .j = j };
 	struct wsync_delta_object obj;
 	int fd, r;
