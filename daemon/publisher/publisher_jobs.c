@@ -273,6 +273,9 @@ struct coding {
 	 * read back to upload it) */
 	const char *out;		/* the object's path */
 	int cfd;			/* the chunk file being written, or -1 */
+	uint64_t cfd_from, kicked;	/* its first byte's offset; of its bytes, those
+					 * handed to the disk (the store's fsync
+					 * then finds little left) */
 	uint64_t filed;			/* bytes written to chunk files */
 	const uint8_t *feeding;		/* on_written's bytes, from offset filed */
 	size_t feeding_len;		/* ... when it was called */
@@ -301,12 +304,15 @@ static int file_bytes(struct coding *c, const uint8_t *data, uint64_t end)
 		c->cfd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (c->cfd < 0)
 			return wsync_error_set(&c->err, -errno, "%s: %s", p, strerror(errno));
+		c->cfd_from = c->filed;
+		c->kicked = 0;
 	}
 	r = wsync_write_all(c->cfd, data, (size_t)(end - c->filed));
 	if (r < 0)
 		return wsync_error_set(&c->err, r, "%s: chunk %zu: %s", c->out, c->chunks->n,
 				       strerror(-r));
 	c->filed = end;
+	wsync_writeback_progress(c->cfd, 0, end - c->cfd_from, &c->kicked);
 	return 0;
 }
 
