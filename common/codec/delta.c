@@ -262,7 +262,7 @@ static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
 static int writer_put(struct wsync_delta_writer *w, const uint8_t *p, size_t len,
 		      struct wsync_error *err)
 {
-	int r = pwrite_all(w->fd, p, len, w->flushed, err);
+	int r = w->fd >= 0 ? pwrite_all(w->fd, p, len, w->flushed, err) : 0;
 
 	if (r == 0 && w->tap)
 		r = w->tap(w->tap_arg, p, len, err);

@@ -154,7 +154,8 @@ void wsync_delta_record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], uint32_
  * ascending, each FILE followed by exactly n_segments SEGMENT records
  * tiling [0, target size) and, for a WRITE, one FILE_END record -- so an
  * encoder bug gives an error here rather than a delta nobody can apply.
- * The writer does not own fd.
+ * The writer does not own fd.  fd -1: no file, the tap below is where
+ * the bytes go (set one).
  */
 struct wsync_delta_writer;
 

@@ -465,7 +465,7 @@ int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta
 			       struct wsync_error *err)
 {
 	struct pass *p = &x->p;
-	off_t end = lseek(x->fd, 0, SEEK_END);
+	off_t end = x->fd >= 0 ? lseek(x->fd, 0, SEEK_END) : (off_t)p->off;
 	int r;
 
 	memset(out, 0, sizeof(*out));

@@ -71,7 +71,8 @@ void wsync_delta_object_free(struct wsync_delta_object *o);
  * BUCKET.md §3.2) -- only between records (-EINVAL in the middle of one:
  * a writer's flush ends between records); finish() takes what is left
  * up to the end of fd, which must end with the END record (when all was
- * fed: fd must be as long as what was fed), and fills out as
+ * fed: fd must be as long as what was fed; fd -1: no file, all was fed),
+ * and fills out as
  * wsync_delta_index does.  Every byte is taken once, whatever the calls.
  * The first failure fails every later call.
  */

@@ -442,14 +442,17 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 	struct wsync_delta_object obj;
 	int fd, r;
 
-	/* never an existing file: one the store linked into the bucket
-	 * would change there too (out/ was emptied first) */
-	fd = open(out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	o.progress_arg = &c;
 	if (j->stream && (j->stream->chunk_size || j->stream->per_file))
 		c.chunks = &j->stream->role[role];
+	/* In chunk files alone, when they are made: the object is never
+	 * written whole (what is not cut is renamed to out below).  Else
+	 * out, never an existing file: one the store linked into the
+	 * bucket would change there too (out/ was emptied first). */
+	fd = c.chunks && j->stream->chunk_files
+		     ? -1 : open(out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0 && !(c.chunks && j->stream->chunk_files))
+		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	if (j->stream)
 		o.segment_target = j->stream->segment_target;
 	r = wsync_delta_indexer_new(fd, out, &c.x, &j->err);
@@ -469,11 +472,17 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 	    (r = cut_chunk(&c)) < 0)
 		j->err = c.err;
 	if (c.cfd >= 0) {
-		/* nothing cut (the object goes whole), or a failure */
+		/* nothing cut: the chunk file is the object, to go whole;
+		 * or a failure */
 		char p[PATH_MAX];
+		int k = pubjob_chunk_path(p, sizeof(p), out, c.chunks->n);
 
-		(void)close(c.cfd);
-		if (pubjob_chunk_path(p, sizeof(p), out, c.chunks->n) == 0)
+		if (close(c.cfd) < 0 && r == 0)
+			r = wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
+		if (r == 0 && (k < 0 || rename(p, out) < 0))
+			r = wsync_error_set(&j->err, k < 0 ? k : -errno, "%s: %s", out,
+					    strerror(k < 0 ? -k : errno));
+		if (r < 0 && k == 0)
 			(void)unlink(p);
 	}
 	if (r == 0 && c.chunks) {
@@ -497,7 +506,8 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 		wsync_delta_object_free(&obj);
 	}
 	wsync_delta_indexer_free(c.x);
-	close(fd);
+	if (fd >= 0)
+		(void)close(fd);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
 	else if (r == -EINVAL)

@@ -482,6 +482,34 @@ static int on_tap(void *arg, const uint8_t *data, size_t len, struct wsync_error
 	return wsync_delta_indexer_feed(t->x, data, len, err);
 }
 
+/* The records of test_index_fed_by_writer, written to fd (or -1: to the
+ * tap alone) through t's tap: a segment over the writer's 1 MiB buffer
+ * (written straight from its payload), a small one, a FILE_END, a KEEP. */
+static int write_tapped(int fd, struct tapped *t, struct wsync_error *err)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_buf seg = { 0 };
+	struct wsync_delta_file f;
+	int r = wsync_delta_writer_new(fd, &w, err);
+
+	if (r < 0)
+		return r;
+	wsync_delta_writer_tap(w, on_tap, t);
+	f = file("a.safetensors", WSYNC_DELTA_WRITE, 0, 5000000, 2);
+	r |= wsync_delta_writer_file(w, &f, err);
+	fake_segment(&seg, 0, 4000000, 3u << 20);
+	r |= wsync_delta_writer_segment(w, seg.data, seg.len, err);
+	fake_segment(&seg, 4000000, 1000000, 100);
+	r |= wsync_delta_writer_segment(w, seg.data, seg.len, err);
+	r |= end_file(w, &f, 1, 2, err);
+	f = file("b.bin", WSYNC_DELTA_KEEP, 9, 9, 0);
+	r |= wsync_delta_writer_file(w, &f, err);
+	r |= wsync_delta_writer_finish(w, err);
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+	return r ? -EIO : 0;
+}
+
 static bool same_index(const struct wsync_manifest_index *a, const struct wsync_manifest_index *b)
 {
 	if (!a || !b || a->n_files != b->n_files || a->head.length != b->head.length ||
@@ -512,15 +540,13 @@ static bool same_index(const struct wsync_manifest_index *a, const struct wsync_
  */
 static void test_index_fed_by_writer(void)
 {
-	struct wsync_delta_writer *w = NULL;
 	struct wsync_delta_indexer *y = NULL;
 	struct wsync_delta_object fed = { 0 }, read = { 0 };
 	struct wsync_delta_chunk c;
-	struct wsync_buf seg = { 0 }, back = { 0 };
+	struct wsync_buf back = { 0 };
 	struct wsync_error err = { 0 };
-	struct tapped t = { 0 };
+	struct tapped t = { 0 }, nofile = { 0 };
 	struct cuts kf = { 0 }, kr = { 0 };
-	struct wsync_delta_file f;
 	int fd = memfd(), r = 0;
 	uint8_t *img = NULL;
 	size_t len, midcuts = 0, okcuts = 0;
@@ -529,19 +555,7 @@ static void test_index_fed_by_writer(void)
 	if (!t.x)
 		goto out;
 	wsync_delta_indexer_cut_files(t.x, collect_cut, &kf);
-	r |= wsync_delta_writer_new(fd, &w, &err);
-	if (w)
-		wsync_delta_writer_tap(w, on_tap, &t);
-	f = file("a.safetensors", WSYNC_DELTA_WRITE, 0, 5000000, 2);
-	r |= wsync_delta_writer_file(w, &f, &err);
-	fake_segment(&seg, 0, 4000000, 3u << 20);	/* over the buffer */
-	r |= wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-	fake_segment(&seg, 4000000, 1000000, 100);
-	r |= wsync_delta_writer_segment(w, seg.data, seg.len, &err);
-	r |= end_file(w, &f, 1, 2, &err);
-	f = file("b.bin", WSYNC_DELTA_KEEP, 9, 9, 0);
-	r |= wsync_delta_writer_file(w, &f, &err);
-	r |= wsync_delta_writer_finish(w, &err);
+	r = write_tapped(fd, &t, &err);
 	CHECK(r == 0);
 	if (r)
 		printf("# %s\n", wsync_error_str(&err));
@@ -602,11 +616,32 @@ out:
 	wsync_delta_object_free(&fed);
 	wsync_delta_object_free(&read);
 	wsync_delta_indexer_free(t.x);
-	wsync_delta_writer_free(w);
 	wsync_buf_free(&t.seen);
 	wsync_buf_free(&back);
-	wsync_buf_free(&seg);
 	close(fd);
+
+	/* No file at all (fd -1): the tap alone gets the same bytes, and the
+	 * indexer, fed them, finishes without one. */
+	CHECK(wsync_delta_indexer_new(-1, "no file", &nofile.x, &err) == 0);
+	if (nofile.x) {
+		struct tapped again = { 0 };
+		int fd2 = memfd();
+
+		CHECK(write_tapped(-1, &nofile, &err) == 0);
+		CHECK(wsync_delta_indexer_finish(nofile.x, &fed, &err) == 0);
+		CHECK(wsync_delta_indexer_new(fd2, "again", &again.x, &err) == 0);
+		CHECK(again.x && write_tapped(fd2, &again, &err) == 0);
+		CHECK(again.seen.len == nofile.seen.len &&
+		      memcmp(again.seen.data, nofile.seen.data, again.seen.len) == 0);
+		CHECK_EQ_U64(fed.size, nofile.seen.len);
+		CHECK(lseek(fd2, 0, SEEK_END) == (off_t)nofile.seen.len);
+		wsync_delta_object_free(&fed);
+		wsync_delta_indexer_free(again.x);
+		wsync_buf_free(&again.seen);
+		close(fd2);
+	}
+	wsync_delta_indexer_free(nofile.x);
+	wsync_buf_free(&nofile.seen);
 }
 
 /* A big payload goes around the writer's buffer and through the reader's
