@@ -92,7 +92,7 @@
 #                        per step
 #   pub read / ckpt      the publisher's rchar / (old + new checkpoint bytes)
 #                        (the anchor: / new bytes); goal <= 1.1, each byte
-#                        read once
+#                        read once (the anchor: <= 1.2)
 #   per daemon           CPU s (utime+stime), rchar, wchar, read_bytes,
 #                        write_bytes (/proc/PID/io), block-I/O delay
 #                        (delayacct_blkio_ticks, /proc/PID/task/*/stat field

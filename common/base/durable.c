@@ -434,6 +434,42 @@ void wsync_atomic_abort(struct wsync_atomic *a)
 	atomic_release(a);
 }
 
+int wsync_atomic_link(struct wsync_atomic *a, const char *src, struct wsync_error *err)
+{
+	char *name;
+	int fd;
+
+	if (a->fd < 0 || !a->tmp || (a->flags & WSYNC_ATOMIC_EXACT_MODE))
+		return wsync_error_set(err, -EINVAL, "%s: no temp to link %s to",
+				       a->path ? a->path : "?", src);
+	/* a second temp name (the first's prefix: the same sweeps find it),
+	 * then the empty temp goes */
+	if (asprintf(&name, "%sL", a->tmp) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (linkat(AT_FDCWD, src, a->dirfd, name, 0) < 0) {
+		int r = -errno;
+
+		free(name);
+		return wsync_error_set(err, r, "%s: linking %s: %s", a->path, src, strerror(-r));
+	}
+	fd = openat(a->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		int r = -errno;
+
+		(void)unlinkat(a->dirfd, name, 0);
+		free(name);
+		return wsync_error_set(err, r, "%s: %s", a->path, strerror(-r));
+	}
+	(void)close(a->fd);
+	(void)unlinkat(a->dirfd, a->tmp, 0);
+	free(a->tmp);
+	a->tmp = name;
+	a->fd = fd;
+	a->synced = false;
+	a->linked = true;
+	return 0;
+}
+
 int wsync_atomic_sync(struct wsync_atomic *a, struct wsync_error *err)
 {
 	int r = 0;
@@ -489,6 +525,10 @@ int wsync_atomic_commit(struct wsync_atomic *a, struct wsync_error *err)
 		wsync_atomic_abort(a);
 		return r;
 	}
+	/* a rename between two names of one inode (the target linked in
+	 * already) does nothing, POSIX says: the temp's name stays */
+	if (a->linked)
+		(void)unlinkat(a->dirfd, a->tmp, 0);
 	free(a->tmp);
 	a->tmp = NULL;	/* renamed: nothing to remove any more */
 	if (!(a->flags & WSYNC_ATOMIC_NOSYNC) && (r = wsync_fsync(a->dirfd)) < 0)

@@ -126,6 +126,7 @@ struct wsync_atomic {
 	unsigned flags;
 	mode_t mode;
 	bool synced;		/* wsync_atomic_sync done */
+	bool linked;		/* the temp is a link of another file (wsync_atomic_link) */
 };
 
 /*
@@ -143,6 +144,18 @@ struct wsync_atomic {
  */
 int wsync_atomic_begin(struct wsync_atomic *a, int dirfd, const char *path, const char *tmp,
 		       mode_t mode, unsigned flags, struct wsync_error *err);
+
+/*
+ * Make the temp a hard link of the file at src (relative to the working
+ * directory) instead of writing it: what is renamed in is then that file,
+ * no byte copied.  For a file its owner never changes again (the
+ * publisher's chunk files): the target and src are one inode after the
+ * commit.  0, or a negative errno with err set and the temp as it was
+ * (empty: fill it the usual way) -- -EXDEV across file systems, -EPERM
+ * or -EMLINK where the file system will not link.  Not with
+ * WSYNC_ATOMIC_EXACT_MODE (src keeps its mode: -EINVAL).
+ */
+int wsync_atomic_link(struct wsync_atomic *a, const char *src, struct wsync_error *err);
 
 /*
  * The temp's content final: fchmod (WSYNC_ATOMIC_EXACT_MODE) and fsync it

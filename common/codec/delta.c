@@ -245,6 +245,8 @@ struct wsync_delta_writer {
 	struct wsync_delta_file cur;	/* cur.path owned */
 	uint64_t segs_seen, next_offset;
 	uint64_t n_files, write_bytes;
+	wsync_delta_tap_fn tap;		/* sees each byte written (or NULL) */
+	void *tap_arg;
 };
 
 static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
@@ -255,20 +257,33 @@ static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
 	return r < 0 ? wsync_error_set(err, r, "writing the delta: %s", strerror(-r)) : 0;
 }
 
+/* Write len bytes at the end of what is in the file, and show them to
+ * the tap. */
+static int writer_put(struct wsync_delta_writer *w, const uint8_t *p, size_t len,
+		      struct wsync_error *err)
+{
+	int r = w->fd >= 0 ? pwrite_all(w->fd, p, len, w->flushed, err) : 0;
+
+	if (r == 0 && w->tap)
+		r = w->tap(w->tap_arg, p, len, err);
+	if (r < 0) {
+		w->failed = true;
+		return r;
+	}
+	w->flushed += len;
+	return 0;
+}
+
 static int writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)
 {
 	int r;
 
 	if (w->buf.len == 0)
 		return 0;
-	r = pwrite_all(w->fd, w->buf.data, w->buf.len, w->flushed, err);
-	if (r < 0) {
-		w->failed = true;
-		return r;
-	}
-	w->flushed += w->buf.len;
-	wsync_buf_reset(&w->buf);
-	return 0;
+	r = writer_put(w, w->buf.data, w->buf.len, err);
+	if (r == 0)
+		wsync_buf_reset(&w->buf);
+	return r;
 }
 
 int wsync_delta_writer_flush(struct wsync_delta_writer *w, struct wsync_error *err)
@@ -315,13 +330,7 @@ static int writer_emit(struct wsync_delta_writer *w, uint32_t type,
 	r = writer_flush(w, err);
 	if (r < 0)
 		return r;
-	r = pwrite_all(w->fd, payload, len, w->flushed, err);
-	if (r < 0) {
-		w->failed = true;
-		return r;
-	}
-	w->flushed += len;
-	return 0;
+	return writer_put(w, payload, len, err);
 }
 
 void wsync_delta_preamble(uint8_t out[WSYNC_DELTA_PREAMBLE_LEN])
@@ -357,6 +366,12 @@ int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
 	(void)wsync_buf_append(&w->buf, pre, sizeof(pre)); /* reserved above */
 	*ret = w;
 	return 0;
+}
+
+void wsync_delta_writer_tap(struct wsync_delta_writer *w, wsync_delta_tap_fn fn, void *arg)
+{
+	w->tap = fn;
+	w->tap_arg = arg;
 }
 
 void wsync_delta_writer_free(struct wsync_delta_writer *w)

@@ -154,13 +154,26 @@ void wsync_delta_record_header(uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN], uint32_
  * ascending, each FILE followed by exactly n_segments SEGMENT records
  * tiling [0, target size) and, for a WRITE, one FILE_END record -- so an
  * encoder bug gives an error here rather than a delta nobody can apply.
- * The writer does not own fd.
+ * The writer does not own fd.  fd -1: no file, the tap below is where
+ * the bytes go (set one).
  */
 struct wsync_delta_writer;
 
 /* Write the preamble.  Returns 0, -ENOMEM, or a write error. */
 int wsync_delta_writer_new(int fd, struct wsync_delta_writer **ret,
 			   struct wsync_error *err);
+
+/*
+ * A tap sees every byte the writer writes, once and in order, right after
+ * it is in the file: so whoever hashes or indexes the delta (delta_index.h)
+ * takes it from the writer's own buffers instead of reading the file back.
+ * A negative return (err set) fails the write that called it, and the
+ * writer then refuses the rest.  Set it before the first record (NULL
+ * fn: none).
+ */
+typedef int (*wsync_delta_tap_fn)(void *arg, const uint8_t *data, size_t len,
+				  struct wsync_error *err);
+void wsync_delta_writer_tap(struct wsync_delta_writer *w, wsync_delta_tap_fn fn, void *arg);
 
 /* Free (NULL is fine) without finishing: the file is left incomplete. */
 void wsync_delta_writer_free(struct wsync_delta_writer *w);

@@ -17,43 +17,25 @@
 
 #define WINDOW (1u << 20)
 
-/* One pass over the object: every byte read once goes into the object's
- * XXH3-128 and SHA-256 and the SHA-256 of the record it belongs to. */
+/* One pass over the object: every byte taken goes, once, into the
+ * object's XXH3-128 and SHA-256, the SHA-256 of the record it belongs to
+ * and that of the chunk being cut. */
 struct pass {
-	int fd;
 	const char *what;
-	uint64_t off, size;
-	uint8_t *buf;
+	uint64_t off;			/* bytes taken */
 	struct wsync_hasher *xxh;
 	struct wsync_sha256 *whole, *piece, *chunk;
 	struct wsync_error *err;
 };
 
-/* Take the next n bytes (into dst, when given). */
-static int take(struct pass *p, uint8_t *dst, uint64_t n)
+static int take(struct pass *p, const uint8_t *data, size_t n)
 {
-	while (n) {
-		size_t k = n < WINDOW ? (size_t)n : WINDOW;
-		int r;
-
-		if (p->off + k > p->size)
-			return wsync_error_set(p->err, -EINVAL, "%s: a record runs past the end "
-					       "(%" PRIu64 " bytes)", p->what, p->size);
-		r = wsync_pread_all(p->fd, p->buf, k, p->off);
-		if (r < 0)
-			return wsync_error_set(p->err, r, "%s: read: %s", p->what, strerror(-r));
-		wsync_hasher_update(p->xxh, p->buf, k);
-		if (wsync_sha256_update(p->whole, p->buf, k) < 0 ||
-		    wsync_sha256_update(p->piece, p->buf, k) < 0 ||
-		    (p->chunk && wsync_sha256_update(p->chunk, p->buf, k) < 0))
-			return wsync_error_set(p->err, -EIO, "%s: SHA-256 failed", p->what);
-		if (dst) {
-			memcpy(dst, p->buf, k);
-			dst += k;
-		}
-		p->off += k;
-		n -= k;
-	}
+	wsync_hasher_update(p->xxh, data, n);
+	if (wsync_sha256_update(p->whole, data, n) < 0 ||
+	    wsync_sha256_update(p->piece, data, n) < 0 ||
+	    wsync_sha256_update(p->chunk, data, n) < 0)
+		return wsync_error_set(p->err, -EIO, "%s: SHA-256 failed", p->what);
+	p->off += n;
 	return 0;
 }
 
@@ -81,27 +63,45 @@ static int add_piece(struct pass *p, struct wsync_manifest_range *f, size_t *cap
 	return end_piece(p, &f->pieces[f->n_pieces++], start);
 }
 
+/* Where the indexer is in the object's records. */
+enum ix_state {
+	IX_PREAMBLE,	/* gathering the preamble's bytes */
+	IX_HEADER,	/* gathering a record header's bytes (none: between records) */
+	IX_PAYLOAD,	/* taking a record's payload */
+	IX_DONE,	/* the END record taken: nothing may follow */
+};
+
 /*
- * The indexer: the pass above, taken as far as whole records have been
- * written (a publisher indexes its delta while the encoder still writes
- * it), cutting chunks on the way.
+ * The indexer: the pass above over bytes handed to it in order -- by the
+ * writer as it writes them (feed), or read from the file as far as whole
+ * records are there (advance) -- cutting chunks on the way.  Headers are
+ * gathered whole before any of their bytes is hashed, so that a cut can
+ * be made before a FILE or END record (cut_files) once its type is known.
  */
 struct wsync_delta_indexer {
 	struct pass p;
 	struct wsync_error err;		/* where p.err points */
+	int fd;				/* advance and finish read it */
+	uint8_t *window;		/* advance's read buffer (allocated there) */
+	int failed;			/* the first failure: every later call */
+	enum ix_state state;
+	uint8_t hb[WSYNC_DELTA_RECORD_HEADER_LEN];
+	size_t hb_len;			/* of the preamble or header being gathered */
+	uint32_t type;			/* of the record being taken */
+	uint64_t rec_start, left;	/* its offset, payload bytes to come */
+	struct wsync_buf payload;	/* its payload (FILE, FILE_END): decoded */
+	bool keep_payload;
 	struct wsync_manifest_index *ix;
 	struct wsync_manifest_range *f;	/* the file whose records are being taken */
 	size_t files_cap, pieces_cap;
 	struct wsync_manifest_file *targets;
 	size_t n_targets, targets_cap;
-	struct wsync_sha256 *chunk;	/* of the bytes since the last cut */
 	uint64_t segs_left;		/* SEGMENT records the last FILE record announces, to come */
 	uint32_t version;		/* of the delta, from its preamble */
 	bool need_end;			/* the last file is a WRITE waiting for its FILE_END
 					 * (version 4): its target is added then */
 	struct wsync_delta_file pend;	/* that file (path owned) */
 	uint64_t chunk_start;
-	bool started, done;
 	wsync_delta_cut_cb cut_cb;	/* set: a cut at every file (cut_files) */
 	void *cut_arg;
 };
@@ -111,6 +111,12 @@ void wsync_delta_indexer_cut_files(struct wsync_delta_indexer *x, wsync_delta_cu
 {
 	x->cut_cb = cb;
 	x->cut_arg = arg;
+}
+
+/* Between records (or before the first, or after END): a cut may be made. */
+static bool at_boundary(const struct wsync_delta_indexer *x)
+{
+	return x->hb_len == 0 && x->state != IX_PAYLOAD;
 }
 
 /* cut_files: what was taken since the last cut is a chunk. */
@@ -132,16 +138,15 @@ int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer
 
 	*ret = NULL;
 	if (x) {
-		x->p.fd = fd;
+		x->fd = fd;
 		x->p.what = what;
 		x->p.err = &x->err;
-		x->p.buf = malloc(WINDOW);
 		x->p.whole = wsync_sha256_new();
 		x->p.piece = wsync_sha256_new();
-		x->chunk = x->p.chunk = wsync_sha256_new();
+		x->p.chunk = wsync_sha256_new();
 		x->ix = calloc(1, sizeof(*x->ix));
 	}
-	if (!x || !x->p.buf || !x->p.whole || !x->p.piece || !x->chunk || !x->ix ||
+	if (!x || !x->p.whole || !x->p.piece || !x->p.chunk || !x->ix ||
 	    wsync_hasher_new(&x->p.xxh) < 0) {
 		wsync_delta_indexer_free(x);
 		return wsync_error_set(err, -ENOMEM, "out of memory");
@@ -162,8 +167,9 @@ void wsync_delta_indexer_free(struct wsync_delta_indexer *x)
 	wsync_hasher_free(x->p.xxh);
 	wsync_sha256_free(x->p.whole);
 	wsync_sha256_free(x->p.piece);
-	wsync_sha256_free(x->chunk);
-	free(x->p.buf);
+	wsync_sha256_free(x->p.chunk);
+	wsync_buf_free(&x->payload);
+	free(x->window);
 	free(x);
 }
 
@@ -208,31 +214,74 @@ static int add_target(struct wsync_delta_indexer *x, const struct wsync_delta_fi
 	return push_target(x, df);
 }
 
-/* Take one record (its header at p.off, all of it in the file). */
-static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
+/* The preamble gathered in hb: take it. */
+static int take_preamble(struct wsync_delta_indexer *x)
+{
+	int r = take(&x->p, x->hb, WSYNC_DELTA_PREAMBLE_LEN);
+
+	x->version = wsync_le32(x->hb + 8);
+	x->hb_len = 0;
+	if (r == 0)
+		r = end_piece(&x->p, &x->ix->head, 0);
+	if (r == 0)
+		r = auto_cut(x);
+	x->state = IX_HEADER;
+	return r;
+}
+
+/* A record header gathered in hb: check it against what came before, cut
+ * before a FILE or END record (cut_files), take it, and go on to its
+ * payload. */
+static int take_header(struct wsync_delta_indexer *x)
 {
 	struct pass *p = &x->p;
-	uint64_t start = p->off, len = wsync_le64(h + 8);
-	uint32_t type = wsync_le32(h);
-	uint8_t hb[WSYNC_DELTA_RECORD_HEADER_LEN];
-	uint8_t *payload = NULL;
+	uint64_t len = wsync_le64(x->hb + 8);
+	uint32_t type = wsync_le32(x->hb);
+	bool file_or_end = type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_END;
 	int r;
 
+	x->rec_start = p->off;
+	x->hb_len = 0;
 	if (len > WSYNC_DELTA_PAYLOAD_MAX)
 		return wsync_error_set(&x->err, -EINVAL, "%s: a record of %" PRIu64 " bytes",
 				       p->what, len);
-	if ((type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_END) && x->need_end)
+	if (file_or_end && x->need_end)
 		return wsync_error_set(&x->err, -EINVAL, "%s: %s has no FILE_END record "
 				       "after its segments", p->what, x->pend.path);
-	if (type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_END) {
-		r = auto_cut(x);
-		if (r < 0)
-			return r;
-	}
-	r = take(p, hb, sizeof(hb));
+	if (type == WSYNC_DELTA_REC_FILE_END && x->f &&
+	    x->version >= WSYNC_DELTA_VERSION_FILE_END &&
+	    (len != WSYNC_DELTA_FILE_END_LEN || x->segs_left || !x->need_end))
+		return wsync_error_set(&x->err, -EINVAL, "%s: a FILE_END record at %" PRIu64
+				       " out of place", p->what, x->rec_start);
+	if (!file_or_end && !(type == WSYNC_DELTA_REC_SEGMENT && x->f) &&
+	    !(type == WSYNC_DELTA_REC_FILE_END && x->f &&
+	      x->version >= WSYNC_DELTA_VERSION_FILE_END))
+		return wsync_error_set(&x->err, -EINVAL, "%s: a record of type %" PRIu32
+				       " at %" PRIu64, p->what, type, x->rec_start);
+	if (file_or_end && (r = auto_cut(x)) < 0)
+		return r;
+	r = take(p, x->hb, sizeof(x->hb));
 	if (r < 0)
 		return r;
-	if (type == WSYNC_DELTA_REC_FILE) {
+	x->type = type;
+	x->left = len;
+	x->keep_payload = type == WSYNC_DELTA_REC_FILE || type == WSYNC_DELTA_REC_FILE_END;
+	wsync_buf_reset(&x->payload);
+	if (x->keep_payload && wsync_buf_reserve(&x->payload, (size_t)len) < 0)
+		return wsync_error_set(&x->err, -ENOMEM, "out of memory");
+	x->state = IX_PAYLOAD;
+	return 0;
+}
+
+/* A record's payload all taken (kept in x->payload for FILE and
+ * FILE_END): what it says, and its piece. */
+static int end_record(struct wsync_delta_indexer *x)
+{
+	struct pass *p = &x->p;
+	int r = 0;
+
+	x->state = IX_HEADER;
+	if (x->type == WSYNC_DELTA_REC_FILE) {
 		struct wsync_delta_file df = { 0 };
 
 		if (x->ix->n_files == x->files_cap) {
@@ -244,56 +293,109 @@ static int take_record(struct wsync_delta_indexer *x, const uint8_t *h)
 			x->ix->files = nf;
 			x->files_cap = nc;
 		}
-		payload = malloc(len ? (size_t)len : 1);
-		if (!payload)
-			return wsync_error_set(&x->err, -ENOMEM, "out of memory");
-		r = take(p, payload, len);
 		x->f = &x->ix->files[x->ix->n_files++];
 		memset(x->f, 0, sizeof(*x->f));
 		x->pieces_cap = 0;
-		x->f->offset = start;
-		if (r == 0) {
-			r = wsync_delta_file_decode(payload, (size_t)len, &df, &x->err);
-			x->f->path = df.path;	/* taken: freed with the index */
-			if (r < 0)
-				wsync_error_prefix(&x->err, "%s", p->what);
-			else
-				r = add_target(x, &df);
-			x->segs_left = df.n_segments;
-		}
-		free(payload);
-	} else if (type == WSYNC_DELTA_REC_SEGMENT && x->f) {
-		r = take(p, NULL, len);
+		x->f->offset = x->rec_start;
+		r = wsync_delta_file_decode(x->payload.data, x->payload.len, &df, &x->err);
+		x->f->path = df.path;	/* taken: freed with the index */
+		if (r < 0)
+			wsync_error_prefix(&x->err, "%s", p->what);
+		else
+			r = add_target(x, &df);
+		x->segs_left = df.n_segments;
+	} else if (x->type == WSYNC_DELTA_REC_SEGMENT) {
 		if (x->segs_left)
 			x->segs_left--;
-	} else if (type == WSYNC_DELTA_REC_FILE_END && x->f && x->version >= WSYNC_DELTA_VERSION_FILE_END) {
-		uint8_t fe_bytes[WSYNC_DELTA_FILE_END_LEN];
+	} else if (x->type == WSYNC_DELTA_REC_FILE_END) {
 		struct wsync_delta_file_end fe;
 
-		if (len != sizeof(fe_bytes) || x->segs_left || !x->need_end)
-			return wsync_error_set(&x->err, -EINVAL, "%s: a FILE_END record at %" PRIu64
-					       " out of place", p->what, start);
-		r = take(p, fe_bytes, len);
-		if (r == 0)
-			r = wsync_delta_file_end_decode(fe_bytes, sizeof(fe_bytes), &x->pend, &fe,
-							&x->err);
+		r = wsync_delta_file_end_decode(x->payload.data, x->payload.len, &x->pend, &fe,
+						&x->err);
 		if (r == 0) {
 			x->pend.target_hash = fe.target_hash;
 			x->need_end = false;
 			r = push_target(x, &x->pend);
 		}
-	} else if (type == WSYNC_DELTA_REC_END) {
-		x->done = true;
-		return take(p, NULL, len);
-	} else {
-		return wsync_error_set(&x->err, -EINVAL, "%s: a record of type %" PRIu32
-				       " at %" PRIu64, p->what, type, start);
+	} else {	/* END */
+		x->state = IX_DONE;
+		return 0;
 	}
 	if (r == 0)
-		r = add_piece(p, x->f, &x->pieces_cap, start);
+		r = add_piece(p, x->f, &x->pieces_cap, x->rec_start);
 	if (r == 0)
 		x->f->length = p->off - x->f->offset;
 	return r;
+}
+
+/* Take the len bytes at data, the next of the object. */
+static int feed(struct wsync_delta_indexer *x, const uint8_t *data, size_t len)
+{
+	int r = 0;
+
+	while (r == 0 && len) {
+		size_t want, k;
+
+		switch (x->state) {
+		case IX_PREAMBLE:
+		case IX_HEADER:
+			want = x->state == IX_PREAMBLE ? WSYNC_DELTA_PREAMBLE_LEN
+						       : WSYNC_DELTA_RECORD_HEADER_LEN;
+			k = want - x->hb_len < len ? want - x->hb_len : len;
+			memcpy(x->hb + x->hb_len, data, k);
+			x->hb_len += k;
+			if (x->hb_len == want)
+				r = x->state == IX_PREAMBLE ? take_preamble(x) : take_header(x);
+			break;
+		case IX_PAYLOAD:
+			k = x->left < len ? (size_t)x->left : len;
+			r = take(&x->p, data, k);
+			if (r == 0 && x->keep_payload)
+				r = wsync_buf_append(&x->payload, data, k) < 0
+					    ? wsync_error_set(&x->err, -ENOMEM, "out of memory") : 0;
+			x->left -= k;
+			break;
+		case IX_DONE:
+		default:
+			return wsync_error_set(&x->err, -EINVAL, "%s: bytes after the END record",
+					       x->p.what);
+		}
+		data += k;
+		len -= k;
+		if (r == 0 && x->state == IX_PAYLOAD && x->left == 0)
+			r = end_record(x);
+	}
+	return r;
+}
+
+/* The first failure is every later call's. */
+static int failed(struct wsync_delta_indexer *x, int r, struct wsync_error *err)
+{
+	if (r < 0) {
+		x->failed = r;
+		*err = x->err;
+	}
+	return r;
+}
+
+int wsync_delta_indexer_feed(struct wsync_delta_indexer *x, const uint8_t *data, size_t len,
+			     struct wsync_error *err)
+{
+	if (x->failed) {
+		*err = x->err;
+		return x->failed;
+	}
+	return failed(x, feed(x, data, len), err);
+}
+
+/* Read len bytes of fd at off into the window and take them. */
+static int read_feed(struct wsync_delta_indexer *x, uint64_t off, size_t len)
+{
+	int r = wsync_pread_all(x->fd, x->window, len, off);
+
+	if (r < 0)
+		return wsync_error_set(&x->err, r, "%s: read: %s", x->p.what, strerror(-r));
+	return feed(x, x->window, len);
 }
 
 int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
@@ -302,41 +404,41 @@ int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 	struct pass *p = &x->p;
 	int r = 0;
 
-	p->size = upto;
-	if (!x->started) {
-		uint8_t pre[WSYNC_DELTA_PREAMBLE_LEN];
-
+	if (x->failed) {
+		*err = x->err;
+		return x->failed;
+	}
+	if (!at_boundary(x))
+		return failed(x, wsync_error_set(&x->err, -EINVAL, "%s: read back in the middle "
+						 "of a record fed", p->what), err);
+	if (upto <= p->off || x->state == IX_DONE)
+		return 0;
+	if (!x->window && !(x->window = malloc(WINDOW)))
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (x->state == IX_PREAMBLE) {
 		if (upto < WSYNC_DELTA_PREAMBLE_LEN)
 			return 0;
-		r = take(p, pre, WSYNC_DELTA_PREAMBLE_LEN);
-		x->version = wsync_le32(pre + 8);
-		if (r == 0)
-			r = end_piece(p, &x->ix->head, 0);
-		if (r == 0)
-			r = auto_cut(x);
-		x->started = r == 0;
+		r = read_feed(x, 0, WSYNC_DELTA_PREAMBLE_LEN);
 	}
-	while (r == 0 && !x->done && upto - p->off >= WSYNC_DELTA_RECORD_HEADER_LEN) {
-		uint8_t h[WSYNC_DELTA_RECORD_HEADER_LEN];
-
-		r = wsync_pread_all(p->fd, h, sizeof(h), p->off);
+	while (r == 0 && x->state == IX_HEADER && upto - p->off >= WSYNC_DELTA_RECORD_HEADER_LEN) {
+		r = wsync_pread_all(x->fd, x->window, WSYNC_DELTA_RECORD_HEADER_LEN, p->off);
 		if (r < 0) {
 			r = wsync_error_set(&x->err, r, "%s: read: %s", p->what, strerror(-r));
 			break;
 		}
-		if (wsync_le64(h + 8) > upto - p->off - sizeof(h))
+		if (wsync_le64(x->window + 8) > upto - p->off - WSYNC_DELTA_RECORD_HEADER_LEN)
 			break;	/* not all written yet */
-		r = take_record(x, h);
+		r = feed(x, x->window, WSYNC_DELTA_RECORD_HEADER_LEN);
+		while (r == 0 && x->state == IX_PAYLOAD)
+			r = read_feed(x, p->off, x->left < WINDOW ? (size_t)x->left : WINDOW);
 	}
-	if (r < 0)
-		*err = x->err;
-	return r;
+	return failed(x, r, err);
 }
 
 const struct wsync_manifest_index *wsync_delta_indexer_index(const struct wsync_delta_indexer *x,
 							     bool *last_whole)
 {
-	*last_whole = x->done || (x->segs_left == 0 && !x->need_end);
+	*last_whole = x->state == IX_DONE || (x->segs_left == 0 && !x->need_end);
 	return x->ix;
 }
 
@@ -348,9 +450,12 @@ uint64_t wsync_delta_indexer_offset(const struct wsync_delta_indexer *x)
 int wsync_delta_indexer_cut(struct wsync_delta_indexer *x, struct wsync_delta_chunk *c,
 			    struct wsync_error *err)
 {
+	if (!at_boundary(x))
+		return wsync_error_set(err, -EINVAL, "%s: a cut in the middle of a record",
+				       x->p.what);
 	c->offset = x->chunk_start;
 	c->size = x->p.off - x->chunk_start;
-	if (wsync_sha256_final(x->chunk, c->sha256) < 0)
+	if (wsync_sha256_final(x->p.chunk, c->sha256) < 0)
 		return wsync_error_set(err, -EIO, "%s: SHA-256 failed", x->p.what);
 	x->chunk_start = x->p.off;
 	return 0;
@@ -360,16 +465,19 @@ int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta
 			       struct wsync_error *err)
 {
 	struct pass *p = &x->p;
-	off_t end = lseek(p->fd, 0, SEEK_END);
+	off_t end = x->fd >= 0 ? lseek(x->fd, 0, SEEK_END) : (off_t)p->off;
 	int r;
 
 	memset(out, 0, sizeof(*out));
 	if (end < 0)
 		return wsync_error_set(err, -errno, "%s: %s", p->what, strerror(errno));
+	if ((uint64_t)end < p->off)
+		return wsync_error_set(err, -EINVAL, "%s: %" PRIu64 " bytes, %" PRIu64 " taken",
+				       p->what, (uint64_t)end, p->off);
 	r = wsync_delta_indexer_advance(x, (uint64_t)end, err);
 	if (r < 0)
 		return r;
-	if (!x->started || !x->done)
+	if (x->state != IX_DONE)
 		return wsync_error_set(err, -EINVAL, "%s: no END record", p->what);
 	if (p->off != (uint64_t)end)
 		return wsync_error_set(err, -EINVAL, "%s: %" PRIu64 " bytes after the END record",

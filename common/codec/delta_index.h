@@ -18,6 +18,7 @@
 #define WSYNC_DELTA_INDEX_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -59,18 +60,28 @@ void wsync_delta_index_free(struct wsync_manifest_index *index);
 void wsync_delta_object_free(struct wsync_delta_object *o);
 
 /*
- * The same pass while the delta is being written: advance() takes the
- * whole records among the first upto bytes of fd (the bytes the writer
- * will not change again), cut() makes the bytes taken since the last cut
- * a chunk (offset, size, SHA-256: an object stored in chunks, BUCKET.md
- * §3.2), finish() takes the rest up to the end of the file, which must
- * end with the END record, and fills out as wsync_delta_index does.
- * Every byte is read once, whatever the calls.
+ * The same pass while the delta is being written, its bytes taken one
+ * of two ways: feed() takes them from whoever writes them, in order, as
+ * they are written (a wsync_delta_tap_fn, delta.h: the writer's own
+ * buffers, nothing read back); advance() reads the whole records among
+ * the first upto bytes of fd (bytes that will not change again: a
+ * download growing).  Use one or the other (advance refuses to start in
+ * the middle of a record fed).  cut() makes the bytes taken since the
+ * last cut a chunk (offset, size, SHA-256: an object stored in chunks,
+ * BUCKET.md §3.2) -- only between records (-EINVAL in the middle of one:
+ * a writer's flush ends between records); finish() takes what is left
+ * up to the end of fd, which must end with the END record (when all was
+ * fed: fd must be as long as what was fed; fd -1: no file, all was fed),
+ * and fills out as
+ * wsync_delta_index does.  Every byte is taken once, whatever the calls.
+ * The first failure fails every later call.
  */
 struct wsync_delta_indexer;
 
 int wsync_delta_indexer_new(int fd, const char *what, struct wsync_delta_indexer **ret,
 			    struct wsync_error *err);
+int wsync_delta_indexer_feed(struct wsync_delta_indexer *x, const uint8_t *data, size_t len,
+			     struct wsync_error *err);
 int wsync_delta_indexer_advance(struct wsync_delta_indexer *x, uint64_t upto,
 				struct wsync_error *err);
 /* The index so far; *last_whole: its last file's records are all taken
@@ -88,7 +99,7 @@ int wsync_delta_indexer_finish(struct wsync_delta_indexer *x, struct wsync_delta
 /* Cut by files instead (a publisher part, BUCKET.md §7): from now on the
  * indexer cuts by itself -- after the preamble, before each FILE record
  * but the first, before the END record and after it -- and hands each
- * chunk to cb (on the thread calling advance or finish; a negative
+ * chunk to cb (on the thread calling feed, advance or finish; a negative
  * return, with err set, fails that call).  So the chunks are the
  * preamble, one per file's records, and the END record.  Set it before
  * the first advance. */

@@ -1662,6 +1662,8 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	r = wsync_delta_writer_new(out_fd, &d.w, err);
 	if (r < 0)
 		goto out;
+	if (opts && opts->written)
+		wsync_delta_writer_tap(d.w, opts->written, opts->progress_arg);
 	if (d.single) {
 		r = single_name(new_path, &name, err);
 		if (r == 0)

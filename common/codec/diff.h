@@ -59,6 +59,7 @@
 
 #include <stdint.h>
 
+#include "delta.h"
 #include "error.h"
 #include "segment.h"
 
@@ -72,7 +73,14 @@ struct wsync_diff_opts {
 	 * (a publisher uploads them while the rest is coded): final is the
 	 * length of that prefix.  NULL: not called. */
 	void (*progress)(void *arg, uint64_t final);
-	void *progress_arg;
+	/* Called on the calling thread with every byte of the delta, once
+	 * and in order, right after it is written to out_fd (delta.h,
+	 * wsync_delta_writer_tap): a caller hashing or indexing the delta
+	 * takes it here instead of reading out_fd back (or, out_fd -1, is
+	 * the only one to get it).  A negative return (err set) fails the
+	 * diff.  NULL: not called. */
+	wsync_delta_tap_fn written;
+	void *progress_arg;		/* for progress and written */
 	/* Files only in NEW are written with REPLACE (delta.h): they may
 	 * exist in the target, and are replaced. */
 	bool replace_new;
@@ -91,7 +99,8 @@ struct wsync_diff_stats {
 
 /*
  * Write the delta from old_path to new_path to out_fd (a regular file,
- * written from offset 0 with pwrite; not synced or closed).  stats may be
+ * written from offset 0 with pwrite; not synced or closed; -1 with
+ * opts->written set: to that alone).  stats may be
  * NULL.  Returns 0, or a negative errno with the reason in err: -EINVAL for
  * input a delta cannot carry (a symlink or special file, a file against a
  * directory, a name that is not a valid delta path), -EBUSY for a file that

@@ -435,7 +435,8 @@ static int req_submit(struct wsync_store_req *req)
 
 static int put(struct wsync_store *store, const char *key, const char *path,
 	       const void *data, size_t len, const uint64_t *range,
-	       const struct wsync_store_put_options *cond, wsync_store_cb cb, void *userdata)
+	       const struct wsync_store_put_options *cond, bool link, wsync_store_cb cb,
+	       void *userdata)
 {
 	struct wsync_store_req *req;
 	int r;
@@ -446,6 +447,7 @@ static int put(struct wsync_store *store, const char *key, const char *path,
 	r = req_new(store, WSYNC_STORE_PUT, key, cb, userdata, &req);
 	if (r < 0)
 		return r;
+	req->put_link = link;
 	if (range) {
 		req->put_range = true;
 		req->put_offset = range[0];
@@ -476,7 +478,20 @@ int wsync_store_put_file(struct wsync_store *store, const char *key, const char 
 {
 	if (!path)
 		return -EINVAL;
-	return put(store, key, path, NULL, 0, NULL, NULL, cb, userdata);
+	return put(store, key, path, NULL, 0, NULL, NULL, false, cb, userdata);
+}
+
+int wsync_store_put_link(struct wsync_store *store, const char *key, const char *path,
+			 wsync_store_cb cb, void *userdata)
+{
+	if (!path)
+		return -EINVAL;
+	return put(store, key, path, NULL, 0, NULL, NULL, true, cb, userdata);
+}
+
+bool wsync_store_links(const struct wsync_store *store)
+{
+	return store->url.scheme == WSYNC_URL_FILE;
 }
 
 int wsync_store_put_range(struct wsync_store *store, const char *key, const char *path,
@@ -486,13 +501,13 @@ int wsync_store_put_range(struct wsync_store *store, const char *key, const char
 
 	if (!path)
 		return -EINVAL;
-	return put(store, key, path, NULL, 0, range, NULL, cb, userdata);
+	return put(store, key, path, NULL, 0, range, NULL, false, cb, userdata);
 }
 
 int wsync_store_put_buf(struct wsync_store *store, const char *key, const void *data,
 			size_t len, wsync_store_cb cb, void *userdata)
 {
-	return put(store, key, NULL, data, len, NULL, NULL, cb, userdata);
+	return put(store, key, NULL, data, len, NULL, NULL, false, cb, userdata);
 }
 
 /* An ETag a condition may name: it goes into a request header as it is,
@@ -523,7 +538,7 @@ int wsync_store_put_buf_if(struct wsync_store *store, const char *key,
 	 * upload's parts, so no backend takes one this large. */
 	if (opt && (opt->if_absent || opt->if_match) && store && len > store->opt.part_size)
 		return -EINVAL;
-	return put(store, key, NULL, data, len, NULL, opt, cb, userdata);
+	return put(store, key, NULL, data, len, NULL, opt, false, cb, userdata);
 }
 
 static int get(struct wsync_store *store, const char *key, const char *path,

@@ -185,6 +185,19 @@ int wsync_store_put_file(struct wsync_store *store, const char *key,
  * upload).  A file shorter than that is -EIO ("shrank"). */
 int wsync_store_put_range(struct wsync_store *store, const char *key, const char *path,
 			  uint64_t offset, uint64_t length, wsync_store_cb cb, void *userdata);
+/*
+ * put the file at path, which its owner will never write again (the
+ * publisher's chunk files): the file store links it into the bucket
+ * instead of copying it -- a hard link under a temp name beside the key,
+ * fsynced, renamed over the key, the directory fsynced, so the put is as
+ * atomic and as durable as a copy and reads nothing; across file systems
+ * it copies, as wsync_store_put_file.  Other stores: wsync_store_put_file.
+ * Writing to path afterwards would change the object: don't.
+ */
+int wsync_store_put_link(struct wsync_store *store, const char *key, const char *path,
+			 wsync_store_cb cb, void *userdata);
+/* Does wsync_store_put_link move no bytes on this store (file://)? */
+bool wsync_store_links(const struct wsync_store *store);
 /* data must stay valid until the callback. */
 int wsync_store_put_buf(struct wsync_store *store, const char *key,
 			const void *data, size_t len, wsync_store_cb cb, void *userdata);

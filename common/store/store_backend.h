@@ -52,6 +52,7 @@ struct wsync_store_req {
 	char *path;			/* put from / get into this file; NULL: buffer */
 	const void *buf;		/* put from buffer (caller's memory) */
 	size_t buf_len;
+	bool put_link;			/* put path by linking it where the backend can */
 	bool put_range;			/* put only [put_offset, +put_length) of path */
 	uint64_t put_offset, put_length;
 	bool put_if_absent;		/* put: only if no object has the key */

@@ -8,7 +8,10 @@
  * own directory, fsyncs it, renames it over the key and fsyncs the
  * directory, so a reader (another node on NFS included) sees the old
  * object or the new one, never a part; listings skip the temp names, and
- * keys may not use them.  A put also removes the temps of puts that died
+ * keys may not use them.  A put of a file its owner hands over
+ * (wsync_store_put_link) makes the temp a hard link of that file instead
+ * of a copy, then syncs and renames it the same way: no byte is read.
+ * A put also removes the temps of puts that died
  * (killed, power loss) in its directory once they are an hour old.
  *
  * Every system call runs on the libuv thread pool (uv_queue_work), never
@@ -532,7 +535,13 @@ static int op_put(struct file_job *job, int bucket)
 					 req->key, strerror(-r));
 		goto out;
 	}
-	if (src >= 0) {
+	if (src >= 0 && req->put_link && wsync_atomic_link(&a, req->path, &err) == 0) {
+		/* the file itself goes in: nothing to copy; its time is the
+		 * put's, so no other put's sweep takes the temp for stale */
+		(void)futimens(a.fd, NULL);
+		r = 0;
+	} else if (src >= 0) {
+		/* not linked (another file system): copied */
 		r = copy_fd(src, req->put_range ? req->put_offset : 0, a.fd, size, job);
 	} else {
 		struct out_pos o = { 0, 0 };

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -267,14 +268,86 @@ struct coding {
 	struct wsync_delta_indexer *x;
 	int r;				/* the first failure of a progress call */
 	struct wsync_error err;
+	/* chunk_files: each chunk's bytes also go, as the writer writes
+	 * them, to a file of their own, which the store links in (no byte
+	 * read back to upload it) */
+	const char *out;		/* the object's path */
+	int cfd;			/* the chunk file being written, or -1 */
+	uint64_t cfd_from, kicked;	/* its first byte's offset; of its bytes, those
+					 * handed to the disk (the store's fsync
+					 * then finds little left) */
+	uint64_t filed;			/* bytes written to chunk files */
+	const uint8_t *feeding;		/* on_written's bytes, from offset filed */
+	size_t feeding_len;		/* ... when it was called */
+	uint64_t feeding_at;
 };
+
+int pubjob_chunk_path(char *buf, size_t size, const char *object, size_t k)
+{
+	return wsync_pathf(buf, size, "%s.%zu", object, k);
+}
+
+/* Bytes [c->filed, end) of the object, at data, into the chunk file
+ * being written (made now if none is: never an existing file, which may
+ * be an object of the bucket already). */
+static int file_bytes(struct coding *c, const uint8_t *data, uint64_t end)
+{
+	int r;
+
+	if (c->cfd < 0) {
+		char p[PATH_MAX];
+
+		r = pubjob_chunk_path(p, sizeof(p), c->out, c->chunks->n);
+		if (r < 0)
+			return wsync_error_set(&c->err, r, "%s: chunk %zu: %s", c->out,
+					       c->chunks->n, strerror(-r));
+		c->cfd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (c->cfd < 0)
+			return wsync_error_set(&c->err, -errno, "%s: %s", p, strerror(errno));
+		c->cfd_from = c->filed;
+		c->kicked = 0;
+	}
+	r = wsync_write_all(c->cfd, data, (size_t)(end - c->filed));
+	if (r < 0)
+		return wsync_error_set(&c->err, r, "%s: chunk %zu: %s", c->out, c->chunks->n,
+				       strerror(-r));
+	c->filed = end;
+	wsync_writeback_progress(c->cfd, 0, end - c->cfd_from, &c->kicked);
+	return 0;
+}
+
+/* The chunk ending at end is cut: its file, whole, is closed (the store
+ * syncs it as it links it in).  Its last bytes may still be in the
+ * buffer being fed (a cut before a FILE record, cut_files). */
+static int file_cut(struct coding *c, uint64_t end)
+{
+	int r = 0;
+
+	if (end < c->filed || (end > c->filed &&
+			       (!c->feeding || end > c->feeding_at + c->feeding_len)))
+		return wsync_error_set(&c->err, -EIO, "%s: a chunk ends at %" PRIu64 ", %" PRIu64
+				       " bytes in chunk files", c->out, end, c->filed);
+	if (c->cfd < 0 || end > c->filed)
+		r = file_bytes(c, end > c->filed ? c->feeding + (c->filed - c->feeding_at) : NULL,
+			       end);
+	if (r == 0 && close(c->cfd) < 0)
+		r = wsync_error_set(&c->err, -errno, "%s: chunk %zu: %s", c->out, c->chunks->n,
+				    strerror(errno));
+	c->cfd = -1;
+	return r;
+}
 
 /* Hand chunk ch to the loop. */
 static int push_chunk(void *arg, const struct wsync_delta_chunk *ch, struct wsync_error *err)
 {
 	struct coding *c = arg;
 	struct pubjob_stream *s = c->j->stream;
+	int r;
 
+	if (s->chunk_files && (r = file_cut(c, ch->offset + ch->size)) < 0) {
+		*err = c->err;
+		return r;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (c->chunks->n == c->chunks->cap) {
 		size_t nc = c->chunks->cap ? 2 * c->chunks->cap : 16;
@@ -304,7 +377,30 @@ static int cut_chunk(struct coding *c)
 	return r < 0 ? r : push_chunk(c, &ch, &c->err);
 }
 
-/* The diff's progress: index the final bytes; cut a chunk once there is
+/* Every byte the encoder writes, as it writes it: hashed and indexed
+ * from its buffer, never read back from the object. */
+static int on_written(void *arg, const uint8_t *data, size_t len, struct wsync_error *err)
+{
+	struct coding *c = arg;
+	int r;
+
+	if (!c->chunks || !c->j->stream->chunk_files)
+		return wsync_delta_indexer_feed(c->x, data, len, err);
+	/* the chunks cut inside these bytes take theirs as they are cut;
+	 * the rest goes to the next chunk's file */
+	c->feeding = data;
+	c->feeding_len = len;
+	c->feeding_at = c->filed;
+	r = wsync_delta_indexer_feed(c->x, data, len, err);
+	if (r == 0 && (r = file_bytes(c, data + (c->filed - c->feeding_at),
+				      c->feeding_at + len)) < 0)
+		*err = c->err;
+	c->feeding = NULL;
+	return r;
+}
+
+/* The diff's progress (every byte up to final indexed already, and whole
+ * records: the writer flushed them); cut a chunk once there is
  * enough -- chunk_size, or 1/512 of the object so far, so that a 2 TB
  * anchor is a few thousand chunks -- keeping the last of
  * WSYNC_MANIFEST_CHUNKS_MAX for the rest. */
@@ -313,9 +409,7 @@ static void on_progress(void *arg, uint64_t final)
 	struct coding *c = arg;
 	uint64_t at, start, want;
 
-	if (c->r < 0)
-		return;
-	c->r = wsync_delta_indexer_advance(c->x, final, &c->err);
+	(void)final;	/* the indexer's offset: it was fed as much */
 	if (c->r < 0 || !c->chunks || c->j->stream->per_file ||
 	    c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
 		return;
@@ -342,17 +436,23 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 {
 	struct wsync_diff_opts o = { .threads = j->threads,
 				     .memory_limit = j->memory_limit,
-				     .progress = on_progress, .replace_new = j->part };
-	struct coding c = { .j = j };
+				     .progress = on_progress, .written = on_written,
+				     .replace_new = j->part };
+	struct coding c = { .j = j, .out = out, .cfd = -1 };
 	struct wsync_delta_object obj;
 	int fd, r;
 
-	fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	o.progress_arg = &c;
 	if (j->stream && (j->stream->chunk_size || j->stream->per_file))
 		c.chunks = &j->stream->role[role];
+	/* In chunk files alone, when they are made: the object is never
+	 * written whole (what is not cut is renamed to out below).  Else
+	 * out, never an existing file: one the store linked into the
+	 * bucket would change there too (out/ was emptied first). */
+	fd = c.chunks && j->stream->chunk_files
+		     ? -1 : open(out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0 && !(c.chunks && j->stream->chunk_files))
+		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	if (j->stream)
 		o.segment_target = j->stream->segment_target;
 	r = wsync_delta_indexer_new(fd, out, &c.x, &j->err);
@@ -371,6 +471,20 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 	if (r == 0 && c.chunks && c.chunks->n && !j->stream->per_file &&
 	    (r = cut_chunk(&c)) < 0)
 		j->err = c.err;
+	if (c.cfd >= 0) {
+		/* nothing cut: the chunk file is the object, to go whole;
+		 * or a failure */
+		char p[PATH_MAX];
+		int k = pubjob_chunk_path(p, sizeof(p), out, c.chunks->n);
+
+		if (close(c.cfd) < 0 && r == 0)
+			r = wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
+		if (r == 0 && (k < 0 || rename(p, out) < 0))
+			r = wsync_error_set(&j->err, k < 0 ? k : -errno, "%s: %s", out,
+					    strerror(k < 0 ? -k : errno));
+		if (r < 0 && k == 0)
+			(void)unlink(p);
+	}
 	if (r == 0 && c.chunks) {
 		pthread_mutex_lock(&j->stream->mu);
 		c.chunks->done = true;
@@ -392,7 +506,8 @@ static int encode(struct pubjob_prepare *j, int role, const char *old, const cha
 		wsync_delta_object_free(&obj);
 	}
 	wsync_delta_indexer_free(c.x);
-	close(fd);
+	if (fd >= 0)
+		(void)close(fd);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
 	else if (r == -EINVAL)

@@ -61,8 +61,15 @@ struct pubjob_stream {
 					 * coder's default) */
 	bool per_file;			/* a part: a cut at every file (delta_index.h
 					 * cut_files), chunk_size unused */
+	bool chunk_files;		/* each chunk also written to a file of its
+					 * own, pubjob_chunk_path (for a store that
+					 * links files in: wsync_store_put_link) */
 	struct pubjob_chunks role[2];
 };
+
+/* Chunk k (from 0) of the object at object, in a file of its own
+ * (pubjob_stream.chunk_files): "<object>.<k>".  0 or -ENAMETOOLONG. */
+int pubjob_chunk_path(char *buf, size_t size, const char *object, size_t k);
 
 /* Snapshot + encode. */
 struct pubjob_prepare {

@@ -364,6 +364,8 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 		struct wsync_part_object *po = &rec->objects[rec->n_objects];
 		struct pub_chunks *cs = &pb->chunks[role];
 		uint8_t wb[8];
+		char path[PATH_MAX];
+		uint64_t end;
 		size_t f = 0;
 		int fd, r;
 
@@ -398,12 +400,22 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 			return wsync_error_set(err, -EIO, "%zu of %zu files of the %s in chunks",
 					       f, ix->n_files, role ? "anchor" : "delta");
 		po->n_chunks = f;
-		fd = open((role ? pb->anchor_path : pb->delta_path), O_RDONLY | O_CLOEXEC);
-		r = fd < 0 ? -errno : wsync_pread_all(fd, wb, sizeof(wb), size - 8);
+		/* the END record's last 8 bytes: the object's, or (chunk
+		 * files: the object was never written whole) its last chunk's */
+		r = 0;
+		if (pb->stream.chunk_files && cs->n)
+			r = pubjob_chunk_path(path, sizeof(path), role ? pb->anchor_path
+								: pb->delta_path, cs->n - 1);
+		else
+			snprintf(path, sizeof(path), "%s", role ? pb->anchor_path : pb->delta_path);
+		end = pb->stream.chunk_files && cs->n ? cs->c[cs->n - 1].mc.size : size;
+		fd = r < 0 ? r : open(path, O_RDONLY | O_CLOEXEC);
+		r = fd < 0 ? (r < 0 ? r : -errno)
+			   : end < 8 ? -EIO : wsync_pread_all(fd, wb, sizeof(wb), end - 8);
 		if (fd >= 0)
 			(void)close(fd);
 		if (r < 0)
-			return wsync_error_set(err, r, "%s: %s", (role ? pb->anchor_path : pb->delta_path), strerror(-r));
+			return wsync_error_set(err, r, "%s: %s", path, strerror(-r));
 		po->write_bytes = wsync_le64(wb);
 	}
 	return 0;

@@ -64,6 +64,9 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 	pb->stream.wake = &p->stream_wake;
 	pb->stream.chunk_size = p->cfg->chunk_size;
 	pb->stream.per_file = p->mode->per_file_chunks;
+	/* a store that links a file in takes each chunk from a file of its
+	 * own, not copied out of the object */
+	pb->stream.chunk_files = wsync_store_links(p->d->store);
 	pb->stream.pause_ms = p->d->test.chunk_pause_ms;
 	pb->stream.segment_target = (uint64_t)p->d->test.segment_kib << 10;
 	pb->job.stream = &pb->stream;
@@ -150,8 +153,18 @@ void pub_stream_submit(struct wsync_publisher *p)
 			if (!q)
 				return;
 			*q = (struct chunk_put){ p, pb, role, k };
-			r = wsync_store_put_range(p->d->store, c->mc.key, object_path(pb, role),
-						  c->offset, c->mc.size, chunk_put_done, q);
+			if (pb->stream.chunk_files) {
+				char path[PATH_MAX];
+
+				r = pubjob_chunk_path(path, sizeof(path), object_path(pb, role), k);
+				if (r == 0)
+					r = wsync_store_put_link(p->d->store, c->mc.key, path,
+								 chunk_put_done, q);
+			} else {
+				r = wsync_store_put_range(p->d->store, c->mc.key,
+							  object_path(pb, role), c->offset,
+							  c->mc.size, chunk_put_done, q);
+			}
 			if (r < 0) {
 				free(q);
 				pb->chunk_error = r;
@@ -397,7 +410,9 @@ static void put_object(struct wsync_publisher *p, const char *key, const char *p
 
 	pb->puts_pending++;
 	pub_hold(pb);
-	r = wsync_store_put_file(p->d->store, key, path, object_put_done, p);
+	/* the object is never written again (the next version's is a new
+	 * file): a store that can links it in */
+	r = wsync_store_put_link(p->d->store, key, path, object_put_done, p);
 	if (r < 0) {
 		pb->puts_pending--;
 		pb->inflight--;

@@ -449,6 +449,201 @@ out:
 	free(img);
 }
 
+
+/* Chunks a cut_files indexer hands over, in order. */
+struct cuts {
+	struct wsync_delta_chunk c[16];
+	size_t n;
+};
+
+static int collect_cut(void *arg, const struct wsync_delta_chunk *c, struct wsync_error *err)
+{
+	struct cuts *k = arg;
+
+	(void)err;
+	if (k->n < 16)
+		k->c[k->n] = *c;
+	k->n++;
+	return 0;
+}
+
+/* What a tap sees: the bytes, and an indexer fed with them. */
+struct tapped {
+	struct wsync_buf seen;
+	struct wsync_delta_indexer *x;
+};
+
+static int on_tap(void *arg, const uint8_t *data, size_t len, struct wsync_error *err)
+{
+	struct tapped *t = arg;
+
+	if (wsync_buf_append(&t->seen, data, len) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	return wsync_delta_indexer_feed(t->x, data, len, err);
+}
+
+/* The records of test_index_fed_by_writer, written to fd (or -1: to the
+ * tap alone) through t's tap: a segment over the writer's 1 MiB buffer
+ * (written straight from its payload), a small one, a FILE_END, a KEEP. */
+static int write_tapped(int fd, struct tapped *t, struct wsync_error *err)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_buf seg = { 0 };
+	struct wsync_delta_file f;
+	int r = wsync_delta_writer_new(fd, &w, err);
+
+	if (r < 0)
+		return r;
+	wsync_delta_writer_tap(w, on_tap, t);
+	f = file("a.safetensors", WSYNC_DELTA_WRITE, 0, 5000000, 2);
+	r |= wsync_delta_writer_file(w, &f, err);
+	fake_segment(&seg, 0, 4000000, 3u << 20);
+	r |= wsync_delta_writer_segment(w, seg.data, seg.len, err);
+	fake_segment(&seg, 4000000, 1000000, 100);
+	r |= wsync_delta_writer_segment(w, seg.data, seg.len, err);
+	r |= end_file(w, &f, 1, 2, err);
+	f = file("b.bin", WSYNC_DELTA_KEEP, 9, 9, 0);
+	r |= wsync_delta_writer_file(w, &f, err);
+	r |= wsync_delta_writer_finish(w, err);
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+	return r ? -EIO : 0;
+}
+
+static bool same_index(const struct wsync_manifest_index *a, const struct wsync_manifest_index *b)
+{
+	if (!a || !b || a->n_files != b->n_files || a->head.length != b->head.length ||
+	    memcmp(a->head.sha256, b->head.sha256, 32) != 0)
+		return false;
+	for (size_t i = 0; i < a->n_files; i++) {
+		const struct wsync_manifest_range *f = &a->files[i], *g = &b->files[i];
+
+		if (strcmp(f->path, g->path) != 0 || f->offset != g->offset ||
+		    f->length != g->length || f->n_pieces != g->n_pieces)
+			return false;
+		for (size_t k = 0; k < f->n_pieces; k++)
+			if (f->pieces[k].length != g->pieces[k].length ||
+			    memcmp(f->pieces[k].sha256, g->pieces[k].sha256, 32) != 0)
+				return false;
+	}
+	return true;
+}
+
+/*
+ * Indexed from the writer's tap, as the publisher does (nothing read
+ * back): the tap sees exactly the file's bytes, once and in order -- a
+ * segment over the writer's 1 MiB buffer (written straight from its
+ * payload) included -- and the index, hashes and per-file chunks are
+ * those of reading the file.  Fed a few bytes at a time, a cut in the
+ * middle of a record is refused; bytes after END are refused; advance
+ * will not read on from the middle of a record fed.
+ */
+static void test_index_fed_by_writer(void)
+{
+	struct wsync_delta_indexer *y = NULL;
+	struct wsync_delta_object fed = { 0 }, read = { 0 };
+	struct wsync_delta_chunk c;
+	struct wsync_buf back = { 0 };
+	struct wsync_error err = { 0 };
+	struct tapped t = { 0 }, nofile = { 0 };
+	struct cuts kf = { 0 }, kr = { 0 };
+	int fd = memfd(), r = 0;
+	uint8_t *img = NULL;
+	size_t len, midcuts = 0, okcuts = 0;
+
+	CHECK(wsync_delta_indexer_new(fd, "fed", &t.x, &err) == 0);
+	if (!t.x)
+		goto out;
+	wsync_delta_indexer_cut_files(t.x, collect_cut, &kf);
+	r = write_tapped(fd, &t, &err);
+	CHECK(r == 0);
+	if (r)
+		printf("# %s\n", wsync_error_str(&err));
+	len = (size_t)lseek(fd, 0, SEEK_END);
+	CHECK_EQ_U64(t.seen.len, len);
+	CHECK(wsync_buf_scratch(&back, len) == 0 &&
+	      pread(fd, back.data, len, 0) == (ssize_t)len &&
+	      memcmp(back.data, t.seen.data, len) == 0);
+	CHECK(wsync_delta_indexer_finish(t.x, &fed, &err) == 0);
+
+	/* the same from the file */
+	CHECK(wsync_delta_indexer_new(fd, "read", &y, &err) == 0);
+	if (y) {
+		wsync_delta_indexer_cut_files(y, collect_cut, &kr);
+		CHECK(wsync_delta_indexer_finish(y, &read, &err) == 0);
+	}
+	CHECK(same_index(fed.index, read.index));
+	CHECK_EQ_U64(fed.size, len);
+	CHECK(read.size == fed.size && memcmp(read.sha256, fed.sha256, 32) == 0 &&
+	      wsync_hash_equal(&read.hash, &fed.hash));
+	CHECK(fed.n_files == 2 && read.n_files == 2 &&
+	      wsync_hash_equal(&fed.files[0].hash, &read.files[0].hash));
+	CHECK_EQ_U64(kf.n, 4);	/* preamble, a, b, END */
+	CHECK(kf.n == kr.n && memcmp(kf.c, kr.c, (kf.n < 16 ? kf.n : 16) * sizeof(kf.c[0])) == 0);
+	wsync_delta_indexer_free(y);
+	y = NULL;
+
+	/* Fed seven bytes at a time: cuts between records only. */
+	img = t.seen.data;
+	CHECK(wsync_delta_indexer_new(fd, "sevens", &y, &err) == 0);
+	for (size_t at = 0; y && at < len; at += 7) {
+		CHECK(wsync_delta_indexer_feed(y, img + at, len - at < 7 ? len - at : 7, &err) == 0);
+		if (wsync_delta_indexer_cut(y, &c, &err) == 0)
+			okcuts++;
+		else
+			midcuts++;
+	}
+	CHECK(okcuts >= 1 && midcuts > 100);
+	if (y) {
+		wsync_delta_object_free(&read);
+		CHECK(wsync_delta_indexer_finish(y, &read, &err) == 0);
+		CHECK(same_index(fed.index, read.index));
+		CHECK(wsync_delta_indexer_feed(y, img, 1, &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "after the END record");
+	}
+	wsync_delta_indexer_free(y);
+	y = NULL;
+
+	/* Half a record fed, then advance: refused, and stays so. */
+	CHECK(wsync_delta_indexer_new(fd, "mixed", &y, &err) == 0);
+	if (y) {
+		CHECK(wsync_delta_indexer_feed(y, img, 20, &err) == 0);
+		CHECK(wsync_delta_indexer_advance(y, len, &err) == -EINVAL);
+		CHECK(wsync_delta_indexer_feed(y, img + 20, 4, &err) == -EINVAL);
+	}
+out:
+	wsync_delta_indexer_free(y);
+	wsync_delta_object_free(&fed);
+	wsync_delta_object_free(&read);
+	wsync_delta_indexer_free(t.x);
+	wsync_buf_free(&t.seen);
+	wsync_buf_free(&back);
+	close(fd);
+
+	/* No file at all (fd -1): the tap alone gets the same bytes, and the
+	 * indexer, fed them, finishes without one. */
+	CHECK(wsync_delta_indexer_new(-1, "no file", &nofile.x, &err) == 0);
+	if (nofile.x) {
+		struct tapped again = { 0 };
+		int fd2 = memfd();
+
+		CHECK(write_tapped(-1, &nofile, &err) == 0);
+		CHECK(wsync_delta_indexer_finish(nofile.x, &fed, &err) == 0);
+		CHECK(wsync_delta_indexer_new(fd2, "again", &again.x, &err) == 0);
+		CHECK(again.x && write_tapped(fd2, &again, &err) == 0);
+		CHECK(again.seen.len == nofile.seen.len &&
+		      memcmp(again.seen.data, nofile.seen.data, again.seen.len) == 0);
+		CHECK_EQ_U64(fed.size, nofile.seen.len);
+		CHECK(lseek(fd2, 0, SEEK_END) == (off_t)nofile.seen.len);
+		wsync_delta_object_free(&fed);
+		wsync_delta_indexer_free(again.x);
+		wsync_buf_free(&again.seen);
+		close(fd2);
+	}
+	wsync_delta_indexer_free(nofile.x);
+	wsync_buf_free(&nofile.seen);
+}
+
 /* A big payload goes around the writer's buffer and through the reader's
  * window; the counts patch then lands in the file, not the buffer. */
 static void test_big_segment(void)
@@ -1115,6 +1310,7 @@ int main(void)
 	TEST(test_file_record_rules);
 	TEST(test_round_trip_fd_and_mem);
 	TEST(test_index_and_partial);
+	TEST(test_index_fed_by_writer);
 	TEST(test_big_segment);
 	TEST(test_writer_file_end);
 	TEST(test_file_end_rules);

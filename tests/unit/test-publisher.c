@@ -186,6 +186,31 @@ static bool exists(const char *dir, const char *rel)
 	return access(p, F_OK) == 0;
 }
 
+/* The bucket's object at key is the publisher's file at local (its
+ * state's out/), linked in: the same inode, no copy made. */
+static bool linked_from(const char *bucket, const char *key, const char *local)
+{
+	char p[PATH_MAX * 2];
+	struct stat a, b;
+
+	snprintf(p, sizeof(p), "%s/%s", bucket, key);
+	if (stat(p, &a) < 0 || stat(local, &b) < 0) {
+		printf("# %s or %s: %s\n", p, local, strerror(errno));
+		return false;
+	}
+	return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* test_transitions: is version 1's anchor (a whole object: smaller
+ * than a chunk) linked_from linked_out, once uploaded?  -1 not looked. */
+static char linked_out[PATH_MAX + 32];
+static int anchor_linked = -1;
+
+static void check_linked(struct ctx *c)
+{
+	anchor_linked = linked_from(c->bucket, "anchors/000000000001.wsa", linked_out);
+}
+
 /* ---- checkpoints ---- */
 
 /* A safetensors file of one F32 tensor of n values, its bytes a function
@@ -677,6 +702,9 @@ static void test_transitions(void)
 
 	/* version 1: an anchor */
 	in->n_seen = 0;
+	snprintf(linked_out, sizeof(linked_out), "%s/out/anchor.wsa", in->p->pub_dir);
+	in->fault_at = PUB_MANIFEST;
+	in->fault = check_linked;
 	CHECK(make_checkpoint(&c, 100, 1, 20000));
 	want_version = 1;
 	CHECK(run_until(&c, all_at_version, 10000));
@@ -695,6 +723,10 @@ static void test_transitions(void)
 	CHECK(objects_present(&c, &m));
 	CHECK(exists(c.bucket, "anchors/000000000001.wsa") ||
 	      exists(c.bucket, "anchors/000000000001-00001.wsa"));
+	/* file://: the object went in by a link of the encoder's output,
+	 * nothing read back to copy it (seen once uploaded, before the
+	 * commit empties out/) */
+	CHECK(anchor_linked == 1);
 	wsync_manifest_free(&m);
 	CHECK(read_status(in, &st) && st.version == 1 && strcmp(st.state, "idle") == 0 &&
 	      st.store_ok && !st.last_error[0]);

@@ -464,6 +464,80 @@ static void test_ranges(void)
 	bucket_close(&b);
 }
 
+/* put_link: the object is the file handed over, linked in (the same
+ * inode: no byte copied), whole and with its own bytes; the source keeps
+ * its name; a second put of it replaces the key again, and no temp is
+ * left; a missing source fails with the object as it was. */
+static void test_put_link(void)
+{
+	struct bucket b = { 0 };
+	struct got g = { 0 };
+	uint8_t data[5000];
+	char src[128], obj[160];
+	struct stat s1, s2;
+	int fd;
+
+	if (!bucket_open(&b, 0)) {
+		CHECK(!"bucket");
+		return;
+	}
+	CHECK(wsync_store_links(b.store));
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 7 + 1);
+	snprintf(src, sizeof(src), "%s/chunk.0", b.dir);
+	fd = open(src, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	CHECK(fd >= 0 && write(fd, data, sizeof(data)) == (ssize_t)sizeof(data));
+	if (fd >= 0)
+		close(fd);
+	CHECK(wsync_store_put_link(b.store, "v/1.anchor.c/1", src, on_done, &g) == 0);
+	CHECK(wsync_store_wait(b.store) == 0);
+	CHECK(g.calls == 1 && g.err == 0);
+	CHECK_EQ_U64(g.size, sizeof(data));
+	got_clear(&g);
+	snprintf(obj, sizeof(obj), "%s/v/1.anchor.c/1", b.root);
+	CHECK(stat(src, &s1) == 0 && stat(obj, &s2) == 0);
+	CHECK(s1.st_ino == s2.st_ino && s1.st_dev == s2.st_dev && s2.st_nlink == 2);
+	CHECK(file_is(obj, data, sizeof(data)));
+	CHECK(get_buf(&b, "v/1.anchor.c/1", NULL, &g) == 0);
+	CHECK(got_data_is(&g, data, sizeof(data)));
+	got_clear(&g);
+	/* again: the key replaced, still one link more, no temp */
+	CHECK(wsync_store_put_link(b.store, "v/1.anchor.c/1", src, on_done, &g) == 0);
+	CHECK(wsync_store_wait(b.store) == 0);
+	CHECK(g.calls == 1 && g.err == 0);
+	got_clear(&g);
+	CHECK(stat(src, &s1) == 0 && s1.st_nlink == 2);
+	{
+		char dir[160];
+		DIR *d;
+		struct dirent *de;
+		int n = 0;
+
+		snprintf(dir, sizeof(dir), "%s/v/1.anchor.c", b.root);
+		d = opendir(dir);
+		CHECK(d != NULL);
+		while (d && (de = readdir(d)))
+			n += de->d_name[0] != '.';
+		CHECK(n == 1);
+		CHECK(d && !readdir(d));
+		if (d)
+			closedir(d);
+		d = opendir(dir);
+		while (d && (de = readdir(d)))
+			CHECK(strncmp(de->d_name, ".wsync-tmp.", 11) != 0);
+		if (d)
+			closedir(d);
+	}
+	/* the source gone: refused, the object kept */
+	CHECK(unlink(src) == 0);
+	CHECK(wsync_store_put_link(b.store, "v/1.anchor.c/1", src, on_done, &g) == 0);
+	CHECK(wsync_store_wait(b.store) == 0);
+	CHECK(g.calls == 1 && g.err == -ENOENT);
+	got_clear(&g);
+	CHECK(file_is(obj, data, sizeof(data)));
+	bucket_close(&b);
+}
+
 /* if_none_match: the same ETag is "not modified" (no data, no file
  * written), a new version is returned. */
 static void test_if_none_match(void)
@@ -1535,6 +1609,7 @@ int main(void)
 {
 	TEST(test_round_trip);
 	TEST(test_ranges);
+	TEST(test_put_link);
 	TEST(test_if_none_match);
 	TEST(test_verification);
 	TEST(test_max_size);
