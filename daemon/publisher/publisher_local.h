@@ -238,6 +238,8 @@ struct publication {
 		bool rewrite;			/* our record is missing or damaged */
 		struct pub_merge merge;		/* part 1: the version, merged */
 		unsigned frame_puts;
+		struct pub_announce *ann;	/* its chunks announced as they go up
+						 * (publisher_parts_announce.c) */
 	} part;
 };
 
@@ -281,6 +283,9 @@ struct pub_mode {
 	bool per_file_chunks;		/* uploads each file's records as a chunk
 					 * of its own (always in chunks) */
 	bool announces;			/* writes NEXT while uploading */
+	/* Announce the chunks uploaded its own way, after each upload and
+	 * when the job ends (NULL: NEXT as announces says). */
+	void (*announce)(struct wsync_publisher *p);
 	bool index_optional;		/* a manifest too large with the objects'
 					 * indexes may go without them */
 	bool continues_anchors;		/* a version after a lost base still
@@ -344,6 +349,7 @@ struct wsync_publisher {
 	uv_timer_t retry_timer;		/* store backoff */
 	uv_async_t stream_wake;		/* the job cut a chunk (publisher_stream.c) */
 	uv_timer_t part_timer;		/* a part: polling records and HEAD */
+	uv_timer_t announce_timer;	/* part 1: polling the parts' announcements */
 
 	/* [publisher] part = K/N (publisher_parts.c): K, N; 1/1 alone */
 	unsigned part, parts;
@@ -634,6 +640,11 @@ void pub_parts_put_frames(struct wsync_publisher *p);
 void pub_parts_wait(struct wsync_publisher *p);
 /* The part timer: stop polling (the state is left). */
 void pub_parts_stop_polling(struct wsync_publisher *p);
+/* publisher_parts_announce.c: announce what is uploaded (parts 2..N:
+ * parts/<V>/<K>.next.json; part 1: NEXT, merging every part's); free a
+ * publication's announcing state. */
+void pub_parts_announce(struct wsync_publisher *p);
+void pub_parts_announce_free(struct publication *pb);
 
 /* ---- publisher_scan.c ---- */
 

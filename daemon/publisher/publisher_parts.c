@@ -116,6 +116,7 @@ int pub_parts_manifest(struct wsync_publisher *p, struct publication *pb,
 	.name = "committed the parts of",               \
 	.subset = true,                                 \
 	.per_file_chunks = true,                        \
+	.announce = pub_parts_announce,                 \
 	.continues_anchors = true,                      \
 	.after_upload = PUB_RECORD,                     \
 	.started = parts_started,                       \

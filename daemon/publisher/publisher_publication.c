@@ -92,6 +92,7 @@ void pub_publication_free(struct publication *pb)
 	wsync_buf_free(&pb->head_doc);
 	/* a part's: the merge, its record (borrowing the rest), the others' */
 	pub_parts_merge_free(&pb->part.merge);
+	pub_parts_announce_free(pb);
 	for (size_t i = 0; i < pb->part.rec.n_objects; i++)
 		free(pb->part.rec.objects[i].chunks);
 	wsync_buf_free(&pb->part.record_doc);
