@@ -175,6 +175,28 @@ struct pub_merge {
 	uint8_t frame[2][WSYNC_DELTA_PREAMBLE_LEN + WSYNC_DELTA_END_RECORD_LEN];
 };
 
+/* A part announcing its chunks as they go up (publisher_parts_announce.c). */
+struct pub_announce {
+	uint64_t version;
+	/* each chunk's path (NULL: the preamble or the END record) */
+	char **paths[2];
+	size_t n_paths[2];
+	/* ours in the bucket (parts 2..N) */
+	struct wsync_buf doc;
+	bool busy, dirty, failed;
+	size_t listed[2];
+	bool listed_all;
+	/* part 1: the others' announcements, [K-1] */
+	struct wsync_part_record *theirs;
+	bool *got;
+	char **etag;
+	char (*refused)[160];
+	unsigned gets;
+	uint8_t preamble[WSYNC_DELTA_PREAMBLE_LEN];
+	bool pre_sent[2], pre_busy[2];
+	bool polling, merged_all;
+};
+
 /* The version being published. */
 struct publication {
 	struct wsync_publisher *p;	/* its publisher, for callbacks */
@@ -641,10 +663,8 @@ void pub_parts_wait(struct wsync_publisher *p);
 /* The part timer: stop polling (the state is left). */
 void pub_parts_stop_polling(struct wsync_publisher *p);
 /* publisher_parts_announce.c: announce what is uploaded (parts 2..N:
- * parts/<V>/<K>.next.json; part 1: NEXT, merging every part's); free a
- * publication's announcing state. */
+ * parts/<V>/<K>.next.json; part 1: NEXT, merging every part's). */
 void pub_parts_announce(struct wsync_publisher *p);
-void pub_parts_announce_free(struct publication *pb);
 
 /* ---- publisher_scan.c ---- */
 

@@ -40,26 +40,6 @@
 
 #define ANNOUNCE_POLL_MS 500	/* part 1: the others' announcements */
 
-struct pub_announce {
-	uint64_t version;
-	/* each chunk's path (NULL: the preamble or the END record) */
-	char **paths[2];
-	size_t n_paths[2];
-	/* ours in the bucket (parts 2..N) */
-	struct wsync_buf doc;
-	bool busy, dirty, failed;
-	size_t listed[2];
-	bool listed_all;
-	/* part 1: the others' announcements, [K-1] */
-	struct wsync_part_record *theirs;
-	bool *got;
-	char **etag;
-	char (*refused)[160];
-	unsigned gets;
-	uint8_t preamble[WSYNC_DELTA_PREAMBLE_LEN];
-	bool pre_sent[2], pre_busy[2];
-	bool polling, merged_all;
-};
 
 static const struct wsync_part_object *obj_of(const struct wsync_part_record *r, int role)
 {
@@ -70,30 +50,6 @@ static const struct wsync_part_object *obj_of(const struct wsync_part_record *r,
 		if (r->objects[i].role == want)
 			return &r->objects[i];
 	return NULL;
-}
-
-void pub_parts_announce_free(struct publication *pb)
-{
-	struct pub_announce *a = pb->part.ann;
-
-	if (!a)
-		return;
-	for (int role = 0; role < 2; role++) {
-		for (size_t k = 0; k < a->n_paths[role]; k++)
-			free(a->paths[role][k]);
-		free(a->paths[role]);
-	}
-	wsync_buf_free(&a->doc);
-	for (unsigned k = 0; a->theirs && k < pb->p->parts; k++) {
-		wsync_part_free(&a->theirs[k]);
-		free(a->etag[k]);
-	}
-	free(a->theirs);
-	free(a->got);
-	free(a->etag);
-	free(a->refused);
-	free(a);
-	pb->part.ann = NULL;
 }
 
 static struct pub_announce *ann_of(struct wsync_publisher *p, struct publication *pb)
