@@ -503,6 +503,7 @@ static void ann_got(struct wsync_store_result *res, void *data)
 				p->metrics.verification_failures++;
 				snprintf(a->refused[k], sizeof(a->refused[k]), "%s",
 					 wsync_error_str(&err));
+				pub_write_status(p);	/* the count, for the metrics */
 			}
 			if (parsed)
 				wsync_part_free(&r);

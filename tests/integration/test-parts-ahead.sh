@@ -60,7 +60,7 @@ same_as() { # same_as NAME STEP: exactly checkpoint STEP's shipped files
 	[ "$(find "$t" -path "$t/.wsync" -prune -o -type f ! -name '.*.wsync-*' -print | wc -l)" = "$n" ] ||
 		{ echo "# $t has other files"; return 1; }
 }
-verify_failures() { grep -o 'wsync_verification_failures_total{[^}]*} [0-9]*' "$TMP/$1/run/wsync.prom" | awk '{ print $2 }'; }
+verify_failures() { grep -o '^wsync_verification_failures_total{[^}]*} [0-9]*' "$TMP/$1/run/wsync.prom" | awk '{ s += $NF } END { print s + 0 }'; }
 failures_at_least() { [ "$(verify_failures "$1")" -ge "$2" ]; }
 next_json() { sed '/^wsync-signature/d' "$BUCKET/NEXT"; }
 # NEXT lists chunks of part K (parts/<V>/<K>-...) for version V
