@@ -61,7 +61,11 @@ same_as() { # same_as NAME STEP: exactly checkpoint STEP's shipped files
 		{ echo "# $t has other files"; return 1; }
 }
 verify_failures() { grep -o '^wsync_verification_failures_total{[^}]*} [0-9]*' "$TMP/$1/run/wsync.prom" | awk '{ s += $NF } END { print s + 0 }'; }
-failures_at_least() { [ "$(verify_failures "$1")" -ge "$2" ]; }
+failures_at_least() { # NAME N: NAME counted N verification failures or more
+	local n
+	n=$(verify_failures "$1")
+	[ "$n" -ge "$2" ] || { echo "# $1 counted $n verification failures, not $2 or more"; return 1; }
+}
 next_json() { sed '/^wsync-signature/d' "$BUCKET/NEXT"; }
 # NEXT lists chunks of part K (parts/<V>/<K>-...) for version V
 next_lists_part() {
@@ -138,11 +142,11 @@ F2=$(printf '%032x' 2)
 forged 3 3 "$F1" "$F1" >"$TMP/ann.json"
 put_ann "$TMP/ann.json" 3
 check "an unsigned announcement: refused by part 1" \
-	wait_for 60 in_log p1 "refusing the announcement of part 2: .*signature"
+	wait_for 60 in_log p1 "refusing the announcement of part 2: .*not signed"
 sign "$TMP/ann.json" "$TMP/ann.other" "$TMP/other.key"
 put_ann "$TMP/ann.other" 3
 check "one signed by another key: refused" \
-	wait_for 30 in_log p1 "refusing the announcement of part 2: .*key"
+	wait_for 30 in_log p1 "refusing the announcement of part 2: .*signed by key [0-9a-f]*, not by"
 forged 3 3 "$F1" "$F2" >"$TMP/ann2.json"
 sign "$TMP/ann2.json" "$TMP/ann.flight" "$TMP/wsync.key"
 put_ann "$TMP/ann.flight" 3
@@ -194,4 +198,6 @@ check "the log says what came before the commit" \
 	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/sub3/log"
 check "no temp left" test "$(temps sub3)" = 0
 stop_all
+check "no sanitizer report in any daemon's log" \
+	sh -c "! grep -l -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer' '$TMP'/*/log"
 tap_done
