@@ -17,7 +17,8 @@
 #    (what was built from its first flight dropped, or never claimed),
 #    the subscriber byte-identical, no temp left;
 #  - three parts with a key each (part_keys; the subscriber holds part
-#    1's public key only): built ahead and exact.
+#    1's public key only): built ahead and exact; part 2's announcement
+#    signed with part 1's key (not part 2's): refused, none of it in NEXT.
 . "$(dirname "$0")/lib.sh"
 
 CK=$TMP/ck
@@ -196,6 +197,20 @@ check "part_keys: version 2 applied" wait_version sub3 2 120
 check "byte-identical to checkpoint-5" same_as sub3 5
 check "the log says what came before the commit" \
 	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/sub3/log"
+check "no temp left" test "$(temps sub3)" = 0
+# part 2's announcement signed with part 1's key: with a key per part, not part 2's
+stop q2 >/dev/null
+put_ckpt "$CK/checkpoint-6" "$TRAIN/checkpoint-6"
+forged 3 6 "$F1" "$F1" | sed 's/"parts":2/"parts":3/' >"$TMP/ann3.json"
+sign "$TMP/ann3.json" "$TMP/ann3.signed" "$TMP/part1.key"
+put_ann "$TMP/ann3.signed" 3
+check "part_keys: part 2's announcement signed with part 1's key: refused" \
+	wait_for 60 in_log q1 "refusing the announcement of part 2: .*signed by key [0-9a-f]*, not by"
+check "... and NEXT lists none of part 2's chunks for version 3" \
+	sh -c "! grep -q 'parts/000000000003/2-' '$BUCKET/NEXT'"
+start q2 WSYNC_TEST_CHUNK_PAUSE_MS=1000
+check "part_keys: part 2 back: version 3 applied" wait_version sub3 3 120
+check "byte-identical to checkpoint-6" same_as sub3 6
 check "no temp left" test "$(temps sub3)" = 0
 stop_all
 check "no sanitizer report in any daemon's log" \
