@@ -177,7 +177,6 @@ struct pub_merge {
 
 /* A part announcing its chunks as they go up (publisher_parts_announce.c). */
 struct pub_announce {
-	uint64_t version;
 	/* each chunk's path (NULL: the preamble or the END record) */
 	char **paths[2];
 	size_t n_paths[2];

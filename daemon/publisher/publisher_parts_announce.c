@@ -40,7 +40,6 @@
 
 #define ANNOUNCE_POLL_MS 500	/* part 1: the others' announcements */
 
-
 static const struct wsync_part_object *obj_of(const struct wsync_part_record *r, int role)
 {
 	enum wsync_manifest_role want = role ? WSYNC_MANIFEST_ROLE_ANCHOR :
@@ -61,7 +60,6 @@ static struct pub_announce *ann_of(struct wsync_publisher *p, struct publication
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
-	a->version = pb->version;
 	if (p->part == 1) {
 		a->theirs = calloc(p->parts, sizeof(*a->theirs));
 		a->got = calloc(p->parts, sizeof(*a->got));
