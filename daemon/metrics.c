@@ -120,7 +120,7 @@ static const struct family families[] = {
 	{ "wsync_verification_failures_total", "counter", P | S, K_COUNTER,
 	  F(verification_failures), NONE, "Bucket data the subscriber refused: a signature, "
 	  "hash or format that does not verify (VERIFY_FAILED in the journal); publisher part "
-	  "1: part records it refused." },
+	  "1: part records and announcements it refused." },
 	{ "wsync_versions_refused_total", "counter", S, K_COUNTER, F(versions_refused), NONE,
 	  "Steps the subscriber refused -- a version's manifest, delta or anchor that failed "
 	  "verification or is gone from the bucket -- each then tried again only after a "

@@ -31,6 +31,13 @@ const char *wsync_part_record_key(uint64_t version, unsigned part, char buf[WSYN
 	return buf;
 }
 
+const char *wsync_part_announce_key(uint64_t version, unsigned part,
+				    char buf[WSYNC_PART_KEY_MAX])
+{
+	snprintf(buf, WSYNC_PART_KEY_MAX, "parts/%012" PRIu64 "/%u.next.json", version, part);
+	return buf;
+}
+
 static void hex_of(const uint8_t *b, size_t n, char *out)
 {
 	for (size_t i = 0; i < n; i++)
@@ -71,7 +78,7 @@ int wsync_part_key_parse(const char *key, uint64_t *version, unsigned *part, boo
 	if (part)
 		*part = k;
 	if (is_record)
-		*is_record = strcmp(p, ".json") == 0;
+		*is_record = strcmp(p, ".json") == 0 || strcmp(p, ".next.json") == 0;
 	return 0;
 }
 
@@ -152,9 +159,7 @@ static int read_chunk_field(struct wsync_json_reader *j, int idx, void *arg)
 			if (r == 0)
 				r = read_piece(j, pc);
 		}
-		if (r == 0 && c->n_pieces == 0)
-			r = wsync_error_set(j->err, -EINVAL, "a chunk without \"pieces\"");
-		return r;
+		return r;	/* (a record's chunk without pieces: check_record) */
 	}
 }
 
@@ -224,14 +229,14 @@ static int read_file_field(struct wsync_json_reader *j, int idx, void *arg)
 enum {
 	P_FORMAT, P_FORMAT_VERSION, P_VERSION, P_PART, P_PARTS, P_RUN, P_STEP, P_CREATED,
 	P_BASE_VERSION, P_FLIGHT, P_WRITER, P_SOURCE, P_ASSIGN, P_LISTING, P_FILES,
-	P_OBJECTS, P_N,
+	P_OBJECTS, P_ANNOUNCE, P_N,
 };
 static const char *const record_fields[] = {
 	"format", "format_version", "version", "part", "parts", "run", "step", "created",
 	"base_version", "flight", "writer", "source", "assign", "listing", "files",
-	"objects",
+	"objects", "announce",
 };
-#define P_OPTIONAL ((1u << P_CREATED) | (1u << P_SOURCE))
+#define P_OPTIONAL ((1u << P_CREATED) | (1u << P_SOURCE) | (1u << P_ANNOUNCE))
 
 struct record_read {
 	struct wsync_part_record *r;
@@ -331,6 +336,16 @@ static int read_record_field(struct wsync_json_reader *j, int idx, void *arg)
 		e = wsync_json_read_hex(j, "listing", l, sizeof(l), "a fingerprint");
 		for (size_t k = 0; e == 0 && k < sizeof(l); k++)
 			r->listing = r->listing << 8 | l[k];
+		return e;
+	case P_ANNOUNCE:
+		e = wsync_json_read_temp_string(j, "announce", &s, &len);
+		if (e == 0 && strcmp(s, "some") == 0)
+			r->announce = WSYNC_PART_ANNOUNCE_SOME;
+		else if (e == 0 && strcmp(s, "all") == 0)
+			r->announce = WSYNC_PART_ANNOUNCE_ALL;
+		else if (e == 0)
+			e = wsync_error_set(j->err, -EINVAL, "\"announce\" is neither \"some\" "
+					    "nor \"all\"");
 		return e;
 	case P_FILES:
 		e = wsync_json_open(j, '[', "files", "an array");
@@ -497,7 +512,9 @@ static int check_record(const struct wsync_part_record *r, struct wsync_error *e
 			}
 			for (size_t q = 0; q < c->n_pieces; q++)
 				sum += c->pieces[q].length;	/* <= 2^22 * 2^31: no overflow */
-			if (sum != c->size)
+			if (!c->n_pieces && !r->announce)
+				return bad(err, "a chunk without \"pieces\"");
+			if (c->n_pieces && sum != c->size)
 				return bad(err, "a chunk's pieces do not add up to its size");
 			if (path_order(k ? o->chunks[k - 1].path : NULL, c->path) < 0)
 				return bad(err, "chunks not in path order, or a path twice");
@@ -668,7 +685,11 @@ int wsync_part_serialize(const struct wsync_part_record *r, const struct wsync_s
 		}
 		wsync_json_write_str(&w, "]}");
 	}
-	wsync_json_write_str(&w, "]}\n");
+	wsync_json_write_str(&w, "]");
+	if (r->announce)
+		wsync_json_write_fmt(&w, ",\"announce\":\"%s\"",
+				     r->announce == WSYNC_PART_ANNOUNCE_ALL ? "all" : "some");
+	wsync_json_write_str(&w, "}\n");
 	if (bad_utf8)
 		return wsync_error_set(err, -EINVAL, "part record: a \"%s\" that is not UTF-8",
 				       bad_utf8);

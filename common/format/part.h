@@ -75,6 +75,11 @@ struct wsync_part_record {
 	size_t n_files;
 	struct wsync_part_object objects[2];	/* delta and/or anchor */
 	size_t n_objects;
+	/* An announcement (BUCKET.md §7), parts/<V>/<K>.next.json: the
+	 * chunks uploaded so far, their pieces and the files left out; ALL
+	 * once every chunk of the part's objects is listed.  0: a record. */
+	enum { WSYNC_PART_RECORD = 0, WSYNC_PART_ANNOUNCE_SOME,
+	       WSYNC_PART_ANNOUNCE_ALL } announce;
 	struct wsync_sign_trailer signature;	/* filled by parse */
 };
 
@@ -96,6 +101,10 @@ void wsync_part_free(struct wsync_part_record *r);
  * committer's frame (preamble and END record). */
 const char *wsync_part_record_key(uint64_t version, unsigned part,
 				  char buf[WSYNC_PART_KEY_MAX]);
+/* Part K's announcement of version V's chunks as they go up,
+ * parts/<V>/<K>.next.json (a record's key for wsync_part_key_parse). */
+const char *wsync_part_announce_key(uint64_t version, unsigned part,
+				    char buf[WSYNC_PART_KEY_MAX]);
 const char *wsync_part_chunk_key(uint64_t version, unsigned part,
 				 const uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN],
 				 enum wsync_manifest_role role, unsigned n,

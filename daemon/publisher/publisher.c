@@ -378,8 +378,9 @@ static void close_handles(struct wsync_publisher *p)
 		uv_close((uv_handle_t *)&p->stream_wake, on_timer_closed);
 	}
 	if (p->started) {
-		p->closing += 4;
+		p->closing += 5;
 		uv_close((uv_handle_t *)&p->part_timer, on_timer_closed);
+		uv_close((uv_handle_t *)&p->announce_timer, on_timer_closed);
 		uv_close((uv_handle_t *)&p->scan_timer, on_timer_closed);
 		uv_close((uv_handle_t *)&p->rescan_timer, on_timer_closed);
 		uv_close((uv_handle_t *)&p->retry_timer, on_timer_closed);
@@ -856,9 +857,10 @@ int wsync_publisher_start(struct wsync_publisher *p)
 	uv_timer_init(loop, &p->rescan_timer);
 	uv_timer_init(loop, &p->retry_timer);
 	uv_timer_init(loop, &p->part_timer);
+	uv_timer_init(loop, &p->announce_timer);
 	uv_timer_init(loop, &p->lease.timer);
 	p->scan_timer.data = p->rescan_timer.data = p->retry_timer.data = p;
-	p->part_timer.data = p->lease.timer.data = p;
+	p->part_timer.data = p->announce_timer.data = p->lease.timer.data = p;
 	p->started = true;
 	if (p->dir_syncs.n) {
 		if (wsync_jobs_submit(p->d->jobs, start_syncs_work, start_syncs_done, p) < 0)
@@ -901,6 +903,7 @@ void wsync_publisher_stop(struct wsync_publisher *p)
 		uv_timer_stop(&p->rescan_timer);
 		uv_timer_stop(&p->retry_timer);
 		uv_timer_stop(&p->part_timer);
+		uv_timer_stop(&p->announce_timer);
 		uv_timer_stop(&p->lease.timer);
 	}
 	pub_status(p, "stopping (%s)", pub_state_name(p->state));

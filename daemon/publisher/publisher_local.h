@@ -182,6 +182,27 @@ struct pub_merge {
 	uint8_t frame[2][WSYNC_DELTA_PREAMBLE_LEN + WSYNC_DELTA_END_RECORD_LEN];
 };
 
+/* A part announcing its chunks as they go up (publisher_parts_announce.c). */
+struct pub_announce {
+	/* each chunk's path (NULL: the preamble or the END record) */
+	char **paths[2];
+	size_t n_paths[2];
+	/* ours in the bucket (parts 2..N) */
+	struct wsync_buf doc;
+	bool busy, dirty, failed;
+	size_t listed[2];
+	bool listed_all;
+	/* part 1: the others' announcements, [K-1] */
+	struct wsync_part_record *theirs;
+	bool *got;
+	char **etag;
+	char (*refused)[160];
+	unsigned gets;
+	uint8_t preamble[WSYNC_DELTA_PREAMBLE_LEN];
+	bool pre_sent[2], pre_busy[2];
+	bool polling, merged_all;
+};
+
 /* The version being published. */
 struct publication {
 	struct wsync_publisher *p;	/* its publisher, for callbacks */
@@ -245,6 +266,8 @@ struct publication {
 		bool rewrite;			/* our record is missing or damaged */
 		struct pub_merge merge;		/* part 1: the version, merged */
 		unsigned frame_puts;
+		struct pub_announce *ann;	/* its chunks announced as they go up
+						 * (publisher_parts_announce.c) */
 	} part;
 };
 
@@ -288,6 +311,9 @@ struct pub_mode {
 	bool per_file_chunks;		/* uploads each file's records as a chunk
 					 * of its own (always in chunks) */
 	bool announces;			/* writes NEXT while uploading */
+	/* Announce the chunks uploaded its own way, after each upload and
+	 * when the job ends (NULL: NEXT as announces says). */
+	void (*announce)(struct wsync_publisher *p);
 	bool index_optional;		/* a manifest too large with the objects'
 					 * indexes may go without them */
 	bool continues_anchors;		/* a version after a lost base still
@@ -355,6 +381,7 @@ struct wsync_publisher {
 	uv_timer_t retry_timer;		/* store backoff */
 	uv_async_t stream_wake;		/* the job cut a chunk (publisher_stream.c) */
 	uv_timer_t part_timer;		/* a part: polling records and HEAD */
+	uv_timer_t announce_timer;	/* part 1: polling the parts' announcements */
 
 	/* [publisher] part = K/N (publisher_parts.c): K, N; 1/1 alone */
 	unsigned part, parts;
@@ -656,6 +683,9 @@ void pub_parts_put_frames(struct wsync_publisher *p);
 void pub_parts_wait(struct wsync_publisher *p);
 /* The part timer: stop polling (the state is left). */
 void pub_parts_stop_polling(struct wsync_publisher *p);
+/* publisher_parts_announce.c: announce what is uploaded (parts 2..N:
+ * parts/<V>/<K>.next.json; part 1: NEXT, merging every part's). */
+void pub_parts_announce(struct wsync_publisher *p);
 
 /* ---- publisher_scan.c ---- */
 

@@ -116,6 +116,7 @@ int pub_parts_manifest(struct wsync_publisher *p, struct publication *pb,
 	.name = "committed the parts of",               \
 	.subset = true,                                 \
 	.per_file_chunks = true,                        \
+	.announce = pub_parts_announce,                 \
 	.continues_anchors = true,                      \
 	.after_upload = PUB_RECORD,                     \
 	.started = parts_started,                       \
@@ -658,6 +659,8 @@ static void gather_judge(struct wsync_publisher *p)
 static int record_check(struct wsync_publisher *p, struct publication *pb, unsigned k,
 			const struct wsync_part_record *r, struct wsync_error *err)
 {
+	if (r->announce)
+		return wsync_error_set(err, -EINVAL, "it is an announcement, not a record");
 	if (r->version != pb->version || r->part != k)
 		return wsync_error_set(err, -EINVAL, "it is part %u's record of version %" PRIu64,
 				       r->part, r->version);

@@ -75,6 +75,31 @@ struct publication *pub_publication_new(struct wsync_publisher *p, struct candid
 	return pb;
 }
 
+/* A part's announcing (publisher_parts_announce.c). */
+static void pub_announce_free(struct publication *pb)
+{
+	struct pub_announce *a = pb->part.ann;
+
+	if (!a)
+		return;
+	for (int role = 0; role < 2; role++) {
+		for (size_t k = 0; k < a->n_paths[role]; k++)
+			free(a->paths[role][k]);
+		free(a->paths[role]);
+	}
+	wsync_buf_free(&a->doc);
+	for (unsigned k = 0; a->theirs && k < pb->p->parts; k++) {
+		wsync_part_free(&a->theirs[k]);
+		free(a->etag[k]);
+	}
+	free(a->theirs);
+	free(a->got);
+	free(a->etag);
+	free(a->refused);
+	free(a);
+	pb->part.ann = NULL;
+}
+
 void pub_publication_free(struct publication *pb)
 {
 	if (!pb)
@@ -92,6 +117,7 @@ void pub_publication_free(struct publication *pb)
 	wsync_buf_free(&pb->head_doc);
 	/* a part's: the merge, its record (borrowing the rest), the others' */
 	pub_parts_merge_free(&pb->part.merge);
+	pub_announce_free(pb);
 	for (size_t i = 0; i < pb->part.rec.n_objects; i++)
 		free(pb->part.rec.objects[i].chunks);
 	wsync_buf_free(&pb->part.record_doc);

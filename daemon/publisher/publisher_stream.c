@@ -225,8 +225,12 @@ static void stream_announce(struct wsync_publisher *p)
 	size_t listed[2];
 	int r = 0;
 
+	if (pb && p->mode->announce) {
+		p->mode->announce(p);	/* a part's way (publisher_parts_announce.c) */
+		return;
+	}
 	if (!pb || !pb->stream_on || pb->ended || p->stopping || !p->mode->announces)
-		return;	/* a part announces nothing: its record is its word */
+		return;
 	if (!pub_lease_fresh(p))
 		return;	/* (as pub_stream_submit) */
 	if (pb->next_busy) {
@@ -359,7 +363,11 @@ int pub_stream_uploaded(struct publication *pb)
 /* The job ended: take its last chunks (the wake may not have come yet). */
 int pub_stream_job_done(struct wsync_publisher *p, struct publication *pb)
 {
-	return pb->stream_on ? take_chunks(p->mode, pb) : 0;
+	int r = pb->stream_on ? take_chunks(p->mode, pb) : 0;
+
+	if (r == 0 && pb->stream_on && pb == p->pub && p->mode->announce)
+		p->mode->announce(p);	/* every chunk may be up: a part says so */
+	return r;
 }
 
 const struct wsync_manifest_chunk *pub_stream_manifest_chunks(struct publication *pb, int role)

@@ -744,8 +744,10 @@ bool sub_ahead_claim(struct wsync_subscriber *s, struct step *st,
 		sub_ahead_drop(s, why);
 		return false;
 	}
+	/* (a version of parts has no SHA-256 of the whole: each chunk's binds
+	 * it, and the apply checks each) */
 	if (!m->has_flight || memcmp(m->flight, a->flight, sizeof(a->flight)) != 0 ||
-	    !o->has_sha256 || o->n_chunks < a->done) {
+	    !(o->has_sha256 || o->hashless) || o->n_chunks < a->done) {
 		sub_ahead_drop(s, "the committed version is not the flight announced");
 		return false;
 	}

@@ -34,6 +34,10 @@
 # leaves the target at the new version; the restart hashes it against the
 # manifest and writes the marker, downloading nothing), time.
 #
+# A publisher part killed mid-announcement (parts/<V>/<K>.next.json):
+# the version completes once it is back, the subscriber building ahead
+# converges.
+#
 # A subscriber daemon killed while it builds a file ahead, piece by piece
 # (a one-shard version streamed in chunks cut inside the shard): the
 # target keeps the old version, whole; the restart removes the temp and
@@ -436,6 +440,55 @@ ahead_kill ahead "$AD/sub" 2 whole_tree
 SUB_INCLUDE=$ashard B=$AB sub_ini "$AD/part"
 echo "ahead_pace = off" >>"$AD/part/sub.ini"
 ahead_kill "ahead, partial" "$AD/part" 3 shard_only
+
+# ---- a publisher part killed mid-announcement ------------------------------
+# Two parts (part = 1/2, 2/2, one key) publish version 2 of a 4-shard
+# checkpoint, each file's records a chunk (a pause after each), part 2
+# announcing its chunks in parts/<V>/2.next.json and part 1 merging them
+# into NEXT; a subscriber daemon at version 1 builds ahead from it.  Part 2
+# dies by SIGKILL just after its 2nd announcement is renamed into the
+# bucket.  HEAD still names 1 and the target holds version 1 whole;
+# restarted (no shim), part 2 uploads the version again (a new flight),
+# part 1 commits it, and the subscriber converges byte-identical, no temp.
+RK=$TMP/ckR
+RB=$TMP/rbucket
+RD=$TMP/rparts
+gen_ckpts "$RK" --params 4M --steps 2 --shards 4 --no-trainer-files
+mkdir -p "$RB" "$RD/watch"
+"$WSYNC" keygen "$RD/wsync.key" >/dev/null
+for k in 1 2; do
+	mkdir -p "$RD/p$k/state" "$RD/p$k/run"
+	write_ini "$RD/p$k/pub.ini" publisher "$RD/p$k" "url = file://$RB" \
+		"[publisher]" "watch_dir = $RD/watch" "settle_time = 200ms" "watch_mode = poll" \
+		"rescan_interval = 200ms" "anchor_every = 1000" "part = $k/2" \
+		"signing_key = $RD/wsync.key"
+done
+start -c "$RD/p1/pub.ini" -l "$RD/p1/log" rp1 WSYNC_TEST_CHUNK_PAUSE_MS=700
+start -c "$RD/p2/pub.ini" -l "$RD/p2/log" rp2
+put_ckpt "$RK/checkpoint-1" "$RD/watch/checkpoint-1"
+check "parts: version 1 committed" wait_head "$RB" 1 90
+stop rp2
+B=$RB sub_ini "$RD/sub"
+start -c "$RD/sub/sub.ini" -l "$RD/sub/log" rsub
+shim "$RD/p2/shim.log" "rename:2:/2.next.json:after" "$WSYNCD" -c "$RD/p2/pub.ini" \
+	--log-target stderr >"$RD/p2/crash.log" 2>&1 &
+ppid=$!
+put_ckpt "$RK/checkpoint-2" "$RD/watch/checkpoint-2"
+wait "$ppid"
+rc=$?
+hv=$(head_version "$RB")
+check "parts: part 2 died by SIGKILL after its 2nd announcement" died_at "$RD/p2" "$rc" rename
+check "... before the commit (HEAD still names 1), the target holds version 1" \
+	sh -c "[ '$hv' = 1 ] && diff -rq -x .wsync -x '.*.wsync-*' '$RK/checkpoint-1' '$RD/sub/target/' >/dev/null"
+start -c "$RD/p2/pub.ini" -l "$RD/p2/log" rp2
+check "parts: restarted, part 2 lets part 1 commit version 2" wait_head "$RB" 2 120
+sub_at2() { [ "$(marker_version "$RD/sub/target")" = 2 ]; }
+check "parts: the subscriber converges on version 2" wait_for 60 sub_at2
+check "... byte-identical to checkpoint-2" same_tree "$RK/checkpoint-2" "$RD/sub/target/"
+check "... no temp left" no_temps "$RD/sub/target"
+stop rsub
+stop rp1
+stop rp2
 
 # ---- disk full mid-apply: the shim fails the Nth write into a temp in
 # target_dir, and every later one, with ENOSPC (past the free-space check)

@@ -1769,6 +1769,68 @@ static void test_part_record(void)
 	wsync_sign_key_free(k2);
 }
 
+/* A part's announcement (part.h, BUCKET.md §7): a record with
+ * "announce", whose chunks may go without pieces and whose files may be
+ * empty; a record (no "announce") still needs every chunk's pieces; its
+ * key is a record's for the garbage collector. */
+static void test_part_announcement(void)
+{
+	struct wsync_part_chunk ch = { .key = (char *)"parts/000000000042/2-00-00002.wsd",
+				       .size = 100, .sha256 = { 9 },
+				       .path = (char *)"model-00002-of-00002.safetensors" };
+	struct wsync_part_record r = {
+		.version = 42, .part = 2, .parts = 2, .step = 8400, .created = T_CREATED,
+		.base_version = 41, .writer = (char *)"wsync 0.1.0", .n_objects = 1,
+		.announce = WSYNC_PART_ANNOUNCE_SOME,
+	}, back;
+	struct wsync_sign_key *k = NULL;
+	struct wsync_buf b = { 0 };
+	struct wsync_error err = { 0 };
+	char key[WSYNC_PART_KEY_MAX];
+	uint64_t v;
+	unsigned part;
+	bool is_rec;
+
+	r.objects[0] = (struct wsync_part_object){ .role = WSYNC_MANIFEST_ROLE_DELTA,
+						   .chunks = &ch, .n_chunks = 1 };
+	CHECK(wsync_sign_key_from_raw(true, seed1, &k, &err) == 0);
+	CHECK(wsync_part_serialize(&r, k, &b, &err) == 0);
+	CHECK(strstr(cstr(&b), "\"announce\":\"some\"") != NULL);
+	CHECK(wsync_part_parse(b.data, b.len, k, &back, &err) == 0);
+	CHECK(back.announce == WSYNC_PART_ANNOUNCE_SOME && back.n_files == 0 &&
+	      back.objects[0].n_chunks == 1 && back.objects[0].chunks[0].n_pieces == 0 &&
+	      strcmp(back.objects[0].chunks[0].path, ch.path) == 0);
+	wsync_part_free(&back);
+	r.announce = WSYNC_PART_ANNOUNCE_ALL;
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == 0);
+	CHECK(back.announce == WSYNC_PART_ANNOUNCE_ALL);
+	wsync_part_free(&back);
+	/* a record: no "announce", and a chunk without pieces is refused */
+	r.announce = WSYNC_PART_RECORD;
+	CHECK(wsync_part_serialize(&r, NULL, &b, &err) == 0);
+	CHECK(strstr(cstr(&b), "announce") == NULL);
+	CHECK(wsync_part_parse(b.data, b.len, NULL, &back, &err) == -EINVAL);
+	CHECK(strstr(err.msg, "without \"pieces\"") != NULL);
+	/* another word for it */
+	{
+		static const char doc[] = "{\"format\":\"wsync-part\",\"format_version\":1,"
+			"\"version\":42,\"part\":2,\"parts\":2,\"run\":0,\"step\":1,"
+			"\"base_version\":0,\"flight\":\"00000000000000000000000000000000\","
+			"\"writer\":\"wsync 0.1.0\",\"assign\":\"rule\",\"listing\":"
+			"\"0000000000000000\",\"files\":[],\"objects\":[{\"role\":\"anchor\","
+			"\"write_bytes\":0,\"chunks\":[]}],\"announce\":\"most\"}";
+
+		CHECK(wsync_part_parse(doc, strlen(doc), NULL, &back, &err) == -EINVAL);
+		CHECK(strstr(err.msg, "\"announce\"") != NULL);
+	}
+	CHECK(strcmp(wsync_part_announce_key(42, 2, key), "parts/000000000042/2.next.json") == 0);
+	CHECK(wsync_part_key_parse(key, &v, &part, &is_rec) == 0 && v == 42 && part == 2 &&
+	      is_rec);
+	wsync_buf_free(&b);
+	wsync_sign_key_free(k);
+}
+
 /* A part record's chunk keys follow a manifest's rules (url.h: a key on
  * every backend, each once) and stay under the record's own parts/<V>/:
  * a record cannot name another version's chunks, a record, or any other
@@ -1922,6 +1984,7 @@ int main(void)
 	TEST(test_next_many_chunks);
 	TEST(test_part_record);
 	TEST(test_part_record_chunk_keys);
+	TEST(test_part_announcement);
 	TEST(test_part_record_duplicates);
 	TEST(test_parts_manifest);
 	TEST(test_ref_check);
