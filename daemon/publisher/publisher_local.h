@@ -590,6 +590,12 @@ int pub_stream_job_done(struct wsync_publisher *p, struct publication *pb);
 void pub_stream_submit(struct wsync_publisher *p);
 /* Is object role (0 delta, 1 anchor) stored in chunks? */
 bool pub_stream_chunked(const struct publication *pb, int role);
+/* A put of NEXT came back (a single publisher's, or part 1's merge of
+ * the parts' announcements): -1 the publication ended (freed), 0 the put
+ * failed (logged once; subscribers then build after the commit), 1 NEXT
+ * is written. */
+int pub_stream_next_back(struct wsync_publisher *p, struct publication *pb,
+			 const struct wsync_store_result *res);
 /* 1 every chunk uploaded, 0 some in flight, negative some failed. */
 int pub_stream_uploaded(struct publication *pb);
 /* The chunks of object role, for its manifest entry (owned by pb). */

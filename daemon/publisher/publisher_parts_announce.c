@@ -260,18 +260,8 @@ static void next_put_done(struct wsync_store_result *res, void *data)
 	struct publication *pb = data;
 	struct wsync_publisher *p = pb->p;
 
-	pb->next_busy = false;
-	if (pub_unhold(p, pb))
+	if (pub_stream_next_back(p, pb, res) <= 0)
 		return;
-	if (res->err < 0) {
-		if (!pb->next_failed)
-			log_warning("version %" PRIu64 ": writing NEXT: %s (subscribers will "
-				    "not build ahead of the commit)", pb->version,
-				    wsync_error_str(&res->error));
-		pb->next_failed = true;
-		pb->next_listed[0] = pb->next_listed[1] = 0;
-		return;
-	}
 	if (!pb->announced) {
 		pb->announced = true;
 		log_info("version %" PRIu64 " (step %" PRId64 ") announced: %zu chunks of "

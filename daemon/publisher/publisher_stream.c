@@ -286,14 +286,12 @@ static void stream_announce(struct wsync_publisher *p)
 	pb->next_listed[1] = listed[1];
 }
 
-static void next_put_done(struct wsync_store_result *res, void *data)
+int pub_stream_next_back(struct wsync_publisher *p, struct publication *pb,
+			 const struct wsync_store_result *res)
 {
-	struct publication *pb = data;
-	struct wsync_publisher *p = pb->p;
-
 	pb->next_busy = false;
 	if (pub_unhold(p, pb))
-		return;
+		return -1;
 	if (res->err < 0) {
 		/* Subscribers then build after the commit, as without NEXT:
 		 * nothing is lost but the head start. */
@@ -303,14 +301,27 @@ static void next_put_done(struct wsync_store_result *res, void *data)
 				    wsync_error_str(&res->error));
 		pb->next_failed = true;
 		pb->next_listed[0] = pb->next_listed[1] = 0;
-	} else if (!pb->announced) {
+		return 0;
+	}
+	return 1;
+}
+
+static void next_put_done(struct wsync_store_result *res, void *data)
+{
+	struct publication *pb = data;
+	struct wsync_publisher *p = pb->p;
+	int r = pub_stream_next_back(p, pb, res);
+
+	if (r < 0)
+		return;
+	if (r > 0 && !pb->announced) {
 		pb->announced = true;
 		log_info("version %" PRIu64 " (step %" PRId64 ") announced: %zu chunk%s "
 			 "uploaded while coding", pb->version, pb->step,
 			 pb->next_listed[0] + pb->next_listed[1],
 			 pb->next_listed[0] + pb->next_listed[1] == 1 ? "" : "s");
 	}
-	if (pb->next_dirty || res->err == 0)
+	if (pb->next_dirty || r > 0)
 		stream_announce(p);
 }
 
