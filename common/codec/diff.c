@@ -696,6 +696,7 @@ struct stream_call {
 	size_t k;
 	struct worker *w;
 	bool hash;			/* hash each piece once coded */
+	bool catch_up;			/* take the turn when it comes midway */
 };
 
 /* Read piece i into the worker's piece buffers, just before it is coded. */
@@ -714,12 +715,51 @@ static int stream_fill(void *arg, size_t i, struct wsync_error *err)
 	return r;
 }
 
+/* Has the file's hashing turn come to segment c->k (everything before it
+ * hashed)? */
+static bool turn_came(const struct stream_call *c)
+{
+	struct pool *p = c->w->p;
+	bool came;
+
+	pthread_mutex_lock(&p->mu);
+	came = c->it->hashed == c->k;
+	pthread_mutex_unlock(&p->mu);
+	return came;
+}
+
+/*
+ * The turn came while segment c->k was being coded, after its piece i:
+ * hash pieces 0..i, read again (the page cache holds them; piece i last,
+ * so the buffers hold it again as the encoder left them), and the rest
+ * as they are coded -- the segment is then not read a third time when
+ * the coding ends (hash_turn), only its first pieces a second.
+ */
+static void catch_up(struct stream_call *c, size_t i)
+{
+	struct item *it = c->it;
+
+	c->catch_up = false;
+	c->hash = true;
+	for (size_t j = 0; j <= i && !it->hash_failed; j++) {
+		it->hash_r = stream_fill(c, j, &it->hash_err);
+		if (it->hash_r < 0)
+			it->hash_failed = true;
+		else
+			hash_piece(it, c->k, j, c->w);
+	}
+}
+
 /* Piece i is coded: hash it while its bytes are still in the cache. */
 static void stream_done(void *arg, size_t i)
 {
 	struct stream_call *c = arg;
 
-	if (c->hash && c->it->th && !c->it->hash_failed)
+	if (!c->it->th)
+		return;
+	if (c->catch_up && turn_came(c))
+		catch_up(c, i);
+	else if (c->hash && !c->it->hash_failed)
 		hash_piece(c->it, c->k, i, c->w);
 }
 
@@ -736,7 +776,7 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
 {
 	struct seg_out *so = &it->segs[k];
 	struct guarded_call g = { it, k, w, so };
-	struct stream_call c = { it, k, w, true };
+	struct stream_call c = { it, k, w, true, false };
 
 	if (so->r < 0)
 		it->hash_failed = true;
@@ -758,17 +798,19 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
 
 /*
  * Code segment k of it into w->out, a piece at a time: each is read into
- * w's two piece buffers just before it is coded and, with hash (the
+ * w's two piece buffers just before it is coded and, with *hash (the
  * worker holds the file's hashing turn from the segment's start: its own
  * file, or coding alone), hashed just after, so the bytes go through the
  * cache once and a worker touches two pieces of memory, not two
- * segments.  Without, hash_turn reads them again when the turn comes.
+ * segments.  Without, the turn is taken when it comes midway (catch_up);
+ * *hash then says whether it came: if not, hash_turn reads the segment
+ * again once it does.
  */
 static int stream_segment(struct item *it, size_t k, struct worker *w,
-			  struct seg_out *so, bool hash)
+			  struct seg_out *so, bool *hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
-	struct stream_call c = { it, k, w, hash };
+	struct stream_call c = { it, k, w, *hash, !*hash };
 	struct wsync_segment_opts opts = w->p->sopts;
 	int r = 0;
 
@@ -792,8 +834,9 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 	if (r == 0)
 		r = wsync_segment_encode_in(&w->sc, w->in, s->n, s->toff, &opts, &w->out,
 					    &so->st, &so->err);
-	if (r < 0 && hash)
+	if (r < 0 && c.hash)
 		it->hash_failed = true;	/* hashed partly: the writer stops here */
+	*hash = c.hash;
 	return r;
 }
 
@@ -807,7 +850,7 @@ static void swap_bufs(struct wsync_buf *a, struct wsync_buf *b)
 
 /*
  * Code segment k of it into so->out: read a piece at a time, hashed as it
- * goes with hash (stream_segment), or, when mapped, where its bytes lie
+ * goes with *hash (stream_segment), or, when mapped, where its bytes lie
  * (the page cache itself) under the guard against a file cut short
  * meanwhile.  The encoder's output goes to w->out, reused segment after
  * segment, and with hand is handed to so: the buffer itself when it is
@@ -817,7 +860,7 @@ static void swap_bufs(struct wsync_buf *a, struct wsync_buf *b)
  * buffer itself.
  */
 static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
-			 bool hash)
+			 bool *hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
 	struct seg_out *so = &it->segs[k];
@@ -946,7 +989,7 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	pthread_mutex_unlock(&p->mu);
 	if (!w->out.cap && so->reserved >= (1u << 20) && so->reserved <= SPARE_MAX)
 		(void)wsync_buf_scratch(&w->out, so->reserved);	/* else it grows */
-	code_segment(it, k, w, true, stream);
+	code_segment(it, k, w, true, &stream);
 	pthread_mutex_lock(&p->mu);
 	so->coded = true;
 	p->pending += so->out.len - so->reserved;
@@ -1171,7 +1214,9 @@ static int write_seg(struct differ *d, struct item *it, size_t k,
 		/* coding alone: written from the worker's own buffer */
 		it->next++;
 		out = &p->w[0].out;
-		code_segment(it, k, &p->w[0], false, !it->tmap);
+		bool hash = !it->tmap;
+
+		code_segment(it, k, &p->w[0], false, &hash);
 		so->coded = true;
 		if (it->tmap)
 			hash_turn(it, k, &p->w[0]);
