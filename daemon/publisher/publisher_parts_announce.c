@@ -79,28 +79,39 @@ static struct pub_announce *ann_of(struct wsync_publisher *p, struct publication
 	return a;
 }
 
-/* The path of the FILE record at off in the object we coded: 0, 1 not a
- * file's chunk (the preamble, the END record), or a negative errno. */
-static int chunk_path(const char *object, const struct pub_chunk *c, char **path)
+/* The path of the FILE record that begins chunk k of the object we coded
+ * (in the object at the chunk's offset, or at the start of the chunk's
+ * own file when the coder wrote the chunks as files): 0, 1 not a file's
+ * chunk (the preamble, the END record), or a negative errno. */
+static int chunk_path(const struct publication *pb, const char *object, size_t k,
+		      const struct pub_chunk *c, char **path)
 {
 	struct wsync_delta_file f = { 0 };
 	struct wsync_error err = { 0 };
 	struct wsync_buf b = { 0 };
-	uint64_t len;
+	char file[PATH_MAX];
+	uint64_t len, off = c->offset;
 	uint32_t type;
 	int fd, r;
 
 	*path = NULL;
 	if (c->offset == 0 || c->mc.size == WSYNC_DELTA_END_RECORD_LEN)
 		return 1;	/* as take_chunks tells them */
+	if (pb->stream.chunk_files) {
+		r = pubjob_chunk_path(file, sizeof(file), object, k);
+		if (r < 0)
+			return r;
+		object = file;
+		off = 0;
+	}
 	fd = open(object, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	r = wsync_delta_record_at(fd, c->offset, c->offset + c->mc.size, &type, &len, &err);
+	r = wsync_delta_record_at(fd, off, off + c->mc.size, &type, &len, &err);
 	if (r == 0 && type != WSYNC_DELTA_REC_FILE)
 		r = -EINVAL;
 	if (r == 0)
-		r = wsync_delta_record_payload(fd, c->offset, len, WSYNC_DELTA_FILE_FIXED_LEN +
+		r = wsync_delta_record_payload(fd, off, len, WSYNC_DELTA_FILE_FIXED_LEN +
 					       WSYNC_DELTA_PATH_MAX, &b, &err);
 	if (r == 0)
 		r = wsync_delta_file_decode(b.data, b.len, &f, &err);
@@ -155,7 +166,7 @@ static int build_own(struct wsync_publisher *p, struct publication *pb, struct p
 			int r = 0;
 
 			if (k >= a->n_paths[role]) {
-				r = chunk_path(role ? pb->anchor_path : pb->delta_path, c,
+				r = chunk_path(pb, role ? pb->anchor_path : pb->delta_path, k, c,
 					       &a->paths[role][k]);
 				if (r < 0)
 					return r;

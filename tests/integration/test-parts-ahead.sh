@@ -47,7 +47,7 @@ sub_ini() { # sub_ini NAME [LINE...]
 	mkdir -p "$TMP/$name"
 	write_ini "$TMP/$name.ini" subscriber "$TMP/$name" "url = file://$BUCKET" \
 		"[subscriber]" "target_dir = $TMP/$name/model" "poll_interval = 200ms" \
-		"verify_key = ${VERIFY:-$TMP/wsync.key.pub}" "$@"
+		"verify_key = ${VERIFY:-$TMP/wsync.key.pub}" "ahead_pace = off" "$@"
 }
 temps() { find "$TMP/$1/model" -name '.*.wsync-*' | wc -l; }
 has_temps() { [ "$(temps "$1")" -gt 0 ]; }
