@@ -470,8 +470,10 @@ check "parts: version 1 committed" wait_head "$RB" 1 90
 stop rp2
 B=$RB sub_ini "$RD/sub"
 start -c "$RD/sub/sub.ini" -l "$RD/sub/log" rsub
-shim "$RD/p2/shim.log" "rename:2:/2.next.json:after" "$WSYNCD" -c "$RD/p2/pub.ini" \
-	--log-target stderr >"$RD/p2/crash.log" 2>&1 &
+# (its chunks a pause apart too: two announcements at least, never one
+# that already says "all")
+shim "$RD/p2/shim.log" "rename:2:/2.next.json:after" env WSYNC_TEST_CHUNK_PAUSE_MS=700 \
+	"$WSYNCD" -c "$RD/p2/pub.ini" --log-target stderr >"$RD/p2/crash.log" 2>&1 &
 ppid=$!
 put_ckpt "$RK/checkpoint-2" "$RD/watch/checkpoint-2"
 wait "$ppid"
