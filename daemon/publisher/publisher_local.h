@@ -590,6 +590,10 @@ int pub_stream_job_done(struct wsync_publisher *p, struct publication *pb);
 void pub_stream_submit(struct wsync_publisher *p);
 /* Is object role (0 delta, 1 anchor) stored in chunks? */
 bool pub_stream_chunked(const struct publication *pb, int role);
+/* NEXT's fields of publication pb (version, step, now, flight, base),
+ * its objects to be filled in objs. */
+void pub_stream_next_begin(const struct publication *pb, struct wsync_manifest_next *n,
+			   struct wsync_manifest_object *objs);
 /* A put of NEXT came back (a single publisher's, or part 1's merge of
  * the parts' announcements): -1 the publication ended (freed), 0 the put
  * failed (logged once; subscribers then build after the commit), 1 NEXT

@@ -371,12 +371,7 @@ static void merge_next(struct wsync_publisher *p, struct publication *pb, struct
 	}
 	pb->next_dirty = false;
 	r = build_own(p, pb, a, &own);
-	n.version = pb->version;
-	n.step = pb->step;
-	n.created = time(NULL);
-	memcpy(n.flight, pb->flight, sizeof(n.flight));
-	n.base_version = pb->delta ? pb->version - 1 : 0;
-	n.objects = objs;
+	pub_stream_next_begin(pb, &n, objs);
 	for (int role = 0; role < 2 && r == 0; role++) {
 		struct wsync_manifest_object *o = &objs[n.n_objects];
 		enum wsync_manifest_role mr = role ? WSYNC_MANIFEST_ROLE_ANCHOR :

@@ -242,12 +242,7 @@ static void stream_announce(struct wsync_publisher *p)
 	listed[1] = uploaded_prefix(&pb->chunks[1]);
 	if (listed[0] == pb->next_listed[0] && listed[1] == pb->next_listed[1])
 		return;
-	n.version = pb->version;
-	n.step = pb->step;
-	n.created = time(NULL);
-	memcpy(n.flight, pb->flight, sizeof(n.flight));
-	n.base_version = pb->delta ? pb->version - 1 : 0;
-	n.objects = objs;
+	pub_stream_next_begin(pb, &n, objs);
 	for (int role = 0; role < 2 && r == 0; role++) {
 		struct wsync_manifest_object *o = &objs[n.n_objects];
 
@@ -284,6 +279,17 @@ static void stream_announce(struct wsync_publisher *p)
 	pb->next_busy = true;
 	pb->next_listed[0] = listed[0];
 	pb->next_listed[1] = listed[1];
+}
+
+void pub_stream_next_begin(const struct publication *pb, struct wsync_manifest_next *n,
+			   struct wsync_manifest_object *objs)
+{
+	n->version = pb->version;
+	n->step = pb->step;
+	n->created = time(NULL);
+	memcpy(n->flight, pb->flight, sizeof(n->flight));
+	n->base_version = pb->delta ? pb->version - 1 : 0;
+	n->objects = objs;
 }
 
 int pub_stream_next_back(struct wsync_publisher *p, struct publication *pb,
