@@ -120,7 +120,7 @@ print()
 print("Latency from the checkpoint's marker (trainer_state.json's mtime), s; object: what the step put in the bucket;")
 print("ratio: the last apply over the slower stage of this run (publish, apply), contended; apart: `wsync diff` and")
 print("`wsync apply` of the same pair run one after the other once the step is over, and marker → applied over the slower;")
-print("marker → HEAD includes the publisher's settle_time (default 2 s: the checkpoint unchanged that long before it is read):")
+print("the trainer writes the marker last, so the publisher reads the step at once (settle_time is for a marker not last):")
 print()
 hdr = ("| step | object bytes | → announced | → HEAD (publish) | → applied full | → applied partial | apply s full / partial "
        "| ratio (contended) | diff / apply s apart | → applied ÷ apart full / partial |")

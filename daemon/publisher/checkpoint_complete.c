@@ -744,21 +744,39 @@ static int check_sets(struct judge *j)
 	return 0;
 }
 
+/* The marker's mtime (ns) in *mt: 0, or -ENOENT where there is none (a
+ * link is not followed out of the checkpoint: it is no marker). */
+static int marker_mtime(int dfd, const char *marker, int64_t *mt)
+{
+	struct stat st;
+
+	if (wsync_lstat_beneath(dfd, marker, &st) < 0 || S_ISLNK(st.st_mode))
+		return -ENOENT;
+	*mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	return 0;
+}
+
+bool ckcomplete_marker_newest(int dirfd, const struct ckscan_tree *t,
+			      const struct ckcomplete_opts *o)
+{
+	int64_t mt;
+
+	return o->marker && *o->marker && marker_mtime(dirfd, o->marker, &mt) == 0 &&
+	       mt >= t->newest_mtime_ns;
+}
+
 static void check_marker(struct judge *j, const struct ckcomplete_opts *o)
 {
 	char path[PATH_MAX];
-	struct stat st;
 	int64_t mt;
 
 	if (!o->marker || !*o->marker)
 		return;
 	PATHF(path, "%s/%s", j->dir, o->marker);
-	/* a link is not followed out of the checkpoint: it is no marker */
-	if (wsync_lstat_beneath(j->dfd, o->marker, &st) < 0 || S_ISLNK(st.st_mode)) {
+	if (marker_mtime(j->dfd, o->marker, &mt) < 0) {
 		waitf(j, "%s not written yet", path);
 		return;
 	}
-	mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	if (o->marker_last && mt < j->t->newest_mtime_ns) {
 		const char *newest = "a shipped file";
 

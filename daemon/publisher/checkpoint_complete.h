@@ -28,7 +28,9 @@
  *     least as new as every shipped file.
  *
  * Stability (nothing changed for [publisher] settle_time) is the
- * caller's part: it alone knows when it last saw each file.
+ * caller's part: it alone knows when it last saw each file.  Where the
+ * marker is at least as new as every shipped file, the trainer has said
+ * it is done (ckcomplete_marker_newest) and the caller need not wait.
  *
  * Small synchronous file work (stat, safetensors headers, index files),
  * no tensor data.
@@ -97,6 +99,14 @@ struct ckcomplete_opts {
  */
 int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 		     const struct ckcomplete_opts *o, struct wsync_error *why);
+
+/*
+ * Does the marker o->marker of the checkpoint open at dirfd exist, as a
+ * file beneath it (no link), at least as new as every shipped file of t
+ * (the trainer wrote it last)?  false without a marker.  A stat.
+ */
+bool ckcomplete_marker_newest(int dirfd, const struct ckscan_tree *t,
+			      const struct ckcomplete_opts *o);
 
 /*
  * Is the safetensors file at path, of size bytes, whole?  Reads its header

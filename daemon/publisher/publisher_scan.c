@@ -110,6 +110,7 @@ struct judging {
 	struct ckscan_tree t;
 	struct ckcomplete_opts o;
 	int r;			/* ckcomplete_judge's */
+	bool said_done;		/* complete, its marker the newest file */
 	struct wsync_error why;
 };
 
@@ -183,6 +184,7 @@ no:
 static void judge_verdict(struct judging *e)
 {
 	e->r = ckcomplete_judge(e->dfd, e->dir, &e->t, &e->o, &e->why);
+	e->said_done = e->r == 1 && ckcomplete_marker_newest(e->dfd, &e->t, &e->o);
 }
 
 /* What the verdict on e means: 1 complete and settled (c filled, but for
@@ -190,9 +192,11 @@ static void judge_verdict(struct judging *e)
  * it would have settled, w told what it waits for.  A checkpoint is
  * published once, when it is a complete model (checkpoint_complete.h)
  * whose shipped files have not changed for settle_time (quiet_period for
- * complete_when = quiet) since a scan saw them so; one that settles
- * broken is rejected once, and judged again when its files change.  e is
- * freed either way. */
+ * complete_when = quiet) since a scan saw them so -- or at once where its
+ * marker is the newest of them: the trainer has said it is done (a file
+ * that changes while the step is read is caught then, and the checkpoint
+ * judged again a second later).  One that settles broken is rejected once, and judged
+ * again when its files change.  e is freed either way. */
 static int judge_end(struct wsync_publisher *p, struct judging *e, struct candidate *c,
 		     uint64_t *wake_ms, struct waiting *w)
 {
@@ -211,6 +215,8 @@ static int judge_end(struct wsync_publisher *p, struct judging *e, struct candid
 		goto no;
 	if (cfg->complete_when == WSYNC_COMPLETE_QUIET && cfg->quiet_period_ms > settle)
 		settle = cfg->quiet_period_ms;
+	if (e->said_done)
+		settle = 0;
 	if (r == 0) {
 		note_waiting(p, s, dir, &e->t, wsync_error_str(&e->why), w);
 		goto no;

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # test-write-order.sh -- a trainer that writes its files in another order
 # never makes a worker lose weights.  A publisher wsyncd (default
-# completeness rules: marker, settle_time 2 s) and a subscriber wsyncd on a
+# completeness rules: marker, settle_time 2 s where the marker is not the
+# newest file) and a subscriber wsyncd on a
 # file:// bucket; tests/integration/trainer-write.py writes each step in an
 # order HF Trainer does not use, with pauses shorter than settle_time; all
 # the while tests/integration/target-watch.py looks at the subscriber's
@@ -28,6 +29,9 @@
 # HEAD has moved by exactly the steps that should publish, and at no look
 # did the target lack a weight file, hold a short one, or hold an index
 # naming a missing shard.
+# The marker's word (settle_time 12 s):
+#   the marker written last                           published at once
+#   the marker first, shards after it                 waits out settle_time
 . "$(dirname "$0")/lib.sh"
 
 
@@ -198,6 +202,29 @@ check "... and it was looked at (over 200 looks)" \
 	test "$(awk '{ print $2; exit }' "$TMP/$N/watch.out")" -gt 200
 check "the publisher never read its staging copy into a message" \
 	sh -c "! grep -q '/p/state/publisher/staging' '$TMP/$N/pub.log'"
+stop $N-pub
+stop $N-sub
+
+# ---- the marker's word: settle_time is for a marker that is not last -----
+# settle_time 12 s: a step whose marker is its newest file is published
+# at once (the trainer said it is done); one whose shards are newer than
+# its marker waits out settle_time
+N=said
+W=$TMP/$N/watch
+setup $N "settle_time = 12s"
+t0=$(date +%s)
+$WRITE "$SRC/checkpoint-1" "$W/checkpoint-1" --order index-first --slices 2 --pause 0.1
+check "the marker written last: published well before settle_time (12 s)" \
+	wait_head "$TMP/$N/bucket" 1 8
+check "... within 8 s of the writing" test $(($(date +%s) - t0)) -lt 9
+$WRITE "$SRC/checkpoint-2" "$W/checkpoint-2" --order marker-first --slices 2 --pause 0.1
+check "shards newer than the marker: status says it waits to settle" \
+	waiting_says $N "checkpoint-2 to settle"
+sleep 4
+check "... nothing is published 4 s after the writing" \
+	test "$(head_version "$TMP/$N/bucket")" = 1
+check "... then, settled: published once, as version 2" converged $N 2 2
+check "... the worker holds checkpoint-2" shipped_same "$SRC/checkpoint-2" "$TMP/$N/target"
 stop $N-pub
 stop $N-sub
 
