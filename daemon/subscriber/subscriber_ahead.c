@@ -26,9 +26,13 @@
  * temps and all (sub_ahead_drop says why in the journal): what a manifest
  * does not confirm, a version that NEXT or HEAD passes by, a NEXT whose
  * flight changes (a publisher that restarted and reuses the number for
- * another checkpoint), a chunk that does not match, a NEXT refused by
- * the verify key.  A stopped or killed subscriber leaves temps that the
- * next start removes (sub_remove_stray_temps).
+ * another checkpoint), a chunk that does not match.  A NEXT refused (not
+ * signed by the verify key, or torn: a store that does not replace an
+ * object atomically, s3rver, can serve half of the old and half of the
+ * new) is reported, and the next NEXT read as it comes; what was built stays,
+ * since each chunk was checked against the NEXT it came with and the
+ * manifest still decides.  A stopped or killed subscriber leaves temps
+ * that the next start removes (sub_remove_stray_temps).
  *
  * Bounds: ahead_max bytes of object fetched ahead, and ahead_max bytes of
  * temps built ahead (a few compressed bytes can name a file of any size:
@@ -642,8 +646,7 @@ static void on_next(struct wsync_store_result *res, void *userdata)
 		snprintf(why, sizeof(why), "%s", res->err < 0 ? sub_err_text(&res->error, r) :
 			 sub_err_text(&err, r));
 		sub_verify_failed(s, 0, why);
-		sub_ahead_drop(s, "NEXT refused");
-		return;
+		return;	/* the next NEXT is read as it comes (a new ETag) */
 	}
 	take_next(s, &n);
 	wsync_manifest_next_free(&n);

@@ -13,6 +13,8 @@
 #    it built and applies the version as committed;
 #  - the subscriber stopped (SIGSTOP) while building ahead, two versions
 #    committed meanwhile: it converges on the newest, byte-identical;
+#  - a torn NEXT while the subscriber builds ahead: refused, and what was
+#    built stays;
 #  - the subscriber killed (SIGKILL) while building ahead: the target
 #    keeps its version, and the restart leaves no temp and converges;
 #  - a NEXT not signed by the key, or naming chunks that do not match:
@@ -207,6 +209,21 @@ check "no temp left" test "$(temps sub)" = 0
 put_ckpt "$CK/checkpoint-7" "$TMP/train/checkpoint-7"
 check "version 6 being built ahead" wait_for 60 in_log sub "version 6 (step 7) announced: building it ahead"
 check "temps of version 6 there" wait_for 60 has_temps sub
+# a torn NEXT (half old, half new, as a store that does not replace an
+# object atomically can serve it), the publisher held meanwhile: refused,
+# and what was built stays
+kill -STOP "${DPID[pub]}"
+cp "$BUCKET/NEXT" "$TMP/next.held"
+n=$(grep -c "refused: NEXT" "$TMP/sub/log")
+{ head -c 300 "$TMP/next.held"; tail -c +200 "$TMP/next.held"; } >"$BUCKET/NEXT.tmp"
+mv "$BUCKET/NEXT.tmp" "$BUCKET/NEXT"
+check "a torn NEXT while building ahead: refused" \
+	wait_for 30 sh -c "[ \$(grep -c 'refused: NEXT' '$TMP/sub/log') -gt $n ]"
+check "... what was built stays: temps there, nothing dropped" \
+	sh -c "has() { [ \$(find '$TMP/sub/model/' -name '.*.wsync-*' | wc -l) -gt 0 ]; }; has &&
+		! grep -q 'version 6: dropping' '$TMP/sub/log'"
+mv "$TMP/next.held" "$BUCKET/NEXT"
+kill -CONT "${DPID[pub]}"
 kill9 sub
 check "killed: the target still holds version 5 intact" same_as sub 6
 start sub
