@@ -81,6 +81,9 @@ def link_bytes(name):
                     break
     return up, down
 links = {n: link_bytes(n) for n in ("pub", "s1", "s2")} if rate else {}
+# publisher parts each on a link of their own (proxy-pub2, ...)
+part_links = [links.get("pub")] + [link_bytes("pub%d" % q) for q in range(2, 65)] if rate else []
+part_links = [l for l in part_links if l]
 def proc(i):
     out = {}
     try:
@@ -174,20 +177,28 @@ for i in done:
     if rate:
         have = all(links.get(n) for n in ("pub", "s1", "s2"))
         if have:
-            moved = {"pub": links["pub"][0].get(i, 0), "s1": links["s1"][1].get(i, 0),
+            ups = [l[0].get(i, 0) for l in part_links]
+            moved = {"pub": sum(ups), "s1": links["s1"][1].get(i, 0),
                      "s2": links["s2"][1].get(i, 0)}
             for s in ("s1", "s2"):
-                # the data crosses the publisher's link up, then this
-                # subscriber's down: at best both at once, as long as the busier
-                xfer[s] = max(moved["pub"], moved[s]) / rate
+                # the data crosses the publishers' links up (each part's
+                # its own), then this subscriber's down: at best all at
+                # once, as long as the busiest
+                xfer[s] = max(max(ups), moved[s]) / rate
                 xratio[s] = app[s] / xfer[s] if xfer[s] > 0 else None
         line += " %s | %s | %s |" % (
             "%s / %s / %s" % (mb(moved["pub"]), mb(moved["s1"]), mb(moved["s2"])) if moved else "-",
             pair(xfer["s1"], xfer["s2"], "%.2f"), pair(xratio["s1"], xratio["s2"], "%.2f×"))
         for s, who in (("s1", "full"), ("s2", "partial")):
             if xratio[s] is not None:
+                fig = "%.2f s ÷ %.2f s = %.2f×" % (app[s], xfer[s], xratio[s])
+                if xratio[s] > 1.3 and slow_apart and slow_apart > 1.3 * xfer[s]:
+                    # a small delta: its transfer is shorter than the
+                    # coding or the apply alone, which no overlap removes
+                    fig += " (out of reach: the slower stage alone, run apart, takes %.2f s = %.1f× the transfer)" % (
+                        slow_apart, slow_apart / xfer[s])
                 goal("step %d (%s), %s subscriber: marker → applied ≤ 1.3× its transfer" % (i, kind, who),
-                     "%.2f s ÷ %.2f s = %.2f×" % (app[s], xfer[s], xratio[s]), xratio[s] <= 1.3)
+                     fig, xratio[s] <= 1.3)
             else:
                 goal("step %d (%s), %s subscriber: marker → applied ≤ 1.3× its transfer" % (i, kind, who),
                      "no bytes counted on its links (no faultproxy log?)", False)
@@ -207,7 +218,7 @@ for i in done:
                      xfer_s1=xfer["s1"], xfer_s2=xfer["s2"], xratio_s1=xratio["s1"], xratio_s2=xratio["s2"]))
 if rate:
     print("\n(moved: the bodies each link carried over the step, counted by its faultproxy: the publisher's requests up, "
-          "each subscriber's responses down; transfer: the busier of a subscriber's two links, at the throttled rate)")
+          "each subscriber's responses down; transfer: the busiest of a subscriber's link and the publisher's (each part's), at the throttled rate)")
 if apart:
     print("(apart: the daemons idle; the apply reads the old checkpoint dropped from the page cache, writes on the "
           "subscribers' file system)")

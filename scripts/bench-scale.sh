@@ -388,8 +388,10 @@ run_backend() { # run_backend BACKEND PARAMS
 		s3rver_start "$WORK/s3rver" "$port" wsync-bench || return 1
 		url=s3://wsync-bench/scale
 		prefix=scale/
-		local e n
-		for n in pub s1 s2; do
+		local e n q
+		local names="pub s1 s2"
+		for ((q = 2; q <= parts; q++)); do names="$names pub$q"; done
+		for n in $names; do
 			e=$S3RVER_ENDPOINT
 			if [ "$rate" -gt 0 ]; then
 				FAULTPROXY_PID=
@@ -426,7 +428,10 @@ EOF
 		printf 'part = 1/%d\n' "$parts" >>"$d/pub.ini"
 		local q
 		for ((q = 2; q <= parts; q++)); do
-			sed -e "s|$d/pub/|$d/pub$q/|" -e "s|^part = 1/|part = $q/|" "$d/pub.ini" >"$d/pub$q.ini"
+			# each part on its own node: with --throttle, its own link
+			sed -e "s|$d/pub/|$d/pub$q/|" -e "s|^part = 1/|part = $q/|" \
+				-e "s|^endpoint = ${PROXY_URL[pub]:-}\$|endpoint = ${PROXY_URL[pub$q]:-}|" \
+				"$d/pub.ini" >"$d/pub$q.ini"
 			mkdir -p "$d/pub$q"
 			PUBS="$PUBS pub$q"
 		done
