@@ -516,8 +516,10 @@ static int check_record(const struct wsync_part_record *r, struct wsync_error *e
 				return bad(err, "a chunk without \"pieces\"");
 			if (c->n_pieces && sum != c->size)
 				return bad(err, "a chunk's pieces do not add up to its size");
-			if (path_order(k ? o->chunks[k - 1].path : NULL, c->path) < 0)
-				return bad(err, "chunks not in path order, or a path twice");
+			/* a file's records may go in several chunks, one
+			 * after the other */
+			if (k && strcmp(o->chunks[k - 1].path, c->path) > 0)
+				return bad(err, "chunks not in path order");
 		}
 		n_keys += o->n_chunks;
 	}

@@ -40,13 +40,15 @@
 #define WSYNC_PART_FORMAT_VERSION 1
 #define WSYNC_PART_KEY_MAX 96			/* buffer for a key below, NUL included */
 
-/* One file's records in a part's object, stored as a chunk of its own:
- * the FILE record and its SEGMENT records, pieces tiling [0, size). */
+/* Records of one file in a part's object, stored as a chunk of its own:
+ * the FILE record, its SEGMENT records and its FILE_END record, in one
+ * chunk or cut at record boundaries into several that follow each other
+ * (each with the file's path); pieces tiling [0, size). */
 struct wsync_part_chunk {
 	char *key;
 	uint64_t size;
 	uint8_t sha256[32];
-	char *path;			/* the FILE record's */
+	char *path;			/* the FILE record's (its file's) */
 	struct wsync_manifest_piece *pieces;
 	size_t n_pieces;
 };

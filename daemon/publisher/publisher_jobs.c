@@ -401,7 +401,8 @@ static int on_written(void *arg, const uint8_t *data, size_t len, struct wsync_e
 
 /* The diff's progress (every byte up to final indexed already, and whole
  * records: the writer flushed them); cut a chunk once there is
- * enough -- chunk_size, or 1/512 of the object so far, so that a 2 TB
+ * enough (a part's too: it cuts at every file besides, so that each of
+ * its chunks holds records of one file) -- chunk_size, or 1/512 of the object so far, so that a 2 TB
  * anchor is a few thousand chunks -- keeping the last of
  * WSYNC_MANIFEST_CHUNKS_MAX for the rest. */
 static void on_progress(void *arg, uint64_t final)
@@ -410,8 +411,7 @@ static void on_progress(void *arg, uint64_t final)
 	uint64_t at, start, want;
 
 	(void)final;	/* the indexer's offset: it was fed as much */
-	if (c->r < 0 || !c->chunks || c->j->stream->per_file ||
-	    c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
+	if (c->r < 0 || !c->chunks || c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
 		return;
 	at = wsync_delta_indexer_offset(c->x);
 	start = c->chunks->n ? c->chunks->c[c->chunks->n - 1].offset +

@@ -59,8 +59,8 @@ struct pubjob_stream {
 	unsigned pause_ms;		/* tests: sleep this long after each cut */
 	uint64_t segment_target;	/* tests: segments this small (0: the
 					 * coder's default) */
-	bool per_file;			/* a part: a cut at every file (delta_index.h
-					 * cut_files), chunk_size unused */
+	bool per_file;			/* a part: a cut at every file too (delta_index.h
+					 * cut_files): a chunk holds one file's records */
 	bool chunk_files;		/* each chunk also written to a file of its
 					 * own, pubjob_chunk_path (for a store that
 					 * links files in: wsync_store_put_link) */

@@ -177,6 +177,7 @@ struct pub_chunks {
 struct pub_merge {
 	struct wsync_manifest_object merged[2];
 	size_t n_merged;
+	struct wsync_manifest_piece *pieces[2];	/* each merged index's */
 	struct wsync_manifest_file *files;
 	size_t n_files;
 	uint8_t frame[2][WSYNC_DELTA_PREAMBLE_LEN + WSYNC_DELTA_END_RECORD_LEN];

@@ -341,9 +341,9 @@ static bool part_got(struct part_get *q, struct publication **pbp, uint64_t *k)
 
 /* ---- the record ---- */
 
-/* Our record: each file's chunk (not the preamble's nor the END's, which
- * the committer writes for the whole), its path and pieces from the
- * object's index; the END record's count of WRITE bytes. */
+/* Our record: each file's chunks (not the preamble's nor the END's, which
+ * the committer writes for the whole), their file's path and their pieces
+ * from the object's index; the END record's count of WRITE bytes. */
 static int build_record(struct wsync_publisher *p, struct publication *pb,
 			struct wsync_error *err)
 {
@@ -367,7 +367,8 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 		uint8_t wb[8];
 		char path[PATH_MAX];
 		uint64_t end;
-		size_t f = 0;
+		size_t f = 0, q = 0, n = 0;	/* file f's piece q, at off */
+		uint64_t off = 0;
 		int fd, r;
 
 		if (!(role ? pb->job.has_anchor : pb->job.has_delta))
@@ -376,31 +377,45 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 			return wsync_error_set(err, -EIO, "no index of the %s",
 					       role ? "anchor" : "delta");
 		po->role = role ? WSYNC_MANIFEST_ROLE_ANCHOR : WSYNC_MANIFEST_ROLE_DELTA;
-		po->chunks = calloc(ix->n_files + 1, sizeof(*po->chunks));
+		po->chunks = calloc(cs->n + 1, sizeof(*po->chunks));
 		if (!po->chunks)
 			return wsync_error_set(err, -ENOMEM, "out of memory");
 		rec->n_objects++;
 		for (size_t k = 0; k < cs->n; k++) {
 			const struct pub_chunk *c = &cs->c[k];
 
+			const struct wsync_manifest_range *fr;
+			size_t q0;
+
 			if (c->offset == 0 || c->offset + c->mc.size == size)
 				continue;	/* the preamble, the END record */
-			if (f >= ix->n_files || ix->files[f].offset != c->offset ||
-			    ix->files[f].length != c->mc.size)
+			if (f < ix->n_files && q == 0)
+				off = ix->files[f].offset;	/* file f's first chunk */
+			fr = f < ix->n_files ? &ix->files[f] : NULL;
+			/* the chunk's pieces: records of file f from off on,
+			 * ending where the chunk ends */
+			for (q0 = q; fr && q < fr->n_pieces && off < c->offset + c->mc.size; q++)
+				off += fr->pieces[q].length;
+			if (!fr || off != c->offset + c->mc.size || q == q0 ||
+			    c->offset != off - c->mc.size)
 				return wsync_error_set(err, -EIO, "chunk %zu of the %s is not "
-						       "one file's records", k,
+						       "records of one file", k,
 						       role ? "anchor" : "delta");
-			po->chunks[f] = (struct wsync_part_chunk){
-				.key = c->mc.key, .size = c->mc.size, .path = ix->files[f].path,
-				.pieces = ix->files[f].pieces, .n_pieces = ix->files[f].n_pieces,
+			po->chunks[n] = (struct wsync_part_chunk){
+				.key = c->mc.key, .size = c->mc.size, .path = fr->path,
+				.pieces = fr->pieces + q0, .n_pieces = q - q0,
 			};
-			memcpy(po->chunks[f].sha256, c->mc.sha256, 32);
-			f++;
+			memcpy(po->chunks[n].sha256, c->mc.sha256, 32);
+			n++;
+			if (q == fr->n_pieces) {	/* the file's last chunk */
+				f++;
+				q = 0;
+			}
 		}
-		if (f != ix->n_files)
+		if (f != ix->n_files || q != 0)
 			return wsync_error_set(err, -EIO, "%zu of %zu files of the %s in chunks",
 					       f, ix->n_files, role ? "anchor" : "delta");
-		po->n_chunks = f;
+		po->n_chunks = n;
 		/* the END record's last 8 bytes: the object's, or (chunk
 		 * files: the object was never written whole) its last chunk's */
 		r = 0;

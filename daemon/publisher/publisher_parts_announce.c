@@ -79,12 +79,14 @@ static struct pub_announce *ann_of(struct wsync_publisher *p, struct publication
 	return a;
 }
 
-/* The path of the FILE record that begins chunk k of the object we coded
- * (in the object at the chunk's offset, or at the start of the chunk's
- * own file when the coder wrote the chunks as files): 0, 1 not a file's
- * chunk (the preamble, the END record), or a negative errno. */
+/* The path of the file whose records chunk k of the object we coded holds:
+ * of the FILE record that begins it (in the object at the chunk's offset,
+ * or at the start of the chunk's own file when the coder wrote the chunks
+ * as files), or, where a file's records go on from chunk k - 1, prev, that
+ * chunk's: 0, 1 not a file's chunk (the preamble, the END record), or a
+ * negative errno. */
 static int chunk_path(const struct publication *pb, const char *object, size_t k,
-		      const struct pub_chunk *c, char **path)
+		      const struct pub_chunk *c, const char *prev, char **path)
 {
 	struct wsync_delta_file f = { 0 };
 	struct wsync_error err = { 0 };
@@ -108,8 +110,13 @@ static int chunk_path(const struct publication *pb, const char *object, size_t k
 	if (fd < 0)
 		return -errno;
 	r = wsync_delta_record_at(fd, off, off + c->mc.size, &type, &len, &err);
-	if (r == 0 && type != WSYNC_DELTA_REC_FILE)
-		r = -EINVAL;
+	if (r == 0 && type != WSYNC_DELTA_REC_FILE) {
+		/* the file's SEGMENT or FILE_END records, cut from its first */
+		r = type != WSYNC_DELTA_REC_SEGMENT && type != WSYNC_DELTA_REC_FILE_END ? -EINVAL :
+		    !prev ? -EINVAL : (*path = strdup(prev)) ? 0 : -ENOMEM;
+		(void)close(fd);
+		return r;
+	}
 	if (r == 0)
 		r = wsync_delta_record_payload(fd, off, len, WSYNC_DELTA_FILE_FIXED_LEN +
 					       WSYNC_DELTA_PATH_MAX, &b, &err);
@@ -167,6 +174,7 @@ static int build_own(struct wsync_publisher *p, struct publication *pb, struct p
 
 			if (k >= a->n_paths[role]) {
 				r = chunk_path(pb, role ? pb->anchor_path : pb->delta_path, k, c,
+					       k ? a->paths[role][k - 1] : NULL,
 					       &a->paths[role][k]);
 				if (r < 0)
 					return r;

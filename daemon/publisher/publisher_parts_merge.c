@@ -3,7 +3,7 @@
  * publisher_parts_merge.c -- part 1's merge (publisher_local.h, BUCKET.md
  * §7): the records of every part of one version become the version's
  * objects -- for each of anchor and delta, a preamble of part 1's own,
- * every part's chunks in path order, and an END record counting them --
+ * every part's chunks in path order, and an END record counting its files --
  * and its files, by path.  A pure function of the records: no I/O, no
  * publisher state, so that it is tested alone (tests/unit/test-publisher.c).
  */
@@ -13,12 +13,24 @@
 
 #include "publisher_local.h"
 
-static int cmp_chunk_ptr(const void *a, const void *b)
-{
-	const struct wsync_part_chunk *x = *(const struct wsync_part_chunk *const *)a;
-	const struct wsync_part_chunk *y = *(const struct wsync_part_chunk *const *)b;
+/* A part's chunk, where it came: sorted by path, and a file's chunks in
+ * the order the part listed them. */
+struct placed {
+	const struct wsync_part_chunk *c;
+	unsigned part;
+	size_t at;
+};
 
-	return strcmp(x->path, y->path);
+static int cmp_placed(const void *a, const void *b)
+{
+	const struct placed *x = a, *y = b;
+	int d = strcmp(x->c->path, y->c->path);
+
+	if (d)
+		return d;
+	if (x->part != y->part)
+		return x->part < y->part ? -1 : 1;
+	return x->at < y->at ? -1 : x->at > y->at;
 }
 
 static int cmp_file(const void *a, const void *b)
@@ -49,6 +61,8 @@ void pub_parts_merge_free(struct pub_merge *m)
 			free(o->index->files);
 		free(o->index);
 		memset(o, 0, sizeof(*o));
+		free(m->pieces[i]);
+		m->pieces[i] = NULL;
 	}
 	m->n_merged = 0;
 	free(m->files);
@@ -64,25 +78,33 @@ static int merge_object(const struct wsync_part_record *recs, unsigned parts,
 			struct wsync_error *err)
 {
 	struct wsync_manifest_object *o = &out->merged[out->n_merged];
-	const struct wsync_part_chunk **all;
+	struct wsync_manifest_piece *pieces;
+	struct placed *all;
 	struct wsync_manifest_index *ix;
 	uint8_t *fr = out->frame[out->n_merged];
-	size_t n = 0, at = 0;
+	size_t n = 0, at = 0, nf = 0, np = 0;
 	uint64_t write_bytes = 0, off;
 	char key[WSYNC_PART_KEY_MAX];
 
-	for (unsigned k = 0; k < parts; k++)
-		n += obj_of(&recs[k], role)->n_chunks;
+	for (unsigned k = 0; k < parts; k++) {
+		const struct wsync_part_object *po = obj_of(&recs[k], role);
+
+		n += po->n_chunks;
+		for (size_t i = 0; i < po->n_chunks; i++)
+			np += po->chunks[i].n_pieces;
+	}
 	if (n + 2 > WSYNC_MANIFEST_CHUNKS_MAX)
-		return wsync_error_set(err, -EFBIG, "%zu files: more than a version of parts "
+		return wsync_error_set(err, -EFBIG, "%zu chunks: more than a version of parts "
 				       "holds (%u)", n, WSYNC_MANIFEST_CHUNKS_MAX - 2);
 	all = malloc((n ? n : 1) * sizeof(*all));
+	pieces = malloc((np ? np : 1) * sizeof(*pieces));
 	o->chunks = calloc(n + 2, sizeof(*o->chunks));
 	ix = calloc(1, sizeof(*ix));
 	if (ix)
 		ix->files = calloc(n ? n : 1, sizeof(*ix->files));
-	if (!all || !o->chunks || !ix || !ix->files) {
+	if (!all || !pieces || !o->chunks || !ix || !ix->files) {
 		free(all);
+		free(pieces);
 		free(o->chunks);
 		o->chunks = NULL;
 		if (ix)
@@ -94,29 +116,35 @@ static int merge_object(const struct wsync_part_record *recs, unsigned parts,
 		const struct wsync_part_object *po = obj_of(&recs[k], role);
 
 		for (size_t i = 0; i < po->n_chunks; i++)
-			all[at++] = &po->chunks[i];
+			all[at++] = (struct placed){ &po->chunks[i], k, i };
 		write_bytes += po->write_bytes;
 	}
-	qsort(all, n, sizeof(*all), cmp_chunk_ptr);
+	qsort(all, n, sizeof(*all), cmp_placed);
 	for (size_t i = 1; i < n; i++)
-		if (strcmp(all[i - 1]->path, all[i]->path) == 0) {
+		if (all[i - 1].part != all[i].part &&
+		    strcmp(all[i - 1].c->path, all[i].c->path) == 0) {
 			int r = wsync_error_set(err, -EINVAL, "%s is in the files of two parts "
-						"(their part_files overlap)", all[i]->path);
+						"(their part_files overlap)", all[i].c->path);
 
 			free(all);
+			free(pieces);
 			free(ix->files);
 			free(ix);
 			free(o->chunks);
 			o->chunks = NULL;
 			return r;
 		}
+	/* a file whose records went in several chunks is one file */
+	for (size_t i = 0; i < n; i++)
+		nf += !i || strcmp(all[i - 1].c->path, all[i].c->path) != 0;
+	out->pieces[out->n_merged] = pieces;
 	out->n_merged++;
 	o->role = role;
 	o->hashless = true;
 	o->index = ix;
 	o->n_chunks = n + 2;
 	wsync_delta_preamble(fr);
-	wsync_delta_end_record(fr + WSYNC_DELTA_PREAMBLE_LEN, n, write_bytes);
+	wsync_delta_end_record(fr + WSYNC_DELTA_PREAMBLE_LEN, nf, write_bytes);
 	o->chunks[0].key = strdup(wsync_part_chunk_key(version, 0, flight, role, 1, key));
 	o->chunks[0].size = WSYNC_DELTA_PREAMBLE_LEN;
 	(void)wsync_sha256_mem(fr, WSYNC_DELTA_PREAMBLE_LEN, o->chunks[0].sha256);
@@ -127,16 +155,27 @@ static int merge_object(const struct wsync_part_record *recs, unsigned parts,
 	ix->head.length = WSYNC_DELTA_PREAMBLE_LEN;
 	memcpy(ix->head.sha256, o->chunks[0].sha256, 32);
 	off = WSYNC_DELTA_PREAMBLE_LEN;
+	np = 0;
 	for (size_t i = 0; i < n; i++) {
-		o->chunks[i + 1] = (struct wsync_manifest_chunk){ .key = all[i]->key,
-								  .size = all[i]->size };
-		memcpy(o->chunks[i + 1].sha256, all[i]->sha256, 32);
-		ix->files[i] = (struct wsync_manifest_range){
-			.path = all[i]->path, .offset = off, .length = all[i]->size,
-			.pieces = all[i]->pieces, .n_pieces = all[i]->n_pieces };
-		off += all[i]->size;
+		const struct wsync_part_chunk *c = all[i].c;
+		struct wsync_manifest_range *f = &ix->files[ix->n_files];
+
+		o->chunks[i + 1] = (struct wsync_manifest_chunk){ .key = c->key,
+								  .size = c->size };
+		memcpy(o->chunks[i + 1].sha256, c->sha256, 32);
+		if (!i || strcmp(all[i - 1].c->path, c->path) != 0) {
+			*f = (struct wsync_manifest_range){ .path = c->path, .offset = off,
+							    .pieces = pieces + np };
+			ix->n_files++;
+		} else {
+			f = &ix->files[ix->n_files - 1];	/* its records go on */
+		}
+		memcpy(pieces + np, c->pieces, c->n_pieces * sizeof(*pieces));
+		np += c->n_pieces;
+		f->n_pieces += c->n_pieces;
+		f->length += c->size;
+		off += c->size;
 	}
-	ix->n_files = n;
 	o->ref.key = (char *)obj_key;
 	o->ref.size = off + WSYNC_DELTA_END_RECORD_LEN;
 	free(all);

@@ -461,7 +461,8 @@ static int show_part(struct bucket *b, const char *name, const struct wsync_buf 
 	if (b->json) {
 		json_t *files = json_array(), *objects = json_array();
 		json_t *o = json_pack("{s:s, s:s, s:I, s:i, s:i, s:I, s:I, s:s, s:s?, s:o}",
-				      "key", name, "what", "part record", "version",
+				      "key", name, "what", p.announce ? "part announcement" :
+				      "part record", "version",
 				      (json_int_t)p.version, "part", (int)p.part, "parts",
 				      (int)p.parts, "step", (json_int_t)p.step, "base_version",
 				      (json_int_t)p.base_version, "created",
@@ -480,9 +481,11 @@ static int show_part(struct bucket *b, const char *name, const struct wsync_buf 
 		print_json(o);
 		json_decref(o);
 	} else {
-		printf("%s: publisher part %u of %u's record of its share of version %" PRIu64
+		printf("%s: publisher part %u of %u's %s of its share of version %" PRIu64
 		       " (step %" PRId64 ", from %s), written %s, %s\n", name, p.part, p.parts,
-		       p.version, p.step, p.source ? p.source : "?",
+		       p.announce == WSYNC_PART_ANNOUNCE_SOME ? "announcement (some chunks up)" :
+		       p.announce == WSYNC_PART_ANNOUNCE_ALL ? "announcement (every chunk up)" :
+		       "record", p.version, p.step, p.source ? p.source : "?",
 		       when(p.created, t, sizeof(t)), signed_by(&p.signature, s, sizeof(s)));
 		if (p.base_version)
 			printf("  base: version %" PRIu64 "\n", p.base_version);

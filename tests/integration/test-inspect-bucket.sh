@@ -124,6 +124,8 @@ put_ckpt "$TMP/src/checkpoint-1" "$TMP/pw/checkpoint-1"
 if wait_for 60 test -f "$P/parts/000000000001/2.json"; then
 	expect_exit 0 "a part record: exit 0" "$WSYNC" inspect "$P/parts/000000000001/2.json"
 	contains "... says whose share of which version" "$OUT" "publisher part 2 of 2's record of its share of version 1 (step 1"
+	expect_exit 0 "its announcement: exit 0" "$WSYNC" inspect "$P/parts/000000000001/2.next.json"
+	contains "... says it is one, all chunks up" "$OUT" "publisher part 2 of 2's announcement (every chunk up) of its share of version 1"
 	expect_exit 0 "a part record --json" "$WSYNC" inspect --json "$P/parts/000000000001/2.json"
 	check "... with its files" "$PYTHON3" -c '
 import json, sys
@@ -144,6 +146,7 @@ if wait_head "$P" 1 60; then
 		expect_exit 0 "parts: inspect $k: exit 0" "$WSYNC" inspect "$P/$k"
 		case $k in
 		parts/*/[0-9].json) want="of 2's record of its share of version 1" ;;
+		parts/*/[0-9].next.json) want="of 2's announcement (every chunk up) of its share of version 1" ;;
 		parts/*) want="records publisher part" ;;
 		writers/*) want="the writer lease of publisher part" ;;
 		manifests/*) want="made by 2 publisher parts" ;;

@@ -1876,6 +1876,57 @@ static void test_merge_three(void)
 	pub_parts_merge_free(&m);
 }
 
+/* A file whose records a part cut into two chunks: both listed in the
+ * part's order, one file of the index over both, counted once by END. */
+static void test_merge_file_in_chunks(void)
+{
+	static const char *const p1[] = { "a.json", "c.safetensors", "c.safetensors" };
+	static const char *const p2[] = { "b.safetensors", "d.safetensors" };
+	static const char *const files[] = { "a.json", "b.safetensors", "c.safetensors",
+					     "d.safetensors" };
+	struct hand_rec h[2];
+	struct pub_merge m;
+	struct wsync_error err = { 0 };
+	const struct wsync_manifest_object *o;
+	const struct wsync_manifest_range *c;
+	uint8_t frame[WSYNC_DELTA_END_RECORD_LEN];
+
+	hand_rec(&h[0], 5, 1, 2, 1, p1, 3);
+	h[0].r.n_files = 2;	/* its files: a.json and c.safetensors */
+	hand_rec(&h[1], 5, 2, 2, 1, p2, 2);
+	CHECK(merge_hand(h, 2, 5, &m, &err) == 0);
+	CHECK_EQ_U64(m.n_merged, 1);
+	o = &m.merged[0];
+	CHECK_EQ_U64(o->n_chunks, 5 + 2);
+	/* c's two chunks in the part's order: keys 00003 then 00004 */
+	CHECK_STR(o->chunks[3].key, h[0].chunks[0][1].key);
+	CHECK_STR(o->chunks[4].key, h[0].chunks[0][2].key);
+	CHECK_STR(o->chunks[2].key, h[1].chunks[0][0].key);
+	CHECK(o->index && o->index->n_files == 4);
+	if (!o->index || o->index->n_files != 4) {
+		pub_parts_merge_free(&m);
+		return;
+	}
+	for (size_t i = 0; i < 4; i++)
+		CHECK_STR(o->index->files[i].path, files[i]);
+	c = &o->index->files[2];
+	CHECK_STR(c->path, "c.safetensors");
+	CHECK_EQ_U64(c->offset, WSYNC_DELTA_PREAMBLE_LEN + h[0].chunks[0][0].size +
+				h[1].chunks[0][0].size);
+	CHECK_EQ_U64(c->length, h[0].chunks[0][1].size + h[0].chunks[0][2].size);
+	CHECK_EQ_U64(c->n_pieces, 2);
+	CHECK_EQ_U64(c->pieces[0].length, h[0].chunks[0][1].size);
+	CHECK_EQ_U64(c->pieces[1].length, h[0].chunks[0][2].size);
+	CHECK_STR(o->index->files[3].path, "d.safetensors");
+	CHECK_EQ_U64(o->index->files[3].offset, c->offset + c->length);
+	/* the END record counts 4 files */
+	wsync_delta_end_record(frame, 4, h[0].r.objects[0].write_bytes +
+					 h[1].r.objects[0].write_bytes);
+	CHECK(memcmp(m.frame[0] + WSYNC_DELTA_PREAMBLE_LEN, frame, sizeof(frame)) == 0);
+	CHECK_EQ_U64(m.n_files, 4);
+	pub_parts_merge_free(&m);
+}
+
 static void test_merge_refused(void)
 {
 	static const char *const p1[] = { "config.json", "x.safetensors" };
@@ -2122,6 +2173,7 @@ int main(int argc, char **argv)
 	TEST(test_select);
 	TEST(test_merge_two);
 	TEST(test_merge_three);
+	TEST(test_merge_file_in_chunks);
 	TEST(test_merge_refused);
 	TEST(test_parts_check_keys);
 	TEST(test_parts_check_share);
