@@ -369,7 +369,7 @@ run_backend() { # run_backend BACKEND PARAMS
 		echo "bench-scale.sh: $b: $WORK has $((avail / 1000000000)) GB free; a run of $((ckb / 1000000000)) GB checkpoints needs about $((need / 1000000000)) GB ($((7 + apart))x)" >&2
 		return 1
 	fi
-	subfs_setup $((ckb * (3 + apart) + (1 << 30)))
+	subfs_setup $((ckb * (5 + apart) + (1 << 30)))
 	local sd=$WORK/subfs/$b
 	rm -rf "$sd"
 	mkdir -p "$sd"
