@@ -514,6 +514,15 @@ struct worker {
 	struct pool *p;
 	struct wsync_segment_scratch sc;
 	struct wsync_buf pt, pb;	/* a piece's target and base bytes */
+	/* Coding ahead of its file's hashing turn, the pieces read, kept
+	 * for the turn instead of read again: hold_res bytes of the pool's
+	 * budget, reserved once and kept while the pool lives (the worker
+	 * needs them segment after segment), hold_room of them usable for
+	 * the segment in hand (0: hold nothing), the first held pieces of
+	 * it in hold. */
+	struct wsync_buf hold;
+	uint64_t hold_res, hold_room;
+	size_t held;
 	struct wsync_buf out;		/* the encoder's output, reused */
 	struct wsync_piece_in *in;	/* the pieces, kept until hashed */
 	size_t in_cap;
@@ -697,22 +706,56 @@ struct stream_call {
 	struct worker *w;
 	bool hash;			/* hash each piece once coded */
 	bool catch_up;			/* take the turn when it comes midway */
+	bool hold;			/* keep pieces in w->hold while they fit */
+	uint64_t used;			/* of w->hold_room */
 };
 
-/* Read piece i into the worker's piece buffers, just before it is coded. */
+/* Read piece i just before it is coded: into the worker's hold while it
+ * keeps what it reads ahead of the turn and it fits (the pieces held are
+ * the segment's first: hashing goes in order), else into its two piece
+ * buffers. */
 static int stream_fill(void *arg, size_t i, struct wsync_error *err)
 {
 	struct stream_call *c = arg;
-	struct wsync_piece_in *in = &c->w->in[i];
-	int r = read_at(&c->it->n, c->w->pt.data, in->len,
-			c->it->plan.pieces[c->it->plan.segs[c->k].first + i].toff, err);
+	struct worker *w = c->w;
+	struct wsync_piece_in *in = &w->in[i];
+	bool based = in->method != WSYNC_PIECE_ZSTD;
+	uint64_t need = based ? 2 * in->len : in->len;
+	uint8_t *t = w->pt.data, *b = w->pb.data;
+	int r;
 
-	in->target = c->w->pt.data;
-	if (r == 0 && in->method != WSYNC_PIECE_ZSTD) {
-		r = read_at(&c->it->o, c->w->pb.data, in->len, in->base_offset, err);
-		in->base = c->w->pb.data;
+	if (c->hold && w->held == i && need <= w->hold_room - c->used) {
+		t = w->hold.data + c->used;
+		b = t + in->len;
+		c->used += need;
+		w->held++;
+	} else {
+		c->hold = false;
+	}
+	r = read_at(&c->it->n, t, in->len,
+		    c->it->plan.pieces[c->it->plan.segs[c->k].first + i].toff, err);
+	in->target = t;
+	if (r == 0 && based) {
+		r = read_at(&c->it->o, b, in->len, in->base_offset, err);
+		in->base = b;
 	}
 	return r;
+}
+
+/* Hash piece i of the segment w holds the turn of now: where it lies
+ * when w held it, else read again (the page cache holds it). */
+static void hash_again(struct stream_call *c, size_t i)
+{
+	struct item *it = c->it;
+
+	if (i >= c->w->held) {
+		it->hash_r = stream_fill(c, i, &it->hash_err);
+		if (it->hash_r < 0) {
+			it->hash_failed = true;
+			return;
+		}
+	}
+	hash_piece(it, c->k, i, c->w);
 }
 
 /* Has the file's hashing turn come to segment c->k (everything before it
@@ -730,10 +773,11 @@ static bool turn_came(const struct stream_call *c)
 
 /*
  * The turn came while segment c->k was being coded, after its piece i:
- * hash pieces 0..i, read again (the page cache holds them; piece i last,
- * so the buffers hold it again as the encoder left them), and the rest
- * as they are coded -- the segment is then not read a third time when
- * the coding ends (hash_turn), only its first pieces a second.
+ * hash pieces 0..i, from the hold or read again (the page cache holds
+ * them; piece i last, so the buffers hold it again as the encoder left
+ * them), and the rest as they are coded (held no more) -- the segment is
+ * then not read a third time when the coding ends (hash_turn), and only
+ * the pieces the hold had no room for a second.
  */
 static void catch_up(struct stream_call *c, size_t i)
 {
@@ -741,13 +785,9 @@ static void catch_up(struct stream_call *c, size_t i)
 
 	c->catch_up = false;
 	c->hash = true;
-	for (size_t j = 0; j <= i && !it->hash_failed; j++) {
-		it->hash_r = stream_fill(c, j, &it->hash_err);
-		if (it->hash_r < 0)
-			it->hash_failed = true;
-		else
-			hash_piece(it, c->k, j, c->w);
-	}
+	c->hold = false;
+	for (size_t j = 0; j <= i && !it->hash_failed; j++)
+		hash_again(c, j);
 }
 
 /* Piece i is coded: hash it while its bytes are still in the cache. */
@@ -764,10 +804,9 @@ static void stream_done(void *arg, size_t i)
 }
 
 /*
- * Hash segment k, coded ahead of its turn, now that the turn has come: its
- * pieces are read again, a piece at a time (the page cache holds them;
- * keeping a whole segment instead cost 64 MiB of fresh memory per worker),
- * or, mapped, hashed where they lie.  A failed segment, or one after it,
+ * Hash segment k, coded ahead of its turn, now that the turn has come: the
+ * pieces the worker held, where they lie; the rest read again, a piece at
+ * a time (the page cache holds them); or, mapped, where they lie.  A failed segment, or one after it,
  * ends the file's hashing (the writer stops at the failure first); a file
  * cut short meanwhile fails the item (hash_r: the writer may be writing
  * the segment meanwhile).
@@ -776,7 +815,7 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
 {
 	struct seg_out *so = &it->segs[k];
 	struct guarded_call g = { it, k, w, so };
-	struct stream_call c = { it, k, w, true, false };
+	struct stream_call c = { .it = it, .k = k, .w = w, .hash = true };
 
 	if (so->r < 0)
 		it->hash_failed = true;
@@ -786,13 +825,8 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
 		it->hash_r = shrank(it, &it->hash_err);
 	}
 	for (size_t i = 0; it->th && !it->hash_failed && !it->tmap &&
-			   i < it->plan.segs[k].n; i++) {
-		it->hash_r = stream_fill(&c, i, &it->hash_err);
-		if (it->hash_r < 0)
-			it->hash_failed = true;
-		else
-			hash_piece(it, k, i, w);
-	}
+			   i < it->plan.segs[k].n; i++)
+		hash_again(&c, i);
 	drop_seg(it, k, w);
 }
 
@@ -802,18 +836,20 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
  * worker holds the file's hashing turn from the segment's start: its own
  * file, or coding alone), hashed just after, so the bytes go through the
  * cache once and a worker touches two pieces of memory, not two
- * segments.  Without, the turn is taken when it comes midway (catch_up);
- * *hash then says whether it came: if not, hash_turn reads the segment
- * again once it does.
+ * segments.  Without, the pieces go to w's hold while it has room
+ * (w->hold_room), and the turn is taken when it comes midway (catch_up);
+ * *hash then says whether it came: if not, hash_turn hashes the segment
+ * once it does, reading again only what the hold had no room for.
  */
 static int stream_segment(struct item *it, size_t k, struct worker *w,
 			  struct seg_out *so, bool *hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
-	struct stream_call c = { it, k, w, *hash, !*hash };
+	struct stream_call c = { it, k, w, *hash, !*hash, !*hash && w->hold_room, 0 };
 	struct wsync_segment_opts opts = w->p->sopts;
 	int r = 0;
 
+	w->held = 0;
 	if (wsync_buf_scratch(&w->pt, PIECE_MAX) < 0 ||
 	    wsync_buf_scratch(&w->pb, PIECE_MAX) < 0)
 		r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
@@ -965,11 +1001,44 @@ static struct item *pick(struct pool *p)
 	return best;
 }
 
+/* The bytes segment k of it reads, target and base: what holding all
+ * of it takes. */
+static uint64_t seg_reads(const struct item *it, size_t k)
+{
+	const struct plan_seg *s = &it->plan.segs[k];
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
+
+		n += pp->method == WSYNC_PIECE_ZSTD ? pp->len : 2 * pp->len;
+	}
+	return n;
+}
+
+/*
+ * The hold of a worker about to code segment k of it ahead of the file's
+ * hashing turn (under the mutex): room for the whole segment's reads when
+ * the budget has it (the reservation grows to that and is kept), else
+ * what is reserved already.  A segment coded ahead is otherwise read
+ * twice: with two workers on one file, every other one.
+ */
+static void hold_reserve(struct pool *p, struct item *it, size_t k, struct worker *w)
+{
+	uint64_t want = seg_reads(it, k);
+
+	if (want > w->hold_res && p->pending + (want - w->hold_res) <= p->budget) {
+		p->pending += want - w->hold_res;
+		w->hold_res = want;
+	}
+	w->hold_room = want < w->hold_res ? want : w->hold_res;
+}
+
 /*
  * Take segment next of it (under the mutex), code it, and hash it: as it
  * codes, when it holds the file's hashing turn from the start (a file of
  * one's own); when the turn comes otherwise, behind the worker on the
- * segment before it.  Returns with the mutex held.
+ * segment before it, from what it held.  Returns with the mutex held.
  */
 static void work_on(struct pool *p, struct item *it, struct worker *w)
 {
@@ -978,6 +1047,9 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	bool stream = it->hashed == k && !it->tmap;	/* hashed as coded */
 	unsigned ratio;
 
+	w->hold_room = 0;
+	if (!stream && !it->tmap && it->th)
+		hold_reserve(p, it, k, w);
 	so->reserved = expected_out(it);
 	p->pending += so->reserved;
 	it->next++;
@@ -989,6 +1061,8 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	pthread_mutex_unlock(&p->mu);
 	if (!w->out.cap && so->reserved >= (1u << 20) && so->reserved <= SPARE_MAX)
 		(void)wsync_buf_scratch(&w->out, so->reserved);	/* else it grows */
+	if (w->hold_room > w->hold.cap && wsync_buf_scratch(&w->hold, w->hold_res) < 0)
+		w->hold_room = 0;	/* read again when the turn comes */
 	code_segment(it, k, w, true, &stream);
 	pthread_mutex_lock(&p->mu);
 	so->coded = true;
@@ -1624,6 +1698,7 @@ static void pool_free(struct pool *p)
 		wsync_segment_scratch_free(&w->sc);
 		wsync_buf_free(&w->pt);
 		wsync_buf_free(&w->pb);
+		wsync_buf_free(&w->hold);
 		wsync_buf_free(&w->out);
 		free(w->in);
 	}
