@@ -104,6 +104,34 @@ contains "the anchor lists a file the delta keeps" "$out" "same-big.bin"
 contains "the anchor lists an empty file" "$out" "empty"
 expect_exit 0 "the anchor names no deleted file" sh -c "! printf '%s' \"\$1\" | grep -q gone.bin" sh "$out"
 
+# ---- a publisher's version that is a delta and an anchor ----
+# (anchor_every = 1: every version after the first is both)
+B=$TMP/bucket
+write_ini pub.ini publisher "$TMP/pub" "url = file://$B" "[publisher]" \
+	"watch_dir = $TMP/watch" "anchor_every = 1"
+mkdir -p watch
+conf sub "$B"
+expect_exit 0 "version 1 published" "$WSYNC" publish --config pub.ini "$OLD"
+expect_exit 0 "a subscriber pulls version 1" "$WSYNC" pull --config "$DAEMONS/sub.ini"
+r=$(rchar "$WSYNC" publish --config pub.ini "$NEW")
+within "version 2, a delta and an anchor, reads old + new once, and the kept files again" \
+	"$r" $((old_b + new_b + kept))
+check "... its delta is in the bucket" test -e "$B/deltas/000000000002.wsd"
+check "... and its anchor" sh -c 'ls "$1"/anchors/000000000002*.wsa >/dev/null' sh "$B"
+expect_exit 0 "the subscriber at version 1 pulls version 2" \
+	"$WSYNC" pull --config "$DAEMONS/sub.ini"
+# (the trainer's own state is not published: [publisher] exclude)
+same_weights() {
+	diff -r -x .wsync -x 'optimizer*' -x scheduler.pt -x 'rng_state*' \
+		-x training_args.bin "$1" "$NEW"
+}
+check "... and holds NEW" same_weights "$DAEMONS/sub/target"
+conf fresh "$B"
+rm -f "$B"/anchors/000000000001*	# version 2's anchor the only way in
+expect_exit 0 "a subscriber with nothing pulls version 2 (from its anchor)" \
+	"$WSYNC" pull --config "$DAEMONS/fresh.ini"
+check "... and holds NEW" same_weights "$DAEMONS/fresh/target"
+
 # The summary names both.
 expect_exit 0 "the summary gives the anchor's figures" \
 	"$WSYNC" diff "$OLD" "$NEW" -o s.wsd --anchor s.wsa --json
