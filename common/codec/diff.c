@@ -559,8 +559,11 @@ struct worker {
  * workers share the head, as segments of one file.  The expectation is
  * the largest ratio of output to input among the file's coded segments;
  * before the first, 1/10 for a tensor file with a base, 1 for the rest
- * -- a segment coding to more than expected exceeds the budget by the
- * difference until it is written.
+ * (and 1 more with the anchor's coded apart beside) -- a segment coding
+ * to more than expected exceeds the budget by the difference until it is
+ * written.  The budget also lends each worker its hold (hold_reserve),
+ * for as long as the pool lives: what it reads coding ahead of its
+ * file's hashing turn, kept for the turn rather than read again.
  */
 struct pool {
 	pthread_mutex_t mu;
@@ -568,7 +571,7 @@ struct pool {
 	struct item **q;		/* [head, tail) in delta order */
 	size_t head, tail, cap;
 	uint64_t pending, budget;	/* output held and reserved, and
-					 * how much may be */
+					 * the holds; how much may be */
 	bool stop;
 	struct wsync_segment_opts sopts;
 	struct worker *w;

@@ -38,16 +38,17 @@
  * both files are read with pread a piece (2 MiB at most) at a time into
  * each worker's two reused buffers, and each piece is hashed as soon as
  * it is coded -- by a worker that codes ahead of its file's hashing turn,
- * kept until the turn comes in a hold the output budget lends it, or
- * read again where the budget has no room -- (or, with WSYNC_MMAP=1, mapped and
- * read in place, the pages of a segment dropped from the mapping once it
- * is coded and hashed); one segment per worker is in flight, and output
- * coded ahead of the writer is held only while it fits in what
- * memory_limit leaves beside the workers (see diff.c, struct pool);
- * fewer threads when memory_limit does not hold that many.  Measured:
- * 16 MiB peak RSS at one thread and ~60 MiB at two on a 500 MB sparse
- * step, ~180 MiB at two on incompressible data (output as large as the
- * input).
+ * when the turn comes, from a hold the output budget lends it (up to a
+ * segment's target and base bytes; what does not fit is read again) --
+ * (or, with WSYNC_MMAP=1, mapped and read in place, the pages of a
+ * segment dropped from the mapping once it is coded and hashed); one
+ * segment per worker is in flight, and output coded ahead of the writer
+ * is held only while it fits in what memory_limit leaves beside the
+ * workers and their holds (see diff.c, struct pool); fewer threads when
+ * memory_limit does not hold that many.  Measured at two threads: ~25
+ * MiB peak RSS on a sparse 1 GB step in 8 shards, ~140 MiB on one
+ * 1 GB file (two workers share it: the holds), 100-190 MiB for an
+ * anchor (output about as large as the input).
  *
  * Files are read while they may be changing (a trainer still writing): a
  * file whose size changes between opening and the end of its coding is an

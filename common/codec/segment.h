@@ -18,8 +18,8 @@
  *  3. Within a file, segments are taken in order, and the file's hash is
  *     taken in file order: the worker holding the file's hashing turn
  *     hashes as it codes or decodes; one that went ahead keeps what it
- *     made (apply, while it fits) or reads it again, and hashes it when
- *     its turn comes.
+ *     made (apply) or read (diff) while its memory budget has room, reads
+ *     again what did not fit, and hashes it when its turn comes.
  * What each side adds is its own: diff bounds the coded output waiting
  * for the writer (diff.c, struct pool), apply opens files in delta order,
  * about one per worker at a time, and finishes a file in the worker that
