@@ -857,10 +857,10 @@ static void stream_done(void *arg, size_t i)
 /*
  * Hash segment k, coded ahead of its turn, now that the turn has come: the
  * pieces the worker held, where they lie; the rest read again, a piece at
- * a time (the page cache holds them); or, mapped, where they lie.  A failed segment, or one after it,
- * ends the file's hashing (the writer stops at the failure first); a file
- * cut short meanwhile fails the item (hash_r: the writer may be writing
- * the segment meanwhile).
+ * a time (the page cache holds them); or, mapped, where they lie.  A
+ * failed segment, or one after it, ends the file's hashing (the writer
+ * stops at the failure first); a file cut short meanwhile fails the item
+ * (hash_r: the writer may be writing the segment meanwhile).
  */
 static void hash_turn(struct item *it, size_t k, struct worker *w)
 {
@@ -896,7 +896,8 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 			  struct seg_out *so, bool *hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
-	struct stream_call c = { it, k, w, *hash, !*hash, !*hash && w->hold_room, 0 };
+	struct stream_call c = { .it = it, .k = k, .w = w, .hash = *hash, .catch_up = !*hash,
+				 .hold = !*hash && w->hold_room };
 	struct wsync_segment_opts opts = w->p->sopts;
 	int r = 0;
 
