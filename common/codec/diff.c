@@ -1939,10 +1939,11 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 				SPARE_MAX;
 		uint64_t per;
 
-		/* with an anchor, its encoder's staging too (ZSTD pieces
-		 * only: a zstd context and the piece table) */
+		/* with an anchor, its encoder too: ZSTD pieces only, so no
+		 * staging but a zstd context (its window and tables for a
+		 * piece, ~3 MiB at level 1) and the piece table */
 		if (d.anchor)
-			held += d.seg_max / 4;
+			held += 4u << 20;
 		per = held + (mapped ? d.seg_max / 4 : d.seg_max);
 		uint64_t fit = mem > WSYNC_MEMORY_FIXED + per
 				       ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
