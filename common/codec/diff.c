@@ -525,10 +525,9 @@ struct worker {
 	struct wsync_buf pt, pb;	/* a piece's target and base bytes */
 	/* Coding ahead of its file's hashing turn, the pieces read, kept
 	 * for the turn instead of read again: hold_res bytes of the pool's
-	 * budget, reserved once and kept while the pool lives (the worker
-	 * needs them segment after segment), hold_room of them usable for
-	 * the segment in hand (0: hold nothing), the first held pieces of
-	 * it in hold. */
+	 * budget, kept from segment to segment (see struct pool),
+	 * hold_room of them usable for the segment in hand (0: hold
+	 * nothing), the first held pieces of it in hold. */
 	struct wsync_buf hold;
 	uint64_t hold_res, hold_room;
 	size_t held;
@@ -561,9 +560,11 @@ struct worker {
  * before the first, 1/10 for a tensor file with a base, 1 for the rest
  * (and 1 more with the anchor's coded apart beside) -- a segment coding
  * to more than expected exceeds the budget by the difference until it is
- * written.  The budget also lends each worker its hold (hold_reserve),
- * for as long as the pool lives: what it reads coding ahead of its
- * file's hashing turn, kept for the turn rather than read again.
+ * written.  The budget also lends each worker its hold (hold_reserve):
+ * what it reads coding ahead of its file's hashing turn, kept for the
+ * turn rather than read again; kept from segment to segment (fresh
+ * memory is dear), given back by an idle worker when the budget has no
+ * room for the work waiting (worker_main).
  */
 struct pool {
 	pthread_mutex_t mu;
@@ -1165,6 +1166,15 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	pthread_cond_broadcast(&p->cv);
 }
 
+/* Is a segment waiting to be taken (under the mutex)? */
+static bool work_waiting(const struct pool *p)
+{
+	for (size_t i = p->head; i < p->tail; i++)
+		if (has_work(p->q[i % p->cap]))
+			return true;
+	return false;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -1174,8 +1184,21 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct item *it = NULL;
 
-		while (!p->stop && !(it = pick(p)))
+		while (!p->stop && !(it = pick(p))) {
+			if (w->hold_res && work_waiting(p)) {
+				/* the budget has no room for the work waiting:
+				 * this idle worker's hold goes back to it (a
+				 * hold lent while the output was small must not
+				 * keep the workers from sharing a file whose
+				 * output is large) */
+				p->pending -= w->hold_res;
+				w->hold_res = 0;
+				wsync_buf_free(&w->hold);
+				pthread_cond_broadcast(&p->cv);
+				continue;
+			}
 			pthread_cond_wait(&p->cv, &p->mu);
+		}
 		if (p->stop)
 			break;
 		work_on(p, it, w);
