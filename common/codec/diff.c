@@ -552,7 +552,8 @@ struct worker {
  * is taken while its expected output fits, or whenever none of the
  * head's is held or being coded, so that it always moves on (the writer
  * drains its output).  A segment of a later file is taken only while,
- * beside its own, every worker could still take one of the head's: a
+ * beside its own, every worker could still take one of the head's (and
+ * hold what it reads ahead of the head's hashing turn): a
  * sparse step's segments code to ~0.2 MiB, so each worker gets a file of
  * its own; a new or incompressible file's to about their size, so the
  * workers share the head, as segments of one file.  The expectation is
@@ -1050,11 +1051,36 @@ static uint64_t expected_out(const struct item *it)
 	return it->plan.segs[it->next].len / 1000 * it->ratio;
 }
 
+/* The bytes segment k of it reads, target and base: what holding all
+ * of it takes. */
+static uint64_t seg_reads(const struct item *it, size_t k)
+{
+	const struct plan_seg *s = &it->plan.segs[k];
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
+
+		n += pp->method == WSYNC_PIECE_ZSTD ? pp->len : 2 * pp->len;
+	}
+	return n;
+}
+
 /* The item a worker takes a segment of next (under the mutex), or NULL. */
 static struct item *pick(struct pool *p)
 {
 	struct item *best = NULL, *head = p->head < p->tail ? p->q[p->head % p->cap] : NULL;
 	uint64_t room = head && has_work(head) ? p->n_workers * expected_out(head) : 0;
+
+	/* ... and the hold a worker joining the head would need, beyond
+	 * the largest one lent already */
+	if (head && has_work(head) && head->th && !head->tmap) {
+		uint64_t need = seg_reads(head, head->next), have = 0;
+
+		for (unsigned i = 0; i < p->n_workers; i++)
+			have = p->w[i].hold_res > have ? p->w[i].hold_res : have;
+		room += need > have ? need - have : 0;
+	}
 
 	for (size_t i = p->head; i < p->tail; i++) {
 		struct item *it = p->q[i % p->cap];
@@ -1073,21 +1099,6 @@ static struct item *pick(struct pool *p)
 			best = it;
 	}
 	return best;
-}
-
-/* The bytes segment k of it reads, target and base: what holding all
- * of it takes. */
-static uint64_t seg_reads(const struct item *it, size_t k)
-{
-	const struct plan_seg *s = &it->plan.segs[k];
-	uint64_t n = 0;
-
-	for (size_t i = 0; i < s->n; i++) {
-		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
-
-		n += pp->method == WSYNC_PIECE_ZSTD ? pp->len : 2 * pp->len;
-	}
-	return n;
 }
 
 /*
