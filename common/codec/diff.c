@@ -1177,13 +1177,21 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	pthread_cond_broadcast(&p->cv);
 }
 
-/* Is a segment waiting to be taken (under the mutex)? */
-static bool work_waiting(const struct pool *p)
+/* Does a segment wait to be taken while no output waits for the writer
+ * (under the mutex)?  Then the budget will not drain by itself: what
+ * fills it is reserved by segments being coded, and lent to holds. */
+static bool work_stuck(const struct pool *p)
 {
-	for (size_t i = p->head; i < p->tail; i++)
-		if (has_work(p->q[i % p->cap]))
-			return true;
-	return false;
+	bool work = false;
+
+	for (size_t i = p->head; i < p->tail; i++) {
+		const struct item *it = p->q[i % p->cap];
+
+		if (it->held)
+			return false;
+		work = work || has_work(it);
+	}
+	return work;
 }
 
 static void *worker_main(void *arg)
@@ -1196,12 +1204,12 @@ static void *worker_main(void *arg)
 		struct item *it = NULL;
 
 		while (!p->stop && !(it = pick(p))) {
-			if (w->hold_res && work_waiting(p)) {
-				/* the budget has no room for the work waiting:
-				 * this idle worker's hold goes back to it (a
-				 * hold lent while the output was small must not
-				 * keep the workers from sharing a file whose
-				 * output is large) */
+			if (w->hold_res && work_stuck(p)) {
+				/* the budget has no room for the work waiting,
+				 * and the writer frees none: this idle worker's
+				 * hold goes back to it (a hold lent while the
+				 * output was small must not keep the workers
+				 * from sharing a file whose output is large) */
 				p->pending -= w->hold_res;
 				w->hold_res = 0;
 				wsync_buf_free(&w->hold);
