@@ -565,7 +565,8 @@ struct worker {
  * what it reads coding ahead of its file's hashing turn, kept for the
  * turn rather than read again; kept from segment to segment (fresh
  * memory is dear), given back by an idle worker when the budget has no
- * room for the work waiting (worker_main).
+ * room for the work waiting and no output waits for the writer to free
+ * some (worker_main).
  */
 struct pool {
 	pthread_mutex_t mu;
