@@ -466,7 +466,8 @@ static int plan_tensors(struct plan *p, const struct wsync_st_header *oh,
 /* One segment of a file being coded: its output, until written. */
 struct seg_out {
 	struct wsync_buf out;
-	struct wsync_segment_stats st;
+	struct wsync_buf aout;		/* the anchor's, coded apart (item.apart) */
+	struct wsync_segment_stats st, ast;
 	struct wsync_error err;
 	int r;
 	bool coded;			/* out (or the failure) is ready */
@@ -485,6 +486,14 @@ struct seg_out {
 struct item {
 	struct wsync_delta_file f;	/* its record (path owned) */
 	bool coded_file;		/* a WRITE to code; else f is all */
+	bool delta_segs;		/* the delta takes the segments coded;
+					 * else f (KEEP) is all of it there, and
+					 * they are the anchor's alone */
+	/* With an anchor (opts->anchor): every file of NEW is in it too, as
+	 * af (its path f's), its segments those coded -- or with apart,
+	 * ZSTD ones coded beside them from the same reads (aout). */
+	bool in_anchor, apart;
+	struct wsync_delta_file af;
 	struct src o, n;		/* o.fd < 0: a new file */
 	bool has_base;
 	struct plan plan;
@@ -514,9 +523,22 @@ struct worker {
 	struct pool *p;
 	struct wsync_segment_scratch sc;
 	struct wsync_buf pt, pb;	/* a piece's target and base bytes */
+	/* Coding ahead of its file's hashing turn, the pieces read, kept
+	 * for the turn instead of read again: hold_res bytes of the pool's
+	 * budget, kept from segment to segment (see struct pool),
+	 * hold_room of them usable for the segment in hand (0: hold
+	 * nothing), the first held pieces of it in hold. */
+	struct wsync_buf hold;
+	uint64_t hold_res, hold_room;
+	size_t held;
 	struct wsync_buf out;		/* the encoder's output, reused */
 	struct wsync_piece_in *in;	/* the pieces, kept until hashed */
 	size_t in_cap;
+	/* the anchor's encoder, output and pieces (item.apart) */
+	struct wsync_segment_scratch asc;
+	struct wsync_buf aout;
+	struct wsync_piece_in *ain;
+	size_t ain_cap;
 };
 
 /*
@@ -530,14 +552,21 @@ struct worker {
  * is taken while its expected output fits, or whenever none of the
  * head's is held or being coded, so that it always moves on (the writer
  * drains its output).  A segment of a later file is taken only while,
- * beside its own, every worker could still take one of the head's: a
+ * beside its own, every worker could still take one of the head's (and
+ * hold what it reads ahead of the head's hashing turn): a
  * sparse step's segments code to ~0.2 MiB, so each worker gets a file of
  * its own; a new or incompressible file's to about their size, so the
  * workers share the head, as segments of one file.  The expectation is
  * the largest ratio of output to input among the file's coded segments;
  * before the first, 1/10 for a tensor file with a base, 1 for the rest
- * -- a segment coding to more than expected exceeds the budget by the
- * difference until it is written.
+ * (and 1 more with the anchor's coded apart beside) -- a segment coding
+ * to more than expected exceeds the budget by the difference until it is
+ * written.  The budget also lends each worker its hold (hold_reserve):
+ * what it reads coding ahead of its file's hashing turn, kept for the
+ * turn rather than read again; kept from segment to segment (fresh
+ * memory is dear), given back by an idle worker when the budget has no
+ * room for the work waiting and no output waits for the writer to free
+ * some (worker_main).
  */
 struct pool {
 	pthread_mutex_t mu;
@@ -545,7 +574,7 @@ struct pool {
 	struct item **q;		/* [head, tail) in delta order */
 	size_t head, tail, cap;
 	uint64_t pending, budget;	/* output held and reserved, and
-					 * how much may be */
+					 * the holds; how much may be */
 	bool stop;
 	struct wsync_segment_opts sopts;
 	struct worker *w;
@@ -636,14 +665,48 @@ static int hash_fn(void *arg)
 	return 0;
 }
 
+/*
+ * Encode segment k's pieces (w->in; with opts->fill, each read just before
+ * it is coded) into w->out and, when the anchor's are coded apart, each
+ * piece again, as ZSTD (w->ain), into w->aout, from the same bytes.
+ */
+static int encode_seg(struct item *it, size_t k, struct worker *w, struct seg_out *so,
+		      const struct wsync_segment_opts *opts)
+{
+	const struct plan_seg *s = &it->plan.segs[k];
+	int r;
+
+	if (!it->apart)
+		return wsync_segment_encode_in(&w->sc, w->in, s->n, s->toff, opts, &w->out,
+					       &so->st, &so->err);
+	r = wsync_segment_encode_begin(&w->sc, w->in, s->n, s->toff, opts->zstd_level,
+				       &w->out, &so->err);
+	if (r == 0)
+		r = wsync_segment_encode_begin(&w->asc, w->ain, s->n, s->toff,
+					       opts->zstd_level, &w->aout, &so->err);
+	for (size_t i = 0; r == 0 && i < s->n; i++) {
+		r = opts->fill ? opts->fill(opts->arg, i, &so->err) : 0;
+		if (r == 0)
+			r = wsync_segment_encode_piece(&w->sc, i, &so->err);
+		if (r == 0) {
+			w->ain[i].target = w->in[i].target;
+			r = wsync_segment_encode_piece(&w->asc, i, &so->err);
+		}
+		if (r == 0 && opts->done)
+			opts->done(opts->arg, i);
+	}
+	if (r == 0)
+		r = wsync_segment_encode_end(&w->sc, &so->st, &so->err);
+	if (r == 0)
+		r = wsync_segment_encode_end(&w->asc, &so->ast, &so->err);
+	return r;
+}
+
 static int encode_fn(void *arg)
 {
 	struct guarded_call *g = arg;
-	const struct plan_seg *s = &g->it->plan.segs[g->k];
 
-	return wsync_segment_encode_in(&g->w->sc, g->w->in, s->n, s->toff,
-				       &g->w->p->sopts, &g->w->out, &g->so->st,
-				       &g->so->err);
+	return encode_seg(g->it, g->k, g->w, g->so, &g->w->p->sopts);
 }
 
 /* Segment k's mapped bytes are used up (coded and hashed): out of the
@@ -697,22 +760,56 @@ struct stream_call {
 	struct worker *w;
 	bool hash;			/* hash each piece once coded */
 	bool catch_up;			/* take the turn when it comes midway */
+	bool hold;			/* keep pieces in w->hold while they fit */
+	uint64_t used;			/* of w->hold_room */
 };
 
-/* Read piece i into the worker's piece buffers, just before it is coded. */
+/* Read piece i just before it is coded: into the worker's hold while it
+ * keeps what it reads ahead of the turn and it fits (the pieces held are
+ * the segment's first: hashing goes in order), else into its two piece
+ * buffers. */
 static int stream_fill(void *arg, size_t i, struct wsync_error *err)
 {
 	struct stream_call *c = arg;
-	struct wsync_piece_in *in = &c->w->in[i];
-	int r = read_at(&c->it->n, c->w->pt.data, in->len,
-			c->it->plan.pieces[c->it->plan.segs[c->k].first + i].toff, err);
+	struct worker *w = c->w;
+	struct wsync_piece_in *in = &w->in[i];
+	bool based = in->method != WSYNC_PIECE_ZSTD;
+	uint64_t need = based ? 2 * in->len : in->len;
+	uint8_t *t = w->pt.data, *b = w->pb.data;
+	int r;
 
-	in->target = c->w->pt.data;
-	if (r == 0 && in->method != WSYNC_PIECE_ZSTD) {
-		r = read_at(&c->it->o, c->w->pb.data, in->len, in->base_offset, err);
-		in->base = c->w->pb.data;
+	if (c->hold && w->held == i && need <= w->hold_room - c->used) {
+		t = w->hold.data + c->used;
+		b = t + in->len;
+		c->used += need;
+		w->held++;
+	} else {
+		c->hold = false;
+	}
+	r = read_at(&c->it->n, t, in->len,
+		    c->it->plan.pieces[c->it->plan.segs[c->k].first + i].toff, err);
+	in->target = t;
+	if (r == 0 && based) {
+		r = read_at(&c->it->o, b, in->len, in->base_offset, err);
+		in->base = b;
 	}
 	return r;
+}
+
+/* Hash piece i of the segment w holds the turn of now: where it lies
+ * when w held it, else read again (the page cache holds it). */
+static void hash_again(struct stream_call *c, size_t i)
+{
+	struct item *it = c->it;
+
+	if (i >= c->w->held) {
+		it->hash_r = stream_fill(c, i, &it->hash_err);
+		if (it->hash_r < 0) {
+			it->hash_failed = true;
+			return;
+		}
+	}
+	hash_piece(it, c->k, i, c->w);
 }
 
 /* Has the file's hashing turn come to segment c->k (everything before it
@@ -730,10 +827,11 @@ static bool turn_came(const struct stream_call *c)
 
 /*
  * The turn came while segment c->k was being coded, after its piece i:
- * hash pieces 0..i, read again (the page cache holds them; piece i last,
- * so the buffers hold it again as the encoder left them), and the rest
- * as they are coded -- the segment is then not read a third time when
- * the coding ends (hash_turn), only its first pieces a second.
+ * hash pieces 0..i, from the hold or read again (the page cache holds
+ * them; piece i last, so the buffers hold it again as the encoder left
+ * them), and the rest as they are coded (held no more) -- the segment is
+ * then not read a third time when the coding ends (hash_turn), and only
+ * the pieces the hold had no room for a second.
  */
 static void catch_up(struct stream_call *c, size_t i)
 {
@@ -741,13 +839,9 @@ static void catch_up(struct stream_call *c, size_t i)
 
 	c->catch_up = false;
 	c->hash = true;
-	for (size_t j = 0; j <= i && !it->hash_failed; j++) {
-		it->hash_r = stream_fill(c, j, &it->hash_err);
-		if (it->hash_r < 0)
-			it->hash_failed = true;
-		else
-			hash_piece(it, c->k, j, c->w);
-	}
+	c->hold = false;
+	for (size_t j = 0; j <= i && !it->hash_failed; j++)
+		hash_again(c, j);
 }
 
 /* Piece i is coded: hash it while its bytes are still in the cache. */
@@ -764,19 +858,18 @@ static void stream_done(void *arg, size_t i)
 }
 
 /*
- * Hash segment k, coded ahead of its turn, now that the turn has come: its
- * pieces are read again, a piece at a time (the page cache holds them;
- * keeping a whole segment instead cost 64 MiB of fresh memory per worker),
- * or, mapped, hashed where they lie.  A failed segment, or one after it,
- * ends the file's hashing (the writer stops at the failure first); a file
- * cut short meanwhile fails the item (hash_r: the writer may be writing
- * the segment meanwhile).
+ * Hash segment k, coded ahead of its turn, now that the turn has come: the
+ * pieces the worker held, where they lie; the rest read again, a piece at
+ * a time (the page cache holds them); or, mapped, where they lie.  A
+ * failed segment, or one after it, ends the file's hashing (the writer
+ * stops at the failure first); a file cut short meanwhile fails the item
+ * (hash_r: the writer may be writing the segment meanwhile).
  */
 static void hash_turn(struct item *it, size_t k, struct worker *w)
 {
 	struct seg_out *so = &it->segs[k];
 	struct guarded_call g = { it, k, w, so };
-	struct stream_call c = { it, k, w, true, false };
+	struct stream_call c = { .it = it, .k = k, .w = w, .hash = true };
 
 	if (so->r < 0)
 		it->hash_failed = true;
@@ -786,13 +879,8 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
 		it->hash_r = shrank(it, &it->hash_err);
 	}
 	for (size_t i = 0; it->th && !it->hash_failed && !it->tmap &&
-			   i < it->plan.segs[k].n; i++) {
-		it->hash_r = stream_fill(&c, i, &it->hash_err);
-		if (it->hash_r < 0)
-			it->hash_failed = true;
-		else
-			hash_piece(it, k, i, w);
-	}
+			   i < it->plan.segs[k].n; i++)
+		hash_again(&c, i);
 	drop_seg(it, k, w);
 }
 
@@ -802,18 +890,21 @@ static void hash_turn(struct item *it, size_t k, struct worker *w)
  * worker holds the file's hashing turn from the segment's start: its own
  * file, or coding alone), hashed just after, so the bytes go through the
  * cache once and a worker touches two pieces of memory, not two
- * segments.  Without, the turn is taken when it comes midway (catch_up);
- * *hash then says whether it came: if not, hash_turn reads the segment
- * again once it does.
+ * segments.  Without, the pieces go to w's hold while it has room
+ * (w->hold_room), and the turn is taken when it comes midway (catch_up);
+ * *hash then says whether it came: if not, hash_turn hashes the segment
+ * once it does, reading again only what the hold had no room for.
  */
 static int stream_segment(struct item *it, size_t k, struct worker *w,
 			  struct seg_out *so, bool *hash)
 {
 	const struct plan_seg *s = &it->plan.segs[k];
-	struct stream_call c = { it, k, w, *hash, !*hash };
+	struct stream_call c = { .it = it, .k = k, .w = w, .hash = *hash, .catch_up = !*hash,
+				 .hold = !*hash && w->hold_room };
 	struct wsync_segment_opts opts = w->p->sopts;
 	int r = 0;
 
+	w->held = 0;
 	if (wsync_buf_scratch(&w->pt, PIECE_MAX) < 0 ||
 	    wsync_buf_scratch(&w->pb, PIECE_MAX) < 0)
 		r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
@@ -832,8 +923,7 @@ static int stream_segment(struct item *it, size_t k, struct worker *w,
 	opts.done = stream_done;
 	opts.arg = &c;
 	if (r == 0)
-		r = wsync_segment_encode_in(&w->sc, w->in, s->n, s->toff, &opts, &w->out,
-					    &so->st, &so->err);
+		r = encode_seg(it, k, w, so, &opts);
 	if (r < 0 && c.hash)
 		it->hash_failed = true;	/* hashed partly: the writer stops here */
 	*hash = c.hash;
@@ -849,15 +939,47 @@ static void swap_bufs(struct wsync_buf *a, struct wsync_buf *b)
 }
 
 /*
- * Code segment k of it into so->out: read a piece at a time, hashed as it
- * goes with *hash (stream_segment), or, when mapped, where its bytes lie
- * (the page cache itself) under the guard against a file cut short
- * meanwhile.  The encoder's output goes to w->out, reused segment after
- * segment, and with hand is handed to so: the buffer itself when it is
- * modest (SPARE_MAX) and not much bigger than the output (the worker
- * keeps the spare work_on put in so->out, if any, for the next), else
- * copied when small (into that spare, keeping the buffer), else the
- * buffer itself.
+ * Hand a worker's output (from, reused segment after segment) to the
+ * segment's (to): the buffer itself when it is modest (SPARE_MAX) and not
+ * much bigger than the output (the worker keeps the spare work_on put in
+ * to, if any, for the next), else copied when small (into that spare,
+ * keeping the buffer), else the buffer itself.
+ */
+static int hand_over(struct wsync_buf *from, struct wsync_buf *to, struct wsync_error *err)
+{
+	int r;
+
+	if (from->cap <= SPARE_MAX && from->cap <= 2 * from->len + (256u << 10)) {
+		/* the buffer itself; a buffer far bigger than its output is
+		 * not held for it (the budget counts lengths) */
+		swap_bufs(to, from);
+		return 0;
+	}
+	if (from->len > KEEP_BUFFER) {
+		swap_bufs(to, from);
+		return 0;
+	}
+	/* copied into the spare work_on took, if any, else into memory of
+	 * its own, in huge pages from 1 MiB on: output waiting for the
+	 * writer is fresh memory, and faulting it in 4 KiB at a time costs
+	 * more than coding a sparse segment */
+	r = from->len >= (1u << 20) ? wsync_buf_scratch(to, from->len)
+				    : wsync_buf_reserve(to, from->len);
+	if (r < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	if (from->len)
+		memcpy(to->data, from->data, from->len);
+	to->len = from->len;
+	return 0;
+}
+
+/*
+ * Code segment k of it into so->out (and so->aout, the anchor's, when
+ * coded apart): read a piece at a time, hashed as it goes with *hash
+ * (stream_segment), or, when mapped, where its bytes lie (the page cache
+ * itself) under the guard against a file cut short meanwhile.  The
+ * encoder's output goes to w->out (w->aout), reused segment after
+ * segment, and with hand is handed to so (hand_over).
  */
 static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 			 bool *hash)
@@ -868,12 +990,21 @@ static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 	int r = 0;
 
 	memset(&so->st, 0, sizeof(so->st));
+	memset(&so->ast, 0, sizeof(so->ast));
 	wsync_error_clear(&so->err);
 	wsync_buf_reset(&w->out);
-	if (WSYNC_GROW(w->in, w->in_cap, s->n - 1, 64) < 0) {
+	wsync_buf_reset(&w->aout);
+	if (WSYNC_GROW(w->in, w->in_cap, s->n - 1, 64) < 0 ||
+	    (it->apart && WSYNC_GROW(w->ain, w->ain_cap, s->n - 1, 64) < 0)) {
 		so->r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
 		goto out;
 	}
+	for (size_t i = 0; it->apart && i < s->n; i++)
+		w->ain[i] = (struct wsync_piece_in){
+			.method = WSYNC_PIECE_ZSTD,
+			.target = it->tmap ? it->tmap + it->plan.pieces[s->first + i].toff : NULL,
+			.len = it->plan.pieces[s->first + i].len,
+		};
 	if (!it->tmap) {
 		r = stream_segment(it, k, w, so, hash);
 		goto coded;
@@ -893,36 +1024,17 @@ static void code_segment(struct item *it, size_t k, struct worker *w, bool hand,
 	}
 	r = wsync_guarded(encode_fn, &g);
 	if (r == -EFAULT) {
-		/* abandoned midway: what the encoder held is reset */
+		/* abandoned midway: what the encoders held is reset */
 		wsync_segment_scratch_free(&w->sc);
+		wsync_segment_scratch_free(&w->asc);
 		r = shrank(it, &so->err);
 	}
 coded:
-	if (r == 0 && !hand) {
-		/* the caller writes it from w->out */
-	} else if (r == 0 && w->out.cap <= SPARE_MAX &&
-		   w->out.cap <= 2 * w->out.len + (256u << 10)) {
-		/* the buffer itself, the worker keeping the spare work_on
-		 * took, if any; a buffer far bigger than its output is not
-		 * held for it (the budget counts lengths) */
-		swap_bufs(&so->out, &w->out);
-	} else if (r == 0 && w->out.len <= KEEP_BUFFER) {
-		/* copied into the spare work_on took, if any, else into
-		 * memory of its own, in huge pages from 1 MiB on: output
-		 * waiting for the writer is fresh memory, and faulting it in
-		 * 4 KiB at a time costs more than coding a sparse segment */
-		r = w->out.len >= (1u << 20)
-			    ? wsync_buf_scratch(&so->out, w->out.len)
-			    : wsync_buf_reserve(&so->out, w->out.len);
-		if (r < 0) {
-			r = wsync_error_set(&so->err, -ENOMEM, "out of memory");
-		} else if (w->out.len) {
-			memcpy(so->out.data, w->out.data, w->out.len);
-			so->out.len = w->out.len;
-		}
-	} else if (r == 0) {
-		swap_bufs(&so->out, &w->out);
-	}
+	/* !hand: the caller writes it from w->out (w->aout) */
+	if (r == 0 && hand)
+		r = hand_over(&w->out, &so->out, &so->err);
+	if (r == 0 && hand && it->apart)
+		r = hand_over(&w->aout, &so->aout, &so->err);
 	so->r = r;
 out:
 	if (so->r < 0)
@@ -940,11 +1052,36 @@ static uint64_t expected_out(const struct item *it)
 	return it->plan.segs[it->next].len / 1000 * it->ratio;
 }
 
+/* The bytes segment k of it reads, target and base: what holding all
+ * of it takes. */
+static uint64_t seg_reads(const struct item *it, size_t k)
+{
+	const struct plan_seg *s = &it->plan.segs[k];
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct plan_piece *pp = &it->plan.pieces[s->first + i];
+
+		n += pp->method == WSYNC_PIECE_ZSTD ? pp->len : 2 * pp->len;
+	}
+	return n;
+}
+
 /* The item a worker takes a segment of next (under the mutex), or NULL. */
 static struct item *pick(struct pool *p)
 {
 	struct item *best = NULL, *head = p->head < p->tail ? p->q[p->head % p->cap] : NULL;
 	uint64_t room = head && has_work(head) ? p->n_workers * expected_out(head) : 0;
+
+	/* ... and the hold a worker joining the head would need, beyond
+	 * the largest one lent already */
+	if (head && has_work(head) && head->th && !head->tmap) {
+		uint64_t need = seg_reads(head, head->next), have = 0;
+
+		for (unsigned i = 0; i < p->n_workers; i++)
+			have = p->w[i].hold_res > have ? p->w[i].hold_res : have;
+		room += need > have ? need - have : 0;
+	}
 
 	for (size_t i = p->head; i < p->tail; i++) {
 		struct item *it = p->q[i % p->cap];
@@ -966,10 +1103,32 @@ static struct item *pick(struct pool *p)
 }
 
 /*
+ * The hold of a worker about to code segment k of it ahead of the file's
+ * hashing turn (under the mutex): room for the whole segment's reads, as
+ * far as the budget has it beside the segment's own expected output (the
+ * reservation grows to that, by whole pieces, and is kept).  A segment
+ * coded ahead is otherwise read twice, the part that does not fit: with
+ * two workers on one file, every other one.
+ */
+static void hold_reserve(struct pool *p, struct item *it, size_t k, struct worker *w)
+{
+	uint64_t want = seg_reads(it, k), need = p->pending + expected_out(it);
+	uint64_t room = p->budget > need ? p->budget - need : 0;
+
+	if (want > w->hold_res && room >= 2 * (uint64_t)PIECE_MAX) {
+		uint64_t grow = want - w->hold_res < room ? want - w->hold_res : room;
+
+		p->pending += grow;
+		w->hold_res += grow;
+	}
+	w->hold_room = want < w->hold_res ? want : w->hold_res;
+}
+
+/*
  * Take segment next of it (under the mutex), code it, and hash it: as it
  * codes, when it holds the file's hashing turn from the start (a file of
  * one's own); when the turn comes otherwise, behind the worker on the
- * segment before it.  Returns with the mutex held.
+ * segment before it, from what it held.  Returns with the mutex held.
  */
 static void work_on(struct pool *p, struct item *it, struct worker *w)
 {
@@ -978,6 +1137,9 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	bool stream = it->hashed == k && !it->tmap;	/* hashed as coded */
 	unsigned ratio;
 
+	w->hold_room = 0;
+	if (!stream && !it->tmap && it->th)
+		hold_reserve(p, it, k, w);
 	so->reserved = expected_out(it);
 	p->pending += so->reserved;
 	it->next++;
@@ -986,16 +1148,20 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 		w->out = p->spare[--p->n_spare];
 	if (p->n_spare)
 		so->out = p->spare[--p->n_spare];	/* where a small output is copied */
+	if (it->apart && !w->aout.cap && p->n_spare)
+		w->aout = p->spare[--p->n_spare];
 	pthread_mutex_unlock(&p->mu);
 	if (!w->out.cap && so->reserved >= (1u << 20) && so->reserved <= SPARE_MAX)
 		(void)wsync_buf_scratch(&w->out, so->reserved);	/* else it grows */
+	if (w->hold_room > w->hold.cap && wsync_buf_scratch(&w->hold, w->hold_res) < 0)
+		w->hold_room = 0;	/* read again when the turn comes */
 	code_segment(it, k, w, true, &stream);
 	pthread_mutex_lock(&p->mu);
 	so->coded = true;
-	p->pending += so->out.len - so->reserved;
+	p->pending += so->out.len + so->aout.len - so->reserved;
 	so->reserved = 0;
-	it->held += so->out.len;
-	ratio = (unsigned)(so->out.len * 1000 / it->plan.segs[k].len) + 1;
+	it->held += so->out.len + so->aout.len;
+	ratio = (unsigned)((so->out.len + so->aout.len) * 1000 / it->plan.segs[k].len) + 1;
 	if (!it->seen || ratio > it->ratio)
 		it->ratio = ratio;
 	it->seen = true;
@@ -1012,6 +1178,23 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	pthread_cond_broadcast(&p->cv);
 }
 
+/* Does a segment wait to be taken while no output waits for the writer
+ * (under the mutex)?  Then the budget will not drain by itself: what
+ * fills it is reserved by segments being coded, and lent to holds. */
+static bool work_stuck(const struct pool *p)
+{
+	bool work = false;
+
+	for (size_t i = p->head; i < p->tail; i++) {
+		const struct item *it = p->q[i % p->cap];
+
+		if (it->held)
+			return false;
+		work = work || has_work(it);
+	}
+	return work;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -1021,8 +1204,21 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct item *it = NULL;
 
-		while (!p->stop && !(it = pick(p)))
+		while (!p->stop && !(it = pick(p))) {
+			if (w->hold_res && work_stuck(p)) {
+				/* the budget has no room for the work waiting,
+				 * and the writer frees none: this idle worker's
+				 * hold goes back to it (a hold lent while the
+				 * output was small must not keep the workers
+				 * from sharing a file whose output is large) */
+				p->pending -= w->hold_res;
+				w->hold_res = 0;
+				wsync_buf_free(&w->hold);
+				pthread_cond_broadcast(&p->cv);
+				continue;
+			}
 			pthread_cond_wait(&p->cv, &p->mu);
+		}
 		if (p->stop)
 			break;
 		work_on(p, it, w);
@@ -1063,8 +1259,10 @@ static void item_free(struct item *it)
 {
 	if (!it)
 		return;
-	for (size_t k = 0; it->segs && k < it->plan.n_segs; k++)
+	for (size_t k = 0; it->segs && k < it->plan.n_segs; k++) {
 		wsync_buf_free(&it->segs[k].out);
+		wsync_buf_free(&it->segs[k].aout);
+	}
 	free(it->segs);
 	wsync_unmap_file(it->tmap, it->n.size);
 	if (it->has_base)
@@ -1085,6 +1283,11 @@ struct differ {
 	const struct wsync_diff_opts *opts;
 	struct wsync_diff_stats *st;
 	struct wsync_delta_writer *w;
+	/* the anchor beside (opts->anchor), else NULL */
+	const struct wsync_diff_anchor *anchor;
+	struct wsync_diff_stats *ast;
+	struct wsync_delta_writer *aw;
+	uint64_t areported;		/* anchor bytes last told to its progress */
 	struct pool pool;
 	unsigned threads;
 	uint64_t seg_max;		/* target bytes per segment, at most */
@@ -1101,10 +1304,10 @@ struct differ {
  * into its FILE_END record), going on from it->pre (NULL: from
  * nothing), which holds the first prehashed bytes of both sides.
  */
-static int plan_file(struct differ *d, struct item *it, bool fold,
+static int plan_file(struct differ *d, struct item *it, bool fold, bool based,
 		     struct wsync_error *err)
 {
-	struct src *o = it->has_base ? &it->o : NULL, *n = &it->n;
+	struct src *o = based ? &it->o : NULL, *n = &it->n;
 	struct wsync_error ignored;
 	int r;
 
@@ -1136,9 +1339,17 @@ static int plan_file(struct differ *d, struct item *it, bool fold,
 		it->segs = calloc(it->plan.n_segs, sizeof(*it->segs));
 	if (r < 0 || (it->plan.n_segs && !it->segs))
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	it->f.n_segments = it->plan.n_segs;
+	if (it->delta_segs)
+		it->f.n_segments = it->plan.n_segs;
+	it->af.n_segments = it->plan.n_segs;
 	it->coded_file = true;
 	it->ratio = o && it->f.kind == WSYNC_DELTA_KIND_SAFETENSORS ? 100 : 1000;
+	/* the anchor's segments are the delta's when these are all ZSTD
+	 * (no base read), else coded apart */
+	for (size_t i = 0; it->in_anchor && !it->apart && i < it->plan.n_pieces; i++)
+		it->apart = it->plan.pieces[i].method != WSYNC_PIECE_ZSTD;
+	if (it->apart)
+		it->ratio += 1000;
 	/* both sides mapped, or neither (pread) */
 	if (!read_mapped() || wsync_map_file(n->fd, n->size, &it->tmap) < 0 ||
 	    (o && wsync_map_file(o->fd, o->size, &it->bmap) < 0) || !it->tmap) {
@@ -1156,14 +1367,14 @@ static int plan_file(struct differ *d, struct item *it, bool fold,
 	return 0;
 }
 
-/* The figures of a file written as WRITE. */
-static void count_written(struct differ *d, const struct wsync_segment_stats *file_st,
+/* The figures of a file written as WRITE, to an output's (st). */
+static void count_written(struct wsync_diff_stats *st, const struct wsync_segment_stats *file_st,
 			  uint64_t size)
 {
-	d->st->written++;
-	d->st->elements += file_st->elements;
-	d->st->changed += file_st->changed;
-	d->st->coded_bytes += size;
+	st->written++;
+	st->elements += file_st->elements;
+	st->changed += file_st->changed;
+	st->coded_bytes += size;
 }
 
 /* Files to code in the queue (the writer's own view: only it adds and
@@ -1200,20 +1411,35 @@ static int pool_kick(struct differ *d, bool all, struct wsync_error *err)
 	return p->started < want ? pool_start(p, want, err) : 0;
 }
 
+/* A segment's figures added to its file's (file_st) and its output's
+ * (st). */
+static void count_seg(struct wsync_diff_stats *st, struct wsync_segment_stats *file_st,
+		      const struct wsync_segment_stats *seg)
+{
+	file_st->elements += seg->elements;
+	file_st->changed += seg->changed;
+	for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
+		st->method_bytes[m] += seg->method_bytes[m];
+}
+
 /* Write segment k of it, waiting for it to be coded (coding it here when
- * no worker runs), and add its figures. */
+ * no worker runs), to the delta and the anchor as it->delta_segs and
+ * it->in_anchor say, and add its figures (file_st, afile_st: the
+ * file's in each). */
 static int write_seg(struct differ *d, struct item *it, size_t k,
-		     struct wsync_segment_stats *file_st, struct wsync_error *err)
+		     struct wsync_segment_stats *file_st, struct wsync_segment_stats *afile_st,
+		     struct wsync_error *err)
 {
 	struct pool *p = &d->pool;
 	struct seg_out *so = &it->segs[k];
-	const struct wsync_buf *out = &so->out;
-	int r;
+	const struct wsync_buf *out = &so->out, *aout = it->apart ? &so->aout : &so->out;
+	int r = 0;
 
 	if (p->started == 0) {
-		/* coding alone: written from the worker's own buffer */
+		/* coding alone: written from the worker's own buffers */
 		it->next++;
 		out = &p->w[0].out;
+		aout = it->apart ? &p->w[0].aout : out;
 		bool hash = !it->tmap;
 
 		code_segment(it, k, &p->w[0], false, &hash);
@@ -1231,24 +1457,32 @@ static int write_seg(struct differ *d, struct item *it, size_t k,
 		*err = so->err;
 		return so->r;
 	}
-	r = wsync_delta_writer_segment(d->w, out->data, out->len, err);
+	if (it->delta_segs)
+		r = wsync_delta_writer_segment(d->w, out->data, out->len, err);
+	if (r == 0 && it->in_anchor)
+		r = wsync_delta_writer_segment(d->aw, aout->data, aout->len, err);
 	pthread_mutex_lock(&p->mu);
-	p->pending -= so->out.len;
-	it->held -= so->out.len;
-	if (so->out.cap && so->out.cap <= SPARE_MAX && p->n_spare < p->n_workers) {
-		so->out.len = 0;
-		p->spare[p->n_spare++] = so->out;
-		so->out = (struct wsync_buf){ 0 };
+	p->pending -= so->out.len + so->aout.len;
+	it->held -= so->out.len + so->aout.len;
+	for (int a = 0; a < 2; a++) {
+		struct wsync_buf *b = a ? &so->aout : &so->out;
+
+		if (b->cap && b->cap <= SPARE_MAX && p->n_spare < p->n_workers) {
+			b->len = 0;
+			p->spare[p->n_spare++] = *b;
+			*b = (struct wsync_buf){ 0 };
+		}
 	}
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	wsync_buf_free(&so->out);
+	wsync_buf_free(&so->aout);
 	if (r < 0)
 		return r;
-	file_st->elements += so->st.elements;
-	file_st->changed += so->st.changed;
-	for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
-		d->st->method_bytes[m] += so->st.method_bytes[m];
+	if (it->delta_segs)
+		count_seg(d->st, file_st, &so->st);
+	if (it->in_anchor)
+		count_seg(d->ast, afile_st, it->apart ? &so->ast : &so->st);
 	return 0;
 }
 
@@ -1264,14 +1498,16 @@ static int report_progress(struct differ *d, struct wsync_error *err);
 static int write_file(struct differ *d, struct item *it, struct wsync_error *err)
 {
 	struct pool *p = &d->pool;
-	struct wsync_segment_stats file_st = { 0 };
+	struct wsync_segment_stats file_st = { 0 }, afile_st = { 0 };
 	struct wsync_delta_file_end fe = { 0 };
 	struct src *o = it->has_base ? &it->o : NULL, *n = &it->n;
 	int r;
 
 	r = wsync_delta_writer_file(d->w, &it->f, err);
+	if (r == 0 && it->in_anchor)
+		r = wsync_delta_writer_file(d->aw, &it->af, err);
 	for (size_t k = 0; r == 0 && k < it->plan.n_segs; k++) {
-		r = write_seg(d, it, k, &file_st, err);
+		r = write_seg(d, it, k, &file_st, &afile_st, err);
 		/* each segment is final once written: a chunk may end there */
 		if (r == 0)
 			r = report_progress(d, err);
@@ -1302,32 +1538,57 @@ static int write_file(struct differ *d, struct item *it, struct wsync_error *err
 	}
 	if (r < 0)
 		return r;
-	if (o)
-		fe.base_hash = o->hash;
-	fe.target_hash = n->hash;
-	fe.changed = file_st.changed;
-	fe.elements = file_st.elements;
-	r = wsync_delta_writer_file_end(d->w, &fe, err);
-	if (r < 0)
-		return r;
-	count_written(d, &file_st, n->size);
+	if (it->delta_segs) {
+		if (o)
+			fe.base_hash = o->hash;
+		fe.target_hash = n->hash;
+		fe.changed = file_st.changed;
+		fe.elements = file_st.elements;
+		r = wsync_delta_writer_file_end(d->w, &fe, err);
+		if (r < 0)
+			return r;
+		count_written(d->st, &file_st, n->size);
+	}
+	if (it->in_anchor) {
+		struct wsync_delta_file_end afe = { .target_hash = n->hash,
+						    .changed = afile_st.changed,
+						    .elements = afile_st.elements };
+
+		r = wsync_delta_writer_file_end(d->aw, &afe, err);
+		if (r < 0)
+			return r;
+		count_written(d->ast, &afile_st, n->size);
+	}
 	return 0;
 }
 
-/* Every record written is final: tell the caller, each PROGRESS_STEP. */
-static int report_progress(struct differ *d, struct wsync_error *err)
+/* Every record written to w is final: tell progress, each
+ * PROGRESS_STEP. */
+static int report_one(struct wsync_delta_writer *w, void (*progress)(void *, uint64_t),
+		      void *arg, uint64_t *reported, struct wsync_error *err)
 {
-	uint64_t n = wsync_delta_writer_size(d->w);
+	uint64_t n = wsync_delta_writer_size(w);
 	int r;
 
-	if (!d->opts || !d->opts->progress || n - d->reported < PROGRESS_STEP)
+	if (!progress || n - *reported < PROGRESS_STEP)
 		return 0;
-	r = wsync_delta_writer_flush(d->w, err);
+	r = wsync_delta_writer_flush(w, err);
 	if (r < 0)
 		return r;
-	d->reported = n;
-	d->opts->progress(d->opts->progress_arg, n);
+	*reported = n;
+	progress(arg, n);
 	return 0;
+}
+
+/* Both outputs' progress. */
+static int report_progress(struct differ *d, struct wsync_error *err)
+{
+	int r = d->opts ? report_one(d->w, d->opts->progress, d->opts->progress_arg,
+				     &d->reported, err) : 0;
+
+	if (r == 0 && d->anchor)
+		r = report_one(d->aw, d->anchor->progress, d->anchor->arg, &d->areported, err);
+	return r;
 }
 
 /* Write the first item waiting, and let it go. */
@@ -1423,6 +1684,28 @@ static int push_item(struct differ *d, struct item *it, struct wsync_error *err)
 	return r;
 }
 
+/*
+ * A file the delta keeps (KEEP, its hash known): queued as that record --
+ * and, with an anchor, coded for the anchor alone, as a file new to it
+ * (read again: the comparison that found it unchanged kept nothing).
+ */
+static int push_kept(struct differ *d, struct item *it, struct wsync_error *err)
+{
+	int r;
+
+	it->f.op = WSYNC_DELTA_KEEP;
+	d->st->kept++;
+	if (!it->in_anchor)
+		return push_item(d, it, err);
+	it->af.target_hash = it->n.hash;
+	r = plan_file(d, it, false, false, err);
+	if (r < 0) {
+		item_free(it);
+		return r;
+	}
+	return push_item(d, it, err);
+}
+
 /* One path: in OLD, NEW or both. */
 static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new,
 		     struct wsync_error *err)
@@ -1478,12 +1761,17 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 	it->f.target_size = n->size;
 	it->f.target_hash = n->hash;	/* zero while fold: FILE_END gives it */
 	d->st->target_bytes += n->size;
-	if (!fold && in_old && o->size == n->size && o->mode == n->mode &&
-	    wsync_hash_equal(&o->hash, &n->hash)) {
-		it->f.op = WSYNC_DELTA_KEEP;
-		d->st->kept++;
-		return push_item(d, it, err);
+	if (d->anchor) {
+		it->in_anchor = true;
+		it->af = (struct wsync_delta_file){
+			.path = it->f.path, .op = WSYNC_DELTA_WRITE,
+			.flags = d->opts->replace_new ? WSYNC_DELTA_FILE_REPLACE : 0,
+			.mode = n->mode, .target_size = n->size, .target_hash = n->hash };
+		d->ast->target_bytes += n->size;
 	}
+	if (!fold && in_old && o->size == n->size && o->mode == n->mode &&
+	    wsync_hash_equal(&o->hash, &n->hash))
+		return push_kept(d, it, err);
 	/* A mode-only change is a WRITE too: its pieces come out as COPY, and
 	 * the applier's atomic replace sets the mode. */
 	it->f.op = WSYNC_DELTA_WRITE;
@@ -1498,13 +1786,12 @@ static int diff_path(struct differ *d, const char *rel, bool in_old, bool in_new
 		if (it->prehashed == n->size) {
 			/* unchanged: KEEP, as if hashed first */
 			wsync_hasher_digest(it->pre, &n->hash);
-			it->f.op = WSYNC_DELTA_KEEP;
 			it->f.base_hash = it->f.target_hash = n->hash;
-			d->st->kept++;
-			return push_item(d, it, err);
+			return push_kept(d, it, err);
 		}
 	}
-	r = plan_file(d, it, fold, err);
+	it->delta_segs = true;
+	r = plan_file(d, it, fold, in_old, err);
 	if (r < 0)
 		goto fail;
 	return push_item(d, it, err);
@@ -1622,8 +1909,12 @@ static void pool_free(struct pool *p)
 		struct worker *w = &p->w[i];
 
 		wsync_segment_scratch_free(&w->sc);
+		wsync_segment_scratch_free(&w->asc);
+		wsync_buf_free(&w->aout);
+		free(w->ain);
 		wsync_buf_free(&w->pt);
 		wsync_buf_free(&w->pb);
+		wsync_buf_free(&w->hold);
 		wsync_buf_free(&w->out);
 		free(w->in);
 	}
@@ -1638,9 +1929,10 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	       const struct wsync_diff_opts *opts, struct wsync_diff_stats *stats,
 	       struct wsync_error *err)
 {
-	struct wsync_diff_stats local;
+	struct wsync_diff_stats local, alocal;
 	struct differ d = { .opts = opts, .old_fd = -1, .new_fd = -1,
-			    .old_root = old_path, .new_root = new_path };
+			    .old_root = old_path, .new_root = new_path,
+			    .anchor = opts ? opts->anchor : NULL };
 	struct stat ost, nst;
 	double t0 = wsync_monotonic_seconds();
 	uint64_t budget;
@@ -1649,6 +1941,8 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 
 	d.st = stats ? stats : &local;
 	memset(d.st, 0, sizeof(*d.st));
+	d.ast = d.anchor && d.anchor->stats ? d.anchor->stats : &alocal;
+	memset(d.ast, 0, sizeof(*d.ast));
 	d.threads = opts && opts->threads ? opts->threads : 1;
 	d.seg_max = opts && opts->segment_target ? opts->segment_target
 						 : WSYNC_SEGMENT_TARGET_DEFAULT;
@@ -1686,7 +1980,14 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		uint64_t held = (mapped ? 2 * d.seg_max + d.seg_max / 2
 					: 2 * (uint64_t)PIECE_MAX + 3 * d.seg_max / 4) +
 				SPARE_MAX;
-		uint64_t per = held + (mapped ? d.seg_max / 4 : d.seg_max);
+		uint64_t per;
+
+		/* with an anchor, its encoder too: ZSTD pieces only, so no
+		 * staging but a zstd context (its window and tables for a
+		 * piece, ~3 MiB at level 1) and the piece table */
+		if (d.anchor)
+			held += 4u << 20;
+		per = held + (mapped ? d.seg_max / 4 : d.seg_max);
 		uint64_t fit = mem > WSYNC_MEMORY_FIXED + per
 				       ? (mem - WSYNC_MEMORY_FIXED) / per : 1;
 
@@ -1709,6 +2010,13 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		goto out;
 	if (opts && opts->written)
 		wsync_delta_writer_tap(d.w, opts->written, opts->progress_arg);
+	if (d.anchor) {
+		r = wsync_delta_writer_new(d.anchor->out_fd, &d.aw, err);
+		if (r < 0)
+			goto out;
+		if (d.anchor->written)
+			wsync_delta_writer_tap(d.aw, d.anchor->written, d.anchor->arg);
+	}
 	if (d.single) {
 		r = single_name(new_path, &name, err);
 		if (r == 0)
@@ -1728,15 +2036,23 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		r = write_head(&d, err);
 	if (r == 0)
 		r = wsync_delta_writer_finish(d.w, err);
+	if (r == 0 && d.aw)
+		r = wsync_delta_writer_finish(d.aw, err);
 	if (r == 0) {
 		d.st->files = d.st->kept + d.st->written + d.st->deleted;
 		d.st->delta_bytes = wsync_delta_writer_size(d.w);
 	}
+	if (r == 0 && d.aw) {
+		d.ast->files = d.ast->written;
+		d.ast->delta_bytes = wsync_delta_writer_size(d.aw);
+	}
 out:
 	pool_free(&d.pool);
 	d.st->seconds = wsync_monotonic_seconds() - t0;
+	d.ast->seconds = d.st->seconds;
 	free(name);
 	wsync_delta_writer_free(d.w);
+	wsync_delta_writer_free(d.aw);
 	if (d.old_fd >= 0)
 		(void)close(d.old_fd);
 	if (d.new_fd >= 0)

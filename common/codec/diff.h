@@ -27,6 +27,9 @@
  * the workers finish it together -- and segments are coded by
  * wsync_segment_encode, which may pick a cheaper method per piece.
  *
+ * With opts->anchor, NEW's files go into an anchor too, from the same
+ * reads (struct wsync_diff_anchor).
+ *
  * Threads: workers share the segments as segment.h's scheduling policy
  * says; the calling thread writes the files in delta order, what is coded
  * ahead of it waiting in memory.
@@ -35,15 +38,17 @@
  * both files are read with pread a piece (2 MiB at most) at a time into
  * each worker's two reused buffers, and each piece is hashed as soon as
  * it is coded -- by a worker that codes ahead of its file's hashing turn,
- * read again when the turn comes -- (or, with WSYNC_MMAP=1, mapped and
- * read in place, the pages of a segment dropped from the mapping once it
- * is coded and hashed); one segment per worker is in flight, and output
- * coded ahead of the writer is held only while it fits in what
- * memory_limit leaves beside the workers (see diff.c, struct pool);
- * fewer threads when memory_limit does not hold that many.  Measured:
- * 16 MiB peak RSS at one thread and ~60 MiB at two on a 500 MB sparse
- * step, ~180 MiB at two on incompressible data (output as large as the
- * input).
+ * when the turn comes, from a hold the output budget lends it (up to a
+ * segment's target and base bytes; what does not fit is read again) --
+ * (or, with WSYNC_MMAP=1, mapped and read in place, the pages of a
+ * segment dropped from the mapping once it is coded and hashed); one
+ * segment per worker is in flight, and output coded ahead of the writer
+ * is held only while it fits in what memory_limit leaves beside the
+ * workers and their holds (see diff.c, struct pool); fewer threads when
+ * memory_limit does not hold that many.  Measured at two threads: ~25
+ * MiB peak RSS on a sparse 1 GB step in 8 shards, ~140 MiB on one
+ * 1 GB file (two workers share it: the holds), 100-190 MiB for an
+ * anchor (output about as large as the input).
  *
  * Files are read while they may be changing (a trainer still writing): a
  * file whose size changes between opening and the end of its coding is an
@@ -62,6 +67,28 @@
 #include "delta.h"
 #include "error.h"
 #include "segment.h"
+
+struct wsync_diff_stats;
+
+/*
+ * An anchor coded beside the delta, from the same reads: the delta that
+ * makes NEW from nothing (every file of NEW a WRITE without a base, with
+ * REPLACE under replace_new), as wsync_diff from an empty directory
+ * gives, but each file cut into the segments and pieces the delta cuts
+ * it into (its pieces ZSTD).  Each piece of NEW is read once for both: a
+ * file the delta codes from a base is coded twice from that one read; a
+ * file new to the delta is coded once, its segments written to both; a
+ * file the delta keeps (KEEP) is coded for the anchor alone, read again
+ * after the comparison that found it unchanged.
+ */
+struct wsync_diff_anchor {
+	int out_fd;			/* as wsync_diff's out_fd, for the anchor */
+	/* as wsync_diff_opts' progress and written, for the anchor */
+	void (*progress)(void *arg, uint64_t final);
+	wsync_delta_tap_fn written;
+	void *arg;
+	struct wsync_diff_stats *stats;	/* its figures (may be NULL) */
+};
 
 struct wsync_diff_opts {
 	unsigned threads;		/* encoder threads; 0 means 1 */
@@ -84,6 +111,8 @@ struct wsync_diff_opts {
 	/* Files only in NEW are written with REPLACE (delta.h): they may
 	 * exist in the target, and are replaced. */
 	bool replace_new;
+	/* An anchor to code beside the delta (see above); NULL: none. */
+	const struct wsync_diff_anchor *anchor;
 };
 
 struct wsync_diff_stats {

@@ -434,6 +434,7 @@ void wsync_segment_scratch_free(struct wsync_segment_scratch *sc)
 	wsync_buf_free(&sc->table);
 	wsync_buf_free(&sc->escapes);
 	wsync_buf_free(&sc->dense);
+	free(sc->run);
 	memset(sc, 0, sizeof(*sc));
 }
 
@@ -503,20 +504,24 @@ static size_t merge_copies(struct piece_out *po, size_t n)
 	return m;
 }
 
-int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
-			    const struct wsync_piece_in *pieces, size_t n,
-			    uint64_t target_offset,
-			    const struct wsync_segment_opts *opts,
-			    struct wsync_buf *out, struct wsync_segment_stats *stats,
-			    struct wsync_error *err)
+/* An encode in progress (wsync_segment_encode_begin .. _end): its
+ * encoder, and where its segment starts in the output. */
+struct wsync_segment_run {
+	struct encoder enc;
+	const struct wsync_piece_in *pieces;
+	size_t n;
+	uint64_t target_offset, total;
+	struct wsync_buf *out;
+	size_t start, head_room;
+};
+
+int wsync_segment_encode_begin(struct wsync_segment_scratch *sc,
+			       const struct wsync_piece_in *pieces, size_t n,
+			       uint64_t target_offset, int zstd_level,
+			       struct wsync_buf *out, struct wsync_error *err)
 {
-	struct encoder enc = { .level = opts && opts->zstd_level ? opts->zstd_level : 1 };
-	struct wsync_buf *table = &sc->table;
-	struct piece_out *po;
+	struct wsync_segment_run *run;
 	uint64_t total = 0;
-	uint32_t n_streams = 0;
-	size_t start = out->len, head_room;
-	int r;
 
 	if (n == 0 || n > WSYNC_SEGMENT_PIECES_MAX)
 		return wsync_error_set(err, -EINVAL, "a segment needs 1..%u pieces",
@@ -527,48 +532,64 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 		return wsync_error_set(err, -EINVAL, "segment of %llu bytes (1..%llu)",
 				       (unsigned long long)total, WSYNC_SEGMENT_TARGET_MAX);
 
-	if (scratch_reset(sc, n) < 0)
+	if (!sc->run)
+		sc->run = malloc(sizeof(*sc->run));
+	if (!sc->run || scratch_reset(sc, n) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
-	enc.cctx = sc->cctx;
-	enc.fenc = sc->fenc;
-	enc.mark = sc->mark;
-	enc.escapes = &sc->escapes;
-	enc.dense = &sc->dense;
-	po = sc->po;
+	run = sc->run;
+	*run = (struct wsync_segment_run){
+		.enc = { .level = zstd_level ? zstd_level : 1, .cctx = sc->cctx,
+			 .fenc = sc->fenc, .mark = sc->mark, .escapes = &sc->escapes,
+			 .dense = &sc->dense, .payloads = out },
+		.pieces = pieces, .n = n, .target_offset = target_offset,
+		.total = total, .out = out, .start = out->len,
+	};
 	/*
 	 * Payloads are written straight into out, after room for the tables
 	 * (the stream table at its largest); once the streams are known the
 	 * tables are filled in and the data moved down over the unused room.
 	 * No second copy of the payloads is ever held.
 	 */
-	head_room = SEGMENT_FIXED + n * PIECE_ENTRY + STREAMS_MAX * STREAM_ENTRY;
-	if (wsync_buf_reserve(out, head_room) < 0) {
-		r = wsync_error_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	out->len += head_room;
-	enc.payloads = out;
-	for (size_t i = 0; i < n; i++) {
-		r = opts && opts->fill ? opts->fill(opts->arg, i, err) : 0;
-		if (r == 0)
-			r = encode_piece(&enc, &pieces[i], &po[i], err);
-		if (r < 0)
-			goto fail;
-		if (opts && opts->done)
-			opts->done(opts->arg, i);
-	}
-	r = wsync_float_enc_finish(enc.fenc, enc.level, table, out, &n_streams);
+	run->head_room = SEGMENT_FIXED + n * PIECE_ENTRY + STREAMS_MAX * STREAM_ENTRY;
+	if (wsync_buf_reserve(out, run->head_room) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory");
+	out->len += run->head_room;
+	return 0;
+}
+
+int wsync_segment_encode_piece(struct wsync_segment_scratch *sc, size_t i,
+			       struct wsync_error *err)
+{
+	struct wsync_segment_run *run = sc->run;
+	int r = encode_piece(&run->enc, &run->pieces[i], &((struct piece_out *)sc->po)[i],
+			     err);
+
+	if (r < 0)
+		run->out->len = run->start;
+	return r;
+}
+
+int wsync_segment_encode_end(struct wsync_segment_scratch *sc,
+			     struct wsync_segment_stats *stats, struct wsync_error *err)
+{
+	struct wsync_segment_run *run = sc->run;
+	struct encoder *enc = &run->enc;
+	struct wsync_buf *out = run->out;
+	struct piece_out *po = sc->po;
+	uint32_t n_streams = 0;
+	int r = wsync_float_enc_finish(enc->fenc, enc->level, &sc->table, out, &n_streams);
+
 	if (r < 0) {
-		wsync_error_set(err, r, "out of memory");
-		goto fail;
+		out->len = run->start;
+		return wsync_error_set(err, r, "out of memory");
 	}
 	{
-		uint8_t *h = out->data + start, *e;
-		size_t m = merge_copies(po, n);
-		size_t tables = SEGMENT_FIXED + m * PIECE_ENTRY + table->len;
+		uint8_t *h = out->data + run->start, *e;
+		size_t m = merge_copies(po, run->n);
+		size_t tables = SEGMENT_FIXED + m * PIECE_ENTRY + sc->table.len;
 
-		put64(h, target_offset);
-		put64(h + 8, total);
+		put64(h, run->target_offset);
+		put64(h + 8, run->total);
 		put32(h + 16, (uint32_t)m);
 		put32(h + 20, n_streams);
 		e = h + SEGMENT_FIXED;
@@ -583,26 +604,46 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 				      ? 0 : po[i].base_offset);
 			put64(e + 24, po[i].payload_len);
 		}
-		if (table->len)
-			memcpy(e, table->data, table->len);
-		memmove(h + tables, h + head_room, out->len - start - head_room);
-		out->len -= head_room - tables;
+		if (sc->table.len)
+			memcpy(e, sc->table.data, sc->table.len);
+		memmove(h + tables, h + run->head_room, out->len - run->start - run->head_room);
+		out->len -= run->head_room - tables;
 	}
-	enc.st.bytes_in = total;
-	enc.st.bytes_out = out->len - start;
+	enc->st.bytes_in = run->total;
+	enc->st.bytes_out = out->len - run->start;
 	if (stats) {
-		stats->elements += enc.st.elements;
-		stats->changed += enc.st.changed;
-		stats->bytes_in += enc.st.bytes_in;
-		stats->bytes_out += enc.st.bytes_out;
+		stats->elements += enc->st.elements;
+		stats->changed += enc->st.changed;
+		stats->bytes_in += enc->st.bytes_in;
+		stats->bytes_out += enc->st.bytes_out;
 		for (int m = 0; m < WSYNC_PIECE_METHODS; m++)
-			stats->method_bytes[m] += enc.st.method_bytes[m];
+			stats->method_bytes[m] += enc->st.method_bytes[m];
 	}
-	r = 0;
-	goto out;
-fail:
-	out->len = start;
-out:
+	return 0;
+}
+
+int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
+			    const struct wsync_piece_in *pieces, size_t n,
+			    uint64_t target_offset,
+			    const struct wsync_segment_opts *opts,
+			    struct wsync_buf *out, struct wsync_segment_stats *stats,
+			    struct wsync_error *err)
+{
+	size_t start = out->len;
+	int r = wsync_segment_encode_begin(sc, pieces, n, target_offset,
+					   opts ? opts->zstd_level : 0, out, err);
+
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		r = opts && opts->fill ? opts->fill(opts->arg, i, err) : 0;
+		if (r == 0)
+			r = wsync_segment_encode_piece(sc, i, err);
+		if (r == 0 && opts && opts->done)
+			opts->done(opts->arg, i);
+	}
+	if (r == 0)
+		r = wsync_segment_encode_end(sc, stats, err);
+	if (r < 0)
+		out->len = start;
 	return r;
 }
 

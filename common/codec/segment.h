@@ -18,8 +18,8 @@
  *  3. Within a file, segments are taken in order, and the file's hash is
  *     taken in file order: the worker holding the file's hashing turn
  *     hashes as it codes or decodes; one that went ahead keeps what it
- *     made (apply, while it fits) or reads it again, and hashes it when
- *     its turn comes.
+ *     made (apply) or read (diff) while its memory budget has room, reads
+ *     again what did not fit, and hashes it when its turn comes.
  * What each side adds is its own: diff bounds the coded output waiting
  * for the writer (diff.c, struct pool), apply opens files in delta order,
  * about one per worker at a time, and finishes a file in the worker that
@@ -135,6 +135,7 @@ int wsync_segment_encode(const struct wsync_piece_in *pieces, size_t n,
  */
 struct wsync_float_enc;
 struct wsync_float_mark;
+struct wsync_segment_run;
 
 struct wsync_segment_scratch {
 	void *cctx;			/* ZSTD_CCtx */
@@ -144,6 +145,7 @@ struct wsync_segment_scratch {
 	size_t po_cap;
 	struct wsync_buf table;
 	struct wsync_buf escapes, dense;	/* DENSE pieces' */
+	struct wsync_segment_run *run;	/* the encode in progress */
 };
 
 int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
@@ -153,6 +155,25 @@ int wsync_segment_encode_in(struct wsync_segment_scratch *sc,
 			    struct wsync_buf *out, struct wsync_segment_stats *stats,
 			    struct wsync_error *err);
 void wsync_segment_scratch_free(struct wsync_segment_scratch *sc);
+
+/*
+ * The same, a piece at a time, for a caller that codes two segments from
+ * one read of each piece (diff.c: a version's delta and its anchor):
+ * begin takes the pieces (their methods, lengths and base offsets; their
+ * bytes may be set later), piece codes pieces[i] for i = 0 .. n-1 in turn
+ * (its bytes set by then, needed only during the call), and end writes
+ * the tables and adds to stats.  The scratch holds the encode in between:
+ * one at a time per scratch.  Errors as wsync_segment_encode's; after
+ * one, out is as begin found it and the encode is over.
+ */
+int wsync_segment_encode_begin(struct wsync_segment_scratch *sc,
+			       const struct wsync_piece_in *pieces, size_t n,
+			       uint64_t target_offset, int zstd_level,
+			       struct wsync_buf *out, struct wsync_error *err);
+int wsync_segment_encode_piece(struct wsync_segment_scratch *sc, size_t i,
+			       struct wsync_error *err);
+int wsync_segment_encode_end(struct wsync_segment_scratch *sc,
+			     struct wsync_segment_stats *stats, struct wsync_error *err);
 
 /* A parsed segment (points into the payload it was parsed from). */
 struct wsync_piece {

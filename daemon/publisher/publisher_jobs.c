@@ -261,9 +261,11 @@ static void rebase_message(struct wsync_error *err, const char *from, const char
 	memcpy(err->msg, out, sizeof(out));
 }
 
-/* The object being coded, indexed as its files are written. */
+/* An object being coded, indexed as its files are written. */
 struct coding {
 	struct pubjob_prepare *j;
+	int role;			/* 0 the delta, 1 the anchor */
+	int fd;				/* the object's file, or -1 (chunk files) */
 	struct pubjob_chunks *chunks;	/* NULL: not uploaded in chunks */
 	struct wsync_delta_indexer *x;
 	int r;				/* the first failure of a progress call */
@@ -425,89 +427,132 @@ static void on_progress(void *arg, uint64_t final)
 		c->r = cut_chunk(c);
 }
 
-/* Encode new against old into out, uploading it in chunks meanwhile
- * (role: 0 delta, 1 anchor); in the same pass over what was written, its
- * size, XXH3-128 and SHA-256, its index and the files it makes. */
-static int encode(struct pubjob_prepare *j, int role, const char *old, const char *new,
-		  const char *out, struct wsync_diff_stats *stats, uint64_t *size,
-		  struct wsync_hash128 *hash, uint8_t sha256[WSYNC_SHA256_LEN],
-		  struct wsync_manifest_index **index, struct wsync_manifest_file **files,
-		  size_t *n_files)
+/* Make ready to code object role (0 delta, 1 anchor) into out: its file
+ * -- none when it goes in chunk files alone: the object is never written
+ * whole (what is not cut is renamed to out at the end); else out, never
+ * an existing file: one the store linked into the bucket would change
+ * there too (out/ was emptied first) -- its indexer and its chunks. */
+static int coding_begin(struct coding *c, struct pubjob_prepare *j, int role, const char *out)
 {
-	struct wsync_diff_opts o = { .threads = j->threads,
-				     .memory_limit = j->memory_limit,
-				     .progress = on_progress, .written = on_written,
-				     .replace_new = j->part };
-	struct coding c = { .j = j, .out = out, .cfd = -1 };
-	struct wsync_delta_object obj;
-	int fd, r;
+	int r;
 
-	o.progress_arg = &c;
+	*c = (struct coding){ .j = j, .role = role, .fd = -1, .out = out, .cfd = -1 };
 	if (j->stream && (j->stream->chunk_size || j->stream->per_file))
-		c.chunks = &j->stream->role[role];
-	/* In chunk files alone, when they are made: the object is never
-	 * written whole (what is not cut is renamed to out below).  Else
-	 * out, never an existing file: one the store linked into the
-	 * bucket would change there too (out/ was emptied first). */
-	fd = c.chunks && j->stream->chunk_files
-		     ? -1 : open(out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0 && !(c.chunks && j->stream->chunk_files))
-		return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
-	if (j->stream)
-		o.segment_target = j->stream->segment_target;
-	r = wsync_delta_indexer_new(fd, out, &c.x, &j->err);
-	if (r == 0 && c.chunks && j->stream->per_file)
-		wsync_delta_indexer_cut_files(c.x, push_chunk, &c);
-	if (r == 0)
-		r = wsync_diff(old, new, fd, &o, stats, &j->err);
-	if (r == 0 && c.r < 0) {
-		r = c.r;
-		j->err = c.err;
+		c->chunks = &j->stream->role[role];
+	if (!(c->chunks && j->stream->chunk_files)) {
+		c->fd = open(out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (c->fd < 0)
+			return wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
 	}
-	if (r == 0)
-		r = wsync_delta_indexer_finish(c.x, &obj, &j->err);
+	r = wsync_delta_indexer_new(c->fd, out, &c->x, &j->err);
+	if (r == 0 && c->chunks && j->stream->per_file)
+		wsync_delta_indexer_cut_files(c->x, push_chunk, c);
+	return r;
+}
+
+/* The object coded (r the coder's result): its last chunk cut, and its
+ * size, XXH3-128, SHA-256 and index into j (with files, the files it
+ * makes too); failed, what it left removed.  r, or the first failure
+ * here. */
+static int coding_end(struct coding *c, int r, bool files)
+{
+	struct pubjob_prepare *j = c->j;
+	struct wsync_delta_object obj;
+
+	if (r == 0 && c->r < 0) {
+		r = c->r;
+		j->err = c->err;
+	}
+	if (r == 0 && c->x)
+		r = wsync_delta_indexer_finish(c->x, &obj, &j->err);
 	/* the rest is the last chunk -- unless nothing was cut: then the
 	 * object goes whole */
-	if (r == 0 && c.chunks && c.chunks->n && !j->stream->per_file &&
-	    (r = cut_chunk(&c)) < 0)
-		j->err = c.err;
-	if (c.cfd >= 0) {
+	if (r == 0 && c->chunks && c->chunks->n && !j->stream->per_file &&
+	    (r = cut_chunk(c)) < 0)
+		j->err = c->err;
+	if (c->cfd >= 0) {
 		/* nothing cut: the chunk file is the object, to go whole;
 		 * or a failure */
 		char p[PATH_MAX];
-		int k = pubjob_chunk_path(p, sizeof(p), out, c.chunks->n);
+		int k = pubjob_chunk_path(p, sizeof(p), c->out, c->chunks->n);
 
-		if (close(c.cfd) < 0 && r == 0)
-			r = wsync_error_set(&j->err, -errno, "%s: %s", out, strerror(errno));
-		if (r == 0 && (k < 0 || rename(p, out) < 0))
-			r = wsync_error_set(&j->err, k < 0 ? k : -errno, "%s: %s", out,
+		if (close(c->cfd) < 0 && r == 0)
+			r = wsync_error_set(&j->err, -errno, "%s: %s", c->out, strerror(errno));
+		if (r == 0 && (k < 0 || rename(p, c->out) < 0))
+			r = wsync_error_set(&j->err, k < 0 ? k : -errno, "%s: %s", c->out,
 					    strerror(k < 0 ? -k : errno));
 		if (r < 0 && k == 0)
 			(void)unlink(p);
 	}
-	if (r == 0 && c.chunks) {
+	if (r == 0 && c->chunks) {
 		pthread_mutex_lock(&j->stream->mu);
-		c.chunks->done = true;
+		c->chunks->done = true;
 		pthread_mutex_unlock(&j->stream->mu);
 		uv_async_send(j->stream->wake);
 	}
 	if (r == 0) {
-		*size = obj.size;
-		*hash = obj.hash;
-		memcpy(sha256, obj.sha256, WSYNC_SHA256_LEN);
-		*index = obj.index;
+		if (c->role == 0) {
+			j->delta_size = obj.size;
+			j->delta_hash = obj.hash;
+			memcpy(j->delta_sha256, obj.sha256, WSYNC_SHA256_LEN);
+			j->delta_index = obj.index;
+		} else {
+			j->anchor_size = obj.size;
+			j->anchor_hash = obj.hash;
+			memcpy(j->anchor_sha256, obj.sha256, WSYNC_SHA256_LEN);
+			j->anchor_index = obj.index;
+		}
 		if (files) {
-			*files = obj.files;
-			*n_files = obj.n_files;
+			j->files = obj.files;
+			j->n_files = obj.n_files;
 			obj.files = NULL;
 			obj.n_files = 0;
 		}
 		obj.index = NULL;
 		wsync_delta_object_free(&obj);
 	}
-	wsync_delta_indexer_free(c.x);
-	if (fd >= 0)
-		(void)close(fd);
+	wsync_delta_indexer_free(c->x);
+	if (c->fd >= 0)
+		(void)close(c->fd);
+	return r;
+}
+
+/*
+ * Encode new against old into the delta at dpath and/or the anchor at
+ * apath (NULL: not wanted; the anchor alone: old is empty/), uploading
+ * them in chunks meanwhile; in the same pass over what was written, each
+ * one's size, XXH3-128 and SHA-256, its index, and the files it makes
+ * (the delta's when there is one).  Both at once: one pass over new
+ * codes the two (diff.h, wsync_diff_anchor), each file read once.
+ */
+static int encode(struct pubjob_prepare *j, const char *old, const char *new,
+		  const char *dpath, const char *apath)
+{
+	struct wsync_diff_opts o = { .threads = j->threads,
+				     .memory_limit = j->memory_limit,
+				     .progress = on_progress, .written = on_written,
+				     .replace_new = j->part };
+	struct wsync_diff_anchor beside = { .progress = on_progress, .written = on_written };
+	struct coding c[2];
+	int main = dpath ? 0 : 1, r;
+	bool beside_begun = false;
+
+	if (j->stream)
+		o.segment_target = j->stream->segment_target;
+	r = coding_begin(&c[main], j, main, main ? apath : dpath);
+	if (r == 0 && dpath && apath) {
+		beside_begun = true;
+		r = coding_begin(&c[1], j, 1, apath);
+		beside.out_fd = c[1].fd;
+		beside.arg = &c[1];
+		o.anchor = &beside;
+	}
+	o.progress_arg = &c[main];
+	if (r == 0)
+		r = wsync_diff(old, new, c[main].fd, &o, &j->delta_stats, &j->err);
+	if (beside_begun)
+		r = coding_end(&c[1], r, false);
+	r = coding_end(&c[main], r, true);
 	if (r == -EBUSY)
 		r = -EAGAIN;	/* a file changed size under the encoder */
 	else if (r == -EINVAL)
@@ -608,35 +653,23 @@ void pubjob_prepare_work(void *data)
 	 * size and hash as its FILE record gives them (the encoder hashed
 	 * it as it read it; reading it once more to hash it would cost a
 	 * third more of the step's reads) */
-	if (j->want_delta) {
+	if (j->want_delta || j->want_anchor) {
+		char apath[PATH_MAX];
+
 		PATHF(p, "%s/delta.wsd", out);
+		PATHF(apath, "%s/anchor.wsa", out);
 		from = empty;
-		r = j->lost_base ? 0 : part_base(j, base, old, &from);
+		r = j->want_delta && !j->lost_base ? part_base(j, base, old, &from) : 0;
 		if (r == 0)
-			r = encode(j, 0, from, staging, p, &j->delta_stats, &j->delta_size,
-				   &j->delta_hash, j->delta_sha256, &j->delta_index, &j->files,
-				   &j->n_files);
+			r = encode(j, from, staging, j->want_delta ? p : NULL,
+				   j->want_anchor ? apath : NULL);
 		(void)wsync_rm_rf(old);
 		if (r < 0) {
 			j->result = r;
 			return;
 		}
-		j->has_delta = true;
-	}
-	if (j->want_anchor) {
-		struct wsync_diff_stats st;
-
-		PATHF(p, "%s/anchor.wsa", out);
-		r = encode(j, 1, empty, staging, p, &st, &j->anchor_size, &j->anchor_hash,
-			   j->anchor_sha256, &j->anchor_index, j->want_delta ? NULL : &j->files,
-			   &j->n_files);
-		if (r < 0) {
-			j->result = r;
-			return;
-		}
-		j->has_anchor = true;
-		if (!j->want_delta)
-			j->delta_stats = st;
+		j->has_delta = j->want_delta;
+		j->has_anchor = j->want_anchor;
 	}
 
 	/* 4. what was coded is what the scan saw (both in byte order) */

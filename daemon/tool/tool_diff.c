@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * wsync diff OLD NEW -o DELTA [--threads N] [--level N] [--json] -- write
- * the delta that turns OLD into NEW and print what it cost.
+ * wsync diff OLD NEW -o DELTA [--anchor ANCHOR] [--threads N] [--level N]
+ * [--json] -- write the delta that turns OLD into NEW (and the anchor
+ * that makes NEW from nothing, from the same reads) and print what it
+ * cost.
  *
- * The delta is written to a temp file beside DELTA and renamed over it
- * only when complete, so DELTA is never seen half written and a failed
- * run leaves an existing DELTA as it was.
+ * Each output is written to a temp file beside it and renamed over it
+ * only when both are complete, so neither is seen half written and a
+ * failed run leaves existing ones as they were.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,8 +29,8 @@
 #define TOOL "wsync diff"
 
 static const char synopsis[] =
-	"Usage: wsync diff OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N]\n"
-	"                  [--json]\n";
+	"Usage: wsync diff OLD NEW -o DELTA [--anchor ANCHOR] [--threads N]\n"
+	"                  [--memory SIZE] [--level N] [--json]\n";
 
 static void diff_usage(FILE *f)
 {
@@ -36,6 +38,8 @@ static void diff_usage(FILE *f)
 		   "Write the delta that turns OLD into NEW: two files, or two directories\n"
 		   "(walked recursively; regular files only, symlinks are refused).\n\n"
 		   "  -o, --output DELTA  the delta file to write (replaced atomically)\n"
+		   "  --anchor ANCHOR     also write the anchor, the delta that makes NEW\n"
+		   "                      from nothing, from the same reads of NEW\n"
 		   "  --threads N         encoder threads (default: one per CPU)\n"
 		   "  --memory SIZE       about the most memory to use, e.g. 1GiB (default\n"
 		   "                      256MiB): fewer threads run when more do not fit\n"
@@ -48,7 +52,9 @@ static void diff_usage(FILE *f)
 		   "directories).\n", synopsis);
 }
 
-static void print_summary(const struct wsync_diff_stats *st, bool json)
+/* With an anchor (ast), its figures follow the delta's. */
+static void print_summary(const struct wsync_diff_stats *st,
+			  const struct wsync_diff_stats *ast, bool json)
 {
 	double density = st->elements ? (double)st->changed / (double)st->elements : 0;
 	double mbps = st->seconds > 0 ? (double)st->target_bytes / 1e6 / st->seconds : 0;
@@ -72,6 +78,11 @@ static void print_summary(const struct wsync_diff_stats *st, bool json)
 						: json_null());
 		json_object_set_new(o, "seconds", json_real(st->seconds));
 		json_object_set_new(o, "mb_per_s", json_real(mbps));
+		if (ast)
+			json_object_set_new(o, "anchor", json_pack("{s:I, s:I, s:I}",
+				"files", (json_int_t)ast->files,
+				"target_bytes", (json_int_t)ast->target_bytes,
+				"delta_bytes", (json_int_t)ast->delta_bytes));
 		(void)json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_COMPACT);
 		putchar('\n');
 		json_decref(o);
@@ -90,12 +101,17 @@ static void print_summary(const struct wsync_diff_stats *st, bool json)
 	       wsync_format_bytes(delta, sizeof(delta), st->delta_bytes), bpc,
 	       (double)st->target_bytes / 1e6, st->seconds, mbps, st->files,
 	       st->kept, st->written, st->deleted);
+	if (ast)
+		printf("anchor %" PRIu64 " bytes (%s) for %" PRIu64 " files, %.1f MB\n",
+		       ast->delta_bytes, wsync_format_bytes(delta, sizeof(delta), ast->delta_bytes),
+		       ast->files, (double)ast->target_bytes / 1e6);
 }
 
 int tool_diff(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "output", required_argument, NULL, 'o' },
+		{ "anchor", required_argument, NULL, 'a' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "memory", required_argument, NULL, 'm' },
 		{ "level", required_argument, NULL, 'l' },
@@ -104,10 +120,11 @@ int tool_diff(int argc, char **argv)
 		{ 0 },
 	};
 	struct wsync_diff_opts dopts = { .threads = tool_default_threads() };
-	struct wsync_diff_stats st;
+	struct wsync_diff_stats st, ast;
+	struct wsync_diff_anchor anchor = { .stats = &ast };
 	struct wsync_error err = { 0 };
-	const char *out = NULL;
-	struct wsync_atomic out_file;
+	const char *out = NULL, *aout = NULL;
+	struct wsync_atomic out_file, aout_file;
 	bool json = false;
 	uint64_t level;
 	int c, r;
@@ -118,6 +135,9 @@ int tool_diff(int argc, char **argv)
 		switch (c) {
 		case 'o':
 			out = optarg;
+			break;
+		case 'a':
+			aout = optarg;
 			break;
 		case 't':
 			r = tool_option_threads(TOOL, synopsis, optarg, &dopts.threads);
@@ -158,23 +178,43 @@ int tool_diff(int argc, char **argv)
 	r = tool_refuse_directory(TOOL, synopsis, out, "-o names the delta file to write");
 	if (r)
 		return r;
+	if (aout && !aout[0])
+		return tool_usage_error(TOOL, synopsis, "--anchor: the anchor's path is empty");
+	if (aout) {
+		r = tool_refuse_directory(TOOL, synopsis, aout,
+					  "--anchor names the anchor file to write");
+		if (r)
+			return r;
+	}
 
 	/* The temp is ".<name>.wsync-XXXXXX" beside the output, as the
 	 * applier names its temps, so a crash leaves recognisable litter; the
 	 * mode is a plain create's (0666 less the umask). */
 	r = wsync_atomic_begin(&out_file, AT_FDCWD, out, NULL, 0666, 0, &err);
-	if (r == 0) {
-		r = wsync_diff(argv[optind], argv[optind + 1], out_file.fd, &dopts, &st, &err);
+	if (r == 0 && aout) {
+		r = wsync_atomic_begin(&aout_file, AT_FDCWD, aout, NULL, 0666, 0, &err);
 		if (r < 0)
 			wsync_atomic_abort(&out_file);
-		else
+		anchor.out_fd = aout_file.fd;
+		dopts.anchor = &anchor;
+	}
+	if (r == 0) {
+		r = wsync_diff(argv[optind], argv[optind + 1], out_file.fd, &dopts, &st, &err);
+		if (r < 0) {
+			wsync_atomic_abort(&out_file);
+			if (aout)
+				wsync_atomic_abort(&aout_file);
+		} else if (aout && (r = wsync_atomic_commit(&aout_file, &err)) < 0) {
+			wsync_atomic_abort(&out_file);
+		} else {
 			r = wsync_atomic_commit(&out_file, &err);
+		}
 	}
 	if (r < 0) {
 		fprintf(stderr, TOOL ": %s\n", wsync_error_str(&err));
 		return r == -EINVAL ? WSYNC_EXIT_DATAERR : WSYNC_EXIT_FAILURE;
 	}
-	print_summary(&st, json);
+	print_summary(&st, aout ? &ast : NULL, json);
 	if (fflush(stdout) != 0) {
 		fprintf(stderr, TOOL ": writing the output: %s\n", strerror(errno));
 		return WSYNC_EXIT_FAILURE;

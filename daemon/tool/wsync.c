@@ -34,8 +34,11 @@ static const struct subcommand {
 	  "      pieces, what a key of a bucket is (a chunk, an object, HEAD, NEXT,\n"
 	  "      ...), or a bucket's version" },
 	{ "diff", tool_diff,
-	  "OLD NEW -o DELTA [--threads N] [--memory SIZE] [--level N] [--json]\n"
-	  "      write the delta that turns OLD into NEW (two files or two directories)" },
+	  "OLD NEW -o DELTA [--anchor ANCHOR] [--threads N] [--memory SIZE] [--level N]\n"
+	  "      [--json]\n"
+	  "      write the delta that turns OLD into NEW (two files or two directories),\n"
+	  "      and with --anchor the anchor that makes NEW from nothing, from the\n"
+	  "      same reads" },
 	{ "apply", tool_apply,
 	  "TARGET DELTA [-o OUTDIR] [--threads N] [--memory SIZE] [--json]\n"
 	  "      apply a delta to TARGET, all or nothing" },

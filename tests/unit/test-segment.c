@@ -456,6 +456,66 @@ static void test_scratch_reuse(void)
 	free(dt);
 }
 
+/*
+ * Two segments coded a piece at a time, interleaved (as diff.c codes a
+ * delta's segment and its anchor's from one read of each piece: FLOAT
+ * against a base and ZSTD of the same target bytes), each in its own
+ * scratch, give the bytes each gives coded alone; the pieces' bytes set
+ * only just before their piece is coded, and overwritten after.
+ */
+static void test_piecewise_pair(void)
+{
+	enum { N = 3, LEN = 1u << 18 };
+	uint8_t *b = malloc(N * LEN), *t = malloc(N * LEN), *tb = malloc(LEN), *bb = malloc(LEN);
+	struct wsync_piece_in d[N], a[N], dw[N], aw[N];
+	struct wsync_segment_scratch sd = { 0 }, sa = { 0 };
+	struct wsync_segment_stats st = { 0 };
+	struct wsync_buf alone[2] = { { 0 } }, out[2] = { { 0 } };
+	struct wsync_error err = { 0 };
+
+	make_pair(WSYNC_FAMILY_BF16, b, t, N * LEN / 2, 2000);
+	for (int i = 0; i < N; i++) {
+		d[i] = (struct wsync_piece_in){ WSYNC_PIECE_FLOAT, WSYNC_FAMILY_BF16,
+						t + (size_t)i * LEN, b + (size_t)i * LEN,
+						(uint64_t)i * LEN, LEN };
+		a[i] = (struct wsync_piece_in){ .method = WSYNC_PIECE_ZSTD,
+						.target = t + (size_t)i * LEN, .len = LEN };
+		dw[i] = d[i];
+		aw[i] = a[i];
+		dw[i].target = dw[i].base = aw[i].target = NULL;
+	}
+	CHECK(wsync_segment_encode(d, N, 4096, NULL, &alone[0], NULL, &err) == 0);
+	CHECK(wsync_segment_encode(a, N, 4096, NULL, &alone[1], NULL, &err) == 0);
+	CHECK(wsync_segment_encode_begin(&sd, dw, N, 4096, 0, &out[0], &err) == 0);
+	CHECK(wsync_segment_encode_begin(&sa, aw, N, 4096, 0, &out[1], &err) == 0);
+	for (int i = 0; i < N; i++) {
+		/* one read of the piece into one pair of buffers, for both */
+		memcpy(tb, t + (size_t)i * LEN, LEN);
+		memcpy(bb, b + (size_t)i * LEN, LEN);
+		dw[i].target = aw[i].target = tb;
+		dw[i].base = bb;
+		CHECK(wsync_segment_encode_piece(&sd, (size_t)i, &err) == 0);
+		CHECK(wsync_segment_encode_piece(&sa, (size_t)i, &err) == 0);
+		memset(tb, 0xa5, LEN);
+		memset(bb, 0x5a, LEN);
+	}
+	CHECK(wsync_segment_encode_end(&sd, &st, &err) == 0);
+	CHECK(wsync_segment_encode_end(&sa, NULL, &err) == 0);
+	CHECK(st.bytes_in == (uint64_t)N * LEN && st.elements == (uint64_t)N * LEN / 2);
+	for (int k = 0; k < 2; k++) {
+		CHECK(out[k].len == alone[k].len &&
+		      memcmp(out[k].data, alone[k].data, out[k].len) == 0);
+		wsync_buf_free(&out[k]);
+		wsync_buf_free(&alone[k]);
+	}
+	wsync_segment_scratch_free(&sd);
+	wsync_segment_scratch_free(&sa);
+	free(b);
+	free(t);
+	free(tb);
+	free(bb);
+}
+
 /* The fill/done callbacks of wsync_segment_encode_in: pieces whose bytes
  * are supplied one at a time, into one reused pair of buffers, code to the
  * same payload as pieces given whole; done follows each fill, in order;
@@ -1111,6 +1171,7 @@ int main(void)
 	TEST(test_copy_runs);
 	TEST(test_scratch_reuse);
 	TEST(test_fill_callbacks);
+	TEST(test_piecewise_pair);
 	TEST(test_corruption);
 	TEST(test_dense);
 	TEST(test_dense_large_steps);
