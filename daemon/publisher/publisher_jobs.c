@@ -413,8 +413,9 @@ static void on_progress(void *arg, uint64_t final)
 	uint64_t at, start, want;
 
 	(void)final;	/* the indexer's offset: it was fed as much */
-	if (c->r < 0 || !c->chunks || c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX)
-		return;
+	if (c->r < 0 || !c->chunks || c->chunks->n + 1 >= WSYNC_MANIFEST_CHUNKS_MAX ||
+	    !c->j->stream->chunk_size)
+		return;	/* (a part with chunk_size 0: at every file only) */
 	at = wsync_delta_indexer_offset(c->x);
 	start = c->chunks->n ? c->chunks->c[c->chunks->n - 1].offset +
 			       c->chunks->c[c->chunks->n - 1].size : 0;

@@ -55,7 +55,7 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 		memcpy(pb->flight, &t, sizeof(t));
 		memcpy(pb->flight + 8, &pb->started_ms, sizeof(pb->started_ms));
 	}
-	/* a part always goes by chunks: one per file's records */
+	/* a part always goes by chunks: each of one file's records */
 	if ((!p->cfg->chunk_size && !p->mode->per_file_chunks) || !p->stream_ready)
 		return p->mode->per_file_chunks ? -EIO : 0;
 	if (pthread_mutex_init(&pb->stream.mu, NULL) != 0)
