@@ -10,6 +10,7 @@
 #   scripts/bench-scale.sh [--quick] [--params P] [--shards N] [--steps N]
 #                          [--backend file|s3|both] [--mmap] [--throttle RATE]
 #                          [--parts N] [--no-apart] [--sub KEY=VALUE]...
+#                          [--partial GLOBS]
 #                          [--dir DIR] [--keep]
 #
 #   --quick         small, for the test suite: 200M parameters (400 MB),
@@ -36,6 +37,11 @@
 #   --no-apart      do not run each step's stages apart (below)
 #   --sub KEY=VALUE a [subscriber] setting for both subscribers (repeat for
 #                   more): --sub ahead_pace=off, --sub ahead_max=0
+#   --partial GLOBS the partial subscriber's include (default: every *.json
+#                   and the first half of the shards); one shard's name
+#                   (--partial 'model-00001-of-00016.safetensors') leaves the
+#                   full subscriber nearly alone beside the publisher, as
+#                   on a colocated node (the one-host goal line)
 #   --dir DIR       work dir (default a temp dir under /var/tmp); needs about
 #                   8x a checkpoint's bytes free (7x with --no-apart; checked
 #                   first)
@@ -125,7 +131,7 @@ prebuilt=0
 PYTHON3=${PYTHON3:-/usr/bin/python3}
 GEN=$root/scripts/gen-checkpoints
 
-quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1 apart=1 subset=()
+quick=0 params= shards= steps= backend= dir= keep=0 mmap=0 throttle= parts=1 apart=1 subset=() partial=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) quick=1 ;;
@@ -137,6 +143,7 @@ while [ $# -gt 0 ]; do
 	--throttle) throttle=$2; shift ;;
 	--parts) parts=$2; shift ;;
 	--no-apart) apart=0 ;;
+	--partial) partial=$2; shift ;;
 	--sub)
 		case $2 in
 		[a-z]*=*) subset+=("${2%%=*} = ${2#*=}") ;;
@@ -358,7 +365,7 @@ run_backend() { # run_backend BACKEND PARAMS
 	shard_names=($shard_names)
 	[ "$k" = "$shards" ] || echo "# the model has $k shards, not $shards (one tensor or more per shard)"
 	half=$((k / 2))
-	inc="*.json ${shard_names[*]:0:$half}"
+	inc=${partial:-"*.json ${shard_names[*]:0:$half}"}
 	# disk: watch 2x; the publisher's base (hardlinks of a checkpoint, kept
 	# past the rotation) 1x; bucket ~0.8x; subscribers (target, download,
 	# the partial's half) ~2.7x; the 8 GB run used 5.4x (43 GB) at most
