@@ -383,7 +383,6 @@ static int build_record(struct wsync_publisher *p, struct publication *pb,
 		rec->n_objects++;
 		for (size_t k = 0; k < cs->n; k++) {
 			const struct pub_chunk *c = &cs->c[k];
-
 			const struct wsync_manifest_range *fr;
 			size_t q0;
 
