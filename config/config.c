@@ -790,6 +790,27 @@ static const char *format_ahead_pace(UNUSED const struct config_key *k, const vo
 	return ahead_pace_names[*(const enum wsync_ahead_pace *)field];
 }
 
+static const char *const page_cache_names[] = {
+	[WSYNC_PAGE_CACHE_AROUND] = "around",
+	[WSYNC_PAGE_CACHE_THROUGH] = "through",
+};
+
+static int parse_page_cache(UNUSED const struct config_key *k, const char *value, void *field,
+			    struct wsync_error *why)
+{
+	int v = 0, r = parse_name_in(page_cache_names, 2, value, &v, why);
+
+	if (r == 0)
+		*(enum wsync_page_cache *)field = (enum wsync_page_cache)v;
+	return r;
+}
+
+static const char *format_page_cache(UNUSED const struct config_key *k, const void *field,
+				     UNUSED char *buf, UNUSED size_t len)
+{
+	return page_cache_names[*(const enum wsync_page_cache *)field];
+}
+
 /* ---- the schema --------------------------------------------------------- */
 
 /* Rows of one section stay together: dump and the section list rely on it.
@@ -882,6 +903,7 @@ static const struct config_key config_keys[] = {
 	KEY("subscriber", "ahead_max", parse_size, format_size, ahead_max,
 	    .min = 0, .max = 1ull << 50),
 	KEY("subscriber", "ahead_pace", parse_ahead_pace, format_ahead_pace, ahead_pace),
+	KEY("subscriber", "page_cache", parse_page_cache, format_page_cache, page_cache),
 	KEY("subscriber", "include", parse_globs, format_string, sub_include, .max = 4096),
 	KEY("subscriber", "exclude", parse_globs, format_string, sub_exclude, .max = 4096,
 	    .flags = KEY_EMPTY_OK),

@@ -54,6 +54,13 @@ enum wsync_ahead_pace {
 	WSYNC_AHEAD_PACE_OFF,		/* builds as the chunks arrive */
 };
 
+/* How a subscriber reads the target and writes new files ([subscriber]
+ * page_cache). */
+enum wsync_page_cache {
+	WSYNC_PAGE_CACHE_AROUND = 0,	/* O_DIRECT where the file system allows */
+	WSYNC_PAGE_CACHE_THROUGH,	/* the page cache only */
+};
+
 /* The default of [publisher] exclude: what training writes that inference
  * does not need. */
 #define WSYNC_DEFAULT_EXCLUDE \
@@ -132,6 +139,7 @@ struct wsync_config {
 	uint64_t ahead_max;	/* bytes of a version in flight fetched and built
 				 * before its commit; default 16 GiB; 0: none */
 	enum wsync_ahead_pace ahead_pace; /* default yield */
+	enum wsync_page_cache page_cache; /* default around */
 	char *verify_key;	/* Ed25519 public key (PEM), optional */
 	uint64_t max_head_age_ms; /* 0 (default): off; else warn when HEAD is older */
 	char *on_apply;		/* /bin/sh -c command after each applied version, optional */

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -74,6 +75,127 @@ void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
 		wsync_writeback_start(fd, start + *kicked, written - *kicked);
 		*kicked = written;
 	}
+}
+
+/* ---- files read once ---- */
+
+int wsync_reopen_direct(int fd, int flags)
+{
+	char self[64];
+	int dfd;
+
+	(void)snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	dfd = open(self, flags | O_DIRECT | O_CLOEXEC);
+	return dfd < 0 ? -1 : dfd;
+}
+
+int wsync_pwrite_around(int fd, int dfd, const void *buf, size_t len, uint64_t off,
+			uint8_t *bounce, size_t cap)
+{
+	const uint64_t mask = WSYNC_ONCE_ALIGN - 1;
+	const uint8_t *p = buf;
+	uint64_t from = (off + mask) & ~mask, to = (off + len) & ~mask, pos;
+	int r;
+
+	if (dfd < 0 || to <= from || off > INT64_MAX)
+		return wsync_pwrite_all(fd, buf, len, off);
+	if (from > off && (r = wsync_pwrite_all(fd, p, (size_t)(from - off), off)) < 0)
+		return r;
+	for (pos = from; pos < to;) {
+		size_t n = to - pos < cap ? (size_t)(to - pos) : cap;
+		ssize_t w;
+
+		memcpy(bounce, p + (pos - off), n);
+		w = pwrite(dfd, bounce, n, (off_t)pos);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno != EINVAL)
+			return -errno;
+		if (w <= 0 || ((uint64_t)w & mask))
+			break;	/* refused or cut short: the rest through the cache */
+		pos += (uint64_t)w;
+	}
+	return wsync_pwrite_all(fd, p + (pos - off), (size_t)(off + len - pos), pos);
+}
+
+void wsync_once_open(struct wsync_once_file *f, int fd, uint64_t size, bool direct)
+{
+	*f = WSYNC_ONCE_NONE;
+	f->fd = fd;
+	f->size = size;
+	f->dfd = direct ? wsync_reopen_direct(fd, O_RDONLY) : -1;
+	if (f->dfd >= 0 && wsync_map_file(fd, size, &f->map) < 0) {
+		(void)close(f->dfd);	/* cannot tell cached pages: the cache, always */
+		f->dfd = -1;
+	}
+}
+
+void wsync_once_close(struct wsync_once_file *f)
+{
+	if (f->map)
+		wsync_unmap_file(f->map, f->size);
+	if (f->dfd >= 0)
+		(void)close(f->dfd);
+	if (f->fd >= 0)
+		(void)close(f->fd);
+	*f = WSYNC_ONCE_NONE;
+}
+
+/* Whether every page of [off, off + len) is in the page cache (and so
+ * whether a failure to tell says yes: the cache then serves the read). */
+static bool once_cached(const struct wsync_once_file *f, uint64_t off, uint64_t len)
+{
+	static long page;
+	unsigned char vec[256];
+	uint64_t first, last;
+
+	if (!page)
+		page = sysconf(_SC_PAGESIZE);
+	first = off / (uint64_t)page;
+	last = (off + len - 1) / (uint64_t)page;
+	for (uint64_t p = first; p <= last; p += sizeof(vec)) {
+		uint64_t n = last - p + 1 < sizeof(vec) ? last - p + 1 : sizeof(vec);
+
+		if (mincore((void *)(uintptr_t)(f->map + p * (uint64_t)page),
+			    (size_t)(n * (uint64_t)page), vec) < 0)
+			return true;
+		for (uint64_t i = 0; i < n; i++)
+			if (!(vec[i] & 1))
+				return false;
+	}
+	return true;
+}
+
+int wsync_once_read(const struct wsync_once_file *f, uint8_t *buf, uint64_t len,
+		    uint64_t off, const uint8_t **at)
+{
+	const uint64_t mask = WSYNC_ONCE_ALIGN - 1;
+	uint64_t from, need, got = 0;
+	ssize_t n;
+
+	*at = buf;
+	if (f->dfd < 0 || len == 0 || off > f->size || len > f->size - off ||
+	    once_cached(f, off, len))
+		return wsync_pread_all(f->fd, buf, len, off);
+	from = off & ~mask;
+	need = off + len - from;
+	do
+		n = pread(f->dfd, buf, (size_t)((need + mask) & ~mask), (off_t)from);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && errno != EINVAL)
+		return -errno;
+	if (n > 0)
+		got = (uint64_t)n;
+	/* refused here (EINVAL: an alignment this file system wants
+	 * otherwise), or short: the rest through the cache */
+	if (got < need) {
+		int r = wsync_pread_all(f->fd, buf + got, need - got, from + got);
+
+		if (r < 0)
+			return r;
+	}
+	*at = buf + (off - from);
+	return 0;
 }
 
 /* ---- mapped files ---- */

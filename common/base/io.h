@@ -8,6 +8,7 @@
 #ifndef WSYNC_IO_H
 #define WSYNC_IO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -60,6 +61,62 @@ void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
 int wsync_map_file(int fd, uint64_t size, const uint8_t **p);
 void wsync_map_drop(const uint8_t *p, uint64_t size, uint64_t off, uint64_t len);
 void wsync_unmap_file(const uint8_t *p, uint64_t size);
+
+/*
+ * A file read once and then let go -- the base of a file being rebuilt,
+ * whose pages are garbage once the new file is renamed over it: read
+ * through the page cache where its pages are cached, around it (O_DIRECT)
+ * where they are not, so that a cold base neither evicts what the cache
+ * holds for others (the new version, the inference server's files) nor
+ * costs a copy and a page of memory per page read.  Which it is is asked
+ * per read (mincore of a mapping that is never touched).  Where the file
+ * system refuses O_DIRECT or the mapping, every read goes through the
+ * cache, as a plain pread would.  Reads may run on several threads at once.
+ */
+struct wsync_once_file {
+	int fd;			/* the file, read through the cache; -1: none */
+	int dfd;		/* the same file with O_DIRECT, -1: none */
+	const uint8_t *map;	/* asked which pages are cached, NULL: none */
+	uint64_t size;
+};
+#define WSYNC_ONCE_NONE ((struct wsync_once_file){ .fd = -1, .dfd = -1 })
+/* A buffer for wsync_once_read: aligned so, len + WSYNC_ONCE_SLACK bytes. */
+#define WSYNC_ONCE_ALIGN 4096u
+#define WSYNC_ONCE_SLACK (2u * WSYNC_ONCE_ALIGN)
+
+/* Take fd (a regular file of size bytes, read-only) into f; f owns it now.
+ * Without direct, every read goes through the cache. */
+void wsync_once_open(struct wsync_once_file *f, int fd, uint64_t size, bool direct);
+/* Close f's descriptors (fd included) and mapping; f becomes NONE. */
+void wsync_once_close(struct wsync_once_file *f);
+/*
+ * Bytes [off, off + len) of f, read into buf (WSYNC_ONCE_ALIGN-aligned,
+ * len + WSYNC_ONCE_SLACK bytes): *at points at them, in buf.  Returns 0,
+ * -ENODATA when the file ends first, or another negative errno.
+ */
+int wsync_once_read(const struct wsync_once_file *f, uint8_t *buf, uint64_t len,
+		    uint64_t off, const uint8_t **at);
+
+/*
+ * fd's file opened again (the same open file, not the same name: nothing
+ * renamed meanwhile can put another file behind it) with O_DIRECT and
+ * flags (O_RDONLY or O_WRONLY), or -1 where the file system refuses it.
+ */
+int wsync_reopen_direct(int fd, int flags);
+
+/*
+ * Write len bytes of buf at off of a file being built, written once in
+ * large writes and read soon by nobody on this host through its cache (a
+ * new version's file: the inference server loads it once), around the
+ * page cache where it can: the whole WSYNC_ONCE_ALIGN blocks of the write
+ * through dfd (wsync_reopen_direct of fd, O_WRONLY; -1: none), copied
+ * through bounce (WSYNC_ONCE_ALIGN-aligned, cap bytes, a multiple of it),
+ * the partial blocks at the write's two ends through fd and the cache.
+ * Several threads may write at once, at offsets no two writes share.
+ * What dfd refuses goes through fd.  Returns 0 or a negative errno.
+ */
+int wsync_pwrite_around(int fd, int dfd, const void *buf, size_t len, uint64_t off,
+			uint8_t *bounce, size_t cap);
 
 /*
  * Run fn(arg) and return what it returns -- or -EFAULT when it touched a

@@ -30,6 +30,7 @@
 /* Decoding streams through buffers of this size (two per worker): small
  * enough to stay in a core's L2 cache. */
 #define DECODE_CHUNK (256u << 10)
+#define BOUNCE DECODE_CHUNK		/* written around the cache at a time */
 #define MAX_THREADS 64
 /* What workers decoding ahead of their hashing turn keep in memory, all
  * workers together (target and base bytes): hashed from there when the
@@ -69,6 +70,7 @@ struct applier {
 	const struct wsync_delta_reader *d;
 	unsigned threads;
 	uint64_t memory_limit;		/* 0: WSYNC_MEMORY_DEFAULT */
+	bool cached_io;			/* no O_DIRECT (opts') */
 	int base_root;			/* directory fd */
 	bool single;			/* TARGET is a file */
 	char *tdir, *tname;		/* its directory and name, for a file */
@@ -458,9 +460,11 @@ static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off,
 	return r < 0 ? wsync_error_set(err, r, "%s: writing: %s", what, strerror(-r)) : 0;
 }
 
-/* Write buf at off, skipping the file-aligned blocks that are all zero. */
-static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
-			const char *what, struct wsync_error *err)
+/* Write buf at off of fd (dfd: the same with O_DIRECT, or -1; bounce, of
+ * BOUNCE bytes, for it), skipping the file-aligned blocks that are all
+ * zero. */
+static int write_sparse(int fd, int dfd, uint8_t *bounce, const uint8_t *buf, uint64_t len,
+			uint64_t off, const char *what, struct wsync_error *err)
 {
 	uint64_t pos = 0;
 	int r;
@@ -482,9 +486,10 @@ static int write_sparse(int fd, const uint8_t *buf, uint64_t len, uint64_t off,
 				break;
 			pos = end;
 		}
-		r = pwrite_all(fd, buf + run, (size_t)(pos - run), off + run, what, err);
+		r = wsync_pwrite_around(fd, dfd, buf + run, (size_t)(pos - run), off + run,
+					bounce, BOUNCE);
 		if (r < 0)
-			return r;
+			return wsync_error_set(err, r, "%s: writing: %s", what, strerror(-r));
 	}
 	return 0;
 }
@@ -499,9 +504,9 @@ struct decoder {
 	const struct wsync_delta_entry *e;
 	struct item *it;
 	struct pool *pool;
-	int base_fd;			/* -1 for a new file or not open */
-	uint64_t base_size;
+	struct wsync_once_file base;	/* fd -1 for a new file or not open */
 	int fd;				/* the temp file, -1 until open */
+	int dfd;			/* fd with O_DIRECT, -1: none */
 	bool open, finished;
 	unsigned active;		/* workers decoding a segment of it */
 	uint64_t next;			/* next segment to take */
@@ -545,11 +550,12 @@ static int base_read_failed(int r, const char *what, struct wsync_error *err)
 	return 0;
 }
 
-/* Read exactly len bytes at off (the base must not shrink under us). */
-static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off,
-		     const char *what, struct wsync_error *err)
+/* Base bytes [off, off + len), into buf (room for len + WSYNC_ONCE_SLACK):
+ * *at points at them (the base must not shrink under us). */
+static int read_base(const struct decoder *dc, uint8_t *buf, uint64_t len, uint64_t off,
+		     const uint8_t **at, const char *what, struct wsync_error *err)
 {
-	return base_read_failed(wsync_pread_all(fd, p, len, off), what, err);
+	return base_read_failed(wsync_once_read(&dc->base, buf, len, off, at), what, err);
 }
 
 /* Segment s was decoded (the caller holds its hashing turn, so segments
@@ -605,9 +611,9 @@ static void pass_turn(struct decoder *dc)
 /* Write one decoded range at off, and hash it when the segment is being
  * hashed as it goes. */
 static int emit(struct decoder *dc, const uint8_t *p, uint64_t len, uint64_t off,
-		bool hash, struct wsync_error *err)
+		bool hash, uint8_t *bounce, struct wsync_error *err)
 {
-	int r = write_sparse(dc->fd, p, len, off, dc->e->file.path, err);
+	int r = write_sparse(dc->fd, dc->dfd, bounce, p, len, off, dc->e->file.path, err);
 
 	if (r == 0 && hash)
 		wsync_hasher_update(dc->hasher, p, (size_t)len);
@@ -685,7 +691,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 	uint64_t index = (uint64_t)(sg - dc->e->segments);
 	struct wsync_segment_decoder *sd = NULL;
 	struct wsync_segment *s = NULL;
-	uint8_t *cb, *co;
+	uint8_t *cb, *co, *wb;
 	bool inline_hash;
 	int r;
 
@@ -699,12 +705,15 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 		r = wsync_error_set(err, -EINVAL, "segment header changed under us");
 		goto fail;
 	}
-	if (wsync_buf_scratch(chunks, 2 * (size_t)DECODE_CHUNK) < 0) {
+	/* cb: base bytes read (and so WSYNC_ONCE_SLACK more), or what is read
+	 * back; co: what is decoded; wb: what is written around the cache */
+	if (wsync_buf_scratch(chunks, 2 * (size_t)DECODE_CHUNK + WSYNC_ONCE_SLACK + BOUNCE) < 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	cb = chunks->data;
-	co = chunks->data + DECODE_CHUNK;
+	co = chunks->data + DECODE_CHUNK + WSYNC_ONCE_SLACK;
+	wb = co + DECODE_CHUNK;
 	r = wsync_segment_decoder_new(s, &sd, err);
 	if (r < 0)
 		goto fail;
@@ -724,14 +733,14 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 
 		/* Ranges are checked against the real base first, so a hostile
 		 * delta cannot read past it. */
-		if (based && (dc->base_fd < 0 || pc->base_offset > dc->base_size ||
-			      pc->len > dc->base_size - pc->base_offset)) {
+		if (based && (dc->base.fd < 0 || pc->base_offset > dc->base.size ||
+			      pc->len > dc->base.size - pc->base_offset)) {
 			r = wsync_error_set(err, -EINVAL,
 					    "piece reads base bytes [%llu, +%llu) outside "
 					    "the base (%llu bytes)",
 					    (unsigned long long)pc->base_offset,
 					    (unsigned long long)pc->len,
-					    (unsigned long long)dc->base_size);
+					    (unsigned long long)dc->base.size);
 			goto fail;
 		}
 		if (!inline_hash && is_turn(dc, index)) {
@@ -741,22 +750,23 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			inline_hash = true;
 		}
 		if (pc->method == WSYNC_PIECE_ZSTD || pc->method == WSYNC_PIECE_XOR) {
+			const uint8_t *base = NULL;
+
 			ah->on = false;
 			if (wsync_buf_scratch(out, (size_t)pc->len) < 0 ||
-			    (based && wsync_buf_scratch(bb, (size_t)pc->len) < 0)) {
+			    (based && wsync_buf_scratch(bb, (size_t)pc->len + WSYNC_ONCE_SLACK) < 0)) {
 				r = wsync_error_set(err, -ENOMEM, "out of memory");
 				goto fail;
 			}
 			if (based)
-				r = pread_all(dc->base_fd, bb->data, pc->len, pc->base_offset,
+				r = read_base(dc, bb->data, pc->len, pc->base_offset, &base,
 					      path, err);
 			if (r == 0)
 				r = wsync_segment_decode_piece(sd, i, pc->len,
-							       based ? bb->data : NULL,
-							       out->data, err);
+							       base, out->data, err);
 			if (r == 0)
 				r = emit(dc, out->data, pc->len, pc->target_offset,
-					 inline_hash, err);
+					 inline_hash, wb, err);
 			if (r < 0)
 				goto fail;
 			continue;
@@ -766,6 +776,7 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			uint64_t n = pc->len - done < DECODE_CHUNK ? pc->len - done
 								    : DECODE_CHUNK;
 			uint64_t boff = pc->base_offset + done;
+			const uint8_t *base = NULL;
 			uint8_t *ob = co;
 
 			if (done && !inline_hash && is_turn(dc, index)) {
@@ -779,13 +790,12 @@ static int decode_one(struct decoder *dc, const struct wsync_delta_segment *sg,
 			if (!inline_hash && ah->on)
 				ob = ah->t.data + ah->t.len;
 			if (based)
-				r = pread_all(dc->base_fd, cb, n, boff, path, err);
+				r = read_base(dc, cb, n, boff, &base, path, err);
 			if (r == 0)
-				r = wsync_segment_decode_piece(sd, i, n, based ? cb : NULL, ob,
-							       err);
+				r = wsync_segment_decode_piece(sd, i, n, base, ob, err);
 			if (r == 0)
 				r = emit(dc, ob, n, pc->target_offset + done, inline_hash,
-					 err);
+					 wb, err);
 			if (r < 0)
 				goto fail;
 			if (ob != co)
@@ -978,21 +988,21 @@ static int open_job(struct pool *p, struct decoder *dc, struct wsync_error *err)
 	r = open_temp(p->a, it, &dc->fd, err);
 	if (r < 0)
 		return r;
+	dc->dfd = p->a->cached_io ? -1 : wsync_reopen_direct(dc->fd, O_WRONLY);
 	if (wsync_hasher_new(&dc->hasher) < 0)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	if ((f->flags & WSYNC_DELTA_FILE_HAS_BASE) && f->n_segments) {
+		int fd = open_file(p->a->base_root, it->base_rel, err);
 		struct stat st;
 
-		dc->base_fd = open_file(p->a->base_root, it->base_rel, err);
-		if (dc->base_fd < 0) {
-			r = dc->base_fd;
-			dc->base_fd = -1;
-			return r;
-		}
-		if (fstat(dc->base_fd, &st) < 0 || (uint64_t)st.st_size != f->base_size)
+		if (fd < 0)
+			return fd;
+		if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != f->base_size) {
+			(void)close(fd);
 			return wsync_error_set(err, -EINVAL,
 					       "%s: base changed while applying", f->path);
-		dc->base_size = f->base_size;
+		}
+		wsync_once_open(&dc->base, fd, f->base_size, !p->a->cached_io);
 	}
 	return 0;
 }
@@ -1016,13 +1026,14 @@ static int finish_job(struct pool *p, struct decoder *dc, struct wsync_error *er
 	r = check_result(dc->it, r, f->target_size, &h, "rebuilt", err);
 	if (dc->it->base_deferred)
 		r = check_deferred_base(p->a, dc->it, r,
-					!dc->base_skipped && dc->base_read == dc->base_size,
+					!dc->base_skipped && dc->base_read == dc->base.size,
 					err);
+	if (dc->dfd >= 0)
+		(void)close(dc->dfd);	/* its writes are done: fd's fsync has them */
+	dc->dfd = -1;
 	r = seal_temp(dc->it, dc->fd, r, err);
 	dc->fd = -1;
-	if (dc->base_fd >= 0)
-		(void)close(dc->base_fd);
-	dc->base_fd = -1;
+	wsync_once_close(&dc->base);
 	wsync_hasher_free(dc->hasher);
 	dc->hasher = NULL;
 	return r;
@@ -1175,7 +1186,7 @@ static int build_files(struct applier *a, struct wsync_error *err)
 		if (it->e->file.op != WSYNC_DELTA_WRITE)
 			continue;
 		p.jobs[j] = (struct decoder){ .d = a->d, .e = it->e, .it = it, .pool = &p,
-					      .base_fd = -1, .fd = -1 };
+					      .base = WSYNC_ONCE_NONE, .fd = -1, .dfd = -1 };
 		segments += it->e->file.n_segments;
 		for (uint64_t k = 0; k < it->e->file.n_segments; k++)
 			if (it->e->segments[k].target_len > seg_max)
@@ -1521,6 +1532,7 @@ static int applier_init(struct applier *a, const struct wsync_delta_reader *d,
 	memset(a->st, 0, sizeof(*a->st));
 	a->threads = opts && opts->threads ? opts->threads : 1;
 	a->memory_limit = opts ? opts->memory_limit : 0;
+	a->cached_io = opts && opts->cached_io;
 	if (lstat(target, &st) < 0)
 		return wsync_error_set(err, -errno, "%s: %s", target, strerror(errno));
 	if (S_ISLNK(st.st_mode) && stat(target, &st) == 0 && S_ISREG(st.st_mode))
@@ -1770,7 +1782,8 @@ int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f
 	if (!pw)
 		return wsync_error_set(err, -ENOMEM, "out of memory");
 	pw->a.base_root = -1;
-	pw->dc.fd = pw->dc.base_fd = -1;
+	pw->dc.fd = pw->dc.dfd = -1;
+	pw->dc.base = WSYNC_ONCE_NONE;
 	pw->fd = -1;
 	*ret = pw;
 	if (f->op != WSYNC_DELTA_WRITE || f->n_segments == 0 || (opts && opts->out_dir))
@@ -1816,7 +1829,7 @@ int wsync_apply_piece_begin(const char *target, const struct wsync_delta_file *f
 	pw->pool.n_jobs = pw->pool.opened = 1;
 	pw->pool.failed = 1;
 	pw->dc = (struct decoder){ .d = pw->d, .e = &pw->e, .it = &pw->a.items[0],
-				   .pool = &pw->pool, .base_fd = -1, .fd = -1 };
+				   .pool = &pw->pool, .base = WSYNC_ONCE_NONE, .fd = -1, .dfd = -1 };
 	r = open_job(&pw->pool, &pw->dc, err);
 	pw->failed = r < 0;
 	return r;
@@ -1911,10 +1924,11 @@ void wsync_apply_piece_free(struct wsync_apply_piecewise *pw)
 {
 	if (!pw)
 		return;
+	if (pw->dc.dfd >= 0)
+		(void)close(pw->dc.dfd);
 	if (pw->dc.fd >= 0)
 		(void)close(pw->dc.fd);
-	if (pw->dc.base_fd >= 0)
-		(void)close(pw->dc.base_fd);
+	wsync_once_close(&pw->dc.base);
 	wsync_hasher_free(pw->dc.hasher);
 	if (pw->pool_ready) {
 		pthread_cond_destroy(&pw->pool.turn);

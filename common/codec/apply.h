@@ -68,6 +68,14 @@ struct wsync_apply_opts {
 	 * in it under the delta's name) or the output file's path.
 	 */
 	const char *out_dir;
+	/*
+	 * Read and write through the page cache only.  Without it, the base
+	 * is read around the cache where it is not cached (io.h's
+	 * wsync_once_read) and the rebuilt files are written around it
+	 * (wsync_pwrite_around): gigabytes read and written once cost no page
+	 * of memory each, and evict nothing others cache.
+	 */
+	bool cached_io;
 };
 
 struct wsync_apply_stats {

@@ -265,6 +265,7 @@ static void build(struct wsync_subscriber *s)
 		.layout_target = s->cfg->target_dir, .make_dir = a->dir && !a->dir_made,
 		.from_current = !a->anchor || s->partial,
 		.threads = s->cfg->threads, .memory_limit = s->cfg->memory_limit,
+		.cached_io = s->cfg->page_cache == WSYNC_PAGE_CACHE_THROUGH,
 		.staged = &a->staged, .owner = s,
 		.budget = s->cfg->ahead_max > used ? s->cfg->ahead_max - used : 0,
 		.piece = &a->piece, .piece_pos = a->piece_pos, .piece_end = a->size,

@@ -596,7 +596,8 @@ static int piece_begin(int fd, uint64_t at, const char *dir, const struct wsync_
 void sub_ahead_build_work(void *data)
 {
 	struct sub_ahead_build *j = data;
-	struct wsync_apply_opts ao = { .threads = j->threads, .memory_limit = j->memory_limit };
+	struct wsync_apply_opts ao = { .threads = j->threads, .memory_limit = j->memory_limit,
+				       .cached_io = j->cached_io };
 	struct wsync_apply_stats st = { 0 };
 	int in = open(j->object_path, O_RDONLY | O_CLOEXEC);
 	uint64_t budget = j->budget, bytes;
@@ -1019,7 +1020,8 @@ static int verify_object(struct sub_apply_job *j, struct step_run *run)
 static int apply_step(struct sub_apply_job *j, struct step_run *run)
 {
 	struct wsync_apply_opts ao = { .threads = j->threads,
-				       .memory_limit = j->memory_limit };
+				       .memory_limit = j->memory_limit,
+				       .cached_io = j->cached_io };
 	struct wsync_delta_reader *d = run->d;
 	int r;
 

@@ -351,6 +351,7 @@ struct sub_apply_job {
 	bool is_anchor;
 	unsigned threads;
 	uint64_t memory_limit;		/* for the decoder, 0: its default */
+	bool cached_io;			/* [subscriber] page_cache = through */
 	const struct wsync_manifest *m;	/* the version this step reaches */
 	struct wsync_hash128 manifest_hash;
 	const struct sub_local *prev;	/* the state before (anchor: what to delete) */
@@ -438,6 +439,7 @@ struct sub_ahead_build {
 	bool make_dir, from_current, made;
 	unsigned threads;
 	uint64_t memory_limit;
+	bool cached_io;
 	struct wsync_apply_staged **staged;
 	uint64_t budget;		/* bytes of temps it may write ([subscriber]
 					 * ahead_max less what was built ahead) */

@@ -154,6 +154,7 @@ void sub_try_apply(struct wsync_subscriber *s)
 	j->is_anchor = st->anchor;
 	j->threads = s->cfg->threads;
 	j->memory_limit = s->cfg->memory_limit;
+	j->cached_io = s->cfg->page_cache == WSYNC_PAGE_CACHE_THROUGH;
 	j->m = &st->ms->m;
 	j->manifest_hash = st->ms->hash;
 	j->prev = &s->local;

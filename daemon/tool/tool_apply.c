@@ -24,7 +24,7 @@
 
 static const char synopsis[] =
 	"Usage: wsync apply TARGET DELTA [-o OUTDIR] [--threads N] [--memory SIZE]\n"
-	"                   [--json]\n";
+	"                   [--page-cache around|through] [--json]\n";
 
 static void apply_usage(FILE *f)
 {
@@ -36,6 +36,9 @@ static void apply_usage(FILE *f)
 		   "  --threads N          decoder threads (default: one per CPU)\n"
 		   "  --memory SIZE        about the most memory to use, e.g. 1GiB (default\n"
 		   "                       256MiB): fewer threads run when more do not fit\n"
+		   "  --page-cache HOW     around (default): read what is not cached and\n"
+		   "                       write the new files with O_DIRECT where the file\n"
+		   "                       system allows; through: the page cache only\n"
 		   "  --json               print the summary as a JSON object\n"
 		   "  -h, --help           this text\n\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage (a directory as DELTA too), 65\n"
@@ -76,6 +79,7 @@ int tool_apply(int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "memory", required_argument, NULL, 'm' },
+		{ "page-cache", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -105,6 +109,13 @@ int tool_apply(int argc, char **argv)
 			r = tool_option_memory(TOOL, synopsis, optarg, &aopts.memory_limit);
 			if (r)
 				return r;
+			break;
+		case 'p':
+			if (strcmp(optarg, "around") != 0 && strcmp(optarg, "through") != 0)
+				return tool_usage_error(TOOL, synopsis,
+							"--page-cache takes around or through, not "
+							"\"%s\"", optarg);
+			aopts.cached_io = strcmp(optarg, "through") == 0;
 			break;
 		case 'j':
 			json = true;

@@ -63,6 +63,23 @@ contains "... that names the directory" "$(first "$OUT")" "wsync diff: $TMP/delt
 check "... and leaves no temp file in it or beside it" \
 	test -z "$(ls -A "$TMP/deltadir")" -a -z "$(ls -A "$TMP" | grep wsync-)"
 
+# ---- --page-cache: around (O_DIRECT where it can) and through build the same ----
+mkdir -p "$TMP/big/old"
+head -c 5000000 /dev/urandom >"$TMP/big/old/w.bin"
+cp -r "$TMP/big/old" "$TMP/big/new"
+for at in 4095 1000000 4999990; do
+	printf 'changed' | dd of="$TMP/big/new/w.bin" bs=1 seek=$at conv=notrunc 2>/dev/null
+done
+expect_exit 0 "diff of a 5 MB file" "$WSYNC" diff "$TMP/big/old" "$TMP/big/new" -o "$TMP/big.wsd"
+for how in around through; do
+	expect_exit 0 "apply --page-cache $how" "$WSYNC" apply --page-cache $how "$TMP/big/old" \
+		"$TMP/big.wsd" -o "$TMP/big/out-$how"
+	check "... builds the new file" cmp "$TMP/big/new/w.bin" "$TMP/big/out-$how/w.bin"
+done
+expect_exit 2 "apply --page-cache of another word" "$WSYNC" apply --page-cache off \
+	"$TMP/big/old" "$TMP/big.wsd"
+contains "... names both words" "$(first "$OUT")" "--page-cache takes around or through"
+
 # ---- each --help lists its exit codes ----
 for cmd in diff apply inspect keygen; do
 	expect_exit 0 "$cmd --help" "$WSYNC" "$cmd" --help

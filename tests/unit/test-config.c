@@ -1308,7 +1308,7 @@ static void test_foreach_key(void)
 		{ "subscriber", "notify_url", 0 }, { "subscriber", "layout", 0 },
 		{ "subscriber", "include", 0 }, { "subscriber", "exclude", 0 },
 		{ "subscriber", "ahead_max", 0 },
-		{ "subscriber", "ahead_pace", 0 },
+		{ "subscriber", "ahead_pace", 0 }, { "subscriber", "page_cache", 0 },
 		{ NULL, NULL, 0 },
 	};
 	size_t n = sizeof(keys) / sizeof(keys[0]) - 1;

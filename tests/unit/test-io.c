@@ -9,11 +9,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -427,6 +429,188 @@ static void test_writeback_start(void)
 	(void)unlink(path);
 }
 
+/* Whether every page of [off, off + len) of fd is in the page cache. */
+static bool resident(int fd, uint64_t off, uint64_t len)
+{
+	const uint8_t *m = NULL;
+	unsigned char vec[FILE_SIZE / 4096];
+	uint64_t first = off / 4096, last = (off + len - 1) / 4096;
+	bool all = true;
+
+	if (wsync_map_file(fd, FILE_SIZE, &m) < 0 || !m)
+		return false;
+	if (mincore((void *)(uintptr_t)m, FILE_SIZE, vec) < 0)
+		all = false;
+	for (uint64_t p = first; all && p <= last; p++)
+		all = vec[p] & 1;
+	wsync_unmap_file(m, FILE_SIZE);
+	return all;
+}
+
+static bool matches(const uint8_t *p, uint64_t len, uint64_t off)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (p[i] != expect(off + i))
+			return false;
+	return true;
+}
+
+/* A file read once: the bytes asked for, at any offset and length, cold
+ * (read around the cache: it stays uncached) or cached (read through
+ * it); the end of the file is -ENODATA; without direct, the cache. */
+static void test_once_read(void)
+{
+	static const uint64_t ranges[][2] = {
+		{ 0, 1 }, { 1, 4095 }, { 4095, 2 }, { 12345, 300000 }, { 4096, 8192 },
+		{ FILE_SIZE - 10, 10 }, { FILE_SIZE - 5000, 5000 }, { 7u << 20, 1u << 20 },
+	};
+	struct wsync_once_file f;
+	const uint8_t *at;
+	uint8_t *buf = NULL;
+	int fd = make_file();
+
+	CHECK(fd >= 0);
+	if (fd < 0 || posix_memalign((void **)&buf, WSYNC_ONCE_ALIGN,
+				     (1u << 20) + WSYNC_ONCE_SLACK) != 0) {
+		CHECK(0);
+		goto out;
+	}
+	CHECK(wsync_fsync(fd) == 0);
+	CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+	wsync_once_open(&f, dup(fd), FILE_SIZE, true);
+	if (f.dfd < 0) {
+		wsync_once_close(&f);
+		free(buf);
+		(void)close(fd);
+		(void)unlink(path);
+		SKIP("this file system refuses O_DIRECT (/tmp)");
+	}
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		uint64_t off = ranges[i][0], len = ranges[i][1];
+
+		CHECK(!resident(fd, off, len));
+		CHECK(wsync_once_read(&f, buf, len, off, &at) == 0);
+		CHECK(matches(at, len, off));
+		CHECK(at >= buf && at + len <= buf + (1u << 20) + WSYNC_ONCE_SLACK);
+		CHECK(!resident(fd, off, len));		/* read around the cache */
+	}
+	/* cached: through it, and it stays */
+	CHECK(wsync_pread_all(fd, buf, 65536, 3u << 20) == 0);
+	CHECK(resident(fd, 3u << 20, 65536));
+	CHECK(wsync_once_read(&f, buf, 65536, 3u << 20, &at) == 0);
+	CHECK(at == buf && matches(at, 65536, 3u << 20));
+	CHECK(wsync_once_read(&f, buf, 20, FILE_SIZE - 10, &at) == -ENODATA);
+	CHECK(wsync_once_read(&f, buf, 0, FILE_SIZE, &at) == 0);
+	wsync_once_close(&f);
+	CHECK(f.fd == -1 && f.dfd == -1 && f.map == NULL);
+	/* without direct: through the cache, which then holds it */
+	wsync_once_open(&f, dup(fd), FILE_SIZE, false);
+	CHECK(f.dfd == -1);
+	CHECK(wsync_once_read(&f, buf, 100000, 5u << 20, &at) == 0);
+	CHECK(matches(at, 100000, 5u << 20));
+	CHECK(resident(fd, 5u << 20, 100000));
+	wsync_once_close(&f);
+out:
+	free(buf);
+	if (fd >= 0)
+		(void)close(fd);
+	(void)unlink(path);
+}
+
+struct around_writer {
+	int fd, dfd;
+	unsigned parity;
+	const uint64_t *cuts;
+	size_t n_cuts;
+	uint8_t *src;
+	int r;
+};
+
+/* Every other range between cuts, written around the cache from buffers
+ * whose address is not aligned, through a bounce smaller than a range. */
+static void *write_ranges(void *arg)
+{
+	struct around_writer *w = arg;
+	uint8_t *bounce = NULL;
+
+	if (posix_memalign((void **)&bounce, WSYNC_ONCE_ALIGN, 16 * WSYNC_ONCE_ALIGN) != 0) {
+		w->r = -ENOMEM;
+		return NULL;
+	}
+	for (size_t i = w->parity; i + 1 < w->n_cuts && w->r == 0; i += 2) {
+		uint64_t off = w->cuts[i], len = w->cuts[i + 1] - off;
+
+		for (uint64_t k = 0; k < len; k++)
+			w->src[1 + k] = expect(off + k);
+		w->r = wsync_pwrite_around(w->fd, w->dfd, w->src + 1, (size_t)len, off, bounce,
+					   16 * WSYNC_ONCE_ALIGN);
+	}
+	free(bounce);
+	return NULL;
+}
+
+/* A file built by two threads at once, each write at its own unaligned
+ * offsets: it reads back whole; the whole blocks inside a write bypassed
+ * the cache, the partial ones at its ends went through it; with no
+ * O_DIRECT descriptor, everything goes through the cache. */
+static void test_pwrite_around(void)
+{
+	static const uint64_t cuts[] = {
+		0, 777, 5000, 3 * 4096 + 1, (1u << 20) + 13, (1u << 20) + 100,
+		(6u << 20) + 4095, (6u << 20) + 4096, FILE_SIZE - 3, FILE_SIZE,
+	};
+	struct around_writer w[2];
+	pthread_t t[2];
+	uint8_t *buf = malloc(FILE_SIZE);
+	int fd, dfd;
+
+	strcpy(path, "/tmp/wsync-test-io.XXXXXX");
+	fd = mkstemp(path);
+	CHECK(fd >= 0 && buf);
+	if (fd < 0 || !buf || ftruncate(fd, FILE_SIZE) < 0) {
+		CHECK(0);
+		goto out;
+	}
+	dfd = wsync_reopen_direct(fd, O_WRONLY);
+	if (dfd < 0) {
+		free(buf);
+		(void)close(fd);
+		(void)unlink(path);
+		SKIP("this file system refuses O_DIRECT (/tmp)");
+	}
+	for (unsigned i = 0; i < 2; i++) {
+		w[i] = (struct around_writer){ .fd = fd, .dfd = dfd, .parity = i, .cuts = cuts,
+					       .n_cuts = sizeof(cuts) / sizeof(cuts[0]),
+					       .src = malloc(FILE_SIZE + 1) };
+		CHECK(w[i].src && pthread_create(&t[i], NULL, write_ranges, &w[i]) == 0);
+	}
+	for (unsigned i = 0; i < 2; i++) {
+		(void)pthread_join(t[i], NULL);
+		CHECK(w[i].r == 0);
+		free(w[i].src);
+	}
+	(void)close(dfd);
+	CHECK(!resident(fd, 2u << 20, 4u << 20));	/* inside [1 MiB + 100, 6 MiB + 4095) */
+	CHECK(resident(fd, 3 * 4096, 1));		/* the partial block at 3 * 4096 + 1 */
+	CHECK(resident(fd, (6u << 20), 4095));		/* the end of a write */
+	CHECK(wsync_fsync(fd) == 0);
+	CHECK(wsync_pread_all(fd, buf, FILE_SIZE, 0) == 0);
+	CHECK(matches(buf, FILE_SIZE, 0));
+	/* no O_DIRECT: the cache */
+	CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+	for (uint64_t k = 0; k < 200000; k++)
+		buf[k] = expect(k + 7);	/* other bytes than the file's */
+	CHECK(wsync_pwrite_around(fd, -1, buf, 200000, 8192, NULL, 0) == 0);
+	CHECK(resident(fd, 8192, 200000));
+	CHECK(wsync_pread_all(fd, buf, 4096, 8192 + 100000) == 0);
+	CHECK(buf[0] == expect(100000 + 7));
+out:
+	free(buf);
+	if (fd >= 0)
+		(void)close(fd);
+	(void)unlink(path);
+}
+
 int main(void)
 {
 	alarm(60);	/* an open that blocks (a FIFO) fails the run, not hangs it */
@@ -437,5 +621,7 @@ int main(void)
 	TEST(test_open_beneath);
 	TEST(test_read_file);
 	TEST(test_writeback_start);
+	TEST(test_once_read);
+	TEST(test_pwrite_around);
 	return tap_done();
 }
