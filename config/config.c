@@ -111,6 +111,7 @@ struct config_key {
 	size_t offset;		/* of the field in struct wsync_config */
 	uint64_t min, max;	/* numbers: inclusive bounds */
 	unsigned flags;		/* KEY_* */
+	const char *const *names; /* ENUM_KEY's value names */
 };
 
 /* ---- value parsers and printers ---------------------------------------- */
@@ -689,15 +690,37 @@ static int parse_notify_url(UNUSED const struct config_key *k, const char *value
 	return 0;
 }
 
+/* The names of an enum's values, by value, NULL after the last
+ * ([section] key = name, config_key.names). */
 static const char *const complete_names[] = {
 	[WSYNC_COMPLETE_MARKER] = "marker",
 	[WSYNC_COMPLETE_INDEX] = "index",
 	[WSYNC_COMPLETE_QUIET] = "quiet",
+	NULL,
 };
 
 static const char *const watch_mode_names[] = {
 	[WSYNC_WATCH_INOTIFY] = "inotify",
 	[WSYNC_WATCH_POLL] = "poll",
+	NULL,
+};
+
+static const char *const layout_names[] = {
+	[WSYNC_LAYOUT_INPLACE] = "inplace",
+	[WSYNC_LAYOUT_SYMLINK] = "symlink",
+	NULL,
+};
+
+static const char *const ahead_pace_names[] = {
+	[WSYNC_AHEAD_PACE_YIELD] = "yield",
+	[WSYNC_AHEAD_PACE_OFF] = "off",
+	NULL,
+};
+
+static const char *const page_cache_names[] = {
+	[WSYNC_PAGE_CACHE_AROUND] = "around",
+	[WSYNC_PAGE_CACHE_THROUGH] = "through",
+	NULL,
 };
 
 static int parse_name_in(const char *const *names, size_t n, const char *value, int *ret,
@@ -716,99 +739,29 @@ static int parse_name_in(const char *const *names, size_t n, const char *value, 
 	return wsync_error_set(why, -EINVAL, "expected %s, not \"%.64s\"", list, value);
 }
 
-static int parse_complete(UNUSED const struct config_key *k, const char *value, void *field,
-			  struct wsync_error *why)
+/* One of k->names, stored as its value in an enum field (ENUM_KEY checks
+ * that the field is an int's size). */
+static int parse_named(const struct config_key *k, const char *value, void *field,
+		       struct wsync_error *why)
 {
-	int v = 0, r = parse_name_in(complete_names, 3, value, &v, why);
+	size_t n = 0;
+	int v = 0, r;
 
+	while (k->names[n])
+		n++;
+	r = parse_name_in(k->names, n, value, &v, why);
 	if (r == 0)
-		*(enum wsync_complete *)field = (enum wsync_complete)v;
+		memcpy(field, &v, sizeof(v));
 	return r;
 }
 
-static const char *format_complete(UNUSED const struct config_key *k, const void *field,
-				   UNUSED char *buf, UNUSED size_t len)
+static const char *format_named(const struct config_key *k, const void *field,
+				UNUSED char *buf, UNUSED size_t len)
 {
-	return complete_names[*(const enum wsync_complete *)field];
-}
+	int v;
 
-static int parse_watch_mode(UNUSED const struct config_key *k, const char *value, void *field,
-			    struct wsync_error *why)
-{
-	int v = 0, r = parse_name_in(watch_mode_names, 2, value, &v, why);
-
-	if (r == 0)
-		*(enum wsync_watch_mode *)field = (enum wsync_watch_mode)v;
-	return r;
-}
-
-static const char *format_watch_mode(UNUSED const struct config_key *k, const void *field,
-				     UNUSED char *buf, UNUSED size_t len)
-{
-	return watch_mode_names[*(const enum wsync_watch_mode *)field];
-}
-
-static const char *const layout_names[] = {
-	[WSYNC_LAYOUT_INPLACE] = "inplace",
-	[WSYNC_LAYOUT_SYMLINK] = "symlink",
-};
-
-static int parse_layout(UNUSED const struct config_key *k, const char *value, void *field,
-			struct wsync_error *why)
-{
-	int v = 0, r = parse_name_in(layout_names, 2, value, &v, why);
-
-	if (r == 0)
-		*(enum wsync_layout *)field = (enum wsync_layout)v;
-	return r;
-}
-
-static const char *format_layout(UNUSED const struct config_key *k, const void *field,
-				 UNUSED char *buf, UNUSED size_t len)
-{
-	return layout_names[*(const enum wsync_layout *)field];
-}
-
-static const char *const ahead_pace_names[] = {
-	[WSYNC_AHEAD_PACE_YIELD] = "yield",
-	[WSYNC_AHEAD_PACE_OFF] = "off",
-};
-
-static int parse_ahead_pace(UNUSED const struct config_key *k, const char *value, void *field,
-			    struct wsync_error *why)
-{
-	int v = 0, r = parse_name_in(ahead_pace_names, 2, value, &v, why);
-
-	if (r == 0)
-		*(enum wsync_ahead_pace *)field = (enum wsync_ahead_pace)v;
-	return r;
-}
-
-static const char *format_ahead_pace(UNUSED const struct config_key *k, const void *field,
-				     UNUSED char *buf, UNUSED size_t len)
-{
-	return ahead_pace_names[*(const enum wsync_ahead_pace *)field];
-}
-
-static const char *const page_cache_names[] = {
-	[WSYNC_PAGE_CACHE_AROUND] = "around",
-	[WSYNC_PAGE_CACHE_THROUGH] = "through",
-};
-
-static int parse_page_cache(UNUSED const struct config_key *k, const char *value, void *field,
-			    struct wsync_error *why)
-{
-	int v = 0, r = parse_name_in(page_cache_names, 2, value, &v, why);
-
-	if (r == 0)
-		*(enum wsync_page_cache *)field = (enum wsync_page_cache)v;
-	return r;
-}
-
-static const char *format_page_cache(UNUSED const struct config_key *k, const void *field,
-				     UNUSED char *buf, UNUSED size_t len)
-{
-	return page_cache_names[*(const enum wsync_page_cache *)field];
+	memcpy(&v, field, sizeof(v));
+	return k->names[v];
 }
 
 /* ---- the schema --------------------------------------------------------- */
@@ -820,6 +773,13 @@ static const char *format_page_cache(UNUSED const struct config_key *k, const vo
 	{ .section = (sec), .key = (name), .parse = (parser),                  \
 	  .format = (formatter),                                               \
 	  .offset = offsetof(struct wsync_config, field), __VA_ARGS__ }
+/* An enum field named by value_names (the offset is invalid unless the
+ * field is an int's size, as parse_named stores it). */
+#define ENUM_KEY(sec, name, value_names, field)                               \
+	KEY(sec, name, parse_named, format_named, field, .names = (value_names), \
+	    .offset = offsetof(struct wsync_config, field) +                     \
+		      0 * sizeof(char[sizeof(((struct wsync_config *)0)->field) == \
+				      sizeof(int) ? 1 : -1]))
 
 static const struct config_key config_keys[] = {
 	KEY("daemon", "role", parse_role, format_role, role),
@@ -857,13 +817,13 @@ static const struct config_key config_keys[] = {
 	    .min = 1, .max = ANCHOR_EVERY_MAX),
 	KEY("publisher", "step_pattern", parse_text, format_string, step_pattern,
 	    .max = 255, .flags = KEY_EMPTY_OK),
-	KEY("publisher", "complete_when", parse_complete, format_complete, complete_when),
+	ENUM_KEY("publisher", "complete_when", complete_names, complete_when),
 	KEY("publisher", "marker", parse_file_name, format_string, marker, .max = 255),
 	KEY("publisher", "quiet_period", parse_duration, format_duration, quiet_period_ms,
 	    .min = 1000, .max = 86400000),
 	KEY("publisher", "settle_time", parse_duration, format_duration, settle_time_ms,
 	    .min = 0, .max = 3600000),
-	KEY("publisher", "watch_mode", parse_watch_mode, format_watch_mode, watch_mode),
+	ENUM_KEY("publisher", "watch_mode", watch_mode_names, watch_mode),
 	KEY("publisher", "rescan_interval", parse_duration, format_duration,
 	    rescan_interval_ms, .min = 100, .max = 86400000),
 	KEY("publisher", "include", parse_globs, format_string, include, .max = 4096),
@@ -899,11 +859,11 @@ static const struct config_key config_keys[] = {
 	    on_apply_timeout_ms, .min = 100, .max = 3600000),
 	KEY("subscriber", "notify_url", parse_notify_url, format_string, notify_url,
 	    .flags = KEY_OPTIONAL),
-	KEY("subscriber", "layout", parse_layout, format_layout, layout),
+	ENUM_KEY("subscriber", "layout", layout_names, layout),
 	KEY("subscriber", "ahead_max", parse_size, format_size, ahead_max,
 	    .min = 0, .max = 1ull << 50),
-	KEY("subscriber", "ahead_pace", parse_ahead_pace, format_ahead_pace, ahead_pace),
-	KEY("subscriber", "page_cache", parse_page_cache, format_page_cache, page_cache),
+	ENUM_KEY("subscriber", "ahead_pace", ahead_pace_names, ahead_pace),
+	ENUM_KEY("subscriber", "page_cache", page_cache_names, page_cache),
 	KEY("subscriber", "include", parse_globs, format_string, sub_include, .max = 4096),
 	KEY("subscriber", "exclude", parse_globs, format_string, sub_exclude, .max = 4096,
 	    .flags = KEY_EMPTY_OK),
