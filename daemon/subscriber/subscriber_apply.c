@@ -599,6 +599,7 @@ void sub_ahead_build_work(void *data)
 	struct wsync_apply_opts ao = { .threads = j->threads, .memory_limit = j->memory_limit,
 				       .cached_io = j->cached_io };
 	struct wsync_apply_stats st = { 0 };
+	double t0 = wsync_monotonic_seconds();
 	int in = open(j->object_path, O_RDONLY | O_CLOEXEC);
 	uint64_t budget = j->budget, bytes;
 	int r = 0;
@@ -672,6 +673,7 @@ void sub_ahead_build_work(void *data)
 		j->verify_failed = true;
 	j->r = r;
 	(void)close(in);
+	j->stats.seconds = wsync_monotonic_seconds() - t0;	/* the apply's, before the commit */
 }
 
 /* The staged files are exactly what d (the whole object) makes of the

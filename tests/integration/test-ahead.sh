@@ -132,6 +132,8 @@ check "byte-identical to checkpoint-2" same_as sub 2
 check "no temp left" test "$(temps sub)" = 0
 check "the log says what came before the commit" \
 	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/sub/log"
+check "... and the applied line counts the building before it in the apply's time" \
+	grep -Eq 'version 2 \(step 2\) applied from .*\((0\.0[1-9]|0\.[1-9][0-9]|[1-9][0-9.]*) s of it before the commit\)' "$TMP/sub/log"
 check "the publisher announced version 2" grep -q "version 2 (step 2) announced" "$TMP/pub/log"
 check "partial: version 2 applied" wait_version part 2 90
 check "... its files of checkpoint-2, nothing else" same_part 2
