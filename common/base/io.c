@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,9 +83,14 @@ void wsync_writeback_progress(int fd, uint64_t start, uint64_t written,
 
 int wsync_reopen_direct(int fd, int flags)
 {
+	struct statfs fs;
 	char self[64];
 	int dfd;
 
+	/* tmpfs takes O_DIRECT since Linux 6.6, but its files are the cache:
+	 * nothing to go around, only a copy more */
+	if (fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC))
+		return -1;
 	(void)snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	dfd = open(self, flags | O_DIRECT | O_CLOEXEC);
 	return dfd < 0 ? -1 : dfd;

@@ -100,7 +100,8 @@ int wsync_once_read(const struct wsync_once_file *f, uint8_t *buf, uint64_t len,
 /*
  * fd's file opened again (the same open file, not the same name: nothing
  * renamed meanwhile can put another file behind it) with O_DIRECT and
- * flags (O_RDONLY or O_WRONLY), or -1 where the file system refuses it.
+ * flags (O_RDONLY or O_WRONLY), or -1 where the file system refuses it or
+ * keeps its files in memory (tmpfs, ramfs: nothing to go around).
  */
 int wsync_reopen_direct(int fd, int flags);
 
