@@ -713,7 +713,7 @@ n_max=$(grep -c '\.max = ' "$src/config/config.c")
 echo "# bad config: $(wc -l <"$TMP/cases") cases, out-of-range values for $(cat "$TMP/n_limited") keys"
 check "bad config: out-of-range values for every key with bounds ($(cat "$TMP/n_limited") of $n_max)" \
 	test "$(cat "$TMP/n_limited")" = "$n_max"
-n_table=$(grep -cE '^\s*KEY\("' "$src/config/config.c")
+n_table=$(grep -cE '^\s*(ENUM_)?KEY\("' "$src/config/config.c")
 check "bad config: every key of config.c's table is covered ($n_keys of $n_table)" test "$n_keys" = "$n_table"
 while IFS=$'\t' read -r f sec line key v; do
 	expect_exit 78 "bad config: [$sec] $key = $v: --check-config exits 78" timeout 20 "$WSYNCD" --check-config "$f"

@@ -63,7 +63,7 @@ for d in Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID' \
 	Restart=on-failure RestartPreventExitStatus=78 'StateDirectory=wsync/%i' \
 	'RuntimeDirectory=wsync/%i' ConfigurationDirectory=wsync User=wsync \
 	ProtectSystem=strict ProtectHome=yes PrivateTmp=yes NoNewPrivileges=yes \
-	'CapabilityBoundingSet=' 'SystemCallFilter=@system-service' \
+	'CapabilityBoundingSet=' 'SystemCallFilter=@system-service mincore' \
 	'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' MemoryDenyWriteExecute=yes; do
 	check "unit sets $d" grep -qxF -- "$d" "$units/wsyncd@.service"
 done
