@@ -152,19 +152,14 @@ void wsync_once_close(struct wsync_once_file *f)
  * whether a failure to tell says yes: the cache then serves the read). */
 static bool once_cached(const struct wsync_once_file *f, uint64_t off, uint64_t len)
 {
-	static long page;
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);	/* libc's copy of it */
+	uint64_t first = off / page, last = (off + len - 1) / page;
 	unsigned char vec[256];
-	uint64_t first, last;
 
-	if (!page)
-		page = sysconf(_SC_PAGESIZE);
-	first = off / (uint64_t)page;
-	last = (off + len - 1) / (uint64_t)page;
 	for (uint64_t p = first; p <= last; p += sizeof(vec)) {
 		uint64_t n = last - p + 1 < sizeof(vec) ? last - p + 1 : sizeof(vec);
 
-		if (mincore((void *)(uintptr_t)(f->map + p * (uint64_t)page),
-			    (size_t)(n * (uint64_t)page), vec) < 0)
+		if (mincore((void *)(uintptr_t)(f->map + p * page), (size_t)(n * page), vec) < 0)
 			return true;
 		for (uint64_t i = 0; i < n; i++)
 			if (!(vec[i] & 1))

@@ -27,7 +27,8 @@
  * was extended with ftruncate, so they read as zeros already). */
 #define HOLE_BLOCK 4096u
 #define COPY_CHUNK (4u << 20)
-/* Decoding streams through buffers of this size (two per worker): small
+/* Decoding streams through buffers of this size (three per worker: base
+ * bytes, decoded bytes, what is written around the page cache): small
  * enough to stay in a core's L2 cache. */
 #define DECODE_CHUNK (256u << 10)
 #define BOUNCE DECODE_CHUNK		/* written around the cache at a time */
@@ -668,7 +669,8 @@ static int hash_back(struct decoder *dc, const struct wsync_segment *s,
 /*
  * Decode one segment into the temp file.  COPY, LITERAL and FLOAT pieces
  * stream through DECODE_CHUNK buffers that stay in the cache (base bytes
- * read with pread, decoded, written and hashed), so the segment is never
+ * read -- around the page cache where they are not cached, io.h's
+ * wsync_once_read --, decoded, written and hashed), so the segment is never
  * held whole: memory traffic is what decoding costs beyond the float
  * coder.  ZSTD and XOR pieces, whose
  * frames decode in one go, use buffers of the piece's size.
