@@ -961,6 +961,32 @@ void wsync_delta_reader_free(struct wsync_delta_reader *r)
 	free(r);
 }
 
+int wsync_delta_reader_view(const struct wsync_delta_reader *d, const bool *keep,
+			    struct wsync_delta_reader *v)
+{
+	*v = *d;
+	v->n_files = 0;
+	v->write_bytes = 0;
+	v->files = malloc((d->n_files ? d->n_files : 1) * sizeof(*v->files));
+	if (!v->files)
+		return -ENOMEM;
+	for (size_t i = 0; i < d->n_files; i++) {
+		if (!keep[i])
+			continue;
+		v->files[v->n_files++] = d->files[i];
+		if (d->files[i].file.op == WSYNC_DELTA_WRITE)
+			v->write_bytes += d->files[i].file.target_size;
+	}
+	return 0;
+}
+
+void wsync_delta_view_free(struct wsync_delta_reader *v)
+{
+	free(v->files);
+	v->files = NULL;
+	v->n_files = 0;
+}
+
 int wsync_delta_reader_segment(const struct wsync_delta_reader *r,
 			       const struct wsync_delta_segment *s,
 			       struct wsync_buf *out, struct wsync_error *err)

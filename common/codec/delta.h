@@ -275,6 +275,18 @@ int wsync_delta_reader_open_fd_as(int fd, unsigned flags, struct wsync_delta_rea
 void wsync_delta_reader_free(struct wsync_delta_reader *r);
 
 /*
+ * A view of some of d's files, those with keep[i] set (i < d->n_files):
+ * the same source and checks, in *v, for wsync_apply_stage to build those
+ * alone without copying their records out.  v's array of entries is its
+ * own, the paths and segments in them d's: v must not outlive d, and is
+ * let go with wsync_delta_view_free (never wsync_delta_reader_free).
+ * 0 or -ENOMEM.
+ */
+int wsync_delta_reader_view(const struct wsync_delta_reader *d, const bool *keep,
+			    struct wsync_delta_reader *v);
+void wsync_delta_view_free(struct wsync_delta_reader *v);
+
+/*
  * Read one segment's payload into out (reset first) and verify its
  * checksum again (the file may have changed since it was opened).  Safe to
  * call from several threads at once with different buffers.  Returns 0,

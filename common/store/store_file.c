@@ -613,18 +613,59 @@ static int check_hash(struct wsync_store_req *req, const struct wsync_hash128 *h
 				    wsync_hash_hex(&w, want, sizeof(want)));
 }
 
+/* A range this large is read around the page cache where it is not
+ * cached: an object's range is read once (a subscriber copies it into
+ * its downloads), and a bucket on this host (a publisher beside its
+ * subscriber) need not hold every chunk twice in memory. */
+#define AROUND_MIN (1u << 20)
+
+/* Bytes [off, off + n) of fd into a new buffer (*data, malloc'd), through
+ * the cache where they are cached, around it where not.  0 or -errno. */
+static int read_around(int fd, uint64_t off, uint64_t n, void **data)
+{
+	struct wsync_once_file f;
+	const uint8_t *at;
+	struct stat st;
+	uint8_t *buf;
+	int dup_fd, r;
+
+	if (posix_memalign((void **)&buf, WSYNC_ONCE_ALIGN, (size_t)n + WSYNC_ONCE_SLACK) != 0)
+		return -ENOMEM;
+	/* wsync_once owns the descriptor it is given */
+	if (fstat(fd, &st) < 0 || (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		r = -errno;
+		free(buf);
+		return r;
+	}
+	wsync_once_open(&f, dup_fd, (uint64_t)st.st_size, true);
+	r = wsync_once_read(&f, buf, n, off, &at);
+	wsync_once_close(&f);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	if (at != buf)
+		memmove(buf, at, (size_t)n);
+	*data = buf;
+	return 0;
+}
+
 static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
 {
 	struct wsync_store_req *req = job->req;
 	struct wsync_hash128 h;
-	void *data;
+	void *data = NULL;
 	int r;
 
-	data = malloc(n ? (size_t)n : 1);
-	if (!data)
+	if (n >= AROUND_MIN && n <= SIZE_MAX - WSYNC_ONCE_SLACK)
+		r = read_around(fd, off, n, &data);
+	else if (!(data = malloc(n ? (size_t)n : 1)))
+		r = -ENOMEM;
+	else
+		r = wsync_pread_all(fd, data, n, off);
+	if (r == -ENOMEM)
 		return wsync_store_req_fail(req, -ENOMEM, "%s: out of memory for %" PRIu64
 					    " bytes", req->key, n);
-	r = wsync_pread_all(fd, data, n, off);
 	if (r < 0) {
 		free(data);
 		if (r == -ENODATA)

@@ -64,6 +64,8 @@ struct pubjob_stream {
 	bool chunk_files;		/* each chunk also written to a file of its
 					 * own, pubjob_chunk_path (for a store that
 					 * links files in: wsync_store_put_link) */
+	bool chunks_around;		/* ... their whole blocks written with O_DIRECT
+					 * where the file system takes it */
 	struct pubjob_chunks role[2];
 };
 

@@ -576,6 +576,8 @@ static void take_next(struct wsync_subscriber *s, const struct wsync_manifest_ne
 			       "restarted)");
 		return;	/* built again from the next poll's NEXT */
 	}
+	if (!a && s->partial && s->share_known && !s->partial_dominates)
+		return;	/* judged not worth it meanwhile (a NEXT read before) */
 	if (!a) {
 		int r = begin(s, n, want == WSYNC_MANIFEST_ROLE_ANCHOR);
 
@@ -778,6 +780,7 @@ void sub_ahead_fill_job(struct wsync_subscriber *s, struct sub_apply_job *j)
 {
 	j->staged = &s->ahead->staged;
 	j->staged_upto = s->ahead->staged_upto;
+	j->checked_upto = s->ahead->size;
 	j->piece = &s->ahead->piece;
 	j->piece_pos = s->ahead->piece_pos;
 	j->ahead_dir = s->ahead->dir_made ? s->ahead->dir : NULL;

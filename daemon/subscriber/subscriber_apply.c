@@ -76,7 +76,8 @@
 #include "sign.h"
 #include "subscriber_local.h"
 
-/* Every chunk of j's object against its SHA-256, where it lies in fd. */
+/* Every chunk of j's object against its SHA-256, where it lies in fd,
+ * but those that end by j->checked_upto (checked as they came). */
 static int check_chunks_sha256(struct sub_apply_job *j, int fd)
 {
 	uint64_t off = 0;
@@ -84,7 +85,13 @@ static int check_chunks_sha256(struct sub_apply_job *j, int fd)
 	for (size_t i = 0; i < j->obj->n_chunks; i++) {
 		const struct wsync_manifest_chunk *c = &j->obj->chunks[i];
 		uint8_t got[WSYNC_SHA256_LEN];
-		int r = wsync_sha256_fd_range(fd, off, c->size, j->object_path, got, &j->err);
+		int r;
+
+		if (off + c->size <= j->checked_upto) {
+			off += c->size;
+			continue;
+		}
+		r = wsync_sha256_fd_range(fd, off, c->size, j->object_path, got, &j->err);
 
 		if (r == 0 && memcmp(got, c->sha256, sizeof(got)) != 0) {
 			j->verify_failed = true;
@@ -709,17 +716,13 @@ static int apply_staged(struct sub_apply_job *j, const struct step_run *run,
 {
 	const struct wsync_delta_reader *d = run->d, *w = run->whole ? run->whole : run->d;
 	int fd = run->whole ? run->whole_fd : run->fd;
-	struct sub_range *ranges = NULL;
-	size_t n = 0;
 	struct stat st;
 	uint64_t end, from;
-	char part[4096];
 	int r;
 
 	if (fstat(fd, &st) < 0)
 		return wsync_error_set(&j->err, -errno, "%s: %s", j->object_path, strerror(errno));
 	end = (uint64_t)st.st_size - WSYNC_DELTA_RECORD_HEADER_LEN - WSYNC_DELTA_END_LEN;
-	snprintf(part, sizeof(part), "%s.rest", j->object_path);
 	from = j->staged_upto;
 	if (j->piece && *j->piece) {
 		/* the file begun piece by piece: its last records */
@@ -739,34 +742,34 @@ static int apply_staged(struct sub_apply_job *j, const struct step_run *run,
 		*j->piece = NULL;
 	}
 	if (from < end) {
-		ranges = calloc(w->n_files + 1, sizeof(*ranges));
-		if (!ranges)
+		/* the files after them, read where they lie in the object: a
+		 * view of its reader, nothing copied out */
+		struct wsync_delta_reader rest;
+		bool *keep = calloc(w->n_files + 1, sizeof(*keep));
+		uint64_t need = 0;
+
+		if (!keep)
 			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
-		if (!j->filter)
-			ranges[n++] = (struct sub_range){ from, end - from };
-		for (size_t i = 0; j->filter && i < w->n_files; i++) {
-			const struct wsync_delta_entry *e = &w->files[i];
-
-			if (e->record_offset < from ||
-			    !wsync_file_filter_match(j->filter, e->file.path))
-				continue;
-			if (n && ranges[n - 1].off + ranges[n - 1].len == e->record_offset)
-				ranges[n - 1].len += e->delta_bytes;
-			else
-				ranges[n++] = (struct sub_range){ e->record_offset, e->delta_bytes };
-		}
-	}
-	if (n) {
-		bool over = false;	/* (no budget: the version is committed) */
-
-		r = stage_part(fd, ranges, n, part, run->dir, ao, UINT64_MAX,
-			       j->staged, &j->stats, &j->verify_failed, &over, &j->err);
-		if (r < 0) {
-			free(ranges);
+		for (size_t i = 0; i < w->n_files; i++)
+			keep[i] = w->files[i].record_offset >= from &&
+				  (!j->filter ||
+				   wsync_file_filter_match(j->filter, w->files[i].file.path));
+		r = wsync_delta_reader_view(w, keep, &rest);
+		free(keep);
+		if (r < 0)
+			return wsync_error_set(&j->err, r, "out of memory");
+		for (size_t i = 0; i < rest.n_files; i++)
+			if (rest.files[i].file.op == WSYNC_DELTA_WRITE)
+				need += rest.files[i].file.target_size;
+		r = sub_space_check(run->dir, need, "the files built ahead", &j->err);
+		if (r == 0 && rest.n_files)
+			r = wsync_apply_stage(&rest, run->dir, ao, j->staged, &j->stats, &j->err);
+		wsync_delta_view_free(&rest);
+		if (r == -EINVAL)
+			j->verify_failed = true;
+		if (r < 0)
 			return r;
-		}
 	}
-	free(ranges);
 	r = check_staged(j, d);
 	if (r < 0) {
 		j->verify_failed = true;
@@ -981,7 +984,7 @@ static int verify_object(struct sub_apply_job *j, struct step_run *run)
 		}
 		if (r < 0)
 			return r;
-	} else if (j->obj && j->obj->has_sha256) {
+	} else if (j->obj && j->obj->has_sha256 && !(j->obj->n_chunks && j->checked_upto)) {
 		uint8_t got[WSYNC_SHA256_LEN];
 
 		r = wsync_sha256_fd(run->fd, j->object_path, got, &j->err);
@@ -991,9 +994,12 @@ static int verify_object(struct sub_apply_job *j, struct step_run *run)
 		}
 		if (r < 0)
 			return r;
-	} else if (j->obj && j->obj->hashless) {
+	} else if (j->obj && j->obj->n_chunks) {
 		/* an object of parts (BUCKET.md §7): no hash of the whole,
-		 * each chunk's SHA-256 binds it */
+		 * each chunk's SHA-256 binds it; an object fetched ahead in
+		 * part: its chunks' SHA-256 bind it as the whole's does (they
+		 * add up to it, the manifest checks), and those that came
+		 * ahead were checked as they came */
 		r = check_chunks_sha256(j, run->fd);
 		if (r < 0)
 			return r;

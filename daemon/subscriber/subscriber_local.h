@@ -371,6 +371,11 @@ struct sub_apply_job {
 	 * rest and renames everything in (in place, a delta) */
 	struct wsync_apply_staged **staged;
 	uint64_t staged_upto;
+	/* the object's first bytes, whole chunks, already checked against
+	 * the SHA-256 the signed manifest gives each (fetched ahead: against
+	 * NEXT's, the claim found the manifest's the same); the job checks
+	 * the rest chunk by chunk, not the whole again (0: the whole) */
+	uint64_t checked_upto;
 	/* and the file after them, when it was being built piece by piece:
 	 * its records from piece_pos on are still to decode (NULL *piece:
 	 * none) */
