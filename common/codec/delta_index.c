@@ -25,11 +25,18 @@ struct pass {
 	uint64_t off;			/* bytes taken */
 	struct wsync_hasher *xxh;
 	struct wsync_sha256 *whole, *piece, *chunk;
+	bool chunks_only;		/* the chunks' SHA-256 alone */
 	struct wsync_error *err;
 };
 
 static int take(struct pass *p, const uint8_t *data, size_t n)
 {
+	if (p->chunks_only) {
+		if (wsync_sha256_update(p->chunk, data, n) < 0)
+			return wsync_error_set(p->err, -EIO, "%s: SHA-256 failed", p->what);
+		p->off += n;
+		return 0;
+	}
 	wsync_hasher_update(p->xxh, data, n);
 	if (wsync_sha256_update(p->whole, data, n) < 0 ||
 	    wsync_sha256_update(p->piece, data, n) < 0 ||
@@ -105,6 +112,11 @@ struct wsync_delta_indexer {
 	wsync_delta_cut_cb cut_cb;	/* set: a cut at every file (cut_files) */
 	void *cut_arg;
 };
+
+void wsync_delta_indexer_chunks_only(struct wsync_delta_indexer *x)
+{
+	x->p.chunks_only = true;
+}
 
 void wsync_delta_indexer_cut_files(struct wsync_delta_indexer *x, wsync_delta_cut_cb cb,
 				   void *arg)

@@ -108,6 +108,14 @@ typedef int (*wsync_delta_cut_cb)(void *arg, const struct wsync_delta_chunk *c,
 void wsync_delta_indexer_cut_files(struct wsync_delta_indexer *x, wsync_delta_cut_cb cb,
 				   void *arg);
 
+/* Hash for the chunks alone from now on (set before the first byte): a
+ * reader checking each chunk against the SHA-256 a signed list gives
+ * needs no other, and two of three SHA-256 passes over every byte are
+ * most of what indexing costs.  The object's SHA-256 and XXH3 (finish)
+ * and every piece's are then meaningless: zero or garbage, not to be
+ * used. */
+void wsync_delta_indexer_chunks_only(struct wsync_delta_indexer *x);
+
 void wsync_delta_indexer_free(struct wsync_delta_indexer *x);
 
 /*

@@ -541,6 +541,9 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 		ahead_free(a);
 		return r;
 	}
+	/* each chunk is checked against NEXT's SHA-256; the index's files
+	 * say what to build; nothing else of the pass is used */
+	wsync_delta_indexer_chunks_only(a->x);
 	s->ahead = a;
 	log_info("version %" PRIu64 " (step %" PRId64 ") announced: building it ahead of "
 		 "its commit", n->version, n->step);

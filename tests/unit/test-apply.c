@@ -585,6 +585,63 @@ static void test_stage_two_parts_then_commit(void)
 	apply_threads = 2;
 }
 
+/* (a') One delta of the whole version, staged as two views of its reader
+ * (wsync_delta_reader_view: part 1's files, then the others), the reader
+ * freed only after: the same as one apply; an empty view stages nothing. */
+static void test_stage_views_of_one_delta(void)
+{
+	char want[4096], got[4096], o[128], n[128], target[128], staged[4096];
+	struct wsync_apply_opts opts = { .threads = 2 };
+	struct wsync_delta_reader *d = NULL, v;
+	struct wsync_apply_staged *s = NULL;
+	struct wsync_error err = { 0 };
+	int fd = memfd_create("delta", MFD_CLOEXEC);
+	bool keep[16] = { false };
+	size_t ones = 0;
+
+	make_version();
+	snprintf(o, sizeof(o), "%s/old", stage_root);
+	snprintf(n, sizeof(n), "%s/new", stage_root);
+	snprintf(target, sizeof(target), "%s/target", stage_root);
+	CHECK(wsync_diff(o, n, fd, NULL, NULL, &err) == 0);
+	CHECK(wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &err) == 0);
+	CHECK(d && d->n_files <= 16);
+	if (!d || d->n_files > 16)
+		return;
+	for (size_t i = 0; i < d->n_files; i++) {
+		char want_path[300];
+
+		snprintf(want_path, sizeof(want_path), ";%s;", d->files[i].file.path);
+		keep[i] = strstr(";a.txt;b.txt;new/deep/e.txt;", want_path) != NULL;
+		ones += keep[i];
+	}
+	CHECK(ones == 3);
+	CHECK(wsync_delta_reader_view(d, keep, &v) == 0);
+	CHECK(v.n_files == 3 && v.files[0].record_offset == d->files[0].record_offset);
+	CHECK(wsync_apply_stage(&v, target, &opts, &s, NULL, &err) == 0);
+	wsync_delta_view_free(&v);
+	list_sub("target", staged, sizeof(staged));
+	CHECK(temps_in(staged) == 2);	/* a.txt, e.txt */
+	for (size_t i = 0; i < d->n_files; i++)
+		keep[i] = !keep[i];
+	CHECK(wsync_delta_reader_view(d, keep, &v) == 0);
+	CHECK(v.n_files == d->n_files - 3);
+	CHECK(wsync_apply_stage(&v, target, &opts, &s, NULL, &err) == 0);
+	wsync_delta_view_free(&v);
+	CHECK(v.files == NULL && v.n_files == 0);
+	memset(keep, 0, sizeof(keep));
+	CHECK(wsync_delta_reader_view(d, keep, &v) == 0 && v.n_files == 0);
+	wsync_delta_view_free(&v);
+	CHECK(wsync_apply_staged_commit(s, &err) == 0);
+	wsync_apply_staged_free(s);
+	wsync_delta_reader_free(d);
+	close(fd);
+	list_sub("new", want, sizeof(want));
+	list_sub("target", got, sizeof(got));
+	CHECK_STR(got, want);
+	remove_tree(stage_root);
+}
+
 /* (b) Staged, then freed without a commit: the target is the old version,
  * no temp and no directory made for one left -- whichever stage made the
  * directories (the first makes the set, a later one is merged into it). */
@@ -924,6 +981,7 @@ int main(void)
 	TEST(test_out_dir);
 	TEST(test_many_files_on_workers);
 	TEST(test_stage_two_parts_then_commit);
+	TEST(test_stage_views_of_one_delta);
 	TEST(test_stage_then_free);
 	TEST(test_stage_path_twice);
 	TEST(test_stage_failure_keeps_earlier);

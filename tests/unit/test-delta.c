@@ -583,6 +583,29 @@ static void test_index_fed_by_writer(void)
 	wsync_delta_indexer_free(y);
 	y = NULL;
 
+	/* The chunks' SHA-256 alone: the same chunks, the same files */
+	{
+		struct wsync_delta_object only = { 0 };
+		struct cuts ko = { 0 };
+
+		CHECK(wsync_delta_indexer_new(fd, "chunks only", &y, &err) == 0);
+		if (y) {
+			wsync_delta_indexer_chunks_only(y);
+			wsync_delta_indexer_cut_files(y, collect_cut, &ko);
+			CHECK(wsync_delta_indexer_finish(y, &only, &err) == 0);
+			CHECK(ko.n == kr.n && memcmp(ko.c, kr.c, (ko.n < 16 ? ko.n : 16) *
+						     sizeof(ko.c[0])) == 0);
+			CHECK(only.index && only.index->n_files == read.index->n_files &&
+			      only.index->files[1].offset == read.index->files[1].offset &&
+			      only.index->files[1].length == read.index->files[1].length &&
+			      strcmp(only.index->files[1].path, read.index->files[1].path) == 0);
+			CHECK(only.size == read.size && only.n_files == read.n_files);
+		}
+		wsync_delta_object_free(&only);
+		wsync_delta_indexer_free(y);
+		y = NULL;
+	}
+
 	/* Fed seven bytes at a time: cuts between records only. */
 	img = t.seen.data;
 	CHECK(wsync_delta_indexer_new(fd, "sevens", &y, &err) == 0);
