@@ -36,9 +36,11 @@
  *
  * Bounds: ahead_max bytes of object fetched ahead, and ahead_max bytes of
  * temps built ahead (a few compressed bytes can name a file of any size:
- * files that would pass it are built after the commit); one request of
- * at most AHEAD_RANGE bytes in flight; the build job's memory is the
- * apply's (memory_limit).
+ * files that would pass it are built after the commit); AHEAD_RANGES
+ * requests of at most AHEAD_RANGE bytes in flight; the build job's memory
+ * is the apply's (memory_limit).  The chunks are indexed for their SHA-256
+ * alone (wsync_delta_indexer_chunks_only): one pass of SHA-256 over the
+ * bytes fetched, not the three a publisher's index needs.
  *
  * A partial subscriber builds its own files only (the others' records
  * are passed over), out of the same whole chunks, each checked against
@@ -51,7 +53,8 @@
  * the commit.  Before anything is published (a fresh bucket: no
  * manifest to say) the records that came say: it stops and drops what
  * it built once the others' files take more than twice its own bytes
- * among them (not_worth): at most about three times its own download.
+ * among them (not_worth): at most about three times its own download,
+ * and begins no other build ahead until HEAD's manifest says its share.
  * A step that takes what it built fetches the rest of the object whole,
  * and the apply job cuts its files from it.
  *
