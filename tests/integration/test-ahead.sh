@@ -34,6 +34,9 @@
 #    SEGMENT records): the subscriber decodes part of it into its temp
 #    before the commit (status ahead_piece_bytes, the log), renames
 #    nothing before HEAD names the version, and is byte-identical after.
+#  - a subscriber stopped by ahead_max after a few chunks checks only the
+#    rest at the commit, chunk by chunk: one of them changed in the bucket
+#    meanwhile is refused, the target kept;
 #  - a subscriber left at ahead_pace = yield (the others have it off, so
 #    that what they build ahead does not hang on the machine's other I/O)
 #    follows version 2 exactly, and stops cleanly.
@@ -318,6 +321,45 @@ check "the delta went up in several chunks inside the one file" \
 	test -e "$BUCKET/deltas/000000000002-00003.wsd"
 check "the log says part of the shard was built before the commit" \
 	grep -Eq 'version 2: [0-9]+ of [0-9]+ chunks fetched and [0-9]+ files built before the commit \([1-9][0-9]* bytes decoded piece by piece' "$TMP/one/log"
-stop pub1
 stop one
+
+# ---- 7. a chunk changed in the bucket after the fetching ahead stopped --------
+# ahead_max stops a subscriber after a few chunks of version 3; those were
+# checked as they came, so the commit checks only the rest, chunk by chunk
+# (not the whole object again).  One of the rest, changed in the bucket
+# before the commit (same size), is refused there: the target keeps
+# version 2, no temp left.  (Version 3 is another run's checkpoint, at a
+# higher learning rate: a delta of some twenty chunks.)
+CK3=$TMP/ck3
+gen_ckpts "$CK3" --params 8M --steps 3 --shards 1 --lr 2e-5
+write_ini "$TMP/cap.ini" subscriber "$TMP/cap" "url = file://$BUCKET" \
+	"[subscriber]" "target_dir = $TMP/cap/model" "poll_interval = 200ms" \
+	"verify_key = $TMP/wsync.key.pub" "ahead_pace = off" "ahead_max = 256KiB"
+mkdir -p "$TMP/cap"
+start cap
+check "capped: version 2 applied" wait_version cap 2 90
+stop pub1
+start pub1 WSYNC_TEST_SEGMENT_KIB=256 WSYNC_TEST_CHUNK_PAUSE_MS=500
+put_ckpt "$CK3/checkpoint-3" "$TMP/train1/checkpoint-3"
+check "capped: version 3 fetched ahead up to ahead_max" \
+	wait_for 60 in_log cap "version 3: [0-9]* bytes fetched ahead, ahead_max"
+late=$BUCKET/deltas/000000000003-00008.wsd
+check "a chunk past it is in the bucket" wait_for 60 test -s "$late"
+flip() { # flip FILE OFFSET: one byte changed in place, the size kept
+	"$PYTHON3" -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0x5a]))' "$1" "$2"
+}
+flip "$late" 40
+check "version 3 committed" wait_for 90 in_log pub1 "published version 3"
+check "the subscriber took the chunks it had fetched ahead" \
+	wait_for 60 in_log cap "version 3: [1-9][0-9]* of [0-9]* chunks fetched"
+check "... and refused the chunk changed after: its SHA-256 is not the manifest's" \
+	wait_for 60 in_log cap "000000000003-00008.wsd: SHA-256 is not the manifest's"
+counted() { [ "$(verify_failures cap)" -ge 1 ] 2>/dev/null; }
+check "... counted as a verification failure" wait_for 10 counted
+check "... the target still holds version 2, byte-identical" same_as cap 2 "$CK1"
+check "... no temp left" test "$(find "$TMP/cap/model" -name '.*.wsync-*' | wc -l)" = 0
+stop pub1
+stop cap
 tap_done
