@@ -74,6 +74,10 @@ check "the full subscriber built delta versions ahead of their commit" \
 	test "$(grep -Ec 'version [234]: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/full/log")" -ge 2
 check "the small partial one dropped the anchor it began ahead: its files are under a third of the bytes" \
 	grep -q 'version 1: dropping what was built ahead .*under a third of the bytes so far' "$TMP/part/log"
+check "... began it ahead once (a NEXT read meanwhile does not begin it again)" \
+	test "$(grep -c 'version 1 (step 1) announced: building it ahead' "$TMP/part/log")" = 1
+check "... and took nothing of it at the commit: its files' ranges, not the rest of the object" \
+	sh -c "! grep -q 'version 1: [0-9]* of [0-9]* chunks fetched' '$TMP/part/log'"
 check "... and built no delta version ahead (it takes files' ranges after the commit)" \
 	sh -c "! grep -Eq 'version [234] \(step [234]\) announced: building it ahead' '$TMP/part/log'"
 check "the large partial one built delta versions ahead of their commit" \
