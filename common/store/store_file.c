@@ -619,25 +619,25 @@ static int check_hash(struct wsync_store_req *req, const struct wsync_hash128 *h
  * subscriber) need not hold every chunk twice in memory. */
 #define AROUND_MIN (1u << 20)
 
-/* Bytes [off, off + n) of fd into a new buffer (*data, malloc'd), through
- * the cache where they are cached, around it where not.  0 or -errno. */
-static int read_around(int fd, uint64_t off, uint64_t n, void **data)
+/* Bytes [off, off + n) of fd (size bytes long) into a new buffer (*data,
+ * malloc'd), through the cache where they are cached, around it where
+ * not.  0 or -errno. */
+static int read_around(int fd, uint64_t size, uint64_t off, uint64_t n, void **data)
 {
 	struct wsync_once_file f;
 	const uint8_t *at;
-	struct stat st;
 	uint8_t *buf;
 	int dup_fd, r;
 
 	if (posix_memalign((void **)&buf, WSYNC_ONCE_ALIGN, (size_t)n + WSYNC_ONCE_SLACK) != 0)
 		return -ENOMEM;
 	/* wsync_once owns the descriptor it is given */
-	if (fstat(fd, &st) < 0 || (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+	if ((dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
 		r = -errno;
 		free(buf);
 		return r;
 	}
-	wsync_once_open(&f, dup_fd, (uint64_t)st.st_size, true);
+	wsync_once_open(&f, dup_fd, size, true);
 	r = wsync_once_read(&f, buf, n, off, &at);
 	wsync_once_close(&f);
 	if (r < 0) {
@@ -650,7 +650,8 @@ static int read_around(int fd, uint64_t off, uint64_t n, void **data)
 	return 0;
 }
 
-static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
+static int get_to_buffer(struct file_job *job, int fd, uint64_t size, uint64_t off,
+			 uint64_t n)
 {
 	struct wsync_store_req *req = job->req;
 	struct wsync_hash128 h;
@@ -658,7 +659,7 @@ static int get_to_buffer(struct file_job *job, int fd, uint64_t off, uint64_t n)
 	int r;
 
 	if (n >= AROUND_MIN && n <= SIZE_MAX - WSYNC_ONCE_SLACK)
-		r = read_around(fd, off, n, &data);
+		r = read_around(fd, size, off, n, &data);
 	else if (!(data = malloc(n ? (size_t)n : 1)))
 		r = -ENOMEM;
 	else
@@ -766,7 +767,8 @@ static int op_get(struct file_job *job, int bucket)
 					 req->get.max_size);
 		goto out;
 	}
-	r = req->path ? get_to_file(job, fd, off, n) : get_to_buffer(job, fd, off, n);
+	r = req->path ? get_to_file(job, fd, off, n)
+		      : get_to_buffer(job, fd, (uint64_t)st.st_size, off, n);
 out:
 	(void)close(fd);
 	return r;

@@ -462,7 +462,7 @@ static int coding_begin(struct coding *c, struct pubjob_prepare *j, int role, co
 	if (j->stream && (j->stream->chunk_size || j->stream->per_file))
 		c->chunks = &j->stream->role[role];
 	/* no bounce, no direct writes: the cache, as for any other file */
-	if (c->chunks && j->stream->chunk_files && j->stream->chunks_around &&
+	if (c->chunks && j->stream->chunk_files &&
 	    posix_memalign((void **)&c->bounce, WSYNC_ONCE_ALIGN, CHUNK_BOUNCE) != 0)
 		c->bounce = NULL;
 	if (!(c->chunks && j->stream->chunk_files)) {

@@ -63,9 +63,9 @@ struct pubjob_stream {
 					 * cut_files): a chunk holds one file's records */
 	bool chunk_files;		/* each chunk also written to a file of its
 					 * own, pubjob_chunk_path (for a store that
-					 * links files in: wsync_store_put_link) */
-	bool chunks_around;		/* ... their whole blocks written with O_DIRECT
-					 * where the file system takes it */
+					 * links files in: wsync_store_put_link),
+					 * their whole blocks with O_DIRECT where the
+					 * file system takes it */
 	struct pubjob_chunks role[2];
 };
 

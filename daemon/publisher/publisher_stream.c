@@ -67,7 +67,6 @@ int pub_stream_begin(struct wsync_publisher *p, struct publication *pb)
 	/* a store that links a file in takes each chunk from a file of its
 	 * own, not copied out of the object */
 	pb->stream.chunk_files = wsync_store_links(p->d->store);
-	pb->stream.chunks_around = true;
 	pb->stream.pause_ms = p->d->test.chunk_pause_ms;
 	pb->stream.segment_target = (uint64_t)p->d->test.segment_kib << 10;
 	pb->job.stream = &pb->stream;

@@ -483,7 +483,6 @@ static int stage_part(int in, const struct sub_range *ranges, size_t n, const ch
 		      bool *verify_failed, bool *over_budget, struct wsync_error *err)
 {
 	struct wsync_delta_reader *d;
-	uint64_t need = 0;
 	int fd, r = open_part(in, ranges, n, part_path, &d, &fd, err);
 
 	if (r == -EINVAL)
@@ -493,15 +492,13 @@ static int stage_part(int in, const struct sub_range *ranges, size_t n, const ch
 			(void)close(fd);
 		return r;
 	}
-	for (size_t i = 0; i < d->n_files; i++)
-		if (d->files[i].file.op == WSYNC_DELTA_WRITE)
-			need += d->files[i].file.target_size;
-	if (need > budget) {
+	if (d->write_bytes > budget) {
 		*over_budget = true;
 		r = wsync_error_set(err, -EFBIG, "the next files would take %" PRIu64 " bytes, "
-				    "%" PRIu64 " more than ahead_max leaves", need, need - budget);
+				    "%" PRIu64 " more than ahead_max leaves", d->write_bytes,
+				    d->write_bytes - budget);
 	} else {
-		r = sub_space_check(dir, need, "the files built ahead", err);
+		r = sub_space_check(dir, d->write_bytes, "the files built ahead", err);
 	}
 	if (r == 0)
 		r = wsync_apply_stage(d, dir, ao, staged, stats, err);
@@ -746,7 +743,6 @@ static int apply_staged(struct sub_apply_job *j, const struct step_run *run,
 		 * view of its reader, nothing copied out */
 		struct wsync_delta_reader rest;
 		bool *keep = calloc(w->n_files + 1, sizeof(*keep));
-		uint64_t need = 0;
 
 		if (!keep)
 			return wsync_error_set(&j->err, -ENOMEM, "out of memory");
@@ -758,10 +754,7 @@ static int apply_staged(struct sub_apply_job *j, const struct step_run *run,
 		free(keep);
 		if (r < 0)
 			return wsync_error_set(&j->err, r, "out of memory");
-		for (size_t i = 0; i < rest.n_files; i++)
-			if (rest.files[i].file.op == WSYNC_DELTA_WRITE)
-				need += rest.files[i].file.target_size;
-		r = sub_space_check(run->dir, need, "the files built ahead", &j->err);
+		r = sub_space_check(run->dir, rest.write_bytes, "the files built ahead", &j->err);
 		if (r == 0 && rest.n_files)
 			r = wsync_apply_stage(&rest, run->dir, ao, j->staged, &j->stats, &j->err);
 		wsync_delta_view_free(&rest);
