@@ -9,7 +9,10 @@
  * own, as a delta from it (on a fresh target, version 1's anchor), the
  * subscriber fetches the chunks listed, one
  * after another, each checked against the SHA-256 NEXT gives, into
- * downloads/ahead-<V>.wsd, and builds the files whose records are whole
+ * downloads/ahead-<V>.wsd -- written around the page cache (copying GBs
+ * into fresh cache pages costs more CPU than decoding them), the
+ * indexer taking the ranges from memory in object order (inorder.h),
+ * not read back -- and builds the files whose records are whole
  * on the jobs thread (sub_ahead_build_work): each temp beside its
  * destination, checked against the hash its records give, nothing
  * renamed.  The file whose records are still arriving (a chunk may end
@@ -36,8 +39,9 @@
  *
  * Bounds: ahead_max bytes of object fetched ahead, and ahead_max bytes of
  * temps built ahead (a few compressed bytes can name a file of any size:
- * files that would pass it are built after the commit); AHEAD_RANGES
- * requests of at most AHEAD_RANGE bytes in flight; the build job's memory
+ * files that would pass it are built after the commit); SUB_AHEAD_RANGES
+ * requests of at most SUB_AHEAD_RANGE bytes in flight or held (a range
+ * that comes before one asked earlier waits for it); the build job's memory
  * is the apply's (memory_limit).  The chunks are indexed for their SHA-256
  * alone (wsync_delta_indexer_chunks_only): one pass of SHA-256 over the
  * bytes fetched, not the three a publisher's index needs.
@@ -77,12 +81,11 @@
 
 #include "delta.h"
 #include "delta_index.h"
+#include "inorder.h"
 #include "io.h"
 #include "log.h"
 #include "subscriber_cycle.h"
 
-#define AHEAD_RANGE (8ull << 20)
-#define AHEAD_RANGES 4		/* in flight: 32 MiB in memory at most */
 /* No NEXT in the bucket (a publisher that does not stream, or whose
  * objects are too small to chunk): look again only every this many polls,
  * not to double the requests of every poll for nothing. */
@@ -93,10 +96,13 @@ static void ahead_free(struct sub_ahead *a)
 	for (size_t k = 0; k < a->n_chunks; k++)
 		free(a->chunks[k].key);
 	free(a->chunks);
-	free(a->arrived);
+	wsync_inorder_clear(&a->fed);
 	wsync_delta_indexer_free(a->x);
 	wsync_apply_piece_free(a->piece);	/* its temp */
 	wsync_apply_staged_free(a->staged);	/* the temps not renamed in */
+	if (a->dfd >= 0)
+		(void)close(a->dfd);
+	free(a->bounce);
 	if (a->fd >= 0)
 		(void)close(a->fd);
 	if (a->path)
@@ -171,8 +177,10 @@ static bool not_worth(const struct wsync_subscriber *s, const struct sub_ahead *
 {
 	uint64_t all = a->share_all, taken = a->share_taken;
 
-	if (whole < ix->n_files) {
-		uint64_t so_far = wsync_delta_indexer_offset(a->x) - ix->files[whole].offset;
+	if (whole < ix->n_files && ix->files[whole].offset < a->size) {
+		uint64_t upto = wsync_delta_indexer_offset(a->x), so_far;
+
+		so_far = (upto < a->size ? upto : a->size) - ix->files[whole].offset;
 
 		all += so_far;
 		if (takes(s, ix->files[whole].path))
@@ -188,7 +196,6 @@ static void build(struct wsync_subscriber *s)
 {
 	struct sub_ahead *a = s->ahead;
 	const struct wsync_manifest_index *ix;
-	struct wsync_error err = { 0 };
 	struct sub_range *ranges = NULL;
 	uint64_t used, begin_at = 0;
 	size_t whole, first, n = 0, taken = 0;
@@ -198,13 +205,12 @@ static void build(struct wsync_subscriber *s)
 	if (!a || a->job_running || a->claimed || a->dropped || a->build_capped ||
 	    s->stopping)
 		return;
-	r = wsync_delta_indexer_advance(a->x, a->size, &err);
-	if (r < 0) {
-		sub_ahead_drop(s, wsync_error_str(&err));
-		return;
-	}
+	/* the files whose records are all among the bytes checked: the
+	 * index runs on into the chunk still coming */
 	ix = wsync_delta_indexer_index(a->x, &last_whole);
 	whole = last_whole ? ix->n_files : ix->n_files - 1;
+	while (whole && ix->files[whole - 1].offset + ix->files[whole - 1].length > a->size)
+		whole--;
 	/* the file a->built is begun piece by piece: the whole ones follow,
 	 * the subscriber's among them (a partial one's filter) */
 	first = a->built + (a->piece != NULL);
@@ -246,7 +252,8 @@ static void build(struct wsync_subscriber *s)
 		a->staged_upto = ix->files[whole - 1].offset + ix->files[whole - 1].length;
 		first = whole;
 	}
-	if (whole < ix->n_files && whole >= first && a->piece_skip != whole + 1 &&
+	if (whole < ix->n_files && whole >= first && ix->files[whole].offset < a->size &&
+	    a->piece_skip != whole + 1 &&
 	    !(a->piece && whole == a->built) && takes(s, ix->files[whole].path))
 		begin_at = ix->files[whole].offset;
 	if (!begin_at && !n && !(a->piece && a->piece_pos < a->size)) {
@@ -377,46 +384,53 @@ static void build_done(void *data, bool cancelled)
 
 /* ---- fetching ---- */
 
-/* The chunks now whole in the file, in order from the first not checked:
- * each taken through the indexer (which reads every byte once) up to its
- * end -- a chunk must end where a record does, as wsync cuts them -- and
- * its bytes checked against the SHA-256 NEXT gives.  0, or -EBADMSG (the
- * attempt was dropped, why logged). */
-static int check_chunks(struct wsync_subscriber *s)
+/* Take len bytes at a->fed.next (the next in object order) into the
+ * indexer, and check the chunk they end, if they do, against the SHA-256
+ * NEXT gives -- a range never runs past its chunk, and a chunk must end
+ * where a record does, as wsync cuts them.  What the index says past
+ * a->size is not checked yet: nothing is built from it (build).  0, or
+ * -EBADMSG with a->why set. */
+static int take(void *arg, const uint8_t *data, size_t len)
 {
-	struct sub_ahead *a = s->ahead;
+	struct sub_ahead *a = arg;
+	const struct wsync_manifest_chunk *c = &a->chunks[a->done];
 	struct wsync_error err = { 0 };
+	uint64_t end = a->size + c->size;
+	struct wsync_delta_chunk cut;
 
-	while (a->done < a->n_chunks && a->arrived[a->done] == a->chunks[a->done].size) {
-		const struct wsync_manifest_chunk *c = &a->chunks[a->done];
-		uint64_t end = a->size + c->size;
-		struct wsync_delta_chunk cut;
-		char why[300];
-
-		if (wsync_delta_indexer_advance(a->x, end, &err) < 0 ||
-		    wsync_delta_indexer_offset(a->x) != end ||
-		    wsync_delta_indexer_cut(a->x, &cut, &err) < 0) {
-			snprintf(why, sizeof(why), "%.100s does not end where a record does%s%.150s",
-				 c->key, err.msg[0] ? ": " : "", err.msg);
-		} else if (memcmp(cut.sha256, c->sha256, sizeof(cut.sha256)) != 0) {
-			snprintf(why, sizeof(why), "%s does not match the SHA-256 NEXT gives",
-				 c->key);
-		} else {
-			a->done++;
-			a->size = end;
-			continue;
-		}
-		sub_verify_failed(s, a->version, why);
-		sub_ahead_drop(s, why);
-		return -EBADMSG;
+	if (wsync_delta_indexer_feed(a->x, data, len, &err) < 0) {
+		snprintf(a->why, sizeof(a->why), "%.100s: %.180s", c->key, err.msg);
+	} else if (a->fed.next + len < end) {
+		return 0;
+	} else if (wsync_delta_indexer_offset(a->x) != end ||
+		   wsync_delta_indexer_cut(a->x, &cut, &err) < 0) {
+		snprintf(a->why, sizeof(a->why), "%.100s does not end where a record does",
+			 c->key);
+	} else if (memcmp(cut.sha256, c->sha256, sizeof(cut.sha256)) != 0) {
+		snprintf(a->why, sizeof(a->why), "%.100s does not match the SHA-256 NEXT gives",
+			 c->key);
+	} else {
+		a->done++;
+		a->size = end;
+		return 0;
 	}
-	return 0;
+	return -EBADMSG;
+}
+
+/* Write a range that came into the file -- around the page cache where
+ * it can: it is read once more at most, by a build, and copying GBs into
+ * fresh page-cache pages costs more CPU than coding them. */
+static int write_range(struct sub_ahead *a, const void *data, size_t len, uint64_t off)
+{
+	if (a->dfd < 0)
+		return wsync_pwrite_all(a->fd, data, len, off);
+	return wsync_pwrite_around(a->fd, a->dfd, data, len, off, a->bounce, SUB_AHEAD_BOUNCE);
 }
 
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
-	size_t gen = q->step, k = q->first_piece;
+	size_t gen = q->step;
 	uint64_t off = q->local_off;
 	struct wsync_subscriber *s = sub_req_end(q);	/* frees q */
 	struct sub_ahead *a;
@@ -430,33 +444,41 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 	if (res->err < 0) {
 		/* NEXT named it: gone means the flight moved on (a new NEXT
 		 * tells); a store error: the next poll's NEXT starts again */
-		log_debug("version %" PRIu64 ": fetching %s ahead: %s", a->version,
-			  a->chunks[k].key, wsync_error_str(&res->error));
+		log_debug("version %" PRIu64 ": fetching ahead at %" PRIu64 ": %s", a->version,
+			  off, wsync_error_str(&res->error));
 		sub_ahead_drop(s, "a chunk NEXT names could not be fetched");
 		free(s->next_etag);	/* the next poll reads NEXT again, whole */
 		s->next_etag = NULL;
 		return;
 	}
 	s->metrics.bytes_downloaded += res->data_len;
-	r = wsync_pwrite_all(a->fd, res->data, res->data_len, off);
+	r = write_range(a, res->data, res->data_len, off);
 	if (r < 0) {
 		sub_ahead_drop(s, strerror(-r));
 		return;
 	}
-	a->arrived[k] += res->data_len;	/* each range asked once */
-	if (check_chunks(s) < 0)
+	r = wsync_inorder_put(&a->fed, off, res->data, res->data_len, take, a, &res->data_take);
+	if (r == -EBADMSG) {
+		sub_verify_failed(s, a->version, a->why);
+		sub_ahead_drop(s, a->why);
 		return;
+	}
+	if (r < 0) {
+		sub_ahead_drop(s, "the ranges fetched ahead came back out of their bounds");
+		return;
+	}
 	build(s);
 	fetch(s);
 }
 
-/* Ask for the next ranges of the chunks NEXT listed, AHEAD_RANGES at a
+/* Ask for the next ranges of the chunks NEXT listed, SUB_AHEAD_RANGES at a
  * time, in object order, as far as ahead_max allows. */
 static void fetch(struct wsync_subscriber *s)
 {
 	struct sub_ahead *a = s->ahead;
 
-	while (a && a->inflight < AHEAD_RANGES && !a->claimed && !a->dropped && !s->stopping) {
+	while (a && a->inflight + wsync_inorder_held(&a->fed) < SUB_AHEAD_RANGES &&
+	       !a->claimed && !a->dropped && !s->stopping) {
 		struct wsync_store_get_options o = WSYNC_STORE_GET_OPTIONS_INIT;
 		uint64_t start = 0, len;
 		size_t k = 0;
@@ -476,8 +498,8 @@ static void fetch(struct wsync_subscriber *s)
 			return;
 		}
 		len = start + a->chunks[k].size - a->asked;
-		if (len > AHEAD_RANGE)
-			len = AHEAD_RANGE;
+		if (len > SUB_AHEAD_RANGE)
+			len = SUB_AHEAD_RANGE;
 		o.offset = a->asked - start;
 		o.length = len;
 		o.expect_size = (int64_t)len;
@@ -485,7 +507,6 @@ static void fetch(struct wsync_subscriber *s)
 		q = sub_req_new(s, RQ_AHEAD, a->version, a->gen);
 		if (!q)
 			return;
-		q->first_piece = k;
 		q->local_off = a->asked;
 		r = wsync_store_get_buf(s->d->store, a->chunks[k].key, &o, on_range, q);
 		if (r < 0) {
@@ -518,6 +539,8 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 		return -ENOMEM;
 	a->gen = ++ahead_gens;
 	a->fd = -1;
+	a->dfd = -1;
+	wsync_inorder_init(&a->fed, 0);
 	a->staged_upto = WSYNC_DELTA_PREAMBLE_LEN;	/* nothing built: the records start */
 	a->version = n->version;
 	a->step = n->step;
@@ -547,6 +570,9 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 	/* each chunk is checked against NEXT's SHA-256; the index's files
 	 * say what to build; nothing else of the pass is used */
 	wsync_delta_indexer_chunks_only(a->x);
+	if (s->cfg->page_cache != WSYNC_PAGE_CACHE_THROUGH &&
+	    posix_memalign((void **)&a->bounce, WSYNC_ONCE_ALIGN, SUB_AHEAD_BOUNCE) == 0)
+		a->dfd = wsync_reopen_direct(a->fd, O_WRONLY);
 	s->ahead = a;
 	log_info("version %" PRIu64 " (step %" PRId64 ") announced: building it ahead of "
 		 "its commit", n->version, n->step);
@@ -609,16 +635,12 @@ static void take_next(struct wsync_subscriber *s, const struct wsync_manifest_ne
 		if (a->n_chunks == a->cap) {
 			size_t nc = a->cap ? 2 * a->cap : 16;
 			void *np = realloc(a->chunks, nc * sizeof(*a->chunks));
-			void *na = np ? realloc(a->arrived, nc * sizeof(*a->arrived)) : NULL;
 
-			if (np)
-				a->chunks = np;
-			if (!na)
+			if (!np)
 				return;
-			a->arrived = na;
+			a->chunks = np;
 			a->cap = nc;
 		}
-		a->arrived[a->n_chunks] = 0;
 		a->chunks[a->n_chunks] = o->chunks[k];
 		if (!(a->chunks[a->n_chunks].key = strdup(o->chunks[k].key)))
 			return;

@@ -27,6 +27,7 @@
 
 #include "durable.h"
 #include "file_filter.h"
+#include "inorder.h"
 #include "instance_lock.h"
 #include "manifest.h"
 #include "metrics.h"
@@ -38,6 +39,12 @@
 #include "subscriber_pace.h"
 
 #define CHAIN_MAX 10000u	/* further behind than this: straight to the anchor */
+/* Building ahead: requests of at most SUB_AHEAD_RANGE bytes, at most
+ * SUB_AHEAD_RANGES in flight or held (32 MiB in memory at most); the
+ * file written around the page cache SUB_AHEAD_BOUNCE bytes at a time. */
+#define SUB_AHEAD_RANGE (8ull << 20)
+#define SUB_AHEAD_RANGES 4u	/* <= WSYNC_INORDER_MAX */
+#define SUB_AHEAD_BOUNCE (1u << 20)
 
 enum phase {
 	PH_NEW,		/* made, not started */
@@ -153,14 +160,19 @@ struct sub_ahead {
 	uint8_t flight[WSYNC_MANIFEST_FLIGHT_LEN];
 	struct wsync_manifest_chunk *chunks;	/* as NEXT lists them (keys owned) */
 	size_t n_chunks, cap;
-	uint64_t *arrived;		/* per chunk, bytes in the file */
 	size_t done;			/* chunks in the file, checked */
 	uint64_t size;			/* their bytes */
 	uint64_t asked;			/* object bytes requested so far */
 	unsigned inflight;		/* ranges requested, not back */
+	/* the ranges that came, taken by the indexer (x) in order from
+	 * memory: [size, fed.next) taken, not checked yet */
+	struct wsync_inorder fed;
+	char why[300];			/* what take refused */
 	bool capped;			/* ahead_max fetched: the rest after the commit */
 	char *path, *part_path;
 	int fd;
+	int dfd;			/* fd with O_DIRECT, -1: none */
+	uint8_t *bounce;		/* for writes through dfd (SUB_AHEAD_BOUNCE) */
 	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
 	size_t built;			/* files of its index built */
 	uint64_t staged_upto;		/* object bytes whose files are built */

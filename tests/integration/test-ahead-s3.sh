@@ -15,6 +15,8 @@
 #    built before the commit, and the partial ones exact on their files,
 #    the small one downloading well under the full one's bytes, the large
 #    one building delta versions before their commit;
+#  - no chunk fetched ahead is refused: the ranges come back out of
+#    order, and each is taken in order;
 #  - no temp is left in either target.
 # No s3rver (node, tests/s3rver/node_modules): the test says so and SKIPs.
 . "$(dirname "$0")/lib.sh"
@@ -82,6 +84,8 @@ check "... and built no delta version ahead (it takes files' ranges after the co
 	sh -c "! grep -Eq 'version [234] \(step [234]\) announced: building it ahead' '$TMP/part/log'"
 check "the large partial one built delta versions ahead of their commit" \
 	test "$(grep -Ec 'version [234]: [0-9]+ of [0-9]+ chunks fetched and [1-9][0-9]* files built before the commit' "$TMP/most/log")" -ge 2
+check "no chunk fetched ahead was refused (ranges come back out of order: each taken in order)" \
+	sh -c "! grep -Eq 'dropping what was built ahead .*(does not match|does not end where|out of order)' '$TMP/full/log' '$TMP/most/log'"
 PART_B=$(field part bytes_downloaded)
 FULL_B=$(field full bytes_downloaded)
 echo "# downloaded: partial $PART_B bytes, full $FULL_B"
