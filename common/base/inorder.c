@@ -8,9 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
-void wsync_inorder_init(struct wsync_inorder *q, uint64_t next)
+void wsync_inorder_init(struct wsync_inorder *q, uint64_t next, void (*release)(void *data))
 {
-	*q = (struct wsync_inorder){ .next = next };
+	*q = (struct wsync_inorder){ .next = next, .release = release ? release : free };
 }
 
 int wsync_inorder_put(struct wsync_inorder *q, uint64_t off, void *data, size_t len,
@@ -44,7 +44,7 @@ int wsync_inorder_put(struct wsync_inorder *q, uint64_t off, void *data, size_t 
 		}
 		q->held[i] = q->held[--q->n_held];
 		r = take(arg, h.data, h.len);
-		free(h.data);
+		q->release(h.data);
 		if (r < 0)
 			return r;
 		q->next += h.len;
@@ -56,6 +56,6 @@ int wsync_inorder_put(struct wsync_inorder *q, uint64_t off, void *data, size_t 
 void wsync_inorder_clear(struct wsync_inorder *q)
 {
 	for (unsigned i = 0; i < q->n_held; i++)
-		free(q->held[i].data);
+		q->release(q->held[i].data);
 	q->n_held = 0;
 }

@@ -15,6 +15,7 @@
 #include "store_backend.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,72 @@ static void link_req(struct wsync_store_req *req)
 	store->live = req;
 }
 
+/* ---- range buffers kept ---- */
+
+/* A few range buffers, each WSYNC_STORE_RANGE_KEPT + RANGE_SLACK_MAX
+ * bytes, kept for the process (at most RANGE_KEPT_N: 32 MiB): a
+ * subscriber asks for ranges of 8 MiB, four at a time, one after another
+ * for GBs. */
+#define RANGE_KEPT_N 4
+#define RANGE_SLACK_MAX (2u * WSYNC_STORE_RANGE_ALIGN)
+#define RANGE_KEPT_CAP (WSYNC_STORE_RANGE_KEPT + RANGE_SLACK_MAX)
+
+static struct {
+	pthread_mutex_t mu;
+	void *buf[RANGE_KEPT_N];
+	bool busy[RANGE_KEPT_N];
+} kept = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+void *wsync_store_range_buf(size_t n, size_t slack)
+{
+	void *p = NULL;
+
+	if (n > SIZE_MAX - slack - WSYNC_STORE_RANGE_ALIGN)
+		return NULL;
+	if (n + slack <= RANGE_KEPT_CAP) {
+		int i, free_slot = -1;
+
+		pthread_mutex_lock(&kept.mu);
+		for (i = 0; i < RANGE_KEPT_N; i++) {
+			if (kept.buf[i] && !kept.busy[i])
+				break;
+			if (!kept.buf[i] && free_slot < 0)
+				free_slot = i;
+		}
+		if (i == RANGE_KEPT_N && free_slot >= 0 &&
+		    posix_memalign(&kept.buf[free_slot], WSYNC_STORE_RANGE_ALIGN,
+				   RANGE_KEPT_CAP) == 0)
+			i = free_slot;
+		else if (i == RANGE_KEPT_N && free_slot >= 0)
+			kept.buf[free_slot] = NULL;
+		if (i < RANGE_KEPT_N) {
+			kept.busy[i] = true;
+			p = kept.buf[i];
+		}
+		pthread_mutex_unlock(&kept.mu);
+		if (p)
+			return p;
+	}
+	if (posix_memalign(&p, WSYNC_STORE_RANGE_ALIGN, n + slack ? n + slack : 1) != 0)
+		return NULL;
+	return p;
+}
+
+void wsync_store_data_free(void *data)
+{
+	if (!data)
+		return;
+	pthread_mutex_lock(&kept.mu);
+	for (int i = 0; i < RANGE_KEPT_N; i++)
+		if (kept.buf[i] == data) {
+			kept.busy[i] = false;
+			data = NULL;
+			break;
+		}
+	pthread_mutex_unlock(&kept.mu);
+	free(data);
+}
+
 static void unlink_req(struct wsync_store_req *req)
 {
 	struct wsync_store *store = req->store;
@@ -322,7 +389,7 @@ static void req_free(struct wsync_store_req *req)
 	struct wsync_store_entry *e = (struct wsync_store_entry *)req->res.entries;
 
 	if (!req->res.data_take)
-		free(req->res.data);
+		wsync_store_data_free(req->res.data);
 	for (size_t i = 0; e && i < req->res.n_entries; i++) {
 		free(e[i].key);
 		free(e[i].etag);

@@ -81,7 +81,8 @@ struct wsync_store_result {
 	void *data;			/* get to buffer: the bytes (the callee frees them
 					 * after the callback unless data_take is set) */
 	size_t data_len;
-	bool data_take;			/* set by the callback to keep data (then free() it) */
+	bool data_take;			/* set by the callback to keep data (then
+					 * wsync_store_data_free() it) */
 	const struct wsync_store_entry *entries; /* list: every key under the prefix */
 	size_t n_entries;
 	unsigned attempts;		/* how many tries the request took */
@@ -243,6 +244,17 @@ int wsync_store_put_buf_if(struct wsync_store *store, const char *key,
 			   const void *data, size_t len,
 			   const struct wsync_store_put_options *opt,
 			   wsync_store_cb cb, void *userdata);
+
+/*
+ * Free the data of a result the callback took (data_take).  A range of
+ * at most WSYNC_STORE_RANGE_KEPT bytes may come in one of a few buffers
+ * the store keeps for the next such range instead of freeing: a fresh
+ * buffer's pages are faulted in and cleared, which costs more than the
+ * bytes read into them (on a VM with shadow page tables, ten times
+ * more).  Any other data is simply free()d.
+ */
+#define WSYNC_STORE_RANGE_KEPT (8ull << 20)
+void wsync_store_data_free(void *data);
 
 /* get into path (written beside it as a temp file, renamed when verified). */
 int wsync_store_get_file(struct wsync_store *store, const char *key, const char *path,

@@ -10,8 +10,9 @@
  * frees the request.
  *
  * Who owns what in req->res when the backend calls wsync_store_req_done():
- *  - data: malloc'd by the backend; store.c free()s it after the callback
- *    unless the callback took it (data_take).
+ *  - data: malloc'd by the backend, or from wsync_store_range_buf; store.c
+ *    frees it (wsync_store_data_free) after the callback unless the
+ *    callback took it (data_take).
  *  - entries: a malloc'd array, each key and etag malloc'd (etag may be
  *    NULL); store.c frees all of it after the callback.
  *  - etag: borrowed.  It must stay valid until wsync_store_req_done()
@@ -114,5 +115,12 @@ void wsync_store_req_done(struct wsync_store_req *req);
  * worker thread that holds req may call it. */
 int wsync_store_req_fail(struct wsync_store_req *req, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* A buffer for a range of n bytes, aligned to WSYNC_STORE_RANGE_ALIGN
+ * and slack bytes longer (a read around the page cache needs both): one
+ * of the kept ones when n + slack fits (WSYNC_STORE_RANGE_KEPT + slack),
+ * else a new one.  Free it with wsync_store_data_free.  NULL: no memory. */
+#define WSYNC_STORE_RANGE_ALIGN 4096u
+void *wsync_store_range_buf(size_t n, size_t slack);
 
 #endif

@@ -618,6 +618,7 @@ static int check_hash(struct wsync_store_req *req, const struct wsync_hash128 *h
  * its downloads), and a bucket on this host (a publisher beside its
  * subscriber) need not hold every chunk twice in memory. */
 #define AROUND_MIN (1u << 20)
+_Static_assert(WSYNC_STORE_RANGE_ALIGN % WSYNC_ONCE_ALIGN == 0, "a kept range buffer is read into");
 
 /* Bytes [off, off + n) of fd (size bytes long) into a new buffer (*data,
  * malloc'd), through the cache where they are cached, around it where
@@ -629,19 +630,19 @@ static int read_around(int fd, uint64_t size, uint64_t off, uint64_t n, void **d
 	uint8_t *buf;
 	int dup_fd, r;
 
-	if (posix_memalign((void **)&buf, WSYNC_ONCE_ALIGN, (size_t)n + WSYNC_ONCE_SLACK) != 0)
+	if (!(buf = wsync_store_range_buf((size_t)n, WSYNC_ONCE_SLACK)))
 		return -ENOMEM;
 	/* wsync_once owns the descriptor it is given */
 	if ((dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
 		r = -errno;
-		free(buf);
+		wsync_store_data_free(buf);
 		return r;
 	}
 	wsync_once_open(&f, dup_fd, size, true);
 	r = wsync_once_read(&f, buf, n, off, &at);
 	wsync_once_close(&f);
 	if (r < 0) {
-		free(buf);
+		wsync_store_data_free(buf);
 		return r;
 	}
 	if (at != buf)
@@ -668,7 +669,7 @@ static int get_to_buffer(struct file_job *job, int fd, uint64_t size, uint64_t o
 		return wsync_store_req_fail(req, -ENOMEM, "%s: out of memory for %" PRIu64
 					    " bytes", req->key, n);
 	if (r < 0) {
-		free(data);
+		wsync_store_data_free(data);
 		if (r == -ENODATA)
 			return wsync_store_req_fail(req, -EIO, "%s: shrank while it was read",
 						    req->key);
@@ -678,7 +679,7 @@ static int get_to_buffer(struct file_job *job, int fd, uint64_t size, uint64_t o
 		wsync_hash_mem(data, (size_t)n, &h);
 		r = check_hash(req, &h);
 		if (r < 0) {
-			free(data);
+			wsync_store_data_free(data);
 			return r;
 		}
 	}

@@ -928,6 +928,7 @@ void wsync_subscriber_free(struct wsync_subscriber *s)
 		q->s = NULL;
 	sub_cycle_free(s->c);
 	sub_ahead_free(s);
+	free(s->bounce);
 	free(s->head_manifest.key);
 	sub_local_free(&s->local);
 	wsync_dir_syncs_free(&s->dir_syncs);

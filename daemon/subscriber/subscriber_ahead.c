@@ -102,7 +102,6 @@ static void ahead_free(struct sub_ahead *a)
 	wsync_apply_staged_free(a->staged);	/* the temps not renamed in */
 	if (a->dfd >= 0)
 		(void)close(a->dfd);
-	free(a->bounce);
 	if (a->fd >= 0)
 		(void)close(a->fd);
 	if (a->path)
@@ -417,16 +416,6 @@ static int take(void *arg, const uint8_t *data, size_t len)
 	return -EBADMSG;
 }
 
-/* Write a range that came into the file -- around the page cache where
- * it can: it is read once more at most, by a build, and copying GBs into
- * fresh page-cache pages costs more CPU than coding them. */
-static int write_range(struct sub_ahead *a, const void *data, size_t len, uint64_t off)
-{
-	if (a->dfd < 0)
-		return wsync_pwrite_all(a->fd, data, len, off);
-	return wsync_pwrite_around(a->fd, a->dfd, data, len, off, a->bounce, SUB_AHEAD_BOUNCE);
-}
-
 static void on_range(struct wsync_store_result *res, void *userdata)
 {
 	struct req *q = userdata;
@@ -452,7 +441,7 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 		return;
 	}
 	s->metrics.bytes_downloaded += res->data_len;
-	r = write_range(a, res->data, res->data_len, off);
+	r = sub_download_write(s, a->fd, a->dfd, res->data, res->data_len, off);
 	if (r < 0) {
 		sub_ahead_drop(s, strerror(-r));
 		return;
@@ -540,7 +529,7 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 	a->gen = ++ahead_gens;
 	a->fd = -1;
 	a->dfd = -1;
-	wsync_inorder_init(&a->fed, 0);
+	wsync_inorder_init(&a->fed, 0, wsync_store_data_free);
 	a->staged_upto = WSYNC_DELTA_PREAMBLE_LEN;	/* nothing built: the records start */
 	a->version = n->version;
 	a->step = n->step;
@@ -570,9 +559,7 @@ static int begin(struct wsync_subscriber *s, const struct wsync_manifest_next *n
 	/* each chunk is checked against NEXT's SHA-256; the index's files
 	 * say what to build; nothing else of the pass is used */
 	wsync_delta_indexer_chunks_only(a->x);
-	if (s->cfg->page_cache != WSYNC_PAGE_CACHE_THROUGH &&
-	    posix_memalign((void **)&a->bounce, WSYNC_ONCE_ALIGN, SUB_AHEAD_BOUNCE) == 0)
-		a->dfd = wsync_reopen_direct(a->fd, O_WRONLY);
+	a->dfd = sub_download_direct(s, a->fd);
 	s->ahead = a;
 	log_info("version %" PRIu64 " (step %" PRId64 ") announced: building it ahead of "
 		 "its commit", n->version, n->step);

@@ -16,6 +16,7 @@
  * ways.  All of it runs on the loop thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <jansson.h>
 
 #include "checkpoint.h"
+#include "io.h"
 #include "log-messages.h"
 #include "log.h"
 #include "subscriber_cycle.h"
@@ -333,6 +335,25 @@ struct wsync_subscriber *sub_req_end(struct req *q)
 
 /* ---- the cycle ---- */
 
+int sub_download_direct(struct wsync_subscriber *s, int fd)
+{
+	if (s->cfg->page_cache == WSYNC_PAGE_CACHE_THROUGH)
+		return -1;
+	if (!s->bounce && posix_memalign((void **)&s->bounce, WSYNC_ONCE_ALIGN, SUB_BOUNCE) != 0) {
+		s->bounce = NULL;
+		return -1;
+	}
+	return wsync_reopen_direct(fd, O_WRONLY);
+}
+
+int sub_download_write(struct wsync_subscriber *s, int fd, int dfd, const void *data,
+		       size_t len, uint64_t off)
+{
+	if (dfd < 0)
+		return wsync_pwrite_all(fd, data, len, off);
+	return wsync_pwrite_around(fd, dfd, data, len, off, s->bounce, SUB_BOUNCE);
+}
+
 void sub_cycle_free(struct cycle *c)
 {
 	if (!c)
@@ -340,6 +361,8 @@ void sub_cycle_free(struct cycle *c)
 	for (size_t i = 0; i < c->n_steps; i++) {
 		if (c->steps[i].fd >= 0)
 			(void)close(c->steps[i].fd);
+		if (c->steps[i].dfd >= 0)
+			(void)close(c->steps[i].dfd);
 		if (c->steps[i].path)
 			(void)unlink(c->steps[i].path); /* a leftover download; cheap */
 		free(c->steps[i].path);

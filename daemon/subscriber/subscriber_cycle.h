@@ -40,11 +40,11 @@
 
 #define CHAIN_MAX 10000u	/* further behind than this: straight to the anchor */
 /* Building ahead: requests of at most SUB_AHEAD_RANGE bytes, at most
- * SUB_AHEAD_RANGES in flight or held (32 MiB in memory at most); the
- * file written around the page cache SUB_AHEAD_BOUNCE bytes at a time. */
+ * SUB_AHEAD_RANGES in flight or held (32 MiB in memory at most). */
 #define SUB_AHEAD_RANGE (8ull << 20)
 #define SUB_AHEAD_RANGES 4u	/* <= WSYNC_INORDER_MAX */
-#define SUB_AHEAD_BOUNCE (1u << 20)
+/* Downloads are written around the page cache this many bytes at a time. */
+#define SUB_BOUNCE (1u << 20)
 
 enum phase {
 	PH_NEW,		/* made, not started */
@@ -92,6 +92,7 @@ struct step {
 	bool *pcs_ok;			/* checked on arrival */
 	size_t n_pcs;
 	int fd;				/* -1: none open */
+	int dfd;			/* fd around the page cache, -1: none */
 	unsigned chunks_left;
 	uint64_t bytes;			/* to download for this step */
 	/* built ahead of the commit (subscriber_ahead.c): the object's
@@ -171,8 +172,7 @@ struct sub_ahead {
 	bool capped;			/* ahead_max fetched: the rest after the commit */
 	char *path, *part_path;
 	int fd;
-	int dfd;			/* fd with O_DIRECT, -1: none */
-	uint8_t *bounce;		/* for writes through dfd (SUB_AHEAD_BOUNCE) */
+	int dfd;			/* fd around the page cache, -1: none */
 	struct wsync_delta_indexer *x;	/* over the file: where the records lie */
 	size_t built;			/* files of its index built */
 	uint64_t staged_upto;		/* object bytes whose files are built */
@@ -226,6 +226,7 @@ struct sub_pace {
 struct wsync_subscriber {
 	struct wsync_daemon *d;
 	const struct wsync_config *cfg;
+	uint8_t *bounce;		/* downloads' writes around the cache (SUB_BOUNCE) */
 	struct wsync_sign_key *verify;
 	/* [subscriber] include and exclude as taken (the file's, or a
 	 * reload's from the next cycle on: pending_*), and their filter */
@@ -381,6 +382,17 @@ static inline struct mslot *sub_slot(struct cycle *c, uint64_t v)
  * once nothing is in flight, the hooks, the status, the next poll. */
 void sub_cycle_fail(struct wsync_subscriber *s);
 void sub_end_cycle(struct wsync_subscriber *s);
+/* A download's file (fd, open for writing) opened again around the page
+ * cache (wsync_reopen_direct), or -1: page_cache = through, a file
+ * system that refuses, no memory for the bounce buffer.  Its ranges are
+ * read once more at most (the check, the apply), and copying GBs into
+ * fresh page-cache pages costs more CPU than decoding them. */
+int sub_download_direct(struct wsync_subscriber *s, int fd);
+/* Write len bytes that came at off of a download (dfd from above, or
+ * -1): its whole blocks around the cache through s->bounce, its edges
+ * through it. */
+int sub_download_write(struct wsync_subscriber *s, int fd, int dfd, const void *data,
+		       size_t len, uint64_t off);
 /* Free a cycle (NULL accepted): its open downloads closed and removed. */
 void sub_cycle_free(struct cycle *c);
 /* The cycle is over (failed: after a failure): IDLE, and the poll timer

@@ -325,6 +325,7 @@ static int add_step(struct wsync_subscriber *s, uint64_t v, bool anchor)
 	st->ms = ms;
 	st->obj = o;
 	st->fd = -1;
+	st->dfd = -1;
 	st->bytes = o->ref.size;
 	c->n_steps++;
 	if (s->partial && o->index && select_ranges(s, st) < 0)
@@ -392,7 +393,7 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 			return;
 		}
 		if (!c->failed && st->fd >= 0)
-			r = wsync_pwrite_all(st->fd, res->data, res->data_len, off);
+			r = sub_download_write(s, st->fd, st->dfd, res->data, res->data_len, off);
 		if (r < 0) {
 			sub_set_error(s, "%s: %s", st->path, strerror(-r));
 			c->failed = true;
@@ -404,6 +405,9 @@ static void on_range(struct wsync_store_result *res, void *userdata)
 		if (!c->failed && --st->chunks_left == 0) {
 			(void)close(st->fd);
 			st->fd = -1;
+			if (st->dfd >= 0)
+				(void)close(st->dfd);
+			st->dfd = -1;
 			st->downloaded = true;
 			sub_update_status(s);
 			sub_try_apply(s);
@@ -538,6 +542,7 @@ static int fetch_by_file(struct wsync_subscriber *s, size_t i)
 	st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (st->fd < 0)
 		return -errno;
+	st->dfd = sub_download_direct(s, st->fd);
 	while (r == 0 && k < st->n_pcs) {
 		uint64_t off = st->pcs_off[k], len = st->pcs[k]->length;
 		uint64_t end = stored_end(st->obj, off);
@@ -578,6 +583,7 @@ static int fetch_chunks(struct wsync_subscriber *s, size_t i)
 		st->downloaded = true;
 		return 0;
 	}
+	st->dfd = sub_download_direct(s, st->fd);
 	return request_unchecked(s, i, from, st->obj->ref.size - from, from, 0);
 }
 
