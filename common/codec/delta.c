@@ -5,6 +5,7 @@
 #include "delta.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@
 #define READ_WINDOW (256u << 10)
 /* Payloads read whole from this size on go to a huge-page scratch. */
 #define SCRATCH_MIN (1u << 20)
+/* WSYNC_DELTA_READ_AROUND: reads of this many bytes or more go around */
+#define AROUND_MIN (1u << 20)
 
 /* ---- little-endian stores ---- */
 
@@ -535,6 +538,31 @@ uint64_t wsync_delta_writer_size(const struct wsync_delta_writer *w)
 
 /* ---- reader ---- */
 
+/* src_get around the page cache (WSYNC_DELTA_READ_AROUND): into scratch,
+ * aligned and with the slack a read around it needs, the bytes moved to
+ * its start when they land past it. */
+static int src_get_around(const struct wsync_delta_reader *r, uint64_t off, size_t len,
+			  struct wsync_buf *scratch, const uint8_t **ret,
+			  struct wsync_error *err)
+{
+	const uint8_t *at;
+	int rc;
+
+	if (wsync_buf_scratch(scratch, len + WSYNC_ONCE_SLACK) < 0)
+		return wsync_error_set(err, -ENOMEM, "out of memory (%zu bytes)", len);
+	rc = wsync_once_read(r->once, scratch->data, len, off, &at);
+	if (rc == -ENODATA)
+		return wsync_error_set(err, -EINVAL, "truncated: the delta ends before %" PRIu64
+				       " (it shrank while being read)", off + len);
+	if (rc < 0)
+		return wsync_error_set(err, rc, "reading the delta: %s", strerror(-rc));
+	if (at != scratch->data)
+		memmove(scratch->data, at, len);
+	scratch->len = len;
+	*ret = scratch->data;
+	return 0;
+}
+
 /* Bytes [off, off+len) of the delta: a pointer into memory, or read into
  * scratch.  The caller has checked the range against r->size. */
 static int src_get(const struct wsync_delta_reader *r, uint64_t off, size_t len,
@@ -547,6 +575,8 @@ static int src_get(const struct wsync_delta_reader *r, uint64_t off, size_t len,
 		*ret = r->mem + off;
 		return 0;
 	}
+	if (r->once && len >= AROUND_MIN && len <= SIZE_MAX - WSYNC_ONCE_SLACK)
+		return src_get_around(r, off, len, scratch, ret, err);
 	wsync_buf_reset(scratch);
 	/* a big payload into huge pages: a fresh buffer of MiBs faulted in
 	 * 4 KiB at a time costs a fault per page */
@@ -928,6 +958,14 @@ int wsync_delta_reader_open_fd_as(int fd, unsigned flags, struct wsync_delta_rea
 	r->fd = fd;
 	r->size = (uint64_t)st.st_size;
 	r->segments_later = (flags & WSYNC_DELTA_SEGMENTS_LATER) != 0;
+	if (flags & WSYNC_DELTA_READ_AROUND) {
+		int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);	/* the once file owns it */
+
+		if (dup_fd >= 0 && (r->once = malloc(sizeof(*r->once))))
+			wsync_once_open(r->once, dup_fd, r->size, true);
+		else if (dup_fd >= 0)
+			(void)close(dup_fd);	/* through the cache, then */
+	}
 	return reader_open(r, ret, err);
 }
 
@@ -958,6 +996,10 @@ void wsync_delta_reader_free(struct wsync_delta_reader *r)
 		free(r->files[i].segments);
 	}
 	free(r->files);
+	if (r->once) {
+		wsync_once_close(r->once);
+		free(r->once);
+	}
 	free(r);
 }
 

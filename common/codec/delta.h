@@ -29,6 +29,8 @@
 #include "hash.h"
 #include "path.h"
 
+struct wsync_once_file;
+
 #define WSYNC_DELTA_MAGIC "WSYNCDLT"		/* 8 bytes, no NUL */
 #define WSYNC_DELTA_VERSION 4		/* what writers write */
 #define WSYNC_DELTA_VERSION_MIN 1	/* the oldest readers read: 1 has no DENSE
@@ -243,6 +245,7 @@ struct wsync_delta_reader {
 	int fd;
 	const uint8_t *mem;
 	bool segments_later;		/* WSYNC_DELTA_SEGMENTS_LATER */
+	struct wsync_once_file *once;	/* WSYNC_DELTA_READ_AROUND: owned (not a view's) */
 };
 
 /*
@@ -269,6 +272,11 @@ int wsync_delta_reader_open_mem(const void *data, size_t len,
  * whole extra read before any work starts.
  */
 #define WSYNC_DELTA_SEGMENTS_LATER 0x1u
+/* WSYNC_DELTA_READ_AROUND: payloads of a MiB or more are read around the
+ * page cache where they are not cached (io.h's wsync_once_read) -- a
+ * delta applied once, just downloaded around the cache, is not worth a
+ * fresh cache page per page read. */
+#define WSYNC_DELTA_READ_AROUND 0x2u
 int wsync_delta_reader_open_fd_as(int fd, unsigned flags, struct wsync_delta_reader **ret,
 				  struct wsync_error *err);
 

@@ -201,6 +201,14 @@ static int check_ranges_hold(struct sub_apply_job *j, const struct wsync_delta_r
 	return 0;
 }
 
+/* How the job reads an object: its segments as it applies them, around
+ * the page cache (a download written around it, read once) unless
+ * page_cache = through. */
+static unsigned open_flags(const struct sub_apply_job *j)
+{
+	return WSYNC_DELTA_SEGMENTS_LATER | (j->cached_io ? 0 : WSYNC_DELTA_READ_AROUND);
+}
+
 /* 0. A partial subscriber's step from a whole object, checked (one
  * without an index, or one built ahead from its chunks): its preamble
  * and the records of the files taken, cut into a file of their own,
@@ -216,7 +224,7 @@ static int cut_files(struct sub_apply_job *j, int *fd, int *whole_fd,
 	uint64_t at;
 	int out = -1, r;
 
-	r = wsync_delta_reader_open_fd_as(*fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &j->err);
+	r = wsync_delta_reader_open_fd_as(*fd, open_flags(j), &d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r < 0)
@@ -1002,7 +1010,7 @@ static int verify_object(struct sub_apply_job *j, struct step_run *run)
 		if (r < 0)
 			return r;
 	}
-	r = wsync_delta_reader_open_fd_as(run->fd, WSYNC_DELTA_SEGMENTS_LATER, &run->d, &j->err);
+	r = wsync_delta_reader_open_fd_as(run->fd, open_flags(j), &run->d, &j->err);
 	if (r == -EINVAL)
 		j->verify_failed = true;
 	if (r == 0 && j->filter && j->sel)

@@ -143,7 +143,8 @@ int tool_apply(int argc, char **argv)
 	}
 	/* wsync_apply checks each segment as it reads it, before anything
 	 * is replaced: no read of the whole delta first */
-	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER, &d, &err);
+	r = wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER |
+					  (aopts.cached_io ? 0 : WSYNC_DELTA_READ_AROUND), &d, &err);
 	if (r < 0)
 		wsync_error_prefix(&err, "%s", delta);
 	else

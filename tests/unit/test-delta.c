@@ -8,6 +8,7 @@
  * the 4 MiB read window.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,6 +708,56 @@ static void test_big_segment(void)
 	close(fd);
 }
 
+/* WSYNC_DELTA_READ_AROUND: a big payload at an unaligned offset of a file
+ * on a disk's file system, its pages dropped from the cache, read around
+ * it (O_DIRECT where the file system takes it) is the same; a file cut
+ * short under the reader is an error, not a short payload. */
+static void test_read_around(void)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_delta_reader *r = NULL;
+	struct wsync_buf seg = { 0 }, back = { 0 };
+	struct wsync_error err = { 0 };
+	struct wsync_delta_file f = file("big", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 1);
+	char path[] = "/var/tmp/wsync-test-delta.XXXXXX";
+	int fd = mkstemp(path);
+
+	if (fd < 0) {
+		CHECK(!"a file in /var/tmp");
+		return;
+	}
+	(void)unlink(path);
+	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
+	fake_segment(&seg, 0, 64ULL << 20, (3u << 20) + 123);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(end_file(w, &f, 1, 2, &err) == 0);
+	CHECK(wsync_delta_writer_finish(w, &err) == 0);
+	wsync_delta_writer_free(w);
+	CHECK(fdatasync(fd) == 0);
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	CHECK(wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER |
+					    WSYNC_DELTA_READ_AROUND, &r, &err) == 0);
+	if (r) {
+		CHECK(r->once != NULL);
+		CHECK(r->files[0].segments[0].payload_offset % 4096 != 0);
+		CHECK(wsync_delta_reader_segment(r, &r->files[0].segments[0], &back, &err) == 0);
+		CHECK(back.len == seg.len && memcmp(back.data, seg.data, seg.len) == 0);
+		/* again, the pages dropped again: the same bytes */
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		CHECK(wsync_delta_reader_segment(r, &r->files[0].segments[0], &back, &err) == 0);
+		CHECK(back.len == seg.len && memcmp(back.data, seg.data, seg.len) == 0);
+		CHECK(ftruncate(fd, 1u << 20) == 0);
+		CHECK(wsync_delta_reader_segment(r, &r->files[0].segments[0], &back,
+						 &err) == -EINVAL);
+		CHECK_CONTAINS(err.msg, "truncated");
+	}
+	wsync_delta_reader_free(r);
+	wsync_buf_free(&seg);
+	wsync_buf_free(&back);
+	close(fd);
+}
+
 /*
  * Version 4: a WRITE's FILE record leaves its hashes and counts zero, its
  * FILE_END record after the last segment gives them, and the reader shows
@@ -1335,6 +1386,7 @@ int main(void)
 	TEST(test_index_and_partial);
 	TEST(test_index_fed_by_writer);
 	TEST(test_big_segment);
+	TEST(test_read_around);
 	TEST(test_writer_file_end);
 	TEST(test_file_end_rules);
 	TEST(test_writer_refuses_disorder);
