@@ -590,6 +590,14 @@ struct pool {
 	 * each cost a fault. */
 	struct wsync_buf *spare;
 	unsigned n_spare;
+	/* Output buffers past SPARE_MAX (at most big_max, at most n_workers
+	 * of them), written before: a worker expecting a big output (an
+	 * anchor's segment, a dense step's) codes into one instead of into
+	 * fresh memory -- whose pages cost a fault each, and on a VM with
+	 * shadow page tables more than the coding of the bytes put in them. */
+	struct wsync_buf *big;
+	unsigned n_big;
+	uint64_t big_max;
 };
 
 /* r, from reading s: 0, or the error in err (a file that ends early
@@ -1124,6 +1132,22 @@ static void hold_reserve(struct pool *p, struct item *it, size_t k, struct worke
 	w->hold_room = want < w->hold_res ? want : w->hold_res;
 }
 
+/* A worker's output buffer b, expecting an output of about want bytes
+ * (past SPARE_MAX): one of the big ones kept (p->big) when b is smaller,
+ * b itself then kept among the small spares or freed.  Under the mutex. */
+static void take_big(struct pool *p, struct wsync_buf *b, uint64_t want)
+{
+	if (want <= SPARE_MAX || b->cap >= want || !p->n_big)
+		return;
+	if (b->cap && b->cap <= SPARE_MAX && p->n_spare < p->n_workers) {
+		b->len = 0;
+		p->spare[p->n_spare++] = *b;
+	} else {
+		wsync_buf_free(b);
+	}
+	*b = p->big[--p->n_big];
+}
+
 /*
  * Take segment next of it (under the mutex), code it, and hash it: as it
  * codes, when it holds the file's hashing turn from the start (a file of
@@ -1144,6 +1168,9 @@ static void work_on(struct pool *p, struct item *it, struct worker *w)
 	p->pending += so->reserved;
 	it->next++;
 	it->active++;
+	take_big(p, &w->out, so->reserved);
+	if (it->apart)
+		take_big(p, &w->aout, so->reserved);
 	if (!w->out.cap && p->n_spare)
 		w->out = p->spare[--p->n_spare];
 	if (p->n_spare)
@@ -1470,6 +1497,11 @@ static int write_seg(struct differ *d, struct item *it, size_t k,
 		if (b->cap && b->cap <= SPARE_MAX && p->n_spare < p->n_workers) {
 			b->len = 0;
 			p->spare[p->n_spare++] = *b;
+			*b = (struct wsync_buf){ 0 };
+		} else if (b->cap > SPARE_MAX && b->cap <= p->big_max &&
+			   p->n_big < p->n_workers) {
+			b->len = 0;
+			p->big[p->n_big++] = *b;
 			*b = (struct wsync_buf){ 0 };
 		}
 	}
@@ -1871,16 +1903,19 @@ out:
 
 /* The pool's workers and queue, for threads workers (the calling thread
  * codes alone when there is one). */
-static int pool_init(struct pool *p, unsigned threads, uint64_t budget, int zstd_level)
+static int pool_init(struct pool *p, unsigned threads, uint64_t budget, int zstd_level,
+		     uint64_t seg_max)
 {
 	p->n_workers = threads;
+	p->big_max = 2 * seg_max;	/* an incompressible segment's, and more */
 	p->budget = budget;
 	p->sopts.zstd_level = zstd_level;
 	p->cap = 2 * (size_t)threads + 64;
 	p->q = calloc(p->cap, sizeof(*p->q));
 	p->w = calloc(threads, sizeof(*p->w));
 	p->spare = calloc(threads, sizeof(*p->spare));
-	if (!p->q || !p->w || !p->spare)
+	p->big = calloc(threads, sizeof(*p->big));
+	if (!p->q || !p->w || !p->spare || !p->big)
 		return -ENOMEM;
 	for (unsigned i = 0; i < threads; i++)
 		p->w[i].p = p;
@@ -1921,6 +1956,9 @@ static void pool_free(struct pool *p)
 	for (unsigned i = 0; i < p->n_spare; i++)
 		wsync_buf_free(&p->spare[i]);
 	free(p->spare);
+	for (unsigned i = 0; i < p->n_big; i++)
+		wsync_buf_free(&p->big[i]);
+	free(p->big);
 	free(p->w);
 	free(p->q);
 }
@@ -2001,7 +2039,7 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 	/* a file for each worker, and one more for the first done */
 	d.ahead = d.threads > 1 ? d.threads + 1 : 0;
 	if (pool_init(&d.pool, d.threads, budget,
-		      opts && opts->zstd_level ? opts->zstd_level : 1) < 0) {
+		      opts && opts->zstd_level ? opts->zstd_level : 1, d.seg_max) < 0) {
 		r = wsync_error_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
