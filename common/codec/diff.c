@@ -594,7 +594,9 @@ struct pool {
 	 * of them), written before: a worker expecting a big output (an
 	 * anchor's segment, a dense step's) codes into one instead of into
 	 * fresh memory -- whose pages cost a fault each, and on a VM with
-	 * shadow page tables more than the coding of the bytes put in them. */
+	 * shadow page tables more than the coding of the bytes put in them.
+	 * Their capacity counts in pending while they wait, and a worker
+	 * that finds no room for the work waiting frees them first. */
 	struct wsync_buf *big;
 	unsigned n_big;
 	uint64_t big_max;
@@ -1146,6 +1148,19 @@ static void take_big(struct pool *p, struct wsync_buf *b, uint64_t want)
 		wsync_buf_free(b);
 	}
 	*b = p->big[--p->n_big];
+	p->pending -= b->cap;
+}
+
+/* Free the big output buffers kept (under the mutex): their room goes
+ * back to the budget. */
+static void drop_big(struct pool *p)
+{
+	while (p->n_big) {
+		struct wsync_buf *b = &p->big[--p->n_big];
+
+		p->pending -= b->cap;
+		wsync_buf_free(b);
+	}
 }
 
 /*
@@ -1222,6 +1237,15 @@ static bool work_stuck(const struct pool *p)
 	return work;
 }
 
+/* Does a segment wait to be taken (under the mutex)? */
+static bool work_waits(const struct pool *p)
+{
+	for (size_t i = p->head; i < p->tail; i++)
+		if (has_work(p->q[i % p->cap]))
+			return true;
+	return false;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -1232,6 +1256,12 @@ static void *worker_main(void *arg)
 		struct item *it = NULL;
 
 		while (!p->stop && !(it = pick(p))) {
+			if (p->n_big && work_waits(p)) {
+				/* the big buffers kept take the room the work
+				 * waiting needs */
+				drop_big(p);
+				continue;
+			}
 			if (w->hold_res && work_stuck(p)) {
 				/* the budget has no room for the work waiting,
 				 * and the writer frees none: this idle worker's
@@ -1501,6 +1531,7 @@ static int write_seg(struct differ *d, struct item *it, size_t k,
 		} else if (b->cap > SPARE_MAX && b->cap <= p->big_max &&
 			   p->n_big < p->n_workers) {
 			b->len = 0;
+			p->pending += b->cap;
 			p->big[p->n_big++] = *b;
 			*b = (struct wsync_buf){ 0 };
 		}
