@@ -595,8 +595,9 @@ struct pool {
 	 * anchor's segment, a dense step's) codes into one instead of into
 	 * fresh memory -- whose pages cost a fault each, and on a VM with
 	 * shadow page tables more than the coding of the bytes put in them.
-	 * Their capacity counts in pending while they wait, and a worker
-	 * that finds no room for the work waiting frees them first. */
+	 * Their capacity counts in pending while they wait (a worker taking
+	 * one has its room: big_credit), and a worker that finds no room for
+	 * the work waiting even so frees them. */
 	struct wsync_buf *big;
 	unsigned n_big;
 	uint64_t big_max;
@@ -1077,8 +1078,17 @@ static uint64_t seg_reads(const struct item *it, size_t k)
 	return n;
 }
 
-/* The item a worker takes a segment of next (under the mutex), or NULL. */
-static struct item *pick(struct pool *p)
+/* The room a big buffer kept gives a worker w about to code an output of
+ * est bytes: take_big's, which moves it from waiting to w's output. */
+static uint64_t big_credit(const struct pool *p, const struct worker *w, uint64_t est)
+{
+	if (!p->n_big || est <= SPARE_MAX || w->out.cap >= est)
+		return 0;
+	return p->big[p->n_big - 1].cap;
+}
+
+/* The item worker w takes a segment of next (under the mutex), or NULL. */
+static struct item *pick(struct pool *p, const struct worker *w)
 {
 	struct item *best = NULL, *head = p->head < p->tail ? p->q[p->head % p->cap] : NULL;
 	uint64_t room = head && has_work(head) ? p->n_workers * expected_out(head) : 0;
@@ -1095,14 +1105,14 @@ static struct item *pick(struct pool *p)
 
 	for (size_t i = p->head; i < p->tail; i++) {
 		struct item *it = p->q[i % p->cap];
-
-		uint64_t est;
+		uint64_t est, pending;
 
 		if (!has_work(it))
 			continue;
 		est = expected_out(it);
-		if (it == head ? p->pending + est > p->budget && (it->active || it->held)
-			       : p->pending + est + room > p->budget)
+		pending = p->pending - big_credit(p, w, est);
+		if (it == head ? pending + est > p->budget && (it->active || it->held)
+			       : pending + est + room > p->budget)
 			continue;
 		if (it->active == 0)
 			return it;
@@ -1255,7 +1265,7 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct item *it = NULL;
 
-		while (!p->stop && !(it = pick(p))) {
+		while (!p->stop && !(it = pick(p, w))) {
 			if (p->n_big && work_waits(p)) {
 				/* the big buffers kept take the room the work
 				 * waiting needs */

@@ -668,24 +668,33 @@ out:
 	wsync_buf_free(&nofile.seen);
 }
 
+/* A delta of one file of 64 MiB whose one segment's payload (in seg) is
+ * len bytes, written to fd. */
+static void write_big(int fd, struct wsync_buf *seg, size_t len)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_error err = { 0 };
+	struct wsync_delta_file f = file("big", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 1);
+
+	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
+	fake_segment(seg, 0, 64ULL << 20, len);
+	CHECK(wsync_delta_writer_segment(w, seg->data, seg->len, &err) == 0);
+	CHECK(end_file(w, &f, 1, 2, &err) == 0);
+	CHECK(wsync_delta_writer_finish(w, &err) == 0);
+	wsync_delta_writer_free(w);
+}
+
 /* A big payload goes around the writer's buffer and through the reader's
  * window; the counts patch then lands in the file, not the buffer. */
 static void test_big_segment(void)
 {
-	struct wsync_delta_writer *w = NULL;
 	struct wsync_delta_reader *r = NULL;
 	struct wsync_buf seg = { 0 }, back = { 0 };
 	struct wsync_error err = { 0 };
-	struct wsync_delta_file f = file("big", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 1);
 	int fd = memfd();
 
-	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
-	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
-	fake_segment(&seg, 0, 64ULL << 20, 9u << 20);
-	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
-	CHECK(end_file(w, &f, 1, 2, &err) == 0);
-	CHECK(wsync_delta_writer_finish(w, &err) == 0);
-	wsync_delta_writer_free(w);
+	write_big(fd, &seg, 9u << 20);
 	CHECK(wsync_delta_reader_open_fd(fd, &r, &err) == 0);
 	if (r) {
 		CHECK_EQ_U64(r->files[0].file.changed, 1);
@@ -714,11 +723,9 @@ static void test_big_segment(void)
  * short under the reader is an error, not a short payload. */
 static void test_read_around(void)
 {
-	struct wsync_delta_writer *w = NULL;
 	struct wsync_delta_reader *r = NULL;
 	struct wsync_buf seg = { 0 }, back = { 0 };
 	struct wsync_error err = { 0 };
-	struct wsync_delta_file f = file("big", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 1);
 	char path[] = "/var/tmp/wsync-test-delta.XXXXXX";
 	int fd = mkstemp(path);
 
@@ -727,13 +734,7 @@ static void test_read_around(void)
 		return;
 	}
 	(void)unlink(path);
-	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
-	CHECK(wsync_delta_writer_file(w, &f, &err) == 0);
-	fake_segment(&seg, 0, 64ULL << 20, (3u << 20) + 123);
-	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
-	CHECK(end_file(w, &f, 1, 2, &err) == 0);
-	CHECK(wsync_delta_writer_finish(w, &err) == 0);
-	wsync_delta_writer_free(w);
+	write_big(fd, &seg, (3u << 20) + 123);
 	CHECK(fdatasync(fd) == 0);
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	CHECK(wsync_delta_reader_open_fd_as(fd, WSYNC_DELTA_SEGMENTS_LATER |
