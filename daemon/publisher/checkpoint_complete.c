@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "buf.h"
 #include "checkpoint.h"
 #include "checkpoint_complete.h"
@@ -756,13 +758,40 @@ static int marker_mtime(int dfd, const char *marker, int64_t *mt)
 	return 0;
 }
 
+/* Is the marker whole: a *.json one parses to its end (other names: said
+ * by being there)? */
+#define MARKER_JSON_MAX (64 << 20)
+
+static bool marker_whole(int dfd, const char *marker)
+{
+	size_t n = strlen(marker);
+	json_error_t jerr;
+	struct stat st;
+	json_t *doc;
+	int fd;
+
+	if (n < 5 || strcmp(marker + n - 5, ".json") != 0)
+		return true;
+	fd = wsync_open_beneath(dfd, marker, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MARKER_JSON_MAX) {
+		(void)close(fd);
+		return false;	/* not read: settle_time says */
+	}
+	doc = json_loadfd(fd, JSON_ALLOW_NUL, &jerr);
+	(void)close(fd);
+	json_decref(doc);
+	return doc != NULL;
+}
+
 bool ckcomplete_marker_newest(int dirfd, const struct ckscan_tree *t,
 			      const struct ckcomplete_opts *o)
 {
 	int64_t mt;
 
 	return o->marker && *o->marker && marker_mtime(dirfd, o->marker, &mt) == 0 &&
-	       mt >= t->newest_mtime_ns;
+	       mt >= t->newest_mtime_ns && marker_whole(dirfd, o->marker);
 }
 
 static void check_marker(struct judge *j, const struct ckcomplete_opts *o)

@@ -103,7 +103,11 @@ int ckcomplete_judge(int dirfd, const char *dir, const struct ckscan_tree *t,
 /*
  * Does the marker o->marker of the checkpoint open at dirfd exist, as a
  * file beneath it (no link), at least as new as every shipped file of t
- * (the trainer wrote it last)?  false without a marker.  A stat.
+ * (the trainer wrote it last), and whole?  A marker named *.json is whole
+ * when it parses as JSON to its end: HF Trainer writes trainer_state.json
+ * in place, so a scan can find it begun and not finished -- then the
+ * caller waits out settle_time as for any file.  false without a marker.
+ * A stat, and a read of a JSON marker.
  */
 bool ckcomplete_marker_newest(int dirfd, const struct ckscan_tree *t,
 			      const struct ckcomplete_opts *o);

@@ -32,6 +32,8 @@
 # The marker's word (settle_time 12 s):
 #   the marker written last                           published at once
 #   the marker first, shards after it                 waits out settle_time
+#   the marker last, in two writes 3 s apart          nothing from the half
+#                                                     marker; once, whole
 . "$(dirname "$0")/lib.sh"
 
 
@@ -225,6 +227,25 @@ check "... nothing is published 4 s after the writing" \
 	test "$(head_version "$TMP/$N/bucket")" = 1
 check "... then, settled: published once, as version 2" converged $N 2 2
 check "... the worker holds checkpoint-2" shipped_same "$SRC/checkpoint-2" "$TMP/$N/target"
+# the marker written last but in two writes, 3 s apart (HF Trainer writes
+# trainer_state.json in place): begun, it is the newest file but not
+# whole JSON, so nothing is published from it; whole, once
+mkdir -p "$W/checkpoint-3"
+for f in "$SRC/checkpoint-3"/*; do
+	[ "${f##*/}" = trainer_state.json ] || cp "$f" "$W/checkpoint-3/"
+done
+half=$(($(stat -c %s "$SRC/checkpoint-3/trainer_state.json") / 2))
+head -c "$half" "$SRC/checkpoint-3/trainer_state.json" >"$W/checkpoint-3/trainer_state.json"
+sleep 3
+check "the marker begun, not whole: nothing published from it in 3 s" \
+	test "$(head_version "$TMP/$N/bucket")" = 2
+t0=$(date +%s)
+tail -c +$((half + 1)) "$SRC/checkpoint-3/trainer_state.json" >>"$W/checkpoint-3/trainer_state.json"
+check "... whole: published once, as version 3" converged $N 3 3
+check "... within 8 s of the marker's end (settle_time 12 s)" test $(($(date +%s) - t0)) -lt 9
+check "... the worker holds checkpoint-3 with its whole marker" \
+	shipped_same "$SRC/checkpoint-3" "$TMP/$N/target"
+check "... three publications in all" test "$(published $N)" = 3
 stop $N-pub
 stop $N-sub
 
