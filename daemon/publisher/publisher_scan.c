@@ -60,6 +60,10 @@ struct waiting {
 	char text[WSYNC_ERROR_MSG_MAX + 64];
 	int64_t newest_mtime_ns;
 	bool set;
+	/* the newest complete checkpoint still settling (0: none): no older
+	 * one is published before it (one whose marker said it is done
+	 * would otherwise pass a newer one waiting out settle_time) */
+	int64_t settling_mtime_ns;
 };
 
 /* The step of a complete checkpoint: the trailing digits of its name,
@@ -235,6 +239,8 @@ static int judge_end(struct wsync_publisher *p, struct judging *e, struct candid
 			w->newest_mtime_ns = e->t.newest_mtime_ns;
 			w->set = true;
 		}
+		if (r == 1 && e->t.newest_mtime_ns > w->settling_mtime_ns)
+			w->settling_mtime_ns = e->t.newest_mtime_ns;
 		goto no;
 	}
 	if (r < 0) {
@@ -454,11 +460,19 @@ static int scan_finish(struct wsync_publisher *p, struct scan *sc, struct candid
 		status_waiting(p, &w);
 		return 0;
 	}
-	p->waiting[0] = '\0';
 	/* The newest: the most recently written. */
 	for (size_t i = 1; i < n; i++)
 		if (cs[i].tree.newest_mtime_ns > cs[bi].tree.newest_mtime_ns)
 			bi = i;
+	if (w.settling_mtime_ns > cs[bi].tree.newest_mtime_ns) {
+		/* a newer complete one settles: it goes, not this one */
+		for (size_t i = 0; i < n; i++)
+			pub_candidate_free(&cs[i]);
+		free(cs);
+		status_waiting(p, &w);
+		return 0;
+	}
+	p->waiting[0] = '\0';
 	*best = cs[bi];
 	p->pending_mtime_ns = best->tree.newest_mtime_ns;
 	char skipped[512] = "";
