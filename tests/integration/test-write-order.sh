@@ -34,6 +34,7 @@
 #   the marker first, shards after it                 waits out settle_time
 #   the marker last, in two writes 3 s apart          nothing from the half
 #                                                     marker; once, whole
+#   an older step said done, a newer one settling     the newer one alone
 . "$(dirname "$0")/lib.sh"
 
 
@@ -246,6 +247,26 @@ check "... within 8 s of the marker's end (settle_time 12 s)" test $(($(date +%s
 check "... the worker holds checkpoint-3 with its whole marker" \
 	shipped_same "$SRC/checkpoint-3" "$TMP/$N/target"
 check "... three publications in all" test "$(published $N)" = 3
+# an older checkpoint whose marker says it is done does not pass a newer
+# complete one that waits out settle_time: checkpoint-5 (its shards newer
+# than its marker: settles 12 s), then checkpoint-4 moved in whole, its
+# files older and its marker last; only checkpoint-5 is published
+# (checkpoint-4's files dated between checkpoint-3's, published, and
+# checkpoint-5's: a step not older than what was published)
+sleep 1
+t=$(date +%s)
+$WRITE "$SRC/checkpoint-5" "$W/checkpoint-5" --order marker-first --slices 2 --pause 0.1
+mkdir -p "$TMP/$N/stage"
+cp -r "$SRC/checkpoint-4" "$TMP/$N/stage/checkpoint-4"
+touch -d "@$((t - 1))" "$TMP/$N/stage/checkpoint-4"/*
+touch -d "@$t" "$TMP/$N/stage/checkpoint-4/trainer_state.json"
+mv "$TMP/$N/stage/checkpoint-4" "$W/checkpoint-4"
+sleep 4
+check "an older checkpoint said done, a newer one settling: nothing published in 4 s" \
+	test "$(head_version "$TMP/$N/bucket")" = 3
+check "... then the newer one alone, as version 4 (step 5)" converged $N 4 5
+check "... the worker holds checkpoint-5" shipped_same "$SRC/checkpoint-5" "$TMP/$N/target"
+check "... four publications in all" test "$(published $N)" = 4
 stop $N-pub
 stop $N-sub
 
