@@ -4,6 +4,7 @@
  * loop (jobs.h).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "jobs.h"
@@ -31,6 +32,8 @@ static void thread_main(void *arg)
 {
 	struct wsync_jobs *j = arg;
 
+	/* top -H, perf and /proc/PID/task/TID/comm tell it from the loop */
+	(void)pthread_setname_np(pthread_self(), "wsync-jobs");
 	uv_mutex_lock(&j->lock);
 	for (;;) {
 		while (!j->queue && !j->stopping)

@@ -347,7 +347,7 @@ static void run_workers(void *(*fn)(void *), void *arg, unsigned threads)
 
 	while (started + 1 < threads && started + 1 < MAX_THREADS &&
 	       pthread_create(&tids[started], NULL, fn, arg) == 0)
-		started++;
+		(void)pthread_setname_np(tids[started++], "wsync-apply");
 	fn(arg);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,32 +18,149 @@
 
 #define WINDOW (1u << 20)
 
-/* One pass over the object: every byte taken goes, once, into the
- * object's XXH3-128 and SHA-256, the SHA-256 of the record it belongs to
- * and that of the chunk being cut. */
+/* One pass over the object: every byte goes, once, into the object's
+ * XXH3-128 and SHA-256, the SHA-256 of the record it belongs to and that
+ * of the chunk being cut.  The object's SHA-256 -- and the chunk's, unless
+ * chunks are cut inside a feed (cut_files) -- go over each feed's bytes as
+ * they come, in order (feed, on the side threads or not); the record's
+ * and the XXH3 as each record's bytes are taken (take: a header is taken
+ * once gathered whole, so that a cut can come before it). */
 struct pass {
 	const char *what;
 	uint64_t off;			/* bytes taken */
 	struct wsync_hasher *xxh;
 	struct wsync_sha256 *whole, *piece, *chunk;
 	bool chunks_only;		/* the chunks' SHA-256 alone */
+	bool chunk_in_take;		/* cut_files: the chunk's SHA-256 in take */
 	struct wsync_error *err;
 };
 
 static int take(struct pass *p, const uint8_t *data, size_t n)
 {
-	if (p->chunks_only) {
-		if (wsync_sha256_update(p->chunk, data, n) < 0)
-			return wsync_error_set(p->err, -EIO, "%s: SHA-256 failed", p->what);
-		p->off += n;
-		return 0;
-	}
-	wsync_hasher_update(p->xxh, data, n);
-	if (wsync_sha256_update(p->whole, data, n) < 0 ||
-	    wsync_sha256_update(p->piece, data, n) < 0 ||
-	    wsync_sha256_update(p->chunk, data, n) < 0)
+	if ((p->chunk_in_take && wsync_sha256_update(p->chunk, data, n) < 0) ||
+	    (!p->chunks_only && wsync_sha256_update(p->piece, data, n) < 0))
 		return wsync_error_set(p->err, -EIO, "%s: SHA-256 failed", p->what);
+	if (!p->chunks_only)
+		wsync_hasher_update(p->xxh, data, n);
 	p->off += n;
+	return 0;
+}
+
+/* The side threads (wsync_delta_indexer_side_threads): one SHA-256 each,
+ * over the bytes of the feed in hand, while the caller walks them. */
+enum { SIDE_WHOLE, SIDE_CHUNK, SIDE_N };
+
+struct side {
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	pthread_t tid[SIDE_N];
+	unsigned started;
+	struct wsync_sha256 *s[SIDE_N];	/* NULL: that one has nothing to do */
+	const uint8_t *data;
+	size_t len;
+	uint64_t gen;			/* of the feed in hand */
+	unsigned busy;			/* threads not done with it */
+	bool failed, stop;
+};
+
+struct side_arg {
+	struct side *sd;
+	unsigned i;
+};
+
+static void *side_main(void *arg)
+{
+	struct side_arg *a = arg;
+	struct side *sd = a->sd;
+	unsigned i = a->i;
+	uint64_t seen = 0;
+
+	free(a);
+	pthread_mutex_lock(&sd->mu);
+	for (;;) {
+		while (!sd->stop && sd->gen == seen)
+			pthread_cond_wait(&sd->go, &sd->mu);
+		if (sd->stop)
+			break;
+		seen = sd->gen;
+
+		struct wsync_sha256 *s = sd->s[i];
+		const uint8_t *data = sd->data;
+		size_t len = sd->len;
+		bool bad = false;
+
+		pthread_mutex_unlock(&sd->mu);
+		if (s)
+			bad = wsync_sha256_update(s, data, len) < 0;
+		pthread_mutex_lock(&sd->mu);
+		sd->failed = sd->failed || bad;
+		if (--sd->busy == 0)
+			pthread_cond_signal(&sd->done);
+	}
+	pthread_mutex_unlock(&sd->mu);
+	return NULL;
+}
+
+static void side_stop(struct side *sd)
+{
+	if (!sd)
+		return;
+	pthread_mutex_lock(&sd->mu);
+	sd->stop = true;
+	pthread_cond_broadcast(&sd->go);
+	pthread_mutex_unlock(&sd->mu);
+	for (unsigned i = 0; i < sd->started; i++)
+		pthread_join(sd->tid[i], NULL);
+	pthread_cond_destroy(&sd->done);
+	pthread_cond_destroy(&sd->go);
+	pthread_mutex_destroy(&sd->mu);
+	free(sd);
+}
+
+static int side_start(struct side **ret)
+{
+	struct side *sd = calloc(1, sizeof(*sd));
+	int e = 0;
+
+	*ret = NULL;
+	if (!sd)
+		return -ENOMEM;
+	if ((e = pthread_mutex_init(&sd->mu, NULL)) != 0) {
+		free(sd);
+		return -e;
+	}
+	if ((e = pthread_cond_init(&sd->go, NULL)) != 0) {
+		pthread_mutex_destroy(&sd->mu);
+		free(sd);
+		return -e;
+	}
+	if ((e = pthread_cond_init(&sd->done, NULL)) != 0) {
+		pthread_cond_destroy(&sd->go);
+		pthread_mutex_destroy(&sd->mu);
+		free(sd);
+		return -e;
+	}
+	for (unsigned i = 0; i < SIDE_N && e == 0; i++) {
+		struct side_arg *a = malloc(sizeof(*a));
+
+		if (!a) {
+			e = ENOMEM;
+			break;
+		}
+		*a = (struct side_arg){ sd, i };
+		e = pthread_create(&sd->tid[i], NULL, side_main, a);
+		if (e) {
+			free(a);
+			break;
+		}
+		(void)pthread_setname_np(sd->tid[i], "wsync-sha256");
+		sd->started++;
+	}
+	if (e) {
+		side_stop(sd);
+		return -e;
+	}
+	*ret = sd;
 	return 0;
 }
 
@@ -111,6 +229,7 @@ struct wsync_delta_indexer {
 	uint64_t chunk_start;
 	wsync_delta_cut_cb cut_cb;	/* set: a cut at every file (cut_files) */
 	void *cut_arg;
+	struct side *side;		/* side_threads: NULL, none */
 };
 
 void wsync_delta_indexer_chunks_only(struct wsync_delta_indexer *x)
@@ -123,6 +242,14 @@ void wsync_delta_indexer_cut_files(struct wsync_delta_indexer *x, wsync_delta_cu
 {
 	x->cut_cb = cb;
 	x->cut_arg = arg;
+	x->p.chunk_in_take = true;
+}
+
+int wsync_delta_indexer_side_threads(struct wsync_delta_indexer *x)
+{
+	if (x->side)
+		return 0;
+	return side_start(&x->side);
 }
 
 /* Between records (or before the first, or after END): a cut may be made. */
@@ -176,6 +303,7 @@ void wsync_delta_indexer_free(struct wsync_delta_indexer *x)
 	for (size_t i = 0; i < x->n_targets; i++)
 		free(x->targets[i].path);
 	free(x->targets);
+	side_stop(x->side);
 	wsync_hasher_free(x->p.xxh);
 	wsync_sha256_free(x->p.whole);
 	wsync_sha256_free(x->p.piece);
@@ -340,8 +468,49 @@ static int end_record(struct wsync_delta_indexer *x)
 	return r;
 }
 
-/* Take the len bytes at data, the next of the object. */
+/* Take the len bytes at data, the next of the object: the object's and
+ * the chunk's SHA-256 over all of them (on the side threads, if any and
+ * the feed is worth it), the records walked (walk). */
+static int walk(struct wsync_delta_indexer *x, const uint8_t *data, size_t len);
+
 static int feed(struct wsync_delta_indexer *x, const uint8_t *data, size_t len)
+{
+	struct pass *p = &x->p;
+	struct wsync_sha256 *whole = p->chunks_only ? NULL : p->whole;
+	struct wsync_sha256 *chunk = p->chunk_in_take ? NULL : p->chunk;
+	struct side *sd = x->side;
+	bool bad;
+	int r;
+
+	if (x->state == IX_DONE)
+		return walk(x, data, len);	/* refused there */
+	if (!sd || len < WSYNC_DELTA_INDEXER_SIDE_MIN || (!whole && !chunk)) {
+		if ((whole && wsync_sha256_update(whole, data, len) < 0) ||
+		    (chunk && wsync_sha256_update(chunk, data, len) < 0))
+			return wsync_error_set(&x->err, -EIO, "%s: SHA-256 failed", p->what);
+		return walk(x, data, len);
+	}
+	pthread_mutex_lock(&sd->mu);
+	sd->s[SIDE_WHOLE] = whole;
+	sd->s[SIDE_CHUNK] = chunk;
+	sd->data = data;
+	sd->len = len;
+	sd->busy = sd->started;
+	sd->gen++;
+	pthread_cond_broadcast(&sd->go);
+	pthread_mutex_unlock(&sd->mu);
+	r = walk(x, data, len);
+	pthread_mutex_lock(&sd->mu);
+	while (sd->busy)
+		pthread_cond_wait(&sd->done, &sd->mu);
+	bad = sd->failed;
+	pthread_mutex_unlock(&sd->mu);
+	if (r == 0 && bad)
+		r = wsync_error_set(&x->err, -EIO, "%s: SHA-256 failed", p->what);
+	return r;
+}
+
+static int walk(struct wsync_delta_indexer *x, const uint8_t *data, size_t len)
 {
 	int r = 0;
 

@@ -280,6 +280,7 @@ static int src_hash_pair(struct src *o, struct src *n, bool parallel,
 		r = src_hash(o, err);
 		return r < 0 ? r : src_hash(n, err);
 	}
+	(void)pthread_setname_np(tid, "wsync-hash");
 	r = src_hash(n, err);
 	pthread_join(tid, NULL);
 	if (r == 0 && j.r < 0) {
@@ -1306,6 +1307,7 @@ static int pool_start(struct pool *p, unsigned want, struct wsync_error *err)
 			return wsync_error_set(err, -e, "starting a thread: %s", strerror(e));
 		if (e)
 			break;		/* fewer: the work is shared, not divided */
+		(void)pthread_setname_np(p->tids[p->started], "wsync-code");
 		p->started++;
 	}
 	return 0;

@@ -685,6 +685,146 @@ static void write_big(int fd, struct wsync_buf *seg, size_t len)
 	wsync_delta_writer_free(w);
 }
 
+/* Two files of big and small segments (records of several MiB and of a
+ * few bytes), written to fd. */
+static void write_mixed(int fd)
+{
+	struct wsync_delta_writer *w = NULL;
+	struct wsync_error err = { 0 };
+	struct wsync_buf seg = { 0 };
+	struct wsync_delta_file a = file("a", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 2);
+	struct wsync_delta_file b = file("b", WSYNC_DELTA_WRITE, 0, 64ULL << 20, 3);
+
+	CHECK(wsync_delta_writer_new(fd, &w, &err) == 0);
+	CHECK(wsync_delta_writer_file(w, &a, &err) == 0);
+	fake_segment(&seg, 0, 32ULL << 20, (3u << 20) + 11);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	fake_segment(&seg, 32ULL << 20, 32ULL << 20, 100);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(end_file(w, &a, 1, 2, &err) == 0);
+	CHECK(wsync_delta_writer_file(w, &b, &err) == 0);
+	fake_segment(&seg, 0, 16ULL << 20, 7);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	fake_segment(&seg, 16ULL << 20, 16ULL << 20, (2u << 20) + 5);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	fake_segment(&seg, 32ULL << 20, 32ULL << 20, 1u << 20);
+	CHECK(wsync_delta_writer_segment(w, seg.data, seg.len, &err) == 0);
+	CHECK(end_file(w, &b, 1, 2, &err) == 0);
+	CHECK(wsync_delta_writer_finish(w, &err) == 0);
+	wsync_delta_writer_free(w);
+	wsync_buf_free(&seg);
+}
+
+/* Feed img (len bytes, indexed as ix) to x in feeds that end, record by
+ * record, at its start, 5 bytes into it (in its header) or 7 bytes into
+ * it (the feed before holds a whole record and a piece of this one),
+ * cutting where it can after each; the chunks into k (each checked
+ * against the image's bytes) and the object into o. */
+static void feed_and_cut(struct wsync_delta_indexer *x, const uint8_t *img, size_t len,
+			 const struct wsync_manifest_index *ix, struct cuts *k,
+			 struct wsync_delta_object *o)
+{
+	struct wsync_error err = { 0 };
+	struct wsync_delta_chunk c;
+	uint64_t starts[64], at = 0;
+	size_t n = 0;
+	uint8_t sha[32];
+
+	/* where each record after the preamble begins: each file's pieces
+	 * in turn, then END */
+	starts[n++] = ix->head.length;
+	for (size_t i = 0; i < ix->n_files; i++)
+		for (size_t p = 0; p < ix->files[i].n_pieces && n < 64; p++, n++)
+			starts[n] = starts[n - 1] + ix->files[i].pieces[p].length;
+	for (size_t j = 0; j <= n; j++) {
+		uint64_t to = j == n ? len : starts[j] + (j % 3 == 1 ? 5 : j % 3 == 2 ? 7 : 0);
+
+		if (to > len)
+			to = len;
+		if (to <= at)
+			continue;
+		CHECK(wsync_delta_indexer_feed(x, img + at, (size_t)(to - at), &err) == 0);
+		at = to;
+		if (k->n < sizeof(k->c) / sizeof(k->c[0]) &&
+		    wsync_delta_indexer_cut(x, &c, &err) == 0 && c.size) {
+			CHECK(wsync_sha256_mem(img + c.offset, c.size, sha) == 0);
+			CHECK(memcmp(sha, c.sha256, 32) == 0);
+			k->c[k->n++] = c;
+		}
+	}
+	CHECK(wsync_delta_indexer_finish(x, o, &err) == 0);
+}
+
+/*
+ * The side threads (wsync_delta_indexer_side_threads) hash the object's
+ * and the chunks' SHA-256 over each big feed beside the caller: fed the
+ * same bytes the same way, an indexer with them makes the same chunks,
+ * index, SHA-256 and XXH3 as one without, and both those of reading the
+ * file -- feeds ending inside headers on either side of the bound
+ * included.  Hashing for the chunks alone, too.
+ */
+static void test_index_side_threads(void)
+{
+	struct wsync_delta_object ref = { 0 }, alone = { 0 }, side = { 0 };
+	struct wsync_delta_indexer *x = NULL, *y = NULL;
+	struct wsync_error err = { 0 };
+	struct cuts ka = { 0 }, ks = { 0 };
+	uint8_t *img = NULL, sha[32];
+	int fd = memfd();
+	off_t len;
+
+	write_mixed(fd);
+	len = lseek(fd, 0, SEEK_END);
+	CHECK(len > (off_t)(6u << 20));
+	img = malloc((size_t)len);
+	CHECK(img && pread(fd, img, (size_t)len, 0) == len);
+	if (!img || len <= 0)
+		goto out;
+	CHECK(wsync_delta_index(fd, "read", &ref, &err) == 0);
+	CHECK(wsync_sha256_mem(img, (size_t)len, sha) == 0);
+	CHECK(memcmp(sha, ref.sha256, 32) == 0);
+
+	CHECK(wsync_delta_indexer_new(fd, "alone", &x, &err) == 0);
+	CHECK(wsync_delta_indexer_new(fd, "side", &y, &err) == 0);
+	CHECK(y && wsync_delta_indexer_side_threads(y) == 0);
+	if (!x || !y)
+		goto out;
+	feed_and_cut(x, img, (size_t)len, ref.index, &ka, &alone);
+	feed_and_cut(y, img, (size_t)len, ref.index, &ks, &side);
+	CHECK(ka.n >= 3 && ka.n == ks.n);
+	for (size_t i = 0; i < ka.n && i < ks.n; i++)
+		CHECK(ka.c[i].offset == ks.c[i].offset && ka.c[i].size == ks.c[i].size &&
+		      memcmp(ka.c[i].sha256, ks.c[i].sha256, 32) == 0);
+	CHECK(memcmp(side.sha256, ref.sha256, 32) == 0 && wsync_hash_equal(&side.hash, &ref.hash));
+	CHECK(memcmp(alone.sha256, ref.sha256, 32) == 0 && wsync_hash_equal(&alone.hash, &ref.hash));
+	CHECK(same_index(side.index, ref.index) && same_index(alone.index, ref.index));
+	CHECK(side.n_files == 2 && side.size == (uint64_t)len);
+	wsync_delta_indexer_free(y);
+
+	/* chunks alone: the same chunks */
+	CHECK(wsync_delta_indexer_new(fd, "chunks only", &y, &err) == 0);
+	if (y) {
+		struct wsync_delta_object only = { 0 };
+		struct cuts ko = { 0 };
+
+		wsync_delta_indexer_chunks_only(y);
+		CHECK(wsync_delta_indexer_side_threads(y) == 0);
+		feed_and_cut(y, img, (size_t)len, ref.index, &ko, &only);
+		CHECK(ko.n == ka.n);
+		for (size_t i = 0; i < ka.n && i < ko.n; i++)
+			CHECK(memcmp(ka.c[i].sha256, ko.c[i].sha256, 32) == 0);
+		wsync_delta_object_free(&only);
+	}
+out:
+	wsync_delta_indexer_free(x);
+	wsync_delta_indexer_free(y);
+	wsync_delta_object_free(&ref);
+	wsync_delta_object_free(&alone);
+	wsync_delta_object_free(&side);
+	free(img);
+	close(fd);
+}
+
 /* A big payload goes around the writer's buffer and through the reader's
  * window; the counts patch then lands in the file, not the buffer. */
 static void test_big_segment(void)
@@ -1386,6 +1526,7 @@ int main(void)
 	TEST(test_round_trip_fd_and_mem);
 	TEST(test_index_and_partial);
 	TEST(test_index_fed_by_writer);
+	TEST(test_index_side_threads);
 	TEST(test_big_segment);
 	TEST(test_read_around);
 	TEST(test_writer_file_end);
