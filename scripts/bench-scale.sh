@@ -278,6 +278,24 @@ echo "# work dir $WORK ($(df -h --output=fstype "$WORK" | tail -1 | tr -d ' '))"
 [ "$delayacct" = 1 ] || echo "# block-I/O delay: kernel.task_delayacct is 0 (delay accounting off), so every delay reads 0"
 [ $mmap = 1 ] && echo "# --mmap: the publisher runs with WSYNC_MMAP=1: its encoder reads through mappings, which rchar does not count (rchar undercounts; read_bytes shown)"
 
+# The disk under the work dir (the bucket, the subscribers' image), alone:
+# 2 GiB written and read back around the page cache, once, before the run.
+# With the daemons' bytes to and from it, the report gives the least time
+# a step's I/O takes here (one host: the floor under its goal line).
+disk_probe() {
+	local f=$WORK/disk-probe t0 t1 t2
+	t0=$(date +%s.%N)
+	dd if=/dev/zero of="$f" bs=8M count=256 oflag=direct conv=fsync status=none || return 1
+	t1=$(date +%s.%N)
+	dd if="$f" of=/dev/null bs=8M iflag=direct status=none || return 1
+	t2=$(date +%s.%N)
+	rm -f "$f"
+	awk -v a="$t0" -v b="$t1" -v c="$t2" \
+		'BEGIN { printf "%.0f %.0f\n", 2147483648 / (b - a), 2147483648 / (c - b) }' >"$WORK/disk-rates"
+	echo "# the work dir's disk alone (2 GiB, O_DIRECT): write $(awk '{ printf "%.2f", $1 / 1e9 }' "$WORK/disk-rates") GB/s, read $(awk '{ printf "%.2f", $2 / 1e9 }' "$WORK/disk-rates") GB/s"
+}
+disk_probe || { rm -f "$WORK/disk-probe" "$WORK/disk-rates"; echo "# the work dir's disk: not measured (dd with O_DIRECT failed)"; }
+
 # The helper programs are beside this script (run with $PYTHON3):
 # bench-scale-trainer.py (writes a checkpoint, hashing it), bench-scale-verify.py
 # (a target against those hashes), bench-proc.py (a process's CPU, I/O and peak
