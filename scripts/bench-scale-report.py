@@ -104,6 +104,9 @@ def prom(s, i, name):
         pass
     return None
 listing = json.load(open(d + "/listing.json"))
+if os.path.exists(d + "/listing-parts.json"):
+    have = {o["key"] for o in listing}
+    listing += [o for o in json.load(open(d + "/listing-parts.json")) if o["key"] not in have]
 size = {(o["key"][len(prefix):] if o["key"].startswith(prefix) else o["key"]): o["size"] for o in listing}
 verified = {}
 for l in open(d + "/verify.txt"):

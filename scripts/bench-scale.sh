@@ -560,6 +560,10 @@ EOF
 		PID[$s]=
 	done
 	"$WSYNC" store ls "$url/" --json --config "$d/pub.ini" >"$d/listing.json" 2>/dev/null || echo '[]' >"$d/listing.json"
+	# parts' chunks, asked for by their folder: s3rver names no common
+	# prefix for parts/, which holds only deeper ones
+	[ "$parts" -gt 1 ] && { "$WSYNC" store ls "$url/parts/" --json --config "$d/pub.ini" \
+		>"$d/listing-parts.json" 2>/dev/null || echo '[]' >"$d/listing-parts.json"; }
 	report "$b" "$d" "$p" "$prefix" "$SUBFS"
 	proxies_stop
 	[ "$b" = s3 ] && s3rver_stop
