@@ -2053,7 +2053,7 @@ int wsync_diff(const char *old_path, const char *new_path, int out_fd,
 		 * staging, 2.5 segments, and 2.75 with the output.
 		 * What is left beside the bytes and the staging of every
 		 * worker is the budget for output, coded or being coded (see
-		 * struct pool): at the default and two threads, 168 MiB (72
+		 * struct pool): at the default and two threads, 160 MiB (64
 		 * mapped). */
 		uint64_t mem = opts && opts->memory_limit ? opts->memory_limit
 							  : WSYNC_MEMORY_DEFAULT;

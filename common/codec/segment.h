@@ -48,8 +48,11 @@
  */
 #define WSYNC_MEMORY_DEFAULT (256ULL << 20)
 /* What it takes before any segment: the program, tables, the delta
- * writer or reader, the threads' stacks. */
-#define WSYNC_MEMORY_FIXED (24ULL << 20)
+ * writer or reader, the threads' stacks, and what the daemon around it
+ * holds (a publisher's indexer and chunk buffers).  At 24 MiB a
+ * publisher's anchor peaked at 242-256 MiB of the default 256 under
+ * MALLOC_PERTURB_ (every byte malloc hands out touched). */
+#define WSYNC_MEMORY_FIXED (32ULL << 20)
 
 #define WSYNC_FLOAT_CLASSES 16
 
