@@ -120,10 +120,10 @@ void wsync_delta_indexer_chunks_only(struct wsync_delta_indexer *x);
  * WSYNC_DELTA_INDEXER_SIDE_MIN bytes on two threads of the indexer's own,
  * beside the caller's part (the records, their SHA-256 and the XXH3), so
  * that a writer feeding it waits for one pass of SHA-256 instead of
- * three (set before the first byte; not with cut_files, whose chunks
- * are cut inside a feed).  The digests are the same either way.  0, or a
- * negative errno: the threads could not be started, and the indexer
- * goes on alone. */
+ * three (set before the first byte, after cut_files if at all: then the
+ * object's alone goes aside, the chunks being cut inside a feed).  The
+ * digests are the same either way.  0, or a negative errno: the threads
+ * could not be started, and the indexer goes on alone. */
 #define WSYNC_DELTA_INDEXER_SIDE_MIN ((size_t)1 << 20)
 int wsync_delta_indexer_side_threads(struct wsync_delta_indexer *x);
 

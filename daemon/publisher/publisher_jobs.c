@@ -474,9 +474,10 @@ static int coding_begin(struct coding *c, struct pubjob_prepare *j, int role, co
 	if (r == 0 && c->chunks && j->stream->per_file)
 		wsync_delta_indexer_cut_files(c->x, push_chunk, c);
 	/* the writer hashes every byte three times (the object, its chunk,
-	 * its record): two of them beside it, so that the coders do not
-	 * wait on one core's SHA-256 (without threads: alone, as before) */
-	else if (r == 0 && j->threads > 1)
+	 * its record): the first two beside it (a part's chunks, cut by
+	 * file, stay with it), so that the coders do not wait on one core's
+	 * SHA-256 (without threads: alone, as before) */
+	if (r == 0 && j->threads > 1)
 		(void)wsync_delta_indexer_side_threads(c->x);
 	return r;
 }

@@ -719,7 +719,7 @@ static void write_mixed(int fd)
  * record, at its start, 5 bytes into it (in its header) or 7 bytes into
  * it (the feed before holds a whole record and a piece of this one),
  * cutting where it can after each; the chunks into k (each checked
- * against the image's bytes) and the object into o. */
+ * against the image's bytes; NULL: no cuts) and the object into o. */
 static void feed_and_cut(struct wsync_delta_indexer *x, const uint8_t *img, size_t len,
 			 const struct wsync_manifest_index *ix, struct cuts *k,
 			 struct wsync_delta_object *o)
@@ -745,7 +745,7 @@ static void feed_and_cut(struct wsync_delta_indexer *x, const uint8_t *img, size
 			continue;
 		CHECK(wsync_delta_indexer_feed(x, img + at, (size_t)(to - at), &err) == 0);
 		at = to;
-		if (k->n < sizeof(k->c) / sizeof(k->c[0]) &&
+		if (k && k->n < sizeof(k->c) / sizeof(k->c[0]) &&
 		    wsync_delta_indexer_cut(x, &c, &err) == 0 && c.size) {
 			CHECK(wsync_sha256_mem(img + c.offset, c.size, sha) == 0);
 			CHECK(memcmp(sha, c.sha256, 32) == 0);
@@ -800,6 +800,39 @@ static void test_index_side_threads(void)
 	CHECK(same_index(side.index, ref.index) && same_index(alone.index, ref.index));
 	CHECK(side.n_files == 2 && side.size == (uint64_t)len);
 	wsync_delta_indexer_free(y);
+
+	/* cut by files: the object's SHA-256 aside, the chunks as without */
+	{
+		struct wsync_delta_indexer *f1 = NULL, *f2 = NULL;
+		struct wsync_delta_object o1 = { 0 }, o2 = { 0 };
+		struct cuts k1 = { 0 }, k2 = { 0 };
+
+		CHECK(wsync_delta_indexer_new(fd, "files", &f1, &err) == 0);
+		CHECK(wsync_delta_indexer_new(fd, "files aside", &f2, &err) == 0);
+		if (f1 && f2) {
+			wsync_delta_indexer_cut_files(f1, collect_cut, &k1);
+			wsync_delta_indexer_cut_files(f2, collect_cut, &k2);
+			CHECK(wsync_delta_indexer_side_threads(f2) == 0);
+			feed_and_cut(f1, img, (size_t)len, ref.index, NULL, &o1);
+			feed_and_cut(f2, img, (size_t)len, ref.index, NULL, &o2);
+			/* the preamble, a chunk per file, END */
+			CHECK(k1.n == 4 && k2.n == k1.n);
+			for (size_t i = 0; i < k1.n && i < k2.n; i++)
+				CHECK(k1.c[i].offset == k2.c[i].offset &&
+				      k1.c[i].size == k2.c[i].size &&
+				      memcmp(k1.c[i].sha256, k2.c[i].sha256, 32) == 0 &&
+				      wsync_sha256_mem(img + k2.c[i].offset, k2.c[i].size,
+						       sha) == 0 &&
+				      memcmp(sha, k2.c[i].sha256, 32) == 0);
+			CHECK(memcmp(o2.sha256, ref.sha256, 32) == 0 &&
+			      memcmp(o1.sha256, ref.sha256, 32) == 0);
+			CHECK(same_index(o2.index, ref.index));
+		}
+		wsync_delta_object_free(&o1);
+		wsync_delta_object_free(&o2);
+		wsync_delta_indexer_free(f1);
+		wsync_delta_indexer_free(f2);
+	}
 
 	/* chunks alone: the same chunks */
 	CHECK(wsync_delta_indexer_new(fd, "chunks only", &y, &err) == 0);
