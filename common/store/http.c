@@ -171,7 +171,9 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 		/* Keep the head of an error page for the message, then cut
 		 * the transfer: an error body has no business being long,
 		 * and one that never ends must not hold the request. */
-		size_t room = ERROR_BODY_MAX - req->resp.len;
+		size_t max = req->resp_free && req->resp.cap < ERROR_BODY_MAX ? req->resp.cap
+									   : ERROR_BODY_MAX;
+		size_t room = max - req->resp.len;
 
 		if (wsync_buf_append(&req->resp, ptr, n < room ? n : room) < 0) {
 			sink_fail(req, -ENOMEM, "out of memory");
@@ -195,6 +197,11 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 		return n;
 	}
 	if (req->sink == WSYNC_HTTP_SINK_BUF) {
+		if (req->resp_free && n > req->resp.cap - req->resp.len) {
+			sink_fail(req, -EFBIG, "the body goes on past the %zu bytes expected",
+				  req->resp.cap);
+			return 0;
+		}
 		if (wsync_buf_append(&req->resp, ptr, n) < 0) {
 			sink_fail(req, -ENOMEM, "out of memory");
 			return 0;
@@ -511,7 +518,8 @@ void wsync_http_submit(struct wsync_http *http, struct wsync_http_req *req)
 	req->redirects = 0;
 	req->err = 0;
 	req->cancelled = false;
-	memset(&req->resp, 0, sizeof(req->resp));
+	if (!req->resp_free)
+		memset(&req->resp, 0, sizeof(req->resp));
 	reset_response(req);
 	req->started_ms = uv_now(http->loop);
 	req->attempts = 1;
@@ -842,7 +850,12 @@ void wsync_http_req_release(struct wsync_http_req *req)
 	req->easy = NULL;
 	free(req->redirect_url);
 	req->redirect_url = NULL;
-	wsync_buf_free(&req->resp);
+	if (req->resp_free) {
+		req->resp_free(req->resp.data);
+		memset(&req->resp, 0, sizeof(req->resp));
+	} else {
+		wsync_buf_free(&req->resp);
+	}
 }
 
 void wsync_http_free(struct wsync_http *http)

@@ -99,6 +99,10 @@ struct wsync_http_req {
 					 * Content-Length or its bytes say so */
 	int sink_fd;
 	uint64_t sink_offset;
+	/* NULL, or resp.data (resp.cap bytes) is the caller's buffer for a
+	 * SINK_BUF body of at most resp.cap bytes (sink_max no larger):
+	 * never grown, never zeroed, freed with this */
+	void (*resp_free)(void *data);
 	uint64_t attempt_max_ms;	/* 0, or no attempt lasts longer than this,
 					 * whatever moves (curl's CURLOPT_TIMEOUT_MS):
 					 * -ETIMEDOUT, retried as any timeout */

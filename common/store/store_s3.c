@@ -62,6 +62,9 @@
 #define PARTS_MAX 10000
 /* Bodies of answers read into memory (lists, errors, upload ids). */
 #define ANSWER_MAX (16u << 20)
+/* A range into memory this long or longer comes in one of the store's
+ * kept buffers (wsync_store_range_buf): below, a fresh one costs little. */
+#define RANGE_KEPT_MIN (1u << 20)
 
 struct s3 {
 	struct wsync_store *store;
@@ -868,6 +871,13 @@ static int get_range(struct s3_op *op, uint64_t off, uint64_t len, bool first)
 		/* Ranges land at their place in the temp file, which holds the
 		 * bytes from the caller's offset on. */
 		x->h.sink_offset = off - req->get.offset;
+	} else if (len >= RANGE_KEPT_MIN && len <= WSYNC_STORE_RANGE_KEPT &&
+		   x->h.sink_max <= len && (x->h.resp.data = wsync_store_range_buf(len, 0))) {
+		/* a range into memory: into one of the buffers the store
+		 * keeps, not a fresh one grown as the bytes come (their pages
+		 * faulted in anew for every range of a GB download) */
+		x->h.resp.cap = (size_t)len;
+		x->h.resp_free = wsync_store_data_free;
 	}
 	xfer_send(x);
 	return 0;

@@ -654,6 +654,67 @@ static void test_announced_too_big(void)
 	rig_stop(&r, reqs, 1);
 }
 
+/* resp_free's buffers: what each was freed with. */
+static void *freed[4];
+static size_t n_freed;
+
+static void count_free(void *data)
+{
+	if (n_freed < sizeof(freed) / sizeof(freed[0]))
+		freed[n_freed++] = data;
+	free(data);
+}
+
+/*
+ * A body into the caller's buffer (resp_free): it lands there, the
+ * buffer never grown; a body past the buffer is cut (-EFBIG) whatever
+ * sink_max says, an endless error page is kept to the buffer; each
+ * buffer is freed once, with resp_free, when the request is released.
+ */
+static void test_caller_buffer(void)
+{
+	static const struct step script[] = {
+		{ RESPOND, OK_BODY(20) "01234567890123456789" },
+		{ ENDLESS, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" },
+		{ ENDLESS, "HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n" },
+	};
+	struct wsync_http_options o = fast;
+	struct rig r;
+	struct t_req a, b, c, *reqs[] = { &a, &b, &c };
+	void *pa = malloc(20), *pb = malloc(1000), *pc = malloc(1000);
+
+	CHECK(pa && pb && pc);
+	n_freed = 0;
+	o.attempts = 1;
+	o.max_active = 1;
+	rig_start(&r, script, 3, &o);
+	t_init(&a, &r.srv, "GET", "/twenty");
+	t_init(&b, &r.srv, "GET", "/endless");
+	t_init(&c, &r.srv, "GET", "/oops");
+	a.h.resp = (struct wsync_buf){ .data = pa, .cap = 20 };
+	a.h.sink_max = 20;
+	b.h.resp = (struct wsync_buf){ .data = pb, .cap = 1000 };
+	b.h.sink_max = 1 << 20;
+	c.h.resp = (struct wsync_buf){ .data = pc, .cap = 1000 };
+	a.h.resp_free = b.h.resp_free = c.h.resp_free = count_free;
+	wsync_http_submit(r.http, &a.h);
+	wsync_http_submit(r.http, &b.h);
+	wsync_http_submit(r.http, &c.h);
+	rig_wait(&r, reqs, 3);
+	CHECK(a.h.err == 0 && a.h.status == 200);
+	CHECK(a.h.resp.data == pa && a.h.resp.len == 20 && a.h.resp.cap == 20);
+	CHECK(memcmp(pa, "01234567890123456789", 20) == 0);
+	CHECK(b.h.err == -EFBIG);
+	CHECK_CONTAINS(b.h.errmsg, "past the 1000 bytes");
+	CHECK(b.h.resp.data == pb && b.h.resp.len <= 1000 && b.h.resp.cap == 1000);
+	CHECK(c.h.err == 0 && c.h.status == 500);
+	CHECK(c.h.resp.data == pc && c.h.resp.len == 1000 && c.h.resp.cap == 1000);
+	CHECK_EQ_U64(n_freed, 0);
+	rig_stop(&r, reqs, 3);
+	CHECK_EQ_U64(n_freed, 3);
+	CHECK(freed[0] == pa && freed[1] == pb && freed[2] == pc);
+}
+
 /* An error page that never ends: kept to its first 64 KiB, the transfer
  * cut, the status (retried, then final) still reported. */
 static void test_endless_error_body(void)
@@ -998,6 +1059,7 @@ int main(void)
 	TEST(test_redirect_policy);
 	TEST(test_endless_body_cut);
 	TEST(test_announced_too_big);
+	TEST(test_caller_buffer);
 	TEST(test_endless_error_body);
 	TEST(test_bad_content_length);
 	TEST(test_retry_after_far);
