@@ -50,7 +50,15 @@ static int take(struct pass *p, const uint8_t *data, size_t n)
  * over the bytes of the feed in hand, while the caller walks them. */
 enum { SIDE_WHOLE, SIDE_CHUNK, SIDE_N };
 
+struct side;
+
+struct side_slot {
+	struct side *sd;
+	unsigned i;			/* which of s[] is this thread's */
+};
+
 struct side {
+	struct side_slot slot[SIDE_N];	/* each thread's argument */
 	pthread_mutex_t mu;
 	pthread_cond_t go, done;
 	pthread_t tid[SIDE_N];
@@ -63,19 +71,13 @@ struct side {
 	bool failed, stop;
 };
 
-struct side_arg {
-	struct side *sd;
-	unsigned i;
-};
-
 static void *side_main(void *arg)
 {
-	struct side_arg *a = arg;
+	const struct side_slot *a = arg;
 	struct side *sd = a->sd;
 	unsigned i = a->i;
 	uint64_t seen = 0;
 
-	free(a);
 	pthread_mutex_lock(&sd->mu);
 	for (;;) {
 		while (!sd->stop && sd->gen == seen)
@@ -141,18 +143,10 @@ static int side_start(struct side **ret)
 		return -e;
 	}
 	for (unsigned i = 0; i < SIDE_N && e == 0; i++) {
-		struct side_arg *a = malloc(sizeof(*a));
-
-		if (!a) {
-			e = ENOMEM;
+		sd->slot[i] = (struct side_slot){ sd, i };
+		e = pthread_create(&sd->tid[i], NULL, side_main, &sd->slot[i]);
+		if (e)
 			break;
-		}
-		*a = (struct side_arg){ sd, i };
-		e = pthread_create(&sd->tid[i], NULL, side_main, a);
-		if (e) {
-			free(a);
-			break;
-		}
 		(void)pthread_setname_np(sd->tid[i], "wsync-sha256");
 		sd->started++;
 	}
